@@ -1,0 +1,238 @@
+// Contexts, all local: every context of a client maps to its worker's context on that device.
+// Primary-context reference counts, the per-thread current-context stack and flags live here.
+#include "state.h"
+
+using namespace gpool::client;
+
+namespace {
+Context* ctxOf(CUcontext c) { return reinterpret_cast<Context*>(c); }
+CUcontext handle(Context* c) { return reinterpret_cast<CUcontext>(c); }
+}  // namespace
+
+GPOOL_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice d) {
+  GPOOL_TRY
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  CUresult err;
+  if (!State::get().ready(err)) return err;
+  if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
+  Context* c = State::get().primary(d);
+  std::lock_guard lock(State::get().mu);
+  ++c->refs;
+  *pctx = handle(c);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+  GPOOL_TRY
+  CUresult err;
+  if (!State::get().ready(err)) return err;
+  if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
+  Context* c = State::get().primary(d);
+  bool destroyed = false;
+  {
+    std::lock_guard lock(State::get().mu);
+    if (c->refs <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+    destroyed = --c->refs == 0;
+  }
+  if (destroyed) State::get().destroyLocalStorage(c);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned int* flags, int* active) {
+  GPOOL_TRY
+  if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+  CUresult err;
+  if (!State::get().ready(err)) return err;
+  if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
+  Context* c = State::get().primary(d);
+  std::lock_guard lock(State::get().mu);
+  *flags = c->flags;
+  *active = c->refs > 0;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice d, unsigned int flags) {
+  GPOOL_TRY
+  CUresult err;
+  if (!State::get().ready(err)) return err;
+  if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard lock(State::get().mu);
+  State::get().primary(d)->flags = flags;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
+  // The worker's context stays (freeing a client's resources needs its disconnect); what the program
+  // sees is a fresh context: local storage cleared, work finished.
+  if (int st = conn->call<gpool::proto::calls::CtxSynchronize>()) return static_cast<CUresult>(st);
+  State::get().destroyLocalStorage(State::get().primary(d));
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuCtxGetCurrent(CUcontext* pctx) {
+  GPOOL_TRY
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = State::get().current();
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+  GPOOL_TRY
+  auto& stack = State::ctx_stack;
+  if (ctx && !State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!ctx) {
+    if (!stack.empty()) stack.pop_back();
+    return CUDA_SUCCESS;
+  }
+  if (stack.empty()) stack.push_back(ctx);
+  else stack.back() = ctx;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+  GPOOL_TRY
+  if (!ctx || !State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  State::ctx_stack.push_back(ctx);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
+  GPOOL_TRY
+  auto& stack = State::ctx_stack;
+  if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx) *pctx = stack.back();
+  stack.pop_back();
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
+  GPOOL_TRY
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  CUcontext c = State::get().current();
+  if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = ctxOf(c)->device;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuCtxGetFlags(unsigned int* flags) {
+  GPOOL_TRY
+  if (!flags) return CUDA_ERROR_INVALID_VALUE;
+  CUcontext c = State::get().current();
+  if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+  *flags = ctxOf(c)->flags;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuCtxSetFlags(unsigned int flags) {
+  GPOOL_TRY
+  CUcontext c = State::get().current();
+  if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+  ctxOf(c)->flags = flags;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long* id) {
+  GPOOL_TRY
+  if (!id) return CUDA_ERROR_INVALID_VALUE;
+  if (!ctx) ctx = State::get().current();
+  if (!ctx || !State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  *id = ctxOf(ctx)->id;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
+  GPOOL_TRY
+  if (!version) return CUDA_ERROR_INVALID_VALUE;
+  if (!ctx) ctx = State::get().current();
+  if (!ctx || !State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  *version = 3020;  // what the driver reports for contexts created through the current API
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuCtxSynchronize() {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(conn->call<gpool::proto::calls::CtxSynchronize>());
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(conn->call<gpool::proto::calls::CtxSetLimit>(static_cast<uint32_t>(limit), uint64_t{value}));
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
+  GPOOL_TRY
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  std::tuple<uint64_t> out;
+  int st = conn->call<gpool::proto::calls::CtxGetLimit>(out, static_cast<uint32_t>(limit));
+  *value = std::get<0>(out);
+  return static_cast<CUresult>(st);
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
+  GPOOL_TRY
+  if (least) *least = 0;
+  if (greatest) *greatest = -5;  // what the driver reports on current GPUs
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache* config) {
+  GPOOL_TRY
+  if (!config) return CUDA_ERROR_INVALID_VALUE;
+  *config = CU_FUNC_CACHE_PREFER_NONE;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config) {
+  GPOOL_TRY
+  return config <= CU_FUNC_CACHE_PREFER_EQUAL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;  // a hint only
+  GPOOL_CATCH
+}
+
+// Older variants whose ABI is identical to the current one.
+GPOOL_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d) { return cuDevicePrimaryCtxRelease_v2(d); }
+GPOOL_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice d) { return cuDevicePrimaryCtxReset_v2(d); }
+GPOOL_EXPORT CUresult cuDevicePrimaryCtxSetFlags(CUdevice d, unsigned int flags) { return cuDevicePrimaryCtxSetFlags_v2(d, flags); }
+GPOOL_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx) { return cuCtxPushCurrent_v2(ctx); }
+GPOOL_EXPORT CUresult cuCtxPopCurrent(CUcontext* pctx) { return cuCtxPopCurrent_v2(pctx); }
+
+GPOOL_EXPORT CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
+  GPOOL_TRY
+  if (!ctx) return cuCtxGetDevice(device);
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  if (!State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = ctxOf(ctx)->device;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  GPOOL_TRY
+  if (ctx && !State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  return cuCtxSynchronize();
+  GPOOL_CATCH
+}

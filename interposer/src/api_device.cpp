@@ -1,0 +1,139 @@
+// Initialisation, driver version and device queries: answered locally from the handshake.
+#include <cstring>
+
+#include "state.h"
+
+using namespace gpool::client;
+
+GPOOL_EXPORT int gpool_client_library = 1;  // lets a worker notice it loaded us instead of NVIDIA's driver
+
+GPOOL_EXPORT CUresult cuInit(unsigned int flags) {
+  GPOOL_TRY
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return State::get().init();
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuDriverGetVersion(int* version) {
+  GPOOL_TRY
+  if (!version) return CUDA_ERROR_INVALID_VALUE;
+  State::get().init();  // the runtime may ask before cuInit; the answer must match what the worker reports
+  *version = State::get().driverVersion();
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+namespace {
+CUresult checkDevice(CUdevice d) {
+  CUresult err;
+  if (!State::get().ready(err)) return err;
+  return State::get().device(d) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+}  // namespace
+
+GPOOL_EXPORT CUresult cuDeviceGetCount(int* count) {
+  GPOOL_TRY
+  if (!count) return CUDA_ERROR_INVALID_VALUE;
+  CUresult err;
+  if (!State::get().ready(err)) return err;
+  *count = State::get().deviceCount();
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  GPOOL_TRY
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = checkDevice(ordinal)) return r;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuDeviceGetName(char* name, int len, CUdevice d) {
+  GPOOL_TRY
+  if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = checkDevice(d)) return r;
+  std::strncpy(name, State::get().device(d)->name.c_str(), static_cast<size_t>(len - 1));
+  name[len - 1] = 0;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice d) {
+  GPOOL_TRY
+  if (!uuid) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = checkDevice(d)) return r;
+  std::memcpy(uuid->bytes, State::get().device(d)->uuid.data(), 16);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice d) { return cuDeviceGetUuid(uuid, d); }
+
+GPOOL_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice d) {
+  GPOOL_TRY
+  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = checkDevice(d)) return r;
+  *bytes = State::get().device(d)->total_mem;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdevice d) {
+  GPOOL_TRY
+  if (!value || attr <= 0 || attr >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = checkDevice(d)) return r;
+  *value = State::get().attribute(d, attr);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuDeviceComputeCapability(int* major, int* minor, CUdevice d) {
+  GPOOL_TRY
+  if (!major || !minor) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = checkDevice(d)) return r;
+  *major = State::get().attribute(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+  *minor = State::get().attribute(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuDeviceGetPCIBusId(char* id, int len, CUdevice d) {
+  GPOOL_TRY
+  if (!id || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = checkDevice(d)) return r;
+  auto& s = State::get();
+  std::snprintf(id, static_cast<size_t>(len), "%08x:%02x:%02x.0", s.attribute(d, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
+                s.attribute(d, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID), s.attribute(d, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID));
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuDeviceCanAccessPeer(int* can, CUdevice d, CUdevice peer) {
+  GPOOL_TRY
+  if (!can) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = checkDevice(d)) return r;
+  if (CUresult r = checkDevice(peer)) return r;
+  *can = 0;  // peers are separate workers; no peer access across the network
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute, CUdevice src, CUdevice dst) {
+  GPOOL_TRY
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = checkDevice(src)) return r;
+  if (CUresult r = checkDevice(dst)) return r;
+  *value = 0;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuDeviceGetExecAffinitySupport(int* pi, CUexecAffinityType, CUdevice d) {
+  GPOOL_TRY
+  if (!pi) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = checkDevice(d)) return r;
+  *pi = 0;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}

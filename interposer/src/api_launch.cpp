@@ -1,0 +1,92 @@
+// Kernel launches: parameters are packed into one buffer with the layout the worker reported (cached
+// per function), and the launch goes out fire-and-forget.
+#include <cstring>
+
+#include "state.h"
+
+using namespace gpool::client;
+namespace calls = gpool::proto::calls;
+using gpool::proto::Blob;
+
+namespace {
+
+thread_local std::vector<uint8_t> t_params;
+
+CUresult packParams(uint64_t f, void** params, void** extra, Blob& out) {
+  if (extra) {
+    // {CU_LAUNCH_PARAM_BUFFER_POINTER, p, CU_LAUNCH_PARAM_BUFFER_SIZE, &n, CU_LAUNCH_PARAM_END}
+    void* buffer = nullptr;
+    size_t* size = nullptr;
+    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buffer = extra[i + 1];
+      else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) size = static_cast<size_t*>(extra[i + 1]);
+      else return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (params || !buffer || !size) return CUDA_ERROR_INVALID_VALUE;
+    out = Blob{buffer, *size};
+    return CUDA_SUCCESS;
+  }
+  const std::vector<uint32_t>* layout = nullptr;
+  if (CUresult r = State::get().paramLayout(f, layout)) return r;
+  size_t total = 0;
+  for (size_t i = 0; i + 1 < layout->size(); i += 2) total = std::max<size_t>(total, (*layout)[i] + (*layout)[i + 1]);
+  if (total && !params) return CUDA_ERROR_INVALID_VALUE;
+  t_params.assign(total, 0);
+  for (size_t i = 0, p = 0; i + 1 < layout->size(); i += 2, ++p)
+    std::memcpy(t_params.data() + (*layout)[i], params[p], (*layout)[i + 1]);
+  out = Blob{t_params.data(), total};
+  return CUDA_SUCCESS;
+}
+
+CUresult launch(uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                uint64_t stream, void** params, void** extra, const CUlaunchAttribute* attrs, unsigned nattrs) {
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  GPOOL_CONN(conn);
+  Blob packed;
+  if (CUresult r = packParams(f, params, extra, packed)) return r;
+  Blob a{attrs, nattrs * sizeof(CUlaunchAttribute)};
+  return static_cast<CUresult>(conn->post<calls::LaunchKernel>(f, gx, gy, gz, bx, by, bz, shared, stream, packed, a));
+}
+
+CUresult launchEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra, bool per_thread) {
+  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  return launch(reinterpret_cast<uint64_t>(f), c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
+                c->blockDimZ, c->sharedMemBytes, streamArg(c->hStream, per_thread), params, extra, c->attrs,
+                c->attrs ? c->numAttrs : 0);
+}
+
+}  // namespace
+
+GPOOL_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                     unsigned bz, unsigned shared, CUstream s, void** params, void** extra) {
+  GPOOL_TRY
+  return launch(reinterpret_cast<uint64_t>(f), gx, gy, gz, bx, by, bz, shared, streamArg(s, false), params, extra, nullptr, 0);
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                          unsigned bz, unsigned shared, CUstream s, void** params, void** extra) {
+  GPOOL_TRY
+  return launch(reinterpret_cast<uint64_t>(f), gx, gy, gz, bx, by, bz, shared, streamArg(s, true), params, extra, nullptr, 0);
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
+  GPOOL_TRY return launchEx(c, f, params, extra, false); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
+  GPOOL_TRY return launchEx(c, f, params, extra, true); GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, CUfunction f, int block_size,
+                                                                         size_t smem, unsigned int flags) {
+  GPOOL_TRY
+  if (!blocks) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  std::tuple<int32_t> r;
+  int st = conn->call<calls::OccupancyMaxActiveBlocks>(r, reinterpret_cast<uint64_t>(f), int32_t{block_size}, uint64_t{smem}, flags);
+  *blocks = std::get<0>(r);
+  return static_cast<CUresult>(st);
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction f, int block_size, size_t smem) {
+  return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, f, block_size, smem, 0);
+}

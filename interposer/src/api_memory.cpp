@@ -1,0 +1,316 @@
+// Memory: device allocations and copies go to the worker; page-locked host memory is emulated here
+// (plain page-aligned host memory the client tracks, so copies know their direction).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "state.h"
+
+using namespace gpool::client;
+namespace calls = gpool::proto::calls;
+using gpool::proto::Blob;
+
+namespace {
+
+uint64_t dptr(CUdeviceptr p) { return static_cast<uint64_t>(p); }
+
+// Host-to-device: chunks stream without replies; a synchronous copy waits for the last chunk's answer.
+CUresult copyHtoD(uint64_t dst, const void* src, size_t n, uint64_t stream, bool async) {
+  GPOOL_CONN(conn);
+  if (n == 0) return CUDA_SUCCESS;
+  if (!src) return CUDA_ERROR_INVALID_VALUE;
+  const auto* p = static_cast<const uint8_t*>(src);
+  for (size_t off = 0; off < n;) {
+    size_t k = std::min<size_t>(n - off, gpool::proto::kBulkChunk);
+    bool last = off + k == n;
+    Blob b{p + off, k};
+    int st = (last && !async) ? conn->call<calls::MemcpyHtoD>(dst + off, b, stream, 0u)
+                              : conn->post<calls::MemcpyHtoD>(dst + off, b, stream, async ? 1u : 0u);
+    if (st) return static_cast<CUresult>(st);
+    off += k;
+  }
+  return CUDA_SUCCESS;
+}
+
+// Device-to-host: always completes before returning (an asynchronous copy may finish early).
+CUresult copyDtoH(void* dst, uint64_t src, size_t n, uint64_t stream) {
+  GPOOL_CONN(conn);
+  if (n == 0) return CUDA_SUCCESS;
+  if (!dst) return CUDA_ERROR_INVALID_VALUE;
+  constexpr size_t kMaxReply = 1u << 30;
+  auto* p = static_cast<uint8_t*>(dst);
+  for (size_t off = 0; off < n;) {
+    size_t k = std::min(n - off, kMaxReply);
+    if (int st = conn->memcpyDtoH(p + off, src + off, k, stream)) return static_cast<CUresult>(st);
+    off += k;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult copyDtoD(uint64_t dst, uint64_t src, size_t n, uint64_t stream, bool async) {
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(async ? conn->post<calls::MemcpyDtoD>(dst, src, uint64_t{n}, stream, 1u)
+                                     : conn->call<calls::MemcpyDtoD>(dst, src, uint64_t{n}, stream, 0u));
+}
+
+CUresult memset(uint64_t dst, uint32_t value, uint32_t elem, size_t count, uint64_t stream, bool async) {
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(async ? conn->post<calls::Memset>(dst, value, elem, uint64_t{count}, stream, 1u)
+                                     : conn->call<calls::Memset>(dst, value, elem, uint64_t{count}, stream, 0u));
+}
+
+bool isDevice(uint64_t p) {
+  uint64_t base;
+  Allocation a;
+  return State::get().findAllocation(p, base, a) && a.device;
+}
+
+// cuMemcpy/cuMemcpyAsync with unified addressing: the direction follows from what each pointer is.
+CUresult copyAny(uint64_t dst, uint64_t src, size_t n, uint64_t stream, bool async) {
+  bool d_dev = isDevice(dst), s_dev = isDevice(src);
+  if (d_dev && s_dev) return copyDtoD(dst, src, n, stream, async);
+  if (d_dev) return copyHtoD(dst, reinterpret_cast<const void*>(src), n, stream, async);
+  if (s_dev) return copyDtoH(reinterpret_cast<void*>(dst), src, n, stream);
+  if (n) std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+  return CUDA_SUCCESS;
+}
+
+void* hostAlloc(size_t n) {
+  size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  void* p = nullptr;
+  if (posix_memalign(&p, page, std::max<size_t>(n, 1)) != 0) return nullptr;
+  return p;
+}
+
+}  // namespace
+
+GPOOL_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t bytes) {
+  GPOOL_TRY
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  std::tuple<uint64_t> r;
+  int st = conn->call<calls::MemAlloc>(r, uint64_t{bytes});
+  if (st) return static_cast<CUresult>(st);
+  *out = std::get<0>(r);
+  State::get().addAllocation(std::get<0>(r), bytes, true);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
+  GPOOL_TRY
+  if (p == 0) return CUDA_SUCCESS;
+  GPOOL_CONN(conn);
+  State::get().removeAllocation(p);
+  return static_cast<CUresult>(conn->post<calls::MemFree>(dptr(p)));
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  std::tuple<uint64_t, uint64_t> r;
+  int st = conn->call<calls::MemGetInfo>(r);
+  if (free_bytes) *free_bytes = std::get<0>(r);
+  if (total) *total = std::get<1>(r);
+  return static_cast<CUresult>(st);
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  std::tuple<uint64_t, uint64_t> r;
+  int st = conn->call<calls::PointerGetBase>(r, dptr(p));
+  if (st) return static_cast<CUresult>(st);
+  if (base) *base = std::get<0>(r);
+  if (size) *size = std::get<1>(r);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+// Page-locked host memory, emulated.
+GPOOL_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int) {
+  GPOOL_TRY
+  if (!pp) return CUDA_ERROR_INVALID_VALUE;
+  void* p = hostAlloc(bytes);
+  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+  State::get().addAllocation(reinterpret_cast<uint64_t>(p), bytes, false);
+  *pp = p;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytes) { return cuMemHostAlloc(pp, bytes, 0); }
+
+GPOOL_EXPORT CUresult cuMemFreeHost(void* p) {
+  GPOOL_TRY
+  uint64_t base;
+  Allocation a;
+  if (!State::get().findAllocation(reinterpret_cast<uint64_t>(p), base, a) || a.device || base != reinterpret_cast<uint64_t>(p))
+    return CUDA_ERROR_INVALID_VALUE;
+  State::get().removeAllocation(base);
+  std::free(p);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int) {
+  GPOOL_TRY
+  if (!p || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  State::get().addAllocation(reinterpret_cast<uint64_t>(p), bytes, false);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuMemHostUnregister(void* p) {
+  GPOOL_TRY
+  uint64_t base;
+  Allocation a;
+  if (!State::get().findAllocation(reinterpret_cast<uint64_t>(p), base, a) || a.device) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  State::get().removeAllocation(base);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuMemHostGetFlags(unsigned int* flags, void* p) {
+  GPOOL_TRY
+  uint64_t base;
+  Allocation a;
+  if (!flags || !State::get().findAllocation(reinterpret_cast<uint64_t>(p), base, a) || a.device) return CUDA_ERROR_INVALID_VALUE;
+  *flags = 0;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+// Copies. The _ptds/_ptsz variants differ only in what stream 0 means.
+GPOOL_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
+  GPOOL_TRY return copyHtoD(dst, src, n, 0, false); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, size_t n) {
+  GPOOL_TRY return copyHtoD(dst, src, n, streamArg(nullptr, true), false); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+  GPOOL_TRY return copyHtoD(dst, src, n, streamArg(s, false), true); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+  GPOOL_TRY return copyHtoD(dst, src, n, streamArg(s, true), true); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
+  GPOOL_TRY return copyDtoH(dst, src, n, 0); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t n) {
+  GPOOL_TRY return copyDtoH(dst, src, n, streamArg(nullptr, true)); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
+  GPOOL_TRY return copyDtoH(dst, src, n, streamArg(s, false)); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t n, CUstream s) {
+  GPOOL_TRY return copyDtoH(dst, src, n, streamArg(s, true)); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  GPOOL_TRY return copyDtoD(dst, src, n, 0, false); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  GPOOL_TRY return copyDtoD(dst, src, n, streamArg(nullptr, true), false); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  GPOOL_TRY return copyDtoD(dst, src, n, streamArg(s, false), true); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  GPOOL_TRY return copyDtoD(dst, src, n, streamArg(s, true), true); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  GPOOL_TRY return copyAny(dst, src, n, 0, false); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  GPOOL_TRY return copyAny(dst, src, n, streamArg(nullptr, true), false); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  GPOOL_TRY return copyAny(dst, src, n, streamArg(s, false), true); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  GPOOL_TRY return copyAny(dst, src, n, streamArg(s, true), true); GPOOL_CATCH
+}
+
+// Memsets: D8/D16/D32, synchronous and asynchronous, each with its per-thread variant.
+#define GPOOL_MEMSET(bits, type)                                                                      \
+  GPOOL_EXPORT CUresult cuMemsetD##bits##_v2(CUdeviceptr d, type v, size_t n) {                     \
+    GPOOL_TRY return memset(d, v, bits / 8, n, 0, false); GPOOL_CATCH                                \
+  }                                                                                                 \
+  GPOOL_EXPORT CUresult cuMemsetD##bits##_v2_ptds(CUdeviceptr d, type v, size_t n) {                \
+    GPOOL_TRY return memset(d, v, bits / 8, n, streamArg(nullptr, true), false); GPOOL_CATCH         \
+  }                                                                                                 \
+  GPOOL_EXPORT CUresult cuMemsetD##bits##Async(CUdeviceptr d, type v, size_t n, CUstream s) {       \
+    GPOOL_TRY return memset(d, v, bits / 8, n, streamArg(s, false), true); GPOOL_CATCH               \
+  }                                                                                                 \
+  GPOOL_EXPORT CUresult cuMemsetD##bits##Async_ptsz(CUdeviceptr d, type v, size_t n, CUstream s) {  \
+    GPOOL_TRY return memset(d, v, bits / 8, n, streamArg(s, true), true); GPOOL_CATCH                \
+  }
+GPOOL_MEMSET(8, unsigned char)
+GPOOL_MEMSET(16, unsigned short)
+GPOOL_MEMSET(32, unsigned int)
+
+// Pointer attributes, answered from the allocations this client made.
+namespace {
+CUresult pointerAttribute(void* data, CUpointer_attribute attr, CUdeviceptr p) {
+  uint64_t base;
+  Allocation a;
+  if (!State::get().findAllocation(p, base, a)) return CUDA_ERROR_INVALID_VALUE;
+  CUcontext ctx = reinterpret_cast<CUcontext>(State::get().primary(0));
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = ctx; break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned*>(data) = a.device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+      break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      if (!a.device) return CUDA_ERROR_INVALID_VALUE;  // host memory is not mapped into the remote GPU
+      *static_cast<CUdeviceptr*>(data) = p;
+      break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      if (a.device) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<void**>(data) = reinterpret_cast<void*>(p);
+      break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *static_cast<int*>(data) = 1; break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = base; break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<int*>(data) = 0; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = 0; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = base; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = a.size; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<int*>(data) = 1; break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *static_cast<int*>(data) = 0; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+GPOOL_EXPORT CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr p) {
+  GPOOL_TRY
+  if (!data) return CUDA_ERROR_INVALID_VALUE;
+  return pointerAttribute(data, attr, p);
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attrs, void** data, CUdeviceptr p) {
+  GPOOL_TRY
+  if (!attrs || !data) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t base;
+  Allocation a;
+  bool known = State::get().findAllocation(p, base, a);
+  for (unsigned i = 0; i < n; ++i) {
+    if (!data[i]) continue;
+    if (!known) {
+      // Unknown pointers read as unregistered host memory, as the driver reports them.
+      if (attrs[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE) *static_cast<unsigned*>(data[i]) = 0;
+      else if (attrs[i] == CU_POINTER_ATTRIBUTE_CONTEXT) *static_cast<CUcontext*>(data[i]) = nullptr;
+      else if (attrs[i] == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) *static_cast<int*>(data[i]) = -2;
+      continue;
+    }
+    if (CUresult r = pointerAttribute(data[i], attrs[i], p)) return r;
+  }
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuMemHostRegister(void* p, size_t bytes, unsigned int flags) { return cuMemHostRegister_v2(p, bytes, flags); }

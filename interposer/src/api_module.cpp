@@ -1,0 +1,227 @@
+// Modules, libraries, functions and kernels. Images are sent whole to the worker, whose driver loads them.
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "gpool/protocol/module_image.h"
+#include "state.h"
+
+using namespace gpool::client;
+namespace calls = gpool::proto::calls;
+using gpool::proto::Blob;
+
+namespace {
+
+constexpr uint32_t kModule = 0, kLibrary = 1;
+
+CUresult load(const void* image, uint32_t kind, uint64_t& handle) {
+  if (!image) return CUDA_ERROR_INVALID_VALUE;
+  // The runtime hands over its registration wrapper as often as the bare fat binary.
+  if (const void* fatbin = gpool::proto::fatbinFromWrapper(image)) image = fatbin;
+  uint64_t size = gpool::proto::moduleImageSize(image);
+  if (size == 0) {
+    uint32_t magic;
+    std::memcpy(&magic, image, 4);
+    GPOOL_LOG(Level::kWarn, "unrecognised module image (magic %08x: not a fat binary, ELF or PTX)", magic);
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  GPOOL_CONN(conn);
+  std::tuple<uint64_t> out;
+  int st = conn->call<calls::ModuleLoad>(out, Blob{image, size}, kind);
+  handle = std::get<0>(out);
+  return static_cast<CUresult>(st);
+}
+
+CUresult loadFile(const char* path, uint32_t kind, uint64_t& handle) {
+  if (!path) return CUDA_ERROR_INVALID_VALUE;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return CUDA_ERROR_FILE_NOT_FOUND;
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  bytes.push_back(0);  // PTX text is read up to its NUL
+  return load(bytes.data(), kind, handle);
+}
+
+CUresult getFunction(uint64_t handle, uint32_t kind, const char* name, uint64_t& out) {
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  std::tuple<uint64_t> r;
+  int st = conn->call<calls::ModuleGetFunction>(r, handle, kind, std::string(name));
+  out = std::get<0>(r);
+  return static_cast<CUresult>(st);
+}
+
+CUresult getGlobal(CUdeviceptr* dptr, size_t* bytes, uint64_t handle, uint32_t kind, const char* name) {
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  std::tuple<uint64_t, uint64_t> r;
+  int st = conn->call<calls::ModuleGetGlobal>(r, handle, kind, std::string(name));
+  if (st) return static_cast<CUresult>(st);
+  if (dptr) *dptr = std::get<0>(r);
+  if (bytes) *bytes = std::get<1>(r);
+  State::get().addAllocation(std::get<0>(r), std::get<1>(r), true);  // so cuMemcpy knows its direction
+  return CUDA_SUCCESS;
+}
+
+template <typename H>
+H as(uint64_t v) { return reinterpret_cast<H>(v); }
+template <typename H>
+uint64_t raw(H h) { return reinterpret_cast<uint64_t>(h); }
+
+}  // namespace
+
+namespace gpool::client {
+// Used by the runtime's private table (export_tables.cpp).
+CUresult loadModuleImage(CUmodule* out, const void* image) {
+  uint64_t h = 0;
+  CUresult r = load(image, kModule, h);
+  if (r == CUDA_SUCCESS) *out = as<CUmodule>(h);
+  return r;
+}
+}  // namespace gpool::client
+
+GPOOL_EXPORT CUresult cuModuleLoadData(CUmodule* m, const void* image) {
+  GPOOL_TRY
+  if (!m) return CUDA_ERROR_INVALID_VALUE;
+  return loadModuleImage(m, image);
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned int, CUjit_option*, void**) {
+  return cuModuleLoadData(m, image);  // JIT options tune compilation on the worker's driver; defaults apply
+}
+GPOOL_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* m, const void* fatbin) { return cuModuleLoadData(m, fatbin); }
+GPOOL_EXPORT CUresult cuModuleLoad(CUmodule* m, const char* path) {
+  GPOOL_TRY
+  if (!m) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t h = 0;
+  CUresult r = loadFile(path, kModule, h);
+  if (r == CUDA_SUCCESS) *m = as<CUmodule>(h);
+  return r;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuModuleUnload(CUmodule m) {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(conn->call<calls::ModuleUnload>(raw(m), kModule));
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
+  GPOOL_TRY
+  if (!f) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t h = 0;
+  CUresult r = getFunction(raw(m), kModule, name, h);
+  if (r == CUDA_SUCCESS) *f = as<CUfunction>(h);
+  return r;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule m, const char* name) {
+  GPOOL_TRY return getGlobal(dptr, bytes, raw(m), kModule, name); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
+  GPOOL_TRY
+  if (!mode) return CUDA_ERROR_INVALID_VALUE;
+  *mode = CU_MODULE_EAGER_LOADING;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuLibraryLoadData(CUlibrary* lib, const void* code, CUjit_option*, void**, unsigned int,
+                                        CUlibraryOption*, void**, unsigned int) {
+  GPOOL_TRY
+  if (!lib) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t h = 0;
+  CUresult r = load(code, kLibrary, h);
+  if (r == CUDA_SUCCESS) *lib = as<CUlibrary>(h);
+  return r;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* lib, const char* path, CUjit_option*, void**, unsigned int,
+                                            CUlibraryOption*, void**, unsigned int) {
+  GPOOL_TRY
+  if (!lib) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t h = 0;
+  CUresult r = loadFile(path, kLibrary, h);
+  if (r == CUDA_SUCCESS) *lib = as<CUlibrary>(h);
+  return r;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuLibraryUnload(CUlibrary lib) {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(conn->call<calls::ModuleUnload>(raw(lib), kLibrary));
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuLibraryGetKernel(CUkernel* k, CUlibrary lib, const char* name) {
+  GPOOL_TRY
+  if (!k) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t h = 0;
+  CUresult r = getFunction(raw(lib), kLibrary, name, h);
+  if (r == CUDA_SUCCESS) *k = as<CUkernel>(h);
+  return r;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary lib, const char* name) {
+  GPOOL_TRY return getGlobal(dptr, bytes, raw(lib), kLibrary, name); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuKernelGetFunction(CUfunction* f, CUkernel k) {
+  GPOOL_TRY
+  if (!f) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  std::tuple<uint64_t> r;
+  int st = conn->call<calls::KernelGetFunction>(r, raw(k));
+  *f = as<CUfunction>(std::get<0>(r));
+  return static_cast<CUresult>(st);
+  GPOOL_CATCH
+}
+
+// Function and kernel attributes: cached after the first query.
+GPOOL_EXPORT CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attr, CUfunction f) {
+  GPOOL_TRY
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  return State::get().functionAttribute(raw(f), attr, *value);
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuKernelGetAttribute(int* value, CUfunction_attribute attr, CUkernel k, CUdevice) {
+  GPOOL_TRY
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  return State::get().functionAttribute(raw(k), attr, *value);
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr, int value) {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  State::get().forgetFunctionAttribute(raw(f), attr);
+  return static_cast<CUresult>(conn->call<calls::FuncSetAttribute>(raw(f), static_cast<int32_t>(attr), int32_t{value}));
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attr, int value, CUkernel k, CUdevice) {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  State::get().forgetFunctionAttribute(raw(k), attr);
+  return static_cast<CUresult>(conn->call<calls::FuncSetAttribute>(raw(k), static_cast<int32_t>(attr), int32_t{value}));
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config) {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(conn->post<calls::FuncSetCacheConfig>(raw(f), static_cast<uint32_t>(config)));
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuKernelSetCacheConfig(CUkernel k, CUfunc_cache config, CUdevice) {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(conn->post<calls::FuncSetCacheConfig>(raw(k), static_cast<uint32_t>(config)));
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t* offset, size_t* size) {
+  GPOOL_TRY
+  const std::vector<uint32_t>* layout = nullptr;
+  if (CUresult r = State::get().paramLayout(raw(f), layout)) return r;
+  if (2 * index + 1 >= layout->size()) return CUDA_ERROR_INVALID_VALUE;
+  if (offset) *offset = (*layout)[2 * index];
+  if (size) *size = (*layout)[2 * index + 1];
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuKernelGetParamInfo(CUkernel k, size_t index, size_t* offset, size_t* size) {
+  return cuFuncGetParamInfo(reinterpret_cast<CUfunction>(k), index, offset, size);
+}

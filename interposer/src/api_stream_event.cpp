@@ -1,0 +1,153 @@
+// Streams and events. Creation and waits need replies; destruction, records and stream waits are
+// fire-and-forget. Stream flags and priorities are remembered locally.
+#include "state.h"
+
+using namespace gpool::client;
+namespace calls = gpool::proto::calls;
+
+namespace {
+uint64_t raw(void* h) { return reinterpret_cast<uint64_t>(h); }
+
+CUresult streamCreate(CUstream* s, unsigned flags, int priority) {
+  if (!s) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  std::tuple<uint64_t> r;
+  int st = conn->call<calls::StreamCreate>(r, uint32_t{flags}, int32_t{priority});
+  if (st) return static_cast<CUresult>(st);
+  *s = reinterpret_cast<CUstream>(std::get<0>(r));
+  State::get().addStream(std::get<0>(r), {flags, priority});
+  return CUDA_SUCCESS;
+}
+
+CUresult waitCall(uint64_t s, bool query) {
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(query ? conn->call<calls::StreamQuery>(s) : conn->call<calls::StreamSynchronize>(s));
+}
+
+CUresult streamWait(uint64_t s, CUevent e, unsigned flags) {
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(conn->post<calls::StreamWaitEvent>(s, raw(e), uint32_t{flags}));
+}
+
+CUresult record(CUevent e, uint64_t s, unsigned flags) {
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(conn->post<calls::EventRecord>(raw(e), s, uint32_t{flags}));
+}
+
+CUresult streamFlags(uint64_t s, unsigned* flags, int* priority) {
+  State::StreamInfo info{0, 0};
+  if (s > 2 && !State::get().streamInfo(s, info)) return CUDA_ERROR_INVALID_HANDLE;
+  if (flags) *flags = info.flags;
+  if (priority) *priority = info.priority;
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+GPOOL_EXPORT CUresult cuStreamCreate(CUstream* s, unsigned int flags) {
+  GPOOL_TRY return streamCreate(s, flags, 0); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamCreateWithPriority(CUstream* s, unsigned int flags, int priority) {
+  GPOOL_TRY return streamCreate(s, flags, priority); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  State::get().removeStream(raw(s));
+  return static_cast<CUresult>(conn->post<calls::StreamDestroy>(raw(s)));
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamSynchronize(CUstream s) { GPOOL_TRY return waitCall(streamArg(s, false), false); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) { GPOOL_TRY return waitCall(streamArg(s, true), false); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuStreamQuery(CUstream s) { GPOOL_TRY return waitCall(streamArg(s, false), true); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuStreamQuery_ptsz(CUstream s) { GPOOL_TRY return waitCall(streamArg(s, true), true); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
+  GPOOL_TRY return streamWait(streamArg(s, false), e, flags); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags) {
+  GPOOL_TRY return streamWait(streamArg(s, true), e, flags); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamGetFlags(CUstream s, unsigned int* flags) {
+  GPOOL_TRY if (!flags) return CUDA_ERROR_INVALID_VALUE; return streamFlags(raw(s), flags, nullptr); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamGetFlags_ptsz(CUstream s, unsigned int* flags) { return cuStreamGetFlags(s, flags); }
+GPOOL_EXPORT CUresult cuStreamGetPriority(CUstream s, int* priority) {
+  GPOOL_TRY if (!priority) return CUDA_ERROR_INVALID_VALUE; return streamFlags(raw(s), nullptr, priority); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamGetPriority_ptsz(CUstream s, int* priority) { return cuStreamGetPriority(s, priority); }
+GPOOL_EXPORT CUresult cuStreamIsCapturing(CUstream, CUstreamCaptureStatus* status) {
+  GPOOL_TRY if (!status) return CUDA_ERROR_INVALID_VALUE; *status = CU_STREAM_CAPTURE_STATUS_NONE; return CUDA_SUCCESS; GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus* status) { return cuStreamIsCapturing(s, status); }
+GPOOL_EXPORT CUresult cuStreamGetCtx(CUstream, CUcontext* ctx) {
+  GPOOL_TRY
+  if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+  CUresult err;
+  if (!State::get().ready(err)) return err;
+  *ctx = reinterpret_cast<CUcontext>(State::get().primary(0));
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream s, CUcontext* ctx) { return cuStreamGetCtx(s, ctx); }
+GPOOL_EXPORT CUresult cuStreamGetId(CUstream s, unsigned long long* id) {
+  GPOOL_TRY if (!id) return CUDA_ERROR_INVALID_VALUE; *id = raw(s); return CUDA_SUCCESS; GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long* id) { return cuStreamGetId(s, id); }
+
+GPOOL_EXPORT CUresult cuEventCreate(CUevent* e, unsigned int flags) {
+  GPOOL_TRY
+  if (!e) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  std::tuple<uint64_t> r;
+  int st = conn->call<calls::EventCreate>(r, uint32_t{flags});
+  *e = reinterpret_cast<CUevent>(std::get<0>(r));
+  return static_cast<CUresult>(st);
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuEventDestroy_v2(CUevent e) {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(conn->post<calls::EventDestroy>(raw(e)));
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { GPOOL_TRY return record(e, streamArg(s, false), 0); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { GPOOL_TRY return record(e, streamArg(s, true), 0); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int flags) {
+  GPOOL_TRY return record(e, streamArg(s, false), flags); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned int flags) {
+  GPOOL_TRY return record(e, streamArg(s, true), flags); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuEventSynchronize(CUevent e) {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(conn->call<calls::EventSynchronize>(raw(e)));
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuEventQuery(CUevent e) {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(conn->call<calls::EventQuery>(raw(e)));
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent start, CUevent end) {
+  GPOOL_TRY
+  if (!ms) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  std::tuple<float> r;
+  int st = conn->call<calls::EventElapsedTime>(r, raw(start), raw(end));
+  *ms = std::get<0>(r);
+  return static_cast<CUresult>(st);
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) { return cuEventElapsedTime_v2(ms, start, end); }
+
+// Older variants whose ABI is identical to the current one.
+GPOOL_EXPORT CUresult cuStreamDestroy(CUstream s) { return cuStreamDestroy_v2(s); }
+GPOOL_EXPORT CUresult cuEventDestroy(CUevent e) { return cuEventDestroy_v2(e); }
+GPOOL_EXPORT CUresult cuStreamGetCtx_v2(CUstream s, CUcontext* ctx, CUgreenCtx* green) {
+  GPOOL_TRY
+  if (green) *green = nullptr;
+  return cuStreamGetCtx(s, ctx);
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamGetCtx_v2_ptsz(CUstream s, CUcontext* ctx, CUgreenCtx* green) { return cuStreamGetCtx_v2(s, ctx, green); }

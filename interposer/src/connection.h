@@ -1,0 +1,141 @@
+// The client's one connection to its worker: an ordered channel where asynchronous calls are batched
+// and fire-and-forget, and calls that need a value wait for their reply (ARCHITECTURE.md §3).
+// Thread-safe: calls from any thread are serialised in issue order.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "gpool/protocol/calls.h"
+#include "gpool/protocol/frame_io.h"
+#include "gpool/protocol/handshake.h"
+#include "gpool/protocol/transport.h"
+
+namespace gpool::client {
+
+// CUresult values the connection itself produces.
+inline constexpr int kErrNoDevice = 100;           // CUDA_ERROR_NO_DEVICE: never connected
+inline constexpr int kErrDeviceUnavailable = 46;   // CUDA_ERROR_DEVICE_UNAVAILABLE: connection lost
+
+class Connection {
+ public:
+  // Connects and performs the handshake; throws proto::TransportError with a message naming the address.
+  Connection(std::unique_ptr<proto::Transport> transport, std::string address, uint32_t device, const std::string& token);
+  ~Connection();
+
+  const proto::HelloReply& hello() const { return hello_; }
+  const std::string& address() const { return address_; }
+
+  // A call whose caller waits for status and reply fields.
+  template <typename C, typename... A>
+  int call(typename C::out::tuple& outs, A&&... args) {
+    typename C::in::tuple ins{std::forward<A>(args)...};
+    std::lock_guard lock(mu_);
+    if (lost_) return lost_;
+    try {
+      enqueue(C::id, proto::kWantsReply, ins);
+      flushLocked();
+      awaitReply(C::id);
+      proto::Reader r(reply_.data(), reply_.size());
+      proto::Status st = 0;
+      bool ok = r.get(st) && std::apply([&](auto&... o) { return r.getAll(o...); }, outs) && r.atEnd();
+      if (!ok) return fail("malformed reply to " + std::string(C::kName));
+      return st;
+    } catch (const std::exception& e) {
+      return fail(e.what());
+    }
+  }
+  template <typename C, typename... A>
+  int call(A&&... args) {
+    static_assert(std::tuple_size_v<typename C::out::tuple> == 0, "this call has reply fields");
+    std::tuple<> none;
+    return call<C>(none, std::forward<A>(args)...);
+  }
+
+  // Fire-and-forget on the ordered channel: success now, a failure comes back from a later waiting call.
+  template <typename C, typename... A>
+  int post(A&&... args) {
+    typename C::in::tuple ins{std::forward<A>(args)...};
+    std::lock_guard lock(mu_);
+    if (lost_) return lost_;
+    try {
+      bool direct = enqueue(C::id, 0, ins);
+      if (direct || batch_.size() >= kBatchBytes) flushLocked();
+      else markPending();
+      return 0;
+    } catch (const std::exception& e) {
+      return fail(e.what());
+    }
+  }
+
+  // Device-to-host copy: the data streams straight into dst (custom message, docs/protocol.md).
+  int memcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream);
+  // Sends whatever is batched now.
+  int flush();
+  // Non-zero once the connection is gone: every later call returns it.
+  int lost() const { return lost_; }
+
+  // Statistics for tests and benchmarks.
+  uint64_t framesSent() const { return frames_sent_; }
+  uint64_t writes() const { return writes_; }
+
+ private:
+  static constexpr size_t kBatchBytes = 64 * 1024;      // flush when this much is batched
+  static constexpr size_t kDirectBytes = 64 * 1024;     // larger blobs are sent from the caller's memory
+  static constexpr auto kFlushDelay = std::chrono::microseconds(500);  // time bound on batching
+
+  template <typename Tuple>
+  bool enqueue(uint16_t msg, uint16_t flags, const Tuple& ins) {
+    size_t at = proto::beginFrame(batch_);
+    proto::Writer w(batch_);
+    bool direct = false;
+    std::apply([&](const auto&... v) { (putField(w, v, direct), ...); }, ins);
+    uint64_t extra = direct ? direct_.size : 0;
+    proto::FrameHeader h{static_cast<uint32_t>(batch_.size() - at - sizeof(proto::FrameHeader) + extra), msg, flags, ++seq_};
+    std::memcpy(batch_.data() + at, &h, sizeof h);
+    ++frames_sent_;
+    return direct;
+  }
+  template <typename T>
+  void putField(proto::Writer& w, const T& v, bool& direct) {
+    if constexpr (std::is_same_v<T, proto::Blob>) {
+      if (v.size >= kDirectBytes && !direct) {
+        w.put<uint64_t>(v.size);
+        direct = true;  // the bytes go out from the caller's memory, between the two halves of the batch
+        direct_ = v;
+        direct_at_ = batch_.size();
+        return;
+      }
+    }
+    w.put(v);
+  }
+  void flushLocked();
+  void awaitReply(uint16_t msg);
+  void markPending();
+  int fail(const std::string& why);
+  void flusherLoop();
+
+  std::mutex mu_;
+  std::unique_ptr<proto::Transport> transport_;
+  std::string address_;
+  proto::HelloReply hello_;
+  std::vector<uint8_t> batch_;
+  std::vector<uint8_t> reply_;
+  proto::Blob direct_{};
+  size_t direct_at_ = 0;
+  uint64_t seq_ = 0;
+  int lost_ = 0;
+  std::atomic<int64_t> pending_since_{0};  // steady-clock ns of the oldest unsent frame; 0: none
+  std::atomic<bool> stop_{false};
+  std::thread flusher_;
+  uint64_t frames_sent_ = 0;
+  uint64_t writes_ = 0;
+};
+
+}  // namespace gpool::client

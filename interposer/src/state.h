@@ -1,0 +1,111 @@
+// Process-wide state of the client library: the connection (made at cuInit), the device description
+// it brought, contexts, and the caches that let most queries be answered without a round trip.
+#pragma once
+
+#define __CUDA_API_VERSION_INTERNAL 1  // the library defines the versioned entry points itself
+#include <cuda.h>
+
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "connection.h"
+#include "log.h"
+
+#define GPOOL_EXPORT extern "C" __attribute__((visibility("default")))
+// Every exported entry point's body sits between these: no exception crosses the C ABI.
+#define GPOOL_TRY try {
+#define GPOOL_CATCH                                                                     \
+  }                                                                                     \
+  catch (...) {                                                                         \
+    return static_cast<CUresult>(::gpool::client::unexpectedException(__func__));       \
+  }
+
+namespace gpool::client {
+
+struct Context {
+  int device = 0;
+  int refs = 0;            // primary context retain count
+  unsigned flags = 0;
+  unsigned long long id = 0;
+  struct Slot {
+    void* value;
+    void (*dtor)(CUcontext, void*, void*);
+  };
+  std::map<void*, Slot> local_storage;  // the runtime's context-local storage (export table c693336e)
+};
+
+struct Allocation {
+  uint64_t size;
+  bool device;  // false: client host memory from cuMemHostAlloc/cuMemAllocHost/cuMemHostRegister
+};
+
+class State {
+ public:
+  static State& get();
+
+  // Connects on first use (GPOOL_SERVER); the result is sticky, as cuInit's is.
+  CUresult init();
+  Connection* conn() { return conn_.get(); }
+  // The connection, or nullptr with `err` set (not initialised / lost).
+  Connection* ready(CUresult& err);
+
+  int deviceCount() const { return conn_ ? static_cast<int>(conn_->hello().devices.size()) : 0; }
+  const proto::DeviceInfo* device(CUdevice d) const;
+  int attribute(CUdevice d, int attr) const;
+  int driverVersion() const { return conn_ ? static_cast<int>(conn_->hello().driver_version) : CUDA_VERSION; }
+
+  Context* primary(CUdevice d) { return &primary_[static_cast<size_t>(d)]; }
+  bool isContext(CUcontext c) const;
+  static thread_local std::vector<CUcontext> ctx_stack;  // current context per thread (top = back)
+  CUcontext current() const { return ctx_stack.empty() ? nullptr : ctx_stack.back(); }
+  // Runs the context-local storage destructors (context destroyed or primary context reset).
+  void destroyLocalStorage(Context* c);
+
+  // Allocation tracking for direction inference and pointer queries.
+  void addAllocation(uint64_t base, uint64_t size, bool device);
+  void removeAllocation(uint64_t base);
+  bool findAllocation(uint64_t ptr, uint64_t& base, Allocation& a);
+
+  // Per function/kernel caches.
+  CUresult paramLayout(uint64_t f, const std::vector<uint32_t>*& layout);
+  CUresult functionAttribute(uint64_t f, int attr, int& value);
+  void forgetFunctionAttribute(uint64_t f, int attr);
+
+  struct StreamInfo {
+    unsigned flags;
+    int priority;
+  };
+  void addStream(uint64_t s, StreamInfo info);
+  void removeStream(uint64_t s);
+  bool streamInfo(uint64_t s, StreamInfo& info);
+
+  std::mutex mu;  // guards everything below and the contexts
+
+ private:
+  State() = default;
+  std::once_flag once_;
+  CUresult init_result_ = CUDA_ERROR_NOT_INITIALIZED;
+  std::unique_ptr<Connection> conn_;
+  std::vector<Context> primary_;
+  std::map<uint64_t, Allocation> allocations_;
+  std::unordered_map<uint64_t, std::vector<uint32_t>> layouts_;
+  std::map<std::pair<uint64_t, int>, int> func_attrs_;
+  std::unordered_map<uint64_t, StreamInfo> streams_;
+};
+
+// Maps a stream argument of a per-thread-default-stream (_ptds/_ptsz) entry point.
+inline uint64_t streamArg(CUstream s, bool per_thread) {
+  auto v = reinterpret_cast<uint64_t>(s);
+  return (v == 0 && per_thread) ? reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD) : v;
+}
+
+}  // namespace gpool::client
+
+// Declares `c`, the live connection, or returns the reason there is none.
+#define GPOOL_CONN(c)                                                   \
+  CUresult gpool_err_ = CUDA_SUCCESS;                                   \
+  ::gpool::client::Connection* c = ::gpool::client::State::get().ready(gpool_err_); \
+  if (!c) return gpool_err_

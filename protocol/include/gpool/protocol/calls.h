@@ -1,0 +1,58 @@
+// Compile-time descriptions of the forwarded calls, generated from calls.def.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gpool/protocol/wire.h"
+
+namespace gpool::proto {
+
+enum class Mode { kReply, kAsync };
+
+template <typename... T>
+struct In {
+  using tuple = std::tuple<T...>;
+};
+template <typename... T>
+struct Out {
+  using tuple = std::tuple<T...>;
+};
+
+// Status values are CUresult numbers; the protocol layer does not include cuda.h.
+using Status = int32_t;
+
+// Signature of the worker handler for a call: request fields by value, reply fields by reference.
+template <typename I, typename O>
+struct HandlerSig;
+template <typename... I, typename... O>
+struct HandlerSig<In<I...>, Out<O...>> {
+  using type = Status(I..., O&...);
+};
+
+#define GPOOL_UNPAREN(...) __VA_ARGS__
+
+namespace calls {
+#define X(name, number, mode_, ins, outs)                   \
+  struct name {                                             \
+    static constexpr uint16_t id = number;                  \
+    static constexpr Mode mode = Mode::mode_;               \
+    static constexpr const char* kName = #name;             \
+    using in = In<GPOOL_UNPAREN ins>;                       \
+    using out = Out<GPOOL_UNPAREN outs>;                    \
+    using handler = HandlerSig<in, out>::type;              \
+  };
+#include "gpool/protocol/calls.def"
+#undef X
+}  // namespace calls
+
+// Messages outside calls.def (custom encodings, docs/protocol.md).
+inline constexpr uint16_t kMsgHello = 0x0001;
+inline constexpr uint16_t kMsgMemcpyDtoH = 0x0105;
+
+// Name of a message number for log lines; nullptr when unknown.
+const char* messageName(uint16_t msg);
+
+}  // namespace gpool::proto

@@ -1,0 +1,49 @@
+// The versioned handshake (message kMsgHello) and the device description a worker sends with it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpool/protocol/calls.h"
+
+namespace gpool::proto {
+
+struct HelloRequest {
+  uint32_t magic = kMagic;
+  uint16_t major = kVersionMajor;
+  uint16_t minor = kVersionMinor;
+  uint32_t device = 0;     // device ordinal on the server
+  std::string token;       // lease token (empty when the server needs none)
+  std::string client;      // "host pid N" for the server's log lines
+};
+
+struct DeviceInfo {
+  std::string name;
+  std::array<uint8_t, 16> uuid{};
+  uint64_t total_mem = 0;
+  std::vector<int32_t> attributes;  // indexed by CUdevice_attribute; missing ones read as 0
+};
+
+struct HelloReply {
+  Status status = 0;          // CUresult; non-zero: the connection closes after this reply
+  std::string error;          // why, when status != 0
+  uint16_t major = kVersionMajor;
+  uint16_t minor = kVersionMinor;
+  uint32_t driver_version = 0;  // what the worker's driver reports
+  std::string backend;          // "cuda" or "sim"
+  std::vector<DeviceInfo> devices;
+};
+
+std::vector<uint8_t> encode(const HelloRequest& h);
+std::vector<uint8_t> encode(const HelloReply& h);
+// Decoders return nullopt on malformed input.
+std::optional<HelloRequest> decodeHelloRequest(const std::vector<uint8_t>& payload);
+std::optional<HelloReply> decodeHelloReply(const std::vector<uint8_t>& payload);
+
+inline constexpr uint32_t kMaxAttributes = 1024;
+inline constexpr uint32_t kMaxDevices = 64;
+
+}  // namespace gpool::proto

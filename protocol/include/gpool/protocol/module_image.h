@@ -1,0 +1,18 @@
+// Recognises module images (fat binary wrapper, fat binary, ELF cubin, PTX text) and their sizes:
+// the driver API passes images by pointer alone, so the client must find out how much to send.
+#pragma once
+
+#include <cstdint>
+
+namespace gpool::proto {
+
+inline constexpr uint32_t kFatbincMagic = 0x466243b1;  // fatbinc wrapper {magic, version, data, ...}
+inline constexpr uint32_t kFatbinMagic = 0xba55ed50;   // fat binary header
+
+// Size in bytes of the image at `image` (fat binary header + entries, ELF through its last section
+// or program header, PTX through its NUL). 0 when the bytes are not a known image kind.
+uint64_t moduleImageSize(const void* image);
+// A fatbinc wrapper's fat binary, or nullptr when `wrapper` is not one.
+const void* fatbinFromWrapper(const void* wrapper);
+
+}  // namespace gpool::proto

@@ -1,0 +1,44 @@
+// The one narrow interface every transport implements (TCP, in-memory loopback; shared memory and RDMA
+// later). Blocking, byte-stream semantics; framing lives above it (frame_io.h).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+namespace gpool::proto {
+
+// Thrown when the peer is gone or the stream broke; the connection is unusable afterwards.
+class TransportError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ConstBuffer {
+  const void* data;
+  size_t size;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Writes all buffers, in order, as one logical write.
+  virtual void send(std::span<const ConstBuffer> buffers) = 0;
+  // Reads exactly n bytes.
+  virtual void recv(void* data, size_t n) = 0;
+  // Wakes a blocked recv/send in another thread; both then throw TransportError.
+  virtual void shutdown() = 0;
+  // Human-readable peer, for log lines ("tcp 10.0.0.5:7420").
+  virtual std::string peer() const = 0;
+};
+
+// Connects over TCP to "HOST:PORT" (throws TransportError with a message naming the address).
+std::unique_ptr<Transport> connectTcp(const std::string& address, int timeout_ms = 5000);
+// Wraps an already connected TCP socket (e.g. one gpool-server handed to a worker).
+std::unique_ptr<Transport> adoptTcpSocket(int fd);
+// Splits "HOST:PORT" (port optional: kDefaultPort); false on malformed input.
+bool parseHostPort(const std::string& address, std::string& host, uint16_t& port);
+
+}  // namespace gpool::proto

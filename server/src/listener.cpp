@@ -1,0 +1,217 @@
+// Accepts connections, reads and checks each Hello without blocking the others, and starts one
+// gpool-worker per client with the socket as its fd 3. Worker exits are reaped on SIGCHLD.
+#include "listener.h"
+
+#include <asio.hpp>
+#include <spawn.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "gpool/protocol/frame_io.h"
+#include "gpool/protocol/handshake.h"
+
+extern char** environ;
+
+namespace gpool::server {
+namespace {
+
+using asio::ip::tcp;
+
+std::string selfDir() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : p.parent_path().string();
+}
+
+// Runs `worker --probe`: the driver is initialised in that child, never in the server.
+std::string resolveBackend(const ServerOptions& o) {
+  if (o.backend != "auto") return o.backend;
+  std::string cmd = "'" + o.worker_path + "' --probe 2>/dev/null";
+  std::string out;
+  int rc = -1;
+  if (FILE* f = ::popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, f)) out += buf;
+    rc = ::pclose(f);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  if (rc == 0) {
+    spdlog::info("backend auto: a CUDA driver and device are present, using cuda");
+    return "cuda";
+  }
+  spdlog::info("backend auto: no usable CUDA device ({}), using sim — host emulation, no GPU", out.empty() ? "probe failed" : out);
+  return "sim";
+}
+
+class Server {
+ public:
+  Server(ServerOptions o) : opt_(std::move(o)), acceptor_(io_), signals_(io_, SIGINT, SIGTERM), children_(io_, SIGCHLD) {}
+
+  int run() {
+    if (opt_.worker_path.empty()) opt_.worker_path = selfDir() + "/gpool-worker";
+    if (::access(opt_.worker_path.c_str(), X_OK) != 0)
+      throw std::runtime_error("gpool-worker not found at " + opt_.worker_path + " (use --worker PATH)");
+    backend_ = resolveBackend(opt_);
+
+    std::string host;
+    uint16_t port = 0;
+    if (!proto::parseHostPort(opt_.listen, host, port))
+      throw std::runtime_error("malformed --listen '" + opt_.listen + "' (expected HOST:PORT)");
+    tcp::endpoint ep(asio::ip::make_address(host), port);
+    acceptor_.open(ep.protocol());
+    acceptor_.set_option(tcp::acceptor::reuse_address(true));
+    asio::error_code ec;
+    acceptor_.bind(ep, ec);
+    if (ec) throw std::runtime_error("cannot listen on " + opt_.listen + ": " + ec.message());
+    acceptor_.listen();
+    spdlog::info("listening on {}:{} (backend {}, protocol {}.{})", ep.address().to_string(), acceptor_.local_endpoint().port(),
+                 backend_, proto::kVersionMajor, proto::kVersionMinor);
+
+    signals_.async_wait([this](const asio::error_code&, int sig) {
+      spdlog::info("signal {}: shutting down; workers finish with their clients", sig);
+      io_.stop();
+    });
+    watchChildren();
+    accept();
+    io_.run();
+    return 0;
+  }
+
+ private:
+  struct Pending {
+    tcp::socket socket;
+    asio::steady_timer timer;
+    proto::FrameHeader header{};
+    std::vector<uint8_t> payload;
+    explicit Pending(asio::io_context& io) : socket(io), timer(io) {}
+  };
+
+  void accept() {
+    auto p = std::make_shared<Pending>(io_);
+    acceptor_.async_accept(p->socket, [this, p](const asio::error_code& ec) {
+      if (!ec) handshake(p);
+      else spdlog::warn("accept failed: {}", ec.message());
+      accept();
+    });
+  }
+
+  static std::string peer(const std::shared_ptr<Pending>& p) {
+    asio::error_code ec;
+    auto ep = p->socket.remote_endpoint(ec);
+    return ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
+  }
+
+  void handshake(std::shared_ptr<Pending> p) {
+    p->timer.expires_after(std::chrono::milliseconds(opt_.handshake_timeout_ms));
+    p->timer.async_wait([p](const asio::error_code& ec) {
+      if (!ec) {
+        spdlog::warn("{} sent no handshake in time; closing", peer(p));
+        asio::error_code ignored;
+        p->socket.close(ignored);
+      }
+    });
+    asio::async_read(p->socket, asio::buffer(&p->header, sizeof p->header), [this, p](const asio::error_code& ec, size_t) {
+      if (ec) return;
+      if (p->header.msg != proto::kMsgHello || p->header.length > 64 * 1024 || (p->header.flags & proto::kIsReply)) {
+        spdlog::warn("{} did not start with a valid Hello (message {:#06x}, {} bytes); closing", peer(p), p->header.msg, p->header.length);
+        return close(p);
+      }
+      p->payload.resize(p->header.length);
+      asio::async_read(p->socket, asio::buffer(p->payload), [this, p](const asio::error_code& ec2, size_t) {
+        if (ec2) return;
+        p->timer.cancel();
+        onHello(p);
+      });
+    });
+  }
+
+  void close(const std::shared_ptr<Pending>& p) {
+    asio::error_code ignored;
+    p->timer.cancel();
+    p->socket.close(ignored);
+  }
+
+  void refuse(const std::shared_ptr<Pending>& p, int32_t status, const std::string& why) {
+    spdlog::warn("refusing {}: {}", peer(p), why);
+    proto::HelloReply r;
+    r.status = status;
+    r.error = why;
+    auto payload = proto::encode(r);
+    proto::FrameHeader h{static_cast<uint32_t>(payload.size()), proto::kMsgHello, proto::kIsReply, p->header.seq};
+    asio::error_code ec;
+    std::array<asio::const_buffer, 2> bufs{asio::buffer(&h, sizeof h), asio::buffer(payload)};
+    asio::write(p->socket, bufs, ec);  // small; a closed peer just fails
+    close(p);
+  }
+
+  void onHello(const std::shared_ptr<Pending>& p) {
+    auto hello = proto::decodeHelloRequest(p->payload);
+    if (!hello || hello->magic != proto::kMagic) return refuse(p, 1, "malformed Hello");
+    if (hello->major != proto::kVersionMajor)
+      return refuse(p, 1, "protocol version " + std::to_string(hello->major) + "." + std::to_string(hello->minor) +
+                              " is not supported by this server (" + std::to_string(proto::kVersionMajor) + "." +
+                              std::to_string(proto::kVersionMinor) + "); install matching gpool versions");
+    if (workers_ >= opt_.max_clients)
+      return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, "server is at --max-clients " + std::to_string(opt_.max_clients));
+    spawnWorker(p, *hello);
+  }
+
+  void spawnWorker(const std::shared_ptr<Pending>& p, const proto::HelloRequest& hello) {
+    std::vector<std::string> args{opt_.worker_path, "--fd", "3", "--device", std::to_string(hello.device), "--hello-seq",
+                                  std::to_string(p->header.seq), "--backend", backend_, "--log-level", opt_.log_level};
+    if (backend_ == "sim") {
+      args.insert(args.end(), {"--sim-memory", std::to_string(opt_.sim_memory)});
+      for (const auto& k : opt_.sim_kernels) args.insert(args.end(), {"--sim-kernels", k});
+    }
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, p->socket.native_handle(), 3);  // dup2 clears close-on-exec
+    pid_t pid = 0;
+    int rc = posix_spawn(&pid, opt_.worker_path.c_str(), &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) return refuse(p, 999, std::string("cannot start gpool-worker: ") + std::strerror(rc));
+    ++workers_;
+    spdlog::info("client {} ({}) → worker {} on device {}", peer(p), hello.client.empty() ? "?" : hello.client, pid, hello.device);
+    close(p);  // the worker owns the connection now
+  }
+
+  void watchChildren() {
+    children_.async_wait([this](const asio::error_code& ec, int) {
+      if (ec) return;
+      int status = 0;
+      pid_t pid;
+      while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+        if (workers_ > 0) --workers_;
+        if (WIFSIGNALED(status))
+          spdlog::warn("worker {} died with signal {}", pid, WTERMSIG(status));
+        else
+          spdlog::debug("worker {} exited with {}", pid, WEXITSTATUS(status));
+      }
+      watchChildren();
+    });
+  }
+
+  ServerOptions opt_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  asio::signal_set signals_;
+  asio::signal_set children_;
+  std::string backend_;
+  unsigned workers_ = 0;
+};
+
+}  // namespace
+
+int runServer(ServerOptions options) {
+  Server s(std::move(options));
+  return s.run();
+}
+
+}  // namespace gpool::server

@@ -1,0 +1,24 @@
+// gpool-server's accept loop, handshake check and worker spawning.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpool::server {
+
+struct ServerOptions {
+  std::string listen = "0.0.0.0:7420";
+  std::string backend = "auto";
+  std::string worker_path;  // empty: gpool-worker beside this executable
+  std::vector<std::string> sim_kernels;
+  uint64_t sim_memory = 16ull << 30;
+  unsigned max_clients = 64;
+  unsigned handshake_timeout_ms = 10000;
+  std::string log_level = "info";
+};
+
+// Runs until SIGINT/SIGTERM; returns the process exit code.
+int runServer(ServerOptions options);
+
+}  // namespace gpool::server

@@ -1,0 +1,41 @@
+// gpool-server: accepts client connections, checks the handshake and hands each connection to a new
+// gpool-worker process. It never initialises CUDA itself (--backend auto asks a probe process).
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "listener.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "gpool-server: serves CUDA clients over TCP, one gpool-worker process per client connection.\n"
+      "Clients point GPOOL_SERVER=HOST:PORT at it."};
+  gpool::server::ServerOptions opt;
+  std::string log_level = "info";
+  app.add_option("--listen", opt.listen, "address to listen on, HOST:PORT")->capture_default_str();
+  app.add_option("--backend", opt.backend,
+                 "cuda: the real driver; sim: host emulation for machines with no GPU (tests); auto: cuda when a "
+                 "driver and a device are present, otherwise sim")
+      ->check(CLI::IsMember({"auto", "cuda", "sim"}))
+      ->capture_default_str();
+  app.add_option("--worker", opt.worker_path, "gpool-worker binary (default: beside gpool-server)");
+  app.add_option("--sim-kernels", opt.sim_kernels, "sim backend: plugin(s) with host kernel implementations");
+  app.add_option("--sim-memory", opt.sim_memory, "sim backend: device memory in bytes")->capture_default_str();
+  app.add_option("--max-clients", opt.max_clients, "concurrent client connections accepted")->capture_default_str();
+  app.add_option("--handshake-timeout", opt.handshake_timeout_ms, "milliseconds a new connection has to say hello")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  auto logger = spdlog::stderr_color_mt("gpool-server");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ gpool-server[%P] %v");
+  opt.log_level = log_level;
+  try {
+    return gpool::server::runServer(opt);
+  } catch (const std::exception& e) {
+    spdlog::critical("{}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,34 @@
+// What a worker executes forwarded calls on: the real driver (cuda_backend) or host emulation
+// (sim_backend). One pure virtual per line of calls.def, plus the custom device-to-host copy.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gpool/protocol/calls.h"
+#include "gpool/protocol/handshake.h"
+
+namespace gpool::worker {
+
+using proto::Blob;
+using proto::Status;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Opens the device and fills the handshake reply (driver version, device description).
+  virtual Status open(int device, proto::HelloReply& hello) = 0;
+
+#define X(name, number, mode, ins, outs) virtual proto::calls::name::handler name = 0;
+#include "gpool/protocol/calls.def"
+#undef X
+
+  // Copies `bytes` from device memory to host memory, in stream order; the copy has completed when
+  // this returns (the dispatcher sends the data right after).
+  virtual Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) = 0;
+  // Checks a device range before a streamed device-to-host reply starts.
+  virtual Status checkDeviceRange(uint64_t ptr, uint64_t bytes) = 0;
+};
+
+}  // namespace gpool::worker

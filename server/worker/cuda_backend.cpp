@@ -1,0 +1,426 @@
+// Real-driver backend (see cuda_backend.h). Entry points are resolved by name through the driver's own
+// cuGetProcAddress, so each pointer has the ABI of the newest variant cuda.h declares.
+#include "cuda_backend.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include "resources.h"
+
+namespace gpool::worker {
+namespace {
+
+#define GPOOL_DRIVER_FUNCTIONS(F)                                                                       \
+  F(cuInit) F(cuDriverGetVersion) F(cuDeviceGet) F(cuDeviceGetCount) F(cuDeviceGetName)                 \
+  F(cuDeviceGetUuid) F(cuDeviceTotalMem) F(cuDeviceGetAttribute) F(cuDevicePrimaryCtxRetain)            \
+  F(cuDevicePrimaryCtxRelease) F(cuCtxSetCurrent) F(cuMemAlloc) F(cuMemFree) F(cuMemGetInfo)            \
+  F(cuMemcpyHtoD) F(cuMemcpyHtoDAsync) F(cuMemcpyDtoH) F(cuMemcpyDtoHAsync) F(cuMemcpyDtoD)             \
+  F(cuMemcpyDtoDAsync) F(cuMemsetD8) F(cuMemsetD16) F(cuMemsetD32) F(cuMemsetD8Async)                   \
+  F(cuMemsetD16Async) F(cuMemsetD32Async) F(cuMemGetAddressRange) F(cuStreamCreateWithPriority)         \
+  F(cuStreamDestroy) F(cuStreamSynchronize) F(cuStreamQuery) F(cuStreamWaitEvent) F(cuEventCreate)      \
+  F(cuEventDestroy) F(cuEventRecordWithFlags) F(cuEventSynchronize) F(cuEventQuery)                     \
+  F(cuEventElapsedTime) F(cuCtxSynchronize) F(cuCtxSetLimit) F(cuCtxGetLimit) F(cuModuleLoadData)       \
+  F(cuModuleUnload) F(cuModuleGetFunction) F(cuModuleGetGlobal) F(cuLibraryLoadData) F(cuLibraryUnload) \
+  F(cuLibraryGetKernel) F(cuLibraryGetGlobal) F(cuKernelGetFunction) F(cuFuncGetParamInfo)              \
+  F(cuFuncGetAttribute) F(cuFuncSetAttribute) F(cuFuncSetCacheConfig) F(cuLaunchKernelEx)               \
+  F(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) F(cuGetErrorName)
+
+struct Driver {
+  void* lib = nullptr;
+#define F(name) decltype(&name) name##_ = nullptr;
+  GPOOL_DRIVER_FUNCTIONS(F)
+#undef F
+  std::string error;
+
+  bool load() {
+    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      error = std::string("cannot load libcuda.so.1: ") + dlerror();
+      return false;
+    }
+    if (dlsym(lib, "gpool_client_library")) {
+      error = "libcuda.so.1 found first is gpool's client library, not NVIDIA's driver; remove gpool's lib "
+              "directory from LD_LIBRARY_PATH/LD_PRELOAD for gpool-server";
+      return false;
+    }
+    auto gpa = reinterpret_cast<decltype(&cuGetProcAddress_v2)>(dlsym(lib, "cuGetProcAddress_v2"));
+    if (!gpa) {
+      error = "the driver lacks cuGetProcAddress_v2 (driver older than CUDA 12)";
+      return false;
+    }
+#define F(name)                                                                                       \
+  {                                                                                                   \
+    CUdriverProcAddressQueryResult q;                                                                 \
+    if (gpa(#name, reinterpret_cast<void**>(&name##_), CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS || !name##_) { \
+      error = std::string("the driver does not provide ") + #name;                                    \
+      return false;                                                                                   \
+    }                                                                                                 \
+  }
+    GPOOL_DRIVER_FUNCTIONS(F)
+#undef F
+    return true;
+  }
+};
+
+Driver& driver() {
+  static Driver d;
+  return d;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  ~CudaBackend() override {
+    // Exiting the process frees everything; release the context for a tidy driver state.
+    if (ctx_) d_.cuDevicePrimaryCtxRelease_(dev_);
+  }
+
+  Status open(int device, proto::HelloReply& hello) override {
+    if (!d_.lib && !d_.load()) {
+      spdlog::error("{}", d_.error);
+      return CUDA_ERROR_NO_DEVICE;
+    }
+    CUresult r = d_.cuInit_(0);
+    if (r != CUDA_SUCCESS) return r;
+    int count = 0;
+    if ((r = d_.cuDeviceGetCount_(&count)) != CUDA_SUCCESS) return r;
+    if (device < 0 || device >= count) return CUDA_ERROR_INVALID_DEVICE;
+    if ((r = d_.cuDeviceGet_(&dev_, device)) != CUDA_SUCCESS) return r;
+    if ((r = d_.cuDevicePrimaryCtxRetain_(&ctx_, dev_)) != CUDA_SUCCESS) return r;
+    if ((r = d_.cuCtxSetCurrent_(ctx_)) != CUDA_SUCCESS) return r;
+    int version = 0;
+    d_.cuDriverGetVersion_(&version);
+    hello.driver_version = static_cast<uint32_t>(version);
+    hello.backend = "cuda";
+    proto::DeviceInfo info;
+    char name[256] = {};
+    d_.cuDeviceGetName_(name, sizeof name - 1, dev_);
+    info.name = name;
+    CUuuid uuid;
+    d_.cuDeviceGetUuid_(&uuid, dev_);
+    std::memcpy(info.uuid.data(), uuid.bytes, 16);
+    size_t total = 0;
+    d_.cuDeviceTotalMem_(&total, dev_);
+    info.total_mem = total;
+    info.attributes.assign(CU_DEVICE_ATTRIBUTE_MAX, 0);
+    for (int a = 1; a < CU_DEVICE_ATTRIBUTE_MAX; ++a) {
+      int v = 0;
+      if (d_.cuDeviceGetAttribute_(&v, static_cast<CUdevice_attribute>(a), dev_) == CUDA_SUCCESS) info.attributes[a] = v;
+    }
+    hello.devices.push_back(std::move(info));
+    return CUDA_SUCCESS;
+  }
+
+  Status checkDeviceRange(uint64_t ptr, uint64_t bytes) override {
+    return res_.containsRange(ptr, bytes) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  }
+
+  Status MemAlloc(uint64_t bytes, uint64_t& dptr) override {
+    if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr p = 0;
+    CUresult r = d_.cuMemAlloc_(&p, bytes);
+    if (r == CUDA_SUCCESS) {
+      dptr = p;
+      res_.addRange(p, bytes);
+    }
+    return r;
+  }
+  Status MemFree(uint64_t dptr) override {
+    auto r = res_.findRange(dptr);
+    if (!r || r->first != dptr) return CUDA_ERROR_INVALID_VALUE;
+    res_.removeRange(dptr);
+    return d_.cuMemFree_(dptr);
+  }
+  Status MemGetInfo(uint64_t& free_bytes, uint64_t& total) override {
+    size_t f = 0, t = 0;
+    CUresult r = d_.cuMemGetInfo_(&f, &t);
+    free_bytes = f;
+    total = t;
+    return r;
+  }
+  Status MemcpyHtoD(uint64_t dst, Blob data, uint64_t stream, uint32_t async) override {
+    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!res_.containsRange(dst, data.size)) return CUDA_ERROR_INVALID_VALUE;
+    if (!async) return d_.cuMemcpyHtoD_(dst, data.data, data.size);
+    // The frame buffer is reused for the next message; a pageable source makes the driver stage
+    // the bytes before the call returns.
+    return d_.cuMemcpyHtoDAsync_(dst, data.data, data.size, stream_(stream));
+  }
+  Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) override {
+    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!res_.containsRange(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    if (stream == 0) return d_.cuMemcpyDtoH_(dst, src, bytes);
+    CUresult r = d_.cuMemcpyDtoHAsync_(dst, src, bytes, stream_(stream));
+    return r != CUDA_SUCCESS ? r : d_.cuStreamSynchronize_(stream_(stream));
+  }
+  Status MemcpyDtoD(uint64_t dst, uint64_t src, uint64_t bytes, uint64_t stream, uint32_t async) override {
+    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!res_.containsRange(dst, bytes) || !res_.containsRange(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    return async ? d_.cuMemcpyDtoDAsync_(dst, src, bytes, stream_(stream)) : d_.cuMemcpyDtoD_(dst, src, bytes);
+  }
+  Status Memset(uint64_t dst, uint32_t value, uint32_t elem, uint64_t count, uint64_t stream, uint32_t async) override {
+    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    if ((elem != 1 && elem != 2 && elem != 4) || count > UINT64_MAX / elem) return CUDA_ERROR_INVALID_VALUE;
+    if (!res_.containsRange(dst, count * elem)) return CUDA_ERROR_INVALID_VALUE;
+    CUstream s = stream_(stream);
+    switch (elem) {
+      case 1: return async ? d_.cuMemsetD8Async_(dst, static_cast<unsigned char>(value), count, s) : d_.cuMemsetD8_(dst, static_cast<unsigned char>(value), count);
+      case 2: return async ? d_.cuMemsetD16Async_(dst, static_cast<unsigned short>(value), count, s) : d_.cuMemsetD16_(dst, static_cast<unsigned short>(value), count);
+      default: return async ? d_.cuMemsetD32Async_(dst, value, count, s) : d_.cuMemsetD32_(dst, value, count);
+    }
+  }
+  Status PointerGetBase(uint64_t dptr, uint64_t& base, uint64_t& size) override {
+    auto r = res_.findRange(dptr);
+    if (!r) return CUDA_ERROR_INVALID_VALUE;
+    base = r->first;
+    size = r->second;
+    return CUDA_SUCCESS;
+  }
+
+  Status StreamCreate(uint32_t flags, int32_t priority, uint64_t& stream) override {
+    CUstream s = nullptr;
+    CUresult r = d_.cuStreamCreateWithPriority_(&s, flags, priority);
+    if (r == CUDA_SUCCESS) res_.add(HandleKind::kStream, stream = reinterpret_cast<uint64_t>(s));
+    return r;
+  }
+  Status StreamDestroy(uint64_t stream) override {
+    if (stream <= 2 || !res_.remove(HandleKind::kStream, stream)) return CUDA_ERROR_INVALID_HANDLE;
+    return d_.cuStreamDestroy_(stream_(stream));
+  }
+  Status StreamSynchronize(uint64_t stream) override {
+    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    return d_.cuStreamSynchronize_(stream_(stream));
+  }
+  Status StreamQuery(uint64_t stream) override {
+    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    return d_.cuStreamQuery_(stream_(stream));
+  }
+  Status StreamWaitEvent(uint64_t stream, uint64_t event, uint32_t flags) override {
+    if (!res_.hasStream(stream) || !res_.has(HandleKind::kEvent, event)) return CUDA_ERROR_INVALID_HANDLE;
+    return d_.cuStreamWaitEvent_(stream_(stream), event_(event), flags);
+  }
+  Status EventCreate(uint32_t flags, uint64_t& event) override {
+    CUevent e = nullptr;
+    CUresult r = d_.cuEventCreate_(&e, flags);
+    if (r == CUDA_SUCCESS) res_.add(HandleKind::kEvent, event = reinterpret_cast<uint64_t>(e));
+    return r;
+  }
+  Status EventDestroy(uint64_t event) override {
+    if (!res_.remove(HandleKind::kEvent, event)) return CUDA_ERROR_INVALID_HANDLE;
+    return d_.cuEventDestroy_(event_(event));
+  }
+  Status EventRecord(uint64_t event, uint64_t stream, uint32_t flags) override {
+    if (!res_.has(HandleKind::kEvent, event) || !res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    return d_.cuEventRecordWithFlags_(event_(event), stream_(stream), flags);
+  }
+  Status EventSynchronize(uint64_t event) override {
+    if (!res_.has(HandleKind::kEvent, event)) return CUDA_ERROR_INVALID_HANDLE;
+    return d_.cuEventSynchronize_(event_(event));
+  }
+  Status EventQuery(uint64_t event) override {
+    if (!res_.has(HandleKind::kEvent, event)) return CUDA_ERROR_INVALID_HANDLE;
+    return d_.cuEventQuery_(event_(event));
+  }
+  Status EventElapsedTime(uint64_t start, uint64_t end, float& ms) override {
+    if (!res_.has(HandleKind::kEvent, start) || !res_.has(HandleKind::kEvent, end)) return CUDA_ERROR_INVALID_HANDLE;
+    return d_.cuEventElapsedTime_(&ms, event_(start), event_(end));
+  }
+
+  Status CtxSynchronize() override { return d_.cuCtxSynchronize_(); }
+  Status CtxSetLimit(uint32_t limit, uint64_t value) override {
+    if (limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
+    return d_.cuCtxSetLimit_(static_cast<CUlimit>(limit), value);
+  }
+  Status CtxGetLimit(uint32_t limit, uint64_t& value) override {
+    if (limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
+    size_t v = 0;
+    CUresult r = d_.cuCtxGetLimit_(&v, static_cast<CUlimit>(limit));
+    value = v;
+    return r;
+  }
+
+  Status ModuleLoad(Blob image, uint32_t kind, uint64_t& handle) override {
+    if (kind > 1 || image.size == 0) return CUDA_ERROR_INVALID_VALUE;
+    // The driver reads the image through its own headers: hand it a private, padded copy so a forged
+    // size field cannot make it read past what arrived.
+    std::vector<uint8_t> copy(static_cast<const uint8_t*>(image.data), static_cast<const uint8_t*>(image.data) + image.size);
+    copy.resize(copy.size() + 64, 0);
+    if (kind == 0) {
+      CUmodule m = nullptr;
+      CUresult r = d_.cuModuleLoadData_(&m, copy.data());
+      if (r == CUDA_SUCCESS) res_.add(HandleKind::kModule, handle = reinterpret_cast<uint64_t>(m));
+      return r;
+    }
+    CUlibrary l = nullptr;
+    CUresult r = d_.cuLibraryLoadData_(&l, copy.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+    if (r == CUDA_SUCCESS) res_.add(HandleKind::kLibrary, handle = reinterpret_cast<uint64_t>(l));
+    return r;
+  }
+  Status ModuleUnload(uint64_t handle, uint32_t kind) override {
+    if (kind > 1 || !res_.remove(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
+      return CUDA_ERROR_INVALID_HANDLE;
+    return kind == 0 ? d_.cuModuleUnload_(reinterpret_cast<CUmodule>(handle))
+                     : d_.cuLibraryUnload_(reinterpret_cast<CUlibrary>(handle));
+  }
+  Status ModuleGetFunction(uint64_t handle, uint32_t kind, std::string name, uint64_t& out) override {
+    if (kind > 1 || !res_.has(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
+      return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r;
+    if (kind == 0) {
+      CUfunction f = nullptr;
+      r = d_.cuModuleGetFunction_(&f, reinterpret_cast<CUmodule>(handle), name.c_str());
+      if (r == CUDA_SUCCESS) res_.add(HandleKind::kFunction, out = reinterpret_cast<uint64_t>(f));
+    } else {
+      CUkernel k = nullptr;
+      r = d_.cuLibraryGetKernel_(&k, reinterpret_cast<CUlibrary>(handle), name.c_str());
+      if (r == CUDA_SUCCESS) res_.add(HandleKind::kKernel, out = reinterpret_cast<uint64_t>(k));
+    }
+    return r;
+  }
+  Status ModuleGetGlobal(uint64_t handle, uint32_t kind, std::string name, uint64_t& dptr, uint64_t& bytes) override {
+    if (kind > 1 || !res_.has(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
+      return CUDA_ERROR_INVALID_HANDLE;
+    CUdeviceptr p = 0;
+    size_t n = 0;
+    CUresult r = kind == 0 ? d_.cuModuleGetGlobal_(&p, &n, reinterpret_cast<CUmodule>(handle), name.c_str())
+                           : d_.cuLibraryGetGlobal_(&p, &n, reinterpret_cast<CUlibrary>(handle), name.c_str());
+    if (r == CUDA_SUCCESS) {
+      dptr = p;
+      bytes = n;
+      res_.addRange(p, n);  // copies to and from module variables are legitimate
+    }
+    return r;
+  }
+  Status KernelGetFunction(uint64_t kernel, uint64_t& function) override {
+    if (!res_.has(HandleKind::kKernel, kernel)) return CUDA_ERROR_INVALID_HANDLE;
+    CUfunction f = nullptr;
+    CUresult r = d_.cuKernelGetFunction_(&f, reinterpret_cast<CUkernel>(kernel));
+    if (r == CUDA_SUCCESS) res_.add(HandleKind::kFunction, function = reinterpret_cast<uint64_t>(f));
+    return r;
+  }
+  Status FuncGetParamLayout(uint64_t f, std::vector<uint32_t>& layout) override {
+    if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+    const std::vector<uint32_t>* l = nullptr;
+    CUresult r = paramLayout(f, l);
+    if (r == CUDA_SUCCESS) layout = *l;
+    return r;
+  }
+  Status FuncGetAttribute(uint64_t f, int32_t attribute, int32_t& value) override {
+    if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+    CUfunction fn = nullptr;
+    if (CUresult r = function(f, fn); r != CUDA_SUCCESS) return r;
+    int v = 0;
+    CUresult r = d_.cuFuncGetAttribute_(&v, static_cast<CUfunction_attribute>(attribute), fn);
+    value = v;
+    return r;
+  }
+  Status FuncSetAttribute(uint64_t f, int32_t attribute, int32_t value) override {
+    if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+    CUfunction fn = nullptr;
+    if (CUresult r = function(f, fn); r != CUDA_SUCCESS) return r;
+    return d_.cuFuncSetAttribute_(fn, static_cast<CUfunction_attribute>(attribute), value);
+  }
+  Status FuncSetCacheConfig(uint64_t f, uint32_t config) override {
+    if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+    CUfunction fn = nullptr;
+    if (CUresult r = function(f, fn); r != CUDA_SUCCESS) return r;
+    return d_.cuFuncSetCacheConfig_(fn, static_cast<CUfunc_cache>(config));
+  }
+
+  Status LaunchKernel(uint64_t f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz,
+                      uint32_t shared, uint64_t stream, Blob params, Blob attrs) override {
+    if (!res_.hasLaunchable(f) || !res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    if (attrs.size % sizeof(CUlaunchAttribute) != 0 || attrs.size / sizeof(CUlaunchAttribute) > 32)
+      return CUDA_ERROR_INVALID_VALUE;
+    const std::vector<uint32_t>* layout = nullptr;
+    if (CUresult r = paramLayout(f, layout); r != CUDA_SUCCESS) return r;
+    args_.clear();
+    const auto* base = static_cast<const uint8_t*>(params.data);
+    for (size_t i = 0; i + 1 < layout->size(); i += 2) {
+      if (uint64_t{(*layout)[i]} + (*layout)[i + 1] > params.size) return CUDA_ERROR_INVALID_VALUE;
+      args_.push_back(const_cast<uint8_t*>(base + (*layout)[i]));
+    }
+    attrs_.resize(attrs.size / sizeof(CUlaunchAttribute));
+    if (attrs.size) std::memcpy(attrs_.data(), attrs.data, attrs.size);
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = gx; cfg.gridDimY = gy; cfg.gridDimZ = gz;
+    cfg.blockDimX = bx; cfg.blockDimY = by; cfg.blockDimZ = bz;
+    cfg.sharedMemBytes = shared;
+    cfg.hStream = stream_(stream);
+    cfg.attrs = attrs_.empty() ? nullptr : attrs_.data();
+    cfg.numAttrs = static_cast<unsigned>(attrs_.size());
+    return d_.cuLaunchKernelEx_(&cfg, reinterpret_cast<CUfunction>(f), args_.data(), nullptr);
+  }
+  Status OccupancyMaxActiveBlocks(uint64_t f, int32_t block, uint64_t smem, uint32_t flags, int32_t& blocks) override {
+    if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+    CUfunction fn = nullptr;
+    if (CUresult r = function(f, fn); r != CUDA_SUCCESS) return r;
+    int n = 0;
+    CUresult r = d_.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_(&n, fn, block, smem, flags);
+    blocks = n;
+    return r;
+  }
+
+ private:
+  static CUstream stream_(uint64_t s) { return reinterpret_cast<CUstream>(s); }
+  static CUevent event_(uint64_t e) { return reinterpret_cast<CUevent>(e); }
+
+  // A CUfunction for a launchable handle (CUkernel handles go through cuKernelGetFunction).
+  CUresult function(uint64_t f, CUfunction& out) {
+    if (res_.has(HandleKind::kFunction, f)) {
+      out = reinterpret_cast<CUfunction>(f);
+      return CUDA_SUCCESS;
+    }
+    return d_.cuKernelGetFunction_(&out, reinterpret_cast<CUkernel>(f));
+  }
+
+  CUresult paramLayout(uint64_t f, const std::vector<uint32_t>*& out) {
+    auto it = layouts_.find(f);
+    if (it == layouts_.end()) {
+      CUfunction fn = nullptr;
+      if (CUresult r = function(f, fn); r != CUDA_SUCCESS) return r;
+      std::vector<uint32_t> layout;
+      for (size_t i = 0;; ++i) {
+        size_t off = 0, size = 0;
+        if (d_.cuFuncGetParamInfo_(fn, i, &off, &size) != CUDA_SUCCESS) break;
+        layout.push_back(static_cast<uint32_t>(off));
+        layout.push_back(static_cast<uint32_t>(size));
+      }
+      it = layouts_.emplace(f, std::move(layout)).first;
+    }
+    out = &it->second;
+    return CUDA_SUCCESS;
+  }
+
+  Driver& d_ = driver();
+  Resources res_;
+  CUdevice dev_ = 0;
+  CUcontext ctx_ = nullptr;
+  std::unordered_map<uint64_t, std::vector<uint32_t>> layouts_;
+  std::vector<void*> args_;
+  std::vector<CUlaunchAttribute> attrs_;
+};
+
+}  // namespace
+
+bool cudaDriverUsable(std::string* why) {
+  Driver& d = driver();
+  if (!d.lib && !d.load()) {
+    if (why) *why = d.error;
+    return false;
+  }
+  int count = 0;
+  if (d.cuInit_(0) != CUDA_SUCCESS || d.cuDeviceGetCount_(&count) != CUDA_SUCCESS || count == 0) {
+    if (why) *why = "the driver loaded but reports no usable device";
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<Backend> makeCudaBackend() { return std::make_unique<CudaBackend>(); }
+
+}  // namespace gpool::worker

@@ -1,0 +1,131 @@
+// The worker's request loop (docs/protocol.md describes what each check answers).
+#include "dispatcher.h"
+
+#include <spdlog/spdlog.h>
+
+#include <tuple>
+
+namespace gpool::worker {
+namespace {
+
+constexpr Status kInvalidValue = 1;    // CUDA_ERROR_INVALID_VALUE
+constexpr Status kNotSupported = 801;  // CUDA_ERROR_NOT_SUPPORTED
+
+// Raised inside handle() for a frame that breaks the contract; ends the connection.
+struct Violation {
+  std::string what;
+};
+
+}  // namespace
+
+template <typename C>
+void Dispatcher::dispatch(const proto::FrameHeader& h, typename C::handler Backend::*method) {
+  typename C::in::tuple ins;
+  typename C::out::tuple outs{};
+  proto::Reader r(payload_.data(), payload_.size());
+  bool ok = std::apply([&](auto&... v) { return r.getAll(v...); }, ins);
+  if (!ok || !r.atEnd())
+    throw Violation{std::string("malformed ") + C::kName + " request (" + std::to_string(h.length) + " bytes)"};
+
+  const bool wants_reply = h.flags & proto::kWantsReply;
+  Status st;
+  if (wants_reply && latched_ != 0) {
+    st = latched_;  // an earlier asynchronous call failed: report it here, run nothing
+    latched_ = 0;
+  } else {
+    st = std::apply([&](auto&... i) { return std::apply([&](auto&... o) { return (backend_.*method)(i..., o...); }, outs); }, ins);
+  }
+  if (!wants_reply) {
+    if (st != 0 && latched_ == 0) {
+      spdlog::debug("{} failed with {} (latched until the client waits)", C::kName, st);
+      latched_ = st;
+    }
+    return;
+  }
+  out_.clear();
+  proto::Writer w(out_);
+  w.put(st);
+  std::apply([&](const auto&... o) { w.putAll(o...); }, outs);
+  reply(h, out_);
+}
+
+void Dispatcher::reply(const proto::FrameHeader& h, const std::vector<uint8_t>& payload) {
+  proto::sendFrame(transport_, h.msg, proto::kIsReply, h.seq, payload.data(), payload.size());
+}
+
+// Reply layout: `bytes` of data then the status (4 bytes) when the copy runs; the status alone when it
+// is refused up front. Data streams in chunks so a large copy never needs a buffer of its size.
+void Dispatcher::memcpyDtoH(const proto::FrameHeader& h) {
+  uint64_t src = 0, bytes = 0, stream = 0;
+  proto::Reader r(payload_.data(), payload_.size());
+  if (!r.getAll(src, bytes, stream) || !r.atEnd())
+    throw Violation{"malformed MemcpyDtoH request (" + std::to_string(h.length) + " bytes)"};
+  if (!(h.flags & proto::kWantsReply)) throw Violation{"MemcpyDtoH without a reply"};
+
+  Status st = latched_;
+  latched_ = 0;
+  if (st == 0) st = backend_.checkDeviceRange(src, bytes);
+  if (st != 0) {
+    reply(h, std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(&st), reinterpret_cast<const uint8_t*>(&st) + 4));
+    return;
+  }
+  proto::FrameHeader rh{static_cast<uint32_t>(bytes + sizeof(Status)), h.msg, proto::kIsReply, h.seq};
+  if (bytes + sizeof(Status) > UINT32_MAX) {
+    st = kInvalidValue;  // a single reply frame cannot carry it; the client splits larger copies
+    reply(h, std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(&st), reinterpret_cast<const uint8_t*>(&st) + 4));
+    return;
+  }
+  proto::ConstBuffer hb{&rh, sizeof rh};
+  transport_.send(std::span(&hb, 1));
+  staging_.resize(std::min<uint64_t>(bytes, proto::kBulkChunk));
+  for (uint64_t off = 0; off < bytes;) {
+    uint64_t n = std::min<uint64_t>(bytes - off, staging_.size());
+    if (st == 0) st = backend_.MemcpyDtoH(staging_.data(), src + off, n, stream);
+    if (st != 0) std::fill(staging_.begin(), staging_.end(), 0);  // keep the promised length
+    proto::ConstBuffer b{staging_.data(), n};
+    transport_.send(std::span(&b, 1));
+    off += n;
+  }
+  proto::ConstBuffer sb{&st, sizeof st};
+  transport_.send(std::span(&sb, 1));
+}
+
+void Dispatcher::handle(const proto::FrameHeader& h) {
+  switch (h.msg) {
+#define X(name, number, mode, ins, outs) \
+  case number: return dispatch<proto::calls::name>(h, &Backend::name);
+#include "gpool/protocol/calls.def"
+#undef X
+    case proto::kMsgMemcpyDtoH:
+      return memcpyDtoH(h);
+    default:
+      spdlog::warn("unknown message number {:#06x} ({} bytes) from {}", h.msg, h.length, transport_.peer());
+      if (h.flags & proto::kWantsReply) {
+        std::vector<uint8_t> p(4);
+        std::memcpy(p.data(), &kNotSupported, 4);
+        reply(h, p);
+      }
+  }
+}
+
+ServeResult Dispatcher::serve() {
+  ServeResult result;
+  try {
+    for (;;) {
+      proto::FrameHeader h = proto::recvFrame(transport_, payload_, proto::kMaxRequestPayload);
+      if (h.flags & proto::kIsReply) throw Violation{"client sent a reply frame"};
+      ++result.frames;
+      handle(h);
+    }
+  } catch (const proto::TransportError& e) {
+    result.clean = true;
+    result.reason = e.what();
+  } catch (const proto::ProtocolError& e) {
+    result.reason = std::string("protocol violation: ") + e.what();
+  } catch (const Violation& v) {
+    result.reason = "protocol violation: " + v.what;
+  }
+  return result;
+}
+
+}  // namespace gpool::worker

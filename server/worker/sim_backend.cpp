@@ -1,0 +1,414 @@
+// Host-memory emulation of one CUDA device (see sim_backend.h).
+#include "sim_backend.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "gpool/protocol/module_image.h"
+
+namespace gpool::worker {
+namespace {
+
+SimBackend* g_registering = nullptr;  // plugin registration runs on the constructing thread
+
+void registerTrampoline(const char* name, gpool_sim_kernel_fn fn, unsigned n, const unsigned* sizes, const unsigned* aligns) {
+  if (g_registering) g_registering->registerKernel(name, fn, n, sizes, aligns);
+}
+
+// Values modelled on an H100 SXM so that runtimes and libraries size themselves sensibly.
+std::vector<int32_t> simAttributes(uint64_t memory_bytes) {
+  std::vector<int32_t> a(CU_DEVICE_ATTRIBUTE_MAX, 0);
+  auto set = [&](CUdevice_attribute k, int32_t v) { a[k] = v; };
+  set(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024);
+  set(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, 1024);
+  set(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, 1024);
+  set(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, 64);
+  set(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, 2147483647);
+  set(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, 65535);
+  set(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, 65535);
+  set(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 49152);
+  set(CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY, 65536);
+  set(CU_DEVICE_ATTRIBUTE_WARP_SIZE, 32);
+  set(CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2147483647);
+  set(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, 65536);
+  set(CU_DEVICE_ATTRIBUTE_CLOCK_RATE, 1980000);
+  set(CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, 512);
+  set(CU_DEVICE_ATTRIBUTE_GPU_OVERLAP, 1);
+  set(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 132);
+  set(CU_DEVICE_ATTRIBUTE_INTEGRATED, 0);
+  set(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 1);
+  set(CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, CU_COMPUTEMODE_DEFAULT);
+  set(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH, 131072);
+  set(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH, 131072);
+  set(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT, 65536);
+  set(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH, 16384);
+  set(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT, 16384);
+  set(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH, 16384);
+  set(CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT, 512);
+  set(CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, 1);
+  set(CU_DEVICE_ATTRIBUTE_ECC_ENABLED, 1);
+  set(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 0x53);
+  set(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, 0);
+  set(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, 0);
+  set(CU_DEVICE_ATTRIBUTE_TCC_DRIVER, 0);
+  set(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, 2619000);
+  set(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, 5120);
+  set(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, 52428800);
+  set(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 2048);
+  set(CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, 3);
+  set(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1);
+  set(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 9);
+  set(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0);
+  set(CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, 1);
+  set(CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED, 1);
+  set(CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED, 1);
+  set(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 233472);
+  set(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, 65536);
+  set(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 1);
+  set(CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD, 0);
+  set(CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO, 2);
+  set(CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED, 1);
+  set(CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 1);
+  set(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 232448);
+  set(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 32);
+  set(CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, 34603008);
+  set(CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE, 134213632);
+  set(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, 1024);
+  set(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 1);
+  set(CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, 1);
+  (void)memory_bytes;
+  return a;
+}
+
+constexpr uint64_t kAlign = 256;  // cudaMalloc's guaranteed alignment
+
+}  // namespace
+
+SimBackend::SimBackend(SimOptions options) : options_(std::move(options)) {
+  g_registering = this;
+  for (const auto& path : options_.kernel_plugins) {
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) throw std::runtime_error("cannot load sim kernel plugin " + path + ": " + dlerror());
+    auto reg = reinterpret_cast<void (*)(gpool_sim_register_fn)>(dlsym(h, "gpool_sim_register_kernels"));
+    if (!reg) throw std::runtime_error(path + " does not export gpool_sim_register_kernels");
+    reg(&registerTrampoline);
+    plugins_.push_back(h);
+  }
+  g_registering = nullptr;
+}
+
+SimBackend::~SimBackend() {
+  for (const auto& [base, size] : res_.ranges()) std::free(reinterpret_cast<void*>(base));
+}
+
+void SimBackend::registerKernel(const char* name, gpool_sim_kernel_fn fn, unsigned n, const unsigned* sizes,
+                                const unsigned* aligns) {
+  RegisteredKernel k;
+  k.fn = fn;
+  uint32_t off = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    uint32_t align = aligns ? aligns[i] : std::min(sizes[i], 8u);
+    if (align == 0) align = 1;
+    off = (off + align - 1) / align * align;
+    k.layout.push_back(off);
+    k.layout.push_back(sizes[i]);
+    off += sizes[i];
+  }
+  spdlog::info("sim: registered host kernel {} ({} parameters)", name, n);
+  kernels_[name] = std::move(k);
+}
+
+uint64_t SimBackend::newHandle(HandleKind kind) {
+  // Distinct, never reused, never small (0..2 are stream sentinels).
+  uint64_t h = (uint64_t{static_cast<unsigned>(kind) + 1} << 40) | next_handle_++;
+  res_.add(kind, h);
+  return h;
+}
+
+Status SimBackend::open(int device, proto::HelloReply& hello) {
+  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+  hello.driver_version = CUDA_VERSION;
+  hello.backend = "sim";
+  proto::DeviceInfo d;
+  d.name = "gpool sim device (no GPU)";
+  const char uuid[16] = {'g', 'p', 'o', 'o', 'l', '-', 's', 'i', 'm', '-', 'd', 'e', 'v', 'i', 'c', 'e'};
+  std::memcpy(d.uuid.data(), uuid, 16);
+  d.total_mem = options_.memory_bytes;
+  d.attributes = simAttributes(options_.memory_bytes);
+  hello.devices.push_back(std::move(d));
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::checkDeviceRange(uint64_t ptr, uint64_t bytes) {
+  return res_.containsRange(ptr, bytes) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+Status SimBackend::MemAlloc(uint64_t bytes, uint64_t& dptr) {
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes > options_.memory_bytes - used_) return CUDA_ERROR_OUT_OF_MEMORY;
+  uint64_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded);
+  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+  dptr = reinterpret_cast<uint64_t>(p);
+  res_.addRange(dptr, bytes);
+  used_ += bytes;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemFree(uint64_t dptr) {
+  auto r = res_.findRange(dptr);
+  if (!r || r->first != dptr) return CUDA_ERROR_INVALID_VALUE;
+  used_ -= r->second;
+  res_.removeRange(dptr);
+  std::free(reinterpret_cast<void*>(dptr));
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemGetInfo(uint64_t& free_bytes, uint64_t& total) {
+  total = options_.memory_bytes;
+  free_bytes = total - used_;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemcpyHtoD(uint64_t dst, Blob data, uint64_t stream, uint32_t) {
+  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!res_.containsRange(dst, data.size)) return CUDA_ERROR_INVALID_VALUE;
+  if (data.size) std::memcpy(reinterpret_cast<void*>(dst), data.data, data.size);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) {
+  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!res_.containsRange(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes) std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemcpyDtoD(uint64_t dst, uint64_t src, uint64_t bytes, uint64_t stream, uint32_t) {
+  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!res_.containsRange(dst, bytes) || !res_.containsRange(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes) std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::Memset(uint64_t dst, uint32_t value, uint32_t elem, uint64_t count, uint64_t stream, uint32_t) {
+  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  if ((elem != 1 && elem != 2 && elem != 4) || count > UINT64_MAX / elem) return CUDA_ERROR_INVALID_VALUE;
+  if (dst % elem != 0 || !res_.containsRange(dst, count * elem)) return CUDA_ERROR_INVALID_VALUE;
+  auto* p = reinterpret_cast<uint8_t*>(dst);
+  if (elem == 1) {
+    std::memset(p, static_cast<int>(value & 0xff), count);
+  } else if (elem == 2) {
+    auto v = static_cast<uint16_t>(value);
+    for (uint64_t i = 0; i < count; ++i) std::memcpy(p + 2 * i, &v, 2);
+  } else {
+    for (uint64_t i = 0; i < count; ++i) std::memcpy(p + 4 * i, &value, 4);
+  }
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::PointerGetBase(uint64_t dptr, uint64_t& base, uint64_t& size) {
+  auto r = res_.findRange(dptr);
+  if (!r) return CUDA_ERROR_INVALID_VALUE;
+  base = r->first;
+  size = r->second;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::StreamCreate(uint32_t, int32_t, uint64_t& stream) {
+  stream = newHandle(HandleKind::kStream);
+  return CUDA_SUCCESS;
+}
+Status SimBackend::StreamDestroy(uint64_t stream) {
+  return res_.remove(HandleKind::kStream, stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+Status SimBackend::StreamSynchronize(uint64_t stream) {
+  return res_.hasStream(stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+Status SimBackend::StreamQuery(uint64_t stream) {
+  return res_.hasStream(stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+Status SimBackend::StreamWaitEvent(uint64_t stream, uint64_t event, uint32_t) {
+  if (!res_.hasStream(stream) || !res_.has(HandleKind::kEvent, event)) return CUDA_ERROR_INVALID_HANDLE;
+  return CUDA_SUCCESS;  // work runs in issue order, so the event has completed
+}
+
+Status SimBackend::EventCreate(uint32_t flags, uint64_t& event) {
+  event = newHandle(HandleKind::kEvent);
+  events_[event] = Event{flags, false, {}};
+  return CUDA_SUCCESS;
+}
+Status SimBackend::EventDestroy(uint64_t event) {
+  if (!res_.remove(HandleKind::kEvent, event)) return CUDA_ERROR_INVALID_HANDLE;
+  events_.erase(event);
+  return CUDA_SUCCESS;
+}
+Status SimBackend::EventRecord(uint64_t event, uint64_t stream, uint32_t) {
+  auto it = events_.find(event);
+  if (it == events_.end() || !res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  it->second.recorded = true;
+  it->second.at = std::chrono::steady_clock::now();
+  return CUDA_SUCCESS;
+}
+Status SimBackend::EventSynchronize(uint64_t event) {
+  return events_.count(event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+Status SimBackend::EventQuery(uint64_t event) {
+  return events_.count(event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+Status SimBackend::EventElapsedTime(uint64_t start, uint64_t end, float& ms) {
+  auto a = events_.find(start), b = events_.find(end);
+  if (a == events_.end() || b == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if ((a->second.flags | b->second.flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+  if (!a->second.recorded || !b->second.recorded) return CUDA_ERROR_INVALID_HANDLE;
+  ms = std::chrono::duration<float, std::milli>(b->second.at - a->second.at).count();
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::CtxSynchronize() { return CUDA_SUCCESS; }
+Status SimBackend::CtxSetLimit(uint32_t limit, uint64_t value) {
+  if (limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
+  limits_[limit] = value;
+  return CUDA_SUCCESS;
+}
+Status SimBackend::CtxGetLimit(uint32_t limit, uint64_t& value) {
+  if (limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
+  static const uint64_t defaults[] = {1024, 1 << 20, 8 << 20, 2, 2048, 0, 0};
+  auto it = limits_.find(limit);
+  value = it != limits_.end() ? it->second : (limit < std::size(defaults) ? defaults[limit] : 0);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::ModuleLoad(Blob image, uint32_t kind, uint64_t& handle) {
+  if (kind > 1 || image.size == 0) return CUDA_ERROR_INVALID_VALUE;
+  // The image must be what it claims to be, and complete.
+  std::vector<uint8_t> bytes(static_cast<const uint8_t*>(image.data), static_cast<const uint8_t*>(image.data) + image.size);
+  bytes.resize(bytes.size() + 16, 0);  // sizing reads a header; never past our copy
+  uint64_t need = proto::moduleImageSize(bytes.data());
+  if (need == 0 || need > image.size) return CUDA_ERROR_INVALID_IMAGE;
+  bytes.resize(image.size);
+  handle = newHandle(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary);
+  images_[handle] = std::move(bytes);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::ModuleUnload(uint64_t handle, uint32_t kind) {
+  if (kind > 1 || !res_.remove(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
+    return CUDA_ERROR_INVALID_HANDLE;
+  images_.erase(handle);
+  for (auto it = functions_.begin(); it != functions_.end();) {
+    if (it->second.owner == handle) {
+      res_.remove(HandleKind::kFunction, it->first);
+      res_.remove(HandleKind::kKernel, it->first);
+      it = functions_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::ModuleGetFunction(uint64_t handle, uint32_t kind, std::string name, uint64_t& out) {
+  if (kind > 1 || !res_.has(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
+    return CUDA_ERROR_INVALID_HANDLE;
+  if (name.empty()) return CUDA_ERROR_INVALID_VALUE;
+  for (const auto& [h, f] : functions_)
+    if (f.owner == handle && f.name == name && res_.has(kind == 0 ? HandleKind::kFunction : HandleKind::kKernel, h)) {
+      out = h;
+      return CUDA_SUCCESS;
+    }
+  out = newHandle(kind == 0 ? HandleKind::kFunction : HandleKind::kKernel);
+  functions_[out] = Function{name, handle};
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::ModuleGetGlobal(uint64_t handle, uint32_t kind, std::string name, uint64_t&, uint64_t&) {
+  if (kind > 1 || !res_.has(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
+    return CUDA_ERROR_INVALID_HANDLE;
+  (void)name;
+  return CUDA_ERROR_NOT_FOUND;  // the sim does not parse images for variables
+}
+
+Status SimBackend::KernelGetFunction(uint64_t kernel, uint64_t& function) {
+  if (!res_.has(HandleKind::kKernel, kernel)) return CUDA_ERROR_INVALID_HANDLE;
+  auto it = kernel_function_.find(kernel);
+  if (it == kernel_function_.end()) {
+    uint64_t f = newHandle(HandleKind::kFunction);
+    functions_[f] = functions_[kernel];
+    it = kernel_function_.emplace(kernel, f).first;
+  }
+  function = it->second;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::FuncGetParamLayout(uint64_t f, std::vector<uint32_t>& layout) {
+  if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+  auto k = kernels_.find(functions_[f].name);
+  if (k == kernels_.end()) return CUDA_ERROR_NOT_SUPPORTED;  // parameters unknown to the sim
+  layout = k->second.layout;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::FuncGetAttribute(uint64_t f, int32_t attribute, int32_t& value) {
+  if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+  switch (attribute) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: value = 1024; break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: value = 32; break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION: value = 90; break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: value = 90; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: value = 49152; break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: value = -1; break;
+    default:
+      if (attribute < 0 || attribute >= CU_FUNC_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
+      value = 0;
+  }
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::FuncSetAttribute(uint64_t f, int32_t attribute, int32_t) {
+  if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+  return attribute >= 0 && attribute < CU_FUNC_ATTRIBUTE_MAX ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+Status SimBackend::FuncSetCacheConfig(uint64_t f, uint32_t config) {
+  if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+  return config <= CU_FUNC_CACHE_PREFER_EQUAL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+Status SimBackend::LaunchKernel(uint64_t f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by,
+                                uint32_t bz, uint32_t shared, uint64_t stream, Blob params, Blob attrs) {
+  if (!res_.hasLaunchable(f) || !res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (uint64_t{bx} * by * bz > 1024 || gy > 65535 || gz > 65535 || shared > 232448)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (attrs.size % sizeof(CUlaunchAttribute) != 0) return CUDA_ERROR_INVALID_VALUE;
+  ++launches_;
+  auto k = kernels_.find(functions_[f].name);
+  if (k == kernels_.end()) {
+    spdlog::debug("sim: launch of {} recorded (no host implementation)", functions_[f].name);
+    return CUDA_SUCCESS;
+  }
+  const auto& layout = k->second.layout;
+  std::vector<void*> args;
+  for (size_t i = 0; i + 1 < layout.size(); i += 2) {
+    if (uint64_t{layout[i]} + layout[i + 1] > params.size) return CUDA_ERROR_INVALID_VALUE;
+    args.push_back(const_cast<uint8_t*>(static_cast<const uint8_t*>(params.data) + layout[i]));
+  }
+  gpool_sim_launch l{{gx, gy, gz}, {bx, by, bz}, shared, static_cast<unsigned>(args.size()), args.data()};
+  k->second.fn(&l);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::OccupancyMaxActiveBlocks(uint64_t f, int32_t block, uint64_t, uint32_t, int32_t& blocks) {
+  if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+  if (block <= 0 || block > 1024) return CUDA_ERROR_INVALID_VALUE;
+  blocks = std::min(32, 2048 / block);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace gpool::worker

@@ -1,0 +1,72 @@
+// The `sim` backend: host-memory emulation of one device, for CI and development machines with no GPU.
+// Memory, streams, events and modules behave as CUDA defines them; operations run in issue order, which
+// is one order CUDA allows. Kernels run only where a plugin registered a host implementation.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend.h"
+#include "gpool/sim_kernel.h"
+#include "resources.h"
+
+namespace gpool::worker {
+
+struct SimOptions {
+  uint64_t memory_bytes = 16ull << 30;  // what the device reports as total; allocations past it fail
+  std::vector<std::string> kernel_plugins;
+};
+
+class SimBackend final : public Backend {
+ public:
+  explicit SimBackend(SimOptions options);
+  ~SimBackend() override;
+
+  Status open(int device, proto::HelloReply& hello) override;
+// Declared through the call table (a typedef-declared member cannot carry `override`; it overrides all the same).
+#define X(name, number, mode, ins, outs) proto::calls::name::handler name;
+#include "gpool/protocol/calls.def"
+#undef X
+  Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) override;
+  Status checkDeviceRange(uint64_t ptr, uint64_t bytes) override;
+
+  // Registration entry used by plugins (and tests in-process).
+  void registerKernel(const char* name, gpool_sim_kernel_fn fn, unsigned n, const unsigned* sizes, const unsigned* aligns);
+  uint64_t launches() const { return launches_; }
+
+ private:
+  struct RegisteredKernel {
+    gpool_sim_kernel_fn fn = nullptr;
+    std::vector<uint32_t> layout;  // offset,size pairs
+  };
+  struct Event {
+    uint32_t flags = 0;
+    bool recorded = false;
+    std::chrono::steady_clock::time_point at;
+  };
+  struct Function {
+    std::string name;
+    uint64_t owner = 0;  // module or library handle
+  };
+  uint64_t newHandle(HandleKind kind);
+
+  SimOptions options_;
+  Resources res_;
+  uint64_t used_ = 0;
+  uint64_t next_handle_ = 1;
+  uint64_t launches_ = 0;
+  std::unordered_map<std::string, RegisteredKernel> kernels_;
+  std::unordered_map<uint64_t, Event> events_;
+  std::unordered_map<uint64_t, Function> functions_;  // CUfunction and CUkernel handles
+  std::unordered_map<uint64_t, std::vector<uint8_t>> images_;  // module/library handle -> image
+  std::unordered_map<uint64_t, uint64_t> kernel_function_;  // CUkernel -> its CUfunction
+  std::map<std::pair<uint64_t, std::string>, uint64_t> globals_;
+  std::unordered_map<uint32_t, uint64_t> limits_;
+  std::vector<void*> plugins_;
+};
+
+}  // namespace gpool::worker

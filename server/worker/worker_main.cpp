@@ -1,0 +1,91 @@
+// gpool-worker: serves one client connection handed over by gpool-server, on one device, then exits
+// (the driver frees everything the client held when this process ends).
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "cuda_backend.h"
+#include "dispatcher.h"
+#include "gpool/protocol/frame_io.h"
+#include "gpool/protocol/handshake.h"
+#include "sim_backend.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpool-worker: executes one client's CUDA calls (started by gpool-server, not by hand)"};
+  int fd = -1;
+  int device = 0;
+  uint64_t hello_seq = 0;
+  std::string backend_name = "sim";
+  std::string log_level = "info";
+  bool probe = false;
+  gpool::worker::SimOptions sim;
+  app.add_option("--fd", fd, "connected client socket inherited from gpool-server");
+  app.add_option("--device", device, "device ordinal to serve");
+  app.add_option("--hello-seq", hello_seq, "sequence number of the client's Hello, answered by this worker");
+  app.add_option("--backend", backend_name, "cuda or sim")->check(CLI::IsMember({"cuda", "sim"}));
+  app.add_option("--sim-kernels", sim.kernel_plugins, "sim backend: plugin(s) with host kernel implementations");
+  app.add_option("--sim-memory", sim.memory_bytes, "sim backend: device memory in bytes");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  app.add_flag("--probe", probe, "exit 0 when the real CUDA driver has a usable device (used by --backend auto)");
+  CLI11_PARSE(app, argc, argv);
+
+  auto logger = spdlog::stderr_color_mt("gpool-worker");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ gpool-worker[%P] %v");
+
+  if (probe) {
+    std::string why;
+    bool ok = gpool::worker::cudaDriverUsable(&why);
+    std::puts(ok ? "cuda" : why.c_str());
+    return ok ? 0 : 1;
+  }
+  if (fd < 0) {
+    spdlog::error("no client socket (--fd); gpool-worker is started by gpool-server");
+    return 2;
+  }
+
+  std::unique_ptr<gpool::proto::Transport> transport;
+  try {
+    transport = gpool::proto::adoptTcpSocket(fd);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  }
+
+  std::unique_ptr<gpool::worker::Backend> backend;
+  gpool::proto::HelloReply hello;
+  try {
+    if (backend_name == "cuda")
+      backend = gpool::worker::makeCudaBackend();
+    else
+      backend = std::make_unique<gpool::worker::SimBackend>(sim);
+    hello.status = backend->open(device, hello);
+    if (hello.status != 0) hello.error = "device " + std::to_string(device) + " cannot be opened on the " + backend_name + " backend (CUresult " + std::to_string(hello.status) + ")";
+  } catch (const std::exception& e) {
+    hello.status = 999;  // CUDA_ERROR_UNKNOWN
+    hello.error = e.what();
+  }
+  try {
+    auto payload = gpool::proto::encode(hello);
+    gpool::proto::sendFrame(*transport, gpool::proto::kMsgHello, gpool::proto::kIsReply, hello_seq, payload.data(), payload.size());
+  } catch (const std::exception& e) {
+    spdlog::warn("client went away before the handshake completed: {}", e.what());
+    return 0;
+  }
+  if (hello.status != 0) {
+    spdlog::error("{}", hello.error);
+    return 1;
+  }
+  spdlog::info("serving {} on {} device {} ({})", transport->peer(), backend_name, device, hello.devices[0].name);
+  gpool::worker::Dispatcher dispatcher(*backend, *transport);
+  auto result = dispatcher.serve();
+  if (result.clean)
+    spdlog::info("client {} disconnected after {} messages; releasing its resources", transport->peer(), result.frames);
+  else
+    spdlog::warn("closing connection to {}: {}", transport->peer(), result.reason);
+  return 0;
+}

@@ -1,0 +1,194 @@
+// Runs unmodified through gpool (and natively): device queries, copies of many sizes, memsets,
+// streams and events, and a kernel whose result is checked. Prints one line per check; exits 1 on a
+// failure. gpool's sim backend runs the kernels through host implementations in sim_kernels.cpp.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+extern "C" __global__ void gpool_test_saxpy(int n, float a, const float* x, float* y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+
+extern "C" __global__ void gpool_test_increment(unsigned* p, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] += 1;
+}
+
+static int failures = 0;
+
+static void check(bool ok, const char* what, const char* detail = "") {
+  std::printf("%s  %s%s%s\n", ok ? "PASS" : "FAIL", what, *detail ? ": " : "", detail);
+  if (!ok) ++failures;
+}
+
+#define CK(call)                                                                              \
+  do {                                                                                        \
+    cudaError_t e_ = (call);                                                                  \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::printf("FAIL  %s: %s (%s)\n", #call, cudaGetErrorString(e_), cudaGetErrorName(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+static void roundTrip(size_t n) {
+  std::vector<unsigned char> src(n), dst(n, 0);
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
+  void* d = nullptr;
+  CK(cudaMalloc(&d, n));
+  CK(cudaMemcpy(d, src.data(), n, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dst.data(), d, n, cudaMemcpyDeviceToHost));
+  // device-to-device into a second buffer and back
+  void* d2 = nullptr;
+  CK(cudaMalloc(&d2, n));
+  CK(cudaMemcpy(d2, d, n, cudaMemcpyDeviceToDevice));
+  std::vector<unsigned char> dst2(n, 0);
+  CK(cudaMemcpy(dst2.data(), d2, n, cudaMemcpyDeviceToHost));
+  CK(cudaFree(d));
+  CK(cudaFree(d2));
+  char what[64];
+  std::snprintf(what, sizeof what, "memcpy round trip %zu bytes", n);
+  check(src == dst && src == dst2, what);
+}
+
+int main() {
+  int count = 0;
+  CK(cudaGetDeviceCount(&count));
+  check(count >= 1, "cudaGetDeviceCount >= 1");
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  char detail[512];
+  std::snprintf(detail, sizeof detail, "%s, cc %d.%d, %d SMs, %.1f GiB", prop.name, prop.major, prop.minor,
+                prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0);
+  check(prop.totalGlobalMem > 0 && prop.multiProcessorCount > 0 && prop.major >= 5, "cudaGetDeviceProperties", detail);
+  int driver = 0, runtime = 0;
+  CK(cudaDriverGetVersion(&driver));
+  CK(cudaRuntimeGetVersion(&runtime));
+  std::snprintf(detail, sizeof detail, "driver %d, runtime %d", driver, runtime);
+  check(driver >= runtime, "driver version covers the runtime", detail);
+  size_t free_b = 0, total_b = 0;
+  CK(cudaMemGetInfo(&free_b, &total_b));
+  check(total_b > 0 && free_b <= total_b, "cudaMemGetInfo");
+
+  for (size_t n : {size_t{1}, size_t{3}, size_t{4096}, size_t{(1 << 20) + 7}, size_t{16} << 20, size_t{256} << 20}) roundTrip(n);
+
+  // memsets
+  {
+    const size_t n = 1 << 20;
+    unsigned char* d = nullptr;
+    CK(cudaMalloc(&d, n));
+    CK(cudaMemset(d, 0xab, n));
+    CK(cudaMemset(d + 100, 0x11, 50));
+    std::vector<unsigned char> h(n);
+    CK(cudaMemcpy(h.data(), d, n, cudaMemcpyDeviceToHost));
+    bool ok = true;
+    for (size_t i = 0; i < n; ++i) ok &= h[i] == ((i >= 100 && i < 150) ? 0x11 : 0xab);
+    check(ok, "cudaMemset values and bounds");
+    CK(cudaFree(d));
+  }
+
+  // streams, events, ordering: two streams, the second waits on an event recorded in the first
+  {
+    const int n = 1 << 16;
+    unsigned* d = nullptr;
+    CK(cudaMalloc(&d, n * sizeof(unsigned)));
+    cudaStream_t s1, s2;
+    CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CK(cudaStreamCreate(&s2));
+    cudaEvent_t start, mid, stop;
+    CK(cudaEventCreate(&start));
+    CK(cudaEventCreate(&mid));
+    CK(cudaEventCreate(&stop));
+    CK(cudaEventRecord(start, s1));
+    CK(cudaMemsetAsync(d, 0, n * sizeof(unsigned), s1));
+    for (int k = 0; k < 10; ++k) gpool_test_increment<<<(n + 255) / 256, 256, 0, s1>>>(d, n);
+    CK(cudaGetLastError());
+    CK(cudaEventRecord(mid, s1));
+    CK(cudaStreamWaitEvent(s2, mid, 0));
+    for (int k = 0; k < 5; ++k) gpool_test_increment<<<(n + 255) / 256, 256, 0, s2>>>(d, n);
+    CK(cudaEventRecord(stop, s2));
+    std::vector<unsigned> h(n);
+    CK(cudaMemcpyAsync(h.data(), d, n * sizeof(unsigned), cudaMemcpyDeviceToHost, s2));
+    CK(cudaStreamSynchronize(s2));
+    bool ok = true;
+    for (int i = 0; i < n; ++i) ok &= h[i] == 15;
+    check(ok, "stream order: 10 increments, event, wait, 5 increments = 15");
+    CK(cudaEventSynchronize(stop));
+    check(cudaEventQuery(stop) == cudaSuccess, "cudaEventQuery after synchronize");
+    float ms = -1;
+    CK(cudaEventElapsedTime(&ms, start, stop));
+    std::snprintf(detail, sizeof detail, "%.3f ms", ms);
+    check(ms >= 0, "cudaEventElapsedTime", detail);
+    CK(cudaStreamDestroy(s1));
+    CK(cudaStreamDestroy(s2));
+    CK(cudaEventDestroy(start));
+    CK(cudaEventDestroy(mid));
+    CK(cudaEventDestroy(stop));
+    CK(cudaFree(d));
+  }
+
+  // a kernel with mixed parameter types, result checked
+  {
+    const int n = 100000;
+    std::vector<float> x(n), y(n);
+    for (int i = 0; i < n; ++i) {
+      x[i] = static_cast<float>(i);
+      y[i] = 1.0f;
+    }
+    float *dx = nullptr, *dy = nullptr;
+    CK(cudaMalloc(&dx, n * sizeof(float)));
+    CK(cudaMalloc(&dy, n * sizeof(float)));
+    CK(cudaMemcpy(dx, x.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dy, y.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    gpool_test_saxpy<<<(n + 255) / 256, 256>>>(n, 2.0f, dx, dy);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(y.data(), dy, n * sizeof(float), cudaMemcpyDeviceToHost));
+    bool ok = true;
+    for (int i = 0; i < n; ++i) ok &= y[i] == 2.0f * i + 1.0f;
+    check(ok, "saxpy kernel result");
+    CK(cudaFree(dx));
+    CK(cudaFree(dy));
+  }
+
+  // pinned host memory with async copies
+  {
+    const size_t n = 8 << 20;
+    unsigned char *h = nullptr, *back = nullptr;
+    CK(cudaMallocHost(&h, n));
+    CK(cudaHostAlloc(&back, n, cudaHostAllocDefault));
+    for (size_t i = 0; i < n; ++i) h[i] = static_cast<unsigned char>(i * 7);
+    void* d = nullptr;
+    CK(cudaMalloc(&d, n));
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    CK(cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, s));
+    CK(cudaMemcpyAsync(back, d, n, cudaMemcpyDeviceToHost, s));
+    CK(cudaStreamSynchronize(s));
+    check(std::memcmp(h, back, n) == 0, "pinned async copies");
+    // cudaMemcpyDefault infers directions from the pointers
+    std::memset(back, 0, n);
+    CK(cudaMemcpy(back, d, n, cudaMemcpyDefault));
+    check(std::memcmp(h, back, n) == 0, "cudaMemcpyDefault direction inference");
+    CK(cudaStreamDestroy(s));
+    CK(cudaFree(d));
+    CK(cudaFreeHost(h));
+    CK(cudaFreeHost(back));
+  }
+
+  // errors come back as CUDA errors
+  {
+    void* d = nullptr;
+    cudaError_t e = cudaMalloc(&d, size_t{1} << 62);
+    check(e == cudaErrorMemoryAllocation, "absurd cudaMalloc fails with cudaErrorMemoryAllocation", cudaGetErrorName(e));
+    cudaGetLastError();
+  }
+
+  CK(cudaDeviceSynchronize());
+  std::printf("%s: %d failure(s)\n", failures ? "FAILED" : "ALL PASSED", failures);
+  return failures ? 1 : 0;
+}

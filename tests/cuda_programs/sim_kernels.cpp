@@ -1,0 +1,41 @@
+// Host implementations of basic.cu's kernels for gpool-worker's sim backend (loaded with --sim-kernels).
+#include <cstdint>
+#include <cstring>
+
+#include "gpool/sim_kernel.h"
+
+namespace {
+
+template <typename T>
+T arg(const gpool_sim_launch* l, unsigned i) {
+  T v;
+  std::memcpy(&v, l->params[i], sizeof v);
+  return v;
+}
+
+uint64_t threads(const gpool_sim_launch* l) {
+  return uint64_t{l->grid[0]} * l->grid[1] * l->grid[2] * l->block[0] * l->block[1] * l->block[2];
+}
+
+void saxpy(const gpool_sim_launch* l) {
+  int n = arg<int>(l, 0);
+  float a = arg<float>(l, 1);
+  auto* x = arg<const float*>(l, 2);
+  auto* y = arg<float*>(l, 3);
+  for (uint64_t i = 0; i < threads(l) && i < static_cast<uint64_t>(n); ++i) y[i] = a * x[i] + y[i];
+}
+
+void increment(const gpool_sim_launch* l) {
+  auto* p = arg<unsigned*>(l, 0);
+  int n = arg<int>(l, 1);
+  for (uint64_t i = 0; i < threads(l) && i < static_cast<uint64_t>(n); ++i) p[i] += 1;
+}
+
+}  // namespace
+
+extern "C" void gpool_sim_register_kernels(gpool_sim_register_fn reg) {
+  const unsigned saxpy_sizes[] = {4, 4, 8, 8};
+  reg("gpool_test_saxpy", &saxpy, 4, saxpy_sizes, nullptr);
+  const unsigned inc_sizes[] = {8, 4};
+  reg("gpool_test_increment", &increment, 2, inc_sizes, nullptr);
+}
