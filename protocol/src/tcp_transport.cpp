@@ -85,7 +85,7 @@ bool parseHostPort(const std::string& address, std::string& host, uint16_t& port
       if (c < '0' || c > '9') return false;
       p = p * 10 + static_cast<unsigned long>(c - '0');
     }
-    if (p == 0 || p > 65535) return false;
+    if (p > 65535) return false;  // 0 is valid for listening (any free port), refused for connecting
     port = static_cast<uint16_t>(p);
   }
   return true;
@@ -94,7 +94,7 @@ bool parseHostPort(const std::string& address, std::string& host, uint16_t& port
 std::unique_ptr<Transport> connectTcp(const std::string& address, int timeout_ms) {
   std::string host;
   uint16_t port = 0;
-  if (!parseHostPort(address, host, port))
+  if (!parseHostPort(address, host, port) || port == 0)
     throw TransportError("malformed server address '" + address + "' (expected HOST:PORT)");
   asio::error_code ec;
   asio::ip::tcp::resolver resolver(sharedContext());

@@ -125,6 +125,7 @@ ServeResult Dispatcher::serve() {
   } catch (const Violation& v) {
     result.reason = "protocol violation: " + v.what;
   }
+  if (!result.clean) transport_.shutdown();  // a violator loses its connection
   return result;
 }
 

@@ -38,7 +38,8 @@ class Transport {
 std::unique_ptr<Transport> connectTcp(const std::string& address, int timeout_ms = 5000);
 // Wraps an already connected TCP socket (e.g. one gpool-server handed to a worker).
 std::unique_ptr<Transport> adoptTcpSocket(int fd);
-// Splits "HOST:PORT" (port optional: kDefaultPort); false on malformed input.
+// Splits "HOST:PORT" (port optional: kDefaultPort; 0 means any free port when listening); false on
+// malformed input.
 bool parseHostPort(const std::string& address, std::string& host, uint16_t& port);
 
 }  // namespace gpool::proto

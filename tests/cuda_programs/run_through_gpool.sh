@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs a CUDA program through gpool: starts gpool-server on a free loopback port, points the program at
+# it with GPOOL_SERVER and gpool's libcuda.so.1 first on LD_LIBRARY_PATH, and returns the program's status.
+# usage: run_through_gpool.sh BUILD_DIR BACKEND(sim|cuda) PROGRAM [ARGS...]
+set -u
+build=$1; backend=$2; shift 2
+log=$(mktemp /tmp/gpool-server-XXXXXX.log)
+server_args=(--listen 127.0.0.1:0 --backend "$backend")
+[ "$backend" = sim ] && server_args+=(--sim-kernels "$build/tests/libgpool_test_sim_kernels.so")
+"$build/server/gpool-server" "${server_args[@]}" 2>"$log" &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -f "$log"' EXIT
+for _ in $(seq 100); do
+  port=$(grep -oE 'listening on 127\.0\.0\.1:[0-9]+' "$log" | grep -oE '[0-9]+$')
+  [ -n "$port" ] && break
+  sleep 0.05
+done
+if [ -z "${port:-}" ]; then echo "gpool-server did not start:"; cat "$log"; exit 2; fi
+GPOOL_SERVER=127.0.0.1:$port LD_LIBRARY_PATH="$build/lib/gpool:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
+rc=$?
+if [ $rc -ne 0 ]; then echo "--- gpool-server log ---"; cat "$log"; fi
+exit $rc

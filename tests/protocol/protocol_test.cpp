@@ -1,0 +1,169 @@
+// Wire encoding, address parsing, handshake and the loopback transport's fault injection.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <thread>
+
+#include "gpool/protocol/calls.h"
+#include "gpool/protocol/frame_io.h"
+#include "gpool/protocol/handshake.h"
+#include "gpool/protocol/loopback_transport.h"
+#include "gpool/protocol/transport.h"
+
+using namespace gpool::proto;
+
+TEST(Wire, RoundTripsEveryFieldKind) {
+  std::vector<uint8_t> buf;
+  Writer w(buf);
+  const char data[] = "payload";
+  std::vector<uint32_t> layout{0, 4, 8, 8};
+  w.putAll(uint64_t{0x1122334455667788}, int32_t{-5}, 1.5f, Blob{data, sizeof data}, std::string("name"), layout);
+  Reader r(buf.data(), buf.size());
+  uint64_t a;
+  int32_t b;
+  float c;
+  Blob d;
+  std::string e;
+  std::vector<uint32_t> f;
+  ASSERT_TRUE(r.getAll(a, b, c, d, e, f));
+  EXPECT_TRUE(r.atEnd());
+  EXPECT_EQ(a, 0x1122334455667788u);
+  EXPECT_EQ(b, -5);
+  EXPECT_EQ(c, 1.5f);
+  ASSERT_EQ(d.size, sizeof data);
+  EXPECT_EQ(std::memcmp(d.data, data, sizeof data), 0);
+  EXPECT_EQ(e, "name");
+  EXPECT_EQ(f, layout);
+  // little endian on the wire
+  EXPECT_EQ(buf[0], 0x88);
+}
+
+TEST(Wire, ReaderRejectsTruncationAndLies) {
+  std::vector<uint8_t> buf;
+  Writer w(buf);
+  w.put(Blob{"abcd", 4});
+  for (size_t cut = 0; cut < buf.size(); ++cut) {
+    Reader r(buf.data(), cut);
+    Blob b;
+    EXPECT_FALSE(r.get(b)) << "cut at " << cut;
+    EXPECT_FALSE(r.ok());
+  }
+  // a blob length larger than what follows
+  std::vector<uint8_t> lie(8, 0xff);
+  Reader r(lie.data(), lie.size());
+  Blob b;
+  EXPECT_FALSE(r.get(b));
+  // a vector count that would overflow
+  std::vector<uint8_t> vec{0xff, 0xff, 0xff, 0xff};
+  Reader rv(vec.data(), vec.size());
+  std::vector<uint32_t> v;
+  EXPECT_FALSE(rv.get(v));
+  // a string over the limit
+  std::vector<uint8_t> big;
+  Writer wb(big);
+  wb.put(std::string(kMaxStringBytes + 1, 'x'));
+  Reader rs(big.data(), big.size());
+  std::string s;
+  EXPECT_FALSE(rs.get(s));
+  // after a failure every read fails
+  uint32_t x;
+  EXPECT_FALSE(rs.get(x));
+}
+
+TEST(Calls, MessageNumbersAreUniqueAndNamed) {
+  std::set<uint16_t> seen{kMsgHello, kMsgMemcpyDtoH};
+#define X(name, number, mode, ins, outs) EXPECT_TRUE(seen.insert(number).second) << #name;
+#include "gpool/protocol/calls.def"
+#undef X
+  for (uint16_t id : seen) EXPECT_NE(messageName(id), nullptr) << id;
+  EXPECT_EQ(messageName(0x7777), nullptr);
+  EXPECT_STREQ(messageName(calls::LaunchKernel::id), "LaunchKernel");
+  EXPECT_EQ(calls::LaunchKernel::mode, Mode::kAsync);
+  EXPECT_EQ(calls::MemAlloc::mode, Mode::kReply);
+}
+
+TEST(Address, ParsesHostPortForms) {
+  std::string host;
+  uint16_t port;
+  ASSERT_TRUE(parseHostPort("10.0.0.5:9000", host, port));
+  EXPECT_EQ(host, "10.0.0.5");
+  EXPECT_EQ(port, 9000);
+  ASSERT_TRUE(parseHostPort("gpu-host", host, port));
+  EXPECT_EQ(port, kDefaultPort);
+  ASSERT_TRUE(parseHostPort("[::1]:7421", host, port));
+  EXPECT_EQ(host, "::1");
+  EXPECT_EQ(port, 7421);
+  for (const char* bad : {"", ":7420", "host:", "host:70000", "host:12a", "[::1", "[::1]x"})
+    EXPECT_FALSE(parseHostPort(bad, host, port)) << bad;
+}
+
+TEST(Handshake, RoundTripsAndRejectsGarbage) {
+  HelloReply r;
+  r.driver_version = 13000;
+  r.backend = "sim";
+  DeviceInfo d;
+  d.name = "dev";
+  d.uuid[3] = 7;
+  d.total_mem = 1 << 30;
+  d.attributes = {0, 1, 2, 3};
+  r.devices.push_back(d);
+  auto bytes = encode(r);
+  auto back = decodeHelloReply(bytes);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->devices.at(0).uuid[3], 7);
+  EXPECT_EQ(back->devices.at(0).attributes, d.attributes);
+  bytes.pop_back();
+  EXPECT_FALSE(decodeHelloReply(bytes));
+  EXPECT_FALSE(decodeHelloRequest({1, 2, 3}));
+  HelloRequest q;
+  q.token = "t";
+  auto qb = encode(q);
+  auto qq = decodeHelloRequest(qb);
+  ASSERT_TRUE(qq);
+  EXPECT_EQ(qq->token, "t");
+}
+
+TEST(Loopback, CarriesFramesBothWays) {
+  auto [a, b] = makeLoopbackPair();
+  std::thread t([&] {
+    std::vector<uint8_t> p;
+    FrameHeader h = recvFrame(*b, p, 1024);
+    sendFrame(*b, h.msg, kIsReply, h.seq, p.data(), p.size());
+  });
+  sendFrame(*a, 0x42, kWantsReply, 9, "ping", 4);
+  std::vector<uint8_t> p;
+  FrameHeader h = recvFrame(*a, p, 1024);
+  t.join();
+  EXPECT_EQ(h.msg, 0x42);
+  EXPECT_EQ(h.seq, 9u);
+  EXPECT_EQ(std::string(p.begin(), p.end()), "ping");
+}
+
+TEST(Loopback, InjectedCloseTruncatesTheStream) {
+  FaultPlan f;
+  f.close_after_bytes = 20;  // header (16) + 4 of 10 payload bytes
+  auto [a, b] = makeLoopbackPair(f);
+  EXPECT_THROW(sendFrame(*a, 1, 0, 1, "0123456789", 10), TransportError);
+  std::vector<uint8_t> p;
+  EXPECT_THROW(recvFrame(*b, p, 1024), TransportError);
+}
+
+TEST(Loopback, InjectedCorruptionAndOversizeAreCaught) {
+  FaultPlan f;
+  f.corrupt_at_byte = 3;  // top byte of the length field
+  auto [a, b] = makeLoopbackPair(f);
+  sendFrame(*a, 1, 0, 1, "x", 1);
+  std::vector<uint8_t> p;
+  EXPECT_THROW(recvFrame(*b, p, kMaxRequestPayload), ProtocolError);
+}
+
+TEST(Tcp, UnreachableServerNamesTheAddress) {
+  try {
+    connectTcp("127.0.0.1:1", 1000);
+    FAIL() << "connected to port 1";
+  } catch (const TransportError& e) {
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(connectTcp("bad address:x"), TransportError);
+  EXPECT_THROW(connectTcp("127.0.0.1:0"), TransportError);
+}

@@ -1,0 +1,187 @@
+// The worker's request loop against crafted frames over the in-memory transport, sim backend.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "dispatcher.h"
+#include "gpool/protocol/loopback_transport.h"
+#include "sim_backend.h"
+#include "test_client.h"
+
+using namespace gpool;
+using namespace gpool::proto;
+namespace calls = gpool::proto::calls;
+
+namespace {
+
+constexpr Status kInvalidValue = 1, kOutOfMemory = 2, kInvalidHandle = 400, kNotSupported = 801;
+
+struct Harness {
+  std::unique_ptr<Transport> client, server;
+  worker::SimBackend backend{worker::SimOptions{}};
+  worker::ServeResult result;
+  std::thread thread;
+  explicit Harness(FaultPlan faults = {}) {
+    std::tie(client, server) = makeLoopbackPair(faults);
+    HelloReply hello;
+    backend.open(0, hello);
+    thread = std::thread([this] { result = worker::Dispatcher(backend, *server).serve(); });
+  }
+  worker::ServeResult finish() {
+    client->shutdown();
+    thread.join();
+    return result;
+  }
+  ~Harness() {
+    if (thread.joinable()) finish();
+  }
+};
+
+}  // namespace
+
+TEST(Dispatcher, ServesAllocationsCopiesAndFrees) {
+  Harness h;
+  test::RawClient c(*h.client);
+  auto [st, out] = c.call<calls::MemAlloc>(uint64_t{1024});
+  ASSERT_EQ(st, 0);
+  uint64_t p = std::get<0>(out);
+  EXPECT_NE(p, 0u);
+  c.post<calls::MemcpyHtoD>(p + 10, Blob{"hello", 5}, uint64_t{0}, 0u);
+  c.send(kMsgMemcpyDtoH, kWantsReply, [&] {
+    std::vector<uint8_t> v;
+    Writer(v).putAll(p + 10, uint64_t{5}, uint64_t{0});
+    return v;
+  }());
+  std::vector<uint8_t> reply;
+  FrameHeader fh = recvFrame(*h.client, reply, 1024);
+  ASSERT_EQ(fh.length, 5u + 4u);
+  EXPECT_EQ(std::string(reply.begin(), reply.begin() + 5), "hello");
+  EXPECT_EQ(reply[5] | reply[6] | reply[7] | reply[8], 0);
+  EXPECT_EQ(c.call<calls::MemFree>(p).first, 0);
+  auto r = h.finish();
+  EXPECT_TRUE(r.clean) << r.reason;
+}
+
+TEST(Dispatcher, BadHandlesAndRangesAnswerErrorsAndKeepServing) {
+  Harness h;
+  test::RawClient c(*h.client);
+  EXPECT_EQ(c.call<calls::StreamSynchronize>(uint64_t{0xdeadbeef}).first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::EventQuery>(uint64_t{12345}).first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::ModuleGetFunction>(uint64_t{777}, 0u, std::string("k")).first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::LaunchKernel>(uint64_t{1}, 1u, 1u, 1u, 1u, 1u, 1u, 0u, uint64_t{0}, Blob{}, Blob{}).first, kInvalidHandle);
+  auto [st, out] = c.call<calls::MemAlloc>(uint64_t{64});
+  ASSERT_EQ(st, 0);
+  uint64_t p = std::get<0>(out);
+  // out of range: past the end, before the start, overflow, freeing an interior pointer
+  EXPECT_EQ(c.call<calls::MemcpyHtoD>(p + 60, Blob{"12345678", 8}, uint64_t{0}, 0u).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemcpyDtoD>(p, p - 8, uint64_t{8}, uint64_t{0}, 0u).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::Memset>(p, 0u, 4u, UINT64_MAX / 2, uint64_t{0}, 0u).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::Memset>(p, 0u, 3u, uint64_t{1}, uint64_t{0}, 0u).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemFree>(p + 8).first, kInvalidValue);
+  // absurd sizes
+  EXPECT_EQ(c.call<calls::MemAlloc>(uint64_t{1} << 62).first, kOutOfMemory);
+  EXPECT_EQ(c.call<calls::MemAlloc>(uint64_t{0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::ModuleLoad>(Blob{"garbage!", 8}, 0u).first, 200 /*CUDA_ERROR_INVALID_IMAGE*/);
+  // a device-to-host copy of a bad range is refused with the status alone
+  std::vector<uint8_t> req;
+  Writer(req).putAll(p, uint64_t{1} << 40, uint64_t{0});
+  c.send(kMsgMemcpyDtoH, kWantsReply, req);
+  EXPECT_EQ(c.readStatusOnly(kMsgMemcpyDtoH), kInvalidValue);
+  // still serving
+  EXPECT_EQ(c.call<calls::MemFree>(p).first, 0);
+  EXPECT_TRUE(h.finish().clean);
+}
+
+TEST(Dispatcher, UnknownMessageIsAnsweredNotSupported) {
+  Harness h;
+  test::RawClient c(*h.client);
+  c.send(0x7abc, kWantsReply, {1, 2, 3});
+  EXPECT_EQ(c.readStatusOnly(0x7abc), kNotSupported);
+  c.send(0x7abd, 0, {});  // without a reply: logged and skipped
+  EXPECT_EQ(c.call<calls::CtxSynchronize>().first, 0);
+  EXPECT_TRUE(h.finish().clean);
+}
+
+TEST(Dispatcher, AsyncFailureIsLatchedUntilTheNextWait) {
+  Harness h;
+  test::RawClient c(*h.client);
+  c.post<calls::StreamWaitEvent>(uint64_t{0}, uint64_t{999}, 0u);  // bad event, nobody waits
+  c.post<calls::MemFree>(uint64_t{42});                            // second failure: first one wins
+  EXPECT_EQ(c.call<calls::CtxSynchronize>().first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::CtxSynchronize>().first, 0);  // reported once
+  EXPECT_TRUE(h.finish().clean);
+}
+
+TEST(Dispatcher, MalformedRequestClosesTheConnection) {
+  Harness h;
+  test::RawClient c(*h.client);
+  c.send(calls::MemAlloc::id, kWantsReply, {1, 2, 3});  // 3 bytes where a u64 is due
+  std::vector<uint8_t> p;
+  EXPECT_THROW(recvFrame(*h.client, p, 1024), TransportError);
+  auto r = h.finish();
+  EXPECT_FALSE(r.clean);
+  EXPECT_NE(r.reason.find("malformed MemAlloc"), std::string::npos) << r.reason;
+}
+
+TEST(Dispatcher, TrailingBytesAreAViolation) {
+  Harness h;
+  test::RawClient c(*h.client);
+  auto payload = c.payload<calls::MemAlloc>(uint64_t{8});
+  payload.push_back(0);
+  c.send(calls::MemAlloc::id, kWantsReply, payload);
+  std::vector<uint8_t> p;
+  EXPECT_THROW(recvFrame(*h.client, p, 1024), TransportError);
+  EXPECT_FALSE(h.finish().clean);
+}
+
+TEST(Dispatcher, OversizedFrameClosesTheConnection) {
+  Harness h;
+  FrameHeader fh{kMaxRequestPayload + 1, calls::MemAlloc::id, kWantsReply, 1};
+  ConstBuffer b{&fh, sizeof fh};
+  h.client->send(std::span(&b, 1));
+  std::vector<uint8_t> p;
+  EXPECT_THROW(recvFrame(*h.client, p, 1024), TransportError);
+  auto r = h.finish();
+  EXPECT_FALSE(r.clean);
+  EXPECT_NE(r.reason.find("exceeds the limit"), std::string::npos) << r.reason;
+}
+
+TEST(Dispatcher, TruncatedFrameEndsTheConnectionQuietly) {
+  FaultPlan f;
+  f.close_after_bytes = sizeof(FrameHeader) + 3;
+  Harness h(f);
+  test::RawClient c(*h.client);
+  EXPECT_THROW(c.send(calls::MemAlloc::id, kWantsReply, c.payload<calls::MemAlloc>(uint64_t{8})), TransportError);
+  h.thread.join();
+  EXPECT_EQ(h.result.frames, 0u);
+}
+
+TEST(Dispatcher, ClientReplyFramesAreRefused) {
+  Harness h;
+  test::RawClient c(*h.client);
+  c.send(calls::CtxSynchronize::id, kIsReply, {});
+  std::vector<uint8_t> p;
+  EXPECT_THROW(recvFrame(*h.client, p, 1024), TransportError);
+  EXPECT_FALSE(h.finish().clean);
+}
+
+TEST(SimBackend, EventsAndStreamsFollowCudaRules) {
+  worker::SimBackend b{worker::SimOptions{}};
+  uint64_t s = 0, e1 = 0, e2 = 0, e3 = 0;
+  ASSERT_EQ(b.StreamCreate(0, 0, s), 0);
+  ASSERT_EQ(b.EventCreate(0, e1), 0);
+  ASSERT_EQ(b.EventCreate(0, e2), 0);
+  ASSERT_EQ(b.EventCreate(2 /*CU_EVENT_DISABLE_TIMING*/, e3), 0);
+  float ms = 0;
+  EXPECT_EQ(b.EventElapsedTime(e1, e2, ms), kInvalidHandle);  // not recorded yet
+  ASSERT_EQ(b.EventRecord(e1, s, 0), 0);
+  ASSERT_EQ(b.EventRecord(e2, s, 0), 0);
+  ASSERT_EQ(b.EventRecord(e3, s, 0), 0);
+  EXPECT_EQ(b.EventElapsedTime(e1, e2, ms), 0);
+  EXPECT_GE(ms, 0.0f);
+  EXPECT_EQ(b.EventElapsedTime(e1, e3, ms), kInvalidHandle);  // timing disabled
+  EXPECT_EQ(b.StreamDestroy(s), 0);
+  EXPECT_EQ(b.StreamDestroy(s), kInvalidHandle);
+  EXPECT_EQ(b.StreamSynchronize(s), kInvalidHandle);
+  EXPECT_EQ(b.StreamSynchronize(0), 0);
+}

@@ -1,0 +1,82 @@
+// Starts a real gpool-server (sim backend) on a free loopback port for tests, and stops it.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gpool::test {
+
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> extra = {}) {
+    log_ = "/tmp/gpool-test-server-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++) + ".log";
+    std::vector<std::string> args{GPOOL_SERVER_BIN, "--listen", "127.0.0.1:0", "--backend", "sim", "--log-level", "debug"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      FILE* f = std::fopen(log_.c_str(), "w");
+      ::dup2(fileno(f), 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    std::regex listening("listening on 127\\.0\\.0\\.1:(\\d+)");
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::smatch m;
+      std::string text = log();
+      if (std::regex_search(text, m, listening)) {
+        port_ = std::stoi(m[1]);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    throw std::runtime_error("gpool-server did not start: " + log());
+  }
+  ~ServerProcess() {
+    ::kill(pid_, SIGTERM);
+    int st;
+    ::waitpid(pid_, &st, 0);
+    std::remove(log_.c_str());
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::string log() const {
+    std::ifstream f(log_);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+  bool alive() const { return ::kill(pid_, 0) == 0; }
+  // Waits until the log contains `pattern` (regex); true when it appeared in time.
+  bool waitForLog(const std::string& pattern, int ms = 5000) const {
+    std::regex re(pattern);
+    for (int i = 0; i < ms / 20; ++i) {
+      if (std::regex_search(log(), re)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+ private:
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string log_;
+};
+
+}  // namespace gpool::test
