@@ -1,0 +1,81 @@
+// Per-call costs through whatever libcuda.so.1 the loader finds (run it natively and through gpool in one
+// run with bench/run.sh): asynchronous launches, launch + synchronise, a 4-byte device-to-host copy, and
+// 256 MiB copies each way (pageable and pinned). Prints "name value unit" lines.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+__global__ void empty_kernel() {}
+
+#define CK(x)                                                                          \
+  do {                                                                                 \
+    cudaError_t e = (x);                                                               \
+    if (e != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e));              \
+      std::exit(1);                                                                    \
+    }                                                                                  \
+  } while (0)
+
+using Clock = std::chrono::steady_clock;
+
+template <typename F>
+double bestSeconds(int reps, F f) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+int main(int argc, char** argv) {
+  int launches = argc > 1 ? std::atoi(argv[1]) : 20000;
+  CK(cudaFree(nullptr));
+  empty_kernel<<<1, 1>>>();
+  CK(cudaDeviceSynchronize());
+
+  double t = bestSeconds(5, [&] {
+    for (int i = 0; i < launches; ++i) empty_kernel<<<1, 1>>>();
+    CK(cudaDeviceSynchronize());
+  });
+  std::printf("async_launch %.3f us\n", t / launches * 1e6);
+
+  int n = launches / 10;
+  t = bestSeconds(5, [&] {
+    for (int i = 0; i < n; ++i) {
+      empty_kernel<<<1, 1>>>();
+      CK(cudaStreamSynchronize(0));
+    }
+  });
+  std::printf("launch_sync %.3f us\n", t / n * 1e6);
+
+  int* d4 = nullptr;
+  CK(cudaMalloc(&d4, 4));
+  int h4 = 0;
+  t = bestSeconds(5, [&] {
+    for (int i = 0; i < n; ++i) CK(cudaMemcpy(&h4, d4, 4, cudaMemcpyDeviceToHost));
+  });
+  std::printf("dtoh_4B %.3f us\n", t / n * 1e6);
+
+  const size_t big = size_t{256} << 20;
+  void* d = nullptr;
+  CK(cudaMalloc(&d, big));
+  std::vector<char> pageable(big, 1);
+  char* pinned = nullptr;
+  CK(cudaMallocHost(&pinned, big));
+  std::fill(pinned, pinned + big, 2);
+  double gb = big / 1e9;
+  std::printf("htod_256MiB_pageable %.2f GB/s\n", gb / bestSeconds(3, [&] { CK(cudaMemcpy(d, pageable.data(), big, cudaMemcpyHostToDevice)); }));
+  std::printf("dtoh_256MiB_pageable %.2f GB/s\n", gb / bestSeconds(3, [&] { CK(cudaMemcpy(pageable.data(), d, big, cudaMemcpyDeviceToHost)); }));
+  std::printf("htod_256MiB_pinned %.2f GB/s\n", gb / bestSeconds(3, [&] { CK(cudaMemcpy(d, pinned, big, cudaMemcpyHostToDevice)); }));
+  std::printf("dtoh_256MiB_pinned %.2f GB/s\n", gb / bestSeconds(3, [&] { CK(cudaMemcpy(pinned, d, big, cudaMemcpyDeviceToHost)); }));
+  CK(cudaFreeHost(pinned));
+  CK(cudaFree(d));
+  CK(cudaFree(d4));
+  return 0;
+}
