@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gpool/protocol/calls.h"
 #include "gpool/protocol/handshake.h"
@@ -27,8 +28,17 @@ class Backend {
   // Copies `bytes` from device memory to host memory, in stream order; the copy has completed when
   // this returns (the dispatcher sends the data right after).
   virtual Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) = 0;
+  // Host memory the dispatcher stages device-to-host replies in (page-locked where the backend can, so
+  // the device copy runs at full speed); owned by the backend, valid until the next call with a larger size.
+  virtual void* stagingBuffer(size_t bytes) {
+    if (staging_.size() < bytes) staging_.resize(bytes);
+    return staging_.data();
+  }
   // Checks a device range before a streamed device-to-host reply starts.
   virtual Status checkDeviceRange(uint64_t ptr, uint64_t bytes) = 0;
+
+ private:
+  std::vector<uint8_t> staging_;
 };
 
 }  // namespace gpool::worker

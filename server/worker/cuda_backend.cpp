@@ -28,7 +28,7 @@ namespace {
   F(cuModuleUnload) F(cuModuleGetFunction) F(cuModuleGetGlobal) F(cuLibraryLoadData) F(cuLibraryUnload) \
   F(cuLibraryGetKernel) F(cuLibraryGetGlobal) F(cuKernelGetFunction) F(cuFuncGetParamInfo)              \
   F(cuFuncGetAttribute) F(cuFuncSetAttribute) F(cuFuncSetCacheConfig) F(cuLaunchKernelEx)               \
-  F(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) F(cuGetErrorName)
+  F(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) F(cuGetErrorName) F(cuMemHostAlloc) F(cuMemFreeHost)
 
 struct Driver {
   void* lib = nullptr;
@@ -76,7 +76,19 @@ class CudaBackend final : public Backend {
  public:
   ~CudaBackend() override {
     // Exiting the process frees everything; release the context for a tidy driver state.
+    if (staging_) d_.cuMemFreeHost_(staging_);
     if (ctx_) d_.cuDevicePrimaryCtxRelease_(dev_);
+  }
+
+  void* stagingBuffer(size_t bytes) override {
+    if (bytes > staging_size_) {
+      if (staging_) d_.cuMemFreeHost_(staging_);
+      staging_ = nullptr;
+      staging_size_ = 0;
+      if (d_.cuMemHostAlloc_(&staging_, bytes, 0) != CUDA_SUCCESS) return Backend::stagingBuffer(bytes);
+      staging_size_ = bytes;
+    }
+    return staging_;
   }
 
   Status open(int device, proto::HelloReply& hello) override {
@@ -398,6 +410,8 @@ class CudaBackend final : public Backend {
 
   Driver& d_ = driver();
   Resources res_;
+  void* staging_ = nullptr;  // page-locked, for device-to-host replies
+  size_t staging_size_ = 0;
   CUdevice dev_ = 0;
   CUcontext ctx_ = nullptr;
   std::unordered_map<uint64_t, std::vector<uint32_t>> layouts_;

@@ -77,12 +77,13 @@ void Dispatcher::memcpyDtoH(const proto::FrameHeader& h) {
   }
   proto::ConstBuffer hb{&rh, sizeof rh};
   transport_.send(std::span(&hb, 1));
-  staging_.resize(std::min<uint64_t>(bytes, proto::kBulkChunk));
+  const uint64_t chunk = std::min<uint64_t>(bytes, proto::kBulkChunk);
+  auto* staging = static_cast<uint8_t*>(backend_.stagingBuffer(chunk));
   for (uint64_t off = 0; off < bytes;) {
-    uint64_t n = std::min<uint64_t>(bytes - off, staging_.size());
-    if (st == 0) st = backend_.MemcpyDtoH(staging_.data(), src + off, n, stream);
-    if (st != 0) std::fill(staging_.begin(), staging_.end(), 0);  // keep the promised length
-    proto::ConstBuffer b{staging_.data(), n};
+    uint64_t n = std::min<uint64_t>(bytes - off, chunk);
+    if (st == 0) st = backend_.MemcpyDtoH(staging, src + off, n, stream);
+    if (st != 0) std::memset(staging, 0, n);  // keep the promised length
+    proto::ConstBuffer b{staging, n};
     transport_.send(std::span(&b, 1));
     off += n;
   }

@@ -35,7 +35,6 @@ class Dispatcher {
   proto::Transport& transport_;
   std::vector<uint8_t> payload_;
   std::vector<uint8_t> out_;
-  std::vector<uint8_t> staging_;
   Status latched_ = 0;  // first failure of a call nobody waited for
 };
 

@@ -1,0 +1,89 @@
+// The client's ordered channel against a real worker dispatcher (sim backend) over the in-memory
+// transport: batching of asynchronous calls, latched errors, direct sends of large buffers, and loss.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "connection.h"
+#include "dispatcher.h"
+#include "gpool/protocol/loopback_transport.h"
+#include "sim_backend.h"
+
+using namespace gpool;
+namespace calls = gpool::proto::calls;
+
+namespace {
+
+struct Remote {
+  worker::SimBackend backend{worker::SimOptions{}};
+  std::unique_ptr<proto::Transport> server_end;
+  std::thread thread;
+  std::unique_ptr<client::Connection> conn;
+
+  Remote() {
+    auto [client_end, server] = proto::makeLoopbackPair();
+    server_end = std::move(server);
+    thread = std::thread([this] {
+      std::vector<uint8_t> p;
+      proto::FrameHeader h = proto::recvFrame(*server_end, p, 1 << 16);
+      proto::HelloReply hello;
+      backend.open(0, hello);
+      auto reply = proto::encode(hello);
+      proto::sendFrame(*server_end, proto::kMsgHello, proto::kIsReply, h.seq, reply.data(), reply.size());
+      worker::Dispatcher(backend, *server_end).serve();
+    });
+    conn = std::make_unique<client::Connection>(std::move(client_end), "loopback", 0, "");
+  }
+  ~Remote() {
+    server_end->shutdown();
+    thread.join();
+  }
+};
+
+}  // namespace
+
+TEST(Connection, AsynchronousCallsAreBatchedIntoFewWrites) {
+  Remote r;
+  std::tuple<uint64_t> s;
+  ASSERT_EQ(r.conn->call<calls::StreamCreate>(s, 0u, 0), 0);
+  uint64_t writes_before = r.conn->writes();
+  for (int i = 0; i < 1000; ++i)
+    ASSERT_EQ(r.conn->post<calls::EventRecord>(uint64_t{0}, std::get<0>(s), 0u), 0);  // bad event: succeeds now, latched
+  EXPECT_EQ(r.conn->call<calls::StreamSynchronize>(std::get<0>(s)), 400);
+  uint64_t writes = r.conn->writes() - writes_before;
+  EXPECT_LT(writes, 20u) << "1000 small asynchronous frames took " << writes << " writes";
+  // the latch cleared: the next wait succeeds
+  EXPECT_EQ(r.conn->call<calls::StreamSynchronize>(std::get<0>(s)), 0);
+}
+
+TEST(Connection, PendingWorkIsFlushedWithoutAWait) {
+  Remote r;
+  std::tuple<uint64_t> p;
+  ASSERT_EQ(r.conn->call<calls::MemAlloc>(p, uint64_t{64}), 0);
+  uint64_t writes_before = r.conn->writes();
+  ASSERT_EQ(r.conn->post<calls::Memset>(std::get<0>(p), 5u, 1u, uint64_t{64}, uint64_t{0}, 1u), 0);
+  // the time bound sends it even though nobody waits
+  for (int i = 0; i < 200 && r.conn->writes() == writes_before; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_GT(r.conn->writes(), writes_before);
+}
+
+TEST(Connection, LargeCopiesRoundTripThroughDirectSends) {
+  Remote r;
+  const size_t n = (8u << 20) + 13;
+  std::tuple<uint64_t> p;
+  ASSERT_EQ(r.conn->call<calls::MemAlloc>(p, uint64_t{n}), 0);
+  std::vector<uint8_t> src(n), dst(n);
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<uint8_t>(i * 31 + 7);
+  ASSERT_EQ(r.conn->post<calls::MemcpyHtoD>(std::get<0>(p), proto::Blob{src.data(), n}, uint64_t{0}, 1u), 0);
+  ASSERT_EQ(r.conn->memcpyDtoH(dst.data(), std::get<0>(p), n, 0), 0);
+  EXPECT_EQ(src, dst);
+  EXPECT_EQ(r.conn->memcpyDtoH(dst.data(), std::get<0>(p) + 1, n, 0), 1);  // past the end: refused
+}
+
+TEST(Connection, LossIsStickyAndReported) {
+  Remote r;
+  r.server_end->shutdown();
+  EXPECT_EQ(r.conn->call<calls::CtxSynchronize>(), client::kErrDeviceUnavailable);
+  EXPECT_EQ(r.conn->post<calls::MemFree>(uint64_t{1}), client::kErrDeviceUnavailable);
+  EXPECT_EQ(r.conn->lost(), client::kErrDeviceUnavailable);
+}
