@@ -64,6 +64,16 @@ CUresult getGlobal(CUdeviceptr* dptr, size_t* bytes, uint64_t handle, uint32_t k
 
 template <typename H>
 H as(uint64_t v) { return reinterpret_cast<H>(v); }
+
+// Runs `make(uint64_t& handle)` and stores the handle as the caller's handle type on success.
+template <typename H, typename F>
+CUresult produce(H* out, F&& make) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t h = 0;
+  CUresult r = make(h);
+  if (r == CUDA_SUCCESS) *out = as<H>(h);
+  return r;
+}
 template <typename H>
 uint64_t raw(H h) { return reinterpret_cast<uint64_t>(h); }
 
@@ -90,13 +100,7 @@ GPOOL_EXPORT CUresult cuModuleLoadDataEx(CUmodule* m, const void* image, unsigne
 }
 GPOOL_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* m, const void* fatbin) { return cuModuleLoadData(m, fatbin); }
 GPOOL_EXPORT CUresult cuModuleLoad(CUmodule* m, const char* path) {
-  GPOOL_TRY
-  if (!m) return CUDA_ERROR_INVALID_VALUE;
-  uint64_t h = 0;
-  CUresult r = loadFile(path, kModule, h);
-  if (r == CUDA_SUCCESS) *m = as<CUmodule>(h);
-  return r;
-  GPOOL_CATCH
+  GPOOL_TRY return produce(m, [&](uint64_t& h) { return loadFile(path, kModule, h); }); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuModuleUnload(CUmodule m) {
   GPOOL_TRY
@@ -105,13 +109,7 @@ GPOOL_EXPORT CUresult cuModuleUnload(CUmodule m) {
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
-  GPOOL_TRY
-  if (!f) return CUDA_ERROR_INVALID_VALUE;
-  uint64_t h = 0;
-  CUresult r = getFunction(raw(m), kModule, name, h);
-  if (r == CUDA_SUCCESS) *f = as<CUfunction>(h);
-  return r;
-  GPOOL_CATCH
+  GPOOL_TRY return produce(f, [&](uint64_t& h) { return getFunction(raw(m), kModule, name, h); }); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule m, const char* name) {
   GPOOL_TRY return getGlobal(dptr, bytes, raw(m), kModule, name); GPOOL_CATCH
@@ -126,23 +124,11 @@ GPOOL_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
 
 GPOOL_EXPORT CUresult cuLibraryLoadData(CUlibrary* lib, const void* code, CUjit_option*, void**, unsigned int,
                                         CUlibraryOption*, void**, unsigned int) {
-  GPOOL_TRY
-  if (!lib) return CUDA_ERROR_INVALID_VALUE;
-  uint64_t h = 0;
-  CUresult r = load(code, kLibrary, h);
-  if (r == CUDA_SUCCESS) *lib = as<CUlibrary>(h);
-  return r;
-  GPOOL_CATCH
+  GPOOL_TRY return produce(lib, [&](uint64_t& h) { return load(code, kLibrary, h); }); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* lib, const char* path, CUjit_option*, void**, unsigned int,
                                             CUlibraryOption*, void**, unsigned int) {
-  GPOOL_TRY
-  if (!lib) return CUDA_ERROR_INVALID_VALUE;
-  uint64_t h = 0;
-  CUresult r = loadFile(path, kLibrary, h);
-  if (r == CUDA_SUCCESS) *lib = as<CUlibrary>(h);
-  return r;
-  GPOOL_CATCH
+  GPOOL_TRY return produce(lib, [&](uint64_t& h) { return loadFile(path, kLibrary, h); }); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuLibraryUnload(CUlibrary lib) {
   GPOOL_TRY
@@ -151,13 +137,7 @@ GPOOL_EXPORT CUresult cuLibraryUnload(CUlibrary lib) {
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuLibraryGetKernel(CUkernel* k, CUlibrary lib, const char* name) {
-  GPOOL_TRY
-  if (!k) return CUDA_ERROR_INVALID_VALUE;
-  uint64_t h = 0;
-  CUresult r = getFunction(raw(lib), kLibrary, name, h);
-  if (r == CUDA_SUCCESS) *k = as<CUkernel>(h);
-  return r;
-  GPOOL_CATCH
+  GPOOL_TRY return produce(k, [&](uint64_t& h) { return getFunction(raw(lib), kLibrary, name, h); }); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary lib, const char* name) {
   GPOOL_TRY return getGlobal(dptr, bytes, raw(lib), kLibrary, name); GPOOL_CATCH

@@ -1,6 +1,7 @@
 // Runs unmodified through gpool (and natively): device queries, copies of many sizes, memsets,
 // streams and events, and a kernel whose result is checked. Prints one line per check; exits 1 on a
 // failure. gpool's sim backend runs the kernels through host implementations in sim_kernels.cpp.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -151,6 +152,51 @@ int main() {
     bool ok = true;
     for (int i = 0; i < n; ++i) ok &= y[i] == 2.0f * i + 1.0f;
     check(ok, "saxpy kernel result");
+    CK(cudaFree(dx));
+    CK(cudaFree(dy));
+  }
+
+  // cudaLaunchKernelEx (reaches cuLaunchKernelEx) and a driver-API launch with an `extra` parameter
+  // buffer, the driver entry point obtained through the runtime (cuGetProcAddress underneath)
+  {
+    const int n = 4096;
+    std::vector<float> x(n), y(n, 0.5f);
+    for (int i = 0; i < n; ++i) x[i] = static_cast<float>(i % 97);
+    float *dx = nullptr, *dy = nullptr;
+    CK(cudaMalloc(&dx, n * sizeof(float)));
+    CK(cudaMalloc(&dy, n * sizeof(float)));
+    CK(cudaMemcpy(dx, x.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dy, y.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3((n + 127) / 128);
+    cfg.blockDim = dim3(128);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributePriority;
+    attr[0].val.priority = 0;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&cfg, gpool_test_saxpy, n, 3.0f, (const float*)dx, dy));  // y = 3x + 0.5
+    using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                  CUstream, void**, void**);
+    LaunchFn launch = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    CK(cudaGetDriverEntryPointByVersion("cuLaunchKernel", reinterpret_cast<void**>(&launch), 12000, cudaEnableDefault, &q));
+    cudaFunction_t fn;
+    CK(cudaGetFuncBySymbol(&fn, reinterpret_cast<const void*>(gpool_test_saxpy)));
+    struct {
+      int n;
+      float a;
+      const float* x;
+      float* y;
+    } args{n, 1.0f, dx, dy};  // the CUDA ABI layout: offsets 0, 4, 8, 16
+    size_t args_size = sizeof args;
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &args, CU_LAUNCH_PARAM_BUFFER_SIZE, &args_size, CU_LAUNCH_PARAM_END};
+    CUresult r = launch(reinterpret_cast<CUfunction>(fn), (n + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, nullptr, extra);
+    check(r == CUDA_SUCCESS && q == cudaDriverEntryPointSuccess, "driver cuLaunchKernel with an extra buffer accepted");
+    CK(cudaMemcpy(y.data(), dy, n * sizeof(float), cudaMemcpyDeviceToHost));
+    bool ok = true;
+    for (int i = 0; i < n; ++i) ok &= y[i] == 4.0f * x[i] + 0.5f;  // 3x + 0.5, then + x
+    check(ok, "cudaLaunchKernelEx and extra-buffer launch results");
     CK(cudaFree(dx));
     CK(cudaFree(dy));
   }
