@@ -55,13 +55,15 @@ class Server {
     if (opt_.worker_path.empty()) opt_.worker_path = selfDir() + "/gpool-worker";
     if (::access(opt_.worker_path.c_str(), X_OK) != 0)
       throw std::runtime_error("gpool-worker not found at " + opt_.worker_path + " (use --worker PATH)");
-    backend_ = resolveBackend(opt_);
-
     std::string host;
     uint16_t port = 0;
-    if (!proto::parseHostPort(opt_.listen, host, port))
-      throw std::runtime_error("malformed --listen '" + opt_.listen + "' (expected HOST:PORT)");
-    tcp::endpoint ep(asio::ip::make_address(host), port);
+    asio::error_code aec;
+    bool parsed = proto::parseHostPort(opt_.listen, host, port);
+    auto address = parsed ? asio::ip::make_address(host, aec) : asio::ip::address();
+    if (!parsed || aec)
+      throw std::runtime_error("malformed --listen '" + opt_.listen + "': expected IP:PORT, e.g. 0.0.0.0:7420 or [::]:7420");
+    tcp::endpoint ep(address, port);
+    backend_ = resolveBackend(opt_);
     acceptor_.open(ep.protocol());
     acceptor_.set_option(tcp::acceptor::reuse_address(true));
     asio::error_code ec;

@@ -24,7 +24,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-clients", opt.max_clients, "concurrent client connections accepted")->capture_default_str();
   app.add_option("--handshake-timeout", opt.handshake_timeout_ms, "milliseconds a new connection has to say hello")
       ->capture_default_str();
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   auto logger = spdlog::stderr_color_mt("gpool-server");

@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
   app.add_option("--backend", backend_name, "cuda or sim")->check(CLI::IsMember({"cuda", "sim"}));
   app.add_option("--sim-kernels", sim.kernel_plugins, "sim backend: plugin(s) with host kernel implementations");
   app.add_option("--sim-memory", sim.memory_bytes, "sim backend: device memory in bytes");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   app.add_flag("--probe", probe, "exit 0 when the real CUDA driver has a usable device (used by --backend auto)");
   CLI11_PARSE(app, argc, argv);
 
