@@ -21,32 +21,41 @@ const void* fatbinFromWrapper(const void* wrapper) {
   return w.data;
 }
 
-uint64_t moduleImageSize(const void* image) {
+uint64_t moduleImageSize(const void* image, uint64_t available) {
   const auto* p = static_cast<const uint8_t*>(image);
+  auto fits = [available](uint64_t off, uint64_t n) { return off <= available && n <= available - off; };
+  if (!fits(0, 4)) return 0;
   uint32_t magic;
   std::memcpy(&magic, p, 4);
   if (magic == kFatbinMagic) {
+    if (!fits(0, 16)) return 0;
     uint16_t header_size;
     uint64_t fat_size;
     std::memcpy(&header_size, p + 6, 2);
     std::memcpy(&fat_size, p + 8, 8);
-    return header_size + fat_size;
+    return fat_size > UINT64_MAX - header_size ? 0 : header_size + fat_size;
   }
-  if (std::memcmp(p, ELFMAG, SELFMAG) == 0 && p[EI_CLASS] == ELFCLASS64) {
+  if (fits(0, sizeof(Elf64_Ehdr)) && std::memcmp(p, ELFMAG, SELFMAG) == 0 && p[EI_CLASS] == ELFCLASS64) {
     Elf64_Ehdr eh;
     std::memcpy(&eh, p, sizeof eh);
-    uint64_t end = std::max<uint64_t>(sizeof eh, eh.e_shoff + uint64_t{eh.e_shnum} * eh.e_shentsize);
-    end = std::max<uint64_t>(end, eh.e_phoff + uint64_t{eh.e_phnum} * eh.e_phentsize);
+    uint64_t sh_bytes = uint64_t{eh.e_shnum} * eh.e_shentsize, ph_bytes = uint64_t{eh.e_phnum} * eh.e_phentsize;
+    if (eh.e_shentsize < sizeof(Elf64_Shdr) && eh.e_shnum) return 0;
+    if (!fits(eh.e_shoff, sh_bytes) || !fits(eh.e_phoff, ph_bytes)) return 0;
+    uint64_t end = std::max<uint64_t>({sizeof eh, eh.e_shoff + sh_bytes, eh.e_phoff + ph_bytes});
     for (unsigned i = 0; i < eh.e_shnum; ++i) {
       Elf64_Shdr sh;
       std::memcpy(&sh, p + eh.e_shoff + uint64_t{i} * eh.e_shentsize, sizeof sh);
-      if (sh.sh_type != SHT_NOBITS) end = std::max<uint64_t>(end, sh.sh_offset + sh.sh_size);
+      if (sh.sh_type == SHT_NOBITS) continue;
+      if (sh.sh_size > UINT64_MAX - sh.sh_offset) return 0;
+      end = std::max<uint64_t>(end, sh.sh_offset + sh.sh_size);
     }
     return end;
   }
-  // PTX: printable text starting with a comment or directive.
-  if (p[0] == '/' || p[0] == '.' || p[0] == '\n' || p[0] == ' ' || p[0] == '\t')
-    return std::strlen(reinterpret_cast<const char*>(p)) + 1;
+  // PTX: printable text starting with a comment, directive or whitespace, through its NUL.
+  if (p[0] == '/' || p[0] == '.' || p[0] == '\n' || p[0] == ' ' || p[0] == '\t') {
+    const void* nul = std::memchr(p, 0, available == UINT64_MAX ? std::strlen(reinterpret_cast<const char*>(p)) + 1 : available);
+    return nul ? static_cast<const uint8_t*>(nul) - p + 1 : 0;
+  }
   return 0;
 }
 

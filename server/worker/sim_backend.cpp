@@ -286,12 +286,10 @@ Status SimBackend::CtxGetLimit(uint32_t limit, uint64_t& value) {
 
 Status SimBackend::ModuleLoad(Blob image, uint32_t kind, uint64_t& handle) {
   if (kind > 1 || image.size == 0) return CUDA_ERROR_INVALID_VALUE;
-  // The image must be what it claims to be, and complete.
-  std::vector<uint8_t> bytes(static_cast<const uint8_t*>(image.data), static_cast<const uint8_t*>(image.data) + image.size);
-  bytes.resize(bytes.size() + 16, 0);  // sizing reads a header; never past our copy
-  uint64_t need = proto::moduleImageSize(bytes.data());
+  // The image must be what it claims to be, and complete; sizing never reads past what arrived.
+  uint64_t need = proto::moduleImageSize(image.data, image.size);
   if (need == 0 || need > image.size) return CUDA_ERROR_INVALID_IMAGE;
-  bytes.resize(image.size);
+  std::vector<uint8_t> bytes(static_cast<const uint8_t*>(image.data), static_cast<const uint8_t*>(image.data) + image.size);
   handle = newHandle(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary);
   images_[handle] = std::move(bytes);
   return CUDA_SUCCESS;

@@ -8,6 +8,7 @@
 #include "gpool/protocol/frame_io.h"
 #include "gpool/protocol/handshake.h"
 #include "gpool/protocol/loopback_transport.h"
+#include "gpool/protocol/module_image.h"
 #include "gpool/protocol/transport.h"
 
 using namespace gpool::proto;
@@ -166,4 +167,29 @@ TEST(Tcp, UnreachableServerNamesTheAddress) {
   }
   EXPECT_THROW(connectTcp("bad address:x"), TransportError);
   EXPECT_THROW(connectTcp("127.0.0.1:0"), TransportError);
+}
+
+TEST(ModuleImage, SizingNeverReadsPastWhatArrived) {
+  // An ELF header promising section headers far beyond the bytes received.
+  std::vector<uint8_t> elf(64, 0);
+  std::memcpy(elf.data(), "\x7f" "ELF", 4);
+  elf[4] = 2;  // ELFCLASS64
+  uint64_t shoff = 1ull << 40;
+  std::memcpy(elf.data() + 0x28, &shoff, 8);
+  uint16_t shentsize = 64, shnum = 3;
+  std::memcpy(elf.data() + 0x3a, &shentsize, 2);
+  std::memcpy(elf.data() + 0x3c, &shnum, 2);
+  EXPECT_EQ(moduleImageSize(elf.data(), elf.size()), 0u);
+  EXPECT_EQ(moduleImageSize(elf.data(), 10), 0u);  // shorter than the ELF header
+  // A fat binary header whose size fields overflow.
+  std::vector<uint8_t> fat(16, 0xff);
+  uint32_t magic = kFatbinMagic;
+  std::memcpy(fat.data(), &magic, 4);
+  EXPECT_EQ(moduleImageSize(fat.data(), fat.size()), 0u);
+  EXPECT_EQ(moduleImageSize(fat.data(), 8), 0u);
+  // PTX without its NUL inside the received bytes.
+  const char ptx[] = "// ptx text";
+  EXPECT_EQ(moduleImageSize(ptx, 5), 0u);
+  EXPECT_EQ(moduleImageSize(ptx, sizeof ptx), sizeof ptx);
+  EXPECT_EQ(moduleImageSize(ptx), sizeof ptx);
 }

@@ -185,3 +185,81 @@ TEST(SimBackend, EventsAndStreamsFollowCudaRules) {
   EXPECT_EQ(b.StreamSynchronize(s), kInvalidHandle);
   EXPECT_EQ(b.StreamSynchronize(0), 0);
 }
+
+// Random frames for every message number: the worker answers, or closes the connection, and never
+// crashes or hangs. Payloads are random bytes, random truncations of valid encodings, or valid
+// encodings carrying random handles, pointers and sizes.
+TEST(Dispatcher, RandomFramesNeverCrashTheWorker) {
+  std::vector<uint16_t> ids{kMsgMemcpyDtoH, 0x0000, 0xffff};
+#define X(name, number, mode, ins, outs) ids.push_back(number);
+#include "gpool/protocol/calls.def"
+#undef X
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto rnd = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  int answered = 0, closed = 0;
+  for (int iter = 0; iter < 1500; ++iter) {
+    Harness h;
+    test::RawClient c(*h.client);
+    uint16_t msg = ids[rnd() % ids.size()];
+    std::vector<uint8_t> payload;
+    switch (iter % 3) {
+      case 0:
+        payload.resize(rnd() % 64);
+        break;
+      case 1:  // plausible fields, then cut short
+        for (int k = 0; k < 12; ++k) {
+          uint64_t v = (rnd() % 4 == 0) ? rnd() % 16 : rnd();
+          Writer(payload).put(v);
+        }
+        payload.resize(rnd() % (payload.size() + 1));
+        break;
+      case 2: {  // a well-formed request of a random call with random values
+        std::vector<uint8_t> blob(rnd() % 300);
+        for (auto& b : blob) b = static_cast<uint8_t>(rnd());
+        auto fill = [&](auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, Blob>) v = Blob{blob.data(), blob.size()};
+          else if constexpr (std::is_same_v<T, std::string>) v = std::string(rnd() % 20, 'k');
+          else if constexpr (std::is_same_v<T, float>) v = static_cast<float>(rnd() % 1000);
+          else v = static_cast<T>(rnd() % 3 == 0 ? rnd() % 8 : rnd());
+        };
+        size_t pick = rnd() % (ids.size() - 3);
+        size_t i = 0;
+#define X(name, number, mode, ins, outs)                                         \
+  if (i++ == pick) {                                                             \
+    calls::name::in::tuple t;                                                    \
+    std::apply([&](auto&... v) { (fill(v), ...); }, t);                          \
+    std::apply([&](const auto&... v) { Writer(payload).putAll(v...); }, t);      \
+    msg = number;                                                                \
+  }
+#include "gpool/protocol/calls.def"
+#undef X
+        break;
+      }
+    }
+    for (auto& b : payload)
+      if (iter % 3 == 0) b = static_cast<uint8_t>(rnd());
+    c.send(msg, kWantsReply, payload);
+    // Whatever happened, the worker must still answer a valid call, or have closed the connection.
+    try {
+      std::vector<uint8_t> p;
+      recvFrame(*h.client, p, 1 << 20);  // the reply to the random frame
+      c.send(calls::CtxSynchronize::id, kWantsReply, {});
+      FrameHeader fh = recvFrame(*h.client, p, 1 << 20);
+      EXPECT_EQ(fh.msg, calls::CtxSynchronize::id);
+      ++answered;
+    } catch (const TransportError&) {
+      ++closed;
+    }
+    h.finish();
+  }
+  EXPECT_EQ(answered + closed, 1500);
+  std::printf("random frames: %d answered, %d connections closed\n", answered, closed);
+  EXPECT_GT(closed, 0);    // malformed frames were refused
+  EXPECT_GT(answered, 0);  // well-formed ones were served
+}

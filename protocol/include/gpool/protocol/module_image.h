@@ -10,8 +10,9 @@ inline constexpr uint32_t kFatbincMagic = 0x466243b1;  // fatbinc wrapper {magic
 inline constexpr uint32_t kFatbinMagic = 0xba55ed50;   // fat binary header
 
 // Size in bytes of the image at `image` (fat binary header + entries, ELF through its last section
-// or program header, PTX through its NUL). 0 when the bytes are not a known image kind.
-uint64_t moduleImageSize(const void* image);
+// or program header, PTX through its NUL). 0 when the bytes are not a known image kind, or when reading
+// its headers would go past `available` bytes (pass the received size for untrusted images).
+uint64_t moduleImageSize(const void* image, uint64_t available = UINT64_MAX);
 // A fatbinc wrapper's fat binary, or nullptr when `wrapper` is not one.
 const void* fatbinFromWrapper(const void* wrapper);
 
