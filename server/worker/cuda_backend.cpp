@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gpool/protocol/module_image.h"
 #include "resources.h"
 
 namespace gpool::worker {
@@ -257,8 +258,10 @@ class CudaBackend final : public Backend {
 
   Status ModuleLoad(Blob image, uint32_t kind, uint64_t& handle) override {
     if (kind > 1 || image.size == 0) return CUDA_ERROR_INVALID_VALUE;
-    // The driver reads the image through its own headers: hand it a private, padded copy so a forged
-    // size field cannot make it read past what arrived.
+    // The driver reads the image through its own headers: refuse one whose headers claim more than
+    // arrived, and hand it a private, padded copy.
+    uint64_t need = proto::moduleImageSize(image.data, image.size);
+    if (need == 0 || need > image.size) return CUDA_ERROR_INVALID_IMAGE;
     std::vector<uint8_t> copy(static_cast<const uint8_t*>(image.data), static_cast<const uint8_t*>(image.data) + image.size);
     copy.resize(copy.size() + 64, 0);
     if (kind == 0) {
