@@ -90,3 +90,28 @@ GPOOL_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* 
 GPOOL_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction f, int block_size, size_t smem) {
   return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, f, block_size, smem, 0);
 }
+
+GPOOL_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, CUfunction f, int blocks, int block_size) {
+  GPOOL_TRY
+  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  std::tuple<uint64_t> r;
+  int st = conn->call<calls::OccupancyAvailableDynamicSMem>(r, reinterpret_cast<uint64_t>(f), int32_t{blocks}, int32_t{block_size});
+  *bytes = std::get<0>(r);
+  return static_cast<CUresult>(st);
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuOccupancyMaxActiveClusters(int* clusters, CUfunction f, const CUlaunchConfig* c) {
+  GPOOL_TRY
+  if (!clusters || !c) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  std::tuple<int32_t> r;
+  Blob attrs{c->attrs, c->attrs ? c->numAttrs * sizeof(CUlaunchAttribute) : 0};
+  int st = conn->call<calls::OccupancyMaxActiveClusters>(r, reinterpret_cast<uint64_t>(f), c->gridDimX, c->gridDimY,
+                                                        c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+                                                        c->sharedMemBytes, attrs);
+  *clusters = std::get<0>(r);
+  return static_cast<CUresult>(st);
+  GPOOL_CATCH
+}

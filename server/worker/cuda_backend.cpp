@@ -29,7 +29,7 @@ namespace {
   F(cuModuleUnload) F(cuModuleGetFunction) F(cuModuleGetGlobal) F(cuLibraryLoadData) F(cuLibraryUnload) \
   F(cuLibraryGetKernel) F(cuLibraryGetGlobal) F(cuKernelGetFunction) F(cuFuncGetParamInfo)              \
   F(cuFuncGetAttribute) F(cuFuncSetAttribute) F(cuFuncSetCacheConfig) F(cuLaunchKernelEx)               \
-  F(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) F(cuGetErrorName) F(cuMemHostAlloc) F(cuMemFreeHost)
+  F(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) F(cuGetErrorName) F(cuMemHostAlloc) F(cuMemFreeHost) F(cuOccupancyAvailableDynamicSMemPerBlock) F(cuOccupancyMaxActiveClusters)
 
 struct Driver {
   void* lib = nullptr;
@@ -349,8 +349,7 @@ class CudaBackend final : public Backend {
   Status LaunchKernel(uint64_t f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz,
                       uint32_t shared, uint64_t stream, Blob params, Blob attrs) override {
     if (!res_.hasLaunchable(f) || !res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-    if (attrs.size % sizeof(CUlaunchAttribute) != 0 || attrs.size / sizeof(CUlaunchAttribute) > 32)
-      return CUDA_ERROR_INVALID_VALUE;
+    if (!validAttributes(attrs)) return CUDA_ERROR_INVALID_VALUE;
     const std::vector<uint32_t>* layout = nullptr;
     if (CUresult r = paramLayout(f, layout); r != CUDA_SUCCESS) return r;
     args_.clear();
@@ -359,15 +358,7 @@ class CudaBackend final : public Backend {
       if (uint64_t{(*layout)[i]} + (*layout)[i + 1] > params.size) return CUDA_ERROR_INVALID_VALUE;
       args_.push_back(const_cast<uint8_t*>(base + (*layout)[i]));
     }
-    attrs_.resize(attrs.size / sizeof(CUlaunchAttribute));
-    if (attrs.size) std::memcpy(attrs_.data(), attrs.data, attrs.size);
-    CUlaunchConfig cfg{};
-    cfg.gridDimX = gx; cfg.gridDimY = gy; cfg.gridDimZ = gz;
-    cfg.blockDimX = bx; cfg.blockDimY = by; cfg.blockDimZ = bz;
-    cfg.sharedMemBytes = shared;
-    cfg.hStream = stream_(stream);
-    cfg.attrs = attrs_.empty() ? nullptr : attrs_.data();
-    cfg.numAttrs = static_cast<unsigned>(attrs_.size());
+    CUlaunchConfig cfg = config(gx, gy, gz, bx, by, bz, shared, stream, attrs);
     return d_.cuLaunchKernelEx_(&cfg, reinterpret_cast<CUfunction>(f), args_.data(), nullptr);
   }
   Status OccupancyMaxActiveBlocks(uint64_t f, int32_t block, uint64_t smem, uint32_t flags, int32_t& blocks) override {
@@ -380,7 +371,47 @@ class CudaBackend final : public Backend {
     return r;
   }
 
+  Status OccupancyAvailableDynamicSMem(uint64_t f, int32_t blocks, int32_t block, uint64_t& bytes) override {
+    if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+    CUfunction fn = nullptr;
+    if (CUresult r = function(f, fn); r != CUDA_SUCCESS) return r;
+    size_t n = 0;
+    CUresult r = d_.cuOccupancyAvailableDynamicSMemPerBlock_(&n, fn, blocks, block);
+    bytes = n;
+    return r;
+  }
+
+  Status OccupancyMaxActiveClusters(uint64_t f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by,
+                                    uint32_t bz, uint32_t shared, Blob attrs, int32_t& clusters) override {
+    if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!validAttributes(attrs)) return CUDA_ERROR_INVALID_VALUE;
+    CUfunction fn = nullptr;
+    if (CUresult r = function(f, fn); r != CUDA_SUCCESS) return r;
+    CUlaunchConfig cfg = config(gx, gy, gz, bx, by, bz, shared, 0, attrs);
+    int n = 0;
+    CUresult r = d_.cuOccupancyMaxActiveClusters_(&n, fn, &cfg);
+    clusters = n;
+    return r;
+  }
+
  private:
+  static bool validAttributes(Blob attrs) {
+    return attrs.size % sizeof(CUlaunchAttribute) == 0 && attrs.size / sizeof(CUlaunchAttribute) <= 32;
+  }
+  // A launch configuration; its attributes live in attrs_ until the next call.
+  CUlaunchConfig config(uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared,
+                        uint64_t stream, Blob attrs) {
+    attrs_.resize(attrs.size / sizeof(CUlaunchAttribute));
+    if (attrs.size) std::memcpy(attrs_.data(), attrs.data, attrs.size);
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = gx; cfg.gridDimY = gy; cfg.gridDimZ = gz;
+    cfg.blockDimX = bx; cfg.blockDimY = by; cfg.blockDimZ = bz;
+    cfg.sharedMemBytes = shared;
+    cfg.hStream = stream_(stream);
+    cfg.attrs = attrs_.empty() ? nullptr : attrs_.data();
+    cfg.numAttrs = static_cast<unsigned>(attrs_.size());
+    return cfg;
+  }
   static CUstream stream_(uint64_t s) { return reinterpret_cast<CUstream>(s); }
   static CUevent event_(uint64_t e) { return reinterpret_cast<CUevent>(e); }
 

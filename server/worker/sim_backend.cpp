@@ -409,4 +409,30 @@ Status SimBackend::OccupancyMaxActiveBlocks(uint64_t f, int32_t block, uint64_t,
   return CUDA_SUCCESS;
 }
 
+Status SimBackend::OccupancyMaxActiveClusters(uint64_t f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx,
+                                              uint32_t by, uint32_t bz, uint32_t, Blob attrs, int32_t& clusters) {
+  if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || uint64_t{bx} * by * bz > 1024)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (attrs.size % sizeof(CUlaunchAttribute) != 0) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t cluster = 1;
+  for (uint64_t i = 0; i < attrs.size / sizeof(CUlaunchAttribute); ++i) {
+    CUlaunchAttribute a;
+    std::memcpy(&a, static_cast<const uint8_t*>(attrs.data) + i * sizeof a, sizeof a);
+    if (a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+      cluster = uint64_t{a.value.clusterDim.x} * a.value.clusterDim.y * a.value.clusterDim.z;
+  }
+  if (cluster == 0 || cluster > 16) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  clusters = static_cast<int32_t>(132 / cluster);  // one resident block per SM of the modelled device
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::OccupancyAvailableDynamicSMem(uint64_t f, int32_t blocks, int32_t block, uint64_t& bytes) {
+  if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+  if (blocks <= 0 || block <= 0 || block > 1024) return CUDA_ERROR_INVALID_VALUE;
+  // The modelled SM's shared memory, split among the resident blocks, capped at the opt-in maximum.
+  bytes = std::min<uint64_t>(232448, 233472 / static_cast<uint64_t>(blocks));
+  return CUDA_SUCCESS;
+}
+
 }  // namespace gpool::worker

@@ -263,3 +263,24 @@ TEST(Dispatcher, RandomFramesNeverCrashTheWorker) {
   EXPECT_GT(closed, 0);    // malformed frames were refused
   EXPECT_GT(answered, 0);  // well-formed ones were served
 }
+
+TEST(Dispatcher, OccupancyQueriesCheckHandlesAndClusterSizes) {
+  Harness h;
+  test::RawClient c(*h.client);
+  const char ptx[] = "// a PTX module\n.version 8.0\n";
+  auto [st, mod] = c.call<calls::ModuleLoad>(Blob{ptx, sizeof ptx}, 0u);
+  ASSERT_EQ(st, 0);
+  auto [st2, fn] = c.call<calls::ModuleGetFunction>(std::get<0>(mod), 0u, std::string("k"));
+  ASSERT_EQ(st2, 0);
+  uint64_t f = std::get<0>(fn);
+  auto [s1, clusters] = c.call<calls::OccupancyMaxActiveClusters>(f, 8u, 1u, 1u, 128u, 1u, 1u, 0u, Blob{});
+  EXPECT_EQ(s1, 0);
+  EXPECT_GT(std::get<0>(clusters), 0);
+  EXPECT_EQ(c.call<calls::OccupancyMaxActiveClusters>(uint64_t{5}, 8u, 1u, 1u, 128u, 1u, 1u, 0u, Blob{}).first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::OccupancyMaxActiveClusters>(f, 8u, 1u, 1u, 128u, 1u, 1u, 0u, Blob{"abc", 3}).first, kInvalidValue);
+  auto [s2, smem] = c.call<calls::OccupancyAvailableDynamicSMem>(f, 2, 256);
+  EXPECT_EQ(s2, 0);
+  EXPECT_GT(std::get<0>(smem), 0u);
+  EXPECT_EQ(c.call<calls::OccupancyAvailableDynamicSMem>(f, 0, 256).first, kInvalidValue);
+  EXPECT_TRUE(h.finish().clean);
+}
