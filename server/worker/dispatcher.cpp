@@ -53,6 +53,10 @@ void Dispatcher::reply(const proto::FrameHeader& h, const std::vector<uint8_t>& 
   proto::sendFrame(transport_, h.msg, proto::kIsReply, h.seq, payload.data(), payload.size());
 }
 
+void Dispatcher::replyStatus(const proto::FrameHeader& h, Status st) {
+  proto::sendFrame(transport_, h.msg, proto::kIsReply, h.seq, &st, sizeof st);
+}
+
 // Reply layout: `bytes` of data then the status (4 bytes) when the copy runs; the status alone when it
 // is refused up front. Data streams in chunks so a large copy never needs a buffer of its size.
 void Dispatcher::memcpyDtoH(const proto::FrameHeader& h) {
@@ -66,13 +70,13 @@ void Dispatcher::memcpyDtoH(const proto::FrameHeader& h) {
   latched_ = 0;
   if (st == 0) st = backend_.checkDeviceRange(src, bytes);
   if (st != 0) {
-    reply(h, std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(&st), reinterpret_cast<const uint8_t*>(&st) + 4));
+    replyStatus(h, st);
     return;
   }
   proto::FrameHeader rh{static_cast<uint32_t>(bytes + sizeof(Status)), h.msg, proto::kIsReply, h.seq};
   if (bytes + sizeof(Status) > UINT32_MAX) {
     st = kInvalidValue;  // a single reply frame cannot carry it; the client splits larger copies
-    reply(h, std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(&st), reinterpret_cast<const uint8_t*>(&st) + 4));
+    replyStatus(h, st);
     return;
   }
   proto::ConstBuffer hb{&rh, sizeof rh};
@@ -101,11 +105,7 @@ void Dispatcher::handle(const proto::FrameHeader& h) {
       return memcpyDtoH(h);
     default:
       spdlog::warn("unknown message number {:#06x} ({} bytes) from {}", h.msg, h.length, transport_.peer());
-      if (h.flags & proto::kWantsReply) {
-        std::vector<uint8_t> p(4);
-        std::memcpy(p.data(), &kNotSupported, 4);
-        reply(h, p);
-      }
+      if (h.flags & proto::kWantsReply) replyStatus(h, kNotSupported);
   }
 }
 

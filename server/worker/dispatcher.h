@@ -27,6 +27,8 @@ class Dispatcher {
  private:
   void handle(const proto::FrameHeader& h);
   void reply(const proto::FrameHeader& h, const std::vector<uint8_t>& payload);
+  // A reply that carries only a status (refusals, unknown messages).
+  void replyStatus(const proto::FrameHeader& h, Status st);
   void memcpyDtoH(const proto::FrameHeader& h);
   template <typename C>
   void dispatch(const proto::FrameHeader& h, typename C::handler Backend::*method);
