@@ -74,10 +74,6 @@ GPOOL_EXPORT CUresult cuStreamGetPriority(CUstream s, int* priority) {
   GPOOL_TRY if (!priority) return CUDA_ERROR_INVALID_VALUE; return streamFlags(raw(s), nullptr, priority); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuStreamGetPriority_ptsz(CUstream s, int* priority) { return cuStreamGetPriority(s, priority); }
-GPOOL_EXPORT CUresult cuStreamIsCapturing(CUstream, CUstreamCaptureStatus* status) {
-  GPOOL_TRY if (!status) return CUDA_ERROR_INVALID_VALUE; *status = CU_STREAM_CAPTURE_STATUS_NONE; return CUDA_SUCCESS; GPOOL_CATCH
-}
-GPOOL_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus* status) { return cuStreamIsCapturing(s, status); }
 GPOOL_EXPORT CUresult cuStreamGetCtx(CUstream, CUcontext* ctx) {
   GPOOL_TRY
   if (!ctx) return CUDA_ERROR_INVALID_VALUE;

@@ -24,11 +24,14 @@ namespace {
 
 using Slot = void*;
 
+// The arguments are unknown; the first four registers are logged (some may be unset) as a clue.
 template <int Table, int Index>
-CUresult trap() {
+CUresult trap(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3) {
   static int once;
   if (!__atomic_exchange_n(&once, 1, __ATOMIC_RELAXED))
-    GPOOL_LOG(Level::kWarn, "private table %d slot %d was called; gpool does not implement it (returning CUDA_ERROR_NOT_SUPPORTED)", Table, Index);
+    GPOOL_LOG(Level::kWarn, "private table %d slot %d was called (first argument registers %#llx %#llx %#llx %#llx); "
+              "gpool does not implement it (returning CUDA_ERROR_NOT_SUPPORTED)", Table, Index,
+              (unsigned long long)a0, (unsigned long long)a1, (unsigned long long)a2, (unsigned long long)a3);
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
@@ -123,6 +126,24 @@ CUresult blasFlag(uint64_t a0, uint64_t* out) {
   return CUDA_SUCCESS;
 }
 
+// Slot 51, called by cublasSgemm and friends as (0, stream, &out): observed to want the stream's
+// context, which slot 39 is then asked about. gpool has one context per device: the current one.
+CUresult blasStreamContext(uint64_t, CUstream, CUcontext* out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = cuCtxGetCurrent(out);
+  if (r == CUDA_SUCCESS && !*out) r = cuDevicePrimaryCtxRetain(out, 0);
+  return r;
+}
+// Slot 39, called as (0, context, &out, 1) with a zeroed 16-byte `out`. Its meaning is not known; the
+// zeros are left as they are (no restriction), which cuBLAS accepts. Logged once so a GPU run can
+// compare it with what NVIDIA's driver answers.
+CUresult blasContextQuery(uint64_t, CUcontext, void* out, unsigned kind) {
+  static int once;
+  if (!__atomic_exchange_n(&once, 1, __ATOMIC_RELAXED))
+    GPOOL_LOG(Level::kDebug, "private table 7 slot 39 (kind %u) answered with zeros", kind);
+  return out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 struct Tables {
   std::array<Slot, 13> runtime = makeTable<1, 13>(true);
   std::array<Slot, 7> hooks = makeTable<2, 7>(true);
@@ -161,6 +182,8 @@ Tables::Tables() {
   checks[3] = fn(&ccZero);
   integrity[1] = fn(&integrityCheck);
   blas[4] = fn(&blasFlag);
+  blas[39] = fn(&blasContextQuery);
+  blas[51] = fn(&blasStreamContext);
 }
 
 // --- d4082055: integrity check (§3) ----------------------------------------------------------------

@@ -5,6 +5,7 @@
 #define __CUDA_API_VERSION_INTERNAL 1  // the library defines the versioned entry points itself
 #include <cuda.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -81,6 +82,9 @@ class State {
   void addStream(uint64_t s, StreamInfo info);
   void removeStream(uint64_t s);
   bool streamInfo(uint64_t s, StreamInfo& info);
+
+  // Stream captures begun and not yet ended: while none is, capture queries are answered locally.
+  std::atomic<int> active_captures{0};
 
   std::mutex mu;  // guards everything below and the contexts
 

@@ -29,7 +29,10 @@ namespace {
   F(cuModuleUnload) F(cuModuleGetFunction) F(cuModuleGetGlobal) F(cuLibraryLoadData) F(cuLibraryUnload) \
   F(cuLibraryGetKernel) F(cuLibraryGetGlobal) F(cuKernelGetFunction) F(cuFuncGetParamInfo)              \
   F(cuFuncGetAttribute) F(cuFuncSetAttribute) F(cuFuncSetCacheConfig) F(cuLaunchKernelEx)               \
-  F(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) F(cuGetErrorName) F(cuMemHostAlloc) F(cuMemFreeHost) F(cuOccupancyAvailableDynamicSMemPerBlock) F(cuOccupancyMaxActiveClusters)
+  F(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) F(cuGetErrorName) F(cuMemHostAlloc) F(cuMemFreeHost) F(cuOccupancyAvailableDynamicSMemPerBlock) F(cuOccupancyMaxActiveClusters)         \
+  F(cuStreamBeginCapture) F(cuStreamEndCapture) F(cuStreamGetCaptureInfo) F(cuStreamIsCapturing)          \
+  F(cuThreadExchangeStreamCaptureMode) F(cuGraphInstantiateWithFlags) F(cuGraphLaunch) F(cuGraphUpload)   \
+  F(cuGraphExecDestroy) F(cuGraphDestroy) F(cuGraphGetNodes)
 
 struct Driver {
   void* lib = nullptr;
@@ -158,6 +161,8 @@ class CudaBackend final : public Backend {
   Status MemcpyHtoD(uint64_t dst, Blob data, uint64_t stream, uint32_t async) override {
     if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
     if (!res_.containsRange(dst, data.size)) return CUDA_ERROR_INVALID_VALUE;
+    // A captured copy would read the frame buffer at replay, long after it was reused.
+    if (capturing(stream)) return refuseInCapture("a host-to-device copy");
     if (!async) return d_.cuMemcpyHtoD_(dst, data.data, data.size);
     // The frame buffer is reused for the next message; a pageable source makes the driver stage
     // the bytes before the call returns.
@@ -166,6 +171,7 @@ class CudaBackend final : public Backend {
   Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) override {
     if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
     if (!res_.containsRange(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    if (capturing(stream)) return refuseInCapture("a device-to-host copy");
     if (stream == 0) return d_.cuMemcpyDtoH_(dst, src, bytes);
     CUresult r = d_.cuMemcpyDtoHAsync_(dst, src, bytes, stream_(stream));
     return r != CUDA_SUCCESS ? r : d_.cuStreamSynchronize_(stream_(stream));
@@ -394,7 +400,74 @@ class CudaBackend final : public Backend {
     return r;
   }
 
+  Status StreamBeginCapture(uint64_t stream, uint32_t mode) override {
+    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+    return d_.cuStreamBeginCapture_(stream_(stream), static_cast<CUstreamCaptureMode>(mode));
+  }
+  Status StreamEndCapture(uint64_t stream, uint64_t& graph) override {
+    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    CUgraph g = nullptr;
+    CUresult r = d_.cuStreamEndCapture_(stream_(stream), &g);
+    if (r == CUDA_SUCCESS) res_.add(HandleKind::kGraph, graph = reinterpret_cast<uint64_t>(g));
+    return r;
+  }
+  Status StreamCaptureInfo(uint64_t stream, uint32_t& status, uint64_t& id) override {
+    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t capture_id = 0;
+    CUresult r = d_.cuStreamGetCaptureInfo_(stream_(stream), &st, &capture_id, nullptr, nullptr, nullptr, nullptr);
+    status = st;
+    id = capture_id;
+    return r;
+  }
+  Status ThreadCaptureMode(uint32_t mode) override {
+    if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+    auto m = static_cast<CUstreamCaptureMode>(mode);
+    return d_.cuThreadExchangeStreamCaptureMode_(&m);
+  }
+  Status GraphInstantiate(uint64_t graph, uint64_t flags, uint64_t& exec) override {
+    if (!res_.has(HandleKind::kGraph, graph)) return CUDA_ERROR_INVALID_HANDLE;
+    CUgraphExec e = nullptr;
+    CUresult r = d_.cuGraphInstantiateWithFlags_(&e, reinterpret_cast<CUgraph>(graph), flags);
+    if (r == CUDA_SUCCESS) res_.add(HandleKind::kGraphExec, exec = reinterpret_cast<uint64_t>(e));
+    return r;
+  }
+  Status GraphLaunch(uint64_t exec, uint64_t stream) override {
+    if (!res_.has(HandleKind::kGraphExec, exec) || !res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    return d_.cuGraphLaunch_(reinterpret_cast<CUgraphExec>(exec), stream_(stream));
+  }
+  Status GraphUpload(uint64_t exec, uint64_t stream) override {
+    if (!res_.has(HandleKind::kGraphExec, exec) || !res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    return d_.cuGraphUpload_(reinterpret_cast<CUgraphExec>(exec), stream_(stream));
+  }
+  Status GraphExecDestroy(uint64_t exec) override {
+    if (!res_.remove(HandleKind::kGraphExec, exec)) return CUDA_ERROR_INVALID_HANDLE;
+    return d_.cuGraphExecDestroy_(reinterpret_cast<CUgraphExec>(exec));
+  }
+  Status GraphDestroy(uint64_t graph) override {
+    if (!res_.remove(HandleKind::kGraph, graph)) return CUDA_ERROR_INVALID_HANDLE;
+    return d_.cuGraphDestroy_(reinterpret_cast<CUgraph>(graph));
+  }
+  Status GraphNodeCount(uint64_t graph, uint64_t& nodes) override {
+    if (!res_.has(HandleKind::kGraph, graph)) return CUDA_ERROR_INVALID_HANDLE;
+    size_t n = 0;
+    CUresult r = d_.cuGraphGetNodes_(reinterpret_cast<CUgraph>(graph), nullptr, &n);
+    nodes = n;
+    return r;
+  }
+
  private:
+  bool capturing(uint64_t stream) {
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return stream > 1 && d_.cuStreamIsCapturing_(stream_(stream), &st) == CUDA_SUCCESS &&
+           st != CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+  static Status refuseInCapture(const char* what) {
+    spdlog::warn("{} was issued into a stream capture; gpool cannot capture copies between client memory and "
+                 "the device (the capture is not changed)", what);
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
   static bool validAttributes(Blob attrs) {
     return attrs.size % sizeof(CUlaunchAttribute) == 0 && attrs.size / sizeof(CUlaunchAttribute) <= 32;
   }

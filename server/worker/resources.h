@@ -10,7 +10,7 @@
 
 namespace gpool::worker {
 
-enum class HandleKind { kStream, kEvent, kModule, kLibrary, kFunction, kKernel };
+enum class HandleKind { kStream, kEvent, kModule, kLibrary, kFunction, kKernel, kGraph, kGraphExec };
 
 class Resources {
  public:

@@ -130,6 +130,23 @@ uint64_t SimBackend::newHandle(HandleKind kind) {
   return h;
 }
 
+SimBackend::Capture* SimBackend::capturing(uint64_t stream) {
+  auto it = captures_.find(stream);
+  return it == captures_.end() ? nullptr : &it->second;
+}
+
+void SimBackend::issue(uint64_t stream, std::function<void()> op) {
+  if (Capture* c = capturing(stream)) c->ops.push_back(std::move(op));
+  else op();
+}
+
+Status SimBackend::refuseInCapture(Capture& c, const char* what) {
+  // As the driver does: the operation fails and the capture can only end invalidated.
+  spdlog::warn("sim: {} was issued into a stream capture (not capturable); the capture is invalidated", what);
+  c.invalidated = true;
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
 Status SimBackend::open(int device, proto::HelloReply& hello) {
   if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
   hello.driver_version = CUDA_VERSION;
@@ -163,6 +180,8 @@ Status SimBackend::MemAlloc(uint64_t bytes, uint64_t& dptr) {
 Status SimBackend::MemFree(uint64_t dptr) {
   auto r = res_.findRange(dptr);
   if (!r || r->first != dptr) return CUDA_ERROR_INVALID_VALUE;
+  for (const auto& [key, address] : globals_)
+    if (address == dptr) return CUDA_ERROR_INVALID_VALUE;  // a module variable, not an allocation
   used_ -= r->second;
   res_.removeRange(dptr);
   std::free(reinterpret_cast<void*>(dptr));
@@ -178,6 +197,7 @@ Status SimBackend::MemGetInfo(uint64_t& free_bytes, uint64_t& total) {
 Status SimBackend::MemcpyHtoD(uint64_t dst, Blob data, uint64_t stream, uint32_t) {
   if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if (!res_.containsRange(dst, data.size)) return CUDA_ERROR_INVALID_VALUE;
+  if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a host-to-device copy");
   if (data.size) std::memcpy(reinterpret_cast<void*>(dst), data.data, data.size);
   return CUDA_SUCCESS;
 }
@@ -185,6 +205,7 @@ Status SimBackend::MemcpyHtoD(uint64_t dst, Blob data, uint64_t stream, uint32_t
 Status SimBackend::MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) {
   if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if (!res_.containsRange(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a device-to-host copy");
   if (bytes) std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
   return CUDA_SUCCESS;
 }
@@ -192,7 +213,7 @@ Status SimBackend::MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t 
 Status SimBackend::MemcpyDtoD(uint64_t dst, uint64_t src, uint64_t bytes, uint64_t stream, uint32_t) {
   if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if (!res_.containsRange(dst, bytes) || !res_.containsRange(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
-  if (bytes) std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+  if (bytes) issue(stream, [=] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes); });
   return CUDA_SUCCESS;
 }
 
@@ -200,15 +221,17 @@ Status SimBackend::Memset(uint64_t dst, uint32_t value, uint32_t elem, uint64_t 
   if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if ((elem != 1 && elem != 2 && elem != 4) || count > UINT64_MAX / elem) return CUDA_ERROR_INVALID_VALUE;
   if (dst % elem != 0 || !res_.containsRange(dst, count * elem)) return CUDA_ERROR_INVALID_VALUE;
-  auto* p = reinterpret_cast<uint8_t*>(dst);
-  if (elem == 1) {
-    std::memset(p, static_cast<int>(value & 0xff), count);
-  } else if (elem == 2) {
-    auto v = static_cast<uint16_t>(value);
-    for (uint64_t i = 0; i < count; ++i) std::memcpy(p + 2 * i, &v, 2);
-  } else {
-    for (uint64_t i = 0; i < count; ++i) std::memcpy(p + 4 * i, &value, 4);
-  }
+  issue(stream, [=] {
+    auto* p = reinterpret_cast<uint8_t*>(dst);
+    if (elem == 1) {
+      std::memset(p, static_cast<int>(value & 0xff), count);
+    } else if (elem == 2) {
+      auto v = static_cast<uint16_t>(value);
+      for (uint64_t i = 0; i < count; ++i) std::memcpy(p + 2 * i, &v, 2);
+    } else {
+      for (uint64_t i = 0; i < count; ++i) std::memcpy(p + 4 * i, &value, 4);
+    }
+  });
   return CUDA_SUCCESS;
 }
 
@@ -225,13 +248,19 @@ Status SimBackend::StreamCreate(uint32_t, int32_t, uint64_t& stream) {
   return CUDA_SUCCESS;
 }
 Status SimBackend::StreamDestroy(uint64_t stream) {
-  return res_.remove(HandleKind::kStream, stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  if (!res_.remove(HandleKind::kStream, stream)) return CUDA_ERROR_INVALID_HANDLE;
+  captures_.erase(stream);
+  return CUDA_SUCCESS;
 }
 Status SimBackend::StreamSynchronize(uint64_t stream) {
-  return res_.hasStream(stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a stream synchronization");
+  return CUDA_SUCCESS;
 }
 Status SimBackend::StreamQuery(uint64_t stream) {
-  return res_.hasStream(stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a stream query");
+  return CUDA_SUCCESS;
 }
 Status SimBackend::StreamWaitEvent(uint64_t stream, uint64_t event, uint32_t) {
   if (!res_.hasStream(stream) || !res_.has(HandleKind::kEvent, event)) return CUDA_ERROR_INVALID_HANDLE;
@@ -251,8 +280,12 @@ Status SimBackend::EventDestroy(uint64_t event) {
 Status SimBackend::EventRecord(uint64_t event, uint64_t stream, uint32_t) {
   auto it = events_.find(event);
   if (it == events_.end() || !res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-  it->second.recorded = true;
-  it->second.at = std::chrono::steady_clock::now();
+  issue(stream, [this, event] {
+    if (auto e = events_.find(event); e != events_.end()) {
+      e->second.recorded = true;
+      e->second.at = std::chrono::steady_clock::now();
+    }
+  });
   return CUDA_SUCCESS;
 }
 Status SimBackend::EventSynchronize(uint64_t event) {
@@ -270,7 +303,10 @@ Status SimBackend::EventElapsedTime(uint64_t start, uint64_t end, float& ms) {
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::CtxSynchronize() { return CUDA_SUCCESS; }
+Status SimBackend::CtxSynchronize() {
+  for (auto& [stream, c] : captures_) return refuseInCapture(c, "a context synchronization");
+  return CUDA_SUCCESS;
+}
 Status SimBackend::CtxSetLimit(uint32_t limit, uint64_t value) {
   if (limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
   limits_[limit] = value;
@@ -289,9 +325,10 @@ Status SimBackend::ModuleLoad(Blob image, uint32_t kind, uint64_t& handle) {
   // The image must be what it claims to be, and complete; sizing never reads past what arrived.
   uint64_t need = proto::moduleImageSize(image.data, image.size);
   if (need == 0 || need > image.size) return CUDA_ERROR_INVALID_IMAGE;
-  std::vector<uint8_t> bytes(static_cast<const uint8_t*>(image.data), static_cast<const uint8_t*>(image.data) + image.size);
+  CubinIndex index = CubinIndex::build(static_cast<const uint8_t*>(image.data), image.size);
+  if (index.empty()) spdlog::debug("sim: module image describes no globals or parameters ({})", index.why());
   handle = newHandle(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary);
-  images_[handle] = std::move(bytes);
+  images_[handle] = std::move(index);
   return CUDA_SUCCESS;
 }
 
@@ -299,6 +336,11 @@ Status SimBackend::ModuleUnload(uint64_t handle, uint32_t kind) {
   if (kind > 1 || !res_.remove(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
     return CUDA_ERROR_INVALID_HANDLE;
   images_.erase(handle);
+  for (auto it = globals_.lower_bound({handle, std::string{}}); it != globals_.end() && it->first.first == handle;) {
+    res_.removeRange(it->second);
+    std::free(reinterpret_cast<void*>(it->second));
+    it = globals_.erase(it);
+  }
   for (auto it = functions_.begin(); it != functions_.end();) {
     if (it->second.owner == handle) {
       res_.remove(HandleKind::kFunction, it->first);
@@ -325,11 +367,29 @@ Status SimBackend::ModuleGetFunction(uint64_t handle, uint32_t kind, std::string
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::ModuleGetGlobal(uint64_t handle, uint32_t kind, std::string name, uint64_t&, uint64_t&) {
+Status SimBackend::ModuleGetGlobal(uint64_t handle, uint32_t kind, std::string name, uint64_t& dptr,
+                                   uint64_t& bytes) {
   if (kind > 1 || !res_.has(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
     return CUDA_ERROR_INVALID_HANDLE;
-  (void)name;
-  return CUDA_ERROR_NOT_FOUND;  // the sim does not parse images for variables
+  const CubinIndex::Global* g = images_[handle].global(name);
+  if (!g) return CUDA_ERROR_NOT_FOUND;
+  auto [it, fresh] = globals_.try_emplace({handle, name}, 0);
+  if (fresh) {
+    // Placed on first use, with the image's initial bytes; lives until the module is unloaded.
+    uint64_t rounded = (std::max<uint64_t>(g->size, 1) + kAlign - 1) / kAlign * kAlign;
+    void* p = std::aligned_alloc(kAlign, rounded);
+    if (!p) {
+      globals_.erase(it);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    std::memset(p, 0, rounded);
+    if (!g->init.empty()) std::memcpy(p, g->init.data(), g->init.size());
+    it->second = reinterpret_cast<uint64_t>(p);
+    res_.addRange(it->second, std::max<uint64_t>(g->size, 1));
+  }
+  dptr = it->second;
+  bytes = g->size;
+  return CUDA_SUCCESS;
 }
 
 Status SimBackend::KernelGetFunction(uint64_t kernel, uint64_t& function) {
@@ -346,9 +406,15 @@ Status SimBackend::KernelGetFunction(uint64_t kernel, uint64_t& function) {
 
 Status SimBackend::FuncGetParamLayout(uint64_t f, std::vector<uint32_t>& layout) {
   if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
-  auto k = kernels_.find(functions_[f].name);
-  if (k == kernels_.end()) return CUDA_ERROR_NOT_SUPPORTED;  // parameters unknown to the sim
-  layout = k->second.layout;
+  const Function& fn = functions_[f];
+  if (auto k = kernels_.find(fn.name); k != kernels_.end()) {
+    layout = k->second.layout;
+    return CUDA_SUCCESS;
+  }
+  auto image = images_.find(fn.owner);
+  auto described = image != images_.end() ? image->second.paramLayout(fn.name) : std::nullopt;
+  if (!described) return CUDA_ERROR_NOT_SUPPORTED;  // parameters unknown to the sim
+  layout = std::move(*described);
   return CUDA_SUCCESS;
 }
 
@@ -388,17 +454,26 @@ Status SimBackend::LaunchKernel(uint64_t f, uint32_t gx, uint32_t gy, uint32_t g
   ++launches_;
   auto k = kernels_.find(functions_[f].name);
   if (k == kernels_.end()) {
+    // Recorded, not run; the arguments must still cover the parameters the image declares.
+    std::vector<uint32_t> layout;
+    if (FuncGetParamLayout(f, layout) == CUDA_SUCCESS)
+      for (size_t i = 0; i + 1 < layout.size(); i += 2)
+        if (uint64_t{layout[i]} + layout[i + 1] > params.size) return CUDA_ERROR_INVALID_VALUE;
     spdlog::debug("sim: launch of {} recorded (no host implementation)", functions_[f].name);
+    issue(stream, [] {});  // still a node when captured
     return CUDA_SUCCESS;
   }
   const auto& layout = k->second.layout;
-  std::vector<void*> args;
-  for (size_t i = 0; i + 1 < layout.size(); i += 2) {
+  for (size_t i = 0; i + 1 < layout.size(); i += 2)
     if (uint64_t{layout[i]} + layout[i + 1] > params.size) return CUDA_ERROR_INVALID_VALUE;
-    args.push_back(const_cast<uint8_t*>(static_cast<const uint8_t*>(params.data) + layout[i]));
-  }
-  gpool_sim_launch l{{gx, gy, gz}, {bx, by, bz}, shared, static_cast<unsigned>(args.size()), args.data()};
-  k->second.fn(&l);
+  // The arguments are copied: a captured launch runs later, from a graph.
+  std::vector<uint8_t> bytes(static_cast<const uint8_t*>(params.data), static_cast<const uint8_t*>(params.data) + params.size);
+  issue(stream, [fn = k->second.fn, layout, bytes = std::move(bytes), gx, gy, gz, bx, by, bz, shared]() mutable {
+    std::vector<void*> args;
+    for (size_t i = 0; i + 1 < layout.size(); i += 2) args.push_back(bytes.data() + layout[i]);
+    gpool_sim_launch l{{gx, gy, gz}, {bx, by, bz}, shared, static_cast<unsigned>(args.size()), args.data()};
+    fn(&l);
+  });
   return CUDA_SUCCESS;
 }
 
@@ -432,6 +507,81 @@ Status SimBackend::OccupancyAvailableDynamicSMem(uint64_t f, int32_t blocks, int
   if (blocks <= 0 || block <= 0 || block > 1024) return CUDA_ERROR_INVALID_VALUE;
   // The modelled SM's shared memory, split among the resident blocks, capped at the opt-in maximum.
   bytes = std::min<uint64_t>(232448, 233472 / static_cast<uint64_t>(blocks));
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::StreamBeginCapture(uint64_t stream, uint32_t mode) {
+  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+  if (stream == 0 || stream == 1) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the legacy stream
+  if (captures_.count(stream)) return CUDA_ERROR_ILLEGAL_STATE;
+  captures_[stream].id = next_capture_id_++;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::StreamEndCapture(uint64_t stream, uint64_t& graph) {
+  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  auto it = captures_.find(stream);
+  if (it == captures_.end()) return CUDA_ERROR_ILLEGAL_STATE;
+  Capture c = std::move(it->second);
+  captures_.erase(it);
+  if (c.invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  graph = newHandle(HandleKind::kGraph);
+  graphs_[graph] = std::move(c.ops);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::StreamCaptureInfo(uint64_t stream, uint32_t& status, uint64_t& id) {
+  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  Capture* c = capturing(stream);
+  status = !c ? CU_STREAM_CAPTURE_STATUS_NONE
+              : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  id = c ? c->id : 0;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::ThreadCaptureMode(uint32_t mode) {
+  return mode <= CU_STREAM_CAPTURE_MODE_RELAXED ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+Status SimBackend::GraphInstantiate(uint64_t graph, uint64_t, uint64_t& exec) {
+  auto it = graphs_.find(graph);
+  if (it == graphs_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  exec = newHandle(HandleKind::kGraphExec);
+  execs_[exec] = it->second;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphLaunch(uint64_t exec, uint64_t stream) {
+  auto it = execs_.find(exec);
+  if (it == execs_.end() || !res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  issue(stream, [this, exec] {
+    if (auto e = execs_.find(exec); e != execs_.end())
+      for (auto& op : e->second) op();
+  });
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphUpload(uint64_t exec, uint64_t stream) {
+  return execs_.count(exec) && res_.hasStream(stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+Status SimBackend::GraphExecDestroy(uint64_t exec) {
+  if (!res_.remove(HandleKind::kGraphExec, exec)) return CUDA_ERROR_INVALID_HANDLE;
+  execs_.erase(exec);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphDestroy(uint64_t graph) {
+  if (!res_.remove(HandleKind::kGraph, graph)) return CUDA_ERROR_INVALID_HANDLE;
+  graphs_.erase(graph);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphNodeCount(uint64_t graph, uint64_t& nodes) {
+  auto it = graphs_.find(graph);
+  if (it == graphs_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  nodes = it->second.size();
   return CUDA_SUCCESS;
 }
 

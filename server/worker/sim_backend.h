@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "cubin_index.h"
 #include "gpool/sim_kernel.h"
 #include "resources.h"
 
@@ -52,7 +54,18 @@ class SimBackend final : public Backend {
     std::string name;
     uint64_t owner = 0;  // module or library handle
   };
+  using Ops = std::vector<std::function<void()>>;
+  struct Capture {
+    uint64_t id = 0;
+    bool invalidated = false;  // an operation that cannot be captured was issued into it
+    Ops ops;
+  };
   uint64_t newHandle(HandleKind kind);
+  // The capture recording into `stream`, or nullptr when the stream runs work directly.
+  Capture* capturing(uint64_t stream);
+  // Runs `op` now, or records it into the stream's capture.
+  void issue(uint64_t stream, std::function<void()> op);
+  Status refuseInCapture(Capture& c, const char* what);
 
   SimOptions options_;
   Resources res_;
@@ -62,10 +75,13 @@ class SimBackend final : public Backend {
   std::unordered_map<std::string, RegisteredKernel> kernels_;
   std::unordered_map<uint64_t, Event> events_;
   std::unordered_map<uint64_t, Function> functions_;  // CUfunction and CUkernel handles
-  std::unordered_map<uint64_t, std::vector<uint8_t>> images_;  // module/library handle -> image
+  std::unordered_map<uint64_t, CubinIndex> images_;  // module/library handle -> what its cubin declares
   std::unordered_map<uint64_t, uint64_t> kernel_function_;  // CUkernel -> its CUfunction
-  std::map<std::pair<uint64_t, std::string>, uint64_t> globals_;
+  std::map<std::pair<uint64_t, std::string>, uint64_t> globals_;  // (module, name) -> sim address
   std::unordered_map<uint32_t, uint64_t> limits_;
+  std::unordered_map<uint64_t, Capture> captures_;  // stream -> capture under way
+  std::unordered_map<uint64_t, Ops> graphs_, execs_;  // captured graphs and their instantiations
+  uint64_t next_capture_id_ = 1;
   std::vector<void*> plugins_;
 };
 

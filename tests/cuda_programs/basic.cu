@@ -226,6 +226,51 @@ int main() {
     CK(cudaFreeHost(back));
   }
 
+  // stream capture into a CUDA graph, replayed twice
+  {
+    const int n = 1000;
+    std::vector<float> x(n), y(n, 1.0f);
+    for (int i = 0; i < n; ++i) x[i] = static_cast<float>(i % 13);
+    float *dx, *dy;
+    CK(cudaMalloc(&dx, n * sizeof(float)));
+    CK(cudaMalloc(&dy, n * sizeof(float)));
+    CK(cudaMemcpy(dx, x.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dy, y.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    CK(cudaStreamIsCapturing(s, &status));
+    check(status == cudaStreamCaptureStatusNone, "stream not capturing before capture");
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CK(cudaStreamIsCapturing(s, &status));
+    unsigned long long id = 0;
+    CK(cudaStreamGetCaptureInfo(s, &status, &id));
+    check(status == cudaStreamCaptureStatusActive && id != 0, "stream capture active, with an id");
+    gpool_test_saxpy<<<(n + 255) / 256, 256, 0, s>>>(n, 2.0f, dx, dy);  // y = 2x + y
+    CK(cudaMemsetAsync(dx, 0, sizeof(float), s));                     // x[0] = 0 on replay
+    cudaGraph_t graph;
+    CK(cudaStreamEndCapture(s, &graph));
+    size_t nodes = 0;
+    CK(cudaGraphGetNodes(graph, nullptr, &nodes));
+    check(nodes == 2, "captured graph has two nodes");
+    CK(cudaMemcpy(y.data(), dy, n * sizeof(float), cudaMemcpyDeviceToHost));
+    check(y[5] == 1.0f, "captured work did not run at capture time");
+    cudaGraphExec_t exec;
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(y.data(), dy, n * sizeof(float), cudaMemcpyDeviceToHost));
+    bool ok = y[0] == 1.0f;  // x[0] was 0 from the start
+    for (int i = 1; i < n; ++i) ok &= y[i] == 1.0f + 4.0f * x[i];
+    check(ok, "graph replayed twice: y = 1 + 2 * 2x");
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaStreamDestroy(s));
+    CK(cudaFree(dx));
+    CK(cudaFree(dy));
+  }
+
   // errors come back as CUDA errors
   {
     void* d = nullptr;

@@ -1,0 +1,196 @@
+// Stream capture and CUDA graphs. A graph is captured on the worker, from the same ordered stream of
+// calls the client sends, and lives there; the client holds its handle. While no capture is under way
+// in this process (the usual case) capture-status queries are answered locally, with no round trip.
+// Building graphs node by node (cuGraphAdd*Node) is not forwarded: those entry points stay logged stubs.
+#include "state.h"
+
+using namespace gpool::client;
+namespace calls = gpool::proto::calls;
+
+namespace {
+uint64_t raw(const void* h) { return reinterpret_cast<uint64_t>(h); }
+
+thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+CUresult beginCapture(uint64_t s, CUstreamCaptureMode mode) {
+  if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  int st = conn->call<calls::StreamBeginCapture>(s, static_cast<uint32_t>(mode));
+  if (st == CUDA_SUCCESS) ++State::get().active_captures;
+  return static_cast<CUresult>(st);
+}
+
+CUresult endCapture(uint64_t s, CUgraph* graph) {
+  if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  std::tuple<uint64_t> r;
+  int st = conn->call<calls::StreamEndCapture>(r, s);
+  // The capture is over whether it produced a graph or was invalidated; ILLEGAL_STATE: there was none.
+  if (st != CUDA_ERROR_ILLEGAL_STATE && State::get().active_captures > 0) --State::get().active_captures;
+  *graph = st == CUDA_SUCCESS ? reinterpret_cast<CUgraph>(std::get<0>(r)) : nullptr;
+  return static_cast<CUresult>(st);
+}
+
+CUresult captureInfo(uint64_t s, CUstreamCaptureStatus* status, cuuint64_t* id) {
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  CUresult err;
+  Connection* conn = State::get().ready(err);
+  if (!conn) return err;
+  if (State::get().active_captures == 0) {
+    *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (id) *id = 0;
+    return CUDA_SUCCESS;
+  }
+  std::tuple<uint32_t, uint64_t> r;
+  int st = conn->call<calls::StreamCaptureInfo>(r, s);
+  if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
+  *status = static_cast<CUstreamCaptureStatus>(std::get<0>(r));
+  if (id) *id = std::get<1>(r);
+  return CUDA_SUCCESS;
+}
+
+// The _v2/_v3 forms also report the capture graph and its open dependencies. The graph lives on the
+// worker and cannot be edited from here, so they are reported as absent.
+CUresult captureInfoEx(uint64_t s, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                       const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* ndeps) {
+  CUresult r = captureInfo(s, status, id);
+  if (r != CUDA_SUCCESS) return r;
+  if (graph) *graph = nullptr;
+  if (deps) *deps = nullptr;
+  if (edges) *edges = nullptr;
+  if (ndeps) *ndeps = 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult instantiate(CUgraphExec* exec, CUgraph graph, uint64_t flags) {
+  if (!exec || !graph) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  std::tuple<uint64_t> r;
+  int st = conn->call<calls::GraphInstantiate>(r, raw(graph), flags);
+  *exec = st == CUDA_SUCCESS ? reinterpret_cast<CUgraphExec>(std::get<0>(r)) : nullptr;
+  return static_cast<CUresult>(st);
+}
+
+CUresult graphLaunch(CUgraphExec exec, uint64_t s, bool upload) {
+  if (!exec) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(upload ? conn->post<calls::GraphUpload>(raw(exec), s)
+                                      : conn->post<calls::GraphLaunch>(raw(exec), s));
+}
+}  // namespace
+
+GPOOL_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+  GPOOL_TRY return beginCapture(streamArg(s, false), mode); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
+  GPOOL_TRY return beginCapture(streamArg(s, true), mode); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamBeginCapture(CUstream s) {
+  GPOOL_TRY return beginCapture(streamArg(s, false), CU_STREAM_CAPTURE_MODE_GLOBAL); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream s) {
+  GPOOL_TRY return beginCapture(streamArg(s, true), CU_STREAM_CAPTURE_MODE_GLOBAL); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* graph) {
+  GPOOL_TRY return endCapture(streamArg(s, false), graph); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph* graph) {
+  GPOOL_TRY return endCapture(streamArg(s, true), graph); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
+  GPOOL_TRY return captureInfo(streamArg(s, false), status, nullptr); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus* status) {
+  GPOOL_TRY return captureInfo(streamArg(s, true), status, nullptr); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamGetCaptureInfo(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id) {
+  GPOOL_TRY return captureInfo(streamArg(s, false), status, id); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id) {
+  GPOOL_TRY return captureInfo(streamArg(s, true), status, id); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                                                const CUgraphNode** deps, size_t* ndeps) {
+  GPOOL_TRY return captureInfoEx(streamArg(s, false), status, id, graph, deps, nullptr, ndeps); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                     CUgraph* graph, const CUgraphNode** deps, size_t* ndeps) {
+  GPOOL_TRY return captureInfoEx(streamArg(s, true), status, id, graph, deps, nullptr, ndeps); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                                                const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* ndeps) {
+  GPOOL_TRY return captureInfoEx(streamArg(s, false), status, id, graph, deps, edges, ndeps); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                     CUgraph* graph, const CUgraphNode** deps,
+                                                     const CUgraphEdgeData** edges, size_t* ndeps) {
+  GPOOL_TRY return captureInfoEx(streamArg(s, true), status, id, graph, deps, edges, ndeps); GPOOL_CATCH
+}
+
+// The mode is per thread here; the worker executes on one thread and takes the mode of the latest call,
+// which is exact for the usual single-threaded capture (PyTorch switches to relaxed around cudaMalloc).
+GPOOL_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  GPOOL_TRY
+  if (!mode || *mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+  CUstreamCaptureMode previous = t_capture_mode;
+  t_capture_mode = *mode;
+  *mode = previous;
+  if (t_capture_mode != previous) {
+    CUresult err;
+    if (Connection* conn = State::get().ready(err))
+      return static_cast<CUresult>(conn->post<calls::ThreadCaptureMode>(static_cast<uint32_t>(t_capture_mode)));
+  }
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
+  GPOOL_TRY return instantiate(exec, graph, flags); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  GPOOL_TRY
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  p->hErrNode_out = nullptr;
+  CUresult r = instantiate(exec, graph, p->flags);
+  p->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+  if (r == CUDA_SUCCESS && (p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD))
+    r = graphLaunch(*exec, raw(p->hUploadStream), true);
+  return r;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  return cuGraphInstantiateWithParams(exec, graph, p);
+}
+GPOOL_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream s) { GPOOL_TRY return graphLaunch(exec, streamArg(s, false), false); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s) { GPOOL_TRY return graphLaunch(exec, streamArg(s, true), false); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuGraphUpload(CUgraphExec exec, CUstream s) { GPOOL_TRY return graphLaunch(exec, streamArg(s, false), true); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream s) { GPOOL_TRY return graphLaunch(exec, streamArg(s, true), true); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
+  GPOOL_TRY
+  if (!exec) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(conn->post<calls::GraphExecDestroy>(raw(exec)));
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
+  GPOOL_TRY
+  if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(conn->post<calls::GraphDestroy>(raw(graph)));
+  GPOOL_CATCH
+}
+// Counting nodes is supported (PyTorch warns about empty graphs); handing out node handles is not.
+GPOOL_EXPORT CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode* nodes, size_t* count) {
+  GPOOL_TRY
+  if (!graph || !count) return CUDA_ERROR_INVALID_VALUE;
+  if (nodes) {
+    static int once;
+    return static_cast<CUresult>(unsupported_call("cuGraphGetNodes (with a node array)", &once));
+  }
+  GPOOL_CONN(conn);
+  std::tuple<uint64_t> r;
+  int st = conn->call<calls::GraphNodeCount>(r, raw(graph));
+  if (st == CUDA_SUCCESS) *count = std::get<0>(r);
+  return static_cast<CUresult>(st);
+  GPOOL_CATCH
+}
