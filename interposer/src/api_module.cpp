@@ -1,4 +1,8 @@
-// Modules, libraries, functions and kernels. Images are sent whole to the worker, whose driver loads them.
+// Modules, libraries, functions and kernels. An image is named by its SHA-256 first; only when the
+// worker's host does not hold it yet is it sent whole, and the worker's driver loads it.
+#include <openssl/evp.h>
+
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -26,8 +30,18 @@ CUresult load(const void* image, uint32_t kind, uint64_t& handle) {
     return CUDA_ERROR_INVALID_IMAGE;
   }
   GPOOL_CONN(conn);
+  std::string hash(32, '\0');
+  unsigned int n = 0;
+  EVP_Digest(image, size, reinterpret_cast<unsigned char*>(hash.data()), &n, EVP_sha256(), nullptr);
   std::tuple<uint64_t> out;
-  int st = conn->call<calls::ModuleLoad>(out, Blob{image, size}, kind);
+  int st = conn->call<calls::ModuleLoadCached>(out, hash, kind);
+  if (st == CUDA_ERROR_NOT_FOUND) {
+    st = conn->call<calls::ModuleLoad>(out, Blob{image, size}, kind);
+    static std::atomic<uint64_t> sent_images{0}, sent_bytes{0};
+    uint64_t images = ++sent_images, bytes = sent_bytes += size;
+    GPOOL_LOG(Level::kDebug, "module image of %llu bytes sent (not in the worker host's cache); %llu images, "
+              "%llu bytes sent so far", (unsigned long long)size, (unsigned long long)images, (unsigned long long)bytes);
+  }
   handle = std::get<0>(out);
   return static_cast<CUresult>(st);
 }

@@ -51,6 +51,7 @@ const char* messageName(uint16_t msg) {
   switch (msg) {
     case kMsgHello: return "Hello";
     case kMsgMemcpyDtoH: return "MemcpyDtoH";
+    case calls::ModuleLoadCached::id: return "ModuleLoadCached";
 #define X(name, number, mode, ins, outs) \
   case number: return #name;
 #include "gpool/protocol/calls.def"

@@ -169,6 +169,8 @@ class Server {
       args.insert(args.end(), {"--sim-memory", std::to_string(opt_.sim_memory)});
       for (const auto& k : opt_.sim_kernels) args.insert(args.end(), {"--sim-kernels", k});
     }
+    if (opt_.module_cache != "none")
+      args.insert(args.end(), {"--module-cache", opt_.module_cache, "--module-cache-max", std::to_string(opt_.module_cache_max)});
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -210,6 +212,12 @@ class Server {
 };
 
 }  // namespace
+
+std::string defaultModuleCacheDir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/gpool/modules";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/gpool/modules";
+  return "/var/tmp/gpool-modules-" + std::to_string(::getuid());
+}
 
 int runServer(ServerOptions options) {
   Server s(std::move(options));

@@ -16,7 +16,12 @@ struct ServerOptions {
   unsigned max_clients = 64;
   unsigned handshake_timeout_ms = 10000;
   std::string log_level = "info";
+  std::string module_cache;  // directory shared by this host's workers; "none" disables it
+  uint64_t module_cache_max = 8ull << 30;
 };
+
+// Where module images are cached when --module-cache is not given.
+std::string defaultModuleCacheDir();
 
 // Runs until SIGINT/SIGTERM; returns the process exit code.
 int runServer(ServerOptions options);

@@ -21,6 +21,14 @@ int main(int argc, char** argv) {
   app.add_option("--worker", opt.worker_path, "gpool-worker binary (default: beside gpool-server)");
   app.add_option("--sim-kernels", opt.sim_kernels, "sim backend: plugin(s) with host kernel implementations");
   app.add_option("--sim-memory", opt.sim_memory, "sim backend: device memory in bytes")->capture_default_str();
+  opt.module_cache = gpool::server::defaultModuleCacheDir();
+  app.add_option("--module-cache", opt.module_cache,
+                 "directory where this host's workers keep module images by SHA-256, so each image crosses the "
+                 "network once per host; 'none' turns the cache off")
+      ->capture_default_str();
+  app.add_option("--module-cache-max", opt.module_cache_max,
+                 "bytes the module cache may hold; least recently used images are removed past it")
+      ->capture_default_str();
   app.add_option("--max-clients", opt.max_clients, "concurrent client connections accepted")->capture_default_str();
   app.add_option("--handshake-timeout", opt.handshake_timeout_ms, "milliseconds a new connection has to say hello")
       ->capture_default_str();

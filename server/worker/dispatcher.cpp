@@ -3,12 +3,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstring>
+#include <optional>
 #include <tuple>
 
 namespace gpool::worker {
 namespace {
 
 constexpr Status kInvalidValue = 1;    // CUDA_ERROR_INVALID_VALUE
+constexpr Status kNotFound = 500;      // CUDA_ERROR_NOT_FOUND
 constexpr Status kNotSupported = 801;  // CUDA_ERROR_NOT_SUPPORTED
 
 // Raised inside handle() for a frame that breaks the contract; ends the connection.
@@ -34,6 +37,12 @@ void Dispatcher::dispatch(const proto::FrameHeader& h, typename C::handler Backe
     latched_ = 0;
   } else {
     st = std::apply([&](auto&... i) { return std::apply([&](auto&... o) { return (backend_.*method)(i..., o...); }, outs); }, ins);
+    if constexpr (std::is_same_v<C, proto::calls::ModuleLoad>) {
+      const proto::Blob& image = std::get<0>(ins);
+      ++stats_.images_received;
+      stats_.image_bytes_received += image.size;
+      if (st == 0 && cache_) cache_->put(image.data, image.size);  // only images the device accepted
+    }
   }
   if (!wants_reply) {
     if (st != 0 && latched_ == 0) {
@@ -95,6 +104,37 @@ void Dispatcher::memcpyDtoH(const proto::FrameHeader& h) {
   transport_.send(std::span(&sb, 1));
 }
 
+void Dispatcher::moduleLoadCached(const proto::FrameHeader& h) {
+  std::string hash;
+  uint32_t kind = 0;
+  proto::Reader r(payload_.data(), payload_.size());
+  if (!r.getAll(hash, kind) || !r.atEnd() || hash.size() != 32)
+    throw Violation{"malformed ModuleLoadCached request (" + std::to_string(h.length) + " bytes)"};
+  if (!(h.flags & proto::kWantsReply)) throw Violation{"ModuleLoadCached without a reply"};
+  Status st = latched_;
+  latched_ = 0;
+  uint64_t handle = 0;
+  if (st == 0) {
+    ImageHash key;
+    std::memcpy(key.data(), hash.data(), key.size());
+    std::optional<std::vector<uint8_t>> image = cache_ ? cache_->get(key) : std::nullopt;
+    if (!image) {
+      st = kNotFound;
+    } else {
+      st = backend_.ModuleLoad(proto::Blob{image->data(), image->size()}, kind, handle);
+      if (st == 0) {
+        ++stats_.images_from_cache;
+        stats_.image_bytes_from_cache += image->size();
+      }
+    }
+  }
+  out_.clear();
+  proto::Writer w(out_);
+  w.put(st);
+  w.put(handle);
+  reply(h, out_);
+}
+
 void Dispatcher::handle(const proto::FrameHeader& h) {
   switch (h.msg) {
 #define X(name, number, mode, ins, outs) \
@@ -103,6 +143,8 @@ void Dispatcher::handle(const proto::FrameHeader& h) {
 #undef X
     case proto::kMsgMemcpyDtoH:
       return memcpyDtoH(h);
+    case proto::calls::ModuleLoadCached::id:
+      return moduleLoadCached(h);
     default:
       spdlog::warn("unknown message number {:#06x} ({} bytes) from {}", h.msg, h.length, transport_.peer());
       if (h.flags & proto::kWantsReply) replyStatus(h, kNotSupported);
@@ -110,7 +152,7 @@ void Dispatcher::handle(const proto::FrameHeader& h) {
 }
 
 ServeResult Dispatcher::serve() {
-  ServeResult result;
+  ServeResult& result = stats_;
   try {
     for (;;) {
       proto::FrameHeader h = proto::recvFrame(transport_, payload_, proto::kMaxRequestPayload);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "module_cache.h"
 #include "gpool/protocol/frame_io.h"
 #include "gpool/protocol/transport.h"
 
@@ -16,11 +17,16 @@ struct ServeResult {
   bool clean = false;  // the client closed the connection
   std::string reason;  // why serving stopped, for the log
   uint64_t frames = 0;
+  // Module images: sent by the client, and loaded from the host's cache instead.
+  uint64_t images_received = 0, image_bytes_received = 0;
+  uint64_t images_from_cache = 0, image_bytes_from_cache = 0;
 };
 
 class Dispatcher {
  public:
-  Dispatcher(Backend& backend, proto::Transport& transport) : backend_(backend), transport_(transport) {}
+  // `cache` (may be null) is the host's module image cache.
+  Dispatcher(Backend& backend, proto::Transport& transport, ModuleCache* cache = nullptr)
+      : backend_(backend), transport_(transport), cache_(cache) {}
   // Runs until the client disconnects or violates the protocol.
   ServeResult serve();
 
@@ -30,6 +36,7 @@ class Dispatcher {
   // A reply that carries only a status (refusals, unknown messages).
   void replyStatus(const proto::FrameHeader& h, Status st);
   void memcpyDtoH(const proto::FrameHeader& h);
+  void moduleLoadCached(const proto::FrameHeader& h);
   template <typename C>
   void dispatch(const proto::FrameHeader& h, typename C::handler Backend::*method);
 
@@ -38,6 +45,8 @@ class Dispatcher {
   std::vector<uint8_t> payload_;
   std::vector<uint8_t> out_;
   Status latched_ = 0;  // first failure of a call nobody waited for
+  ModuleCache* cache_;
+  ServeResult stats_;
 };
 
 }  // namespace gpool::worker

@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   std::string backend_name = "sim";
   std::string log_level = "info";
   bool probe = false;
+  std::string module_cache_dir;
+  uint64_t module_cache_max = 8ull << 30;
   gpool::worker::SimOptions sim;
   app.add_option("--fd", fd, "connected client socket inherited from gpool-server");
   app.add_option("--device", device, "device ordinal to serve");
@@ -30,6 +32,8 @@ int main(int argc, char** argv) {
   app.add_option("--sim-memory", sim.memory_bytes, "sim backend: device memory in bytes");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  app.add_option("--module-cache", module_cache_dir, "directory of the host's module image cache (none when empty)");
+  app.add_option("--module-cache-max", module_cache_max, "bytes the module cache may hold");
   app.add_flag("--probe", probe, "exit 0 when the real CUDA driver has a usable device (used by --backend auto)");
   CLI11_PARSE(app, argc, argv);
 
@@ -82,11 +86,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("serving {} on {} device {} ({})", transport->peer(), backend_name, device, hello.devices[0].name);
-  gpool::worker::Dispatcher dispatcher(*backend, *transport);
+  std::unique_ptr<gpool::worker::ModuleCache> cache;
+  if (!module_cache_dir.empty()) cache = std::make_unique<gpool::worker::ModuleCache>(module_cache_dir, module_cache_max);
+  gpool::worker::Dispatcher dispatcher(*backend, *transport, cache.get());
   auto result = dispatcher.serve();
   if (result.clean)
     spdlog::info("client {} disconnected after {} messages; releasing its resources", transport->peer(), result.frames);
   else
     spdlog::warn("closing connection to {}: {}", transport->peer(), result.reason);
+  spdlog::info("module images: {} received ({} bytes), {} loaded from the host cache ({} bytes not sent)",
+               result.images_received, result.image_bytes_received, result.images_from_cache,
+               result.image_bytes_from_cache);
   return 0;
 }

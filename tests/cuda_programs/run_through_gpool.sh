@@ -5,11 +5,12 @@
 set -u
 build=$1; backend=$2; shift 2
 log=$(mktemp /tmp/gpool-server-XXXXXX.log)
-server_args=(--listen 127.0.0.1:0 --backend "$backend")
+cache=$(mktemp -d /tmp/gpool-modules-XXXXXX)  # each test starts with an empty module cache
+server_args=(--listen 127.0.0.1:0 --backend "$backend" --module-cache "$cache")
 [ "$backend" = sim ] && server_args+=(--sim-kernels "$build/tests/libgpool_test_sim_kernels.so")
 "$build/server/gpool-server" "${server_args[@]}" 2>"$log" &
 server=$!
-trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -f "$log"' EXIT
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$log" "$cache"' EXIT
 for _ in $(seq 100); do
   port=$(grep -oE 'listening on 127\.0\.0\.1:[0-9]+' "$log" | grep -oE '[0-9]+$')
   [ -n "$port" ] && break

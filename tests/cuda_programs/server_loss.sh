@@ -6,7 +6,7 @@ set -u
 build=$1; prog=$2
 dir=$(mktemp -d)
 trap 'kill -9 -- -$server 2>/dev/null; rm -rf "$dir"' EXIT
-setsid "$build/server/gpool-server" --listen 127.0.0.1:0 --backend sim 2>"$dir/log" &
+setsid "$build/server/gpool-server" --listen 127.0.0.1:0 --backend sim --module-cache "$dir/cache" 2>"$dir/log" &
 server=$!
 for _ in $(seq 100); do
   port=$(grep -oE 'listening on 127\.0\.0\.1:[0-9]+' "$dir/log" | grep -oE '[0-9]+$'); [ -n "$port" ] && break; sleep 0.05

@@ -52,6 +52,18 @@ namespace calls {
 inline constexpr uint16_t kMsgHello = 0x0001;
 inline constexpr uint16_t kMsgMemcpyDtoH = 0x0105;
 
+namespace calls {
+// Loads a module image the worker host already holds, named by its SHA-256 (32 bytes). Answered by
+// the worker's module cache, not a Backend: CUDA_ERROR_NOT_FOUND (500) means "send the image".
+struct ModuleLoadCached {
+  static constexpr uint16_t id = 0x0149;
+  static constexpr Mode mode = Mode::kReply;
+  static constexpr const char* kName = "ModuleLoadCached";
+  using in = In<std::string /*sha256*/, uint32_t /*kind*/>;
+  using out = Out<uint64_t /*handle*/>;
+};
+}  // namespace calls
+
 // Name of a message number for log lines; nullptr when unknown.
 const char* messageName(uint16_t msg);
 

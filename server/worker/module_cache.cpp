@@ -1,0 +1,108 @@
+// Files are written under a temporary name and renamed into place, so a reader (another worker) sees
+// a whole image or none; a corrupt file is found by its hash and removed.
+#include "module_cache.h"
+
+#include <openssl/evp.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <system_error>
+
+namespace gpool::worker {
+
+namespace fs = std::filesystem;
+
+ImageHash sha256(const void* data, size_t size) {
+  ImageHash h{};
+  unsigned int n = 0;
+  EVP_Digest(data, size, h.data(), &n, EVP_sha256(), nullptr);
+  return h;
+}
+
+std::string toHex(const ImageHash& h) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : h) {
+    s.push_back(digits[b >> 4]);
+    s.push_back(digits[b & 15]);
+  }
+  return s;
+}
+
+ModuleCache::ModuleCache(fs::path dir, uint64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) spdlog::warn("module cache {}: {} (images will be sent by every client)", dir_.string(), ec.message());
+  evictFor(0);  // learns the current size
+}
+
+std::optional<std::vector<uint8_t>> ModuleCache::get(const ImageHash& hash) {
+  fs::path path = dir_ / toHex(hash);
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::nullopt;
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (sha256(bytes.data(), bytes.size()) != hash) {
+    spdlog::warn("module cache: {} does not match its hash; removed", path.string());
+    std::error_code ec;
+    fs::remove(path, ec);
+    return std::nullopt;
+  }
+  std::error_code ec;
+  fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // recency, for eviction
+  return bytes;
+}
+
+void ModuleCache::put(const void* data, size_t size) {
+  if (size > max_bytes_) return;
+  fs::path path = dir_ / toHex(sha256(data, size));
+  std::error_code ec;
+  if (fs::exists(path, ec)) return;
+  // Other workers add images too, so the running total is a lower bound; a rescan settles it.
+  if (total_ + size > max_bytes_) evictFor(size);
+  fs::path tmp = dir_ / (".tmp." + std::to_string(getpid()) + "." + path.filename().string());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+    if (!f) {
+      spdlog::warn("module cache: cannot write {} ({} bytes)", tmp.string(), size);
+      fs::remove(tmp, ec);
+      return;
+    }
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    spdlog::warn("module cache: cannot store {}: {}", path.string(), ec.message());
+    fs::remove(tmp, ec);
+    return;
+  }
+  total_ += size;
+}
+
+void ModuleCache::evictFor(uint64_t incoming) {
+  struct Entry {
+    fs::file_time_type at;
+    uint64_t size;
+    fs::path path;
+  };
+  std::vector<Entry> entries;
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    if (!e.is_regular_file(ec) || e.path().filename().string().starts_with(".tmp.")) continue;
+    uint64_t n = e.file_size(ec);
+    entries.push_back({e.last_write_time(ec), n, e.path()});
+    total += n;
+  }
+  total_ = total;
+  if (total + incoming <= max_bytes_) return;
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.at < b.at; });
+  for (const Entry& e : entries) {
+    if (total + incoming <= max_bytes_) break;
+    if (fs::remove(e.path, ec)) total -= e.size;
+  }
+  total_ = total;
+}
+
+}  // namespace gpool::worker
