@@ -137,3 +137,25 @@ GPOOL_EXPORT CUresult cuDeviceGetExecAffinitySupport(int* pi, CUexecAffinityType
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }
+
+// For gpool's libnvidia-ml.so.1: the device's memory (as its lease sees it), utilization and the GPU
+// host's driver version, in one round trip. `driver` receives a NUL-terminated string.
+GPOOL_EXPORT CUresult gpool_nvml_device_status(int device, unsigned long long* free_bytes, unsigned long long* total,
+                                               unsigned* gpu_percent, unsigned* memory_percent, char* driver,
+                                               unsigned driver_len) {
+  GPOOL_TRY
+  if (device < 0 || device >= State::get().deviceCount()) return CUDA_ERROR_INVALID_DEVICE;
+  GPOOL_CONN(conn);
+  std::tuple<uint64_t, uint64_t, uint32_t, uint32_t, std::string> r;
+  int st = conn->call<gpool::proto::calls::DeviceStatus>(r);
+  if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
+  if (free_bytes) *free_bytes = std::get<0>(r);
+  if (total) *total = std::get<1>(r);
+  if (gpu_percent) *gpu_percent = std::get<2>(r);
+  if (memory_percent) *memory_percent = std::get<3>(r);
+  if (driver && driver_len) {
+    std::snprintf(driver, driver_len, "%s", std::get<4>(r).c_str());
+  }
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}

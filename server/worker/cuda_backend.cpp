@@ -6,6 +6,8 @@
 #include <dlfcn.h>
 #include <spdlog/spdlog.h>
 
+#include <array>
+#include <cstdio>
 #include <cstring>
 #include <unordered_map>
 #include <vector>
@@ -33,6 +35,47 @@ namespace {
   F(cuStreamBeginCapture) F(cuStreamEndCapture) F(cuStreamGetCaptureInfo) F(cuStreamIsCapturing)          \
   F(cuThreadExchangeStreamCaptureMode) F(cuGraphInstantiateWithFlags) F(cuGraphLaunch) F(cuGraphUpload)   \
   F(cuGraphExecDestroy) F(cuGraphDestroy) F(cuGraphGetNodes)
+
+// NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
+class Nvml {
+ public:
+  void query(const std::array<uint8_t, 16>& uuid, uint32_t& gpu, uint32_t& memory, std::string& driver) {
+    gpu = memory = 0;
+    driver = "unknown";
+    if (!load()) return;
+    char version[96] = {};
+    if (system_driver_version_(version, sizeof version - 1) == 0) driver = version;
+    // NVML names devices "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx".
+    char name[48];
+    std::snprintf(name, sizeof name, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                  uuid[0], uuid[1], uuid[2], uuid[3], uuid[4], uuid[5], uuid[6], uuid[7], uuid[8], uuid[9],
+                  uuid[10], uuid[11], uuid[12], uuid[13], uuid[14], uuid[15]);
+    void* device = nullptr;
+    struct { unsigned gpu, memory; } util{};
+    if (by_uuid_(name, &device) == 0 && utilization_(device, &util) == 0) {
+      gpu = util.gpu;
+      memory = util.memory;
+    }
+  }
+
+ private:
+  bool load() {
+    if (tried_) return ready_;
+    tried_ = true;
+    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib || dlsym(lib, "gpool_nvml_shim")) return false;  // absent, or gpool's own shim
+    auto init = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlInit_v2"));
+    system_driver_version_ = reinterpret_cast<int (*)(char*, unsigned)>(dlsym(lib, "nvmlSystemGetDriverVersion"));
+    by_uuid_ = reinterpret_cast<int (*)(const char*, void**)>(dlsym(lib, "nvmlDeviceGetHandleByUUID"));
+    utilization_ = reinterpret_cast<int (*)(void*, void*)>(dlsym(lib, "nvmlDeviceGetUtilizationRates"));
+    ready_ = init && system_driver_version_ && by_uuid_ && utilization_ && init() == 0;
+    return ready_;
+  }
+  bool tried_ = false, ready_ = false;
+  int (*system_driver_version_)(char*, unsigned) = nullptr;
+  int (*by_uuid_)(const char*, void**) = nullptr;
+  int (*utilization_)(void*, void*) = nullptr;
+};
 
 struct Driver {
   void* lib = nullptr;
@@ -119,6 +162,7 @@ class CudaBackend final : public Backend {
     CUuuid uuid;
     d_.cuDeviceGetUuid_(&uuid, dev_);
     std::memcpy(info.uuid.data(), uuid.bytes, 16);
+    std::memcpy(uuid_.data(), uuid.bytes, 16);
     size_t total = 0;
     d_.cuDeviceTotalMem_(&total, dev_);
     info.total_mem = total;
@@ -400,6 +444,13 @@ class CudaBackend final : public Backend {
     return r;
   }
 
+  Status DeviceStatus(uint64_t& free_bytes, uint64_t& total, uint32_t& gpu, uint32_t& memory,
+                      std::string& driver) override {
+    if (Status st = MemGetInfo(free_bytes, total); st != CUDA_SUCCESS) return st;
+    nvml_.query(uuid_, gpu, memory, driver);
+    return CUDA_SUCCESS;
+  }
+
   Status StreamBeginCapture(uint64_t stream, uint32_t mode) override {
     if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
     if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
@@ -468,6 +519,8 @@ class CudaBackend final : public Backend {
                  "the device (the capture is not changed)", what);
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
+  Nvml nvml_;
+  std::array<uint8_t, 16> uuid_{};
   static bool validAttributes(Blob attrs) {
     return attrs.size % sizeof(CUlaunchAttribute) == 0 && attrs.size / sizeof(CUlaunchAttribute) <= 32;
   }

@@ -585,4 +585,12 @@ Status SimBackend::GraphNodeCount(uint64_t graph, uint64_t& nodes) {
   return CUDA_SUCCESS;
 }
 
+Status SimBackend::DeviceStatus(uint64_t& free_bytes, uint64_t& total, uint32_t& gpu, uint32_t& memory,
+                                std::string& driver) {
+  MemGetInfo(free_bytes, total);
+  gpu = memory = 0;  // nothing runs on a device here
+  driver = "gpool-sim";
+  return CUDA_SUCCESS;
+}
+
 }  // namespace gpool::worker
