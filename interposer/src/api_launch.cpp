@@ -38,12 +38,38 @@ CUresult packParams(uint64_t f, void** params, void** extra, Blob& out) {
   return CUDA_SUCCESS;
 }
 
+// A kernel that received a pointer into the client's host memory (cuMemHostAlloc, cuMemHostRegister,
+// cuMemHostGetDevicePointer) would dereference it on a GPU in another machine. Refuse the launch and say
+// why, instead of letting the kernel fault or read the wrong memory.
+CUresult refuseHostPointers(const char* call, uint64_t f, Blob packed) {
+  State& st = State::get();
+  if (st.host_allocations == 0) return CUDA_SUCCESS;
+  const auto* bytes = static_cast<const uint8_t*>(packed.data);
+  for (size_t off = 0; off + 8 <= packed.size; off += 8) {
+    uint64_t v;
+    std::memcpy(&v, bytes + off, 8);
+    uint64_t base;
+    Allocation a;
+    if (v != 0 && st.findAllocation(v, base, a) && !a.device) {
+      GPOOL_LOG(Level::kError,
+                "%s: kernel %#llx was given host memory %#llx (parameter bytes %zu..%zu, from cuMemHostAlloc or "
+                "cuMemHostRegister): a GPU reached through gpool cannot read or write this machine's memory; copy "
+                "the data to device memory first (returning CUDA_ERROR_NOT_SUPPORTED)",
+                call, (unsigned long long)f, (unsigned long long)v, off, off + 7);
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult launch(uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
-                uint64_t stream, void** params, void** extra, const CUlaunchAttribute* attrs, unsigned nattrs) {
+                uint64_t stream, void** params, void** extra, const CUlaunchAttribute* attrs, unsigned nattrs,
+                const char* call) {
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
   GPOOL_CONN(conn);
   Blob packed;
   if (CUresult r = packParams(f, params, extra, packed)) return r;
+  if (CUresult r = refuseHostPointers(call, f, packed)) return r;
   Blob a{attrs, nattrs * sizeof(CUlaunchAttribute)};
   return static_cast<CUresult>(conn->post<calls::LaunchKernel>(f, gx, gy, gz, bx, by, bz, shared, stream, packed, a));
 }
@@ -52,7 +78,7 @@ CUresult launchEx(const CUlaunchConfig* c, CUfunction f, void** params, void** e
   if (!c) return CUDA_ERROR_INVALID_VALUE;
   return launch(reinterpret_cast<uint64_t>(f), c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
                 c->blockDimZ, c->sharedMemBytes, streamArg(c->hStream, per_thread), params, extra, c->attrs,
-                c->attrs ? c->numAttrs : 0);
+                c->attrs ? c->numAttrs : 0, "cuLaunchKernelEx");
 }
 
 }  // namespace
@@ -60,13 +86,13 @@ CUresult launchEx(const CUlaunchConfig* c, CUfunction f, void** params, void** e
 GPOOL_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                      unsigned bz, unsigned shared, CUstream s, void** params, void** extra) {
   GPOOL_TRY
-  return launch(reinterpret_cast<uint64_t>(f), gx, gy, gz, bx, by, bz, shared, streamArg(s, false), params, extra, nullptr, 0);
+  return launch(reinterpret_cast<uint64_t>(f), gx, gy, gz, bx, by, bz, shared, streamArg(s, false), params, extra, nullptr, 0, "cuLaunchKernel");
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                           unsigned bz, unsigned shared, CUstream s, void** params, void** extra) {
   GPOOL_TRY
-  return launch(reinterpret_cast<uint64_t>(f), gx, gy, gz, bx, by, bz, shared, streamArg(s, true), params, extra, nullptr, 0);
+  return launch(reinterpret_cast<uint64_t>(f), gx, gy, gz, bx, by, bz, shared, streamArg(s, true), params, extra, nullptr, 0, "cuLaunchKernel");
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {

@@ -130,13 +130,15 @@ GPOOL_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, C
   GPOOL_CATCH
 }
 
-// Page-locked host memory, emulated.
-GPOOL_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int) {
+// Page-locked host memory, emulated. With unified addressing a host allocation's device pointer is its
+// own address: copies through it work as CUDA documents; a kernel cannot reach it (see api_launch.cpp).
+GPOOL_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
   GPOOL_TRY
-  if (!pp) return CUDA_ERROR_INVALID_VALUE;
+  if (!pp || (flags & ~(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED)))
+    return CUDA_ERROR_INVALID_VALUE;
   void* p = hostAlloc(bytes);
   if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
-  State::get().addAllocation(reinterpret_cast<uint64_t>(p), bytes, false);
+  State::get().addAllocation(reinterpret_cast<uint64_t>(p), bytes, false, flags | CU_MEMHOSTALLOC_DEVICEMAP);
   *pp = p;
   return CUDA_SUCCESS;
   GPOOL_CATCH
@@ -155,10 +157,27 @@ GPOOL_EXPORT CUresult cuMemFreeHost(void* p) {
   GPOOL_CATCH
 }
 
-GPOOL_EXPORT CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int) {
+GPOOL_EXPORT CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags) {
   GPOOL_TRY
   if (!p || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  State::get().addAllocation(reinterpret_cast<uint64_t>(p), bytes, false);
+  if (flags & CU_MEMHOSTREGISTER_IOMEMORY) return CUDA_ERROR_NOT_SUPPORTED;  // device I/O memory cannot be forwarded
+  uint64_t base;
+  Allocation a;
+  if (State::get().findAllocation(reinterpret_cast<uint64_t>(p), base, a) ||
+      State::get().findAllocation(reinterpret_cast<uint64_t>(p) + bytes - 1, base, a))
+    return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  State::get().addAllocation(reinterpret_cast<uint64_t>(p), bytes, false, flags | CU_MEMHOSTREGISTER_DEVICEMAP);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* out, void* p, unsigned int flags) {
+  GPOOL_TRY
+  if (!out || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t base;
+  Allocation a;
+  if (!State::get().findAllocation(reinterpret_cast<uint64_t>(p), base, a) || a.device) return CUDA_ERROR_INVALID_VALUE;
+  *out = reinterpret_cast<CUdeviceptr>(p);
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }
@@ -178,7 +197,7 @@ GPOOL_EXPORT CUresult cuMemHostGetFlags(unsigned int* flags, void* p) {
   uint64_t base;
   Allocation a;
   if (!flags || !State::get().findAllocation(reinterpret_cast<uint64_t>(p), base, a) || a.device) return CUDA_ERROR_INVALID_VALUE;
-  *flags = 0;
+  *flags = a.flags;
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }
@@ -263,8 +282,7 @@ CUresult pointerAttribute(void* data, CUpointer_attribute attr, CUdeviceptr p) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       *static_cast<unsigned*>(data) = a.device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
       break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-      if (!a.device) return CUDA_ERROR_INVALID_VALUE;  // host memory is not mapped into the remote GPU
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:  // the same address (unified addressing), for host memory too
       *static_cast<CUdeviceptr*>(data) = p;
       break;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:

@@ -76,14 +76,19 @@ void State::destroyLocalStorage(Context* c) {
     if (slot.dtor) slot.dtor(reinterpret_cast<CUcontext>(c), key, slot.value);
 }
 
-void State::addAllocation(uint64_t base, uint64_t size, bool device) {
+void State::addAllocation(uint64_t base, uint64_t size, bool device, unsigned flags) {
   std::lock_guard lock(mu);
-  allocations_[base] = Allocation{size, device};
+  auto [it, fresh] = allocations_.insert_or_assign(base, Allocation{size, device, flags});
+  (void)it;
+  if (fresh && !device) ++host_allocations;
 }
 
 void State::removeAllocation(uint64_t base) {
   std::lock_guard lock(mu);
-  allocations_.erase(base);
+  auto it = allocations_.find(base);
+  if (it == allocations_.end()) return;
+  if (!it->second.device) --host_allocations;
+  allocations_.erase(it);
 }
 
 bool State::findAllocation(uint64_t ptr, uint64_t& base, Allocation& a) {

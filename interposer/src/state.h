@@ -41,6 +41,7 @@ struct Context {
 struct Allocation {
   uint64_t size;
   bool device;  // false: client host memory from cuMemHostAlloc/cuMemAllocHost/cuMemHostRegister
+  unsigned flags = 0;  // host memory: the CU_MEMHOSTALLOC_* / CU_MEMHOSTREGISTER_* flags it was made with
 };
 
 class State {
@@ -66,7 +67,9 @@ class State {
   void destroyLocalStorage(Context* c);
 
   // Allocation tracking for direction inference and pointer queries.
-  void addAllocation(uint64_t base, uint64_t size, bool device);
+  void addAllocation(uint64_t base, uint64_t size, bool device, unsigned flags = 0);
+  // Host allocations live now: while there are none, launches skip the host-pointer check.
+  std::atomic<int> host_allocations{0};
   void removeAllocation(uint64_t base);
   bool findAllocation(uint64_t ptr, uint64_t& base, Allocation& a);
 

@@ -226,6 +226,40 @@ int main() {
     CK(cudaFreeHost(back));
   }
 
+  // mapped host memory: copies through its device pointer work; a kernel reading it natively works, and
+  // through gpool (where the GPU is on another machine) is refused with cudaErrorNotSupported
+  {
+    const int n = 4096;
+    float* h = nullptr;
+    CK(cudaHostAlloc(&h, n * sizeof(float), cudaHostAllocMapped));
+    for (int i = 0; i < n; ++i) h[i] = static_cast<float>(i);
+    float* hd = nullptr;
+    CK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&hd), h, 0));
+    unsigned flags = 0;
+    CK(cudaHostGetFlags(&flags, h));
+    check(hd != nullptr && (flags & cudaHostAllocMapped), "cudaHostGetDevicePointer and cudaHostGetFlags on mapped memory");
+    float* d = nullptr;
+    CK(cudaMalloc(&d, n * sizeof(float)));
+    CK(cudaMemcpy(d, hd, n * sizeof(float), cudaMemcpyDefault));  // from the mapped device pointer
+    std::vector<float> back(n, -1.0f);
+    CK(cudaMemcpy(back.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    bool same = true;
+    for (int i = 0; i < n; ++i) same &= back[i] == h[i];
+    check(same, "copy from a mapped host pointer");
+    gpool_test_saxpy<<<(n + 255) / 256, 256>>>(n, 1.0f, hd, d);  // reads host memory from the kernel
+    cudaError_t e = cudaGetLastError();
+    if (std::getenv("GPOOL_SERVER")) {
+      check(e == cudaErrorNotSupported, "through gpool, a kernel given host memory is refused", cudaGetErrorName(e));
+    } else {
+      CK(e);
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpy(back.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+      check(back[7] == 14.0f, "natively, a kernel reads mapped host memory");
+    }
+    CK(cudaFree(d));
+    CK(cudaFreeHost(h));
+  }
+
   // stream capture into a CUDA graph, replayed twice
   {
     const int n = 1000;
