@@ -1,36 +1,108 @@
 #!/usr/bin/env bash
-# The whole GPU check (issue 2): on a machine with an NVIDIA GPU, runs the test programs natively and
-# through gpool-server's cuda backend over loopback TCP, compares their results check by check, then
-# runs the benchmarks side by side. Prints a table last; exits non-zero when a result differs.
-# usage: scripts/gpu_check.sh [BUILD_DIR]   (a build tree, or the .gpu folder scripts/pack_gpu.sh makes)
+# The whole GPU check (issues 2 and 3): on a machine with an NVIDIA GPU, runs the test programs, NVIDIA's
+# libraries, nvidia-smi and the PyTorch/CuPy workloads natively and through gpool-server's cuda backend
+# over loopback TCP, compares results, shows the module cache at work, runs the benchmarks side by side,
+# and lists every driver entry point or private-table slot gpool was asked for and lacks. Prints tables
+# last; exits non-zero when a result differs.
+# usage: scripts/gpu_check.sh [BUILD_DIR] [--quick]   (a build tree, or the .gpu folder scripts/pack_gpu.sh
+#        makes; --quick skips the benchmarks and the slowest workloads)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:-$here/../build}" && pwd)
+quick=0; [ "${2:-}" = --quick ] && quick=1
 runner=$here/../tests/cuda_programs/run_through_gpool.sh
+workloads=$here/../tests/gpu/workloads.py
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || { echo "no NVIDIA GPU here"; exit 2; }
 out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+servers=()
+trap 'for s in "${servers[@]}"; do kill $s 2>/dev/null; done; rm -rf "$out"' EXIT
 status=0
 rows=()
-for prog in cuda_basic_static cuda_basic_shared; do
-  LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$build/tests/$prog" > "$out/$prog.native" 2>&1; nrc=$?
-  "$runner" "$build" cuda "$build/tests/$prog" > "$out/$prog.gpool" 2>&1; grc=$?
-  echo "=== $prog native (exit $nrc) ==="; cat "$out/$prog.native"
-  echo "=== $prog through gpool (exit $grc) ==="; cat "$out/$prog.gpool"
+gpool_env() { echo "GPOOL_SERVER=127.0.0.1:$1 LD_LIBRARY_PATH=$build/lib/gpool:/usr/local/cuda/lib64"; }
+
+# Starts gpool-server (cuda backend) with module cache $2; sets $port. Its log is $1.
+start_server() {
+  "$build/server/gpool-server" --listen 127.0.0.1:0 --backend cuda --module-cache "$2" 2>"$1" &
+  servers+=($!)
+  port=
+  for _ in $(seq 200); do
+    port=$(grep -oE 'listening on 127\.0\.0\.1:[0-9]+' "$1" | grep -oE '[0-9]+$'); [ -n "$port" ] && break; sleep 0.05
+  done
+  [ -n "$port" ] || { echo "gpool-server did not start:"; cat "$1"; exit 2; }
+}
+
+# --- C++ programs: the same binary natively and through gpool, compared check by check --------------
+compare_program() {  # label, program, args...
+  local label=$1 prog=$2; shift 2
+  GPOOL_TEST_EXPECT_COMPUTE=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$prog" "$@" > "$out/$label.native" 2>&1; local nrc=$?
+  GPOOL_TEST_EXPECT_COMPUTE=1 "$runner" "$build" cuda "$prog" "$@" > "$out/$label.gpool" 2>&1; local grc=$?
+  echo "=== $label native (exit $nrc) ==="; cat "$out/$label.native"
+  echo "=== $label through gpool (exit $grc) ==="; cat "$out/$label.gpool"
   # Compare verdict and check name per line (details such as timings differ by nature).
   while read -r verdict name; do
-    g=$(grep -F "  $name" "$out/$prog.gpool" | head -1 | awk '{print $1}')
+    g=$(grep -F "  $name" "$out/$label.gpool" | head -1 | awk '{print $1}')
     result=same; [ "$verdict" = "$g" ] || { result=DIFFERENT; status=1; }
-    rows+=("$(printf '%-18s %-62s %-6s %-6s %s' "$prog" "${name:0:62}" "$verdict" "${g:-none}" "$result")")
-  done < <(grep -E '^(PASS|FAIL)  ' "$out/$prog.native" | sed -E 's/^(PASS|FAIL)  ([^:]*).*/\1 \2/')
+    rows+=("$(printf '%-18s %-62s %-6s %-6s %s' "$label" "${name:0:62}" "$verdict" "${g:-none}" "$result")")
+  done < <(grep -E '^(PASS|FAIL|SKIP)  ' "$out/$label.native" | sed -E 's/^(PASS|FAIL|SKIP)  ([^:]*).*/\1 \2/')
   [ $nrc -eq 0 ] && [ $grc -eq 0 ] || status=1
+  cat "$out/$label.gpool" >> "$out/all-gpool.log"
+}
+compare_program basic_static "$build/tests/cuda_basic_static"
+compare_program basic_shared "$build/tests/cuda_basic_shared"
+compare_program libraries "$build/tests/cuda_libraries"
+
+# --- NVML: nvidia-smi natively and through gpool's libnvidia-ml.so.1 ----------------------------------
+start_server "$out/nvml-server.log" "$out/cache-nvml"
+query=name,uuid,memory.total,memory.used,utilization.gpu,driver_version
+nvidia-smi --query-gpu=$query --format=csv > "$out/smi.native" 2>&1; snrc=$?
+env $(gpool_env $port) nvidia-smi --query-gpu=$query --format=csv > "$out/smi.gpool" 2>&1; sgrc=$?
+env $(gpool_env $port) nvidia-smi -L > "$out/smi-L.gpool" 2>&1
+env $(gpool_env $port) "$build/tests/nvml_query" > "$out/nvml_query.gpool" 2>&1; nqrc=$?
+echo "=== nvidia-smi native (exit $snrc) ==="; cat "$out/smi.native"
+echo "=== nvidia-smi through gpool (exit $sgrc) ==="; cat "$out/smi.gpool" "$out/smi-L.gpool"
+echo "=== nvml_query through gpool (exit $nqrc) ==="; cat "$out/nvml_query.gpool"
+same_gpu=DIFFERENT
+[ $sgrc -eq 0 ] && [ "$(sed -n 2p "$out/smi.native" | cut -d, -f1-3)" = "$(sed -n 2p "$out/smi.gpool" | cut -d, -f1-3)" ] && same_gpu=same
+[ "$same_gpu" = same ] && [ $nqrc -eq 0 ] || status=1
+rows+=("$(printf '%-18s %-62s %-6s %-6s %s' nvidia-smi "name, uuid, memory.total as natively" "$([ $snrc -eq 0 ] && echo PASS || echo FAIL)" "$([ $sgrc -eq 0 ] && echo PASS || echo FAIL)" "$same_gpu")")
+rows+=("$(printf '%-18s %-62s %-6s %-6s %s' nvml_query "NVML subset against the CUDA driver API" "-" "$([ $nqrc -eq 0 ] && echo PASS || echo FAIL)" "-")")
+
+# --- PyTorch / CuPy / NCCL workloads ---------------------------------------------------------------------
+only=(); [ $quick -eq 1 ] && only=(--only tensors device_info matmul mlp resnet18 cuda_graph)
+echo "=== workloads natively ==="
+python3 "$workloads" run --out "$out/wl-native" "${only[@]}"
+start_server "$out/wl-server.log" "$out/cache-workloads"
+echo "=== workloads through gpool ==="
+env $(gpool_env $port) GPOOL_LOG_LEVEL=info python3 "$workloads" run --out "$out/wl-gpool" "${only[@]}"
+cat "$out"/wl-gpool/*.log >> "$out/all-gpool.log" 2>/dev/null
+
+# --- module images cross the wire once per host: the same PyTorch script twice, one fresh cache -------
+start_server "$out/cache-server.log" "$out/cache-twice"
+for run in 1 2; do
+  env $(gpool_env $port) python3 "$workloads" run --out "$out/cache-run$run" --only matmul > /dev/null
+  for _ in $(seq 100); do [ "$(grep -c 'module images:' "$out/cache-server.log")" -ge $run ] && break; sleep 0.1; done
 done
+echo "=== module cache: the matmul workload twice through one server (worker logs) ==="
+grep 'module images:' "$out/cache-server.log" | sed 's/.*gpool-worker\[[0-9]*\] /  /'
+
+# --- benchmarks ------------------------------------------------------------------------------------------
+if [ $quick -eq 0 ]; then
+  echo
+  echo "=== benchmarks (native and through gpool, one run) ==="
+  "$here/../bench/run.sh" "$build" | tee "$out/bench"
+fi
+
+# --- what gpool was asked for and lacks --------------------------------------------------------------------
 echo
-echo "=== benchmarks (native and through gpool, one run) ==="
-"$here/../bench/run.sh" "$build" | tee "$out/bench"
+echo "=== driver entry points and private-table slots gpool lacks (from every gpool run above) ==="
+grep -hoE "gpool: warning: [A-Za-z0-9_]+ is not supported by gpool yet|private table [0-9]+ slot [0-9]+ was called|unknown table [0-9a-f]{32} refused" \
+  "$out/all-gpool.log" | sort | uniq -c | sort -rn || echo "  none"
+
 echo
 echo "=== results: native vs through gpool (cuda backend, loopback TCP) ==="
 printf '%-18s %-62s %-6s %-6s %s\n' program check native gpool result
 printf '%s\n' "${rows[@]}"
+echo
+python3 "$workloads" compare "$out/wl-native" "$out/wl-gpool" || status=1
 echo "overall: $([ $status -eq 0 ] && echo 'gpool matches native' || echo 'DIFFERENCES FOUND')"
 exit $status
