@@ -160,31 +160,46 @@ def w_cudnn():
                        "running_mean": values(bn.running_mean, "fp32")}}
 
 
+def train(model, data, record, timed, autocast=None, scaler=None):
+    """SGD steps over `data` (cycled): the first `record` losses, then the mean time of `timed` steps."""
+    import torch
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    losses, state = [], {"i": 0}
+
+    def step(keep=False):
+        x, y = data[state["i"] % len(data)]
+        state["i"] += 1
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device_type="cuda", dtype=autocast, enabled=autocast is not None):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        if keep:
+            losses.append(loss.item())
+
+    for _ in range(record):
+        step(keep=True)
+    return losses, timed_steps(step, timed, 5)
+
+
+def batches(count, x_shape, classes, seed):
+    import torch
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randn(*x_shape, generator=gen).cuda(), torch.randint(0, classes, (x_shape[0],), generator=gen).cuda())
+            for _ in range(count)]
+
+
 def w_mlp():
     import torch
     deterministic()
     model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
                                 torch.nn.ReLU(), torch.nn.Linear(1024, 10)).cuda()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    gen = torch.Generator().manual_seed(5)
-    data = [(torch.randn(256, 512, generator=gen), torch.randint(0, 10, (256,), generator=gen)) for _ in range(8)]
-    data = [(x.cuda(), y.cuda()) for x, y in data]
-    losses = []
-    state = {"i": 0}
-
-    def step(record=False):
-        x, y = data[state["i"] % len(data)]
-        state["i"] += 1
-        opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        if record:
-            losses.append(loss.item())
-
-    for _ in range(20):
-        step(record=True)
-    t = timed_steps(step, 100, 10)
+    losses, t = train(model, batches(8, (256, 512), 10, 5), record=20, timed=100)
     return {"values": {"losses": values(losses, "fp32")}, "timings": {"mlp_step_s": t}}
 
 
@@ -193,29 +208,8 @@ def w_resnet18():
     import torchvision
     deterministic()
     model = torchvision.models.resnet18(num_classes=10).cuda()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    scaler = torch.amp.GradScaler("cuda")
-    gen = torch.Generator().manual_seed(9)
-    data = [(torch.randn(64, 3, 64, 64, generator=gen), torch.randint(0, 10, (64,), generator=gen)) for _ in range(4)]
-    data = [(x.cuda(), y.cuda()) for x, y in data]
-    losses = []
-    state = {"i": 0}
-
-    def step(record=False):
-        x, y = data[state["i"] % len(data)]
-        state["i"] += 1
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        if record:
-            losses.append(loss.item())
-
-    for _ in range(10):
-        step(record=True)
-    t = timed_steps(step, 50, 5)
+    losses, t = train(model, batches(4, (64, 3, 64, 64), 10, 9), record=10, timed=50, autocast=torch.bfloat16,
+                      scaler=torch.amp.GradScaler("cuda"))
     return {"values": {"losses": values(losses, "bf16")}, "timings": {"resnet18_step_s": t}}
 
 
