@@ -61,7 +61,50 @@ CUresult getFunction(uint64_t handle, uint32_t kind, const char* name, uint64_t&
   std::tuple<uint64_t> r;
   int st = conn->call<calls::ModuleGetFunction>(r, handle, kind, std::string(name));
   out = std::get<0>(r);
+  if (st == CUDA_SUCCESS) State::get().setFunctionName(out, name);
   return static_cast<CUresult>(st);
+}
+
+// The kernels of a module (kind 0: CUfunction handles) or library (kind 1: CUkernel handles), named.
+CUresult functions(uint64_t handle, uint32_t kind, std::vector<uint64_t>& out) {
+  GPOOL_CONN(conn);
+  std::tuple<std::string, std::vector<uint64_t>> r;
+  int st = conn->call<calls::ModuleFunctions>(r, handle, kind);
+  if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
+  const std::string& names = std::get<0>(r);
+  out = std::get<1>(r);
+  size_t at = 0;
+  for (uint64_t f : out) {
+    size_t end = names.find('\0', at);
+    if (end == std::string::npos) return CUDA_ERROR_UNKNOWN;  // the worker sent fewer names than handles
+    State::get().setFunctionName(f, names.substr(at, end - at));
+    at = end + 1;
+  }
+  return CUDA_SUCCESS;
+}
+
+template <typename H>
+CUresult enumerate(H* items, unsigned n, uint64_t handle, uint32_t kind) {
+  if (!items && n) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<uint64_t> all;
+  if (CUresult r = functions(handle, kind, all)) return r;
+  if (n > all.size()) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < n; ++i) items[i] = reinterpret_cast<H>(all[i]);
+  return CUDA_SUCCESS;
+}
+
+CUresult count(unsigned* n, uint64_t handle, uint32_t kind) {
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<uint64_t> all;
+  if (CUresult r = functions(handle, kind, all)) return r;
+  *n = static_cast<unsigned>(all.size());
+  return CUDA_SUCCESS;
+}
+
+CUresult name(const char** out, uint64_t f) {
+  if (!out || !f) return CUDA_ERROR_INVALID_VALUE;
+  *out = State::get().functionName(f);
+  return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 CUresult getGlobal(CUdeviceptr* dptr, size_t* bytes, uint64_t handle, uint32_t kind, const char* name) {
@@ -163,9 +206,37 @@ GPOOL_EXPORT CUresult cuKernelGetFunction(CUfunction* f, CUkernel k) {
   std::tuple<uint64_t> r;
   int st = conn->call<calls::KernelGetFunction>(r, raw(k));
   *f = as<CUfunction>(std::get<0>(r));
+  if (const char* n = State::get().functionName(raw(k)); n && st == CUDA_SUCCESS) State::get().setFunctionName(std::get<0>(r), n);
   return static_cast<CUresult>(st);
   GPOOL_CATCH
 }
+
+GPOOL_EXPORT CUresult cuModuleGetFunctionCount(unsigned int* n, CUmodule m) {
+  GPOOL_TRY return count(n, raw(m), kModule); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction* fns, unsigned int n, CUmodule m) {
+  GPOOL_TRY return enumerate(fns, n, raw(m), kModule); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuLibraryGetKernelCount(unsigned int* n, CUlibrary lib) {
+  GPOOL_TRY return count(n, raw(lib), kLibrary); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel* kernels, unsigned int n, CUlibrary lib) {
+  GPOOL_TRY return enumerate(kernels, n, raw(lib), kLibrary); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuFuncGetName(const char** out, CUfunction f) { GPOOL_TRY return name(out, raw(f)); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuKernelGetName(const char** out, CUkernel k) { GPOOL_TRY return name(out, raw(k)); GPOOL_CATCH }
+
+namespace gpool::client {
+// Private table 6e163fbe slot 7 (cuFFT calls it on the modules it loads): calls `visit(opaque, function,
+// owner)` for each kernel of `module` and returns how many there were. The third argument's meaning is
+// not known; the module handle is passed.
+uint64_t visitModuleFunctions(CUcontext, CUmodule module, void (*visit)(void*, void*, uint64_t), void* opaque) {
+  std::vector<uint64_t> all;
+  if (!module || !visit || functions(raw(module), kModule, all) != CUDA_SUCCESS) return 0;
+  for (uint64_t f : all) visit(opaque, reinterpret_cast<void*>(f), raw(module));
+  return all.size();
+}
+}  // namespace gpool::client
 
 // Function and kernel attributes: cached after the first query.
 GPOOL_EXPORT CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attr, CUfunction f) {

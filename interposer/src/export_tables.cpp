@@ -18,6 +18,7 @@ using namespace gpool::client;
 
 namespace gpool::client {
 CUresult loadModuleImage(CUmodule* out, const void* image);  // api_module.cpp
+uint64_t visitModuleFunctions(CUcontext, CUmodule, void (*)(void*, void*, uint64_t), void*);  // api_module.cpp
 }
 
 namespace {
@@ -152,6 +153,7 @@ struct Tables {
   std::array<Slot, 17> checks = makeTable<5, 17>(true);
   std::array<Slot, 3> integrity = makeTable<6, 3>(true);
   std::array<Slot, 64> blas = makeTable<7, 64>(true);
+  std::array<Slot, 64> functions = makeTable<8, 64>(true);
 
   Tables();
 };
@@ -184,6 +186,7 @@ Tables::Tables() {
   blas[4] = fn(&blasFlag);
   blas[39] = fn(&blasContextQuery);
   blas[51] = fn(&blasStreamContext);
+  functions[7] = fn(&visitModuleFunctions);
 }
 
 // --- d4082055: integrity check (§3) ----------------------------------------------------------------
@@ -252,6 +255,7 @@ GPOOL_EXPORT CUresult cuGetExportTable(const void** table, const CUuuid* id) {
       {{0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e}, t.checks.data()},
       {{0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2}, t.integrity.data()},
       {{0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}, t.blas.data()},
+      {{0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e}, t.functions.data()},
   };
   for (const auto& k : known)
     if (std::memcmp(k.uuid, id->bytes, 16) == 0) {

@@ -102,6 +102,17 @@ bool State::findAllocation(uint64_t ptr, uint64_t& base, Allocation& a) {
   return true;
 }
 
+void State::setFunctionName(uint64_t f, const std::string& name) {
+  std::lock_guard lock(mu);
+  function_names_.try_emplace(f, name);
+}
+
+const char* State::functionName(uint64_t f) {
+  std::lock_guard lock(mu);
+  auto it = function_names_.find(f);
+  return it == function_names_.end() ? nullptr : it->second.c_str();
+}
+
 CUresult State::paramLayout(uint64_t f, const std::vector<uint32_t>*& layout) {
   {
     std::lock_guard lock(mu);

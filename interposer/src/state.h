@@ -77,6 +77,9 @@ class State {
   CUresult paramLayout(uint64_t f, const std::vector<uint32_t>*& layout);
   CUresult functionAttribute(uint64_t f, int attr, int& value);
   void forgetFunctionAttribute(uint64_t f, int attr);
+  // Names of functions and kernels, for cuFuncGetName/cuKernelGetName (pointers stay valid).
+  void setFunctionName(uint64_t f, const std::string& name);
+  const char* functionName(uint64_t f);
 
   struct StreamInfo {
     unsigned flags;
@@ -100,6 +103,7 @@ class State {
   std::map<uint64_t, Allocation> allocations_;
   std::unordered_map<uint64_t, std::vector<uint32_t>> layouts_;
   std::map<std::pair<uint64_t, int>, int> func_attrs_;
+  std::unordered_map<uint64_t, std::string> function_names_;
   std::unordered_map<uint64_t, StreamInfo> streams_;
 };
 

@@ -151,6 +151,12 @@ void CubinIndex::indexElf(const uint8_t* elf, uint64_t size) {
       for (uint64_t off = 0; off + sizeof(Elf64_Sym) <= s.sh_size; off += s.sh_entsize) {
         Elf64_Sym sym;
         readAt(elf, size, s.sh_offset + off, sym);
+        constexpr uint8_t kCudaEntry = 0x10;  // st_other flag of a kernel (an entry function)
+        if (ELF64_ST_TYPE(sym.st_info) == STT_FUNC && (sym.st_other & kCudaEntry)) {
+          std::string kernel = stringAt(strtab, sym.st_name);
+          if (!kernel.empty()) kernels_.push_back(std::move(kernel));
+          continue;
+        }
         if (ELF64_ST_TYPE(sym.st_info) != STT_OBJECT || sym.st_shndx == SHN_UNDEF || sym.st_shndx >= sections.size())
           continue;
         std::string name = stringAt(strtab, sym.st_name);

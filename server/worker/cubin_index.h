@@ -25,14 +25,17 @@ class CubinIndex {
   const Global* global(const std::string& name) const;
   // offset,size pairs in parameter order, or nullopt when the image did not describe the kernel.
   std::optional<std::vector<uint32_t>> paramLayout(const std::string& kernel) const;
+  // Kernel (entry function) names, in symbol-table order.
+  const std::vector<std::string>& kernels() const { return kernels_; }
   const std::string& why() const { return why_; }
-  bool empty() const { return globals_.empty() && params_.empty(); }
+  bool empty() const { return globals_.empty() && params_.empty() && kernels_.empty(); }
 
  private:
   void indexElf(const uint8_t* elf, uint64_t size);
 
   std::unordered_map<std::string, Global> globals_;
   std::unordered_map<std::string, std::vector<uint32_t>> params_;
+  std::vector<std::string> kernels_;
   std::string why_;
 };
 

@@ -34,7 +34,9 @@ namespace {
   F(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) F(cuGetErrorName) F(cuMemHostAlloc) F(cuMemFreeHost) F(cuOccupancyAvailableDynamicSMemPerBlock) F(cuOccupancyMaxActiveClusters)         \
   F(cuStreamBeginCapture) F(cuStreamEndCapture) F(cuStreamGetCaptureInfo) F(cuStreamIsCapturing)          \
   F(cuThreadExchangeStreamCaptureMode) F(cuGraphInstantiateWithFlags) F(cuGraphLaunch) F(cuGraphUpload)   \
-  F(cuGraphExecDestroy) F(cuGraphDestroy) F(cuGraphGetNodes)
+  F(cuGraphExecDestroy) F(cuGraphDestroy) F(cuGraphGetNodes) F(cuModuleGetFunctionCount)                 \
+  F(cuModuleEnumerateFunctions) F(cuFuncGetName) F(cuLibraryGetKernelCount) F(cuLibraryEnumerateKernels)   \
+  F(cuKernelGetName)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -359,6 +361,28 @@ class CudaBackend final : public Backend {
       res_.addRange(p, n);  // copies to and from module variables are legitimate
     }
     return r;
+  }
+  Status ModuleFunctions(uint64_t handle, uint32_t kind, std::string& names, std::vector<uint64_t>& handles) override {
+    if (kind > 1 || !res_.has(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
+      return CUDA_ERROR_INVALID_HANDLE;
+    unsigned n = 0;
+    CUresult r = kind == 0 ? d_.cuModuleGetFunctionCount_(&n, reinterpret_cast<CUmodule>(handle))
+                           : d_.cuLibraryGetKernelCount_(&n, reinterpret_cast<CUlibrary>(handle));
+    if (r != CUDA_SUCCESS) return r;
+    std::vector<void*> found(n);
+    r = kind == 0 ? d_.cuModuleEnumerateFunctions_(reinterpret_cast<CUfunction*>(found.data()), n, reinterpret_cast<CUmodule>(handle))
+                  : d_.cuLibraryEnumerateKernels_(reinterpret_cast<CUkernel*>(found.data()), n, reinterpret_cast<CUlibrary>(handle));
+    if (r != CUDA_SUCCESS) return r;
+    for (void* f : found) {
+      const char* name = nullptr;
+      r = kind == 0 ? d_.cuFuncGetName_(&name, static_cast<CUfunction>(f)) : d_.cuKernelGetName_(&name, static_cast<CUkernel>(f));
+      if (r != CUDA_SUCCESS) return r;
+      res_.add(kind == 0 ? HandleKind::kFunction : HandleKind::kKernel, reinterpret_cast<uint64_t>(f));
+      names += name ? name : "";
+      names.push_back('\0');
+      handles.push_back(reinterpret_cast<uint64_t>(f));
+    }
+    return CUDA_SUCCESS;
   }
   Status KernelGetFunction(uint64_t kernel, uint64_t& function) override {
     if (!res_.has(HandleKind::kKernel, kernel)) return CUDA_ERROR_INVALID_HANDLE;

@@ -116,7 +116,7 @@ TEST(ModuleCache, AHashOfTheWrongLengthIsAViolation) {
 static std::vector<uint8_t> tinyElf(uint64_t shoff_override = 0) {
   std::vector<uint8_t> data(64, 0);
   const char shstr[] = "\0.symtab\0.strtab\0.shstrtab\0.nv.global.init\0.nv.info.kern";
-  const char strtab[] = "\0table";
+  const char strtab[] = "\0table\0kern";
   auto append = [&](const void* p, size_t n) {
     size_t at = data.size();
     data.insert(data.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
@@ -131,11 +131,15 @@ static std::vector<uint8_t> tinyElf(uint64_t shoff_override = 0) {
   uint8_t info[2][16] = {{4, 0x17, 12, 0, 0, 0, 0, 0, 1, 0, 8, 0, 0, 0, 0x10, 0},
                          {4, 0x17, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x20, 0}};
   size_t info_at = append(info, sizeof info);
-  Elf64_Sym syms[2] = {};
+  Elf64_Sym syms[3] = {};
   syms[1].st_name = 1;
   syms[1].st_info = ELF64_ST_INFO(STB_GLOBAL, STT_OBJECT);
   syms[1].st_shndx = 4;
   syms[1].st_size = 24;
+  syms[2].st_name = 7;  // a kernel: a function marked as an entry point
+  syms[2].st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC);
+  syms[2].st_other = 0x10;
+  syms[2].st_shndx = 4;
   size_t sym_at = append(syms, sizeof syms);
   Elf64_Shdr sh[6] = {};
   sh[1] = {1, SHT_SYMTAB, 0, 0, sym_at, sizeof syms, 2, 0, 8, sizeof(Elf64_Sym)};
@@ -168,6 +172,29 @@ TEST(CubinIndex, ReadsGlobalsAndParameterLayouts) {
   auto layout = index.paramLayout("kern");
   ASSERT_TRUE(layout);
   EXPECT_EQ(*layout, (std::vector<uint32_t>{0, 8, 8, 4}));
+  EXPECT_EQ(index.kernels(), std::vector<std::string>{"kern"});
+}
+
+TEST(CubinIndex, SimEnumeratesAModulesKernels) {
+  auto [client, server] = makeLoopbackPair({});
+  worker::SimBackend backend{worker::SimOptions{}};
+  HelloReply hello;
+  backend.open(0, hello);
+  std::thread t([&] { worker::Dispatcher(backend, *server).serve(); });
+  test::RawClient c(*client);
+  auto elf = tinyElf();
+  auto [st, mod] = c.call<calls::ModuleLoad>(Blob{elf.data(), elf.size()}, 0u);
+  ASSERT_EQ(st, 0);
+  auto [st2, fns] = c.call<calls::ModuleFunctions>(std::get<0>(mod), 0u);
+  EXPECT_EQ(st2, 0);
+  EXPECT_EQ(std::get<0>(fns), std::string("kern", 5));
+  ASSERT_EQ(std::get<1>(fns).size(), 1u);
+  auto [st3, layout] = c.call<calls::FuncGetParamLayout>(std::get<1>(fns)[0]);
+  EXPECT_EQ(st3, 0);
+  EXPECT_EQ(std::get<0>(layout), (std::vector<uint32_t>{0, 8, 8, 4}));
+  EXPECT_EQ(c.call<calls::ModuleFunctions>(uint64_t{12345}, 0u).first, 400);
+  client->shutdown();
+  t.join();
 }
 
 TEST(CubinIndex, OutOfRangeHeadersGiveAnEmptyIndex) {
