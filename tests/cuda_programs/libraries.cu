@@ -1,10 +1,11 @@
 // NVIDIA's CUDA libraries, unmodified, through gpool: a cuBLAS handle, an sgemm and a strided batched
-// gemm, and a cuFFT plan and execution. On the sim backend the library kernels are recorded, not
+// gemm, a cuFFT plan and execution, and a cuDNN handle and convolution. On the sim backend the library kernels are recorded, not
 // computed, so results are compared only when GPOOL_TEST_EXPECT_COMPUTE=1 (natively, or with the cuda
 // backend on a GPU). Every library call's status is checked either way: that is what catches a gap in
 // the driver surface or the private tables without a GPU. Prints one line per check; exits 1 on failure.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 #include <cufft.h>
 
 #include <cmath>
@@ -53,6 +54,15 @@ static void checkResult(bool ok, const char* what) {
       std::printf("FAIL  %s: cufftResult %d\n", #call, static_cast<int>(r_)); \
       std::exit(1);                                                             \
     }                                                                           \
+  } while (0)
+
+#define CKD(call)                                                                          \
+  do {                                                                                     \
+    cudnnStatus_t s_ = (call);                                                             \
+    if (s_ != CUDNN_STATUS_SUCCESS) {                                                      \
+      std::printf("FAIL  %s: %s\n", #call, cudnnGetErrorString(s_));                       \
+      std::exit(1);                                                                        \
+    }                                                                                      \
   } while (0)
 
 static float value(int i, int salt) { return static_cast<float>(((i * 37 + salt * 11) % 17) - 8) / 8.0f; }
@@ -160,14 +170,62 @@ static void cufftChecks() {
   CK(cudaFree(d));
 }
 
+// A 3x3 convolution of ones over a 3-channel 16x16 image of ones, padding 1: each output counts the
+// input elements under the filter (27 inside, 18 on an edge, 12 in a corner).
+static void cudnnChecks() {
+  cudnnHandle_t h = nullptr;
+  CKD(cudnnCreate(&h));
+  check(h != nullptr, "cudnnCreate");
+  cudnnTensorDescriptor_t xd, yd;
+  cudnnFilterDescriptor_t wd;
+  cudnnConvolutionDescriptor_t cd;
+  CKD(cudnnCreateTensorDescriptor(&xd));
+  CKD(cudnnCreateTensorDescriptor(&yd));
+  CKD(cudnnCreateFilterDescriptor(&wd));
+  CKD(cudnnCreateConvolutionDescriptor(&cd));
+  CKD(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 3, 16, 16));
+  CKD(cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 4, 3, 3, 3));
+  CKD(cudnnSetConvolution2dDescriptor(cd, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  int n = 0, c = 0, hh = 0, w = 0;
+  CKD(cudnnGetConvolution2dForwardOutputDim(cd, xd, wd, &n, &c, &hh, &w));
+  CKD(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, hh, w));
+  std::vector<float> ones(3 * 16 * 16, 1.0f), out(static_cast<size_t>(n) * c * hh * w, 0.0f);
+  float *x, *wt, *y;
+  CK(cudaMalloc(&x, ones.size() * sizeof(float)));
+  CK(cudaMalloc(&wt, 4 * 27 * sizeof(float)));
+  CK(cudaMalloc(&y, out.size() * sizeof(float)));
+  CK(cudaMemcpy(x, ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(wt, ones.data(), 4 * 27 * sizeof(float), cudaMemcpyHostToDevice));
+  const auto algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  size_t ws = 0;
+  CKD(cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, algo, &ws));
+  void* wsp = nullptr;
+  if (ws) CK(cudaMalloc(&wsp, ws));
+  const float one = 1.0f, zero = 0.0f;
+  CKD(cudnnConvolutionForward(h, &one, xd, x, wd, wt, cd, algo, wsp, ws, &zero, yd, y));
+  CK(cudaMemcpy(out.data(), y, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  check(n == 1 && c == 4 && hh == 16 && w == 16, "cudnnConvolutionForward 3x3 on 3x16x16 issued and copied back");
+  checkResult(out[5 * 16 + 5] == 27.0f && out[0] == 12.0f && out[3] == 18.0f, "cudnn convolution result (27/18/12)");
+  for (void* p : {static_cast<void*>(x), static_cast<void*>(wt), static_cast<void*>(y), wsp})
+    if (p) CK(cudaFree(p));
+  CKD(cudnnDestroyTensorDescriptor(xd));
+  CKD(cudnnDestroyTensorDescriptor(yd));
+  CKD(cudnnDestroyFilterDescriptor(wd));
+  CKD(cudnnDestroyConvolutionDescriptor(cd));
+  CKD(cudnnDestroy(h));
+}
+
 int main(int argc, char** argv) {
   const char* e = std::getenv("GPOOL_TEST_EXPECT_COMPUTE");
   expect_compute = e && *e == '1';
-  bool fft = true;
-  for (int i = 1; i < argc; ++i)
+  bool fft = true, dnn = true;
+  for (int i = 1; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--no-fft") fft = false;
+    if (std::string_view(argv[i]) == "--no-cudnn") dnn = false;
+  }
   cublasChecks();
   if (fft) cufftChecks();
+  if (dnn) cudnnChecks();
   std::printf("%s (%d failures)\n", failures ? "FAILED" : "ALL PASSED", failures);
   return failures ? 1 : 0;
 }
