@@ -30,10 +30,15 @@ CUresult load(const void* image, uint32_t kind, uint64_t& handle) {
     return CUDA_ERROR_INVALID_IMAGE;
   }
   GPOOL_CONN(conn);
+  std::tuple<uint64_t> out;
+  if (!(conn->hello().features & gpool::proto::kFeatureModuleCache)) {  // the worker keeps no cache
+    int st = conn->call<calls::ModuleLoad>(out, Blob{image, size}, kind);
+    handle = std::get<0>(out);
+    return static_cast<CUresult>(st);
+  }
   std::string hash(32, '\0');
   unsigned int n = 0;
   EVP_Digest(image, size, reinterpret_cast<unsigned char*>(hash.data()), &n, EVP_sha256(), nullptr);
-  std::tuple<uint64_t> out;
   int st = conn->call<calls::ModuleLoadCached>(out, hash, kind);
   if (st == CUDA_ERROR_NOT_FOUND) {
     st = conn->call<calls::ModuleLoad>(out, Blob{image, size}, kind);
@@ -68,10 +73,10 @@ CUresult getFunction(uint64_t handle, uint32_t kind, const char* name, uint64_t&
 // The kernels of a module (kind 0: CUfunction handles) or library (kind 1: CUkernel handles), named.
 CUresult functions(uint64_t handle, uint32_t kind, std::vector<uint64_t>& out) {
   GPOOL_CONN(conn);
-  std::tuple<std::string, std::vector<uint64_t>> r;
+  std::tuple<std::vector<char>, std::vector<uint64_t>> r;
   int st = conn->call<calls::ModuleFunctions>(r, handle, kind);
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
-  const std::string& names = std::get<0>(r);
+  const std::string names(std::get<0>(r).begin(), std::get<0>(r).end());
   out = std::get<1>(r);
   size_t at = 0;
   for (uint64_t f : out) {

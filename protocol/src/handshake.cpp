@@ -27,6 +27,7 @@ std::vector<uint8_t> encode(const HelloReply& h) {
     w.raw(d.uuid.data(), d.uuid.size());
     w.putAll(d.total_mem, d.attributes);
   }
+  w.put(h.features);
   return out;
 }
 
@@ -43,6 +44,7 @@ std::optional<HelloReply> decodeHelloReply(const std::vector<uint8_t>& payload) 
       if (!r.get(b)) return std::nullopt;
     if (!r.getAll(d.total_mem, d.attributes) || d.attributes.size() > kMaxAttributes) return std::nullopt;
   }
+  if (!r.atEnd() && !r.get(h.features)) return std::nullopt;  // 1.0 workers send no feature bits
   if (!r.atEnd()) return std::nullopt;
   return h;
 }

@@ -362,7 +362,7 @@ class CudaBackend final : public Backend {
     }
     return r;
   }
-  Status ModuleFunctions(uint64_t handle, uint32_t kind, std::string& names, std::vector<uint64_t>& handles) override {
+  Status ModuleFunctions(uint64_t handle, uint32_t kind, std::vector<char>& names, std::vector<uint64_t>& handles) override {
     if (kind > 1 || !res_.has(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
       return CUDA_ERROR_INVALID_HANDLE;
     unsigned n = 0;
@@ -378,7 +378,7 @@ class CudaBackend final : public Backend {
       r = kind == 0 ? d_.cuFuncGetName_(&name, static_cast<CUfunction>(f)) : d_.cuKernelGetName_(&name, static_cast<CUkernel>(f));
       if (r != CUDA_SUCCESS) return r;
       res_.add(kind == 0 ? HandleKind::kFunction : HandleKind::kKernel, reinterpret_cast<uint64_t>(f));
-      names += name ? name : "";
+      if (name) names.insert(names.end(), name, name + std::strlen(name));
       names.push_back('\0');
       handles.push_back(reinterpret_cast<uint64_t>(f));
     }

@@ -593,14 +593,14 @@ Status SimBackend::DeviceStatus(uint64_t& free_bytes, uint64_t& total, uint32_t&
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::ModuleFunctions(uint64_t handle, uint32_t kind, std::string& names, std::vector<uint64_t>& handles) {
+Status SimBackend::ModuleFunctions(uint64_t handle, uint32_t kind, std::vector<char>& names, std::vector<uint64_t>& handles) {
   if (kind > 1 || !res_.has(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
     return CUDA_ERROR_INVALID_HANDLE;
   std::vector<std::string> kernels = images_[handle].kernels();
   for (const auto& k : kernels) {
     uint64_t f = 0;
     if (Status st = ModuleGetFunction(handle, kind, k, f); st != CUDA_SUCCESS) return st;
-    names += k;
+    names.insert(names.end(), k.begin(), k.end());
     names.push_back('\0');
     handles.push_back(f);
   }

@@ -74,6 +74,11 @@ int main(int argc, char** argv) {
     hello.status = 999;  // CUDA_ERROR_UNKNOWN
     hello.error = e.what();
   }
+  std::unique_ptr<gpool::worker::ModuleCache> cache;
+  if (!module_cache_dir.empty()) {
+    cache = std::make_unique<gpool::worker::ModuleCache>(module_cache_dir, module_cache_max);
+    hello.features |= gpool::proto::kFeatureModuleCache;
+  }
   try {
     auto payload = gpool::proto::encode(hello);
     gpool::proto::sendFrame(*transport, gpool::proto::kMsgHello, gpool::proto::kIsReply, hello_seq, payload.data(), payload.size());
@@ -86,8 +91,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("serving {} on {} device {} ({})", transport->peer(), backend_name, device, hello.devices[0].name);
-  std::unique_ptr<gpool::worker::ModuleCache> cache;
-  if (!module_cache_dir.empty()) cache = std::make_unique<gpool::worker::ModuleCache>(module_cache_dir, module_cache_max);
   gpool::worker::Dispatcher dispatcher(*backend, *transport, cache.get());
   auto result = dispatcher.serve();
   if (result.clean)

@@ -108,13 +108,19 @@ TEST(Handshake, RoundTripsAndRejectsGarbage) {
   d.total_mem = 1 << 30;
   d.attributes = {0, 1, 2, 3};
   r.devices.push_back(d);
+  r.features = kFeatureModuleCache;
   auto bytes = encode(r);
   auto back = decodeHelloReply(bytes);
   ASSERT_TRUE(back);
   EXPECT_EQ(back->devices.at(0).uuid[3], 7);
   EXPECT_EQ(back->devices.at(0).attributes, d.attributes);
+  EXPECT_EQ(back->features, kFeatureModuleCache);
   bytes.pop_back();
   EXPECT_FALSE(decodeHelloReply(bytes));
+  bytes.resize(bytes.size() - 3);  // a 1.0 worker's reply: no feature bits
+  auto old = decodeHelloReply(bytes);
+  ASSERT_TRUE(old);
+  EXPECT_EQ(old->features, 0u);
   EXPECT_FALSE(decodeHelloRequest({1, 2, 3}));
   HelloRequest q;
   q.token = "t";

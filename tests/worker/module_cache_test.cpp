@@ -187,7 +187,7 @@ TEST(CubinIndex, SimEnumeratesAModulesKernels) {
   ASSERT_EQ(st, 0);
   auto [st2, fns] = c.call<calls::ModuleFunctions>(std::get<0>(mod), 0u);
   EXPECT_EQ(st2, 0);
-  EXPECT_EQ(std::get<0>(fns), std::string("kern", 5));
+  EXPECT_EQ(std::string(std::get<0>(fns).begin(), std::get<0>(fns).end()), std::string("kern", 5));
   ASSERT_EQ(std::get<1>(fns).size(), 1u);
   auto [st3, layout] = c.call<calls::FuncGetParamLayout>(std::get<1>(fns)[0]);
   EXPECT_EQ(st3, 0);

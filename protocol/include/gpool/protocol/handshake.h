@@ -35,7 +35,10 @@ struct HelloReply {
   uint32_t driver_version = 0;  // what the worker's driver reports
   std::string backend;          // "cuda" or "sim"
   std::vector<DeviceInfo> devices;
+  uint32_t features = 0;        // kFeature* bits (absent before protocol 1.1: none)
 };
+
+inline constexpr uint32_t kFeatureModuleCache = 1;  // ModuleLoadCached can succeed: send hashes first
 
 std::vector<uint8_t> encode(const HelloRequest& h);
 std::vector<uint8_t> encode(const HelloReply& h);
