@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <system_error>
 
@@ -31,7 +32,8 @@ std::string toHex(const ImageHash& h) {
   return s;
 }
 
-ModuleCache::ModuleCache(fs::path dir, uint64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {
+ModuleCache::ModuleCache(fs::path dir, uint64_t max_bytes, std::chrono::seconds touch_after)
+    : dir_(std::move(dir)), max_bytes_(max_bytes), touch_after_(touch_after) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) spdlog::warn("module cache {}: {} (images will be sent by every client)", dir_.string(), ec.message());
@@ -40,17 +42,19 @@ ModuleCache::ModuleCache(fs::path dir, uint64_t max_bytes) : dir_(std::move(dir)
 
 std::optional<std::vector<uint8_t>> ModuleCache::get(const ImageHash& hash) {
   fs::path path = dir_ / toHex(hash);
+  std::error_code ec;
+  uint64_t size = fs::file_size(path, ec);
+  if (ec) return std::nullopt;
+  std::vector<uint8_t> bytes(size);
   std::ifstream f(path, std::ios::binary);
-  if (!f) return std::nullopt;
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (!f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size))) return std::nullopt;
   if (sha256(bytes.data(), bytes.size()) != hash) {
     spdlog::warn("module cache: {} does not match its hash; removed", path.string());
-    std::error_code ec;
     fs::remove(path, ec);
     return std::nullopt;
   }
-  std::error_code ec;
-  fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // recency, for eviction
+  auto now = fs::file_time_type::clock::now();
+  if (auto at = fs::last_write_time(path, ec); !ec && now - at >= touch_after_) fs::last_write_time(path, now, ec);
   return bytes;
 }
 

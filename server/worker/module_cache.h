@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -20,8 +21,9 @@ std::string toHex(const ImageHash& h);
 class ModuleCache {
  public:
   // `dir` is created when missing. `max_bytes` bounds the directory: the least recently used images
-  // are removed when a store would pass it.
-  ModuleCache(std::filesystem::path dir, uint64_t max_bytes);
+  // are removed when a store would pass it. A read refreshes an image's recency when it is older than
+  // `touch_after` (a write on every load would cost more than it tells).
+  ModuleCache(std::filesystem::path dir, uint64_t max_bytes, std::chrono::seconds touch_after = std::chrono::hours(1));
 
   // The image with this hash, read back and verified, or nullopt (absent, unreadable or corrupt).
   std::optional<std::vector<uint8_t>> get(const ImageHash& hash);
@@ -36,6 +38,7 @@ class ModuleCache {
 
   std::filesystem::path dir_;
   uint64_t max_bytes_;
+  std::chrono::seconds touch_after_;
   uint64_t total_ = 0;  // bytes in the directory, as last counted plus what this worker added
 };
 

@@ -54,7 +54,7 @@ TEST(ModuleCache, StoresByContentAndRefusesCorruptFiles) {
 
 TEST(ModuleCache, EvictsLeastRecentlyUsedPastItsLimit) {
   TempDir dir;
-  worker::ModuleCache cache(dir.path, 2500);
+  worker::ModuleCache cache(dir.path, 2500, std::chrono::seconds(0));
   std::string a(1000, 'a'), b(1000, 'b'), c(1000, 'c');
   cache.put(a.data(), a.size());
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
