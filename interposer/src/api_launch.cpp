@@ -141,3 +141,61 @@ GPOOL_EXPORT CUresult cuOccupancyMaxActiveClusters(int* clusters, CUfunction f, 
   return static_cast<CUresult>(st);
   GPOOL_CATCH
 }
+
+// TMA descriptors: the 128-byte layout is the driver's secret, so the worker's driver encodes them. The
+// descriptor holds the device address, which is the worker's real address, valid as a kernel argument.
+namespace {
+CUresult tensorMap(CUtensorMap* out, uint32_t kind, CUtensorMapDataType dt, cuuint32_t rank, void* address,
+                   const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box, const int* lower,
+                   const int* upper, cuuint32_t channels, cuuint32_t pixels, const cuuint32_t* estrides,
+                   CUtensorMapInterleave il, CUtensorMapSwizzle sw, CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
+  if (!out || rank < 1 || rank > 5 || !dims || !estrides || (rank > 1 && !strides) || (kind == 0 && !box) ||
+      (kind == 1 && (rank < 3 || !lower || !upper)))
+    return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  std::vector<uint64_t> d(dims, dims + rank), s(strides, strides + (rank - 1));
+  std::vector<uint32_t> b, e(estrides, estrides + rank);
+  std::vector<int32_t> lo, hi;
+  if (kind == 0) b.assign(box, box + rank);
+  else lo.assign(lower, lower + rank - 2), hi.assign(upper, upper + rank - 2);
+  std::tuple<std::vector<uint8_t>> r;
+  int st = conn->call<calls::TensorMapEncode>(r, kind, uint32_t{dt}, uint32_t{rank}, reinterpret_cast<uint64_t>(address), d, s, b,
+                                              lo, hi, uint32_t{channels}, uint32_t{pixels}, e, uint32_t{il}, uint32_t{sw},
+                                              uint32_t{l2}, uint32_t{oob});
+  if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
+  if (std::get<0>(r).size() != sizeof *out) return CUDA_ERROR_UNKNOWN;
+  std::memcpy(out, std::get<0>(r).data(), sizeof *out);
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+GPOOL_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap* out, CUtensorMapDataType dt, cuuint32_t rank, void* address,
+                                             const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+                                             const cuuint32_t* estrides, CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                                             CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
+  GPOOL_TRY
+  return tensorMap(out, 0, dt, rank, address, dims, strides, box, nullptr, nullptr, 0, 0, estrides, il, sw, l2, oob);
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap* out, CUtensorMapDataType dt, cuuint32_t rank, void* address,
+                                              const cuuint64_t* dims, const cuuint64_t* strides, const int* lower,
+                                              const int* upper, cuuint32_t channels, cuuint32_t pixels,
+                                              const cuuint32_t* estrides, CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                                              CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
+  GPOOL_TRY
+  return tensorMap(out, 1, dt, rank, address, dims, strides, nullptr, lower, upper, channels, pixels, estrides, il, sw, l2, oob);
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap* map, void* address) {
+  GPOOL_TRY
+  if (!map) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  std::vector<uint8_t> in(reinterpret_cast<const uint8_t*>(map), reinterpret_cast<const uint8_t*>(map) + sizeof *map);
+  std::tuple<std::vector<uint8_t>> r;
+  int st = conn->call<calls::TensorMapReplaceAddress>(r, in, reinterpret_cast<uint64_t>(address));
+  if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
+  if (std::get<0>(r).size() != sizeof *map) return CUDA_ERROR_UNKNOWN;
+  std::memcpy(map, std::get<0>(r).data(), sizeof *map);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}

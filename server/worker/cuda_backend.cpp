@@ -36,7 +36,7 @@ namespace {
   F(cuThreadExchangeStreamCaptureMode) F(cuGraphInstantiateWithFlags) F(cuGraphLaunch) F(cuGraphUpload)   \
   F(cuGraphExecDestroy) F(cuGraphDestroy) F(cuGraphGetNodes) F(cuModuleGetFunctionCount)                 \
   F(cuModuleEnumerateFunctions) F(cuFuncGetName) F(cuLibraryGetKernelCount) F(cuLibraryEnumerateKernels)   \
-  F(cuKernelGetName)
+  F(cuKernelGetName) F(cuTensorMapEncodeTiled) F(cuTensorMapEncodeIm2col) F(cuTensorMapReplaceAddress)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -383,6 +383,37 @@ class CudaBackend final : public Backend {
       handles.push_back(reinterpret_cast<uint64_t>(f));
     }
     return CUDA_SUCCESS;
+  }
+  Status TensorMapEncode(uint32_t kind, uint32_t dtype, uint32_t rank, uint64_t address, std::vector<uint64_t> dims,
+                         std::vector<uint64_t> strides, std::vector<uint32_t> box, std::vector<int32_t> lower,
+                         std::vector<int32_t> upper, uint32_t channels, uint32_t pixels, std::vector<uint32_t> estrides,
+                         uint32_t interleave, uint32_t swizzle, uint32_t l2, uint32_t oob,
+                         std::vector<uint8_t>& map) override {
+  if (rank < 1 || rank > 5 || dims.size() != rank || strides.size() != rank - 1 || estrides.size() != rank ||
+      (kind == 0 && box.size() != rank) || (kind == 1 && (rank < 3 || lower.size() != rank - 2 || upper.size() != rank - 2)) ||
+      kind > 1)
+    return CUDA_ERROR_INVALID_VALUE;
+    CUtensorMap m;
+    auto* p = reinterpret_cast<void*>(address);
+    auto dt = static_cast<CUtensorMapDataType>(dtype);
+    auto il = static_cast<CUtensorMapInterleave>(interleave);
+    auto sw = static_cast<CUtensorMapSwizzle>(swizzle);
+    auto pr = static_cast<CUtensorMapL2promotion>(l2);
+    auto fill = static_cast<CUtensorMapFloatOOBfill>(oob);
+    CUresult r = kind == 0 ? d_.cuTensorMapEncodeTiled_(&m, dt, rank, p, dims.data(), strides.data(), box.data(),
+                                                        estrides.data(), il, sw, pr, fill)
+                           : d_.cuTensorMapEncodeIm2col_(&m, dt, rank, p, dims.data(), strides.data(), lower.data(),
+                                                         upper.data(), channels, pixels, estrides.data(), il, sw, pr, fill);
+    if (r == CUDA_SUCCESS) map.assign(reinterpret_cast<const uint8_t*>(&m), reinterpret_cast<const uint8_t*>(&m) + sizeof m);
+    return r;
+  }
+  Status TensorMapReplaceAddress(std::vector<uint8_t> in, uint64_t address, std::vector<uint8_t>& map) override {
+    if (in.size() != sizeof(CUtensorMap)) return CUDA_ERROR_INVALID_VALUE;
+    CUtensorMap m;
+    std::memcpy(&m, in.data(), sizeof m);
+    CUresult r = d_.cuTensorMapReplaceAddress_(&m, reinterpret_cast<void*>(address));
+    if (r == CUDA_SUCCESS) map.assign(reinterpret_cast<const uint8_t*>(&m), reinterpret_cast<const uint8_t*>(&m) + sizeof m);
+    return r;
   }
   Status KernelGetFunction(uint64_t kernel, uint64_t& function) override {
     if (!res_.has(HandleKind::kKernel, kernel)) return CUDA_ERROR_INVALID_HANDLE;

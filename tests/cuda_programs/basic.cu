@@ -226,6 +226,35 @@ int main() {
     CK(cudaFreeHost(back));
   }
 
+  // TMA descriptors (Hopper): encoded by the driver, as Triton and cuBLASLt ask for them
+  {
+    using EncodeFn = decltype(&cuTensorMapEncodeTiled);
+    using ReplaceFn = decltype(&cuTensorMapReplaceAddress);
+    EncodeFn encode = nullptr;
+    ReplaceFn replace = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), 12000, cudaEnableDefault, &q));
+    CK(cudaGetDriverEntryPointByVersion("cuTensorMapReplaceAddress", reinterpret_cast<void**>(&replace), 12000, cudaEnableDefault, &q));
+    float *a = nullptr, *b = nullptr;
+    CK(cudaMalloc(&a, 256 * 128 * sizeof(float)));
+    CK(cudaMalloc(&b, 256 * 128 * sizeof(float)));
+    CUtensorMap map{};
+    cuuint64_t dims[2] = {128, 256}, strides[1] = {128 * sizeof(float)};
+    cuuint32_t box[2] = {32, 32}, estrides[2] = {1, 1};
+    CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, a, dims, strides, box, estrides,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    CUtensorMap other = map;
+    CUresult r2 = replace(&other, b);
+    CUresult r3 = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 9, a, dims, strides, box, estrides,
+                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    check(r == CUDA_SUCCESS && r2 == CUDA_SUCCESS && std::memcmp(&map, &other, sizeof map) != 0 && r3 == CUDA_ERROR_INVALID_VALUE,
+          "cuTensorMapEncodeTiled, cuTensorMapReplaceAddress, and a rank of 9 refused");
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+  }
+
   // mapped host memory: copies through its device pointer work; a kernel reading it natively works, and
   // through gpool (where the GPU is on another machine) is refused with cudaErrorNotSupported
   {

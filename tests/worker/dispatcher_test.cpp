@@ -226,6 +226,7 @@ TEST(Dispatcher, RandomFramesNeverCrashTheWorker) {
           if constexpr (std::is_same_v<T, Blob>) v = Blob{blob.data(), blob.size()};
           else if constexpr (std::is_same_v<T, std::string>) v = std::string(rnd() % 20, 'k');
           else if constexpr (std::is_same_v<T, float>) v = static_cast<float>(rnd() % 1000);
+          else if constexpr (IsVector<T>::value) v.assign(rnd() % 8, static_cast<typename T::value_type>(rnd()));
           else v = static_cast<T>(rnd() % 3 == 0 ? rnd() % 8 : rnd());
         };
         size_t pick = rnd() % (ids.size() - 4);
