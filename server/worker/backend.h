@@ -2,6 +2,7 @@
 // (sim_backend). One pure virtual per line of calls.def, plus the custom device-to-host copy.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,9 +37,17 @@ class Backend {
   }
   // Checks a device range before a streamed device-to-host reply starts.
   virtual Status checkDeviceRange(uint64_t ptr, uint64_t bytes) = 0;
+  // Where the dispatcher receives the next request's payload of `bytes` bytes; valid until the next
+  // call. A backend may hand out page-locked memory so host-to-device copies from it run asynchronously
+  // (it must then not hand out a buffer a copy is still reading).
+  virtual uint8_t* frameBuffer(size_t bytes) {
+    if (frame_.size() < bytes) frame_.resize(bytes);
+    return frame_.data();
+  }
 
  private:
   std::vector<uint8_t> staging_;
+  std::vector<uint8_t> frame_;
 };
 
 }  // namespace gpool::worker

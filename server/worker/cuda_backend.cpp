@@ -125,6 +125,11 @@ class CudaBackend final : public Backend {
  public:
   ~CudaBackend() override {
     // Exiting the process frees everything; release the context for a tidy driver state.
+    for (auto& slot : slots_) {
+      if (slot.in_use) d_.cuEventSynchronize_(slot.done);
+      if (slot.done) d_.cuEventDestroy_(slot.done);
+      if (slot.data) d_.cuMemFreeHost_(slot.data);
+    }
     if (staging_) d_.cuMemFreeHost_(staging_);
     if (ctx_) d_.cuDevicePrimaryCtxRelease_(dev_);
   }
@@ -138,6 +143,31 @@ class CudaBackend final : public Backend {
       staging_size_ = bytes;
     }
     return staging_;
+  }
+
+  // Requests are received into page-locked slots, so a host-to-device copy from one runs asynchronously
+  // (the driver stages pageable memory synchronously). A slot an unfinished copy reads is not handed out
+  // again until its event completes; small requests keep reusing the current slot.
+  uint8_t* frameBuffer(size_t bytes) override {
+    if (!ctx_) return Backend::frameBuffer(bytes);
+    Slot* s = &slots_[current_];
+    if (s->in_use) {
+      current_ = (current_ + 1) % slots_.size();
+      s = &slots_[current_];
+      if (s->in_use) {
+        d_.cuEventSynchronize_(s->done);
+        s->in_use = false;
+      }
+    }
+    if (s->capacity < bytes) {
+      if (s->data) d_.cuMemFreeHost_(s->data);
+      s->data = nullptr;
+      s->capacity = 0;
+      size_t want = std::max<size_t>(bytes, size_t{1} << 16);
+      if (d_.cuMemHostAlloc_(&s->data, want, 0) != CUDA_SUCCESS) return Backend::frameBuffer(bytes);
+      s->capacity = want;
+    }
+    return static_cast<uint8_t*>(s->data);
   }
 
   Status open(int device, proto::HelloReply& hello) override {
@@ -210,9 +240,20 @@ class CudaBackend final : public Backend {
     // A captured copy would read the frame buffer at replay, long after it was reused.
     if (capturing(stream)) return refuseInCapture("a host-to-device copy");
     if (!async) return d_.cuMemcpyHtoD_(dst, data.data, data.size);
-    // The frame buffer is reused for the next message; a pageable source makes the driver stage
-    // the bytes before the call returns.
-    return d_.cuMemcpyHtoDAsync_(dst, data.data, data.size, stream_(stream));
+    // From a page-locked slot the copy runs asynchronously; the slot's event keeps it from being reused
+    // before the copy has read it. (From pageable memory the driver stages the bytes before returning.)
+    Slot& s = slots_[current_];
+    bool in_slot = s.data && data.data >= s.data && static_cast<const uint8_t*>(data.data) + data.size <=
+                                                         static_cast<const uint8_t*>(s.data) + s.capacity;
+    CUresult r = d_.cuMemcpyHtoDAsync_(dst, data.data, data.size, stream_(stream));
+    if (r != CUDA_SUCCESS || !in_slot) return r;
+    if (!s.done && d_.cuEventCreate_(&s.done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      s.done = nullptr;
+      return d_.cuStreamSynchronize_(stream_(stream));  // no event: finish the copy before the slot is reused
+    }
+    if ((r = d_.cuEventRecordWithFlags_(s.done, stream_(stream), 0)) != CUDA_SUCCESS) return r;
+    s.in_use = true;
+    return CUDA_SUCCESS;
   }
   Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) override {
     if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
@@ -564,6 +605,15 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  struct Slot {
+    void* data = nullptr;
+    size_t capacity = 0;
+    CUevent done = nullptr;  // recorded after the last asynchronous copy that reads this slot
+    bool in_use = false;
+  };
+  std::array<Slot, 4> slots_;
+  size_t current_ = 0;
+
   bool capturing(uint64_t stream) {
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     return stream > 1 && d_.cuStreamIsCapturing_(stream_(stream), &st) == CUDA_SUCCESS &&

@@ -155,7 +155,10 @@ ServeResult Dispatcher::serve() {
   ServeResult& result = stats_;
   try {
     for (;;) {
-      proto::FrameHeader h = proto::recvFrame(transport_, payload_, proto::kMaxRequestPayload);
+      proto::FrameHeader h = proto::recvHeader(transport_, proto::kMaxRequestPayload);
+      uint8_t* buffer = backend_.frameBuffer(h.length);
+      if (h.length) transport_.recv(buffer, h.length);
+      payload_ = {buffer, h.length};
       if (h.flags & proto::kIsReply) throw Violation{"client sent a reply frame"};
       ++result.frames;
       handle(h);

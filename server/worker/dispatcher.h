@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,7 +43,7 @@ class Dispatcher {
 
   Backend& backend_;
   proto::Transport& transport_;
-  std::vector<uint8_t> payload_;
+  std::span<const uint8_t> payload_;  // the current request's payload, in the backend's frame buffer
   std::vector<uint8_t> out_;
   Status latched_ = 0;  // first failure of a call nobody waited for
   ModuleCache* cache_;
