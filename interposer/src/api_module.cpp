@@ -18,6 +18,28 @@ namespace {
 
 constexpr uint32_t kModule = 0, kLibrary = 1;
 
+// Loads one image on the worker: by its SHA-256 when the worker host keeps a module cache, else (or when
+// the host does not hold it yet) by sending the bytes.
+CUresult send(gpool::client::Connection* conn, const void* image, uint64_t size, uint32_t kind, uint64_t& handle) {
+  std::tuple<uint64_t> out;
+  int st = CUDA_ERROR_NOT_FOUND;
+  if (conn->hello().features & gpool::proto::kFeatureModuleCache) {
+    std::string hash(32, '\0');
+    unsigned int n = 0;
+    EVP_Digest(image, size, reinterpret_cast<unsigned char*>(hash.data()), &n, EVP_sha256(), nullptr);
+    st = conn->call<calls::ModuleLoadCached>(out, hash, kind);
+  }
+  if (st == CUDA_ERROR_NOT_FOUND) {
+    st = conn->call<calls::ModuleLoad>(out, Blob{image, size}, kind);
+    static std::atomic<uint64_t> sent_images{0}, sent_bytes{0};
+    uint64_t images = ++sent_images, bytes = sent_bytes += size;
+    GPOOL_LOG(Level::kDebug, "module image of %llu bytes sent; %llu images, %llu bytes sent so far",
+              (unsigned long long)size, (unsigned long long)images, (unsigned long long)bytes);
+  }
+  handle = std::get<0>(out);
+  return static_cast<CUresult>(st);
+}
+
 CUresult load(const void* image, uint32_t kind, uint64_t& handle) {
   if (!image) return CUDA_ERROR_INVALID_VALUE;
   // The runtime hands over its registration wrapper as often as the bare fat binary.
@@ -30,25 +52,20 @@ CUresult load(const void* image, uint32_t kind, uint64_t& handle) {
     return CUDA_ERROR_INVALID_IMAGE;
   }
   GPOOL_CONN(conn);
-  std::tuple<uint64_t> out;
-  if (!(conn->hello().features & gpool::proto::kFeatureModuleCache)) {  // the worker keeps no cache
-    int st = conn->call<calls::ModuleLoad>(out, Blob{image, size}, kind);
-    handle = std::get<0>(out);
-    return static_cast<CUresult>(st);
+  // A fat binary carries a cubin per architecture (cuBLAS: six); the device loads only its own, so only
+  // that one travels. Should the worker's driver refuse the trimmed image, the whole one is sent.
+  State& state = State::get();
+  uint32_t arch = static_cast<uint32_t>(state.attribute(0, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 +
+                                        state.attribute(0, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
+  std::vector<uint8_t> trimmed = gpool::proto::fatbinForArch(image, size, arch);
+  if (!trimmed.empty()) {
+    CUresult r = send(conn, trimmed.data(), trimmed.size(), kind, handle);
+    if (r != CUDA_ERROR_INVALID_IMAGE && r != CUDA_ERROR_NO_BINARY_FOR_GPU) return r;
+    static int once;
+    if (!__atomic_exchange_n(&once, 1, __ATOMIC_RELAXED))
+      GPOOL_LOG(Level::kInfo, "the worker refused a fat binary trimmed to sm_%u (CUresult %d); sending whole images", arch, r);
   }
-  std::string hash(32, '\0');
-  unsigned int n = 0;
-  EVP_Digest(image, size, reinterpret_cast<unsigned char*>(hash.data()), &n, EVP_sha256(), nullptr);
-  int st = conn->call<calls::ModuleLoadCached>(out, hash, kind);
-  if (st == CUDA_ERROR_NOT_FOUND) {
-    st = conn->call<calls::ModuleLoad>(out, Blob{image, size}, kind);
-    static std::atomic<uint64_t> sent_images{0}, sent_bytes{0};
-    uint64_t images = ++sent_images, bytes = sent_bytes += size;
-    GPOOL_LOG(Level::kDebug, "module image of %llu bytes sent (not in the worker host's cache); %llu images, "
-              "%llu bytes sent so far", (unsigned long long)size, (unsigned long long)images, (unsigned long long)bytes);
-  }
-  handle = std::get<0>(out);
-  return static_cast<CUresult>(st);
+  return send(conn, image, size, kind, handle);
 }
 
 CUresult loadFile(const char* path, uint32_t kind, uint64_t& handle) {

@@ -59,4 +59,38 @@ uint64_t moduleImageSize(const void* image, uint64_t available) {
   return 0;
 }
 
+std::vector<uint8_t> fatbinForArch(const void* fatbin, uint64_t size, uint32_t arch) {
+  const auto* p = static_cast<const uint8_t*>(fatbin);
+  uint16_t header = 0;
+  uint64_t body = 0;
+  uint32_t magic = 0;
+  if (size < 16) return {};
+  std::memcpy(&magic, p, 4);
+  std::memcpy(&header, p + 6, 2);
+  std::memcpy(&body, p + 8, 8);
+  if (magic != kFatbinMagic || header < 16 || header > size || body > size - header) return {};
+  std::vector<uint8_t> out(p, p + header);
+  size_t entries = 0, kept = 0;
+  for (uint64_t at = header, end = header + body; end - at >= 64;) {
+    uint16_t kind = 0;
+    uint32_t entry_header = 0, entry_arch = 0;
+    uint64_t payload = 0;
+    std::memcpy(&kind, p + at, 2);
+    std::memcpy(&entry_header, p + at + 4, 4);
+    std::memcpy(&payload, p + at + 8, 8);
+    std::memcpy(&entry_arch, p + at + 28, 4);
+    if (entry_header < 64 || entry_header > end - at || payload > end - at - entry_header) return {};
+    ++entries;
+    if (kind == 2 /*ELF*/ && entry_arch == arch) {
+      out.insert(out.end(), p + at, p + at + entry_header + payload);
+      ++kept;
+    }
+    at += entry_header + payload;
+  }
+  if (kept == 0 || kept == entries) return {};
+  uint64_t new_body = out.size() - header;
+  std::memcpy(out.data() + 8, &new_body, 8);
+  return out;
+}
+
 }  // namespace gpool::proto

@@ -199,3 +199,45 @@ TEST(ModuleImage, SizingNeverReadsPastWhatArrived) {
   EXPECT_EQ(moduleImageSize(ptx, sizeof ptx), sizeof ptx);
   EXPECT_EQ(moduleImageSize(ptx), sizeof ptx);
 }
+
+// A fat binary of entries {kind, arch, payload bytes}: 64-byte entry headers, payloads filled with `arch`.
+static std::vector<uint8_t> fatbin(std::initializer_list<std::array<uint32_t, 3>> entries) {
+  std::vector<uint8_t> f(16, 0);
+  uint32_t magic = kFatbinMagic;
+  std::memcpy(f.data(), &magic, 4);
+  f[4] = 1;
+  f[6] = 16;
+  for (const auto& [kind, arch, bytes] : entries) {
+    size_t at = f.size();
+    f.resize(at + 64 + bytes, static_cast<uint8_t>(arch));
+    std::memset(f.data() + at, 0, 64);
+    uint16_t k = static_cast<uint16_t>(kind);
+    uint32_t hs = 64;
+    uint64_t payload = bytes;
+    std::memcpy(f.data() + at, &k, 2);
+    std::memcpy(f.data() + at + 4, &hs, 4);
+    std::memcpy(f.data() + at + 8, &payload, 8);
+    std::memcpy(f.data() + at + 28, &arch, 4);
+  }
+  uint64_t body = f.size() - 16;
+  std::memcpy(f.data() + 8, &body, 8);
+  return f;
+}
+
+TEST(ModuleImage, FatBinariesAreTrimmedToTheDevicesCubin) {
+  auto f = fatbin({{2, 80, 100}, {2, 90, 40}, {1, 120, 300}, {2, 100, 100}});
+  auto t = fatbinForArch(f.data(), f.size(), 90);
+  ASSERT_EQ(t.size(), 16u + 64 + 40);
+  EXPECT_EQ(moduleImageSize(t.data(), t.size()), t.size());  // a complete, consistent fat binary
+  EXPECT_EQ(t.back(), 90);
+  // Nothing to trim: no cubin for the device (PTX to JIT, or code for others only), or only its own.
+  EXPECT_TRUE(fatbinForArch(f.data(), f.size(), 86).empty());
+  auto only = fatbin({{2, 90, 40}});
+  EXPECT_TRUE(fatbinForArch(only.data(), only.size(), 90).empty());
+  // Entries claiming more than the image holds: not trimmed (sent whole, the worker judges it).
+  auto bad = f;
+  bad[16 + 8] = 0xff;
+  bad[16 + 15] = 0x7f;
+  EXPECT_TRUE(fatbinForArch(bad.data(), bad.size(), 90).empty());
+  EXPECT_TRUE(fatbinForArch(f.data(), 10, 90).empty());
+}

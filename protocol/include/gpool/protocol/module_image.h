@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace gpool::proto {
 
@@ -15,5 +16,11 @@ inline constexpr uint32_t kFatbinMagic = 0xba55ed50;   // fat binary header
 uint64_t moduleImageSize(const void* image, uint64_t available = UINT64_MAX);
 // A fatbinc wrapper's fat binary, or nullptr when `wrapper` is not one.
 const void* fatbinFromWrapper(const void* wrapper);
+
+// A copy of the fat binary of `size` bytes that keeps only the cubins built for `arch` (major*10+minor),
+// which is all a device of that architecture loads; empty when there is no such cubin or nothing to
+// drop (then the whole image is sent: it may hold PTX to JIT, and the driver accepts images without
+// code for the device, lazily, which cuBLASLt relies on).
+std::vector<uint8_t> fatbinForArch(const void* fatbin, uint64_t size, uint32_t arch);
 
 }  // namespace gpool::proto
