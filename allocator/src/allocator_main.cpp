@@ -1,0 +1,63 @@
+// gpool-allocator: the control plane. Inventory of gpool-servers and their GPUs, partition policies,
+// the lease queue, signed lease tokens; state in SQLite. API: docs/api.md.
+#include <CLI/CLI.hpp>
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "gpool/protocol/transport.h"
+#include "lease_token.h"
+#include "policy.h"
+#include "service.h"
+#include "store.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "gpool-allocator: grants whole or fractional GPUs of the registered gpool-servers as leases.\n"
+      "Clients (gpool run, or a program with GPOOL_ALLOCATOR=http://HOST:PORT) ask it for leases;\n"
+      "gpool-servers register with it (gpool-server --allocator URL --lease-key FILE)."};
+  std::string listen = "127.0.0.1:7430", config, db = "gpool-allocator.db", key_file, log_level = "info";
+  app.add_option("--listen", listen, "HOST:PORT of the HTTP API")->capture_default_str();
+  app.add_option("--config", config, "partition policy (TOML) used when the database holds none; see docs/admin.md");
+  app.add_option("--db", db, "SQLite database holding servers, leases and the policy (created when missing)")
+      ->capture_default_str();
+  app.add_option("--key-file", key_file,
+                 "secret shared with gpool-servers to sign lease tokens (created, mode 0600, when missing; default: "
+                 "the database path + .key)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  auto logger = spdlog::stderr_color_mt("gpool-allocator");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ gpool-allocator[%P] %v");
+
+  std::string host;
+  uint16_t port = 0;
+  if (!gpool::proto::parseHostPort(listen, host, port)) {
+    spdlog::critical("malformed --listen '{}': expected IP:PORT, such as 127.0.0.1:7430", listen);
+    return 2;
+  }
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // every thread; main waits for them below
+  try {
+    if (key_file.empty()) key_file = db + ".key";
+    gpool::allocator::ServiceOptions opt{db, config, gpool::token::loadKey(key_file, true)};
+    gpool::allocator::Service service(opt);
+    int bound = service.start(host, port);
+    spdlog::info("listening on http://{}:{} (database {}, lease key {})", host, bound, db, key_file);
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    spdlog::info("signal {}: stopping (state is in {})", sig, db);
+    service.stop();
+  } catch (const std::exception& e) {
+    spdlog::critical("{}", e.what());
+    return 1;
+  }
+  return 0;
+}

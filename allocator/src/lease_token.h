@@ -1,0 +1,37 @@
+// Lease tokens: what the allocator signs for each share of a lease and a gpool-server verifies offline
+// (HMAC-SHA256 with a key the two share). Text form: "gpl1.<hex payload>.<hex signature>", where the
+// payload is "lease|server|device|memory bytes|fraction|expiry unix seconds".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace gpool::token {
+
+struct Claims {
+  std::string lease, server;
+  int device = 0;
+  uint64_t memory = 0;
+  double fraction = 1.0;
+  int64_t expiry_s = 0;
+};
+
+std::string sign(const Claims& c, const std::string& key);
+// The claims of a token whose signature is valid, or nullopt with `why` set (malformed, forged).
+// Expiry, server and device are for the caller to check (see check()).
+std::optional<Claims> verify(const std::string& token, const std::string& key, std::string& why);
+// verify() plus: not expired at `now_s`, issued for `server` and `device`.
+std::optional<Claims> check(const std::string& token, const std::string& key, const std::string& server, int device,
+                            int64_t now_s, std::string& why);
+
+// HMAC-SHA256 of `data` under `key`, as hex; how gpool-server signs its requests to the allocator
+// (header X-Gpool-Signature over "METHOD PATH\nBODY").
+std::string hmacHex(const std::string& key, const std::string& data);
+bool sameText(const std::string& a, const std::string& b);  // constant-time comparison
+
+// Reads a key file (at least 32 bytes of secret); creates one with 32 random bytes, mode 0600, when
+// `create` and it does not exist. Throws std::runtime_error naming the file and the fix.
+std::string loadKey(const std::string& path, bool create);
+
+}  // namespace gpool::token

@@ -1,0 +1,132 @@
+#include "model_json.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace gpool::allocator {
+
+using nlohmann::json;
+
+json toJson(const Server& s) {
+  json gpus = json::array();
+  for (const auto& g : s.gpus)
+    gpus.push_back({{"index", g.index}, {"uuid", g.uuid}, {"model", g.model}, {"memory", g.memory}, {"sms", g.sms},
+                    {"used_fraction", g.used_fraction}, {"used_memory", g.used_memory}});
+  return {{"name", s.name}, {"address", s.address}, {"up", s.up}, {"drain", s.drain}, {"gpus", gpus}};
+}
+
+Server serverFromJson(const json& j) {
+  Server s;
+  s.name = j.at("name").get<std::string>();
+  s.address = j.at("address").get<std::string>();
+  s.up = j.value("up", true);
+  s.drain = j.value("drain", false);
+  for (const auto& g : j.at("gpus")) {
+    Gpu x;
+    x.index = g.at("index").get<int>();
+    x.uuid = g.value("uuid", "");
+    x.model = g.value("model", "");
+    x.memory = g.at("memory").get<uint64_t>();
+    x.sms = g.value("sms", 0);
+    s.gpus.push_back(std::move(x));
+  }
+  return s;
+}
+
+json toJson(const LeaseRequest& r) {
+  return {{"n", r.n}, {"p", r.p}, {"m", r.m}, {"user", r.user}, {"group", r.group}, {"pool", r.pool},
+          {"priority", r.priority}, {"wait_ms", r.wait_ms}};
+}
+
+json toJson(const Lease& l, bool with_tokens) {
+  json shares = json::array();
+  for (const auto& s : l.shares) {
+    json j = {{"server", s.server}, {"address", s.address}, {"device", s.device}, {"uuid", s.uuid},
+              {"fraction", s.fraction}, {"memory", s.memory}};
+    if (with_tokens) j["token"] = s.token;
+    shares.push_back(j);
+  }
+  json j = {{"id", l.id}, {"state", stateName(l.state)}, {"request", toJson(l.req)}, {"priority", l.priority},
+            {"seq", l.seq}, {"created_ms", l.created_ms}, {"granted_ms", l.granted_ms}, {"ended_ms", l.ended_ms},
+            {"token_expiry", l.token_expiry_s}, {"shares", shares}};
+  if (!l.end_reason.empty()) j["end_reason"] = l.end_reason;
+  if (!l.wait_reason.empty()) j["waiting_for"] = l.wait_reason;
+  return j;
+}
+
+Lease leaseFromJson(const json& j) {
+  Lease l;
+  l.id = j.at("id").get<std::string>();
+  std::string st = j.at("state").get<std::string>();
+  l.state = st == "granted" ? LeaseState::kGranted : st == "queued" ? LeaseState::kQueued : LeaseState::kEnded;
+  const json& r = j.at("request");
+  l.req.n = r.at("n").get<int>();
+  l.req.p = r.at("p").get<double>();
+  l.req.m = r.at("m").get<uint64_t>();
+  l.req.user = r.at("user").get<std::string>();
+  l.req.group = r.at("group").get<std::string>();
+  l.req.pool = r.at("pool").get<std::string>();
+  l.req.priority = r.at("priority").get<std::string>();
+  l.req.wait_ms = r.at("wait_ms").get<int64_t>();
+  l.priority = j.at("priority").get<int>();
+  l.seq = j.at("seq").get<uint64_t>();
+  l.created_ms = j.at("created_ms").get<int64_t>();
+  l.granted_ms = j.at("granted_ms").get<int64_t>();
+  l.ended_ms = j.at("ended_ms").get<int64_t>();
+  l.token_expiry_s = j.at("token_expiry").get<int64_t>();
+  l.end_reason = j.value("end_reason", "");
+  l.wait_reason = j.value("waiting_for", "");
+  for (const auto& s : j.at("shares"))
+    l.shares.push_back(Share{s.at("server").get<std::string>(), s.at("address").get<std::string>(),
+                             s.value("uuid", ""), s.value("token", ""), s.at("device").get<int>(),
+                             s.at("fraction").get<double>(), s.at("memory").get<uint64_t>()});
+  return l;
+}
+
+LeaseRequest requestFromJson(const json& j) {
+  if (!j.is_object()) throw std::invalid_argument("the request body must be a JSON object");
+  for (const auto& [k, v] : j.items()) {
+    (void)v;
+    if (k != "n" && k != "p" && k != "m" && k != "user" && k != "group" && k != "pool" && k != "priority" && k != "wait")
+      throw std::invalid_argument("unknown field '" + k + "' (fields: n, p, m, user, group, pool, priority, wait)");
+  }
+  LeaseRequest r;
+  auto field = [&](const char* name) -> const json* { return j.contains(name) ? &j.at(name) : nullptr; };
+  if (auto n = field("n")) {
+    if (!n->is_number_integer() || n->get<int64_t>() < 1 || n->get<int64_t>() > 1024)
+      throw std::invalid_argument("n must be an integer from 1 to 1024");
+    r.n = n->get<int>();
+  }
+  if (auto p = field("p")) {
+    if (!p->is_number() || !(p->get<double>() > 0 && p->get<double>() <= 1))
+      throw std::invalid_argument("p must be a number in (0, 1]");
+    r.p = p->get<double>();
+  }
+  if (auto m = field("m")) {
+    if (m->is_number_unsigned()) r.m = m->get<uint64_t>();
+    else if (m->is_string()) r.m = parseSize(m->get<std::string>());
+    else throw std::invalid_argument("m must be a number of bytes or a size such as \"16GiB\"");
+  }
+  for (auto [name, out] : {std::pair{"user", &r.user}, std::pair{"group", &r.group}, std::pair{"pool", &r.pool},
+                           std::pair{"priority", &r.priority}}) {
+    if (auto v = field(name)) {
+      if (!v->is_string()) throw std::invalid_argument(std::string(name) + " must be a string");
+      *out = v->get<std::string>();
+    }
+  }
+  if (r.user.empty()) throw std::invalid_argument("user is required");
+  if (auto w = field("wait")) {
+    if (w->is_number()) {
+      double s = w->get<double>();
+      if (s > 30 * 86400.0) throw std::invalid_argument("wait is longer than 30 days");
+      r.wait_ms = s < 0 ? -1 : static_cast<int64_t>(std::llround(s * 1000));
+    } else if (w->is_string()) {
+      r.wait_ms = parseDuration(w->get<std::string>()).count();
+    } else {
+      throw std::invalid_argument("wait must be seconds, a duration such as \"5m\", or -1 (for ever)");
+    }
+  }
+  return r;
+}
+
+}  // namespace gpool::allocator

@@ -1,0 +1,20 @@
+// JSON forms of the allocator's records: used by the database (one JSON document per row) and the HTTP
+// API (docs/api.md). Reading checks types and ranges; a bad document throws nlohmann::json::exception.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "scheduler.h"
+
+namespace gpool::allocator {
+
+nlohmann::json toJson(const Server& s);
+Server serverFromJson(const nlohmann::json& j);
+nlohmann::json toJson(const Lease& l, bool with_tokens);
+Lease leaseFromJson(const nlohmann::json& j);
+nlohmann::json toJson(const LeaseRequest& r);
+// A request as the API accepts it: n, p, m (bytes or "16GiB"), user, group, pool, priority, wait ("30s",
+// seconds, or -1 for ever). Throws std::invalid_argument naming the field.
+LeaseRequest requestFromJson(const nlohmann::json& j);
+
+}  // namespace gpool::allocator

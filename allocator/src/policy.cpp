@@ -1,0 +1,207 @@
+// TOML → Policy, with checks. Example: docs/admin.md ("Partition policy").
+#include "policy.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+namespace gpool::allocator {
+namespace {
+
+[[noreturn]] void fail(const std::string& what) { throw PolicyError("policy: " + what); }
+
+double number(const toml::node& n, const std::string& where) {
+  if (auto v = n.value<double>()) return *v;  // integers convert too
+  fail(where + " must be a number");
+}
+
+std::string text(const toml::node& n, const std::string& where) {
+  if (auto v = n.value<std::string>()) return *v;
+  fail(where + " must be a string");
+}
+
+std::chrono::milliseconds duration(const toml::node& n, const std::string& where) {
+  try {
+    if (auto v = n.value<std::string>()) return parseDuration(*v);
+    if (auto v = n.value<int64_t>()) return std::chrono::seconds(*v);
+  } catch (const PolicyError& e) {
+    fail(where + ": " + e.what());
+  }
+  fail(where + " must be a duration such as \"15s\" or \"500ms\"");
+}
+
+uint64_t size(const toml::node& n, const std::string& where) {
+  try {
+    if (auto v = n.value<std::string>()) return parseSize(*v);
+    if (auto v = n.value<int64_t>(); v && *v >= 0) return static_cast<uint64_t>(*v);
+  } catch (const PolicyError& e) {
+    fail(where + ": " + e.what());
+  }
+  fail(where + " must be a size such as \"80GiB\" or a number of bytes");
+}
+
+void checkKeys(const toml::table& t, const std::set<std::string>& allowed, const std::string& where) {
+  for (const auto& [k, v] : t) {
+    (void)v;
+    if (!allowed.count(std::string(k.str())))
+      fail("unknown key '" + std::string(k.str()) + "' in " + where);
+  }
+}
+
+Quota quota(const toml::node& n, const std::string& where) {
+  const toml::table* t = n.as_table();
+  if (!t) fail(where + " must be a table with gpus and/or memory");
+  checkKeys(*t, {"gpus", "memory"}, where);
+  Quota q;
+  if (auto g = t->get("gpus")) {
+    q.gpus = number(*g, where + ".gpus");
+    if (!(*q.gpus >= 0) || *q.gpus > 1e6) fail(where + ".gpus must be between 0 and 1e6");
+  }
+  if (auto m = t->get("memory")) q.memory = size(*m, where + ".memory");
+  return q;
+}
+
+}  // namespace
+
+std::chrono::milliseconds parseDuration(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0 || i > 12) throw PolicyError("'" + s + "' is not a duration (use 500ms, 15s, 2m, 1h)");
+  double v = std::stod(s.substr(0, i));
+  std::string unit = s.substr(i);
+  double ms = unit == "ms" ? v : unit == "s" || unit.empty() ? v * 1e3 : unit == "m" ? v * 60e3 : unit == "h" ? v * 3600e3 : -1;
+  if (ms < 0) throw PolicyError("'" + s + "' has an unknown unit (use ms, s, m, h)");
+  if (ms > 30.0 * 24 * 3600e3) throw PolicyError("'" + s + "' is longer than 30 days");
+  return std::chrono::milliseconds(static_cast<int64_t>(ms));
+}
+
+uint64_t parseSize(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.' || s[i] == 'e' || s[i] == 'E'))
+    ++i;
+  if (i == 0 || i > 20) throw PolicyError("'" + s + "' is not a size (use 512MiB, 80GiB, 1.5TB or bytes)");
+  double v = 0;
+  try {
+    v = std::stod(s.substr(0, i));
+  } catch (...) {
+    throw PolicyError("'" + s + "' is not a size (use 512MiB, 80GiB, 1.5TB or bytes)");
+  }
+  static const std::map<std::string, double> units{{"", 1},         {"B", 1},        {"KB", 1e3},  {"MB", 1e6},
+                                                   {"GB", 1e9},     {"TB", 1e12},    {"KiB", 1024.0}, {"MiB", 1048576.0},
+                                                   {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"K", 1024.0},
+                                                   {"M", 1048576.0}, {"G", 1073741824.0}, {"T", 1099511627776.0}};
+  auto u = units.find(s.substr(i));
+  if (u == units.end()) throw PolicyError("'" + s + "' has an unknown unit (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+  double bytes = v * u->second;
+  if (!(bytes >= 0) || bytes > 1.8e19) throw PolicyError("'" + s + "' is out of range");
+  return static_cast<uint64_t>(bytes);
+}
+
+const Pool* Policy::pool(const std::string& name) const {
+  for (const auto& p : pools)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+const Pool* Policy::poolOfServer(const std::string& server) const {
+  for (const auto& p : pools)
+    if (std::find(p.servers.begin(), p.servers.end(), server) != p.servers.end()) return &p;
+  for (const auto& p : pools)
+    if (std::find(p.servers.begin(), p.servers.end(), "*") != p.servers.end()) return &p;
+  return nullptr;
+}
+
+Policy parsePolicy(const std::string& toml_text) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream o;
+    o << "TOML syntax error at line " << e.source().begin.line << ", column " << e.source().begin.column << ": "
+      << e.description();
+    fail(o.str());
+  }
+  checkKeys(root, {"settings", "priorities", "pools", "quotas"}, "the policy");
+  Policy p;
+  p.source = toml_text;
+
+  if (auto s = root["settings"].as_table()) {
+    checkKeys(*s, {"lease_ttl", "server_timeout", "token_ttl", "default_priority"}, "[settings]");
+    if (auto n = s->get("lease_ttl")) p.lease_ttl = duration(*n, "settings.lease_ttl");
+    if (auto n = s->get("server_timeout")) p.server_timeout = duration(*n, "settings.server_timeout");
+    if (auto n = s->get("token_ttl")) p.token_ttl = duration(*n, "settings.token_ttl");
+    if (auto n = s->get("default_priority")) p.default_priority = text(*n, "settings.default_priority");
+    if (p.lease_ttl < std::chrono::milliseconds(200)) fail("settings.lease_ttl must be at least 200ms");
+    if (p.server_timeout < std::chrono::milliseconds(200)) fail("settings.server_timeout must be at least 200ms");
+    if (p.token_ttl < std::chrono::seconds(1)) fail("settings.token_ttl must be at least 1s");
+  }
+
+  if (auto pr = root["priorities"].as_table()) {
+    p.priorities.clear();
+    for (const auto& [k, v] : *pr) {
+      double x = number(v, "priorities." + std::string(k.str()));
+      if (x != std::floor(x) || std::abs(x) > 1e6) fail("priorities." + std::string(k.str()) + " must be an integer");
+      p.priorities[std::string(k.str())] = static_cast<int>(x);
+    }
+    if (p.priorities.empty()) fail("[priorities] must name at least one class");
+  }
+  if (!p.priorities.count(p.default_priority))
+    fail("settings.default_priority '" + p.default_priority + "' is not one of the [priorities] classes");
+
+  if (auto pools = root["pools"].as_table()) {
+    p.pools.clear();
+    for (const auto& [k, v] : *pools) {
+      std::string where = "pools." + std::string(k.str());
+      const toml::table* t = v.as_table();
+      if (!t) fail(where + " must be a table");
+      checkKeys(*t, {"servers", "fractions", "isolation", "placement"}, where);
+      Pool pool;
+      pool.name = std::string(k.str());
+      if (auto s = t->get("servers")) {
+        const toml::array* a = s->as_array();
+        if (!a || a->empty()) fail(where + ".servers must be a non-empty list of server names (or [\"*\"])");
+        pool.servers.clear();
+        for (const auto& e : *a) pool.servers.push_back(text(e, where + ".servers[]"));
+      }
+      if (auto f = t->get("fractions")) {
+        const toml::array* a = f->as_array();
+        if (!a || a->empty()) fail(where + ".fractions must be a non-empty list such as [1.0, 0.5, 0.25]");
+        pool.fractions.clear();
+        for (const auto& e : *a) {
+          double x = number(e, where + ".fractions[]");
+          if (!(x > 0 && x <= 1)) fail(where + ".fractions: " + std::to_string(x) + " is not in (0, 1]");
+          pool.fractions.push_back(x);
+        }
+      }
+      if (auto i = t->get("isolation")) pool.isolation = text(*i, where + ".isolation");
+      if (pool.isolation != "exclusive" && pool.isolation != "process" && pool.isolation != "spatial")
+        fail(where + ".isolation must be exclusive, process or spatial (not '" + pool.isolation + "')");
+      if (pool.isolation == "exclusive" && (pool.fractions.size() != 1 || pool.fractions[0] != 1.0))
+        fail(where + ": an exclusive pool offers whole GPUs only (fractions = [1.0])");
+      if (auto pl = t->get("placement")) pool.placement = text(*pl, where + ".placement");
+      if (pool.placement != "pack" && pool.placement != "spread")
+        fail(where + ".placement must be pack or spread (not '" + pool.placement + "')");
+      p.pools.push_back(std::move(pool));
+    }
+    if (p.pools.empty()) fail("[pools] must define at least one pool");
+  }
+  std::set<std::string> named;
+  for (const auto& pool : p.pools)
+    for (const auto& s : pool.servers)
+      if (s != "*" && !named.insert(s).second) fail("server '" + s + "' is named by more than one pool");
+
+  if (auto q = root["quotas"].as_table()) {
+    checkKeys(*q, {"users", "groups"}, "[quotas]");
+    for (auto [kind, map] : {std::pair{"users", &p.user_quotas}, std::pair{"groups", &p.group_quotas}}) {
+      if (auto t = (*q)[kind].as_table())
+        for (const auto& [k, v] : *t)
+          (*map)[std::string(k.str())] = quota(v, "quotas." + std::string(kind) + "." + std::string(k.str()));
+    }
+  }
+  return p;
+}
+
+}  // namespace gpool::allocator

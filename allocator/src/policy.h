@@ -1,0 +1,55 @@
+// Admin partition policy: pools of servers with the fractions they offer, isolation and placement,
+// priority classes, per-user and per-group quotas, and the lease/heartbeat timings. Read from TOML (a
+// file at start, or the API at run time); every error names the key and what is expected.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace gpool::allocator {
+
+class PolicyError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Pool {
+  std::string name;
+  std::vector<std::string> servers{"*"};  // server names; "*" matches every server no other pool names
+  std::vector<double> fractions{1.0, 0.5, 0.25};
+  std::string isolation = "process";  // exclusive | process | spatial
+  std::string placement = "pack";     // pack (fill a GPU before the next) | spread
+};
+
+struct Quota {
+  std::optional<double> gpus;      // sum of fractions held at once
+  std::optional<uint64_t> memory;  // bytes held at once
+};
+
+struct Policy {
+  std::vector<Pool> pools{Pool{"default"}};
+  std::map<std::string, int> priorities{{"high", 100}, {"normal", 50}, {"low", 10}};
+  std::string default_priority = "normal";
+  std::map<std::string, Quota> user_quotas, group_quotas;
+  std::chrono::milliseconds lease_ttl{15000};      // a lease ends this long after its last heartbeat
+  std::chrono::milliseconds server_timeout{15000}; // a server is down this long after its last heartbeat
+  std::chrono::milliseconds token_ttl{600000};     // how long a lease token admits a connection
+  std::string source;                              // the TOML text it was read from ("" = defaults)
+
+  // The pool a server belongs to: the first naming it, else the first with "*", else none.
+  const Pool* poolOfServer(const std::string& server) const;
+  const Pool* pool(const std::string& name) const;
+};
+
+// Parses and checks a policy; throws PolicyError naming the problem.
+Policy parsePolicy(const std::string& toml_text);
+// "15s", "500ms", "2m", "1h" → milliseconds; "80GiB", "512MiB", "1e9", "4096" → bytes. Throw on junk.
+std::chrono::milliseconds parseDuration(const std::string& text);
+uint64_t parseSize(const std::string& text);
+
+}  // namespace gpool::allocator

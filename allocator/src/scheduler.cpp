@@ -1,0 +1,432 @@
+// Grant decisions (see scheduler.h). A request is refused at once when it can never fit (its pool, its
+// fraction, its size, its quota); otherwise it is granted when GPUs with room exist, else queued by
+// priority class and arrival. Within a pool the queue is strict: a request that waits for capacity holds
+// back the ones behind it, so large requests are not starved; one held back by its owner's quota does not.
+#include "scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+namespace gpool::allocator {
+namespace {
+
+constexpr double kEps = 1e-9;
+
+std::string fmtNumber(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+std::string fmtBytes(uint64_t b) {
+  std::ostringstream o;
+  o.precision(3);
+  if (b >= (1ull << 30)) o << b / 1073741824.0 << " GiB";
+  else if (b >= (1ull << 20)) o << b / 1048576.0 << " MiB";
+  else o << b << " bytes";
+  return o.str();
+}
+
+}  // namespace
+
+const char* stateName(LeaseState s) {
+  switch (s) {
+    case LeaseState::kQueued: return "queued";
+    case LeaseState::kGranted: return "granted";
+    default: return "ended";
+  }
+}
+
+Scheduler::Scheduler(Policy policy, Signer signer, std::function<int64_t()> unix_seconds)
+    : policy_(std::move(policy)), sign_(std::move(signer)), unix_seconds_(std::move(unix_seconds)) {}
+
+int Scheduler::priorityOf(const std::string& cls) const {
+  auto it = policy_.priorities.find(cls.empty() ? policy_.default_priority : cls);
+  return it == policy_.priorities.end() ? 0 : it->second;
+}
+
+std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
+  const Pool* pool = policy_.pool(r.pool);
+  if (!pool) {
+    std::string names;
+    for (const auto& p : policy_.pools) names += (names.empty() ? "" : ", ") + p.name;
+    return "there is no pool named '" + r.pool + "' (pools: " + names + ")";
+  }
+  if (!r.priority.empty() && !policy_.priorities.count(r.priority)) {
+    std::string names;
+    for (const auto& [k, v] : policy_.priorities) names += (names.empty() ? "" : ", ") + k;
+    return "there is no priority class '" + r.priority + "' (classes: " + names + ")";
+  }
+  bool offered = std::any_of(pool->fractions.begin(), pool->fractions.end(), [&](double f) { return std::abs(f - r.p) < kEps; });
+  if (!offered) {
+    std::string fr;
+    for (double f : pool->fractions) fr += (fr.empty() ? "" : ", ") + fmtNumber(f);
+    return "pool '" + pool->name + "' offers fractions " + fr + " of a GPU, not " + fmtNumber(r.p);
+  }
+  int gpus = 0;
+  uint64_t largest = 0;
+  for (const auto& [name, s] : servers_) {
+    const Pool* sp = policy_.poolOfServer(name);
+    if (!sp || sp->name != pool->name) continue;
+    gpus += static_cast<int>(s.gpus.size());
+    for (const auto& g : s.gpus) largest = std::max(largest, g.memory);
+  }
+  if (gpus == 0) return "pool '" + pool->name + "' has no GPUs (no gpool-server in it has registered)";
+  if (r.n > gpus)
+    return "asks for " + std::to_string(r.n) + " GPUs; pool '" + pool->name + "' has " + std::to_string(gpus);
+  if (r.m > largest)
+    return "asks for " + fmtBytes(r.m) + " per GPU; the largest GPU in pool '" + pool->name + "' has " + fmtBytes(largest);
+  double gpu_total = r.n * r.p;
+  uint64_t mem_total = r.m ? r.m * static_cast<uint64_t>(r.n) : 0;
+  for (auto [who, map, kind] : {std::tuple{r.user, &policy_.user_quotas, "user"}, std::tuple{r.group, &policy_.group_quotas, "group"}}) {
+    auto q = map->find(who);
+    if (q == map->end()) continue;
+    if (q->second.gpus && gpu_total > *q->second.gpus + kEps)
+      return std::string("over quota: ") + kind + " '" + who + "' may hold " + fmtNumber(*q->second.gpus) +
+             " GPUs; this asks for " + fmtNumber(gpu_total);
+    if (q->second.memory && mem_total > *q->second.memory)
+      return std::string("over quota: ") + kind + " '" + who + "' may hold " + fmtBytes(*q->second.memory) +
+             " of GPU memory; this asks for " + fmtBytes(mem_total);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> Scheduler::quotaBlocks(const Lease& l) const {
+  for (auto [who, map, kind, is_user] :
+       {std::tuple{l.req.user, &policy_.user_quotas, "user", true}, std::tuple{l.req.group, &policy_.group_quotas, "group", false}}) {
+    auto q = map->find(who);
+    if (q == map->end()) continue;
+    double gpus = 0;
+    uint64_t mem = 0;
+    for (const auto& [id, other] : leases_) {
+      if (other.state != LeaseState::kGranted || (is_user ? other.req.user : other.req.group) != who) continue;
+      for (const auto& s : other.shares) gpus += s.fraction, mem += s.memory;
+    }
+    if (q->second.gpus && gpus + l.req.n * l.req.p > *q->second.gpus + kEps)
+      return std::string("quota: ") + kind + " '" + who + "' holds " + fmtNumber(gpus) + " of " +
+             fmtNumber(*q->second.gpus) + " GPUs";
+    if (q->second.memory && l.req.m && mem + l.req.m * l.req.n > *q->second.memory)
+      return std::string("quota: ") + kind + " '" + who + "' holds " + fmtBytes(mem) + " of " +
+             fmtBytes(*q->second.memory) + " of GPU memory";
+  }
+  return std::nullopt;
+}
+
+bool Scheduler::tryGrant(Lease& l, int64_t now, std::string& why) {
+  if (auto q = quotaBlocks(l)) {
+    why = *q;
+    return false;
+  }
+  const Pool* pool = policy_.pool(l.req.pool);
+  struct Candidate {
+    Server* server;
+    Gpu* gpu;
+    uint64_t memory;
+  };
+  std::vector<Candidate> fit;
+  int in_pool = 0;
+  for (auto& [name, s] : servers_) {
+    const Pool* sp = policy_.poolOfServer(name);
+    if (!sp || sp->name != pool->name || !s.up || s.drain) continue;
+    for (auto& g : s.gpus) {
+      ++in_pool;
+      uint64_t mem = l.req.m ? l.req.m : static_cast<uint64_t>(std::floor(l.req.p * static_cast<double>(g.memory)));
+      if (g.used_fraction + l.req.p <= 1.0 + kEps && g.used_memory + mem <= g.memory) fit.push_back({&s, &g, mem});
+    }
+  }
+  if (static_cast<int>(fit.size()) < l.req.n) {
+    why = "waiting for " + std::to_string(l.req.n) + " GPU(s) with " + fmtNumber(l.req.p) + " free in pool '" +
+          pool->name + "' (" + std::to_string(fit.size()) + " of " + std::to_string(in_pool) + " available GPUs fit now)";
+    return false;
+  }
+  // pack: the fullest GPUs first (keeps whole GPUs free); spread: the emptiest first.
+  std::stable_sort(fit.begin(), fit.end(), [&](const Candidate& a, const Candidate& b) {
+    return pool->placement == "spread" ? a.gpu->used_fraction < b.gpu->used_fraction
+                                       : a.gpu->used_fraction > b.gpu->used_fraction;
+  });
+  l.shares.clear();
+  int64_t expiry = unix_seconds_() + std::chrono::duration_cast<std::chrono::seconds>(policy_.token_ttl).count();
+  for (int i = 0; i < l.req.n; ++i) {
+    Candidate& c = fit[static_cast<size_t>(i)];
+    c.gpu->used_fraction += l.req.p;
+    c.gpu->used_memory += c.memory;
+    Share s{c.server->name, c.server->address, c.gpu->uuid, "", c.gpu->index, l.req.p, c.memory};
+    s.token = sign_(l, s, expiry);
+    l.shares.push_back(std::move(s));
+    touch(*c.server);
+  }
+  l.state = LeaseState::kGranted;
+  l.granted_ms = now;
+  l.heartbeat_ms = now;
+  l.token_expiry_s = expiry;
+  l.wait_reason.clear();
+  touch(l);
+  return true;
+}
+
+void Scheduler::release(Lease& l) {
+  if (l.state != LeaseState::kGranted) return;
+  for (const auto& s : l.shares) {
+    auto it = servers_.find(s.server);
+    if (it == servers_.end()) continue;
+    for (auto& g : it->second.gpus)
+      if (g.index == s.device) {
+        g.used_fraction = std::max(0.0, g.used_fraction - s.fraction);
+        g.used_memory = g.used_memory >= s.memory ? g.used_memory - s.memory : 0;
+      }
+  }
+}
+
+std::vector<const Lease*> Scheduler::queue() const {
+  std::vector<const Lease*> q;
+  for (const auto& [id, l] : leases_)
+    if (l.state == LeaseState::kQueued) q.push_back(&l);
+  std::sort(q.begin(), q.end(), [](const Lease* a, const Lease* b) {
+    return a->priority != b->priority ? a->priority > b->priority : a->seq < b->seq;
+  });
+  return q;
+}
+
+int Scheduler::position(const std::string& id) const {
+  const Lease* l = lease(id);
+  if (!l || l->state != LeaseState::kQueued) return 0;
+  int pos = 0;
+  for (const Lease* q : queue()) {
+    if (q->req.pool != l->req.pool) continue;
+    ++pos;
+    if (q == l) return pos;
+  }
+  return 0;
+}
+
+void Scheduler::schedule(int64_t now) {
+  std::set<std::string> held;  // pools whose queue head waits for capacity
+  for (const Lease* c : queue()) {
+    Lease& l = leases_.at(c->id);
+    if (l.req.wait_ms >= 0 && now - l.created_ms > l.req.wait_ms) {
+      end(l.id, "the wait ran out (" + std::to_string(l.req.wait_ms / 1000) + " s) while " + l.wait_reason, now);
+      continue;
+    }
+    std::string why;
+    if (held.count(l.req.pool)) why = "behind an earlier request in pool '" + l.req.pool + "'";
+    else if (tryGrant(l, now, why)) continue;
+    else if (why.rfind("quota", 0) != 0) held.insert(l.req.pool);
+    if (why != l.wait_reason) {
+      l.wait_reason = why;
+      touch(l);
+    }
+  }
+}
+
+Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id) {
+  Decision d;
+  if (req.n < 1 || req.n > 1024) {
+    d.reason = "n must be between 1 and 1024 GPUs";
+    return d;
+  }
+  if (!(req.p > 0 && req.p <= 1)) {
+    d.reason = "p must be a fraction in (0, 1]";
+    return d;
+  }
+  if (req.m > (1ull << 50)) {
+    d.reason = "m is larger than any GPU";
+    return d;
+  }
+  if (req.user.empty() || req.user.size() > 64 || req.group.size() > 64 || req.pool.size() > 64 || req.priority.size() > 64) {
+    d.reason = "user (1-64 characters), group, pool and priority must be short names";
+    return d;
+  }
+  if (auto why = neverFits(req)) {
+    d.reason = *why;
+    return d;
+  }
+  Lease l;
+  l.id = id;
+  l.req = std::move(req);
+  l.priority = priorityOf(l.req.priority);
+  l.seq = next_seq_++;
+  l.created_ms = l.heartbeat_ms = now;
+  Lease& stored = leases_[id] = std::move(l);
+  touch(stored);
+  // Granted now only if nothing of equal or higher priority waits in its pool.
+  bool waiting_ahead = false;
+  for (const Lease* q : queue())
+    if (q != &stored && q->req.pool == stored.req.pool && q->priority >= stored.priority && !quotaBlocks(*q)) waiting_ahead = true;
+  std::string why;
+  if (!waiting_ahead && tryGrant(stored, now, why)) {
+    d.kind = Decision::kGranted;
+  } else {
+    if (waiting_ahead && why.empty()) why = "behind an earlier request in pool '" + stored.req.pool + "'";
+    if (stored.req.wait_ms == 0) {
+      end(id, "not granted at once and the client will not wait: " + why, now);
+      d.reason = "no capacity now (" + why + ") and no --wait";
+      d.kind = Decision::kRefused;
+      d.lease = &stored;
+      return d;
+    }
+    stored.wait_reason = why;
+    d.kind = Decision::kQueued;
+    d.reason = why;
+  }
+  d.lease = &stored;
+  return d;
+}
+
+bool Scheduler::heartbeatLease(const std::string& id, int64_t now) {
+  auto it = leases_.find(id);
+  if (it == leases_.end() || it->second.state == LeaseState::kEnded) return false;
+  it->second.heartbeat_ms = now;  // not persisted on every beat: a restart grants a fresh timeout
+  return true;
+}
+
+bool Scheduler::end(const std::string& id, const std::string& reason, int64_t now) {
+  auto it = leases_.find(id);
+  if (it == leases_.end() || it->second.state == LeaseState::kEnded) return false;
+  Lease& l = it->second;
+  bool was_granted = l.state == LeaseState::kGranted;
+  release(l);
+  l.state = LeaseState::kEnded;
+  l.end_reason = reason;
+  l.ended_ms = now;
+  if (was_granted)
+    for (const auto& s : l.shares) revocations_[s.server].push_back(l.id);
+  touch(l);
+  if (was_granted) schedule(now);
+  return true;
+}
+
+bool Scheduler::clientLeft(const std::string& server, const std::string& id, int64_t now) {
+  const Lease* l = lease(id);
+  if (!l || l->state != LeaseState::kGranted) return false;
+  bool on_server = std::any_of(l->shares.begin(), l->shares.end(), [&](const Share& s) { return s.server == server; });
+  return on_server && end(id, "released (its client disconnected from " + server + ")", now);
+}
+
+void Scheduler::registerServer(Server s, int64_t now) {
+  s.up = true;
+  s.heartbeat_ms = now;
+  auto old = servers_.find(s.name);
+  if (old != servers_.end()) s.drain = old->second.drain;
+  for (auto& g : s.gpus) g.used_fraction = 0, g.used_memory = 0;
+  for (const auto& [id, l] : leases_) {
+    if (l.state != LeaseState::kGranted) continue;
+    for (const auto& sh : l.shares)
+      if (sh.server == s.name)
+        for (auto& g : s.gpus)
+          if (g.index == sh.device) g.used_fraction += sh.fraction, g.used_memory += sh.memory;
+  }
+  std::string name = s.name;
+  servers_[name] = std::move(s);
+  touch(servers_[name]);
+  schedule(now);
+}
+
+bool Scheduler::heartbeatServer(const std::string& name, int64_t now, std::vector<std::string>& revoked) {
+  auto it = servers_.find(name);
+  if (it == servers_.end()) return false;
+  it->second.heartbeat_ms = now;
+  if (!it->second.up) {
+    it->second.up = true;
+    touch(it->second);
+    schedule(now);
+  }
+  revoked = std::move(revocations_[name]);
+  revocations_.erase(name);
+  return true;
+}
+
+bool Scheduler::setDrain(const std::string& name, bool drain) {
+  auto it = servers_.find(name);
+  if (it == servers_.end()) return false;
+  it->second.drain = drain;
+  touch(it->second);
+  return true;
+}
+
+void Scheduler::setPolicy(Policy p, int64_t now) {
+  policy_ = std::move(p);
+  for (const Lease* q : queue()) {
+    Lease& l = leases_.at(q->id);
+    l.priority = priorityOf(l.req.priority);
+    if (auto why = neverFits(l.req)) end(l.id, "refused under the new policy: " + *why, now);
+  }
+  ++version_;
+  schedule(now);
+}
+
+bool Scheduler::tick(int64_t now) {
+  uint64_t before = version_;
+  for (auto& [name, s] : servers_) {
+    if (!s.up || now - s.heartbeat_ms <= policy_.server_timeout.count()) continue;
+    s.up = false;
+    touch(s);
+    std::vector<std::string> on_it;
+    for (const auto& [id, l] : leases_)
+      if (l.state == LeaseState::kGranted &&
+          std::any_of(l.shares.begin(), l.shares.end(), [&](const Share& sh) { return sh.server == name; }))
+        on_it.push_back(id);
+    for (const auto& id : on_it) end(id, "server " + name + " stopped heartbeating; its GPUs were withdrawn", now);
+  }
+  std::vector<std::string> silent;
+  for (const auto& [id, l] : leases_)
+    if (l.state != LeaseState::kEnded && now - l.heartbeat_ms > policy_.lease_ttl.count()) silent.push_back(id);
+  for (const auto& id : silent)
+    end(id, std::string("expired: no heartbeat for ") + std::to_string(policy_.lease_ttl.count()) + " ms while " +
+                stateName(leases_.at(id).state), now);
+  schedule(now);
+  return version_ != before;
+}
+
+const Lease* Scheduler::lease(const std::string& id) const {
+  auto it = leases_.find(id);
+  return it == leases_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> Scheduler::takeDirtyLeases() {
+  std::vector<std::string> out;
+  out.swap(dirty_leases_);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<std::string> Scheduler::takeDirtyServers() {
+  std::vector<std::string> out;
+  out.swap(dirty_servers_);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::string, Lease> leases, int64_t now) {
+  servers_ = std::move(servers);
+  leases_ = std::move(leases);
+  for (auto& [name, s] : servers_) {
+    s.heartbeat_ms = now;  // a grace period to heartbeat again
+    for (auto& g : s.gpus) g.used_fraction = 0, g.used_memory = 0;
+  }
+  for (auto& [id, l] : leases_) {
+    next_seq_ = std::max(next_seq_, l.seq + 1);
+    if (l.state == LeaseState::kEnded) continue;
+    l.heartbeat_ms = now;
+    if (l.state != LeaseState::kGranted) continue;
+    for (const auto& sh : l.shares) {
+      auto it = servers_.find(sh.server);
+      if (it == servers_.end()) continue;
+      for (auto& g : it->second.gpus)
+        if (g.index == sh.device) g.used_fraction += sh.fraction, g.used_memory += sh.memory;
+    }
+  }
+  ++version_;
+}
+
+void Scheduler::prune(int64_t now, int64_t keep_ms) {
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    if (it->second.state == LeaseState::kEnded && now - it->second.ended_ms > keep_ms) it = leases_.erase(it);
+    else ++it;
+  }
+}
+
+}  // namespace gpool::allocator

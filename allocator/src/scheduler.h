@@ -1,0 +1,134 @@
+// The allocator's state and decisions: the GPU inventory, leases (granted or queued) and the grant
+// logic. No I/O here: the HTTP layer calls it under one mutex, and the store persists what changed.
+// Times are milliseconds on the steady clock of the caller's choosing (tests pass their own).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "policy.h"
+
+namespace gpool::allocator {
+
+struct Gpu {
+  int index = 0;
+  std::string uuid, model;
+  uint64_t memory = 0;
+  int sms = 0;
+  double used_fraction = 0;
+  uint64_t used_memory = 0;
+};
+
+struct Server {
+  std::string name, address;  // address: HOST:PORT clients connect to
+  std::vector<Gpu> gpus;
+  bool up = true, drain = false;
+  int64_t heartbeat_ms = 0;
+};
+
+struct Share {
+  std::string server, address, uuid, token;
+  int device = 0;
+  double fraction = 0;
+  uint64_t memory = 0;
+};
+
+enum class LeaseState { kQueued, kGranted, kEnded };
+const char* stateName(LeaseState s);
+
+struct LeaseRequest {
+  int n = 1;
+  double p = 1.0;       // fraction of each GPU
+  uint64_t m = 0;       // memory per GPU in bytes; 0: p × the GPU's memory
+  std::string user, group, pool = "default", priority;  // priority: a class name ("" = the default)
+  int64_t wait_ms = 0;  // how long the client will wait in the queue (0: not at all)
+};
+
+struct Lease {
+  std::string id;
+  LeaseRequest req;
+  int priority = 0;
+  uint64_t seq = 0;  // arrival order
+  LeaseState state = LeaseState::kQueued;
+  int64_t created_ms = 0, heartbeat_ms = 0, granted_ms = 0, ended_ms = 0, token_expiry_s = 0;
+  std::string end_reason;   // released, expired, server down, cancelled, wait ran out, disconnected
+  std::string wait_reason;  // why it is queued
+  std::vector<Share> shares;
+};
+
+struct Decision {
+  enum Kind { kGranted, kQueued, kRefused } kind = kRefused;
+  std::string reason;  // refused: why it can never be granted; queued: what it waits for
+  const Lease* lease = nullptr;
+};
+
+class Scheduler {
+ public:
+  // Signs a share's token: (lease, share, expiry in unix seconds) → token text.
+  using Signer = std::function<std::string(const Lease&, const Share&, int64_t expiry_s)>;
+  Scheduler(Policy policy, Signer signer, std::function<int64_t()> unix_seconds);
+
+  const Policy& policy() const { return policy_; }
+  // Replaces the policy; queued requests that can now never fit are refused, the rest rescheduled.
+  void setPolicy(Policy p, int64_t now);
+
+  void registerServer(Server s, int64_t now);
+  // False when the server is unknown (it must register). `revoked` gets the ids of leases on it that ended.
+  bool heartbeatServer(const std::string& name, int64_t now, std::vector<std::string>& revoked);
+  bool setDrain(const std::string& name, bool drain);
+
+  Decision request(LeaseRequest req, int64_t now, const std::string& id);
+  bool heartbeatLease(const std::string& id, int64_t now);
+  // Ends a lease (any state); false when unknown or already ended.
+  bool end(const std::string& id, const std::string& reason, int64_t now);
+  // Ends the lease `id` if it has a share on `server` (the server saw its client leave).
+  bool clientLeft(const std::string& server, const std::string& id, int64_t now);
+
+  // Ends leases and queued requests whose heartbeats stopped, marks silent servers down (ending their
+  // leases), then grants what now fits. Returns true when anything changed.
+  bool tick(int64_t now);
+
+  const Lease* lease(const std::string& id) const;
+  // 1-based position in its pool's queue, 0 when not queued.
+  int position(const std::string& id) const;
+  const std::map<std::string, Server>& servers() const { return servers_; }
+  const std::map<std::string, Lease>& leases() const { return leases_; }
+  std::vector<const Lease*> queue() const;  // in grant order
+  uint64_t version() const { return version_; }  // bumps on every change (long-poll waiters watch it)
+  // Ids changed since the caller last took them (for persistence).
+  std::vector<std::string> takeDirtyLeases();
+  std::vector<std::string> takeDirtyServers();
+  void restore(std::map<std::string, Server> servers, std::map<std::string, Lease> leases, int64_t now);
+  // Forgets ended leases older than `keep_ms` (they stay in the database's history).
+  void prune(int64_t now, int64_t keep_ms);
+
+ private:
+  struct Need {
+    double fraction;
+    uint64_t memory;  // 0: fraction × the GPU's memory
+  };
+  std::optional<std::string> neverFits(const LeaseRequest& r) const;  // why, if it never can
+  std::optional<std::string> quotaBlocks(const Lease& l) const;       // why, if quota blocks it now
+  bool tryGrant(Lease& l, int64_t now, std::string& why);
+  void release(Lease& l);
+  void schedule(int64_t now);
+  void touch(Lease& l) { dirty_leases_.push_back(l.id), ++version_; }
+  void touch(Server& s) { dirty_servers_.push_back(s.name), ++version_; }
+  int priorityOf(const std::string& cls) const;
+
+  Policy policy_;
+  Signer sign_;
+  std::function<int64_t()> unix_seconds_;
+  std::map<std::string, Server> servers_;
+  std::map<std::string, Lease> leases_;
+  uint64_t next_seq_ = 1;
+  uint64_t version_ = 0;
+  std::vector<std::string> dirty_leases_, dirty_servers_;
+  std::map<std::string, std::vector<std::string>> revocations_;  // server → ended leases it should drop
+};
+
+}  // namespace gpool::allocator

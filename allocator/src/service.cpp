@@ -1,0 +1,391 @@
+// Routes, request checks, persistence and metrics of gpool-allocator (docs/api.md).
+#include "service.h"
+
+#include <httplib.h>
+#include <openssl/rand.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "lease_token.h"
+#include "model_json.h"
+
+namespace gpool::allocator {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr double kBuckets[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0};
+
+void reply(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(2) + "\n", "application/json");
+}
+
+void error(httplib::Response& res, int status, const std::string& why) { reply(res, status, {{"error", why}}); }
+
+std::string newId() {
+  unsigned char b[12];
+  RAND_bytes(b, sizeof b);
+  static const char* d = "0123456789abcdef";
+  std::string s = "L";
+  for (unsigned char c : b) s += d[c >> 4], s += d[c & 15];
+  return s;
+}
+
+int64_t unixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+int64_t Service::now() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+Service::Service(ServiceOptions options) : opt_(std::move(options)) {
+  store_ = std::make_unique<Store>(opt_.db_path);
+  Policy policy;
+  std::string source;
+  if (auto stored = store_->policyText()) {
+    policy = parsePolicy(*stored);  // the last policy applied at run time
+    source = "the database";
+    if (!opt_.config_path.empty())
+      spdlog::info("policy: keeping the policy stored in {} (apply {} with `gpool admin policy apply` to replace it)",
+                   opt_.db_path, opt_.config_path);
+  } else if (!opt_.config_path.empty()) {
+    std::ifstream f(opt_.config_path);
+    if (!f) throw PolicyError("cannot read the policy file " + opt_.config_path);
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    policy = parsePolicy(text);
+    source = opt_.config_path;
+  } else {
+    source = "built-in defaults";
+  }
+  std::string key = opt_.key;
+  sched_ = std::make_unique<Scheduler>(
+      policy,
+      [key](const Lease& l, const Share& s, int64_t expiry) {
+        return token::sign({l.id, s.server, s.device, s.memory, s.fraction, expiry}, key);
+      },
+      unixSeconds);
+  auto servers = store_->servers();
+  auto leases = store_->leases(false);
+  spdlog::info("state: {} servers, {} live leases from {}; policy from {} ({} pools)", servers.size(), leases.size(),
+               opt_.db_path, source, policy.pools.size());
+  sched_->restore(std::move(servers), std::move(leases), now());
+  std::string text = policy.source;
+  persist(&text);
+  decision_seconds_.assign(4096, 0);
+}
+
+Service::~Service() { stop(); }
+
+void Service::persist(const std::string* policy_text) {
+  store_->save(*sched_, sched_->takeDirtyServers(), sched_->takeDirtyLeases(), policy_text);
+  changed_.notify_all();
+}
+
+int Service::start(const std::string& host, int port) {
+  http_ = std::make_unique<httplib::Server>();
+  http_->new_task_queue = [] { return new httplib::ThreadPool(64); };
+  http_->set_payload_max_length(1 << 20);
+  routes();
+  int bound = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
+  if (bound < 0) throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this host)");
+  serve_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  tick_thread_ = std::thread([this] { tickLoop(); });
+  return bound;
+}
+
+void Service::stop() {
+  if (stopping_.exchange(true)) return;
+  if (http_) http_->stop();
+  changed_.notify_all();
+  if (serve_thread_.joinable()) serve_thread_.join();
+  if (tick_thread_.joinable()) tick_thread_.join();
+}
+
+void Service::tickLoop() {
+  while (!stopping_) {
+    {
+      std::lock_guard lock(mu_);
+      try {
+        if (sched_->tick(now())) persist();
+        sched_->prune(now(), 10 * 60 * 1000);
+      } catch (const std::exception& e) {
+        spdlog::error("tick: {}", e.what());
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+void Service::routes() {
+  auto& s = *http_;
+  const std::string key = opt_.key;
+
+  // Requests from gpool-servers carry X-Gpool-Signature: HMAC-SHA256(key, "METHOD PATH\nBODY").
+  auto signedByServer = [key](const httplib::Request& req, httplib::Response& res) {
+    std::string expected = token::hmacHex(key, req.method + " " + req.path + "\n" + req.body);
+    if (!token::sameText(req.get_header_value("X-Gpool-Signature"), expected)) {
+      error(res, 401, "request not signed with the allocator's lease key (give gpool-server --lease-key with the same key file)");
+      return false;
+    }
+    return true;
+  };
+  auto body = [](const httplib::Request& req, httplib::Response& res, json& out) {
+    try {
+      out = json::parse(req.body.empty() ? "{}" : req.body);
+      if (!out.is_object()) throw std::invalid_argument("not an object");
+      return true;
+    } catch (const std::exception&) {
+      error(res, 400, "the body must be a JSON object");
+      return false;
+    }
+  };
+
+  s.Post("/v1/servers", [this, signedByServer, body](const httplib::Request& req, httplib::Response& res) {
+    json j;
+    if (!signedByServer(req, res) || !body(req, res, j)) return;
+    Server srv;
+    try {
+      srv = serverFromJson(j);
+      if (srv.name.empty() || srv.name.size() > 64 || srv.gpus.size() > 64 || srv.address.empty())
+        throw std::invalid_argument("name (1-64 characters), address and at most 64 GPUs are required");
+      for (const auto& g : srv.gpus)
+        if (g.memory == 0 || g.index < 0) throw std::invalid_argument("every GPU needs an index and its memory");
+    } catch (const std::exception& e) {
+      error(res, 400, std::string("bad server registration: ") + e.what());
+      return;
+    }
+    std::lock_guard lock(mu_);
+    spdlog::info("server {} at {} registered {} GPU(s)", srv.name, srv.address, srv.gpus.size());
+    sched_->registerServer(std::move(srv), now());
+    persist();
+    reply(res, 200, {{"heartbeat_ms", sched_->policy().server_timeout.count() / 3}});
+  });
+
+  s.Post(R"(/v1/servers/([^/]+)/heartbeat)", [this, signedByServer](const httplib::Request& req, httplib::Response& res) {
+    if (!signedByServer(req, res)) return;
+    std::lock_guard lock(mu_);
+    std::vector<std::string> revoked;
+    if (!sched_->heartbeatServer(req.matches[1], now(), revoked)) {
+      error(res, 404, "unknown server '" + std::string(req.matches[1]) + "': register first");
+      return;
+    }
+    persist();
+    reply(res, 200, {{"revoked", revoked}, {"heartbeat_ms", sched_->policy().server_timeout.count() / 3}});
+  });
+
+  s.Post(R"(/v1/servers/([^/]+)/released)", [this, signedByServer, body](const httplib::Request& req, httplib::Response& res) {
+    json j;
+    if (!signedByServer(req, res) || !body(req, res, j)) return;
+    if (!j.contains("lease") || !j["lease"].is_string()) return error(res, 400, "body must be {\"lease\": ID}");
+    std::lock_guard lock(mu_);
+    bool ended = sched_->clientLeft(req.matches[1], j["lease"].get<std::string>(), now());
+    persist();
+    reply(res, 200, {{"ended", ended}});
+  });
+
+  s.Post(R"(/v1/servers/([^/]+)/drain)", [this, body](const httplib::Request& req, httplib::Response& res) {
+    json j;
+    if (!body(req, res, j)) return;
+    bool drain = j.value("drain", true);
+    std::lock_guard lock(mu_);
+    if (!sched_->setDrain(req.matches[1], drain)) return error(res, 404, "unknown server '" + std::string(req.matches[1]) + "'");
+    spdlog::info("server {} {}", std::string(req.matches[1]), drain ? "drained: no new shares" : "back in service");
+    sched_->tick(now());
+    persist();
+    reply(res, 200, {{"server", std::string(req.matches[1])}, {"drain", drain}});
+  });
+
+  s.Post("/v1/leases", [this, body](const httplib::Request& req, httplib::Response& res) {
+    auto t0 = std::chrono::steady_clock::now();
+    json j;
+    if (!body(req, res, j)) return;
+    LeaseRequest r;
+    try {
+      r = requestFromJson(j);
+    } catch (const std::exception& e) {
+      return error(res, 400, std::string("bad lease request: ") + e.what());
+    }
+    std::lock_guard lock(mu_);
+    ++requests_;
+    std::string id = newId();
+    Decision d = sched_->request(r, now(), id);
+    persist();
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    decision_seconds_[decision_next_++ % decision_seconds_.size()] = secs;
+    decision_sum_ += secs;
+    ++decision_count_;
+    size_t b = 0;
+    while (b < std::size(kBuckets) && secs > kBuckets[b]) ++b;
+    ++decision_buckets_[b];
+    if (d.kind == Decision::kRefused) {
+      ++refusals_;
+      return reply(res, d.lease ? 409 : 422, {{"error", d.reason}, {"refused", true}});
+    }
+    json out = toJson(*d.lease, true);
+    if (d.kind == Decision::kQueued) {
+      ++queued_;
+      out["position"] = sched_->position(id);
+      return reply(res, 202, out);
+    }
+    ++grants_;
+    spdlog::info("lease {} granted to {}: {} x {} GPU", id, r.user, r.n, r.p);
+    reply(res, 201, out);
+  });
+
+  // Long poll: answers when the lease changes or after wait_ms (at most 5000); doubles as a heartbeat.
+  s.Get(R"(/v1/leases/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    std::string id = req.matches[1];
+    int64_t wait_ms = 0;
+    if (req.has_param("wait_ms")) {
+      try {
+        wait_ms = std::clamp<int64_t>(std::stoll(req.get_param_value("wait_ms")), 0, 5000);
+      } catch (...) {
+        return error(res, 400, "wait_ms must be a number of milliseconds");
+      }
+    }
+    std::unique_lock lock(mu_);
+    const Lease* l = sched_->lease(id);
+    if (!l) return error(res, 404, "no lease " + id + " (ended more than 10 minutes ago, or never existed)");
+    sched_->heartbeatLease(id, now());
+    LeaseState was = l->state;
+    std::string reason = l->wait_reason;
+    int pos = sched_->position(id);
+    changed_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] {
+      const Lease* x = sched_->lease(id);
+      return stopping_ || !x || x->state != was || sched_->position(id) != pos || x->wait_reason != reason;
+    });
+    l = sched_->lease(id);
+    if (!l) return error(res, 404, "no lease " + id);
+    sched_->heartbeatLease(id, now());
+    json out = toJson(*l, true);
+    if (l->state == LeaseState::kQueued) out["position"] = sched_->position(id);
+    reply(res, 200, out);
+  });
+
+  s.Post(R"(/v1/leases/([^/]+)/heartbeat)", [this](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mu_);
+    std::string id = req.matches[1];
+    const Lease* l = sched_->lease(id);
+    if (!l) return error(res, 404, "no lease " + id);
+    if (!sched_->heartbeatLease(id, now()))
+      return reply(res, 410, {{"error", "lease " + id + " has ended: " + l->end_reason}, {"state", "ended"}});
+    reply(res, 200, {{"state", stateName(l->state)}});
+  });
+
+  s.Delete(R"(/v1/leases/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mu_);
+    std::string id = req.matches[1];
+    const Lease* l = sched_->lease(id);
+    if (!l) return error(res, 404, "no lease " + id);
+    bool ended = sched_->end(id, l->state == LeaseState::kQueued ? "cancelled while queued" : "released", now());
+    persist();
+    reply(res, 200, {{"id", id}, {"ended", ended}, {"state", "ended"}});
+  });
+
+  s.Get("/v1/status", [this](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard lock(mu_);
+    json servers = json::array(), leases = json::array(), queue = json::array(), pools = json::array();
+    for (const auto& [name, srv] : sched_->servers()) {
+      json j = toJson(srv);
+      const Pool* p = sched_->policy().poolOfServer(name);
+      j["pool"] = p ? p->name : "";
+      servers.push_back(j);
+    }
+    for (const auto& [id, l] : sched_->leases())
+      if (l.state == LeaseState::kGranted) leases.push_back(toJson(l, false));
+    int pos = 0;
+    for (const Lease* l : sched_->queue()) {
+      json j = toJson(*l, false);
+      j["position"] = ++pos;
+      queue.push_back(j);
+    }
+    for (const auto& p : sched_->policy().pools)
+      pools.push_back({{"name", p.name}, {"servers", p.servers}, {"fractions", p.fractions}, {"isolation", p.isolation},
+                       {"placement", p.placement}});
+    reply(res, 200, {{"servers", servers}, {"leases", leases}, {"queue", queue}, {"pools", pools}});
+  });
+
+  s.Get("/v1/policy", [this](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard lock(mu_);
+    res.set_content(sched_->policy().source.empty() ? "# built-in defaults\n" : sched_->policy().source, "application/toml");
+  });
+
+  s.Put("/v1/policy", [this](const httplib::Request& req, httplib::Response& res) {
+    Policy p;
+    try {
+      p = parsePolicy(req.body);
+    } catch (const PolicyError& e) {
+      return error(res, 400, e.what());
+    }
+    std::lock_guard lock(mu_);
+    std::string text = p.source;
+    sched_->setPolicy(std::move(p), now());
+    persist(&text);
+    spdlog::info("policy replaced through the API ({} pools)", sched_->policy().pools.size());
+    reply(res, 200, {{"pools", sched_->policy().pools.size()}});
+  });
+
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard lock(mu_);
+    std::ostringstream o;
+    size_t gpus = 0, up = 0, shares = 0;
+    double used = 0;
+    for (const auto& [name, srv] : sched_->servers()) {
+      gpus += srv.gpus.size();
+      if (srv.up && !srv.drain) up += srv.gpus.size();
+      for (const auto& g : srv.gpus) used += g.used_fraction;
+    }
+    for (const auto& [id, l] : sched_->leases())
+      if (l.state == LeaseState::kGranted) shares += l.shares.size();
+    o << "# HELP gpool_gpus GPUs registered.\n# TYPE gpool_gpus gauge\ngpool_gpus " << gpus << "\n"
+      << "# HELP gpool_gpus_available GPUs on servers that are up and not drained.\n# TYPE gpool_gpus_available gauge\n"
+      << "gpool_gpus_available " << up << "\n"
+      << "# HELP gpool_gpu_fraction_in_use Sum of the fractions of GPUs leased.\n# TYPE gpool_gpu_fraction_in_use gauge\n"
+      << "gpool_gpu_fraction_in_use " << used << "\n"
+      << "# HELP gpool_shares_in_use Shares (one GPU or fraction each) held by leases.\n# TYPE gpool_shares_in_use gauge\n"
+      << "gpool_shares_in_use " << shares << "\n"
+      << "# HELP gpool_queue_length Requests waiting.\n# TYPE gpool_queue_length gauge\n"
+      << "gpool_queue_length " << sched_->queue().size() << "\n"
+      << "# HELP gpool_lease_requests_total Lease requests, by outcome.\n# TYPE gpool_lease_requests_total counter\n"
+      << "gpool_lease_requests_total{outcome=\"granted\"} " << grants_ << "\n"
+      << "gpool_lease_requests_total{outcome=\"queued\"} " << queued_ << "\n"
+      << "gpool_lease_requests_total{outcome=\"refused\"} " << refusals_ << "\n"
+      << "# HELP gpool_grant_decision_seconds Time to grant, queue or refuse a request (including the database write).\n"
+      << "# TYPE gpool_grant_decision_seconds histogram\n";
+    uint64_t cum = 0;
+    for (size_t i = 0; i < std::size(kBuckets); ++i) {
+      cum += decision_buckets_[i];
+      o << "gpool_grant_decision_seconds_bucket{le=\"" << kBuckets[i] << "\"} " << cum << "\n";
+    }
+    cum += decision_buckets_[std::size(kBuckets)];
+    o << "gpool_grant_decision_seconds_bucket{le=\"+Inf\"} " << cum << "\n"
+      << "gpool_grant_decision_seconds_sum " << decision_sum_ << "\n"
+      << "gpool_grant_decision_seconds_count " << decision_count_ << "\n";
+    res.set_content(o.str(), "text/plain; version=0.0.4");
+  });
+
+  s.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+    std::string why = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+    }
+    spdlog::error("{} {}: {}", req.method, req.path, why);
+    error(res, 500, why);
+  });
+}
+
+}  // namespace gpool::allocator

@@ -1,0 +1,60 @@
+// gpool-allocator's HTTP/JSON API (docs/api.md) over the scheduler and the store: one mutex around the
+// state, every change persisted before the answer, a background tick for heartbeat timeouts, and
+// Prometheus metrics.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "scheduler.h"
+#include "store.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace gpool::allocator {
+
+struct ServiceOptions {
+  std::string db_path;
+  std::string config_path;  // TOML policy read at start (a policy stored in the database wins otherwise)
+  std::string key;          // the lease-token key (hex), shared with gpool-servers
+};
+
+class Service {
+ public:
+  explicit Service(ServiceOptions options);
+  ~Service();
+  // Binds HOST:PORT (port 0: any); returns the port. Serves on a background thread.
+  int start(const std::string& host, int port);
+  void stop();
+
+ private:
+  void routes();
+  void persist(const std::string* policy_text = nullptr);  // with mu_ held
+  void tickLoop();
+  int64_t now() const;
+
+  ServiceOptions opt_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Scheduler> sched_;
+  std::unique_ptr<httplib::Server> http_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::thread serve_thread_, tick_thread_;
+  std::atomic<bool> stopping_{false};
+
+  // metrics (under mu_)
+  uint64_t requests_ = 0, grants_ = 0, refusals_ = 0, queued_ = 0;
+  std::vector<double> decision_seconds_;  // recent grant-or-queue decision latencies (ring)
+  size_t decision_next_ = 0;
+  double decision_sum_ = 0;
+  uint64_t decision_count_ = 0;
+  std::array<uint64_t, 12> decision_buckets_{};
+};
+
+}  // namespace gpool::allocator

@@ -1,0 +1,118 @@
+#include "store.h"
+
+#include "model_json.h"
+
+namespace gpool::allocator {
+namespace {
+
+struct Stmt {
+  sqlite3_stmt* s = nullptr;
+  Stmt(sqlite3* db, const char* sql) {
+    if (sqlite3_prepare_v2(db, sql, -1, &s, nullptr) != SQLITE_OK)
+      throw StoreError(std::string("database: cannot prepare '") + sql + "': " + sqlite3_errmsg(db));
+  }
+  ~Stmt() { sqlite3_finalize(s); }
+  void text(int i, const std::string& v) { sqlite3_bind_text(s, i, v.c_str(), static_cast<int>(v.size()), SQLITE_TRANSIENT); }
+  std::string column(int i) {
+    const unsigned char* t = sqlite3_column_text(s, i);
+    return t ? reinterpret_cast<const char*>(t) : "";
+  }
+};
+
+}  // namespace
+
+Store::Store(const std::string& path) : path_(path) {
+  if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) {
+    std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw StoreError("cannot open the database " + path + ": " + why);
+  }
+  sqlite3_busy_timeout(db_, 5000);
+  exec("PRAGMA journal_mode=WAL");
+  exec("PRAGMA synchronous=NORMAL");  // WAL + NORMAL: a committed transaction survives a crash of the process
+  exec("CREATE TABLE IF NOT EXISTS policy (id INTEGER PRIMARY KEY CHECK (id = 1), toml TEXT NOT NULL)");
+  exec("CREATE TABLE IF NOT EXISTS servers (name TEXT PRIMARY KEY, doc TEXT NOT NULL)");
+  exec("CREATE TABLE IF NOT EXISTS leases (id TEXT PRIMARY KEY, state TEXT NOT NULL, doc TEXT NOT NULL)");
+  exec("CREATE INDEX IF NOT EXISTS leases_state ON leases (state)");
+  Stmt check(db_, "PRAGMA quick_check");
+  if (sqlite3_step(check.s) != SQLITE_ROW || check.column(0) != "ok")
+    throw StoreError("the database " + path + " is damaged (PRAGMA quick_check: " + check.column(0) +
+                     "); restore it from a backup or move it away to start empty");
+}
+
+Store::~Store() { sqlite3_close(db_); }
+
+void Store::exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string why = err ? err : "unknown error";
+    sqlite3_free(err);
+    throw StoreError("database " + path_ + ": " + why + " (in: " + sql + ")");
+  }
+}
+
+std::optional<std::string> Store::policyText() {
+  Stmt q(db_, "SELECT toml FROM policy WHERE id = 1");
+  if (sqlite3_step(q.s) == SQLITE_ROW) return q.column(0);
+  return std::nullopt;
+}
+
+std::map<std::string, Server> Store::servers() {
+  std::map<std::string, Server> out;
+  Stmt q(db_, "SELECT doc FROM servers");
+  while (sqlite3_step(q.s) == SQLITE_ROW) {
+    Server s = serverFromJson(nlohmann::json::parse(q.column(0)));
+    out[s.name] = std::move(s);
+  }
+  return out;
+}
+
+std::map<std::string, Lease> Store::leases(bool include_ended) {
+  std::map<std::string, Lease> out;
+  Stmt q(db_, include_ended ? "SELECT doc FROM leases" : "SELECT doc FROM leases WHERE state != 'ended'");
+  while (sqlite3_step(q.s) == SQLITE_ROW) {
+    Lease l = leaseFromJson(nlohmann::json::parse(q.column(0)));
+    out[l.id] = std::move(l);
+  }
+  return out;
+}
+
+void Store::save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
+                 const std::string* policy_text) {
+  if (servers.empty() && leases.empty() && !policy_text) return;
+  exec("BEGIN IMMEDIATE");
+  try {
+    if (policy_text) {
+      Stmt p(db_, "INSERT INTO policy (id, toml) VALUES (1, ?1) ON CONFLICT(id) DO UPDATE SET toml = excluded.toml");
+      p.text(1, *policy_text);
+      if (sqlite3_step(p.s) != SQLITE_DONE) throw StoreError(std::string("database: ") + sqlite3_errmsg(db_));
+    }
+    Stmt ps(db_, "INSERT INTO servers (name, doc) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET doc = excluded.doc");
+    for (const auto& name : servers) {
+      auto it = s.servers().find(name);
+      if (it == s.servers().end()) continue;
+      sqlite3_reset(ps.s);
+      ps.text(1, name);
+      ps.text(2, toJson(it->second).dump());
+      if (sqlite3_step(ps.s) != SQLITE_DONE) throw StoreError(std::string("database: ") + sqlite3_errmsg(db_));
+    }
+    Stmt pl(db_, "INSERT INTO leases (id, state, doc) VALUES (?1, ?2, ?3) "
+                 "ON CONFLICT(id) DO UPDATE SET state = excluded.state, doc = excluded.doc");
+    for (const auto& id : leases) {
+      const Lease* l = s.lease(id);
+      if (!l) continue;
+      sqlite3_reset(pl.s);
+      pl.text(1, id);
+      pl.text(2, stateName(l->state));
+      pl.text(3, toJson(*l, true).dump());
+      if (sqlite3_step(pl.s) != SQLITE_DONE) throw StoreError(std::string("database: ") + sqlite3_errmsg(db_));
+    }
+    exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
+}  // namespace gpool::allocator

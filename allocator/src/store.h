@@ -1,0 +1,44 @@
+// The allocator's database: SQLite in WAL mode, one JSON document per server and per lease, and the
+// policy's TOML text. Every change the scheduler makes is written in one transaction before the API
+// answers, so a restart (or a crash) loses no lease, policy or server.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "scheduler.h"
+
+namespace gpool::allocator {
+
+class StoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Store {
+ public:
+  explicit Store(const std::string& path);  // creates the file and schema when missing
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  std::optional<std::string> policyText();
+  std::map<std::string, Server> servers();
+  std::map<std::string, Lease> leases(bool include_ended);
+
+  // Writes the named records' current state (and the policy text when given) in one transaction.
+  void save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
+            const std::string* policy_text = nullptr);
+
+ private:
+  void exec(const char* sql);
+  sqlite3* db_ = nullptr;
+  std::string path_;
+};
+
+}  // namespace gpool::allocator
