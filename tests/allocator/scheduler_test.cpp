@@ -1,0 +1,233 @@
+// The allocator's decisions, policy parsing, lease tokens and the database, without HTTP.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "lease_token.h"
+#include "policy.h"
+#include "scheduler.h"
+#include "store.h"
+
+using namespace gpool::allocator;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+Server server(const std::string& name, int gpus, uint64_t memory = 80 * kGiB) {
+  Server s;
+  s.name = name;
+  s.address = "10.0.0.1:7420";
+  for (int i = 0; i < gpus; ++i) s.gpus.push_back(Gpu{i, "GPU-" + name + std::to_string(i), "H100", memory, 132});
+  return s;
+}
+
+Scheduler make(const std::string& toml = "") {
+  Policy p = toml.empty() ? Policy{} : parsePolicy(toml);
+  return Scheduler(p, [](const Lease& l, const Share& s, int64_t) { return "tok-" + l.id + "-" + s.server; },
+                   [] { return int64_t{1000}; });
+}
+
+LeaseRequest req(const std::string& user, double p = 1.0, int n = 1, int64_t wait_ms = -1) {
+  LeaseRequest r;
+  r.user = user;
+  r.group = "g";
+  r.p = p;
+  r.n = n;
+  r.wait_ms = wait_ms;
+  return r;
+}
+
+}  // namespace
+
+TEST(Scheduler, PacksTwoHalvesOnOneGpuAndQueuesTheThird) {
+  Scheduler s = make();
+  s.registerServer(server("a", 2), 0);
+  auto d1 = s.request(req("u1", 0.5), 0, "L1");
+  auto d2 = s.request(req("u2", 0.5), 0, "L2");
+  ASSERT_EQ(d1.kind, Decision::kGranted);
+  ASSERT_EQ(d2.kind, Decision::kGranted);
+  EXPECT_EQ(s.lease("L1")->shares[0].device, s.lease("L2")->shares[0].device);  // packed
+  auto d3 = s.request(req("u3", 1.0), 0, "L3");
+  ASSERT_EQ(d3.kind, Decision::kGranted);  // the other GPU is whole
+  auto d4 = s.request(req("u4", 0.5), 0, "L4");
+  EXPECT_EQ(d4.kind, Decision::kQueued);
+  EXPECT_EQ(s.position("L4"), 1);
+  EXPECT_NE(d4.reason.find("waiting for 1 GPU(s) with 0.5 free"), std::string::npos) << d4.reason;
+  EXPECT_TRUE(s.end("L1", "released", 10));  // its half frees, L4 gets it at once
+  EXPECT_EQ(s.lease("L4")->state, LeaseState::kGranted);
+  EXPECT_EQ(s.lease("L4")->shares[0].token, "tok-L4-a");
+}
+
+TEST(Scheduler, SpreadPlacesOnTheEmptiestGpu) {
+  Scheduler s = make("[pools.default]\nplacement = \"spread\"\n");
+  s.registerServer(server("a", 2), 0);
+  s.request(req("u", 0.5), 0, "L1");
+  s.request(req("u", 0.5), 0, "L2");
+  EXPECT_NE(s.lease("L1")->shares[0].device, s.lease("L2")->shares[0].device);
+}
+
+TEST(Scheduler, RefusesWhatCanNeverFitWithTheReason) {
+  Scheduler s = make("[pools.default]\nfractions = [1.0, 0.5]\n[quotas.users.carol]\ngpus = 1\n");
+  s.registerServer(server("a", 2, 40 * kGiB), 0);
+  EXPECT_NE(s.request(req("u", 0.3), 0, "x").reason.find("offers fractions 1, 0.5 of a GPU, not 0.3"), std::string::npos);
+  EXPECT_NE(s.request(req("u", 1.0, 3), 0, "x").reason.find("asks for 3 GPUs; pool 'default' has 2"), std::string::npos);
+  auto big = req("u");
+  big.m = 64 * kGiB;
+  EXPECT_NE(s.request(big, 0, "x").reason.find("the largest GPU in pool 'default' has 40 GiB"), std::string::npos);
+  EXPECT_NE(s.request(req("carol", 1.0, 2), 0, "x").reason.find("over quota: user 'carol' may hold 1 GPUs"), std::string::npos);
+  auto pool = req("u");
+  pool.pool = "nope";
+  EXPECT_NE(s.request(pool, 0, "x").reason.find("no pool named 'nope'"), std::string::npos);
+  auto prio = req("u");
+  prio.priority = "urgent";
+  EXPECT_NE(s.request(prio, 0, "x").reason.find("no priority class 'urgent'"), std::string::npos);
+  EXPECT_EQ(s.leases().size(), 0u);  // refusals leave nothing behind
+}
+
+TEST(Scheduler, PriorityThenArrivalOrdersTheQueue) {
+  Scheduler s = make();
+  s.registerServer(server("a", 1), 0);
+  s.request(req("holder"), 0, "H");
+  s.request(req("low1"), 1, "A");
+  auto hi = req("hi");
+  hi.priority = "high";
+  s.request(hi, 2, "B");
+  s.request(req("low2"), 3, "C");
+  EXPECT_EQ(s.position("B"), 1);
+  EXPECT_EQ(s.position("A"), 2);
+  EXPECT_EQ(s.position("C"), 3);
+  s.end("H", "released", 4);
+  EXPECT_EQ(s.lease("B")->state, LeaseState::kGranted);
+  EXPECT_EQ(s.lease("A")->state, LeaseState::kQueued);
+}
+
+TEST(Scheduler, QuotaHoldsAUserBackWithoutBlockingOthers) {
+  Scheduler s = make("[quotas.users.alice]\ngpus = 1\n");
+  s.registerServer(server("a", 3), 0);
+  ASSERT_EQ(s.request(req("alice"), 0, "A1").kind, Decision::kGranted);
+  auto d = s.request(req("alice"), 1, "A2");
+  EXPECT_EQ(d.kind, Decision::kQueued);
+  EXPECT_NE(d.reason.find("quota: user 'alice' holds 1 of 1 GPUs"), std::string::npos) << d.reason;
+  EXPECT_EQ(s.request(req("bob"), 2, "B1").kind, Decision::kGranted);  // not held behind alice
+  s.end("A1", "released", 3);
+  EXPECT_EQ(s.lease("A2")->state, LeaseState::kGranted);
+}
+
+TEST(Scheduler, HeartbeatsEndLeasesAndServers) {
+  Scheduler s = make("[settings]\nlease_ttl = \"1s\"\nserver_timeout = \"2s\"\n");
+  s.registerServer(server("a", 1), 0);
+  s.registerServer(server("b", 1), 0);
+  s.request(req("u"), 0, "L1");  // packs onto a
+  s.request(req("v"), 0, "L2");  // then b
+  std::string on_b = s.lease("L1")->shares[0].server == "b" ? "L1" : "L2";
+  std::string on_a = on_b == "L1" ? "L2" : "L1";
+  s.heartbeatLease(on_a, 900);
+  s.tick(1500);  // on_b missed its heartbeat
+  EXPECT_EQ(s.lease(on_b)->state, LeaseState::kEnded);
+  EXPECT_NE(s.lease(on_b)->end_reason.find("expired: no heartbeat"), std::string::npos);
+  std::vector<std::string> revoked;
+  ASSERT_TRUE(s.heartbeatServer(s.lease(on_b)->shares[0].server, 1600, revoked));
+  EXPECT_EQ(revoked, std::vector<std::string>{on_b});
+  s.heartbeatLease(on_a, 1800);
+  s.heartbeatServer(s.lease(on_b)->shares[0].server, 1800, revoked);
+  s.tick(2600);  // the server of on_a has been silent since 0
+  EXPECT_EQ(s.lease(on_a)->state, LeaseState::kEnded);
+  EXPECT_NE(s.lease(on_a)->end_reason.find("stopped heartbeating"), std::string::npos);
+  EXPECT_FALSE(s.servers().at(s.lease(on_a)->shares[0].server).up);
+  EXPECT_EQ(s.request(req("w"), 2600, "L3").kind, Decision::kGranted);  // on the live server only
+  EXPECT_NE(s.lease("L3")->shares[0].server, s.lease(on_a)->shares[0].server);
+}
+
+TEST(Scheduler, DrainStopsNewSharesAndAWaitRunsOut) {
+  Scheduler s = make();
+  s.registerServer(server("a", 1), 0);
+  s.setDrain("a", true);
+  auto d = s.request(req("u", 1.0, 1, 500), 0, "L");
+  EXPECT_EQ(d.kind, Decision::kQueued);
+  s.tick(600);
+  EXPECT_EQ(s.lease("L")->state, LeaseState::kEnded);
+  EXPECT_NE(s.lease("L")->end_reason.find("the wait ran out"), std::string::npos);
+  auto now = s.request(req("u", 1.0, 1, 0), 700, "M");  // no wait at all
+  EXPECT_EQ(now.kind, Decision::kRefused);
+  EXPECT_NE(now.reason.find("no --wait"), std::string::npos);
+}
+
+TEST(Policy, BadFilesGiveClearErrors) {
+  auto err = [](const std::string& t) {
+    try {
+      parsePolicy(t);
+    } catch (const PolicyError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(err("[pools.a\n").find("TOML syntax error at line 1"), std::string::npos);
+  EXPECT_NE(err("[pools.a]\nfractions = [1.5]\n").find("pools.a.fractions: 1.5"), std::string::npos);
+  EXPECT_NE(err("[pools.a]\nisolation = \"loose\"\n").find("exclusive, process or spatial"), std::string::npos);
+  EXPECT_NE(err("[pools.a]\nisolation = \"exclusive\"\nfractions = [0.5]\n").find("whole GPUs only"), std::string::npos);
+  EXPECT_NE(err("[settings]\nlease_ttl = \"soon\"\n").find("settings.lease_ttl"), std::string::npos);
+  EXPECT_NE(err("[quotas.users.x]\nmemory = \"12 parsecs\"\n").find("quotas.users.x.memory"), std::string::npos);
+  EXPECT_NE(err("[colour]\n").find("unknown key 'colour'"), std::string::npos);
+  EXPECT_NE(err("[pools.a]\nservers = [\"s1\"]\n[pools.b]\nservers = [\"s1\"]\n").find("more than one pool"), std::string::npos);
+  Policy p = parsePolicy(
+      "[settings]\nlease_ttl = \"3s\"\n[pools.train]\nservers = [\"gpu1\"]\nfractions = [1]\nisolation = \"exclusive\"\n"
+      "[pools.dev]\nservers = [\"*\"]\nfractions = [0.5, 0.25]\nplacement = \"spread\"\n[quotas.groups.ml]\nmemory = \"80GiB\"\n");
+  EXPECT_EQ(p.lease_ttl.count(), 3000);
+  EXPECT_EQ(p.poolOfServer("gpu1")->name, "train");
+  EXPECT_EQ(p.poolOfServer("gpu9")->name, "dev");
+  EXPECT_EQ(*p.group_quotas.at("ml").memory, 80 * kGiB);
+  EXPECT_EQ(parseSize("1.5GB"), 1500000000u);
+  EXPECT_THROW(parseSize("-3GiB"), PolicyError);
+}
+
+TEST(LeaseToken, VerifiesAndRefusesForgedExpiredAndMisdirected) {
+  std::string key(64, 'k'), other(64, 'o'), why;
+  std::string t = gpool::token::sign({"L1", "gpu1", 2, 40 * kGiB, 0.5, 5000}, key);
+  auto c = gpool::token::check(t, key, "gpu1", 2, 4000, why);
+  ASSERT_TRUE(c) << why;
+  EXPECT_EQ(c->memory, 40 * kGiB);
+  EXPECT_FALSE(gpool::token::check(t, other, "gpu1", 2, 4000, why));
+  EXPECT_NE(why.find("signature does not verify"), std::string::npos);
+  std::string forged = t;
+  forged[10] = forged[10] == 'a' ? 'b' : 'a';  // a changed claim
+  EXPECT_FALSE(gpool::token::check(forged, key, "gpu1", 2, 4000, why));
+  EXPECT_FALSE(gpool::token::check(t, key, "gpu1", 2, 6000, why));
+  EXPECT_NE(why.find("expired"), std::string::npos);
+  EXPECT_FALSE(gpool::token::check(t, key, "gpu2", 2, 4000, why));
+  EXPECT_NE(why.find("names server 'gpu1'"), std::string::npos);
+  EXPECT_FALSE(gpool::token::check(t, key, "gpu1", 0, 4000, why));
+  EXPECT_FALSE(gpool::token::check("gpl1.zz.00", key, "gpu1", 0, 4000, why));
+  EXPECT_FALSE(gpool::token::check("", key, "gpu1", 0, 4000, why));
+}
+
+TEST(Store, KeepsServersLeasesAndPolicyAcrossReopening) {
+  fs::path db = fs::temp_directory_path() / ("gpool-store-test-" + std::to_string(::getpid()) + ".db");
+  fs::remove(db);
+  {
+    Scheduler s = make();
+    s.registerServer(server("a", 2), 0);
+    s.request(req("u", 0.5), 0, "L1");
+    s.request(req("v", 1.0, 2), 0, "L2");  // queued
+    Store st(db.string());
+    std::string policy = "[pools.default]\nfractions = [1, 0.5]\n";
+    st.save(s, s.takeDirtyServers(), s.takeDirtyLeases(), &policy);
+  }
+  Store st(db.string());
+  EXPECT_EQ(*st.policyText(), "[pools.default]\nfractions = [1, 0.5]\n");
+  auto servers = st.servers();
+  auto leases = st.leases(false);
+  ASSERT_EQ(servers.size(), 1u);
+  ASSERT_EQ(leases.size(), 2u);
+  EXPECT_EQ(leases.at("L1").state, LeaseState::kGranted);
+  EXPECT_EQ(leases.at("L1").shares.at(0).token, "tok-L1-a");
+  Scheduler s = make();
+  s.restore(servers, leases, 100);
+  EXPECT_EQ(s.position("L2"), 1);
+  s.end("L1", "released", 200);  // the restored usage is released and the queue moves
+  EXPECT_EQ(s.lease("L2")->state, LeaseState::kGranted);
+  fs::remove(db);
+  fs::remove(db.string() + "-wal");
+  fs::remove(db.string() + "-shm");
+}
