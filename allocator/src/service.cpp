@@ -233,6 +233,7 @@ void Service::routes() {
       return reply(res, d.lease ? 409 : 422, {{"error", d.reason}, {"refused", true}});
     }
     json out = toJson(*d.lease, true);
+    out["heartbeat_ms"] = sched_->policy().lease_ttl.count() / 3;
     if (d.kind == Decision::kQueued) {
       ++queued_;
       out["position"] = sched_->position(id);
@@ -269,6 +270,7 @@ void Service::routes() {
     if (!l) return error(res, 404, "no lease " + id);
     sched_->heartbeatLease(id, now());
     json out = toJson(*l, true);
+    out["heartbeat_ms"] = sched_->policy().lease_ttl.count() / 3;
     if (l->state == LeaseState::kQueued) out["position"] = sched_->position(id);
     reply(res, 200, out);
   });

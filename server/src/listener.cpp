@@ -9,9 +9,15 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 
+#include "allocator_link.h"
 #include "gpool/protocol/frame_io.h"
+#include "lease_token.h"
 #include "gpool/protocol/handshake.h"
 
 extern char** environ;
@@ -47,6 +53,21 @@ std::string resolveBackend(const ServerOptions& o) {
   return "sim";
 }
 
+// The devices this host offers, as the allocator's registration lists them: asked of a worker process
+// (`gpool-worker --inventory`), so the server itself still never initialises CUDA.
+std::string inventory(const ServerOptions& o, const std::string& backend) {
+  std::string cmd = "'" + o.worker_path + "' --inventory --backend " + backend + " --sim-memory " + std::to_string(o.sim_memory);
+  std::string out;
+  int rc = -1;
+  if (FILE* f = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    while (std::fgets(buf, sizeof buf, f)) out += buf;
+    rc = ::pclose(f);
+  }
+  if (rc != 0 || out.empty()) throw std::runtime_error("cannot list this host's GPUs (" + cmd + " failed)");
+  return out;
+}
+
 class Server {
  public:
   Server(ServerOptions o) : opt_(std::move(o)), acceptor_(io_), signals_(io_, SIGINT, SIGTERM), children_(io_, SIGCHLD) {}
@@ -72,6 +93,27 @@ class Server {
     acceptor_.listen();
     spdlog::info("listening on {}:{} (backend {}, protocol {}.{})", ep.address().to_string(), acceptor_.local_endpoint().port(),
                  backend_, proto::kVersionMajor, proto::kVersionMinor);
+
+    if (!opt_.allocator.empty()) {
+      key_ = token::loadKey(opt_.lease_key, false);
+      if (opt_.name.empty()) {
+        char h[256] = {};
+        ::gethostname(h, sizeof h - 1);
+        opt_.name = h;
+      }
+      std::string advertise = opt_.advertise;
+      if (advertise.empty()) {
+        std::string shown = ep.address().is_unspecified() ? opt_.name : ep.address().to_string();
+        advertise = shown + ":" + std::to_string(acceptor_.local_endpoint().port());
+      }
+      auto gpus = nlohmann::json::parse(inventory(opt_, backend_));
+      nlohmann::json reg = {{"name", opt_.name}, {"address", advertise}, {"gpus", gpus}};
+      link_ = std::make_unique<AllocatorLink>(opt_.allocator, key_, opt_.name, reg.dump(), [this](const std::string& lease) {
+        asio::post(io_, [this, lease] { revoke(lease); });
+      });
+      spdlog::info("leases from {} required: clients need a token naming server '{}' (clients connect to {})",
+                   opt_.allocator, opt_.name, advertise);
+    }
 
     signals_.async_wait([this](const asio::error_code&, int sig) {
       spdlog::info("signal {}: shutting down; workers finish with their clients", sig);
@@ -159,10 +201,32 @@ class Server {
                               std::to_string(proto::kVersionMinor) + "); install matching gpool versions");
     if (workers_ >= opt_.max_clients)
       return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, "server is at --max-clients " + std::to_string(opt_.max_clients));
-    spawnWorker(p, *hello);
+    std::optional<token::Claims> lease;
+    if (link_) {
+      std::string why;
+      int64_t now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+      if (hello->token.empty())
+        return refuse(p, 100 /*CUDA_ERROR_NO_DEVICE*/, "this server only serves leases from " + opt_.allocator +
+                                                           ": run the program with `gpool run`, or set GPOOL_ALLOCATOR");
+      lease = token::check(hello->token, key_, opt_.name, static_cast<int>(hello->device), now, why);
+      if (!lease) return refuse(p, 100 /*CUDA_ERROR_NO_DEVICE*/, "lease token refused: " + why);
+      if (revoked_.count(lease->lease)) return refuse(p, 100, "lease " + lease->lease + " has ended");
+    }
+    spawnWorker(p, *hello, lease);
   }
 
-  void spawnWorker(const std::shared_ptr<Pending>& p, const proto::HelloRequest& hello) {
+  // The allocator ended a lease (expired, or the server it ran on was declared down): its workers stop.
+  void revoke(const std::string& lease) {
+    revoked_.insert(lease);
+    for (const auto& [pid, id] : worker_leases_)
+      if (id == lease) {
+        spdlog::info("lease {} ended at the allocator; stopping its worker {}", lease, pid);
+        ::kill(pid, SIGTERM);
+      }
+  }
+
+  void spawnWorker(const std::shared_ptr<Pending>& p, const proto::HelloRequest& hello,
+                   const std::optional<token::Claims>& lease) {
     std::vector<std::string> args{opt_.worker_path, "--fd", "3", "--device", std::to_string(hello.device), "--hello-seq",
                                   std::to_string(p->header.seq), "--backend", backend_, "--log-level", opt_.log_level};
     if (backend_ == "sim") {
@@ -171,6 +235,7 @@ class Server {
     }
     if (opt_.module_cache != "none")
       args.insert(args.end(), {"--module-cache", opt_.module_cache, "--module-cache-max", std::to_string(opt_.module_cache_max)});
+    if (lease && lease->memory) args.insert(args.end(), {"--memory-cap", std::to_string(lease->memory)});
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -182,7 +247,9 @@ class Server {
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) return refuse(p, 999, std::string("cannot start gpool-worker: ") + std::strerror(rc));
     ++workers_;
-    spdlog::info("client {} ({}) → worker {} on device {}", peer(p), hello.client.empty() ? "?" : hello.client, pid, hello.device);
+    if (lease) worker_leases_[pid] = lease->lease;
+    spdlog::info("client {} ({}) → worker {} on device {}{}", peer(p), hello.client.empty() ? "?" : hello.client, pid,
+                 hello.device, lease ? " for lease " + lease->lease : "");
     close(p);  // the worker owns the connection now
   }
 
@@ -193,6 +260,10 @@ class Server {
       pid_t pid;
       while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
         if (workers_ > 0) --workers_;
+        if (auto it = worker_leases_.find(pid); it != worker_leases_.end()) {
+          if (link_) link_->released(it->second);  // the client left: its share is free at once
+          worker_leases_.erase(it);
+        }
         if (WIFSIGNALED(status))
           spdlog::warn("worker {} died with signal {}", pid, WTERMSIG(status));
         else
@@ -209,6 +280,10 @@ class Server {
   asio::signal_set children_;
   std::string backend_;
   unsigned workers_ = 0;
+  std::string key_;
+  std::unique_ptr<AllocatorLink> link_;
+  std::map<pid_t, std::string> worker_leases_;  // worker → the lease it serves
+  std::set<std::string> revoked_;
 };
 
 }  // namespace

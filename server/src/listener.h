@@ -17,6 +17,10 @@ struct ServerOptions {
   unsigned handshake_timeout_ms = 10000;
   std::string log_level = "info";
   std::string module_cache;  // directory shared by this host's workers; "none" disables it
+  std::string allocator;     // http://HOST:PORT of gpool-allocator; empty: serve anyone, no leases
+  std::string lease_key;     // file with the key lease tokens are signed with (the allocator's --key-file)
+  std::string name;          // this server's name at the allocator (default: the host name)
+  std::string advertise;     // HOST:PORT clients reach this server at (default: from --listen)
   uint64_t module_cache_max = 8ull << 30;
 };
 

@@ -29,6 +29,12 @@ int main(int argc, char** argv) {
   app.add_option("--module-cache-max", opt.module_cache_max,
                  "bytes the module cache may hold; least recently used images are removed past it")
       ->capture_default_str();
+  app.add_option("--allocator", opt.allocator,
+                 "http://HOST:PORT of gpool-allocator: register this host's GPUs there and serve only clients whose "
+                 "lease token it signed (needs --lease-key)");
+  app.add_option("--lease-key", opt.lease_key, "the allocator's key file (gpool-allocator --key-file)");
+  app.add_option("--name", opt.name, "this server's name at the allocator (default: the host name)");
+  app.add_option("--advertise", opt.advertise, "HOST:PORT clients reach this server at (default: from --listen)");
   app.add_option("--max-clients", opt.max_clients, "concurrent client connections accepted")->capture_default_str();
   app.add_option("--handshake-timeout", opt.handshake_timeout_ms, "milliseconds a new connection has to say hello")
       ->capture_default_str();
@@ -36,6 +42,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (!opt.allocator.empty() && opt.lease_key.empty()) {
+    std::fprintf(stderr, "--allocator needs --lease-key FILE: the key file gpool-allocator signs lease tokens with\n");
+    return 2;
+  }
 
   auto logger = spdlog::stderr_color_mt("gpool-server");
   spdlog::set_default_logger(logger);

@@ -21,6 +21,9 @@ class Backend {
 
   // Opens the device and fills the handshake reply (driver version, device description).
   virtual Status open(int device, proto::HelloReply& hello) = 0;
+  // The lease's memory cap (before open): allocations past it fail with CUDA_ERROR_OUT_OF_MEMORY, and
+  // the device's memory is reported as the cap (handshake, MemGetInfo).
+  virtual void setMemoryCap(uint64_t bytes) = 0;
 
 #define X(name, number, mode, ins, outs) virtual proto::calls::name::handler name = 0;
 #include "gpool/protocol/calls.def"

@@ -148,6 +148,8 @@ class CudaBackend final : public Backend {
   // Requests are received into page-locked slots, so a host-to-device copy from one runs asynchronously
   // (the driver stages pageable memory synchronously). A slot an unfinished copy reads is not handed out
   // again until its event completes; small requests keep reusing the current slot.
+  void setMemoryCap(uint64_t bytes) override { cap_ = bytes; }
+
   uint8_t* frameBuffer(size_t bytes) override {
     if (!ctx_) return Backend::frameBuffer(bytes);
     Slot* s = &slots_[current_];
@@ -197,7 +199,7 @@ class CudaBackend final : public Backend {
     std::memcpy(uuid_.data(), uuid.bytes, 16);
     size_t total = 0;
     d_.cuDeviceTotalMem_(&total, dev_);
-    info.total_mem = total;
+    info.total_mem = cap_ ? std::min<uint64_t>(cap_, total) : total;
     info.attributes.assign(CU_DEVICE_ATTRIBUTE_MAX, 0);
     for (int a = 1; a < CU_DEVICE_ATTRIBUTE_MAX; ++a) {
       int v = 0;
@@ -213,17 +215,20 @@ class CudaBackend final : public Backend {
 
   Status MemAlloc(uint64_t bytes, uint64_t& dptr) override {
     if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (cap_ && (bytes > cap_ || used_ > cap_ - bytes)) return CUDA_ERROR_OUT_OF_MEMORY;  // the lease's cap
     CUdeviceptr p = 0;
     CUresult r = d_.cuMemAlloc_(&p, bytes);
     if (r == CUDA_SUCCESS) {
       dptr = p;
       res_.addRange(p, bytes);
+      used_ += bytes;
     }
     return r;
   }
   Status MemFree(uint64_t dptr) override {
     auto r = res_.findRange(dptr);
     if (!r || r->first != dptr) return CUDA_ERROR_INVALID_VALUE;
+    used_ -= std::min(used_, r->second);
     res_.removeRange(dptr);
     return d_.cuMemFree_(dptr);
   }
@@ -232,6 +237,10 @@ class CudaBackend final : public Backend {
     CUresult r = d_.cuMemGetInfo_(&f, &t);
     free_bytes = f;
     total = t;
+    if (cap_) {  // the lease's view: its cap, less what it holds (never more than the device has free)
+      total = std::min<uint64_t>(cap_, t);
+      free_bytes = std::min<uint64_t>(f, total - std::min(total, used_));
+    }
     return r;
   }
   Status MemcpyHtoD(uint64_t dst, Blob data, uint64_t stream, uint32_t async) override {
@@ -612,6 +621,7 @@ class CudaBackend final : public Backend {
     bool in_use = false;
   };
   std::array<Slot, 4> slots_;
+  uint64_t cap_ = 0, used_ = 0;  // the lease's memory cap (0: none) and the bytes allocated
   size_t current_ = 0;
 
   bool capturing(uint64_t stream) {

@@ -3,6 +3,7 @@
 // is one order CUDA allows. Kernels run only where a plugin registered a host implementation.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -29,6 +30,7 @@ class SimBackend final : public Backend {
   ~SimBackend() override;
 
   Status open(int device, proto::HelloReply& hello) override;
+  void setMemoryCap(uint64_t bytes) override { options_.memory_bytes = std::min(options_.memory_bytes, bytes); }
 // Declared through the call table (a typedef-declared member cannot carry `override`; it overrides all the same).
 #define X(name, number, mode, ins, outs) proto::calls::name::handler name;
 #include "gpool/protocol/calls.def"

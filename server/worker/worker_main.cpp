@@ -4,6 +4,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cuda.h>
+
 #include <cstdio>
 #include <memory>
 
@@ -20,7 +22,8 @@ int main(int argc, char** argv) {
   uint64_t hello_seq = 0;
   std::string backend_name = "sim";
   std::string log_level = "info";
-  bool probe = false;
+  bool probe = false, inventory = false;
+  uint64_t memory_cap = 0;
   std::string module_cache_dir;
   uint64_t module_cache_max = 8ull << 30;
   gpool::worker::SimOptions sim;
@@ -34,6 +37,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   app.add_option("--module-cache", module_cache_dir, "directory of the host's module image cache (none when empty)");
   app.add_option("--module-cache-max", module_cache_max, "bytes the module cache may hold");
+  app.add_option("--memory-cap", memory_cap, "the lease's GPU memory cap in bytes (0: none)");
+  app.add_flag("--inventory", inventory, "print this host's devices as JSON for the allocator, then exit");
   app.add_flag("--probe", probe, "exit 0 when the real CUDA driver has a usable device (used by --backend auto)");
   CLI11_PARSE(app, argc, argv);
 
@@ -47,6 +52,29 @@ int main(int argc, char** argv) {
     bool ok = gpool::worker::cudaDriverUsable(&why);
     std::puts(ok ? "cuda" : why.c_str());
     return ok ? 0 : 1;
+  }
+  if (inventory) {
+    // One line of JSON: [{index, uuid, model, memory, sms}], each device opened in turn.
+    std::string out = "[";
+    for (int d = 0; d < 64; ++d) {
+      std::unique_ptr<gpool::worker::Backend> b;
+      if (backend_name == "cuda") b = gpool::worker::makeCudaBackend();
+      else b = std::make_unique<gpool::worker::SimBackend>(sim);
+      gpool::proto::HelloReply h;
+      if (b->open(d, h) != 0 || h.devices.empty()) break;
+      const auto& dev = h.devices[0];
+      char uuid[48];
+      const auto* u = dev.uuid.data();
+      std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+                    u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+      int sms = dev.attributes.size() > CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? dev.attributes[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT] : 0;
+      std::string model;
+      for (char c : dev.name) model += (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 32) ? '_' : c;
+      out += (d ? "," : "") + std::string("{\"index\":") + std::to_string(d) + ",\"uuid\":\"" + uuid + "\",\"model\":\"" +
+             model + "\",\"memory\":" + std::to_string(dev.total_mem) + ",\"sms\":" + std::to_string(sms) + "}";
+    }
+    std::puts((out + "]").c_str());
+    return out == "[" ? 1 : 0;
   }
   if (fd < 0) {
     spdlog::error("no client socket (--fd); gpool-worker is started by gpool-server");
@@ -68,6 +96,7 @@ int main(int argc, char** argv) {
       backend = gpool::worker::makeCudaBackend();
     else
       backend = std::make_unique<gpool::worker::SimBackend>(sim);
+    if (memory_cap) backend->setMemoryCap(memory_cap);
     hello.status = backend->open(device, hello);
     if (hello.status != 0) hello.error = "device " + std::to_string(device) + " cannot be opened on the " + backend_name + " backend (CUresult " + std::to_string(hello.status) + ")";
   } catch (const std::exception& e) {

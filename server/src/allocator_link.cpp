@@ -1,0 +1,91 @@
+#include "allocator_link.h"
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "lease_token.h"
+
+namespace gpool::server {
+
+AllocatorLink::AllocatorLink(std::string url, std::string key, std::string name, std::string registration,
+                             std::function<void(const std::string&)> revoked)
+    : url_(std::move(url)), key_(std::move(key)), name_(std::move(name)), registration_(std::move(registration)),
+      revoked_(std::move(revoked)) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+AllocatorLink::~AllocatorLink() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void AllocatorLink::released(const std::string& lease) {
+  {
+    std::lock_guard lock(mu_);
+    released_.push_back(lease);
+  }
+  cv_.notify_all();
+}
+
+void AllocatorLink::loop() {
+  httplib::Client cli(url_);
+  cli.set_connection_timeout(2, 0);
+  cli.set_read_timeout(5, 0);
+  auto post = [&](const std::string& path, const std::string& body) {
+    httplib::Headers h{{"X-Gpool-Signature", token::hmacHex(key_, "POST " + path + "\n" + body)}};
+    return cli.Post(path.c_str(), h, body, "application/json");
+  };
+  bool registered = false;
+  int interval_ms = 1000, backoff_ms = 500;
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    while (!released_.empty()) {  // first: shares free at once
+      std::string lease = released_.front();
+      lock.unlock();
+      auto r = post("/v1/servers/" + name_ + "/released", nlohmann::json{{"lease", lease}}.dump());
+      lock.lock();
+      if (!r) break;  // retried after the next wait
+      released_.pop_front();
+    }
+    lock.unlock();
+    std::string path = registered ? "/v1/servers/" + name_ + "/heartbeat" : "/v1/servers";
+    auto r = post(path, registered ? "" : registration_);
+    int wait_ms = interval_ms;
+    if (!r) {
+      spdlog::warn("allocator {} unreachable ({}); retrying in {} ms", url_, httplib::to_string(r.error()), backoff_ms);
+      wait_ms = backoff_ms;
+      backoff_ms = std::min(backoff_ms * 2, 10000);
+    } else if (r->status == 404 && registered) {
+      spdlog::warn("the allocator does not know this server (restarted without its database?); registering again");
+      registered = false;
+      wait_ms = 0;
+    } else if (r->status != 200) {
+      spdlog::error("allocator refused {}: {} {}", path, r->status, r->body);
+      wait_ms = backoff_ms;
+      backoff_ms = std::min(backoff_ms * 2, 10000);
+    } else {
+      backoff_ms = 500;
+      auto j = nlohmann::json::parse(r->body, nullptr, false);
+      if (!registered) spdlog::info("registered with allocator {} as {}", url_, name_);
+      registered = true;
+      if (j.is_object()) {
+        interval_ms = std::clamp(j.value("heartbeat_ms", 1000), 50, 60000);
+        if (j.contains("revoked") && j["revoked"].is_array())
+          for (const auto& id : j["revoked"])
+            if (id.is_string()) revoked_(id.get<std::string>());
+      }
+      wait_ms = interval_ms;
+    }
+    lock.lock();
+    cv_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return stop_ || !released_.empty(); });
+  }
+}
+
+}  // namespace gpool::server

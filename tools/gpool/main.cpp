@@ -1,0 +1,372 @@
+// gpool: the command users and admins type. `gpool run` leases GPUs from gpool-allocator, waits (with
+// back-off) while they are short, runs a command with gpool's client library and the lease in its
+// environment, heartbeats, forwards signals, and releases the lease however the command ends.
+// `gpool status` shows servers, GPUs, leases and the queue; `gpool admin` changes policies and drains.
+#include <CLI/CLI.hpp>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "policy.h"
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Exit statuses of gpool itself (the command's own status is passed through otherwise).
+constexpr int kExitUsage = 2, kExitRefused = 3, kExitWaitRanOut = 4, kExitAllocator = 5;
+
+[[noreturn]] void die(int code, const std::string& msg) {
+  std::fprintf(stderr, "gpool: %s\n", msg.c_str());
+  std::exit(code);
+}
+
+struct Allocator {
+  std::string url;
+  std::unique_ptr<httplib::Client> cli;
+  explicit Allocator(std::string u) : url(std::move(u)) {
+    if (url.empty())
+      die(kExitUsage, "no allocator: set GPOOL_ALLOCATOR=http://HOST:PORT (or pass --allocator)");
+    if (url.rfind("http://", 0) != 0) die(kExitUsage, "GPOOL_ALLOCATOR must be an http:// URL, not '" + url + "'");
+    cli = std::make_unique<httplib::Client>(url);
+    cli->set_connection_timeout(3, 0);
+    cli->set_read_timeout(15, 0);
+  }
+  // status, body (JSON or text); status 0 when the allocator could not be reached.
+  std::pair<int, std::string> call(const std::string& method, const std::string& path, const std::string& body = "",
+                                   const char* type = "application/json") {
+    httplib::Result r = method == "GET"      ? cli->Get(path.c_str())
+                        : method == "POST"   ? cli->Post(path.c_str(), body, type)
+                        : method == "PUT"    ? cli->Put(path.c_str(), body, type)
+                                             : cli->Delete(path.c_str());
+    if (!r) return {0, "cannot reach gpool-allocator at " + url + " (" + httplib::to_string(r.error()) + ")"};
+    return {r->status, r->body};
+  }
+  json must(const std::string& method, const std::string& path, const std::string& body = "") {
+    auto [status, text] = call(method, path, body);
+    if (status == 0) die(kExitAllocator, text);
+    json j = json::parse(text, nullptr, false);
+    if (status >= 400) die(kExitAllocator, j.is_object() && j.contains("error") ? j["error"].get<std::string>() : text);
+    if (j.is_discarded()) die(kExitAllocator, "unexpected answer from the allocator: " + text.substr(0, 200));
+    return j;
+  }
+};
+
+std::string env(const char* name, const std::string& fallback = "") {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+std::string fmtDuration(double s) {
+  std::ostringstream o;
+  if (s < 120) o << static_cast<int>(s) << "s";
+  else o << static_cast<int>(s / 60) << "m" << static_cast<int>(s) % 60 << "s";
+  return o.str();
+}
+
+// gpool's client library directory: GPOOL_LIB_DIR, else beside this program (installed: bin/../lib/gpool;
+// build tree: tools/gpool/../../lib/gpool).
+std::string clientLibDir() {
+  if (auto d = env("GPOOL_LIB_DIR"); !d.empty()) return d;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  for (fs::path c : {self / ".." / "lib" / "gpool", self / ".." / ".." / "lib" / "gpool"})
+    if (fs::exists(c / "libcuda.so.1", ec)) return fs::canonical(c, ec).string();
+  die(kExitUsage, "cannot find gpool's client library (libcuda.so.1) beside " + self.string() + "; set GPOOL_LIB_DIR");
+}
+
+std::atomic<pid_t> g_child{0};
+void forward(int sig) {
+  if (pid_t c = g_child.load()) ::kill(c, sig);
+}
+
+// --- gpool run ---------------------------------------------------------------------------------------
+int run(Allocator& a, const json& request, double wait_s, std::vector<std::string> command) {
+  auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  std::mt19937 rng(std::random_device{}());
+  // Submit, retrying with back-off while the allocator cannot be reached.
+  json lease;
+  for (double delay = 0.2;; delay = std::min(delay * 2, 5.0)) {
+    auto [status, text] = a.call("POST", "/v1/leases", request.dump());
+    if (status == 0) {
+      if (wait_s >= 0 && elapsed() > wait_s) die(kExitAllocator, text);
+      double d = delay * std::uniform_real_distribution<double>(0.8, 1.2)(rng);
+      std::fprintf(stderr, "gpool: %s; retrying in %.1fs\n", text.c_str(), d);
+      std::this_thread::sleep_for(std::chrono::duration<double>(d));
+      continue;
+    }
+    lease = json::parse(text, nullptr, false);
+    if (status == 409 || status == 422 || status == 400) {
+      std::string why = lease.is_object() ? lease.value("error", text) : text;
+      die(kExitRefused, "refused: " + why);
+    }
+    if (status != 201 && status != 202) die(kExitAllocator, "unexpected answer " + std::to_string(status) + ": " + text);
+    break;
+  }
+  std::string id = lease.at("id");
+  // Queued: long-poll (each poll is also a heartbeat); the back-off spaces the polls when nothing changes.
+  std::string last_note;
+  double last_print = -100, delay = 0.1;
+  while (lease.at("state") == "queued") {
+    std::string note = "waiting for " + lease.value("waiting_for", std::string("capacity")) + "; position " +
+                       std::to_string(lease.value("position", 0)) + " in the queue";
+    if (note != last_note || elapsed() - last_print >= 30) {
+      std::fprintf(stderr, "gpool: %s (waited %s)\n", note.c_str(), fmtDuration(elapsed()).c_str());
+      last_note = note;
+      last_print = elapsed();
+    }
+    if (wait_s >= 0 && elapsed() > wait_s) {
+      a.call("DELETE", "/v1/leases/" + id);
+      die(kExitWaitRanOut, "gave up after --wait " + fmtDuration(wait_s) + ": " + note);
+    }
+    int wait_ms = static_cast<int>(delay * 1000 * std::uniform_real_distribution<double>(0.8, 1.2)(rng));
+    auto [status, text] = a.call("GET", "/v1/leases/" + id + "?wait_ms=" + std::to_string(wait_ms));
+    if (status == 0) {
+      std::fprintf(stderr, "gpool: %s; retrying\n", text.c_str());
+      std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+    } else if (status != 200) {
+      die(kExitAllocator, "lost lease request " + id + ": " + text);
+    } else {
+      lease = json::parse(text);
+    }
+    delay = std::min(delay * 2, 2.0);
+  }
+  if (lease.at("state") != "granted") die(kExitWaitRanOut, "lease request ended: " + lease.value("end_reason", std::string("?")));
+
+  const json& share = lease.at("shares").at(0);
+  std::string servers;
+  for (const auto& s : lease.at("shares")) servers += (servers.empty() ? "" : ",") + s.at("address").get<std::string>();
+  std::fprintf(stderr, "gpool: lease %s: %zu x %g GPU on %s (device %d)%s\n", id.c_str(), lease.at("shares").size(),
+               share.at("fraction").get<double>(), share.at("address").get<std::string>().c_str(),
+               share.at("device").get<int>(), elapsed() > 1 ? (" after " + fmtDuration(elapsed())).c_str() : "");
+
+  // Heartbeats while the command runs.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  int beat_ms = std::max(100, lease.value("heartbeat_ms", 5000));
+  std::thread beat([&] {
+    std::unique_lock lock(mu);
+    while (!cv.wait_for(lock, std::chrono::milliseconds(beat_ms), [&] { return done; })) {
+      lock.unlock();
+      auto [status, text] = a.call("POST", "/v1/leases/" + id + "/heartbeat");
+      if (status == 410) {
+        json j = json::parse(text, nullptr, false);
+        std::fprintf(stderr, "gpool: %s\n", j.is_object() ? j.value("error", text).c_str() : text.c_str());
+      } else if (status == 0) {
+        std::fprintf(stderr, "gpool: heartbeat: %s\n", text.c_str());
+      }
+      lock.lock();
+    }
+  });
+
+  struct sigaction sa {};
+  sa.sa_handler = forward;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGINT, SIGQUIT}) sigaction(sig, &sa, nullptr);
+
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    for (int sig : {SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGINT, SIGQUIT}) signal(sig, SIG_DFL);
+    std::string lib = clientLibDir(), ld = env("LD_LIBRARY_PATH");
+    setenv("LD_LIBRARY_PATH", (lib + (ld.empty() ? "" : ":" + ld)).c_str(), 1);
+    setenv("GPOOL_SERVER", share.at("address").get<std::string>().c_str(), 1);
+    setenv("GPOOL_DEVICE", std::to_string(share.at("device").get<int>()).c_str(), 1);
+    setenv("GPOOL_TOKEN", share.at("token").get<std::string>().c_str(), 1);
+    setenv("GPOOL_LEASE", id.c_str(), 1);
+    setenv("GPOOL_SERVERS", servers.c_str(), 1);
+    unsetenv("GPOOL_ALLOCATOR");  // the lease is already held: the library must not ask for another
+    std::vector<char*> argv;
+    for (auto& c : command) argv.push_back(c.data());
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::fprintf(stderr, "gpool: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  g_child = pid;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  {
+    std::lock_guard lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  beat.join();
+  auto [st, text] = a.call("DELETE", "/v1/leases/" + id);
+  if (st != 200) std::fprintf(stderr, "gpool: releasing lease %s: %s\n", id.c_str(), text.c_str());
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+// --- gpool status --------------------------------------------------------------------------------------
+std::string gib(uint64_t b) {
+  std::ostringstream o;
+  o.precision(3);
+  o << b / 1073741824.0 << " GiB";
+  return o.str();
+}
+
+int status(Allocator& a, bool as_json) {
+  json s = a.must("GET", "/v1/status");
+  if (as_json) {
+    std::cout << s.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("%-16s %-22s %-10s %-6s %s\n", "SERVER", "ADDRESS", "POOL", "STATE", "GPUS");
+  for (const auto& srv : s["servers"])
+    std::printf("%-16s %-22s %-10s %-6s %zu\n", srv["name"].get<std::string>().c_str(), srv["address"].get<std::string>().c_str(),
+                srv["pool"].get<std::string>().c_str(),
+                !srv["up"].get<bool>() ? "down" : srv["drain"].get<bool>() ? "drain" : "up", srv["gpus"].size());
+  std::printf("\n%-20s %-28s %-10s %-8s %s\n", "GPU", "MODEL", "MEMORY", "IN USE", "MEMORY LEASED");
+  for (const auto& srv : s["servers"])
+    for (const auto& g : srv["gpus"])
+      std::printf("%-20s %-28s %-10s %-8s %s\n",
+                  (srv["name"].get<std::string>() + ":" + std::to_string(g["index"].get<int>())).c_str(),
+                  g["model"].get<std::string>().c_str(), gib(g["memory"]).c_str(),
+                  (std::to_string(static_cast<int>(std::lround(g["used_fraction"].get<double>() * 100))) + "%").c_str(),
+                  gib(g["used_memory"]).c_str());
+  std::printf("\n%-26s %-10s %s\n", "LEASE", "USER", "SHARES (server:device x fraction)");
+  for (const auto& l : s["leases"]) {
+    std::string shares;
+    for (const auto& sh : l["shares"])
+      shares += (shares.empty() ? "" : ",") + sh["server"].get<std::string>() + ":" + std::to_string(sh["device"].get<int>()) +
+                "x" + std::to_string(sh["fraction"].get<double>()).substr(0, 4);
+    std::printf("%-26s %-10s %s\n", l["id"].get<std::string>().c_str(), l["request"]["user"].get<std::string>().c_str(),
+                shares.c_str());
+  }
+  std::printf("\n%-4s %-26s %-10s %-14s %s\n", "POS", "REQUEST", "USER", "ASKS", "WAITING FOR");
+  for (const auto& q : s["queue"]) {
+    const json& r = q["request"];
+    std::string asks = std::to_string(r["n"].get<int>()) + " x " + std::to_string(r["p"].get<double>()).substr(0, 4);
+    std::printf("%-4d %-26s %-10s %-14s %s\n", q["position"].get<int>(), q["id"].get<std::string>().c_str(),
+                r["user"].get<std::string>().c_str(), asks.c_str(), q.value("waiting_for", std::string()).c_str());
+  }
+  return 0;
+}
+
+std::string readFile(const std::string& path) {
+  if (path == "-") return std::string((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  std::ifstream f(path);
+  if (!f) die(kExitUsage, "cannot read " + path);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpool: run programs on pooled, remote, whole or fractional GPUs.\n"
+               "The allocator is found at GPOOL_ALLOCATOR=http://HOST:PORT (or --allocator)."};
+  app.require_subcommand(1);
+  std::string url = env("GPOOL_ALLOCATOR");
+  app.add_option("--allocator", url, "allocator URL (default: $GPOOL_ALLOCATOR)");
+
+  auto* run_cmd = app.add_subcommand("run", "lease GPUs, run COMMAND on them, release them when it exits");
+  int n = 1;
+  double p = 1.0;
+  std::string m, wait = "1h", pool = "default", priority, user = env("USER", env("LOGNAME", "nobody")), group;
+  std::vector<std::string> command;
+  run_cmd->add_option("-n,--gpus", n, "number of GPUs")->capture_default_str()->check(CLI::Range(1, 1024));
+  run_cmd->add_option("-p,--fraction", p, "fraction of each GPU (one the pool offers, e.g. 1, 0.5, 0.25)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  run_cmd->add_option("-m,--memory", m, "GPU memory per GPU, e.g. 16GiB (default: the fraction of the GPU's memory); "
+                                        "allocations past it fail with out-of-memory");
+  run_cmd->add_option("--wait", wait, "how long to wait in the queue while GPUs are short (e.g. 30s, 10m; 0: not at "
+                                      "all; forever: no limit)")
+      ->capture_default_str();
+  run_cmd->add_option("--pool", pool, "pool to lease from")->capture_default_str();
+  run_cmd->add_option("--priority", priority, "priority class (default: the policy's default)");
+  run_cmd->add_option("--user", user, "user the lease is for (quotas)")->capture_default_str();
+  run_cmd->add_option("--group", group, "group the lease is for (quotas)");
+  run_cmd->add_option("command", command, "the command and its arguments, after --")->required();
+
+  auto* status_cmd = app.add_subcommand("status", "servers, GPUs, shares, leases and the queue");
+  bool as_json = false;
+  status_cmd->add_flag("--json", as_json, "print the allocator's status document");
+
+  auto* admin = app.add_subcommand("admin", "change partition policies, drain servers");
+  admin->require_subcommand(1);
+  auto* policy = admin->add_subcommand("policy", "show or replace the partition policy (TOML, see docs/admin.md)");
+  policy->require_subcommand(1);
+  policy->add_subcommand("show", "print the policy in force");
+  std::string policy_file;
+  auto* set = policy->add_subcommand("set", "replace the policy with TOML text given as an argument or on stdin (-)");
+  set->add_option("toml", policy_file, "TOML text, or - for stdin")->required();
+  auto* apply = policy->add_subcommand("apply", "check FILE, then replace the policy with it");
+  apply->add_option("file", policy_file, "TOML policy file")->required()->check(CLI::ExistingFile);
+  auto* drain = admin->add_subcommand("drain", "stop granting new shares on SERVER (running leases continue)");
+  std::string server;
+  bool undo = false;
+  drain->add_option("server", server, "server name")->required();
+  drain->add_flag("--undo", undo, "put the server back in service");
+
+  CLI11_PARSE(app, argc, argv);
+  Allocator a(url);
+
+  if (*run_cmd) {
+    json req = {{"n", n}, {"p", p}, {"user", user}, {"pool", pool}};
+    if (!group.empty()) req["group"] = group;
+    if (!priority.empty()) req["priority"] = priority;
+    if (!m.empty()) {
+      try {
+        req["m"] = gpool::allocator::parseSize(m);
+      } catch (const std::exception& e) {
+        die(kExitUsage, std::string("-m: ") + e.what());
+      }
+    }
+    double wait_s = -1;
+    if (wait != "forever") {
+      try {
+        wait_s = static_cast<double>(gpool::allocator::parseDuration(wait).count()) / 1000;
+      } catch (const std::exception& e) {
+        die(kExitUsage, std::string("--wait: ") + e.what());
+      }
+    }
+    req["wait"] = wait_s;
+    return run(a, req, wait_s, command);
+  }
+  if (*status_cmd) return status(a, as_json);
+  if (*policy) {
+    if (policy->got_subcommand("show")) {
+      auto [st, text] = a.call("GET", "/v1/policy");
+      if (st != 200) die(kExitAllocator, text);
+      std::cout << text;
+      return 0;
+    }
+    std::string text = policy->got_subcommand("set") && policy_file != "-" && !fs::exists(policy_file) ? policy_file
+                                                                                                   : readFile(policy_file);
+    try {
+      gpool::allocator::parsePolicy(text);  // the same checks the allocator makes, before sending
+    } catch (const std::exception& e) {
+      die(kExitUsage, e.what());
+    }
+    json r = a.must("PUT", "/v1/policy", text);
+    std::printf("policy replaced (%d pools)\n", r.value("pools", 0));
+    return 0;
+  }
+  if (*drain) {
+    a.must("POST", "/v1/servers/" + server + "/drain", json{{"drain", !undo}}.dump());
+    std::printf("%s %s\n", server.c_str(), undo ? "is back in service" : "drained: no new shares (running leases continue)");
+    return 0;
+  }
+  return 0;
+}
