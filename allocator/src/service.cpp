@@ -258,7 +258,9 @@ void Service::routes() {
     std::unique_lock lock(mu_);
     const Lease* l = sched_->lease(id);
     if (!l) return error(res, 404, "no lease " + id + " (ended more than 10 minutes ago, or never existed)");
-    sched_->heartbeatLease(id, now());
+    // Polling keeps a queued request alive; a granted lease needs its explicit heartbeats (reading a
+    // lease, as `gpool status` or a monitor does, must not keep it alive).
+    if (l->state == LeaseState::kQueued) sched_->heartbeatLease(id, now());
     LeaseState was = l->state;
     std::string reason = l->wait_reason;
     int pos = sched_->position(id);
@@ -268,7 +270,7 @@ void Service::routes() {
     });
     l = sched_->lease(id);
     if (!l) return error(res, 404, "no lease " + id);
-    sched_->heartbeatLease(id, now());
+    if (l->state == LeaseState::kQueued) sched_->heartbeatLease(id, now());
     json out = toJson(*l, true);
     out["heartbeat_ms"] = sched_->policy().lease_ttl.count() / 3;
     if (l->state == LeaseState::kQueued) out["position"] = sched_->position(id);

@@ -1,0 +1,354 @@
+#!/usr/bin/env python3
+"""Leases end to end: a real gpool-allocator (SQLite), real gpool-servers (sim backend), `gpool run`
+launchers and CUDA client processes. usage: lease_flow_test.py BUILD_DIR [unittest args]"""
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
+ALLOCATOR = os.path.join(BUILD, "allocator", "gpool-allocator")
+SERVER = os.path.join(BUILD, "server", "gpool-server")
+GPOOL = os.path.join(BUILD, "tools", "gpool", "gpool")
+NVML_QUERY = os.path.join(BUILD, "tests", "nvml_query")
+MEMCAP = os.path.join(BUILD, "tests", "memcap_probe")
+LIB = os.path.join(BUILD, "lib", "gpool")
+GIB = 1 << 30
+
+POLICY = """
+[settings]
+lease_ttl = "{ttl}"
+server_timeout = "1s"
+
+[pools.default]
+fractions = [1.0, 0.5, 0.25]
+
+[quotas.users.capped]
+gpus = 0.5
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout=10.0, step=0.02):
+    end = time.time() + timeout
+    while time.time() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return None
+
+
+class Cluster:
+    """An allocator and N single-GPU sim servers in a temporary directory."""
+
+    def __init__(self, servers=1, ttl="1s", memory=8 * GIB):
+        self.dir = tempfile.mkdtemp(prefix="gpool-lease-test-")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        with open(os.path.join(self.dir, "policy.toml"), "w") as f:
+            f.write(POLICY.format(ttl=ttl))
+        self.key_file = os.path.join(self.dir, "alloc.db.key")
+        self.procs = []
+        self.start_allocator()
+        self.servers = {}
+        for i in range(servers):
+            self.start_server(f"sim{i}", memory)
+        assert wait_for(lambda: len([s for s in self.status()["servers"] if s["up"]]) == servers), "servers did not register"
+
+    def start_allocator(self):
+        with open(os.path.join(self.dir, "allocator.log"), "a") as log:
+            self.allocator = subprocess.Popen(
+                [ALLOCATOR, "--listen", f"127.0.0.1:{self.port}", "--db", os.path.join(self.dir, "alloc.db"),
+                 "--config", os.path.join(self.dir, "policy.toml"), "--log-level", "debug"], stderr=log)
+        self.procs.append(self.allocator)
+        assert wait_for(lambda: self.try_http("GET", "/v1/status")[0] == 200), "allocator did not start: " + self.log("allocator")
+
+    def start_server(self, name, memory):
+        with open(os.path.join(self.dir, f"{name}.log"), "w") as log:
+            p = subprocess.Popen([SERVER, "--listen", "127.0.0.1:0", "--backend", "sim", "--sim-memory", str(memory),
+                                  "--allocator", self.url, "--lease-key", self.key_file, "--name", name,
+                                  "--module-cache", "none"], stderr=log)
+        self.procs.append(p)
+        self.servers[name] = p
+
+    def log(self, name):
+        with open(os.path.join(self.dir, name + ".log")) as f:
+            return f.read()
+
+    def try_http(self, method, path, body=None):
+        data = body if isinstance(body, (bytes, type(None))) else (body if isinstance(body, str) else json.dumps(body)).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                text = r.read().decode()
+                status = r.status
+        except urllib.error.HTTPError as e:
+            text, status = e.read().decode(), e.code
+        except (urllib.error.URLError, ConnectionError):
+            return 0, None
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
+
+    def http(self, method, path, body=None):
+        status, out = self.try_http(method, path, body)
+        if status == 0:
+            raise AssertionError("allocator unreachable")
+        return status, out
+
+    def status(self):
+        return self.http("GET", "/v1/status")[1]
+
+    def lease(self, lease_id):
+        return self.http("GET", "/v1/leases/" + lease_id)[1]
+
+    def gpool(self, *args, **kw):
+        env = dict(os.environ, GPOOL_ALLOCATOR=self.url, USER=kw.pop("user", "tester"))
+        return subprocess.Popen([GPOOL, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+    def client_env(self, share, token=None):
+        return dict(os.environ, GPOOL_SERVER=share["address"], GPOOL_DEVICE=str(share["device"]),
+                    GPOOL_TOKEN=share["token"] if token is None else token, LD_LIBRARY_PATH=LIB)
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class LeaseFlow(unittest.TestCase):
+    def setUp(self):
+        self.cluster = None
+        self.children = []
+
+    def tearDown(self):
+        for p in self.children:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+        if self.cluster:
+            self.cluster.close()
+
+    def make(self, **kw):
+        self.cluster = Cluster(**kw)
+        return self.cluster
+
+    def test_halves_pack_a_third_waits_and_gets_the_gpu_within_a_second(self):
+        c = self.make()
+        marker = os.path.join(c.dir, "third-started")
+        a = c.gpool("run", "-p", "0.5", "--", "sleep", "1.5")
+        b = c.gpool("run", "-p", "0.5", "--", "sleep", "1.5")
+        self.children += [a, b]
+        self.assertTrue(wait_for(lambda: len(c.status()["leases"]) == 2), "two halves were not granted")
+        shares = [l["shares"][0] for l in c.status()["leases"]]
+        self.assertEqual({(s["server"], s["device"]) for s in shares}, {("sim0", 0)})  # packed on one GPU
+        third = c.gpool("run", "-p", "0.5", "--wait", "30s", "--", "sh", "-c", f"date +%s.%N > {marker}")
+        self.children.append(third)
+        self.assertTrue(wait_for(lambda: len(c.status()["queue"]) == 1), "the third did not queue")
+        a.wait(10)
+        released_at = time.time()
+        b.wait(10)
+        out, err = third.communicate(timeout=10)
+        self.assertEqual(third.returncode, 0, err)
+        self.assertIn("position 1 in the queue", err)
+        with open(marker) as f:
+            started = float(f.read())
+        self.assertLess(started - released_at, 1.0, f"the waiting launcher started {started - released_at:.2f} s after the release")
+
+    def test_a_killed_launcher_loses_its_lease_after_the_heartbeat_timeout(self):
+        c = self.make(ttl="1s")
+        launcher = c.gpool("run", "--", "sleep", "30", start_new_session=True)
+        self.children.append(launcher)
+        self.assertTrue(wait_for(lambda: len(c.status()["leases"]) == 1))
+        lease_id = c.status()["leases"][0]["id"]
+        launcher.send_signal(signal.SIGKILL)
+        killed_at = time.time()
+        time.sleep(0.3)
+        self.assertEqual(c.lease(lease_id)["state"], "granted")  # not before the timeout
+        self.assertTrue(wait_for(lambda: c.lease(lease_id)["state"] == "ended", timeout=5))
+        self.assertLess(time.time() - killed_at, 2.5)
+        self.assertIn("expired", c.lease(lease_id)["end_reason"])
+        os.killpg(launcher.pid, signal.SIGKILL)  # the orphaned `sleep`
+
+    def test_a_client_process_that_exits_releases_its_share_at_once(self):
+        c = self.make(ttl="30s")
+        status, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})
+        self.assertEqual(status, 201, lease)
+        run = subprocess.run([NVML_QUERY], env=c.client_env(lease["shares"][0]), capture_output=True, text=True, timeout=30)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        exited = time.time()
+        self.assertTrue(wait_for(lambda: c.lease(lease["id"])["state"] == "ended", timeout=5))
+        self.assertLess(time.time() - exited, 1.0)
+        self.assertIn("client disconnected", c.lease(lease["id"])["end_reason"])
+
+    def test_priorities_and_quotas_order_the_queue(self):
+        c = self.make(ttl="30s")
+        _, holder = c.http("POST", "/v1/leases", {"user": "u", "p": 1.0})
+        _, low = c.http("POST", "/v1/leases", {"user": "v", "p": 1.0, "priority": "low", "wait": 60})
+        _, high = c.http("POST", "/v1/leases", {"user": "w", "p": 1.0, "priority": "high", "wait": 60})
+        self.assertEqual((low["state"], high["state"]), ("queued", "queued"))
+        queue = c.status()["queue"]
+        self.assertEqual([q["id"] for q in queue], [high["id"], low["id"]])
+        c.http("DELETE", "/v1/leases/" + holder["id"])
+        self.assertEqual(c.lease(high["id"])["state"], "granted")
+        self.assertEqual(c.lease(low["id"])["state"], "queued")
+        # a user at their quota waits, without holding back another user's request
+        c.http("DELETE", "/v1/leases/" + high["id"])
+        c.http("DELETE", "/v1/leases/" + low["id"])
+        _, q1 = c.http("POST", "/v1/leases", {"user": "capped", "p": 0.5, "wait": 60})
+        _, q2 = c.http("POST", "/v1/leases", {"user": "capped", "p": 0.25, "wait": 60})
+        _, other = c.http("POST", "/v1/leases", {"user": "free", "p": 0.25, "wait": 60})
+        self.assertEqual((q1["state"], q2["state"], other["state"]), ("granted", "queued", "granted"))
+        self.assertIn("quota: user 'capped' holds 0.5 of 0.5 GPUs", q2["waiting_for"])
+
+    def test_requests_that_can_never_fit_are_refused_with_the_reason(self):
+        c = self.make()
+        for args, reason in [(["-p", "0.3"], "offers fractions 1, 0.5, 0.25 of a GPU, not 0.3"),
+                             (["-n", "2"], "asks for 2 GPUs; pool 'default' has 1"),
+                             (["-m", "64GiB"], "the largest GPU in pool 'default' has 8 GiB"),
+                             (["--pool", "nowhere"], "no pool named 'nowhere'")]:
+            p = c.gpool("run", *args, "--", "true")
+            out, err = p.communicate(timeout=10)
+            self.assertEqual(p.returncode, 3, err)
+            self.assertIn(reason, err)
+        p = c.gpool("run", "-p", "1", "--", "true", user="capped")
+        _, err = p.communicate(timeout=10)
+        self.assertIn("over quota: user 'capped' may hold 0.5 GPUs", err)
+        self.assertEqual(c.status()["leases"], [])
+
+    def test_an_allocator_restart_keeps_every_lease_and_policy(self):
+        c = self.make(ttl="30s")
+        policy = os.path.join(c.dir, "new.toml")
+        with open(policy, "w") as f:
+            f.write(POLICY.format(ttl="30s").replace("[1.0, 0.5, 0.25]", "[1.0, 0.5, 0.125]"))
+        out, err = c.gpool("admin", "policy", "apply", policy).communicate(timeout=10)
+        self.assertIn("policy replaced", out, err)
+        _, granted = c.http("POST", "/v1/leases", {"user": "u", "p": 0.125})
+        _, queued = c.http("POST", "/v1/leases", {"user": "u", "p": 1.0, "wait": 600})
+        self.assertEqual((granted["state"], queued["state"]), ("granted", "queued"))
+        c.allocator.send_signal(signal.SIGKILL)  # no chance to save anything on the way out
+        c.allocator.wait()
+        c.start_allocator()
+        self.assertEqual(c.lease(granted["id"])["state"], "granted")
+        self.assertEqual(c.lease(granted["id"])["shares"][0]["token"], granted["shares"][0]["token"])
+        self.assertEqual(c.lease(queued["id"])["state"], "queued")
+        self.assertIn("0.125", c.http("GET", "/v1/policy")[1])
+        c.http("DELETE", "/v1/leases/" + granted["id"])
+        self.assertEqual(c.lease(queued["id"])["state"], "granted")  # usage was restored, and released
+
+    def test_a_server_that_stops_heartbeating_has_its_gpus_withdrawn(self):
+        c = self.make(servers=2, ttl="30s")
+        _, first = c.http("POST", "/v1/leases", {"user": "u", "p": 1.0})
+        silent = first["shares"][0]["server"]
+        c.servers[silent].send_signal(signal.SIGSTOP)
+        self.assertTrue(wait_for(lambda: not [s for s in c.status()["servers"] if s["name"] == silent][0]["up"], timeout=5))
+        lease = c.lease(first["id"])
+        self.assertEqual(lease["state"], "ended")
+        self.assertIn(f"server {silent} stopped heartbeating", lease["end_reason"])
+        _, second = c.http("POST", "/v1/leases", {"user": "u", "p": 1.0})
+        self.assertNotEqual(second["shares"][0]["server"], silent)
+        _, third = c.http("POST", "/v1/leases", {"user": "u", "p": 1.0})  # the silent one's GPU is not offered
+        self.assertEqual(third.get("refused"), True)
+        c.servers[silent].send_signal(signal.SIGCONT)
+        self.assertTrue(wait_for(lambda: all(s["up"] for s in c.status()["servers"]), timeout=5))
+
+    def test_the_server_refuses_forged_expired_and_misdirected_tokens(self):
+        c = self.make(ttl="30s")
+        _, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})
+        share = lease["shares"][0]
+        with open(c.key_file) as f:
+            key = f.read().strip()
+
+        def token(server, device, expiry):
+            payload = f"{lease['id']}|{server}|{device}|{share['memory']}|0.5|{expiry}".encode()
+            return "gpl1." + payload.hex() + "." + hmac.new(key.encode(), payload, hashlib.sha256).hexdigest()
+
+        now = int(time.time())
+        forged = token("sim0", 0, now + 600)[:-4] + "0000"
+        cases = [(forged, "signature does not verify"), (token("sim0", 0, now - 5), "expired"),
+                 (token("elsewhere", 0, now + 600), "names server 'elsewhere'"), (token("sim0", 3, now + 600), "is for device 3"),
+                 ("", "only serves leases")]
+        for tok, reason in cases:
+            run = subprocess.run([NVML_QUERY], env=c.client_env(share, token=tok), capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(run.returncode, 0)
+            self.assertTrue(wait_for(lambda: reason in c.log("sim0"), timeout=3), f"server log lacks '{reason}'")
+        run = subprocess.run([NVML_QUERY], env=c.client_env(share, token=token("sim0", 0, now + 600)), capture_output=True,
+                             text=True, timeout=30)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)  # the same claims, signed with the key: served
+
+    def test_a_program_cannot_allocate_past_its_memory_cap(self):
+        c = self.make()
+        p = c.gpool("run", "-m", "1GiB", "--", MEMCAP, str(GIB))
+        out, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 0, out + err)
+        self.assertIn("ALL PASSED", out)
+        p = c.gpool("run", "-p", "0.25", "--", MEMCAP, str(2 * GIB))  # the fraction's share of 8 GiB
+        out, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 0, out + err)
+
+    def test_malformed_requests_get_clear_errors_and_nothing_is_lost(self):
+        c = self.make(ttl="30s")
+        _, kept = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})
+        for body, reason in [(b"{not json", "must be a JSON object"), ({"user": "u", "n": 0}, "n must be an integer"),
+                             ({"user": "u", "p": 2}, "p must be a number in (0, 1]"), ({"user": "u", "m": -1}, "m must be"),
+                             ({"user": "u", "m": "lots"}, "not a size"), ({"p": 0.5}, "user is required"),
+                             ({"user": "u", "gpus": 1}, "unknown field 'gpus'"), ({"user": "u", "wait": [1]}, "wait must be"),
+                             ({"user": "u" * 100}, "short names"), ({"user": "u", "n": 10**12}, "n must be")]:
+            status, out = c.http("POST", "/v1/leases", body)
+            self.assertIn(status, (400, 422), (body, out))
+            self.assertIn(reason, out["error"], body)
+        status, out = c.http("PUT", "/v1/policy", "[pools.default]\nfractions = [7]\n")
+        self.assertEqual(status, 400)
+        self.assertIn("pools.default.fractions: 7", out["error"])
+        self.assertEqual(c.http("GET", "/v1/leases/nosuchlease")[0], 404)
+        self.assertEqual(c.http("POST", "/v1/servers", {"name": "x", "address": "1:2", "gpus": []})[0], 401)  # unsigned
+        self.assertEqual(c.http("DELETE", "/v1/leases/nosuchlease")[0], 404)
+        self.assertEqual([l["id"] for l in c.status()["leases"]], [kept["id"]])
+        self.assertIn("0.25", c.http("GET", "/v1/policy")[1])  # the bad policy changed nothing
+        metrics = urllib.request.urlopen(c.url + "/metrics").read().decode()
+        self.assertIn('gpool_lease_requests_total{outcome="granted"} 1', metrics)
+        self.assertIn("gpool_shares_in_use 1", metrics)
+
+    def test_gpool_status_and_drain(self):
+        c = self.make(servers=2)
+        out, err = c.gpool("admin", "drain", "sim1").communicate(timeout=10)
+        self.assertIn("sim1 drained", out, err)
+        s = c.gpool("status")
+        out, _ = s.communicate(timeout=10)
+        self.assertRegex(out, r"sim1\s+127\.0\.0\.1:\d+\s+default\s+drain")
+        j = json.loads(c.gpool("status", "--json").communicate(timeout=10)[0])
+        self.assertEqual([x["drain"] for x in j["servers"]], [False, True])
+        _, a = c.http("POST", "/v1/leases", {"user": "u", "p": 1.0})
+        self.assertEqual(a["shares"][0]["server"], "sim0")
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0]] + sys.argv[2:], verbosity=2)

@@ -1,0 +1,45 @@
+// Run through gpool with a lease's memory cap: checks cuMemGetInfo reports the cap as total and that
+// allocations past it fail with CUDA_ERROR_OUT_OF_MEMORY. usage: memcap_probe CAP_BYTES
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+int main(int argc, char** argv) {
+  if (argc != 2) return 2;
+  size_t cap = std::strtoull(argv[1], nullptr, 10);
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!lib) return 2;
+  auto init = reinterpret_cast<decltype(&cuInit)>(dlsym(lib, "cuInit"));
+  auto retain = reinterpret_cast<decltype(&cuDevicePrimaryCtxRetain)>(dlsym(lib, "cuDevicePrimaryCtxRetain"));
+  auto set = reinterpret_cast<decltype(&cuCtxSetCurrent)>(dlsym(lib, "cuCtxSetCurrent"));
+  auto info = reinterpret_cast<decltype(&cuMemGetInfo_v2)>(dlsym(lib, "cuMemGetInfo_v2"));
+  auto alloc = reinterpret_cast<decltype(&cuMemAlloc_v2)>(dlsym(lib, "cuMemAlloc_v2"));
+  auto release = reinterpret_cast<decltype(&cuMemFree_v2)>(dlsym(lib, "cuMemFree_v2"));
+  if (CUresult r = init(0); r != CUDA_SUCCESS) {
+    std::printf("FAIL  cuInit: %d\n", r);
+    return 1;
+  }
+  CUcontext ctx;
+  retain(&ctx, 0);
+  set(ctx);
+  size_t free_b = 0, total = 0;
+  info(&free_b, &total);
+  int failures = 0;
+  auto check = [&](bool ok, const char* what) {
+    std::printf("%s  %s\n", ok ? "PASS" : "FAIL", what);
+    failures += !ok;
+  };
+  check(total == cap, "cuMemGetInfo reports the lease's cap as total");
+  CUdeviceptr a = 0, b = 0, c = 0;
+  check(alloc(&a, cap + 1) == CUDA_ERROR_OUT_OF_MEMORY, "one allocation past the cap: CUDA_ERROR_OUT_OF_MEMORY");
+  check(alloc(&b, cap / 2) == CUDA_SUCCESS, "half the cap");
+  check(alloc(&c, cap / 2 + 4096) == CUDA_ERROR_OUT_OF_MEMORY, "the other half and a page more: CUDA_ERROR_OUT_OF_MEMORY");
+  release(b);
+  check(alloc(&c, cap / 2 + 4096) == CUDA_SUCCESS, "after a free, it fits");
+  std::printf("%s (%d failures)\n", failures ? "FAILED" : "ALL PASSED", failures);
+  return failures ? 1 : 0;
+}
