@@ -22,7 +22,7 @@ gpool_env() { echo "GPOOL_SERVER=127.0.0.1:$1 LD_LIBRARY_PATH=$build/lib/gpool:/
 
 # Starts gpool-server (cuda backend) with module cache $2; sets $port. Its log is $1.
 start_server() {
-  "$build/server/gpool-server" --listen 127.0.0.1:0 --backend cuda --module-cache "$2" 2>"$1" &
+  LD_LIBRARY_PATH="$build/server" "$build/server/gpool-server" --listen 127.0.0.1:0 --backend cuda --module-cache "$2" 2>"$1" &
   servers+=($!)
   port=
   for _ in $(seq 200); do
