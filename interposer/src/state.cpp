@@ -1,9 +1,98 @@
 // Client state: connecting at cuInit and the local caches (see state.h).
 #include "state.h"
 
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <cstring>
+
+extern char** environ;
 
 namespace gpool::client {
+namespace {
+
+// A program started with only GPOOL_ALLOCATOR set gets its lease here, from a `gpool lease` helper: it
+// asks the allocator (showing queue progress on our stderr), prints the lease, and heartbeats it until
+// the pipe we hold closes — when this process ends, however it ends — then releases it.
+struct AllocatorLease {
+  std::string server, token;
+  uint32_t device = 0;
+};
+
+std::string gpoolBinary() {
+  if (const char* b = std::getenv("GPOOL_BIN"); b && *b) return b;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&gpoolBinary), &info) && info.dli_fname) {
+    std::filesystem::path lib = std::filesystem::path(info.dli_fname).parent_path();  // .../lib/gpool
+    for (auto candidate : {lib / ".." / ".." / "bin" / "gpool", lib / ".." / ".." / "tools" / "gpool" / "gpool"}) {
+      std::error_code ec;
+      if (std::filesystem::exists(candidate, ec)) return candidate.lexically_normal().string();
+    }
+  }
+  return "gpool";  // on PATH
+}
+
+std::optional<AllocatorLease> leaseFromAllocator(std::string& why) {
+  std::vector<std::string> args{gpoolBinary(), "lease"};
+  for (auto [env, flag] : {std::pair{"GPOOL_GPUS", "-n"}, std::pair{"GPOOL_FRACTION", "-p"}, std::pair{"GPOOL_MEMORY", "-m"},
+                           std::pair{"GPOOL_WAIT", "--wait"}, std::pair{"GPOOL_POOL", "--pool"},
+                           std::pair{"GPOOL_PRIORITY", "--priority"}})
+    if (const char* v = std::getenv(env); v && *v) args.insert(args.end(), {flag, v});
+  int to_helper[2], from_helper[2];
+  if (::pipe2(to_helper, O_CLOEXEC) != 0 || ::pipe2(from_helper, O_CLOEXEC) != 0) {
+    why = "cannot create pipes for gpool lease";
+    return std::nullopt;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, to_helper[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, from_helper[1], 1);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);  // its own group: a Ctrl-C meant for us is not for it
+  posix_spawnattr_setpgroup(&attr, 0);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  ::close(to_helper[0]);
+  ::close(from_helper[1]);
+  if (rc != 0) {
+    why = "cannot run " + args[0] + " (" + std::strerror(rc) + "); set GPOOL_BIN to gpool's path";
+    ::close(to_helper[1]);
+    ::close(from_helper[0]);
+    return std::nullopt;
+  }
+  // to_helper[1] stays open (close-on-exec) for the life of this process: its closing ends the lease.
+  std::string line;
+  char c;
+  while (::read(from_helper[0], &c, 1) == 1 && c != '\n') line += c;
+  ::close(from_helper[0]);
+  auto j = nlohmann::json::parse(line, nullptr, false);
+  if (!j.is_object() || !j.contains("GPOOL_SERVER") || !j.contains("GPOOL_TOKEN")) {
+    why = "gpool lease did not grant a lease (its message is above)";
+    ::close(to_helper[1]);
+    return std::nullopt;
+  }
+  AllocatorLease l;
+  l.server = j["GPOOL_SERVER"].get<std::string>();
+  l.token = j["GPOOL_TOKEN"].get<std::string>();
+  l.device = static_cast<uint32_t>(std::stoul(j.value("GPOOL_DEVICE", std::string("0"))));
+  GPOOL_LOG(Level::kInfo, "lease %s from %s: %s device %u", j.value("GPOOL_LEASE", std::string("?")).c_str(),
+            std::getenv("GPOOL_ALLOCATOR"), l.server.c_str(), l.device);
+  return l;
+}
+
+}  // namespace
 
 thread_local std::vector<CUcontext> State::ctx_stack;
 
@@ -17,10 +106,24 @@ CUresult State::init() {
     const char* env = std::getenv("GPOOL_SERVER");
     std::string address = env && *env ? env : "127.0.0.1:" + std::to_string(proto::kDefaultPort);
     const char* dev = std::getenv("GPOOL_DEVICE");
-    const char* token = std::getenv("GPOOL_TOKEN");
+    const char* tok = std::getenv("GPOOL_TOKEN");
+    std::string token = tok ? tok : "";
     uint32_t device = dev ? static_cast<uint32_t>(std::strtoul(dev, nullptr, 10)) : 0;
+    const char* allocator = std::getenv("GPOOL_ALLOCATOR");
+    if (allocator && *allocator && token.empty()) {
+      std::string why;
+      auto lease = leaseFromAllocator(why);
+      if (!lease) {
+        GPOOL_LOG(Level::kError, "no lease from %s: %s; CUDA reports no device", allocator, why.c_str());
+        init_result_ = CUDA_ERROR_NO_DEVICE;
+        return;
+      }
+      address = lease->server;
+      device = lease->device;
+      token = lease->token;
+    }
     try {
-      conn_ = std::make_unique<Connection>(proto::connectTcp(address), address, device, token ? token : "");
+      conn_ = std::make_unique<Connection>(proto::connectTcp(address), address, device, token);
       primary_.resize(conn_->hello().devices.size());
       for (size_t i = 0; i < primary_.size(); ++i) {
         primary_[i].device = static_cast<int>(i);

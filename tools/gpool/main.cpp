@@ -98,7 +98,9 @@ void forward(int sig) {
 }
 
 // --- gpool run ---------------------------------------------------------------------------------------
-int run(Allocator& a, const json& request, double wait_s, std::vector<std::string> command) {
+// Requests a lease and waits for it (queue progress on stderr); dies with a clear message on refusal,
+// when --wait runs out, or when the allocator stays unreachable past it.
+json acquire(Allocator& a, const json& request, double wait_s) {
   auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   std::mt19937 rng(std::random_device{}());
@@ -151,32 +153,69 @@ int run(Allocator& a, const json& request, double wait_s, std::vector<std::strin
   }
   if (lease.at("state") != "granted") die(kExitWaitRanOut, "lease request ended: " + lease.value("end_reason", std::string("?")));
 
-  const json& share = lease.at("shares").at(0);
-  std::string servers;
-  for (const auto& s : lease.at("shares")) servers += (servers.empty() ? "" : ",") + s.at("address").get<std::string>();
-  std::fprintf(stderr, "gpool: lease %s: %zu x %g GPU on %s (device %d)%s\n", id.c_str(), lease.at("shares").size(),
-               share.at("fraction").get<double>(), share.at("address").get<std::string>().c_str(),
-               share.at("device").get<int>(), elapsed() > 1 ? (" after " + fmtDuration(elapsed())).c_str() : "");
+  if (elapsed() > 1) std::fprintf(stderr, "gpool: granted after %s\n", fmtDuration(elapsed()).c_str());
+  return lease;
+}
 
-  // Heartbeats while the command runs.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  int beat_ms = std::max(100, lease.value("heartbeat_ms", 5000));
-  std::thread beat([&] {
-    std::unique_lock lock(mu);
-    while (!cv.wait_for(lock, std::chrono::milliseconds(beat_ms), [&] { return done; })) {
+// Heartbeats a granted lease on a thread until stopped; says so once if the allocator ended it.
+class Heartbeat {
+ public:
+  Heartbeat(Allocator& a, std::string id, int every_ms) : a_(a), id_(std::move(id)), every_ms_(std::max(100, every_ms)) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~Heartbeat() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mu_);
+    bool told = false;
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(every_ms_), [&] { return done_; })) {
       lock.unlock();
-      auto [status, text] = a.call("POST", "/v1/leases/" + id + "/heartbeat");
-      if (status == 410) {
+      auto [status, text] = a_.call("POST", "/v1/leases/" + id_ + "/heartbeat");
+      if (status == 410 && !told) {
         json j = json::parse(text, nullptr, false);
         std::fprintf(stderr, "gpool: %s\n", j.is_object() ? j.value("error", text).c_str() : text.c_str());
+        told = true;
       } else if (status == 0) {
         std::fprintf(stderr, "gpool: heartbeat: %s\n", text.c_str());
       }
       lock.lock();
     }
-  });
+  }
+  Allocator& a_;
+  std::string id_;
+  int every_ms_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// The environment a program needs to use a lease's first share through gpool's client library.
+std::vector<std::pair<std::string, std::string>> leaseEnv(const json& lease) {
+  const json& share = lease.at("shares").at(0);
+  std::string servers;
+  for (const auto& s : lease.at("shares")) servers += (servers.empty() ? "" : ",") + s.at("address").get<std::string>();
+  return {{"GPOOL_SERVER", share.at("address")}, {"GPOOL_DEVICE", std::to_string(share.at("device").get<int>())},
+          {"GPOOL_TOKEN", share.at("token")}, {"GPOOL_LEASE", lease.at("id")}, {"GPOOL_SERVERS", servers}};
+}
+
+int run(Allocator& a, const json& request, double wait_s, std::vector<std::string> command) {
+  json lease = acquire(a, request, wait_s);
+  std::string id = lease.at("id");
+  const json& share = lease.at("shares").at(0);
+  std::fprintf(stderr, "gpool: lease %s: %zu x %g GPU on %s (device %d)\n", id.c_str(), lease.at("shares").size(),
+               share.at("fraction").get<double>(), share.at("address").get<std::string>().c_str(),
+               share.at("device").get<int>());
+
+  auto beat = std::make_unique<Heartbeat>(a, id, lease.value("heartbeat_ms", 5000));
 
   struct sigaction sa {};
   sa.sa_handler = forward;
@@ -188,11 +227,7 @@ int run(Allocator& a, const json& request, double wait_s, std::vector<std::strin
     for (int sig : {SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGINT, SIGQUIT}) signal(sig, SIG_DFL);
     std::string lib = clientLibDir(), ld = env("LD_LIBRARY_PATH");
     setenv("LD_LIBRARY_PATH", (lib + (ld.empty() ? "" : ":" + ld)).c_str(), 1);
-    setenv("GPOOL_SERVER", share.at("address").get<std::string>().c_str(), 1);
-    setenv("GPOOL_DEVICE", std::to_string(share.at("device").get<int>()).c_str(), 1);
-    setenv("GPOOL_TOKEN", share.at("token").get<std::string>().c_str(), 1);
-    setenv("GPOOL_LEASE", id.c_str(), 1);
-    setenv("GPOOL_SERVERS", servers.c_str(), 1);
+    for (const auto& [k, v] : leaseEnv(lease)) setenv(k.c_str(), v.c_str(), 1);
     unsetenv("GPOOL_ALLOCATOR");  // the lease is already held: the library must not ask for another
     std::vector<char*> argv;
     for (auto& c : command) argv.push_back(c.data());
@@ -205,12 +240,7 @@ int run(Allocator& a, const json& request, double wait_s, std::vector<std::strin
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  {
-    std::lock_guard lock(mu);
-    done = true;
-  }
-  cv.notify_all();
-  beat.join();
+  beat.reset();
   auto [st, text] = a.call("DELETE", "/v1/leases/" + id);
   if (st != 200) std::fprintf(stderr, "gpool: releasing lease %s: %s\n", id.c_str(), text.c_str());
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
@@ -280,23 +310,29 @@ int main(int argc, char** argv) {
   app.add_option("--allocator", url, "allocator URL (default: $GPOOL_ALLOCATOR)");
 
   auto* run_cmd = app.add_subcommand("run", "lease GPUs, run COMMAND on them, release them when it exits");
+  auto* lease_cmd = app.add_subcommand(
+      "lease", "hold a lease for another process: print it as one line of JSON (the GPOOL_* environment), heartbeat "
+               "it until standard input closes, then release it. gpool's client library runs this when a program "
+               "starts with GPOOL_ALLOCATOR set and no lease.");
   int n = 1;
   double p = 1.0;
   std::string m, wait = "1h", pool = "default", priority, user = env("USER", env("LOGNAME", "nobody")), group;
   std::vector<std::string> command;
-  run_cmd->add_option("-n,--gpus", n, "number of GPUs")->capture_default_str()->check(CLI::Range(1, 1024));
-  run_cmd->add_option("-p,--fraction", p, "fraction of each GPU (one the pool offers, e.g. 1, 0.5, 0.25)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
-  run_cmd->add_option("-m,--memory", m, "GPU memory per GPU, e.g. 16GiB (default: the fraction of the GPU's memory); "
-                                        "allocations past it fail with out-of-memory");
-  run_cmd->add_option("--wait", wait, "how long to wait in the queue while GPUs are short (e.g. 30s, 10m; 0: not at "
-                                      "all; forever: no limit)")
-      ->capture_default_str();
-  run_cmd->add_option("--pool", pool, "pool to lease from")->capture_default_str();
-  run_cmd->add_option("--priority", priority, "priority class (default: the policy's default)");
-  run_cmd->add_option("--user", user, "user the lease is for (quotas)")->capture_default_str();
-  run_cmd->add_option("--group", group, "group the lease is for (quotas)");
+  for (CLI::App* sub : {run_cmd, lease_cmd}) {
+    sub->add_option("-n,--gpus", n, "number of GPUs")->capture_default_str()->check(CLI::Range(1, 1024));
+    sub->add_option("-p,--fraction", p, "fraction of each GPU (one the pool offers, e.g. 1, 0.5, 0.25)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
+    sub->add_option("-m,--memory", m, "GPU memory per GPU, e.g. 16GiB (default: the fraction of the GPU's memory); "
+                                      "allocations past it fail with out-of-memory");
+    sub->add_option("--wait", wait, "how long to wait in the queue while GPUs are short (e.g. 30s, 10m; 0: not at "
+                                    "all; forever: no limit)")
+        ->capture_default_str();
+    sub->add_option("--pool", pool, "pool to lease from")->capture_default_str();
+    sub->add_option("--priority", priority, "priority class (default: the policy's default)");
+    sub->add_option("--user", user, "user the lease is for (quotas)")->capture_default_str();
+    sub->add_option("--group", group, "group the lease is for (quotas)");
+  }
   run_cmd->add_option("command", command, "the command and its arguments, after --")->required();
 
   auto* status_cmd = app.add_subcommand("status", "servers, GPUs, shares, leases and the queue");
@@ -322,7 +358,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   Allocator a(url);
 
-  if (*run_cmd) {
+  if (*run_cmd || *lease_cmd) {
     json req = {{"n", n}, {"p", p}, {"user", user}, {"pool", pool}};
     if (!group.empty()) req["group"] = group;
     if (!priority.empty()) req["priority"] = priority;
@@ -342,7 +378,20 @@ int main(int argc, char** argv) {
       }
     }
     req["wait"] = wait_s;
-    return run(a, req, wait_s, command);
+    if (*run_cmd) return run(a, req, wait_s, command);
+    json lease = acquire(a, req, wait_s);
+    json out = json::object();
+    for (const auto& [k, v] : leaseEnv(lease)) out[k] = v;
+    std::printf("%s\n", out.dump().c_str());
+    std::fflush(stdout);
+    {
+      Heartbeat beat(a, lease.at("id"), lease.value("heartbeat_ms", 5000));
+      char buf[256];
+      while (::read(0, buf, sizeof buf) > 0) {  // until the process it holds the lease for is gone
+      }
+    }
+    a.call("DELETE", "/v1/leases/" + lease.at("id").get<std::string>());
+    return 0;
   }
   if (*status_cmd) return status(a, as_json);
   if (*policy) {
