@@ -100,7 +100,8 @@ std::optional<std::string> Scheduler::quotaBlocks(const Lease& l) const {
     if (q == map->end()) continue;
     double gpus = 0;
     uint64_t mem = 0;
-    for (const auto& [id, other] : leases_) {
+    for (const auto& id : live_) {
+      const Lease& other = leases_.at(id);
       if (other.state != LeaseState::kGranted || (is_user ? other.req.user : other.req.group) != who) continue;
       for (const auto& s : other.shares) gpus += s.fraction, mem += s.memory;
     }
@@ -157,6 +158,7 @@ bool Scheduler::tryGrant(Lease& l, int64_t now, std::string& why) {
     l.shares.push_back(std::move(s));
     touch(*c.server);
   }
+  if (l.state == LeaseState::kQueued) dequeue(l);
   l.state = LeaseState::kGranted;
   l.granted_ms = now;
   l.heartbeat_ms = now;
@@ -181,11 +183,7 @@ void Scheduler::release(Lease& l) {
 
 std::vector<const Lease*> Scheduler::queue() const {
   std::vector<const Lease*> q;
-  for (const auto& [id, l] : leases_)
-    if (l.state == LeaseState::kQueued) q.push_back(&l);
-  std::sort(q.begin(), q.end(), [](const Lease* a, const Lease* b) {
-    return a->priority != b->priority ? a->priority > b->priority : a->seq < b->seq;
-  });
+  for (const auto& entry : queue_) q.push_back(&leases_.at(std::get<2>(entry)));
   return q;
 }
 
@@ -249,6 +247,8 @@ Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id
   l.seq = next_seq_++;
   l.created_ms = l.heartbeat_ms = now;
   Lease& stored = leases_[id] = std::move(l);
+  live_.insert(id);
+  enqueue(stored);
   touch(stored);
   // Granted now only if nothing of equal or higher priority waits in its pool.
   bool waiting_ahead = false;
@@ -287,6 +287,9 @@ bool Scheduler::end(const std::string& id, const std::string& reason, int64_t no
   Lease& l = it->second;
   bool was_granted = l.state == LeaseState::kGranted;
   release(l);
+  if (l.state == LeaseState::kQueued) dequeue(l);
+  live_.erase(id);
+  ended_.emplace_back(now, id);
   l.state = LeaseState::kEnded;
   l.end_reason = reason;
   l.ended_ms = now;
@@ -310,7 +313,8 @@ void Scheduler::registerServer(Server s, int64_t now) {
   auto old = servers_.find(s.name);
   if (old != servers_.end()) s.drain = old->second.drain;
   for (auto& g : s.gpus) g.used_fraction = 0, g.used_memory = 0;
-  for (const auto& [id, l] : leases_) {
+  for (const auto& id : live_) {
+    const Lease& l = leases_.at(id);
     if (l.state != LeaseState::kGranted) continue;
     for (const auto& sh : l.shares)
       if (sh.server == s.name)
@@ -349,7 +353,9 @@ void Scheduler::setPolicy(Policy p, int64_t now) {
   policy_ = std::move(p);
   for (const Lease* q : queue()) {
     Lease& l = leases_.at(q->id);
+    dequeue(l);
     l.priority = priorityOf(l.req.priority);
+    enqueue(l);
     if (auto why = neverFits(l.req)) end(l.id, "refused under the new policy: " + *why, now);
   }
   ++version_;
@@ -363,15 +369,15 @@ bool Scheduler::tick(int64_t now) {
     s.up = false;
     touch(s);
     std::vector<std::string> on_it;
-    for (const auto& [id, l] : leases_)
-      if (l.state == LeaseState::kGranted &&
+    for (const auto& id : live_)
+      if (const Lease& l = leases_.at(id); l.state == LeaseState::kGranted &&
           std::any_of(l.shares.begin(), l.shares.end(), [&](const Share& sh) { return sh.server == name; }))
         on_it.push_back(id);
     for (const auto& id : on_it) end(id, "server " + name + " stopped heartbeating; its GPUs were withdrawn", now);
   }
   std::vector<std::string> silent;
-  for (const auto& [id, l] : leases_)
-    if (l.state != LeaseState::kEnded && now - l.heartbeat_ms > policy_.lease_ttl.count()) silent.push_back(id);
+  for (const auto& id : live_)
+    if (now - leases_.at(id).heartbeat_ms > policy_.lease_ttl.count()) silent.push_back(id);
   for (const auto& id : silent)
     end(id, std::string("expired: no heartbeat for ") + std::to_string(policy_.lease_ttl.count()) + " ms while " +
                 stateName(leases_.at(id).state), now);
@@ -407,9 +413,17 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
     s.heartbeat_ms = now;  // a grace period to heartbeat again
     for (auto& g : s.gpus) g.used_fraction = 0, g.used_memory = 0;
   }
+  live_.clear();
+  queue_.clear();
+  ended_.clear();
   for (auto& [id, l] : leases_) {
     next_seq_ = std::max(next_seq_, l.seq + 1);
-    if (l.state == LeaseState::kEnded) continue;
+    if (l.state == LeaseState::kEnded) {
+      ended_.emplace_back(now, id);
+      continue;
+    }
+    live_.insert(id);
+    if (l.state == LeaseState::kQueued) enqueue(l);
     l.heartbeat_ms = now;
     if (l.state != LeaseState::kGranted) continue;
     for (const auto& sh : l.shares) {
@@ -423,9 +437,10 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
 }
 
 void Scheduler::prune(int64_t now, int64_t keep_ms) {
-  for (auto it = leases_.begin(); it != leases_.end();) {
-    if (it->second.state == LeaseState::kEnded && now - it->second.ended_ms > keep_ms) it = leases_.erase(it);
-    else ++it;
+  while (!ended_.empty() && now - ended_.front().first > keep_ms) {
+    auto it = leases_.find(ended_.front().second);
+    if (it != leases_.end() && it->second.state == LeaseState::kEnded) leases_.erase(it);
+    ended_.pop_front();
   }
 }
 

@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <set>
+#include <tuple>
 #include <functional>
 #include <map>
 #include <optional>
@@ -97,6 +100,7 @@ class Scheduler {
   int position(const std::string& id) const;
   const std::map<std::string, Server>& servers() const { return servers_; }
   const std::map<std::string, Lease>& leases() const { return leases_; }
+  const std::set<std::string>& live() const { return live_; }  // ids of queued and granted leases
   std::vector<const Lease*> queue() const;  // in grant order
   uint64_t version() const { return version_; }  // bumps on every change (long-poll waiters watch it)
   // Ids changed since the caller last took them (for persistence).
@@ -117,6 +121,8 @@ class Scheduler {
   void release(Lease& l);
   void schedule(int64_t now);
   void touch(Lease& l) { dirty_leases_.push_back(l.id), ++version_; }
+  void enqueue(const Lease& l) { queue_.emplace(-l.priority, l.seq, l.id); }
+  void dequeue(const Lease& l) { queue_.erase({-l.priority, l.seq, l.id}); }
   void touch(Server& s) { dirty_servers_.push_back(s.name), ++version_; }
   int priorityOf(const std::string& cls) const;
 
@@ -124,7 +130,10 @@ class Scheduler {
   Signer sign_;
   std::function<int64_t()> unix_seconds_;
   std::map<std::string, Server> servers_;
-  std::map<std::string, Lease> leases_;
+  std::map<std::string, Lease> leases_;  // live, and ended ones until prune() (lookups only: hot paths use the sets below)
+  std::set<std::string> live_;           // queued or granted
+  std::set<std::tuple<int, uint64_t, std::string>> queue_;  // (-priority, arrival, id): grant order
+  std::deque<std::pair<int64_t, std::string>> ended_;      // (when, id), for prune()
   uint64_t next_seq_ = 1;
   uint64_t version_ = 0;
   std::vector<std::string> dirty_leases_, dirty_servers_;

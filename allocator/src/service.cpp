@@ -96,6 +96,7 @@ int Service::start(const std::string& host, int port) {
   http_ = std::make_unique<httplib::Server>();
   http_->new_task_queue = [] { return new httplib::ThreadPool(64); };
   http_->set_payload_max_length(1 << 20);
+  http_->set_tcp_nodelay(true);  // replies go out in several writes: no Nagle/delayed-ACK stalls
   routes();
   int bound = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
   if (bound < 0) throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this host)");
@@ -113,16 +114,18 @@ void Service::stop() {
 }
 
 void Service::tickLoop() {
+  uint64_t ticks = 0;
   while (!stopping_) {
     {
       std::lock_guard lock(mu_);
       try {
         if (sched_->tick(now())) persist();
-        sched_->prune(now(), 10 * 60 * 1000);
+        sched_->prune(now(), 60 * 1000);  // ended leases stay readable for a minute (and in the database)
       } catch (const std::exception& e) {
         spdlog::error("tick: {}", e.what());
       }
     }
+    if (++ticks % 10 == 0) store_->checkpoint();  // once a second, without the state lock
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
@@ -257,7 +260,7 @@ void Service::routes() {
     }
     std::unique_lock lock(mu_);
     const Lease* l = sched_->lease(id);
-    if (!l) return error(res, 404, "no lease " + id + " (ended more than 10 minutes ago, or never existed)");
+    if (!l) return error(res, 404, "no lease " + id + " (ended more than a minute ago, or never existed)");
     // Polling keeps a queued request alive; a granted lease needs its explicit heartbeats (reading a
     // lease, as `gpool status` or a monitor does, must not keep it alive).
     if (l->state == LeaseState::kQueued) sched_->heartbeatLease(id, now());
@@ -306,8 +309,8 @@ void Service::routes() {
       j["pool"] = p ? p->name : "";
       servers.push_back(j);
     }
-    for (const auto& [id, l] : sched_->leases())
-      if (l.state == LeaseState::kGranted) leases.push_back(toJson(l, false));
+    for (const auto& id : sched_->live())
+      if (const Lease* l = sched_->lease(id); l->state == LeaseState::kGranted) leases.push_back(toJson(*l, false));
     int pos = 0;
     for (const Lease* l : sched_->queue()) {
       json j = toJson(*l, false);
@@ -350,8 +353,8 @@ void Service::routes() {
       if (srv.up && !srv.drain) up += srv.gpus.size();
       for (const auto& g : srv.gpus) used += g.used_fraction;
     }
-    for (const auto& [id, l] : sched_->leases())
-      if (l.state == LeaseState::kGranted) shares += l.shares.size();
+    for (const auto& id : sched_->live())
+      if (const Lease* l = sched_->lease(id); l->state == LeaseState::kGranted) shares += l->shares.size();
     o << "# HELP gpool_gpus GPUs registered.\n# TYPE gpool_gpus gauge\ngpool_gpus " << gpus << "\n"
       << "# HELP gpool_gpus_available GPUs on servers that are up and not drained.\n# TYPE gpool_gpus_available gauge\n"
       << "gpool_gpus_available " << up << "\n"
@@ -376,6 +379,16 @@ void Service::routes() {
     o << "gpool_grant_decision_seconds_bucket{le=\"+Inf\"} " << cum << "\n"
       << "gpool_grant_decision_seconds_sum " << decision_sum_ << "\n"
       << "gpool_grant_decision_seconds_count " << decision_count_ << "\n";
+    std::vector<double> recent(decision_seconds_.begin(),
+                               decision_seconds_.begin() + static_cast<long>(std::min<size_t>(decision_count_, decision_seconds_.size())));
+    std::sort(recent.begin(), recent.end());
+    o << "# HELP gpool_grant_decision_recent_seconds Quantiles of the last 4096 decisions.\n"
+      << "# TYPE gpool_grant_decision_recent_seconds gauge\n";
+    for (double q : {0.5, 0.99, 0.999})
+      if (!recent.empty())
+        o << "gpool_grant_decision_recent_seconds{quantile=\"" << q << "\"} "
+          << recent[std::min(recent.size() - 1, static_cast<size_t>(q * static_cast<double>(recent.size())))] << "\n";
+
     res.set_content(o.str(), "text/plain; version=0.0.4");
   });
 

@@ -31,6 +31,9 @@ Store::Store(const std::string& path) : path_(path) {
   sqlite3_busy_timeout(db_, 5000);
   exec("PRAGMA journal_mode=WAL");
   exec("PRAGMA synchronous=NORMAL");  // WAL + NORMAL: a committed transaction survives a crash of the process
+  exec("PRAGMA wal_autocheckpoint=0");  // checkpoint() does it, off the request path
+  if (sqlite3_open(path.c_str(), &checkpointer_) != SQLITE_OK) throw StoreError("cannot open the database " + path + " twice");
+  sqlite3_busy_timeout(checkpointer_, 1000);
   exec("CREATE TABLE IF NOT EXISTS policy (id INTEGER PRIMARY KEY CHECK (id = 1), toml TEXT NOT NULL)");
   exec("CREATE TABLE IF NOT EXISTS servers (name TEXT PRIMARY KEY, doc TEXT NOT NULL)");
   exec("CREATE TABLE IF NOT EXISTS leases (id TEXT PRIMARY KEY, state TEXT NOT NULL, doc TEXT NOT NULL)");
@@ -41,7 +44,12 @@ Store::Store(const std::string& path) : path_(path) {
                      "); restore it from a backup or move it away to start empty");
 }
 
-Store::~Store() { sqlite3_close(db_); }
+Store::~Store() {
+  sqlite3_close(checkpointer_);
+  sqlite3_close(db_);
+}
+
+void Store::checkpoint() { sqlite3_wal_checkpoint_v2(checkpointer_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr); }
 
 void Store::exec(const char* sql) {
   char* err = nullptr;

@@ -32,12 +32,17 @@ class Store {
   std::map<std::string, Lease> leases(bool include_ended);
 
   // Writes the named records' current state (and the policy text when given) in one transaction.
+  // Moves the write-ahead log into the database (on a connection of its own, so commits of the request
+  // path never pay for it; SQLite's automatic checkpoints are off).
+  void checkpoint();
+
   void save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
             const std::string* policy_text = nullptr);
 
  private:
   void exec(const char* sql);
   sqlite3* db_ = nullptr;
+  sqlite3* checkpointer_ = nullptr;
   std::string path_;
 };
 

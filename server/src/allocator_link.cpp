@@ -38,6 +38,7 @@ void AllocatorLink::loop() {
   httplib::Client cli(url_);
   cli.set_connection_timeout(2, 0);
   cli.set_read_timeout(5, 0);
+  cli.set_tcp_nodelay(true);
   auto post = [&](const std::string& path, const std::string& body) {
     httplib::Headers h{{"X-Gpool-Signature", token::hmacHex(key_, "POST " + path + "\n" + body)}};
     return cli.Post(path.c_str(), h, body, "application/json");

@@ -48,6 +48,7 @@ struct Allocator {
     cli = std::make_unique<httplib::Client>(url);
     cli->set_connection_timeout(3, 0);
     cli->set_read_timeout(15, 0);
+    cli->set_tcp_nodelay(true);
   }
   // status, body (JSON or text); status 0 when the allocator could not be reached.
   std::pair<int, std::string> call(const std::string& method, const std::string& path, const std::string& body = "",

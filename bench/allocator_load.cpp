@@ -1,0 +1,138 @@
+// Drives a running gpool-allocator over HTTP the way a large pool would: S simulated servers with G
+// GPUs each register and heartbeat (signed with the lease key), and client threads request leases at a
+// fixed total rate (open loop), hold the granted ones for a while, and release them. Prints the
+// client-observed latency of lease requests (p50/p99/p99.9), operations per second and the outcomes.
+#include <CLI/CLI.hpp>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "lease_token.h"
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpool_bench_allocator: load for gpool-allocator (see bench/allocator.sh)"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later flags override the script's
+  std::string url = "http://127.0.0.1:7430", key_file;
+  int servers = 125, gpus = 8, threads = 4, rate = 1000, seconds = 10;
+  double hold_s = 1.0;
+  app.add_option("--allocator", url)->capture_default_str();
+  app.add_option("--key-file", key_file, "the allocator's lease key (to sign the simulated servers' requests)")->required();
+  app.add_option("--servers", servers)->capture_default_str();
+  app.add_option("--gpus-per-server", gpus)->capture_default_str();
+  app.add_option("--threads", threads, "client threads")->capture_default_str();
+  app.add_option("--rate", rate, "lease requests per second, all threads together")->capture_default_str();
+  app.add_option("--seconds", seconds, "measured duration")->capture_default_str();
+  app.add_option("--hold", hold_s, "seconds a granted lease is held before its release")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  std::string key = gpool::token::loadKey(key_file, false);
+
+  auto signedPost = [&](httplib::Client& c, const std::string& path, const std::string& body) {
+    httplib::Headers h{{"X-Gpool-Signature", gpool::token::hmacHex(key, "POST " + path + "\n" + body)}};
+    return c.Post(path.c_str(), h, body, "application/json");
+  };
+  {
+    httplib::Client c(url);
+    for (int s = 0; s < servers; ++s) {
+      json g = json::array();
+      for (int i = 0; i < gpus; ++i)
+        g.push_back({{"index", i}, {"uuid", "GPU-bench-" + std::to_string(s) + "-" + std::to_string(i)}, {"model", "H100"},
+                     {"memory", 80ull << 30}, {"sms", 132}});
+      auto r = signedPost(c, "/v1/servers", json{{"name", "bench" + std::to_string(s)}, {"address", "10.0.0.1:7420"}, {"gpus", g}}.dump());
+      if (!r || r->status != 200) {
+        std::fprintf(stderr, "registering server %d failed: %s\n", s, r ? r->body.c_str() : httplib::to_string(r.error()).c_str());
+        return 1;
+      }
+    }
+  }
+  std::atomic<bool> stop{false};
+  std::thread heartbeats([&] {  // every server, every second
+    httplib::Client c(url);
+    while (!stop) {
+      auto start = Clock::now();
+      for (int s = 0; s < servers && !stop; ++s) signedPost(c, "/v1/servers/bench" + std::to_string(s) + "/heartbeat", "");
+      std::this_thread::sleep_until(start + std::chrono::seconds(1));
+    }
+  });
+
+  std::mutex mu;
+  std::vector<double> latencies;
+  std::atomic<uint64_t> granted{0}, queued{0}, refused{0}, errors{0}, releases{0};
+  auto begin = Clock::now();
+  auto end = begin + std::chrono::seconds(seconds);
+  std::vector<std::thread> clients;
+  for (int t = 0; t < threads; ++t)
+    clients.emplace_back([&, t] {
+      httplib::Client c(url);
+      c.set_keep_alive(true);
+      c.set_tcp_nodelay(true);
+      std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
+      const double fractions[] = {1.0, 0.5, 0.25};
+      std::deque<std::pair<Clock::time_point, std::string>> held;
+      std::vector<double> mine;
+      auto interval = std::chrono::duration<double>(static_cast<double>(threads) / rate);
+      auto next = begin + std::chrono::duration_cast<Clock::duration>(interval * (static_cast<double>(t) / threads));
+      while (next < end) {
+        while (!held.empty() && held.front().first <= Clock::now()) {
+          auto r = c.Delete(("/v1/leases/" + held.front().second).c_str());
+          if (r && r->status == 200) ++releases;
+          held.pop_front();
+        }
+        std::this_thread::sleep_until(next);
+        json req = {{"user", "u" + std::to_string(rng() % 50)}, {"p", fractions[rng() % 3]}, {"n", 1 + (rng() % 8 == 0)},
+                    {"wait", 0}};
+        auto sent = Clock::now();
+        auto r = c.Post("/v1/leases", req.dump(), "application/json");
+        mine.push_back(std::chrono::duration<double>(Clock::now() - sent).count());
+        if (!r) ++errors;
+        else if (r->status == 201) {
+          ++granted;
+          held.emplace_back(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(hold_s)),
+                            json::parse(r->body)["id"].get<std::string>());
+        } else if (r->status == 202) ++queued;
+        else if (r->status == 409 || r->status == 422) ++refused;
+        else ++errors;
+        next += std::chrono::duration_cast<Clock::duration>(interval);
+      }
+      for (auto& [when, id] : held)
+        if (auto r = c.Delete(("/v1/leases/" + id).c_str()); r && r->status == 200) ++releases;
+      std::lock_guard lock(mu);
+      latencies.insert(latencies.end(), mine.begin(), mine.end());
+    });
+  for (auto& c : clients) c.join();
+  double elapsed = std::chrono::duration<double>(Clock::now() - begin).count();
+  stop = true;
+  heartbeats.join();
+
+  std::sort(latencies.begin(), latencies.end());
+  auto pct = [&](double q) { return latencies.empty() ? 0.0 : latencies[std::min(latencies.size() - 1, static_cast<size_t>(q * latencies.size()))] * 1e3; };
+  uint64_t requests = latencies.size();
+  std::printf("allocator_gpus %d\n", servers * gpus);
+  std::printf("lease_requests %llu\n", static_cast<unsigned long long>(requests));
+  std::printf("request_rate_per_s %.0f\n", requests / elapsed);
+  std::printf("lease_ops_per_s %.0f\n", (requests + releases) / elapsed);
+  std::printf("granted %llu queued %llu refused_full %llu errors %llu releases %llu\n", (unsigned long long)granted.load(),
+              (unsigned long long)queued.load(), (unsigned long long)refused.load(), (unsigned long long)errors.load(),
+              (unsigned long long)releases.load());
+  std::printf("request_latency_ms p50 %.3f p99 %.3f p99.9 %.3f max %.3f\n", pct(0.5), pct(0.99), pct(0.999),
+              latencies.empty() ? 0.0 : latencies.back() * 1e3);
+  httplib::Client c(url);
+  if (auto m = c.Get("/metrics"); m && m->status == 200) {
+    std::printf("--- allocator's own grant-or-queue decision histogram (includes the database write) ---\n");
+    std::istringstream in(m->body);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("gpool_grant_decision", 0) == 0) std::printf("%s\n", line.c_str());
+  }
+  return errors ? 1 : 0;
+}
