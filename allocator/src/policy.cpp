@@ -172,7 +172,11 @@ Policy parsePolicy(const std::string& toml_text) {
         pool.fractions.clear();
         for (const auto& e : *a) {
           double x = number(e, where + ".fractions[]");
-          if (!(x > 0 && x <= 1)) fail(where + ".fractions: " + std::to_string(x) + " is not in (0, 1]");
+          if (!(x > 0 && x <= 1)) {
+            std::ostringstream o;
+            o << where << ".fractions: " << x << " is not in (0, 1]";
+            fail(o.str());
+          }
           pool.fractions.push_back(x);
         }
       }

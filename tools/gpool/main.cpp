@@ -129,7 +129,7 @@ json acquire(Allocator& a, const json& request, double wait_s) {
   std::string last_note;
   double last_print = -100, delay = 0.1;
   while (lease.at("state") == "queued") {
-    std::string note = "waiting for " + lease.value("waiting_for", std::string("capacity")) + "; position " +
+    std::string note = lease.value("waiting_for", std::string("waiting for capacity")) + "; position " +
                        std::to_string(lease.value("position", 0)) + " in the queue";
     if (note != last_note || elapsed() - last_print >= 30) {
       std::fprintf(stderr, "gpool: %s (waited %s)\n", note.c_str(), fmtDuration(elapsed()).c_str());
@@ -211,10 +211,12 @@ std::vector<std::pair<std::string, std::string>> leaseEnv(const json& lease) {
 int run(Allocator& a, const json& request, double wait_s, std::vector<std::string> command) {
   json lease = acquire(a, request, wait_s);
   std::string id = lease.at("id");
-  const json& share = lease.at("shares").at(0);
-  std::fprintf(stderr, "gpool: lease %s: %zu x %g GPU on %s (device %d)\n", id.c_str(), lease.at("shares").size(),
-               share.at("fraction").get<double>(), share.at("address").get<std::string>().c_str(),
-               share.at("device").get<int>());
+  std::string where;
+  for (const auto& sh : lease.at("shares"))
+    where += (where.empty() ? "" : ", ") + sh.at("server").get<std::string>() + ":" + std::to_string(sh.at("device").get<int>()) +
+             " (" + sh.at("address").get<std::string>() + ")";
+  std::fprintf(stderr, "gpool: lease %s: %zu x %g GPU on %s\n", id.c_str(), lease.at("shares").size(),
+               lease.at("shares").at(0).at("fraction").get<double>(), where.c_str());
 
   auto beat = std::make_unique<Heartbeat>(a, id, lease.value("heartbeat_ms", 5000));
 
@@ -249,6 +251,12 @@ int run(Allocator& a, const json& request, double wait_s, std::vector<std::strin
 }
 
 // --- gpool status --------------------------------------------------------------------------------------
+std::string fmtNumber(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
 std::string gib(uint64_t b) {
   std::ostringstream o;
   o.precision(3);
@@ -275,19 +283,19 @@ int status(Allocator& a, bool as_json) {
                   g["model"].get<std::string>().c_str(), gib(g["memory"]).c_str(),
                   (std::to_string(static_cast<int>(std::lround(g["used_fraction"].get<double>() * 100))) + "%").c_str(),
                   gib(g["used_memory"]).c_str());
-  std::printf("\n%-26s %-10s %s\n", "LEASE", "USER", "SHARES (server:device x fraction)");
+  std::printf("\n%-26s %-10s %s\n", "LEASE", "USER", "SHARES (server:device x fraction of the GPU)");
   for (const auto& l : s["leases"]) {
     std::string shares;
     for (const auto& sh : l["shares"])
-      shares += (shares.empty() ? "" : ",") + sh["server"].get<std::string>() + ":" + std::to_string(sh["device"].get<int>()) +
-                "x" + std::to_string(sh["fraction"].get<double>()).substr(0, 4);
+      shares += (shares.empty() ? "" : ", ") + sh["server"].get<std::string>() + ":" + std::to_string(sh["device"].get<int>()) +
+                " x " + fmtNumber(sh["fraction"].get<double>());
     std::printf("%-26s %-10s %s\n", l["id"].get<std::string>().c_str(), l["request"]["user"].get<std::string>().c_str(),
                 shares.c_str());
   }
   std::printf("\n%-4s %-26s %-10s %-14s %s\n", "POS", "REQUEST", "USER", "ASKS", "WAITING FOR");
   for (const auto& q : s["queue"]) {
     const json& r = q["request"];
-    std::string asks = std::to_string(r["n"].get<int>()) + " x " + std::to_string(r["p"].get<double>()).substr(0, 4);
+    std::string asks = std::to_string(r["n"].get<int>()) + " x " + fmtNumber(r["p"].get<double>());
     std::printf("%-4d %-26s %-10s %-14s %s\n", q["position"].get<int>(), q["id"].get<std::string>().c_str(),
                 r["user"].get<std::string>().c_str(), asks.c_str(), q.value("waiting_for", std::string()).c_str());
   }
