@@ -198,6 +198,19 @@ class LeaseFlow(unittest.TestCase):
         self.assertIn("expired", c.lease(lease_id)["end_reason"])
         os.killpg(launcher.pid, signal.SIGKILL)  # the orphaned `sleep`
 
+    def test_signals_reach_the_command_and_the_lease_is_released(self):
+        c = self.make(ttl="30s")
+        marker = os.path.join(c.dir, "got-term")
+        launcher = c.gpool("run", "--", "sh", "-c", f"trap 'echo term > {marker}; exit 7' TERM; sleep 30 >/dev/null 2>&1 & wait")
+        self.children.append(launcher)
+        self.assertTrue(wait_for(lambda: len(c.status()["leases"]) == 1))
+        time.sleep(0.2)  # the command is running
+        launcher.send_signal(signal.SIGTERM)
+        out, err = launcher.communicate(timeout=10)
+        self.assertEqual(launcher.returncode, 7, err)  # the command's status
+        self.assertTrue(os.path.exists(marker))
+        self.assertEqual(c.status()["leases"], [])
+
     def test_a_client_process_that_exits_releases_its_share_at_once(self):
         c = self.make(ttl="30s")
         status, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})

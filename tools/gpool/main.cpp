@@ -94,7 +94,10 @@ std::string clientLibDir() {
 }
 
 std::atomic<pid_t> g_child{0};
-void forward(int sig) {
+// Signals sent to gpool (kill, a job scheduler) go on to the command. One the terminal sent (Ctrl-C) has
+// reached the command already, as they share the process group: not sent twice.
+void forward(int sig, siginfo_t* info, void*) {
+  if (info && info->si_code == SI_KERNEL) return;
   if (pid_t c = g_child.load()) ::kill(c, sig);
 }
 
@@ -221,7 +224,8 @@ int run(Allocator& a, const json& request, double wait_s, std::vector<std::strin
   auto beat = std::make_unique<Heartbeat>(a, id, lease.value("heartbeat_ms", 5000));
 
   struct sigaction sa {};
-  sa.sa_handler = forward;
+  sa.sa_sigaction = forward;
+  sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGINT, SIGQUIT}) sigaction(sig, &sa, nullptr);
 
