@@ -79,7 +79,8 @@ std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
   if (r.m > largest)
     return "asks for " + fmtBytes(r.m) + " per GPU; the largest GPU in pool '" + pool->name + "' has " + fmtBytes(largest);
   double gpu_total = r.n * r.p;
-  uint64_t mem_total = r.m ? r.m * static_cast<uint64_t>(r.n) : 0;
+  // Without m, each share takes p of its GPU's memory: count the largest GPU's (the most it can be).
+  uint64_t mem_total = (r.m ? r.m : static_cast<uint64_t>(r.p * static_cast<double>(largest))) * static_cast<uint64_t>(r.n);
   for (auto [who, map, kind] : {std::tuple{r.user, &policy_.user_quotas, "user"}, std::tuple{r.group, &policy_.group_quotas, "group"}}) {
     auto q = map->find(who);
     if (q == map->end()) continue;
@@ -91,6 +92,16 @@ std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
              " of GPU memory; this asks for " + fmtBytes(mem_total);
   }
   return std::nullopt;
+}
+
+uint64_t Scheduler::largestGpu(const std::string& pool) const {
+  uint64_t largest = 0;
+  for (const auto& [name, s] : servers_) {
+    const Pool* sp = policy_.poolOfServer(name);
+    if (sp && sp->name == pool)
+      for (const auto& g : s.gpus) largest = std::max(largest, g.memory);
+  }
+  return largest;
 }
 
 std::optional<std::string> Scheduler::quotaBlocks(const Lease& l) const {
@@ -108,7 +119,8 @@ std::optional<std::string> Scheduler::quotaBlocks(const Lease& l) const {
     if (q->second.gpus && gpus + l.req.n * l.req.p > *q->second.gpus + kEps)
       return std::string("quota: ") + kind + " '" + who + "' holds " + fmtNumber(gpus) + " of " +
              fmtNumber(*q->second.gpus) + " GPUs";
-    if (q->second.memory && l.req.m && mem + l.req.m * l.req.n > *q->second.memory)
+    uint64_t asks = l.req.m ? l.req.m : static_cast<uint64_t>(l.req.p * static_cast<double>(largestGpu(l.req.pool)));
+    if (q->second.memory && mem + asks * static_cast<uint64_t>(l.req.n) > *q->second.memory)
       return std::string("quota: ") + kind + " '" + who + "' holds " + fmtBytes(mem) + " of " +
              fmtBytes(*q->second.memory) + " of GPU memory";
   }

@@ -117,6 +117,7 @@ class Scheduler {
   };
   std::optional<std::string> neverFits(const LeaseRequest& r) const;  // why, if it never can
   std::optional<std::string> quotaBlocks(const Lease& l) const;       // why, if quota blocks it now
+  uint64_t largestGpu(const std::string& pool) const;                 // memory of the pool's largest GPU
   bool tryGrant(Lease& l, int64_t now, std::string& why);
   void release(Lease& l);
   void schedule(int64_t now);

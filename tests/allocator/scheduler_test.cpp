@@ -86,6 +86,16 @@ TEST(Scheduler, RefusesWhatCanNeverFitWithTheReason) {
   EXPECT_EQ(s.leases().size(), 0u);  // refusals leave nothing behind
 }
 
+TEST(Scheduler, MemoryQuotaCountsFractionsWithoutAnExplicitSize) {
+  Scheduler s = make("[quotas.users.dora]\nmemory = \"50GiB\"\n");
+  s.registerServer(server("a", 2), 0);  // 80 GiB GPUs
+  EXPECT_NE(s.request(req("dora", 1.0), 0, "x").reason.find("over quota: user 'dora' may hold 50 GiB"), std::string::npos);
+  ASSERT_EQ(s.request(req("dora", 0.5), 0, "D1").kind, Decision::kGranted);  // 40 GiB
+  auto d = s.request(req("dora", 0.25), 0, "D2");                          // 20 more: 60 > 50
+  EXPECT_EQ(d.kind, Decision::kQueued);
+  EXPECT_NE(d.reason.find("quota: user 'dora' holds 40 GiB"), std::string::npos) << d.reason;
+}
+
 TEST(Scheduler, PriorityThenArrivalOrdersTheQueue) {
   Scheduler s = make();
   s.registerServer(server("a", 1), 0);
