@@ -197,9 +197,19 @@ void Service::routes() {
     reply(res, 200, {{"ended", ended}});
   });
 
-  s.Post(R"(/v1/servers/([^/]+)/drain)", [this, body](const httplib::Request& req, httplib::Response& res) {
+  // Admin changes are signed like the servers' requests (gpool admin reads the key file).
+  auto signedByAdmin = [key](const httplib::Request& req, httplib::Response& res) {
+    std::string expected = token::hmacHex(key, req.method + " " + req.path + "\n" + req.body);
+    if (!token::sameText(req.get_header_value("X-Gpool-Signature"), expected)) {
+      error(res, 401, "admin request not signed with the allocator's key (gpool admin --key-file FILE, or GPOOL_KEY_FILE)");
+      return false;
+    }
+    return true;
+  };
+
+  s.Post(R"(/v1/servers/([^/]+)/drain)", [this, body, signedByAdmin](const httplib::Request& req, httplib::Response& res) {
     json j;
-    if (!body(req, res, j)) return;
+    if (!signedByAdmin(req, res) || !body(req, res, j)) return;
     bool drain = j.value("drain", true);
     std::lock_guard lock(mu_);
     if (!sched_->setDrain(req.matches[1], drain)) return error(res, 404, "unknown server '" + std::string(req.matches[1]) + "'");
@@ -328,7 +338,8 @@ void Service::routes() {
     res.set_content(sched_->policy().source.empty() ? "# built-in defaults\n" : sched_->policy().source, "application/toml");
   });
 
-  s.Put("/v1/policy", [this](const httplib::Request& req, httplib::Response& res) {
+  s.Put("/v1/policy", [this, signedByAdmin](const httplib::Request& req, httplib::Response& res) {
+    if (!signedByAdmin(req, res)) return;
     Policy p;
     try {
       p = parsePolicy(req.body);

@@ -91,9 +91,14 @@ class Cluster:
         with open(os.path.join(self.dir, name + ".log")) as f:
             return f.read()
 
-    def try_http(self, method, path, body=None):
+    def try_http(self, method, path, body=None, signed=False):
         data = body if isinstance(body, (bytes, type(None))) else (body if isinstance(body, str) else json.dumps(body)).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method)
+        if signed:
+            with open(self.key_file) as f:
+                key = f.read().strip().encode()
+            message = f"{method} {path}\n".encode() + (data or b"")
+            req.add_header("X-Gpool-Signature", hmac.new(key, message, hashlib.sha256).hexdigest())
         try:
             with urllib.request.urlopen(req, timeout=10) as r:
                 text = r.read().decode()
@@ -107,8 +112,8 @@ class Cluster:
         except ValueError:
             return status, text
 
-    def http(self, method, path, body=None):
-        status, out = self.try_http(method, path, body)
+    def http(self, method, path, body=None, signed=False):
+        status, out = self.try_http(method, path, body, signed)
         if status == 0:
             raise AssertionError("allocator unreachable")
         return status, out
@@ -120,7 +125,7 @@ class Cluster:
         return self.http("GET", "/v1/leases/" + lease_id)[1]
 
     def gpool(self, *args, **kw):
-        env = dict(os.environ, GPOOL_ALLOCATOR=self.url, USER=kw.pop("user", "tester"))
+        env = dict(os.environ, GPOOL_ALLOCATOR=self.url, USER=kw.pop("user", "tester"), GPOOL_KEY_FILE=self.key_file)
         return subprocess.Popen([GPOOL, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
     def client_env(self, share, token=None):
@@ -338,7 +343,9 @@ class LeaseFlow(unittest.TestCase):
             status, out = c.http("POST", "/v1/leases", body)
             self.assertIn(status, (400, 422), (body, out))
             self.assertIn(reason, out["error"], body)
-        status, out = c.http("PUT", "/v1/policy", "[pools.default]\nfractions = [7]\n")
+        self.assertEqual(c.http("PUT", "/v1/policy", "[pools.default]\n")[0], 401)  # admin changes are signed
+        self.assertEqual(c.http("POST", "/v1/servers/sim0/drain", {"drain": True})[0], 401)
+        status, out = c.http("PUT", "/v1/policy", "[pools.default]\nfractions = [7]\n", signed=True)
         self.assertEqual(status, 400)
         self.assertIn("pools.default.fractions: 7", out["error"])
         self.assertEqual(c.http("GET", "/v1/leases/nosuchlease")[0], 404)

@@ -23,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "lease_token.h"
 #include "policy.h"
 
 using nlohmann::json;
@@ -51,12 +52,15 @@ struct Allocator {
     cli->set_tcp_nodelay(true);
   }
   // status, body (JSON or text); status 0 when the allocator could not be reached.
+  std::string key;  // set for admin calls: they are signed (X-Gpool-Signature, docs/api.md)
   std::pair<int, std::string> call(const std::string& method, const std::string& path, const std::string& body = "",
                                    const char* type = "application/json") {
-    httplib::Result r = method == "GET"      ? cli->Get(path.c_str())
-                        : method == "POST"   ? cli->Post(path.c_str(), body, type)
-                        : method == "PUT"    ? cli->Put(path.c_str(), body, type)
-                                             : cli->Delete(path.c_str());
+    httplib::Headers h;
+    if (!key.empty()) h.emplace("X-Gpool-Signature", gpool::token::hmacHex(key, method + " " + path + "\n" + body));
+    httplib::Result r = method == "GET"      ? cli->Get(path.c_str(), h)
+                        : method == "POST"   ? cli->Post(path.c_str(), h, body, type)
+                        : method == "PUT"    ? cli->Put(path.c_str(), h, body, type)
+                                             : cli->Delete(path.c_str(), h);
     if (!r) return {0, "cannot reach gpool-allocator at " + url + " (" + httplib::to_string(r.error()) + ")"};
     return {r->status, r->body};
   }
@@ -354,6 +358,8 @@ int main(int argc, char** argv) {
 
   auto* admin = app.add_subcommand("admin", "change partition policies, drain servers");
   admin->require_subcommand(1);
+  std::string key_file = env("GPOOL_KEY_FILE");
+  admin->add_option("--key-file", key_file, "the allocator's key file, to sign changes (default: $GPOOL_KEY_FILE)");
   auto* policy = admin->add_subcommand("policy", "show or replace the partition policy (TOML, see docs/admin.md)");
   policy->require_subcommand(1);
   policy->add_subcommand("show", "print the policy in force");
@@ -370,6 +376,16 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   Allocator a(url);
+  bool changes = *admin && !(*policy && policy->got_subcommand("show"));
+  if (changes) {
+    if (key_file.empty())
+      die(kExitUsage, "admin changes are signed with the allocator's key: pass --key-file FILE or set GPOOL_KEY_FILE");
+    try {
+      a.key = gpool::token::loadKey(key_file, false);
+    } catch (const std::exception& e) {
+      die(kExitUsage, e.what());
+    }
+  }
 
   if (*run_cmd || *lease_cmd) {
     json req = {{"n", n}, {"p", p}, {"user", user}, {"pool", pool}};
