@@ -134,15 +134,17 @@ void Service::routes() {
   auto& s = *http_;
   const std::string key = opt_.key;
 
-  // Requests from gpool-servers carry X-Gpool-Signature: HMAC-SHA256(key, "METHOD PATH\nBODY").
-  auto signedByServer = [key](const httplib::Request& req, httplib::Response& res) {
-    std::string expected = token::hmacHex(key, req.method + " " + req.path + "\n" + req.body);
-    if (!token::sameText(req.get_header_value("X-Gpool-Signature"), expected)) {
-      error(res, 401, "request not signed with the allocator's lease key (give gpool-server --lease-key with the same key file)");
+  // Requests from gpool-servers and admin changes carry X-Gpool-Signature: HMAC-SHA256(key, "METHOD PATH\nBODY").
+  auto signedCheck = [key](std::string fix) {
+    return [key, fix](const httplib::Request& req, httplib::Response& res) {
+      std::string expected = token::hmacHex(key, req.method + " " + req.path + "\n" + req.body);
+      if (token::sameText(req.get_header_value("X-Gpool-Signature"), expected)) return true;
+      error(res, 401, "request not signed with the allocator's key (" + fix + ")");
       return false;
-    }
-    return true;
+    };
   };
+  auto signedByServer = signedCheck("give gpool-server --lease-key with the allocator's key file");
+  auto signedByAdmin = signedCheck("gpool admin --key-file FILE, or GPOOL_KEY_FILE");
   auto body = [](const httplib::Request& req, httplib::Response& res, json& out) {
     try {
       out = json::parse(req.body.empty() ? "{}" : req.body);
@@ -196,16 +198,6 @@ void Service::routes() {
     persist();
     reply(res, 200, {{"ended", ended}});
   });
-
-  // Admin changes are signed like the servers' requests (gpool admin reads the key file).
-  auto signedByAdmin = [key](const httplib::Request& req, httplib::Response& res) {
-    std::string expected = token::hmacHex(key, req.method + " " + req.path + "\n" + req.body);
-    if (!token::sameText(req.get_header_value("X-Gpool-Signature"), expected)) {
-      error(res, 401, "admin request not signed with the allocator's key (gpool admin --key-file FILE, or GPOOL_KEY_FILE)");
-      return false;
-    }
-    return true;
-  };
 
   s.Post(R"(/v1/servers/([^/]+)/drain)", [this, body, signedByAdmin](const httplib::Request& req, httplib::Response& res) {
     json j;
