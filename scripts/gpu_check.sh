@@ -18,7 +18,9 @@ servers=()
 trap 'for s in "${servers[@]}"; do kill $s 2>/dev/null; done; rm -rf "$out"' EXIT
 status=0
 rows=()
-gpool_env() { echo "GPOOL_SERVER=127.0.0.1:$1 LD_LIBRARY_PATH=$build/lib/gpool:/usr/local/cuda/lib64"; }
+# TRITON_LIBCUDA_PATH: Triton links its launchers against the libcuda it finds with ldconfig (NVIDIA's)
+# unless told; the loader would still bind gpool's already-loaded one, but this leaves no doubt.
+gpool_env() { echo "GPOOL_SERVER=127.0.0.1:$1 LD_LIBRARY_PATH=$build/lib/gpool:/usr/local/cuda/lib64 TRITON_LIBCUDA_PATH=$build/lib/gpool"; }
 
 # Starts gpool-server (cuda backend) with module cache $2; sets $port. Its log is $1.
 start_server() {
