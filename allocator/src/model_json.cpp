@@ -23,6 +23,9 @@ Server serverFromJson(const json& j) {
   s.drain = j.value("drain", false);
   for (const auto& g : j.at("gpus")) {
     Gpu x;
+    if (!g.at("index").is_number_unsigned() || !g.at("memory").is_number_unsigned() ||
+        (g.contains("sms") && !g.at("sms").is_number_unsigned()))
+      throw std::invalid_argument("a GPU's index, memory and sms must be non-negative integers");
     x.index = g.at("index").get<int>();
     x.uuid = g.value("uuid", "");
     x.model = g.value("model", "");

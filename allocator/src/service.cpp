@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -162,8 +163,9 @@ void Service::routes() {
     Server srv;
     try {
       srv = serverFromJson(j);
-      if (srv.name.empty() || srv.name.size() > 64 || srv.gpus.size() > 64 || srv.address.empty())
-        throw std::invalid_argument("name (1-64 characters), address and at most 64 GPUs are required");
+      bool plain = std::all_of(srv.name.begin(), srv.name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'; });
+      if (srv.name.empty() || srv.name.size() > 64 || !plain || srv.gpus.size() > 64 || srv.address.empty() || srv.address.size() > 256)
+        throw std::invalid_argument("a name of 1-64 letters, digits, '-', '_' or '.', an address and at most 64 GPUs are required");
       for (const auto& g : srv.gpus)
         if (g.memory == 0 || g.index < 0) throw std::invalid_argument("every GPU needs an index and its memory");
     } catch (const std::exception& e) {

@@ -350,6 +350,12 @@ class LeaseFlow(unittest.TestCase):
         self.assertIn("pools.default.fractions: 7", out["error"])
         self.assertEqual(c.http("GET", "/v1/leases/nosuchlease")[0], 404)
         self.assertEqual(c.http("POST", "/v1/servers", {"name": "x", "address": "1:2", "gpus": []})[0], 401)  # unsigned
+        bad_server = {"name": "a/b", "address": "1:2", "gpus": [{"index": 0, "memory": 1}]}
+        status, out = c.http("POST", "/v1/servers", bad_server, signed=True)
+        self.assertEqual(status, 400)
+        self.assertIn("a name of 1-64 letters", out["error"])
+        status, out = c.http("POST", "/v1/servers", {"name": "x", "address": "1:2", "gpus": [{"index": 0, "memory": -5}]}, signed=True)
+        self.assertEqual(status, 400)
         self.assertEqual(c.http("DELETE", "/v1/leases/nosuchlease")[0], 404)
         self.assertEqual([l["id"] for l in c.status()["leases"]], [kept["id"]])
         self.assertIn("0.25", c.http("GET", "/v1/policy")[1])  # the bad policy changed nothing
