@@ -26,7 +26,8 @@ constexpr double kBuckets[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.
 
 void reply(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(2) + "\n", "application/json");
+  // Messages may echo what a client sent (an id, a name): bytes that are not UTF-8 are replaced.
+  res.set_content(body.dump(2, ' ', false, json::error_handler_t::replace) + "\n", "application/json");
 }
 
 void error(httplib::Response& res, int status, const std::string& why) { reply(res, status, {{"error", why}}); }

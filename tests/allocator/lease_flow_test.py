@@ -88,7 +88,7 @@ class Cluster:
         self.servers[name] = p
 
     def log(self, name):
-        with open(os.path.join(self.dir, name + ".log")) as f:
+        with open(os.path.join(self.dir, name + ".log"), errors="replace") as f:
             return f.read()
 
     def try_http(self, method, path, body=None, signed=False):
@@ -376,6 +376,37 @@ class LeaseFlow(unittest.TestCase):
         exited = time.time()
         self.assertTrue(wait_for(lambda: c.status()["leases"] == [], timeout=5), "the lease was not released")
         self.assertLess(time.time() - exited, 1.0)
+
+    def test_random_requests_never_take_the_allocator_down(self):
+        import random
+        c = self.make(ttl="30s")
+        rng = random.Random(1234)
+        values = [None, True, -1, 0, 1, 2**63, -2**63, 1e308, -0.0, 0.5, "", "x" * 5000, "16GiB", "-3GiB", "1e99", [], {},
+                  [1, 2], {"a": 1}, "../../etc", "\u0000", "forever"]
+        fields = ["n", "p", "m", "user", "group", "pool", "priority", "wait", "name", "address", "gpus", "index", "memory"]
+        statuses = set()
+        for i in range(400):
+            body = {rng.choice(fields): rng.choice(values) for _ in range(rng.randint(0, 5))}
+            if rng.random() < 0.5:
+                body["user"] = "fuzz"
+            kind = rng.randrange(5)
+            if kind == 0:
+                status, _ = c.try_http("POST", "/v1/leases", body)
+            elif kind == 1:
+                status, _ = c.try_http("POST", "/v1/servers", body, signed=True)
+            elif kind == 2:
+                status, _ = c.try_http("PUT", "/v1/policy", rng.choice(["", "[", "[pools.x]\nfractions=[0]", "a=1", "\u0000" * 3,
+                                                                        "[pools.default]\nservers=[1]"]), signed=True)
+            elif kind == 3:
+                status, _ = c.try_http("POST", "/v1/leases", bytes(rng.randrange(256) for _ in range(rng.randrange(64))))
+            else:
+                status, _ = c.try_http("GET", "/v1/leases/" + "".join(rng.choice("abcL0123%/.") for _ in range(rng.randrange(30))))
+            self.assertNotEqual(status, 0, f"the allocator stopped answering after request {i}: {body}")
+            self.assertLess(status, 500, f"request {i} (kind {kind}) caused a server error: {body}: {c.log('allocator')[-400:]}")
+            statuses.add(status)
+        self.assertEqual(c.allocator.poll(), None)
+        self.assertTrue({400, 422}.issubset(statuses) or {400, 409}.issubset(statuses), statuses)
+        self.assertEqual(c.http("GET", "/v1/status")[0], 200)
 
     def test_gpool_status_and_drain(self):
         c = self.make(servers=2)
