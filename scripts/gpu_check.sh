@@ -37,7 +37,7 @@ start_server() {
 compare_program() {  # label, program, args...
   local label=$1 prog=$2; shift 2
   GPOOL_TEST_EXPECT_COMPUTE=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$prog" "$@" > "$out/$label.native" 2>&1; local nrc=$?
-  GPOOL_TEST_EXPECT_COMPUTE=1 "$runner" "$build" cuda "$prog" "$@" > "$out/$label.gpool" 2>&1; local grc=$?
+  GPOOL_TEST_EXPECT_COMPUTE=1 GPOOL_LOG_LEVEL=info "$runner" "$build" cuda "$prog" "$@" > "$out/$label.gpool" 2>&1; local grc=$?
   echo "=== $label native (exit $nrc) ==="; cat "$out/$label.native"
   echo "=== $label through gpool (exit $grc) ==="; cat "$out/$label.gpool"
   # Compare verdict and check name per line (details such as timings differ by nature).
