@@ -22,6 +22,7 @@ SERVER = os.path.join(BUILD, "server", "gpool-server")
 GPOOL = os.path.join(BUILD, "tools", "gpool", "gpool")
 NVML_QUERY = os.path.join(BUILD, "tests", "nvml_query")
 MEMCAP = os.path.join(BUILD, "tests", "memcap_probe")
+SERVER_LOSS = os.path.join(BUILD, "tests", "cuda_server_loss")
 LIB = os.path.join(BUILD, "lib", "gpool")
 GIB = 1 << 30
 
@@ -215,6 +216,23 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual(launcher.returncode, 7, err)  # the command's status
         self.assertTrue(os.path.exists(marker))
         self.assertEqual(c.status()["leases"], [])
+
+    @unittest.skipUnless(os.path.exists(SERVER_LOSS), "cuda_server_loss is built only with nvcc")
+    def test_an_expired_lease_stops_the_worker_of_a_client_still_connected(self):
+        c = self.make(ttl="1s")
+        _, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})  # and never heartbeated
+        go = os.path.join(c.dir, "go")
+        prog = subprocess.Popen([SERVER_LOSS, go], env=c.client_env(lease["shares"][0]), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        self.children.append(prog)
+        self.assertEqual(prog.stdout.readline().strip(), "READY")
+        self.assertTrue(wait_for(lambda: c.lease(lease["id"])["state"] == "ended", timeout=5))
+        self.assertTrue(wait_for(lambda: "ended at the allocator; stopping its worker" in c.log("sim0"), timeout=5),
+                        c.log("sim0"))
+        open(go, "w").close()
+        out, _ = prog.communicate(timeout=30)
+        self.assertEqual(prog.returncode, 0, out)  # CUDA errors, not a dead program
+        self.assertIn("lost the connection to gpool-server", out)
 
     def test_a_client_process_that_exits_releases_its_share_at_once(self):
         c = self.make(ttl="30s")
