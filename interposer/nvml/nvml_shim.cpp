@@ -309,3 +309,37 @@ NVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t* 
 NVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t* pci) { return nvmlDeviceGetPciInfo_v3(d, pci); }
 NVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t* pci) { return nvmlDeviceGetPciInfo_v3(d, pci); }
 NVML_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int* minor) { return nvmlDeviceGetIndex(d, minor); }
+
+// Queries gpool cannot answer for a remote GPU (power, clocks, fans, ECC, processes, MIG): they answer
+// NVML_ERROR_NOT_SUPPORTED, which nvidia-smi shows as "[N/A]" instead of failing to find the symbol.
+#define GPOOL_NVML_NOT_SUPPORTED(name) \
+  NVML_EXPORT nvmlReturn_t name() { return NVML_ERROR_NOT_SUPPORTED; }
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetTemperature)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetTemperatureV)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetPowerUsage)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetPowerManagementLimit)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetEnforcedPowerLimit)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetFanSpeed)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetFanSpeed_v2)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetClockInfo)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetMaxClockInfo)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetPerformanceState)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetPersistenceMode)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetDisplayMode)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetDisplayActive)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetComputeMode)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetEccMode)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetMigMode)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetBrand)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetSerial)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetVbiosVersion)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetComputeRunningProcesses)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetComputeRunningProcesses_v3)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetGraphicsRunningProcesses)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetGraphicsRunningProcesses_v3)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetBAR1MemoryInfo)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetCurrentClocksEventReasons)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetArchitecture)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetPowerState)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetTotalEnergyConsumption)
+#undef GPOOL_NVML_NOT_SUPPORTED
