@@ -9,6 +9,9 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <string>
+
+#include "gpool/protocol/gpu_uuid.h"
 
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
@@ -127,11 +130,7 @@ nvmlReturn_t device(nvmlDevice_t d, int& ordinal) {
   return NVML_SUCCESS;
 }
 
-void formatUuid(const CUuuid& u, char* out, size_t n) {
-  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
-  std::snprintf(out, n, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
-                b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-}
+std::string uuidText(const CUuuid& u) { return gpool::proto::gpuUuidText(reinterpret_cast<const uint8_t*>(u.bytes)); }
 
 nvmlReturn_t copyString(const char* s, char* out, unsigned length) {
   if (!out) return NVML_ERROR_INVALID_ARGUMENT;
@@ -225,10 +224,8 @@ NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_
   if (!uuid || !d) return NVML_ERROR_INVALID_ARGUMENT;
   for (int i = 0; i < g_device_count; ++i) {
     CUuuid u;
-    char text[48];
     if (g_cuda.uuid(&u, i) == CUDA_SUCCESS) {
-      formatUuid(u, text, sizeof text);
-      if (std::strcmp(text, uuid) == 0) {
+      if (uuidText(u) == uuid) {
         *d = &g_devices[i];
         return NVML_SUCCESS;
       }
@@ -255,9 +252,7 @@ NVML_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char* uuid, unsigned 
   if (nvmlReturn_t r = device(d, ordinal); r != NVML_SUCCESS) return r;
   CUuuid u;
   if (CUresult r = g_cuda.uuid(&u, ordinal); r != CUDA_SUCCESS) return fromCu(r);
-  char text[48];
-  formatUuid(u, text, sizeof text);
-  return copyString(text, uuid, length);
+  return copyString(uuidText(u).c_str(), uuid, length);
 }
 NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t* memory) {
   if (!memory) return NVML_ERROR_INVALID_ARGUMENT;

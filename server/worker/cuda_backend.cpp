@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gpool/protocol/gpu_uuid.h"
 #include "gpool/protocol/module_image.h"
 #include "resources.h"
 
@@ -47,14 +48,10 @@ class Nvml {
     if (!load()) return;
     char version[96] = {};
     if (system_driver_version_(version, sizeof version - 1) == 0) driver = version;
-    // NVML names devices "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx".
-    char name[48];
-    std::snprintf(name, sizeof name, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-                  uuid[0], uuid[1], uuid[2], uuid[3], uuid[4], uuid[5], uuid[6], uuid[7], uuid[8], uuid[9],
-                  uuid[10], uuid[11], uuid[12], uuid[13], uuid[14], uuid[15]);
+    std::string name = proto::gpuUuidText(uuid.data());
     void* device = nullptr;
     struct { unsigned gpu, memory; } util{};
-    if (by_uuid_(name, &device) == 0 && utilization_(device, &util) == 0) {
+    if (by_uuid_(name.c_str(), &device) == 0 && utilization_(device, &util) == 0) {
       gpu = util.gpu;
       memory = util.memory;
     }

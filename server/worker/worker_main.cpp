@@ -12,6 +12,7 @@
 #include "cuda_backend.h"
 #include "dispatcher.h"
 #include "gpool/protocol/frame_io.h"
+#include "gpool/protocol/gpu_uuid.h"
 #include "gpool/protocol/handshake.h"
 #include "sim_backend.h"
 
@@ -63,10 +64,7 @@ int main(int argc, char** argv) {
       gpool::proto::HelloReply h;
       if (b->open(d, h) != 0 || h.devices.empty()) break;
       const auto& dev = h.devices[0];
-      char uuid[48];
-      const auto* u = dev.uuid.data();
-      std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-                    u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+      std::string uuid = gpool::proto::gpuUuidText(dev.uuid.data());
       int sms = dev.attributes.size() > CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? dev.attributes[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT] : 0;
       std::string model;
       for (char c : dev.name) model += (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 32) ? '_' : c;
