@@ -44,22 +44,15 @@ CUresult packParams(uint64_t f, void** params, void** extra, Blob& out) {
 CUresult refuseHostPointers(const char* call, uint64_t f, Blob packed) {
   State& st = State::get();
   if (st.host_allocations == 0) return CUDA_SUCCESS;
-  const auto* bytes = static_cast<const uint8_t*>(packed.data);
-  for (size_t off = 0; off + 8 <= packed.size; off += 8) {
-    uint64_t v;
-    std::memcpy(&v, bytes + off, 8);
-    uint64_t base;
-    Allocation a;
-    if (v != 0 && st.findAllocation(v, base, a) && !a.device) {
-      GPOOL_LOG(Level::kError,
-                "%s: kernel %#llx was given host memory %#llx (parameter bytes %zu..%zu, from cuMemHostAlloc or "
-                "cuMemHostRegister): a GPU reached through gpool cannot read or write this machine's memory; copy "
-                "the data to device memory first (returning CUDA_ERROR_NOT_SUPPORTED)",
-                call, (unsigned long long)f, (unsigned long long)v, off, off + 7);
-      return CUDA_ERROR_NOT_SUPPORTED;
-    }
-  }
-  return CUDA_SUCCESS;
+  size_t word = 0;
+  uint64_t v = st.firstHostPointer(static_cast<const uint8_t*>(packed.data), packed.size / 8, word);
+  if (v == 0) return CUDA_SUCCESS;
+  GPOOL_LOG(Level::kError,
+            "%s: kernel %#llx was given host memory %#llx (parameter bytes %zu..%zu, from cuMemHostAlloc or "
+            "cuMemHostRegister): a GPU reached through gpool cannot read or write this machine's memory; copy "
+            "the data to device memory first (returning CUDA_ERROR_NOT_SUPPORTED)",
+            call, (unsigned long long)f, (unsigned long long)v, 8 * word, 8 * word + 7);
+  return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 CUresult launch(uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,

@@ -194,15 +194,20 @@ void State::removeAllocation(uint64_t base) {
   allocations_.erase(it);
 }
 
+const Allocation* State::lookupLocked(uint64_t ptr, uint64_t& base) const {
+  auto it = allocations_.upper_bound(ptr);
+  if (it == allocations_.begin()) return nullptr;
+  --it;
+  if (ptr - it->first >= std::max<uint64_t>(it->second.size, 1)) return nullptr;
+  base = it->first;
+  return &it->second;
+}
+
 bool State::findAllocation(uint64_t ptr, uint64_t& base, Allocation& a) {
   std::lock_guard lock(mu);
-  auto it = allocations_.upper_bound(ptr);
-  if (it == allocations_.begin()) return false;
-  --it;
-  if (ptr - it->first >= std::max<uint64_t>(it->second.size, 1)) return false;
-  base = it->first;
-  a = it->second;
-  return true;
+  const Allocation* found = lookupLocked(ptr, base);
+  if (found) a = *found;
+  return found != nullptr;
 }
 
 void State::setFunctionName(uint64_t f, const std::string& name) {
@@ -214,6 +219,20 @@ const char* State::functionName(uint64_t f) {
   std::lock_guard lock(mu);
   auto it = function_names_.find(f);
   return it == function_names_.end() ? nullptr : it->second.c_str();
+}
+
+uint64_t State::firstHostPointer(const uint8_t* words, size_t count, size_t& index) {
+  std::lock_guard lock(mu);
+  for (size_t i = 0; i < count; ++i) {
+    uint64_t v, base;
+    std::memcpy(&v, words + 8 * i, 8);
+    if (v == 0) continue;
+    if (const Allocation* a = lookupLocked(v, base); a && !a->device) {
+      index = i;
+      return v;
+    }
+  }
+  return 0;
 }
 
 CUresult State::paramLayout(uint64_t f, const std::vector<uint32_t>*& layout) {

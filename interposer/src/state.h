@@ -72,6 +72,9 @@ class State {
   std::atomic<int> host_allocations{0};
   void removeAllocation(uint64_t base);
   bool findAllocation(uint64_t ptr, uint64_t& base, Allocation& a);
+  // The first of `count` 8-byte words (at any alignment in `words`) that points into client host memory,
+  // or 0; one lock for all of them (a launch's arguments are checked on the hot path).
+  uint64_t firstHostPointer(const uint8_t* words, size_t count, size_t& index);
 
   // Per function/kernel caches.
   CUresult paramLayout(uint64_t f, const std::vector<uint32_t>*& layout);
@@ -96,6 +99,7 @@ class State {
 
  private:
   State() = default;
+  const Allocation* lookupLocked(uint64_t ptr, uint64_t& base) const;  // with mu held
   std::once_flag once_;
   CUresult init_result_ = CUDA_ERROR_NOT_INITIALIZED;
   std::unique_ptr<Connection> conn_;
