@@ -109,13 +109,10 @@ std::optional<std::string> Scheduler::quotaBlocks(const Lease& l) const {
        {std::tuple{l.req.user, &policy_.user_quotas, "user", true}, std::tuple{l.req.group, &policy_.group_quotas, "group", false}}) {
     auto q = map->find(who);
     if (q == map->end()) continue;
-    double gpus = 0;
-    uint64_t mem = 0;
-    for (const auto& id : live_) {
-      const Lease& other = leases_.at(id);
-      if (other.state != LeaseState::kGranted || (is_user ? other.req.user : other.req.group) != who) continue;
-      for (const auto& s : other.shares) gpus += s.fraction, mem += s.memory;
-    }
+    const auto& uses = is_user ? user_use_ : group_use_;
+    auto held = uses.find(who);
+    double gpus = held == uses.end() ? 0 : held->second.gpus;
+    uint64_t mem = held == uses.end() ? 0 : held->second.memory;
     if (q->second.gpus && gpus + l.req.n * l.req.p > *q->second.gpus + kEps)
       return std::string("quota: ") + kind + " '" + who + "' holds " + fmtNumber(gpus) + " of " +
              fmtNumber(*q->second.gpus) + " GPUs";
@@ -172,6 +169,7 @@ bool Scheduler::tryGrant(Lease& l, int64_t now, std::string& why) {
   }
   if (l.state == LeaseState::kQueued) dequeue(l);
   l.state = LeaseState::kGranted;
+  account(l, +1);
   l.granted_ms = now;
   l.heartbeat_ms = now;
   l.token_expiry_s = expiry;
@@ -180,8 +178,17 @@ bool Scheduler::tryGrant(Lease& l, int64_t now, std::string& why) {
   return true;
 }
 
+void Scheduler::account(const Lease& l, int sign) {
+  for (Use* u : {&user_use_[l.req.user], &group_use_[l.req.group]})
+    for (const auto& s : l.shares) {
+      u->gpus = std::max(0.0, u->gpus + sign * s.fraction);
+      u->memory = sign > 0 ? u->memory + s.memory : u->memory - std::min(u->memory, s.memory);
+    }
+}
+
 void Scheduler::release(Lease& l) {
   if (l.state != LeaseState::kGranted) return;
+  account(l, -1);
   for (const auto& s : l.shares) {
     auto it = servers_.find(s.server);
     if (it == servers_.end()) continue;
@@ -428,6 +435,8 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
   live_.clear();
   queue_.clear();
   ended_.clear();
+  user_use_.clear();
+  group_use_.clear();
   for (auto& [id, l] : leases_) {
     next_seq_ = std::max(next_seq_, l.seq + 1);
     if (l.state == LeaseState::kEnded) {
@@ -438,6 +447,7 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
     if (l.state == LeaseState::kQueued) enqueue(l);
     l.heartbeat_ms = now;
     if (l.state != LeaseState::kGranted) continue;
+    account(l, +1);
     for (const auto& sh : l.shares) {
       auto it = servers_.find(sh.server);
       if (it == servers_.end()) continue;

@@ -139,6 +139,12 @@ class Scheduler {
   uint64_t version_ = 0;
   std::vector<std::string> dirty_leases_, dirty_servers_;
   std::map<std::string, std::vector<std::string>> revocations_;  // server → ended leases it should drop
+  struct Use {
+    double gpus = 0;
+    uint64_t memory = 0;
+  };
+  std::map<std::string, Use> user_use_, group_use_;  // what granted leases hold, for quotas
+  void account(const Lease& l, int sign);             // adds (+1) or removes (-1) a granted lease's shares
 };
 
 }  // namespace gpool::allocator
