@@ -100,6 +100,21 @@ uint64_t parseSize(const std::string& s) {
   return static_cast<uint64_t>(bytes);
 }
 
+std::string formatNumber(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+std::string formatSize(uint64_t b) {
+  std::ostringstream o;
+  o.precision(3);
+  if (b >= (1ull << 30)) o << b / 1073741824.0 << " GiB";
+  else if (b >= (1ull << 20)) o << b / 1048576.0 << " MiB";
+  else o << b << " bytes";
+  return o.str();
+}
+
 const Pool* Policy::pool(const std::string& name) const {
   for (const auto& p : pools)
     if (p.name == name) return &p;
@@ -172,11 +187,7 @@ Policy parsePolicy(const std::string& toml_text) {
         pool.fractions.clear();
         for (const auto& e : *a) {
           double x = number(e, where + ".fractions[]");
-          if (!(x > 0 && x <= 1)) {
-            std::ostringstream o;
-            o << where << ".fractions: " << x << " is not in (0, 1]";
-            fail(o.str());
-          }
+          if (!(x > 0 && x <= 1)) fail(where + ".fractions: " + formatNumber(x) + " is not in (0, 1]");
           pool.fractions.push_back(x);
         }
       }

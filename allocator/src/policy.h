@@ -51,5 +51,8 @@ Policy parsePolicy(const std::string& toml_text);
 // "15s", "500ms", "2m", "1h" → milliseconds; "80GiB", "512MiB", "1e9", "4096" → bytes. Throw on junk.
 std::chrono::milliseconds parseDuration(const std::string& text);
 uint64_t parseSize(const std::string& text);
+// The other way, for messages: 0.5 → "0.5"; 42949672960 → "40 GiB" (MiB below 1 GiB, bytes below 1 MiB).
+std::string formatNumber(double v);
+std::string formatSize(uint64_t bytes);
 
 }  // namespace gpool::allocator

@@ -7,27 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
-#include <sstream>
 
 namespace gpool::allocator {
 namespace {
 
 constexpr double kEps = 1e-9;
-
-std::string fmtNumber(double v) {
-  std::ostringstream o;
-  o << v;
-  return o.str();
-}
-
-std::string fmtBytes(uint64_t b) {
-  std::ostringstream o;
-  o.precision(3);
-  if (b >= (1ull << 30)) o << b / 1073741824.0 << " GiB";
-  else if (b >= (1ull << 20)) o << b / 1048576.0 << " MiB";
-  else o << b << " bytes";
-  return o.str();
-}
 
 }  // namespace
 
@@ -62,8 +46,8 @@ std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
   bool offered = std::any_of(pool->fractions.begin(), pool->fractions.end(), [&](double f) { return std::abs(f - r.p) < kEps; });
   if (!offered) {
     std::string fr;
-    for (double f : pool->fractions) fr += (fr.empty() ? "" : ", ") + fmtNumber(f);
-    return "pool '" + pool->name + "' offers fractions " + fr + " of a GPU, not " + fmtNumber(r.p);
+    for (double f : pool->fractions) fr += (fr.empty() ? "" : ", ") + formatNumber(f);
+    return "pool '" + pool->name + "' offers fractions " + fr + " of a GPU, not " + formatNumber(r.p);
   }
   int gpus = 0;
   uint64_t largest = 0;
@@ -77,7 +61,7 @@ std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
   if (r.n > gpus)
     return "asks for " + std::to_string(r.n) + " GPUs; pool '" + pool->name + "' has " + std::to_string(gpus);
   if (r.m > largest)
-    return "asks for " + fmtBytes(r.m) + " per GPU; the largest GPU in pool '" + pool->name + "' has " + fmtBytes(largest);
+    return "asks for " + formatSize(r.m) + " per GPU; the largest GPU in pool '" + pool->name + "' has " + formatSize(largest);
   double gpu_total = r.n * r.p;
   // Without m, each share takes p of its GPU's memory: count the largest GPU's (the most it can be).
   uint64_t mem_total = (r.m ? r.m : static_cast<uint64_t>(r.p * static_cast<double>(largest))) * static_cast<uint64_t>(r.n);
@@ -85,11 +69,11 @@ std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
     auto q = map->find(who);
     if (q == map->end()) continue;
     if (q->second.gpus && gpu_total > *q->second.gpus + kEps)
-      return std::string("over quota: ") + kind + " '" + who + "' may hold " + fmtNumber(*q->second.gpus) +
-             " GPUs; this asks for " + fmtNumber(gpu_total);
+      return std::string("over quota: ") + kind + " '" + who + "' may hold " + formatNumber(*q->second.gpus) +
+             " GPUs; this asks for " + formatNumber(gpu_total);
     if (q->second.memory && mem_total > *q->second.memory)
-      return std::string("over quota: ") + kind + " '" + who + "' may hold " + fmtBytes(*q->second.memory) +
-             " of GPU memory; this asks for " + fmtBytes(mem_total);
+      return std::string("over quota: ") + kind + " '" + who + "' may hold " + formatSize(*q->second.memory) +
+             " of GPU memory; this asks for " + formatSize(mem_total);
   }
   return std::nullopt;
 }
@@ -114,12 +98,12 @@ std::optional<std::string> Scheduler::quotaBlocks(const Lease& l) const {
     double gpus = held == uses.end() ? 0 : held->second.gpus;
     uint64_t mem = held == uses.end() ? 0 : held->second.memory;
     if (q->second.gpus && gpus + l.req.n * l.req.p > *q->second.gpus + kEps)
-      return std::string("quota: ") + kind + " '" + who + "' holds " + fmtNumber(gpus) + " of " +
-             fmtNumber(*q->second.gpus) + " GPUs";
+      return std::string("quota: ") + kind + " '" + who + "' holds " + formatNumber(gpus) + " of " +
+             formatNumber(*q->second.gpus) + " GPUs";
     uint64_t asks = l.req.m ? l.req.m : static_cast<uint64_t>(l.req.p * static_cast<double>(largestGpu(l.req.pool)));
     if (q->second.memory && mem + asks * static_cast<uint64_t>(l.req.n) > *q->second.memory)
-      return std::string("quota: ") + kind + " '" + who + "' holds " + fmtBytes(mem) + " of " +
-             fmtBytes(*q->second.memory) + " of GPU memory";
+      return std::string("quota: ") + kind + " '" + who + "' holds " + formatSize(mem) + " of " +
+             formatSize(*q->second.memory) + " of GPU memory";
   }
   return std::nullopt;
 }
@@ -147,7 +131,7 @@ bool Scheduler::tryGrant(Lease& l, int64_t now, std::string& why) {
     }
   }
   if (static_cast<int>(fit.size()) < l.req.n) {
-    why = "waiting for " + std::to_string(l.req.n) + " GPU(s) with " + fmtNumber(l.req.p) + " free in pool '" +
+    why = "waiting for " + std::to_string(l.req.n) + " GPU(s) with " + formatNumber(l.req.p) + " free in pool '" +
           pool->name + "' (" + std::to_string(fit.size()) + " of " + std::to_string(in_pool) + " available GPUs fit now)";
     return false;
   }
@@ -409,21 +393,17 @@ const Lease* Scheduler::lease(const std::string& id) const {
   return it == leases_.end() ? nullptr : &it->second;
 }
 
-std::vector<std::string> Scheduler::takeDirtyLeases() {
+// The names collected in `dirty`, each once; `dirty` is left empty.
+static std::vector<std::string> takeUnique(std::vector<std::string>& dirty) {
   std::vector<std::string> out;
-  out.swap(dirty_leases_);
+  out.swap(dirty);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 
-std::vector<std::string> Scheduler::takeDirtyServers() {
-  std::vector<std::string> out;
-  out.swap(dirty_servers_);
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
+std::vector<std::string> Scheduler::takeDirtyLeases() { return takeUnique(dirty_leases_); }
+std::vector<std::string> Scheduler::takeDirtyServers() { return takeUnique(dirty_servers_); }
 
 void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::string, Lease> leases, int64_t now) {
   servers_ = std::move(servers);

@@ -259,12 +259,6 @@ int run(Allocator& a, const json& request, double wait_s, std::vector<std::strin
 }
 
 // --- gpool status --------------------------------------------------------------------------------------
-std::string fmtNumber(double v) {
-  std::ostringstream o;
-  o << v;
-  return o.str();
-}
-
 std::string gib(uint64_t b) {
   std::ostringstream o;
   o.precision(3);
@@ -296,14 +290,14 @@ int status(Allocator& a, bool as_json) {
     std::string shares;
     for (const auto& sh : l["shares"])
       shares += (shares.empty() ? "" : ", ") + sh["server"].get<std::string>() + ":" + std::to_string(sh["device"].get<int>()) +
-                " x " + fmtNumber(sh["fraction"].get<double>());
+                " x " + gpool::allocator::formatNumber(sh["fraction"].get<double>());
     std::printf("%-26s %-10s %s\n", l["id"].get<std::string>().c_str(), l["request"]["user"].get<std::string>().c_str(),
                 shares.c_str());
   }
   std::printf("\n%-4s %-26s %-10s %-14s %s\n", "POS", "REQUEST", "USER", "ASKS", "WAITING FOR");
   for (const auto& q : s["queue"]) {
     const json& r = q["request"];
-    std::string asks = std::to_string(r["n"].get<int>()) + " x " + fmtNumber(r["p"].get<double>());
+    std::string asks = std::to_string(r["n"].get<int>()) + " x " + gpool::allocator::formatNumber(r["p"].get<double>());
     std::printf("%-4d %-26s %-10s %-14s %s\n", q["position"].get<int>(), q["id"].get<std::string>().c_str(),
                 r["user"].get<std::string>().c_str(), asks.c_str(), q.value("waiting_for", std::string()).c_str());
   }
