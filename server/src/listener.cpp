@@ -33,17 +33,22 @@ std::string selfDir() {
   return ec ? std::string(".") : p.parent_path().string();
 }
 
-// Runs `worker --probe`: the driver is initialised in that child, never in the server.
-std::string resolveBackend(const ServerOptions& o) {
-  if (o.backend != "auto") return o.backend;
-  std::string cmd = "'" + o.worker_path + "' --probe 2>/dev/null";
-  std::string out;
+// Runs `cmd` in a shell and returns its exit status; `out` gets what it printed.
+int capture(const std::string& cmd, std::string& out) {
   int rc = -1;
   if (FILE* f = ::popen(cmd.c_str(), "r")) {
-    char buf[512];
+    char buf[4096];
     while (std::fgets(buf, sizeof buf, f)) out += buf;
     rc = ::pclose(f);
   }
+  return rc;
+}
+
+// Runs `worker --probe`: the driver is initialised in that child, never in the server.
+std::string resolveBackend(const ServerOptions& o) {
+  if (o.backend != "auto") return o.backend;
+  std::string out;
+  int rc = capture("'" + o.worker_path + "' --probe 2>/dev/null", out);
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
   if (rc == 0) {
     spdlog::info("backend auto: a CUDA driver and device are present, using cuda");
@@ -58,12 +63,7 @@ std::string resolveBackend(const ServerOptions& o) {
 std::string inventory(const ServerOptions& o, const std::string& backend) {
   std::string cmd = "'" + o.worker_path + "' --inventory --backend " + backend + " --sim-memory " + std::to_string(o.sim_memory);
   std::string out;
-  int rc = -1;
-  if (FILE* f = ::popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    while (std::fgets(buf, sizeof buf, f)) out += buf;
-    rc = ::pclose(f);
-  }
+  int rc = capture(cmd, out);
   if (rc != 0 || out.empty()) throw std::runtime_error("cannot list this host's GPUs (" + cmd + " failed)");
   return out;
 }
