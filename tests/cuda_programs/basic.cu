@@ -10,6 +10,8 @@
 #include <cstring>
 #include <vector>
 
+#include "checks.h"
+
 extern "C" __global__ void gpool_test_saxpy(int n, float a, const float* x, float* y) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] = a * x[i] + y[i];
@@ -20,21 +22,7 @@ extern "C" __global__ void gpool_test_increment(unsigned* p, int n) {
   if (i < n) p[i] += 1;
 }
 
-static int failures = 0;
 
-static void check(bool ok, const char* what, const char* detail = "") {
-  std::printf("%s  %s%s%s\n", ok ? "PASS" : "FAIL", what, *detail ? ": " : "", detail);
-  if (!ok) ++failures;
-}
-
-#define CK(call)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (call);                                                                  \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::printf("FAIL  %s: %s (%s)\n", #call, cudaGetErrorString(e_), cudaGetErrorName(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
 
 static void roundTrip(size_t n) {
   std::vector<unsigned char> src(n), dst(n, 0);

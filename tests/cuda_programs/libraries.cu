@@ -15,13 +15,9 @@
 #include <cstdlib>
 #include <vector>
 
-static int failures = 0;
-static bool expect_compute = false;
+#include "checks.h"
 
-static void check(bool ok, const char* what, const char* detail = "") {
-  std::printf("%s  %s%s%s\n", ok ? "PASS" : "FAIL", what, *detail ? ": " : "", detail);
-  if (!ok) ++failures;
-}
+static bool expect_compute = false;
 
 // Compared only where kernels really run; otherwise says that it was skipped and why.
 static void checkResult(bool ok, const char* what) {
@@ -29,41 +25,12 @@ static void checkResult(bool ok, const char* what) {
   else std::printf("SKIP  %s: kernels are recorded, not computed, on this backend\n", what);
 }
 
-#define CK(call)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (call);                                                                  \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::printf("FAIL  %s: %s (%s)\n", #call, cudaGetErrorString(e_), cudaGetErrorName(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
 
-#define CKB(call)                                                                          \
-  do {                                                                                     \
-    cublasStatus_t s_ = (call);                                                            \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
-      std::printf("FAIL  %s: %s (%d)\n", #call, cublasGetStatusString(s_), static_cast<int>(s_)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
+static const char* cufftText(cufftResult) { return "cufftResult"; }
 
-#define CKF(call)                                                               \
-  do {                                                                          \
-    cufftResult r_ = (call);                                                    \
-    if (r_ != CUFFT_SUCCESS) {                                                  \
-      std::printf("FAIL  %s: cufftResult %d\n", #call, static_cast<int>(r_)); \
-      std::exit(1);                                                             \
-    }                                                                           \
-  } while (0)
-
-#define CKD(call)                                                                          \
-  do {                                                                                     \
-    cudnnStatus_t s_ = (call);                                                             \
-    if (s_ != CUDNN_STATUS_SUCCESS) {                                                      \
-      std::printf("FAIL  %s: %s\n", #call, cudnnGetErrorString(s_));                       \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
+#define CKB(call) CHECK_STATUS(call, CUBLAS_STATUS_SUCCESS, cublasGetStatusString)
+#define CKF(call) CHECK_STATUS(call, CUFFT_SUCCESS, cufftText)
+#define CKD(call) CHECK_STATUS(call, CUDNN_STATUS_SUCCESS, cudnnGetErrorString)
 
 static float value(int i, int salt) { return static_cast<float>(((i * 37 + salt * 11) % 17) - 8) / 8.0f; }
 

@@ -1,0 +1,35 @@
+// What the CUDA test programs share: one PASS/FAIL line per check, a failure count for the exit status,
+// and macros that stop the program at a call that fails (naming the call and its error).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+static int failures = 0;
+
+static void check(bool ok, const char* what, const char* detail = "") {
+  std::printf("%s  %s%s%s\n", ok ? "PASS" : "FAIL", what, *detail ? ": " : "", detail);
+  if (!ok) ++failures;
+}
+
+// Stops the program when `call` does not return `success`; `describe(status)` names the error.
+#define CHECK_STATUS(call, success, describe)                                                       \
+  do {                                                                                              \
+    auto s_ = (call);                                                                               \
+    if (s_ != (success)) {                                                                          \
+      std::printf("FAIL  %s: %s (%d)\n", #call, describe(s_), static_cast<int>(s_));              \
+      std::exit(1);                                                                                 \
+    }                                                                                               \
+  } while (0)
+
+// The runtime's errors print with their name too (cudaErrorNoDevice), which tests look for.
+#define CK(call)                                                                              \
+  do {                                                                                        \
+    cudaError_t e_ = (call);                                                                  \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::printf("FAIL  %s: %s (%s)\n", #call, cudaGetErrorString(e_), cudaGetErrorName(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
