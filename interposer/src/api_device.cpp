@@ -146,15 +146,15 @@ GPOOL_EXPORT CUresult gpool_nvml_device_status(int device, unsigned long long* f
   GPOOL_TRY
   if (device < 0 || device >= State::get().deviceCount()) return CUDA_ERROR_INVALID_DEVICE;
   GPOOL_CONN(conn);
-  std::tuple<uint64_t, uint64_t, uint32_t, uint32_t, std::string> r;
+  gpool::proto::calls::DeviceStatus::out::tuple r;
   int st = conn->call<gpool::proto::calls::DeviceStatus>(r);
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
-  if (free_bytes) *free_bytes = std::get<0>(r);
-  if (total) *total = std::get<1>(r);
-  if (gpu_percent) *gpu_percent = std::get<2>(r);
-  if (memory_percent) *memory_percent = std::get<3>(r);
+  if (free_bytes) *free_bytes = std::get<0>(r).free;
+  if (total) *total = std::get<0>(r).total;
+  if (gpu_percent) *gpu_percent = std::get<1>(r);
+  if (memory_percent) *memory_percent = std::get<2>(r);
   if (driver && driver_len) {
-    std::snprintf(driver, driver_len, "%s", std::get<4>(r).c_str());
+    std::snprintf(driver, driver_len, "%s", std::get<3>(r).c_str());
   }
   return CUDA_SUCCESS;
   GPOOL_CATCH

@@ -23,11 +23,11 @@ CUresult beginCapture(uint64_t s, CUstreamCaptureMode mode) {
 CUresult endCapture(uint64_t s, CUgraph* graph) {
   if (!graph) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
-  std::tuple<uint64_t> r;
+  calls::StreamEndCapture::out::tuple r;
   int st = conn->call<calls::StreamEndCapture>(r, s);
   // The capture is over whether it produced a graph or was invalidated; ILLEGAL_STATE: there was none.
   if (st != CUDA_ERROR_ILLEGAL_STATE && State::get().active_captures > 0) --State::get().active_captures;
-  *graph = st == CUDA_SUCCESS ? reinterpret_cast<CUgraph>(std::get<0>(r)) : nullptr;
+  *graph = st == CUDA_SUCCESS ? reinterpret_cast<CUgraph>(std::get<0>(r).v) : nullptr;
   return static_cast<CUresult>(st);
 }
 
@@ -65,9 +65,9 @@ CUresult captureInfoEx(uint64_t s, CUstreamCaptureStatus* status, cuuint64_t* id
 CUresult instantiate(CUgraphExec* exec, CUgraph graph, uint64_t flags) {
   if (!exec || !graph) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
-  std::tuple<uint64_t> r;
+  calls::GraphInstantiate::out::tuple r;
   int st = conn->call<calls::GraphInstantiate>(r, raw(graph), flags);
-  *exec = st == CUDA_SUCCESS ? reinterpret_cast<CUgraphExec>(std::get<0>(r)) : nullptr;
+  *exec = st == CUDA_SUCCESS ? reinterpret_cast<CUgraphExec>(std::get<0>(r).v) : nullptr;
   return static_cast<CUresult>(st);
 }
 

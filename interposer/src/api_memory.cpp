@@ -25,8 +25,9 @@ CUresult copyHtoD(uint64_t dst, const void* src, size_t n, uint64_t stream, bool
     size_t k = std::min<size_t>(n - off, gpool::proto::kBulkChunk);
     bool last = off + k == n;
     Blob b{p + off, k};
-    int st = (last && !async) ? conn->call<calls::MemcpyHtoD>(dst + off, b, stream, 0u)
-                              : conn->post<calls::MemcpyHtoD>(dst + off, b, stream, async ? 1u : 0u);
+    gpool::proto::DevWrite w{dst + off, b};
+    int st = (last && !async) ? conn->call<calls::MemcpyHtoD>(w, stream, 0u)
+                              : conn->post<calls::MemcpyHtoD>(w, stream, async ? 1u : 0u);
     if (st) return static_cast<CUresult>(st);
     off += k;
   }
@@ -50,14 +51,14 @@ CUresult copyDtoH(void* dst, uint64_t src, size_t n, uint64_t stream) {
 
 CUresult copyDtoD(uint64_t dst, uint64_t src, size_t n, uint64_t stream, bool async) {
   GPOOL_CONN(conn);
-  return static_cast<CUresult>(async ? conn->post<calls::MemcpyDtoD>(dst, src, uint64_t{n}, stream, 1u)
-                                     : conn->call<calls::MemcpyDtoD>(dst, src, uint64_t{n}, stream, 0u));
+  gpool::proto::DevCopy c{dst, src, uint64_t{n}};
+  return static_cast<CUresult>(async ? conn->post<calls::MemcpyDtoD>(c, stream, 1u) : conn->call<calls::MemcpyDtoD>(c, stream, 0u));
 }
 
 CUresult memset(uint64_t dst, uint32_t value, uint32_t elem, size_t count, uint64_t stream, bool async) {
   GPOOL_CONN(conn);
-  return static_cast<CUresult>(async ? conn->post<calls::Memset>(dst, value, elem, uint64_t{count}, stream, 1u)
-                                     : conn->call<calls::Memset>(dst, value, elem, uint64_t{count}, stream, 0u));
+  gpool::proto::DevFill f{dst, elem, uint64_t{count}};
+  return static_cast<CUresult>(async ? conn->post<calls::Memset>(f, value, stream, 1u) : conn->call<calls::Memset>(f, value, stream, 0u));
 }
 
 bool isDevice(uint64_t p) {
@@ -89,11 +90,11 @@ GPOOL_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t bytes) {
   GPOOL_TRY
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
-  std::tuple<uint64_t> r;
+  calls::MemAlloc::out::tuple r;
   int st = conn->call<calls::MemAlloc>(r, uint64_t{bytes});
   if (st) return static_cast<CUresult>(st);
-  *out = std::get<0>(r);
-  State::get().addAllocation(std::get<0>(r), bytes, true);
+  *out = std::get<0>(r).ptr;
+  State::get().addAllocation(std::get<0>(r).ptr, bytes, true);
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }
@@ -110,10 +111,10 @@ GPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
 GPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
   GPOOL_TRY
   GPOOL_CONN(conn);
-  std::tuple<uint64_t, uint64_t> r;
+  calls::MemGetInfo::out::tuple r;
   int st = conn->call<calls::MemGetInfo>(r);
-  if (free_bytes) *free_bytes = std::get<0>(r);
-  if (total) *total = std::get<1>(r);
+  if (free_bytes) *free_bytes = std::get<0>(r).free;
+  if (total) *total = std::get<0>(r).total;
   return static_cast<CUresult>(st);
   GPOOL_CATCH
 }
@@ -121,11 +122,11 @@ GPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
 GPOOL_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
   GPOOL_TRY
   GPOOL_CONN(conn);
-  std::tuple<uint64_t, uint64_t> r;
+  calls::PointerGetBase::out::tuple r;
   int st = conn->call<calls::PointerGetBase>(r, dptr(p));
   if (st) return static_cast<CUresult>(st);
-  if (base) *base = std::get<0>(r);
-  if (size) *size = std::get<1>(r);
+  if (base) *base = std::get<0>(r).base;
+  if (size) *size = std::get<0>(r).bytes;
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }

@@ -30,7 +30,9 @@ CUresult send(gpool::client::Connection* conn, const void* image, uint64_t size,
     st = conn->call<calls::ModuleLoadCached>(out, hash, kind);
   }
   if (st == CUDA_ERROR_NOT_FOUND) {
-    st = conn->call<calls::ModuleLoad>(out, Blob{image, size}, kind);
+    calls::ModuleLoad::out::tuple loaded;
+    st = conn->call<calls::ModuleLoad>(loaded, Blob{image, size}, kind);
+    std::get<0>(out) = std::get<0>(loaded).handle;
     static std::atomic<uint64_t> sent_images{0}, sent_bytes{0};
     uint64_t images = ++sent_images, bytes = sent_bytes += size;
     GPOOL_LOG(Level::kDebug, "module image of %llu bytes sent; %llu images, %llu bytes sent so far",
@@ -80,8 +82,8 @@ CUresult loadFile(const char* path, uint32_t kind, uint64_t& handle) {
 CUresult getFunction(uint64_t handle, uint32_t kind, const char* name, uint64_t& out) {
   if (!name) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
-  std::tuple<uint64_t> r;
-  int st = conn->call<calls::ModuleGetFunction>(r, handle, kind, std::string(name));
+  calls::ModuleGetFunction::out::tuple r;
+  int st = conn->call<calls::ModuleGetFunction>(r, gpool::proto::ModuleRef{handle, kind}, std::string(name));
   out = std::get<0>(r);
   if (st == CUDA_SUCCESS) State::get().setFunctionName(out, name);
   return static_cast<CUresult>(st);
@@ -90,11 +92,11 @@ CUresult getFunction(uint64_t handle, uint32_t kind, const char* name, uint64_t&
 // The kernels of a module (kind 0: CUfunction handles) or library (kind 1: CUkernel handles), named.
 CUresult functions(uint64_t handle, uint32_t kind, std::vector<uint64_t>& out) {
   GPOOL_CONN(conn);
-  std::tuple<std::vector<char>, std::vector<uint64_t>> r;
-  int st = conn->call<calls::ModuleFunctions>(r, handle, kind);
+  calls::ModuleFunctions::out::tuple r;
+  int st = conn->call<calls::ModuleFunctions>(r, gpool::proto::ModuleRef{handle, kind});
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
   const std::string names(std::get<0>(r).begin(), std::get<0>(r).end());
-  out = std::get<1>(r);
+  out = std::get<1>(r).v;
   size_t at = 0;
   for (uint64_t f : out) {
     size_t end = names.find('\0', at);
@@ -132,12 +134,13 @@ CUresult name(const char** out, uint64_t f) {
 CUresult getGlobal(CUdeviceptr* dptr, size_t* bytes, uint64_t handle, uint32_t kind, const char* name) {
   if (!name) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
-  std::tuple<uint64_t, uint64_t> r;
-  int st = conn->call<calls::ModuleGetGlobal>(r, handle, kind, std::string(name));
+  calls::ModuleGetGlobal::out::tuple r;
+  int st = conn->call<calls::ModuleGetGlobal>(r, gpool::proto::ModuleRef{handle, kind}, std::string(name));
   if (st) return static_cast<CUresult>(st);
-  if (dptr) *dptr = std::get<0>(r);
-  if (bytes) *bytes = std::get<1>(r);
-  State::get().addAllocation(std::get<0>(r), std::get<1>(r), true);  // so cuMemcpy knows its direction
+  const gpool::proto::ModuleGlobal& g = std::get<0>(r);
+  if (dptr) *dptr = g.ptr;
+  if (bytes) *bytes = g.bytes;
+  State::get().addAllocation(g.ptr, g.bytes, true);  // so cuMemcpy knows its direction
   return CUDA_SUCCESS;
 }
 
@@ -184,7 +187,7 @@ GPOOL_EXPORT CUresult cuModuleLoad(CUmodule* m, const char* path) {
 GPOOL_EXPORT CUresult cuModuleUnload(CUmodule m) {
   GPOOL_TRY
   GPOOL_CONN(conn);
-  return static_cast<CUresult>(conn->call<calls::ModuleUnload>(raw(m), kModule));
+  return static_cast<CUresult>(conn->call<calls::ModuleUnload>(gpool::proto::ModuleRef{raw(m), kModule}));
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
@@ -212,7 +215,7 @@ GPOOL_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* lib, const char* path, CU
 GPOOL_EXPORT CUresult cuLibraryUnload(CUlibrary lib) {
   GPOOL_TRY
   GPOOL_CONN(conn);
-  return static_cast<CUresult>(conn->call<calls::ModuleUnload>(raw(lib), kLibrary));
+  return static_cast<CUresult>(conn->call<calls::ModuleUnload>(gpool::proto::ModuleRef{raw(lib), kLibrary}));
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuLibraryGetKernel(CUkernel* k, CUlibrary lib, const char* name) {
@@ -225,10 +228,11 @@ GPOOL_EXPORT CUresult cuKernelGetFunction(CUfunction* f, CUkernel k) {
   GPOOL_TRY
   if (!f) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
-  std::tuple<uint64_t> r;
+  calls::KernelGetFunction::out::tuple r;
   int st = conn->call<calls::KernelGetFunction>(r, raw(k));
-  *f = as<CUfunction>(std::get<0>(r));
-  if (const char* n = State::get().functionName(raw(k)); n && st == CUDA_SUCCESS) State::get().setFunctionName(std::get<0>(r), n);
+  uint64_t fn = std::get<0>(r);
+  *f = as<CUfunction>(fn);
+  if (const char* n = State::get().functionName(raw(k)); n && st == CUDA_SUCCESS) State::get().setFunctionName(fn, n);
   return static_cast<CUresult>(st);
   GPOOL_CATCH
 }

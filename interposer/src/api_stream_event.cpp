@@ -11,10 +11,10 @@ uint64_t raw(void* h) { return reinterpret_cast<uint64_t>(h); }
 CUresult streamCreate(CUstream* s, unsigned flags, int priority) {
   if (!s) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
-  std::tuple<uint64_t> r;
+  calls::StreamCreate::out::tuple r;
   int st = conn->call<calls::StreamCreate>(r, uint32_t{flags}, int32_t{priority});
   if (st) return static_cast<CUresult>(st);
-  *s = reinterpret_cast<CUstream>(std::get<0>(r));
+  *s = reinterpret_cast<CUstream>(std::get<0>(r).v);
   State::get().addStream(std::get<0>(r), {flags, priority});
   return CUDA_SUCCESS;
 }
@@ -93,9 +93,9 @@ GPOOL_EXPORT CUresult cuEventCreate(CUevent* e, unsigned int flags) {
   GPOOL_TRY
   if (!e) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
-  std::tuple<uint64_t> r;
+  calls::EventCreate::out::tuple r;
   int st = conn->call<calls::EventCreate>(r, uint32_t{flags});
-  *e = reinterpret_cast<CUevent>(std::get<0>(r));
+  *e = reinterpret_cast<CUevent>(std::get<0>(r).v);
   return static_cast<CUresult>(st);
   GPOOL_CATCH
 }

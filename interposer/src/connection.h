@@ -20,8 +20,8 @@
 namespace gpool::client {
 
 // CUresult values the connection itself produces.
-inline constexpr int kErrNoDevice = 100;           // CUDA_ERROR_NO_DEVICE: never connected
-inline constexpr int kErrDeviceUnavailable = 46;   // CUDA_ERROR_DEVICE_UNAVAILABLE: connection lost
+inline constexpr int kErrNoDevice = proto::cu::kNoDevice;                    // never connected
+inline constexpr int kErrDeviceUnavailable = proto::cu::kDeviceUnavailable;  // connection lost
 
 class Connection {
  public:
@@ -104,7 +104,10 @@ class Connection {
   }
   template <typename T>
   void putField(proto::Writer& w, const T& v, bool& direct) {
-    if constexpr (std::is_same_v<T, proto::Blob>) {
+    if constexpr (proto::WireStruct<T>) {
+      std::apply([&](const auto&... f) { (putField(w, f, direct), ...); }, v.wireFields());
+      return;
+    } else if constexpr (std::is_same_v<T, proto::Blob>) {
       if (v.size >= kDirectBytes && !direct) {
         w.put<uint64_t>(v.size);
         direct = true;  // the bytes go out from the caller's memory, between the two halves of the batch

@@ -1,10 +1,12 @@
 // What a worker executes forwarded calls on: the real driver (cuda_backend) or host emulation
-// (sim_backend). One pure virtual per line of calls.def, plus the custom device-to-host copy.
+// (sim_backend). One `run` overload per line of calls.def, plus the custom device-to-host copy.
+// The dispatcher has checked every typed field (request_checks.h) before a backend sees a call.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpool/protocol/calls.h"
@@ -14,6 +16,11 @@ namespace gpool::worker {
 
 using proto::Blob;
 using proto::Status;
+// The typed fields of calls.def (fields.h), as backends name them.
+using proto::AllocBytes, proto::Created, proto::DevAddress, proto::DevCopy, proto::DevFill, proto::DevRange,
+    proto::DevWrite, proto::Event, proto::FreedAlloc, proto::Graph, proto::GraphExec, proto::Kernel,
+    proto::Launchable, proto::LaunchableList, proto::MemView, proto::ModuleGlobal, proto::ModuleRef,
+    proto::NewAlloc, proto::RangeOf, proto::Released, proto::Stream;
 
 class Backend {
  public:
@@ -21,16 +28,20 @@ class Backend {
 
   // Opens the device and fills the handshake reply (driver version, device description).
   virtual Status open(int device, proto::HelloReply& hello) = 0;
-  // The lease's memory cap (before open): allocations past it fail with CUDA_ERROR_OUT_OF_MEMORY, and
-  // the device's memory is reported as the cap (handshake, MemGetInfo).
+  // The lease's memory cap (before open): the device's memory is reported as the cap in the handshake.
+  // The cap itself is enforced by the worker's MemoryLedger.
   virtual void setMemoryCap(uint64_t bytes) = 0;
 
-#define X(name, number, mode, ins, outs) virtual proto::calls::name::handler name = 0;
+  // One overload per call in calls.def, selected by the call's tag type. Backends implement them with
+  // GPOOL_BACKEND_RUN (below), which calls the backend's member of the call's name.
+#define X(name, number, mode, ins, outs)                                               \
+  virtual Status run(proto::calls::name, proto::calls::name::in::tuple& in, \
+                     proto::calls::name::out::tuple& out) = 0;
 #include "gpool/protocol/calls.def"
 #undef X
 
   // Copies `bytes` from device memory to host memory, in stream order; the copy has completed when
-  // this returns (the dispatcher sends the data right after).
+  // this returns (the dispatcher sends the data right after). Range and stream are checked.
   virtual Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) = 0;
   // Host memory the dispatcher stages device-to-host replies in (page-locked where the backend can, so
   // the device copy runs at full speed); owned by the backend, valid until the next call with a larger size.
@@ -38,8 +49,6 @@ class Backend {
     if (staging_.size() < bytes) staging_.resize(bytes);
     return staging_.data();
   }
-  // Checks a device range before a streamed device-to-host reply starts.
-  virtual Status checkDeviceRange(uint64_t ptr, uint64_t bytes) = 0;
   // Where the dispatcher receives the next request's payload of `bytes` bytes; valid until the next
   // call. A backend may hand out page-locked memory so host-to-device copies from it run asynchronously
   // (it must then not hand out a buffer a copy is still reading).
@@ -52,5 +61,15 @@ class Backend {
   std::vector<uint8_t> staging_;
   std::vector<uint8_t> frame_;
 };
+
+// In a backend class, inside an X-macro over calls.def: the `run` override of call `name`, which passes
+// the request fields by value and the reply fields by reference to the backend's member `name` (a
+// hand-written method, or a generic forwarder on the cuda backend).
+#define GPOOL_BACKEND_RUN(name)                                                                        \
+  Status run(proto::calls::name, proto::calls::name::in::tuple& in, proto::calls::name::out::tuple& out) \
+      override {                                                                                       \
+    return std::apply(                                                                                 \
+        [&](auto&... i) { return std::apply([&](auto&... o) { return this->name(i..., o...); }, out); }, in); \
+  }
 
 }  // namespace gpool::worker

@@ -14,7 +14,7 @@
 
 #include "gpool/protocol/gpu_uuid.h"
 #include "gpool/protocol/module_image.h"
-#include "resources.h"
+#include "cuda_forward.h"
 
 namespace gpool::worker {
 namespace {
@@ -120,6 +120,11 @@ Driver& driver() {
 
 class CudaBackend final : public Backend {
  public:
+  // The run() overrides, one per call in calls.def, each calling the member of the call's name below.
+#define X(name, number, mode, ins, outs) GPOOL_BACKEND_RUN(name)
+#include "gpool/protocol/calls.def"
+#undef X
+
   ~CudaBackend() override {
     // Exiting the process frees everything; release the context for a tidy driver state.
     for (auto& slot : slots_) {
@@ -206,43 +211,46 @@ class CudaBackend final : public Backend {
     return CUDA_SUCCESS;
   }
 
-  Status checkDeviceRange(uint64_t ptr, uint64_t bytes) override {
-    return res_.containsRange(ptr, bytes) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-  }
+  // Calls forwarded as they are: the worker checked their handles, the driver checks the rest.
+  GPOOL_FORWARD(MemFree, cuMemFree)
+  GPOOL_FORWARD(StreamCreate, cuStreamCreateWithPriority)
+  GPOOL_FORWARD(StreamDestroy, cuStreamDestroy)
+  GPOOL_FORWARD(StreamSynchronize, cuStreamSynchronize)
+  GPOOL_FORWARD(StreamQuery, cuStreamQuery)
+  GPOOL_FORWARD(StreamWaitEvent, cuStreamWaitEvent)
+  GPOOL_FORWARD(EventCreate, cuEventCreate)
+  GPOOL_FORWARD(EventDestroy, cuEventDestroy)
+  GPOOL_FORWARD(EventRecord, cuEventRecordWithFlags)
+  GPOOL_FORWARD(EventSynchronize, cuEventSynchronize)
+  GPOOL_FORWARD(EventQuery, cuEventQuery)
+  GPOOL_FORWARD(EventElapsedTime, cuEventElapsedTime)
+  GPOOL_FORWARD(CtxSynchronize, cuCtxSynchronize)
+  GPOOL_FORWARD(CtxSetLimit, cuCtxSetLimit)
+  GPOOL_FORWARD(CtxGetLimit, cuCtxGetLimit)
+  GPOOL_FORWARD(KernelGetFunction, cuKernelGetFunction)
+  GPOOL_FORWARD(StreamBeginCapture, cuStreamBeginCapture)
+  GPOOL_FORWARD(GraphInstantiate, cuGraphInstantiateWithFlags)
+  GPOOL_FORWARD(GraphLaunch, cuGraphLaunch)
+  GPOOL_FORWARD(GraphUpload, cuGraphUpload)
+  GPOOL_FORWARD(GraphExecDestroy, cuGraphExecDestroy)
+  GPOOL_FORWARD(GraphDestroy, cuGraphDestroy)
 
-  Status MemAlloc(uint64_t bytes, uint64_t& dptr) override {
-    if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-    if (cap_ && (bytes > cap_ || used_ > cap_ - bytes)) return CUDA_ERROR_OUT_OF_MEMORY;  // the lease's cap
+  Status MemAlloc(AllocBytes bytes, NewAlloc& out) {
     CUdeviceptr p = 0;
     CUresult r = d_.cuMemAlloc_(&p, bytes);
-    if (r == CUDA_SUCCESS) {
-      dptr = p;
-      res_.addRange(p, bytes);
-      used_ += bytes;
-    }
+    if (r == CUDA_SUCCESS) out = NewAlloc{p, bytes};
     return r;
   }
-  Status MemFree(uint64_t dptr) override {
-    auto r = res_.findRange(dptr);
-    if (!r || r->first != dptr) return CUDA_ERROR_INVALID_VALUE;
-    used_ -= std::min(used_, r->second);
-    res_.removeRange(dptr);
-    return d_.cuMemFree_(dptr);
-  }
-  Status MemGetInfo(uint64_t& free_bytes, uint64_t& total) override {
+  Status MemGetInfo(MemView& m) {
     size_t f = 0, t = 0;
     CUresult r = d_.cuMemGetInfo_(&f, &t);
-    free_bytes = f;
-    total = t;
-    if (cap_) {  // the lease's view: its cap, less what it holds (never more than the device has free)
-      total = std::min<uint64_t>(cap_, t);
-      free_bytes = std::min<uint64_t>(f, total - std::min(total, used_));
-    }
+    m = MemView{f, t};  // the worker lowers it to the lease's view
     return r;
   }
-  Status MemcpyHtoD(uint64_t dst, Blob data, uint64_t stream, uint32_t async) override {
-    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-    if (!res_.containsRange(dst, data.size)) return CUDA_ERROR_INVALID_VALUE;
+  Status PointerGetBase(DevAddress, RangeOf&) { return CUDA_SUCCESS; }  // answered by the worker's table
+  Status MemcpyHtoD(DevWrite w, Stream stream, uint32_t async) {
+    uint64_t dst = w.ptr;
+    Blob data = w.data;
     // A captured copy would read the frame buffer at replay, long after it was reused.
     if (capturing(stream)) return refuseInCapture("a host-to-device copy");
     if (!async) return d_.cuMemcpyHtoD_(dst, data.data, data.size);
@@ -262,101 +270,26 @@ class CudaBackend final : public Backend {
     return CUDA_SUCCESS;
   }
   Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) override {
-    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-    if (!res_.containsRange(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
     if (capturing(stream)) return refuseInCapture("a device-to-host copy");
     if (stream == 0) return d_.cuMemcpyDtoH_(dst, src, bytes);
     CUresult r = d_.cuMemcpyDtoHAsync_(dst, src, bytes, stream_(stream));
     return r != CUDA_SUCCESS ? r : d_.cuStreamSynchronize_(stream_(stream));
   }
-  Status MemcpyDtoD(uint64_t dst, uint64_t src, uint64_t bytes, uint64_t stream, uint32_t async) override {
-    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-    if (!res_.containsRange(dst, bytes) || !res_.containsRange(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
-    return async ? d_.cuMemcpyDtoDAsync_(dst, src, bytes, stream_(stream)) : d_.cuMemcpyDtoD_(dst, src, bytes);
+  Status MemcpyDtoD(DevCopy c, Stream stream, uint32_t async) {
+    return async ? d_.cuMemcpyDtoDAsync_(c.dst, c.src, c.bytes, stream_(stream)) : d_.cuMemcpyDtoD_(c.dst, c.src, c.bytes);
   }
-  Status Memset(uint64_t dst, uint32_t value, uint32_t elem, uint64_t count, uint64_t stream, uint32_t async) override {
-    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-    if ((elem != 1 && elem != 2 && elem != 4) || count > UINT64_MAX / elem) return CUDA_ERROR_INVALID_VALUE;
-    if (!res_.containsRange(dst, count * elem)) return CUDA_ERROR_INVALID_VALUE;
+  Status Memset(DevFill f, uint32_t value, Stream stream, uint32_t async) {
     CUstream s = stream_(stream);
-    switch (elem) {
+    uint64_t dst = f.ptr, count = f.count;
+    switch (f.elem) {
       case 1: return async ? d_.cuMemsetD8Async_(dst, static_cast<unsigned char>(value), count, s) : d_.cuMemsetD8_(dst, static_cast<unsigned char>(value), count);
       case 2: return async ? d_.cuMemsetD16Async_(dst, static_cast<unsigned short>(value), count, s) : d_.cuMemsetD16_(dst, static_cast<unsigned short>(value), count);
       default: return async ? d_.cuMemsetD32Async_(dst, value, count, s) : d_.cuMemsetD32_(dst, value, count);
     }
   }
-  Status PointerGetBase(uint64_t dptr, uint64_t& base, uint64_t& size) override {
-    auto r = res_.findRange(dptr);
-    if (!r) return CUDA_ERROR_INVALID_VALUE;
-    base = r->first;
-    size = r->second;
-    return CUDA_SUCCESS;
-  }
-
-  Status StreamCreate(uint32_t flags, int32_t priority, uint64_t& stream) override {
-    CUstream s = nullptr;
-    CUresult r = d_.cuStreamCreateWithPriority_(&s, flags, priority);
-    if (r == CUDA_SUCCESS) res_.add(HandleKind::kStream, stream = reinterpret_cast<uint64_t>(s));
-    return r;
-  }
-  Status StreamDestroy(uint64_t stream) override {
-    if (stream <= 2 || !res_.remove(HandleKind::kStream, stream)) return CUDA_ERROR_INVALID_HANDLE;
-    return d_.cuStreamDestroy_(stream_(stream));
-  }
-  Status StreamSynchronize(uint64_t stream) override {
-    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-    return d_.cuStreamSynchronize_(stream_(stream));
-  }
-  Status StreamQuery(uint64_t stream) override {
-    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-    return d_.cuStreamQuery_(stream_(stream));
-  }
-  Status StreamWaitEvent(uint64_t stream, uint64_t event, uint32_t flags) override {
-    if (!res_.hasStream(stream) || !res_.has(HandleKind::kEvent, event)) return CUDA_ERROR_INVALID_HANDLE;
-    return d_.cuStreamWaitEvent_(stream_(stream), event_(event), flags);
-  }
-  Status EventCreate(uint32_t flags, uint64_t& event) override {
-    CUevent e = nullptr;
-    CUresult r = d_.cuEventCreate_(&e, flags);
-    if (r == CUDA_SUCCESS) res_.add(HandleKind::kEvent, event = reinterpret_cast<uint64_t>(e));
-    return r;
-  }
-  Status EventDestroy(uint64_t event) override {
-    if (!res_.remove(HandleKind::kEvent, event)) return CUDA_ERROR_INVALID_HANDLE;
-    return d_.cuEventDestroy_(event_(event));
-  }
-  Status EventRecord(uint64_t event, uint64_t stream, uint32_t flags) override {
-    if (!res_.has(HandleKind::kEvent, event) || !res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-    return d_.cuEventRecordWithFlags_(event_(event), stream_(stream), flags);
-  }
-  Status EventSynchronize(uint64_t event) override {
-    if (!res_.has(HandleKind::kEvent, event)) return CUDA_ERROR_INVALID_HANDLE;
-    return d_.cuEventSynchronize_(event_(event));
-  }
-  Status EventQuery(uint64_t event) override {
-    if (!res_.has(HandleKind::kEvent, event)) return CUDA_ERROR_INVALID_HANDLE;
-    return d_.cuEventQuery_(event_(event));
-  }
-  Status EventElapsedTime(uint64_t start, uint64_t end, float& ms) override {
-    if (!res_.has(HandleKind::kEvent, start) || !res_.has(HandleKind::kEvent, end)) return CUDA_ERROR_INVALID_HANDLE;
-    return d_.cuEventElapsedTime_(&ms, event_(start), event_(end));
-  }
-
-  Status CtxSynchronize() override { return d_.cuCtxSynchronize_(); }
-  Status CtxSetLimit(uint32_t limit, uint64_t value) override {
-    if (limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
-    return d_.cuCtxSetLimit_(static_cast<CUlimit>(limit), value);
-  }
-  Status CtxGetLimit(uint32_t limit, uint64_t& value) override {
-    if (limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
-    size_t v = 0;
-    CUresult r = d_.cuCtxGetLimit_(&v, static_cast<CUlimit>(limit));
-    value = v;
-    return r;
-  }
-
-  Status ModuleLoad(Blob image, uint32_t kind, uint64_t& handle) override {
+  Status ModuleLoad(Blob image, uint32_t kind, Created<ModuleRef>& out) {
     if (kind > 1 || image.size == 0) return CUDA_ERROR_INVALID_VALUE;
+    out.kind = kind;
     // The driver reads the image through its own headers: refuse one whose headers claim more than
     // arrived, and hand it a private, padded copy.
     uint64_t need = proto::moduleImageSize(image.data, image.size);
@@ -366,52 +299,37 @@ class CudaBackend final : public Backend {
     if (kind == 0) {
       CUmodule m = nullptr;
       CUresult r = d_.cuModuleLoadData_(&m, copy.data());
-      if (r == CUDA_SUCCESS) res_.add(HandleKind::kModule, handle = reinterpret_cast<uint64_t>(m));
+      out.handle = reinterpret_cast<uint64_t>(m);
       return r;
     }
     CUlibrary l = nullptr;
     CUresult r = d_.cuLibraryLoadData_(&l, copy.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
-    if (r == CUDA_SUCCESS) res_.add(HandleKind::kLibrary, handle = reinterpret_cast<uint64_t>(l));
+    out.handle = reinterpret_cast<uint64_t>(l);
     return r;
   }
-  Status ModuleUnload(uint64_t handle, uint32_t kind) override {
-    if (kind > 1 || !res_.remove(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
-      return CUDA_ERROR_INVALID_HANDLE;
-    return kind == 0 ? d_.cuModuleUnload_(reinterpret_cast<CUmodule>(handle))
+  Status ModuleUnload(Released<ModuleRef> m) {
+    uint64_t handle = m.handle;
+    return m.kind == 0 ? d_.cuModuleUnload_(reinterpret_cast<CUmodule>(handle))
                      : d_.cuLibraryUnload_(reinterpret_cast<CUlibrary>(handle));
   }
-  Status ModuleGetFunction(uint64_t handle, uint32_t kind, std::string name, uint64_t& out) override {
-    if (kind > 1 || !res_.has(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
-      return CUDA_ERROR_INVALID_HANDLE;
-    CUresult r;
-    if (kind == 0) {
-      CUfunction f = nullptr;
-      r = d_.cuModuleGetFunction_(&f, reinterpret_cast<CUmodule>(handle), name.c_str());
-      if (r == CUDA_SUCCESS) res_.add(HandleKind::kFunction, out = reinterpret_cast<uint64_t>(f));
-    } else {
-      CUkernel k = nullptr;
-      r = d_.cuLibraryGetKernel_(&k, reinterpret_cast<CUlibrary>(handle), name.c_str());
-      if (r == CUDA_SUCCESS) res_.add(HandleKind::kKernel, out = reinterpret_cast<uint64_t>(k));
-    }
+  Status ModuleGetFunction(ModuleRef m, std::string name, Created<Launchable>& out) {
+    void* f = nullptr;
+    CUresult r = m.kind == 0 ? d_.cuModuleGetFunction_(reinterpret_cast<CUfunction*>(&f), reinterpret_cast<CUmodule>(m.handle), name.c_str())
+                             : d_.cuLibraryGetKernel_(reinterpret_cast<CUkernel*>(&f), reinterpret_cast<CUlibrary>(m.handle), name.c_str());
+    out = reinterpret_cast<uint64_t>(f);
     return r;
   }
-  Status ModuleGetGlobal(uint64_t handle, uint32_t kind, std::string name, uint64_t& dptr, uint64_t& bytes) override {
-    if (kind > 1 || !res_.has(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
-      return CUDA_ERROR_INVALID_HANDLE;
+  Status ModuleGetGlobal(ModuleRef m, std::string name, ModuleGlobal& out) {
     CUdeviceptr p = 0;
     size_t n = 0;
-    CUresult r = kind == 0 ? d_.cuModuleGetGlobal_(&p, &n, reinterpret_cast<CUmodule>(handle), name.c_str())
-                           : d_.cuLibraryGetGlobal_(&p, &n, reinterpret_cast<CUlibrary>(handle), name.c_str());
-    if (r == CUDA_SUCCESS) {
-      dptr = p;
-      bytes = n;
-      res_.addRange(p, n);  // copies to and from module variables are legitimate
-    }
+    CUresult r = m.kind == 0 ? d_.cuModuleGetGlobal_(&p, &n, reinterpret_cast<CUmodule>(m.handle), name.c_str())
+                             : d_.cuLibraryGetGlobal_(&p, &n, reinterpret_cast<CUlibrary>(m.handle), name.c_str());
+    out = ModuleGlobal{p, n};  // copies to and from module variables are legitimate
     return r;
   }
-  Status ModuleFunctions(uint64_t handle, uint32_t kind, std::vector<char>& names, std::vector<uint64_t>& handles) override {
-    if (kind > 1 || !res_.has(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
-      return CUDA_ERROR_INVALID_HANDLE;
+  Status ModuleFunctions(ModuleRef m, std::vector<char>& names, Created<LaunchableList>& handles) {
+    uint64_t handle = m.handle;
+    uint32_t kind = m.kind;
     unsigned n = 0;
     CUresult r = kind == 0 ? d_.cuModuleGetFunctionCount_(&n, reinterpret_cast<CUmodule>(handle))
                            : d_.cuLibraryGetKernelCount_(&n, reinterpret_cast<CUlibrary>(handle));
@@ -424,10 +342,9 @@ class CudaBackend final : public Backend {
       const char* name = nullptr;
       r = kind == 0 ? d_.cuFuncGetName_(&name, static_cast<CUfunction>(f)) : d_.cuKernelGetName_(&name, static_cast<CUkernel>(f));
       if (r != CUDA_SUCCESS) return r;
-      res_.add(kind == 0 ? HandleKind::kFunction : HandleKind::kKernel, reinterpret_cast<uint64_t>(f));
       if (name) names.insert(names.end(), name, name + std::strlen(name));
       names.push_back('\0');
-      handles.push_back(reinterpret_cast<uint64_t>(f));
+      handles.v.push_back(reinterpret_cast<uint64_t>(f));
     }
     return CUDA_SUCCESS;
   }
@@ -435,7 +352,7 @@ class CudaBackend final : public Backend {
                          std::vector<uint64_t> strides, std::vector<uint32_t> box, std::vector<int32_t> lower,
                          std::vector<int32_t> upper, uint32_t channels, uint32_t pixels, std::vector<uint32_t> estrides,
                          uint32_t interleave, uint32_t swizzle, uint32_t l2, uint32_t oob,
-                         std::vector<uint8_t>& map) override {
+                         std::vector<uint8_t>& map) {
   if (rank < 1 || rank > 5 || dims.size() != rank || strides.size() != rank - 1 || estrides.size() != rank ||
       (kind == 0 && box.size() != rank) || (kind == 1 && (rank < 3 || lower.size() != rank - 2 || upper.size() != rank - 2)) ||
       kind > 1)
@@ -454,7 +371,7 @@ class CudaBackend final : public Backend {
     if (r == CUDA_SUCCESS) map.assign(reinterpret_cast<const uint8_t*>(&m), reinterpret_cast<const uint8_t*>(&m) + sizeof m);
     return r;
   }
-  Status TensorMapReplaceAddress(std::vector<uint8_t> in, uint64_t address, std::vector<uint8_t>& map) override {
+  Status TensorMapReplaceAddress(std::vector<uint8_t> in, uint64_t address, std::vector<uint8_t>& map) {
     if (in.size() != sizeof(CUtensorMap)) return CUDA_ERROR_INVALID_VALUE;
     CUtensorMap m;
     std::memcpy(&m, in.data(), sizeof m);
@@ -462,22 +379,13 @@ class CudaBackend final : public Backend {
     if (r == CUDA_SUCCESS) map.assign(reinterpret_cast<const uint8_t*>(&m), reinterpret_cast<const uint8_t*>(&m) + sizeof m);
     return r;
   }
-  Status KernelGetFunction(uint64_t kernel, uint64_t& function) override {
-    if (!res_.has(HandleKind::kKernel, kernel)) return CUDA_ERROR_INVALID_HANDLE;
-    CUfunction f = nullptr;
-    CUresult r = d_.cuKernelGetFunction_(&f, reinterpret_cast<CUkernel>(kernel));
-    if (r == CUDA_SUCCESS) res_.add(HandleKind::kFunction, function = reinterpret_cast<uint64_t>(f));
-    return r;
-  }
-  Status FuncGetParamLayout(uint64_t f, std::vector<uint32_t>& layout) override {
-    if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+  Status FuncGetParamLayout(Launchable f, std::vector<uint32_t>& layout) {
     const std::vector<uint32_t>* l = nullptr;
     CUresult r = paramLayout(f, l);
     if (r == CUDA_SUCCESS) layout = *l;
     return r;
   }
-  Status FuncGetAttribute(uint64_t f, int32_t attribute, int32_t& value) override {
-    if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+  Status FuncGetAttribute(Launchable f, int32_t attribute, int32_t& value) {
     CUfunction fn = nullptr;
     if (CUresult r = function(f, fn); r != CUDA_SUCCESS) return r;
     int v = 0;
@@ -485,22 +393,19 @@ class CudaBackend final : public Backend {
     value = v;
     return r;
   }
-  Status FuncSetAttribute(uint64_t f, int32_t attribute, int32_t value) override {
-    if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+  Status FuncSetAttribute(Launchable f, int32_t attribute, int32_t value) {
     CUfunction fn = nullptr;
     if (CUresult r = function(f, fn); r != CUDA_SUCCESS) return r;
     return d_.cuFuncSetAttribute_(fn, static_cast<CUfunction_attribute>(attribute), value);
   }
-  Status FuncSetCacheConfig(uint64_t f, uint32_t config) override {
-    if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+  Status FuncSetCacheConfig(Launchable f, uint32_t config) {
     CUfunction fn = nullptr;
     if (CUresult r = function(f, fn); r != CUDA_SUCCESS) return r;
     return d_.cuFuncSetCacheConfig_(fn, static_cast<CUfunc_cache>(config));
   }
 
-  Status LaunchKernel(uint64_t f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz,
-                      uint32_t shared, uint64_t stream, Blob params, Blob attrs) override {
-    if (!res_.hasLaunchable(f) || !res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  Status LaunchKernel(Launchable f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz,
+                      uint32_t shared, Stream stream, Blob params, Blob attrs) {
     if (!validAttributes(attrs)) return CUDA_ERROR_INVALID_VALUE;
     const std::vector<uint32_t>* layout = nullptr;
     if (CUresult r = paramLayout(f, layout); r != CUDA_SUCCESS) return r;
@@ -511,10 +416,11 @@ class CudaBackend final : public Backend {
       args_.push_back(const_cast<uint8_t*>(base + (*layout)[i]));
     }
     CUlaunchConfig cfg = config(gx, gy, gz, bx, by, bz, shared, stream, attrs);
-    return d_.cuLaunchKernelEx_(&cfg, reinterpret_cast<CUfunction>(f), args_.data(), nullptr);
+    CUfunction fn = nullptr;
+    if (CUresult r = function(f, fn); r != CUDA_SUCCESS) return r;
+    return d_.cuLaunchKernelEx_(&cfg, fn, args_.data(), nullptr);
   }
-  Status OccupancyMaxActiveBlocks(uint64_t f, int32_t block, uint64_t smem, uint32_t flags, int32_t& blocks) override {
-    if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+  Status OccupancyMaxActiveBlocks(Launchable f, int32_t block, uint64_t smem, uint32_t flags, int32_t& blocks) {
     CUfunction fn = nullptr;
     if (CUresult r = function(f, fn); r != CUDA_SUCCESS) return r;
     int n = 0;
@@ -523,8 +429,7 @@ class CudaBackend final : public Backend {
     return r;
   }
 
-  Status OccupancyAvailableDynamicSMem(uint64_t f, int32_t blocks, int32_t block, uint64_t& bytes) override {
-    if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+  Status OccupancyAvailableDynamicSMem(Launchable f, int32_t blocks, int32_t block, uint64_t& bytes) {
     CUfunction fn = nullptr;
     if (CUresult r = function(f, fn); r != CUDA_SUCCESS) return r;
     size_t n = 0;
@@ -533,9 +438,8 @@ class CudaBackend final : public Backend {
     return r;
   }
 
-  Status OccupancyMaxActiveClusters(uint64_t f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by,
-                                    uint32_t bz, uint32_t shared, Blob attrs, int32_t& clusters) override {
-    if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+  Status OccupancyMaxActiveClusters(Launchable f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by,
+                                    uint32_t bz, uint32_t shared, Blob attrs, int32_t& clusters) {
     if (!validAttributes(attrs)) return CUDA_ERROR_INVALID_VALUE;
     CUfunction fn = nullptr;
     if (CUresult r = function(f, fn); r != CUDA_SUCCESS) return r;
@@ -546,27 +450,19 @@ class CudaBackend final : public Backend {
     return r;
   }
 
-  Status DeviceStatus(uint64_t& free_bytes, uint64_t& total, uint32_t& gpu, uint32_t& memory,
-                      std::string& driver) override {
-    if (Status st = MemGetInfo(free_bytes, total); st != CUDA_SUCCESS) return st;
+  Status DeviceStatus(MemView& m, uint32_t& gpu, uint32_t& memory, std::string& driver) {
+    if (Status st = MemGetInfo(m); st != CUDA_SUCCESS) return st;
     nvml_.query(uuid_, gpu, memory, driver);
     return CUDA_SUCCESS;
   }
 
-  Status StreamBeginCapture(uint64_t stream, uint32_t mode) override {
-    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-    if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
-    return d_.cuStreamBeginCapture_(stream_(stream), static_cast<CUstreamCaptureMode>(mode));
-  }
-  Status StreamEndCapture(uint64_t stream, uint64_t& graph) override {
-    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  Status StreamEndCapture(Stream stream, Created<Graph>& graph) {
     CUgraph g = nullptr;
     CUresult r = d_.cuStreamEndCapture_(stream_(stream), &g);
-    if (r == CUDA_SUCCESS) res_.add(HandleKind::kGraph, graph = reinterpret_cast<uint64_t>(g));
+    graph = reinterpret_cast<uint64_t>(g);
     return r;
   }
-  Status StreamCaptureInfo(uint64_t stream, uint32_t& status, uint64_t& id) override {
-    if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  Status StreamCaptureInfo(Stream stream, uint32_t& status, uint64_t& id) {
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     cuuint64_t capture_id = 0;
     CUresult r = d_.cuStreamGetCaptureInfo_(stream_(stream), &st, &capture_id, nullptr, nullptr, nullptr, nullptr);
@@ -574,38 +470,14 @@ class CudaBackend final : public Backend {
     id = capture_id;
     return r;
   }
-  Status ThreadCaptureMode(uint32_t mode) override {
+  Status ThreadCaptureMode(uint32_t mode) {
     if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
     auto m = static_cast<CUstreamCaptureMode>(mode);
     return d_.cuThreadExchangeStreamCaptureMode_(&m);
   }
-  Status GraphInstantiate(uint64_t graph, uint64_t flags, uint64_t& exec) override {
-    if (!res_.has(HandleKind::kGraph, graph)) return CUDA_ERROR_INVALID_HANDLE;
-    CUgraphExec e = nullptr;
-    CUresult r = d_.cuGraphInstantiateWithFlags_(&e, reinterpret_cast<CUgraph>(graph), flags);
-    if (r == CUDA_SUCCESS) res_.add(HandleKind::kGraphExec, exec = reinterpret_cast<uint64_t>(e));
-    return r;
-  }
-  Status GraphLaunch(uint64_t exec, uint64_t stream) override {
-    if (!res_.has(HandleKind::kGraphExec, exec) || !res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-    return d_.cuGraphLaunch_(reinterpret_cast<CUgraphExec>(exec), stream_(stream));
-  }
-  Status GraphUpload(uint64_t exec, uint64_t stream) override {
-    if (!res_.has(HandleKind::kGraphExec, exec) || !res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-    return d_.cuGraphUpload_(reinterpret_cast<CUgraphExec>(exec), stream_(stream));
-  }
-  Status GraphExecDestroy(uint64_t exec) override {
-    if (!res_.remove(HandleKind::kGraphExec, exec)) return CUDA_ERROR_INVALID_HANDLE;
-    return d_.cuGraphExecDestroy_(reinterpret_cast<CUgraphExec>(exec));
-  }
-  Status GraphDestroy(uint64_t graph) override {
-    if (!res_.remove(HandleKind::kGraph, graph)) return CUDA_ERROR_INVALID_HANDLE;
-    return d_.cuGraphDestroy_(reinterpret_cast<CUgraph>(graph));
-  }
-  Status GraphNodeCount(uint64_t graph, uint64_t& nodes) override {
-    if (!res_.has(HandleKind::kGraph, graph)) return CUDA_ERROR_INVALID_HANDLE;
+  Status GraphNodeCount(Graph graph, uint64_t& nodes) {
     size_t n = 0;
-    CUresult r = d_.cuGraphGetNodes_(reinterpret_cast<CUgraph>(graph), nullptr, &n);
+    CUresult r = d_.cuGraphGetNodes_(reinterpret_cast<CUgraph>(graph.v), nullptr, &n);
     nodes = n;
     return r;
   }
@@ -618,7 +490,7 @@ class CudaBackend final : public Backend {
     bool in_use = false;
   };
   std::array<Slot, 4> slots_;
-  uint64_t cap_ = 0, used_ = 0;  // the lease's memory cap (0: none) and the bytes allocated
+  uint64_t cap_ = 0;  // the lease's memory cap (0: none), reported as the device's memory
   size_t current_ = 0;
 
   bool capturing(uint64_t stream) {
@@ -654,15 +526,15 @@ class CudaBackend final : public Backend {
   static CUevent event_(uint64_t e) { return reinterpret_cast<CUevent>(e); }
 
   // A CUfunction for a launchable handle (CUkernel handles go through cuKernelGetFunction).
-  CUresult function(uint64_t f, CUfunction& out) {
-    if (res_.has(HandleKind::kFunction, f)) {
-      out = reinterpret_cast<CUfunction>(f);
+  CUresult function(Launchable f, CUfunction& out) {
+    if (!f.is_kernel) {
+      out = reinterpret_cast<CUfunction>(f.v);
       return CUDA_SUCCESS;
     }
-    return d_.cuKernelGetFunction_(&out, reinterpret_cast<CUkernel>(f));
+    return d_.cuKernelGetFunction_(&out, reinterpret_cast<CUkernel>(f.v));
   }
 
-  CUresult paramLayout(uint64_t f, const std::vector<uint32_t>*& out) {
+  CUresult paramLayout(Launchable f, const std::vector<uint32_t>*& out) {
     auto it = layouts_.find(f);
     if (it == layouts_.end()) {
       CUfunction fn = nullptr;
@@ -681,7 +553,6 @@ class CudaBackend final : public Backend {
   }
 
   Driver& d_ = driver();
-  Resources res_;
   void* staging_ = nullptr;  // page-locked, for device-to-host replies
   size_t staging_size_ = 0;
   CUdevice dev_ = 0;

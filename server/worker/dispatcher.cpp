@@ -10,9 +10,7 @@
 namespace gpool::worker {
 namespace {
 
-constexpr Status kInvalidValue = 1;    // CUDA_ERROR_INVALID_VALUE
-constexpr Status kNotFound = 500;      // CUDA_ERROR_NOT_FOUND
-constexpr Status kNotSupported = 801;  // CUDA_ERROR_NOT_SUPPORTED
+namespace cu = proto::cu;
 
 // Raised inside handle() for a frame that breaks the contract; ends the connection.
 struct Violation {
@@ -22,7 +20,17 @@ struct Violation {
 }  // namespace
 
 template <typename C>
-void Dispatcher::dispatch(const proto::FrameHeader& h, typename C::handler Backend::*method) {
+Status Dispatcher::execute(typename C::in::tuple& ins, typename C::out::tuple& outs) {
+  CallScope scope;
+  Status st = checks_.admitAll(ins, scope);
+  if (st == cu::kSuccess) st = backend_.run(C{}, ins, outs);
+  if (st == cu::kSuccess) checks_.commit(outs, scope);
+  else checks_.abandon(scope);
+  return st;
+}
+
+template <typename C>
+void Dispatcher::dispatch(const proto::FrameHeader& h) {
   typename C::in::tuple ins;
   typename C::out::tuple outs{};
   proto::Reader r(payload_.data(), payload_.size());
@@ -36,7 +44,7 @@ void Dispatcher::dispatch(const proto::FrameHeader& h, typename C::handler Backe
     st = latched_;  // an earlier asynchronous call failed: report it here, run nothing
     latched_ = 0;
   } else {
-    st = std::apply([&](auto&... i) { return std::apply([&](auto&... o) { return (backend_.*method)(i..., o...); }, outs); }, ins);
+    st = execute<C>(ins, outs);
     if constexpr (std::is_same_v<C, proto::calls::ModuleLoad>) {
       const proto::Blob& image = std::get<0>(ins);
       ++stats_.images_received;
@@ -77,14 +85,15 @@ void Dispatcher::memcpyDtoH(const proto::FrameHeader& h) {
 
   Status st = latched_;
   latched_ = 0;
-  if (st == 0) st = backend_.checkDeviceRange(src, bytes);
+  if (st == 0 && !table_.hasStream(stream)) st = cu::kInvalidHandle;
+  if (st == 0 && !table_.containsRange(src, bytes)) st = cu::kInvalidValue;
   if (st != 0) {
     replyStatus(h, st);
     return;
   }
   proto::FrameHeader rh{static_cast<uint32_t>(bytes + sizeof(Status)), h.msg, proto::kIsReply, h.seq};
   if (bytes + sizeof(Status) > UINT32_MAX) {
-    st = kInvalidValue;  // a single reply frame cannot carry it; the client splits larger copies
+    st = cu::kInvalidValue;  // a single reply frame cannot carry it; the client splits larger copies
     replyStatus(h, st);
     return;
   }
@@ -113,15 +122,16 @@ void Dispatcher::moduleLoadCached(const proto::FrameHeader& h) {
   if (!(h.flags & proto::kWantsReply)) throw Violation{"ModuleLoadCached without a reply"};
   Status st = latched_;
   latched_ = 0;
-  uint64_t handle = 0;
+  proto::calls::ModuleLoad::out::tuple out;
   if (st == 0) {
     ImageHash key;
     std::memcpy(key.data(), hash.data(), key.size());
     std::optional<std::vector<uint8_t>> image = cache_ ? cache_->get(key) : std::nullopt;
     if (!image) {
-      st = kNotFound;
+      st = cu::kNotFound;
     } else {
-      st = backend_.ModuleLoad(proto::Blob{image->data(), image->size()}, kind, handle);
+      proto::calls::ModuleLoad::in::tuple in{proto::Blob{image->data(), image->size()}, kind};
+      st = execute<proto::calls::ModuleLoad>(in, out);
       if (st == 0) {
         ++stats_.images_from_cache;
         stats_.image_bytes_from_cache += image->size();
@@ -131,14 +141,14 @@ void Dispatcher::moduleLoadCached(const proto::FrameHeader& h) {
   out_.clear();
   proto::Writer w(out_);
   w.put(st);
-  w.put(handle);
+  w.put(std::get<0>(out).handle);
   reply(h, out_);
 }
 
 void Dispatcher::handle(const proto::FrameHeader& h) {
   switch (h.msg) {
 #define X(name, number, mode, ins, outs) \
-  case number: return dispatch<proto::calls::name>(h, &Backend::name);
+  case number: return dispatch<proto::calls::name>(h);
 #include "gpool/protocol/calls.def"
 #undef X
     case proto::kMsgMemcpyDtoH:
@@ -147,7 +157,7 @@ void Dispatcher::handle(const proto::FrameHeader& h) {
       return moduleLoadCached(h);
     default:
       spdlog::warn("unknown message number {:#06x} ({} bytes) from {}", h.msg, h.length, transport_.peer());
-      if (h.flags & proto::kWantsReply) replyStatus(h, kNotSupported);
+      if (h.flags & proto::kWantsReply) replyStatus(h, cu::kNotSupported);
   }
 }
 

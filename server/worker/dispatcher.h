@@ -8,7 +8,10 @@
 #include <vector>
 
 #include "backend.h"
+#include "handle_table.h"
+#include "memory_ledger.h"
 #include "module_cache.h"
+#include "request_checks.h"
 #include "gpool/protocol/frame_io.h"
 #include "gpool/protocol/transport.h"
 
@@ -25,9 +28,10 @@ struct ServeResult {
 
 class Dispatcher {
  public:
+  // `memory_limit`: the device memory the lease may hold (the lease's cap, or the device's size).
   // `cache` (may be null) is the host's module image cache.
-  Dispatcher(Backend& backend, proto::Transport& transport, ModuleCache* cache = nullptr)
-      : backend_(backend), transport_(transport), cache_(cache) {}
+  Dispatcher(Backend& backend, proto::Transport& transport, uint64_t memory_limit, ModuleCache* cache = nullptr)
+      : backend_(backend), transport_(transport), ledger_(memory_limit), cache_(cache) {}
   // Runs until the client disconnects or violates the protocol.
   ServeResult serve();
 
@@ -39,10 +43,16 @@ class Dispatcher {
   void memcpyDtoH(const proto::FrameHeader& h);
   void moduleLoadCached(const proto::FrameHeader& h);
   template <typename C>
-  void dispatch(const proto::FrameHeader& h, typename C::handler Backend::*method);
+  void dispatch(const proto::FrameHeader& h);
+  // Checks the request's fields, runs it on the backend and records what its reply hands out.
+  template <typename C>
+  Status execute(typename C::in::tuple& ins, typename C::out::tuple& outs);
 
   Backend& backend_;
   proto::Transport& transport_;
+  HandleTable table_;    // what this worker handed out
+  MemoryLedger ledger_;  // the lease's memory
+  RequestChecks checks_{table_, ledger_};
   std::span<const uint8_t> payload_;  // the current request's payload, in the backend's frame buffer
   std::vector<uint8_t> out_;
   Status latched_ = 0;  // first failure of a call nobody waited for

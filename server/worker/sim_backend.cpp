@@ -103,7 +103,8 @@ SimBackend::SimBackend(SimOptions options) : options_(std::move(options)) {
 }
 
 SimBackend::~SimBackend() {
-  for (const auto& [base, size] : res_.ranges()) std::free(reinterpret_cast<void*>(base));
+  for (uint64_t base : allocations_) std::free(reinterpret_cast<void*>(base));
+  for (const auto& [key, base] : globals_) std::free(reinterpret_cast<void*>(base));
 }
 
 void SimBackend::registerKernel(const char* name, gpool_sim_kernel_fn fn, unsigned n, const unsigned* sizes,
@@ -125,9 +126,7 @@ void SimBackend::registerKernel(const char* name, gpool_sim_kernel_fn fn, unsign
 
 uint64_t SimBackend::newHandle(HandleKind kind) {
   // Distinct, never reused, never small (0..2 are stream sentinels).
-  uint64_t h = (uint64_t{static_cast<unsigned>(kind) + 1} << 40) | next_handle_++;
-  res_.add(kind, h);
-  return h;
+  return (uint64_t{static_cast<unsigned>(kind) + 1} << 40) | next_handle_++;
 }
 
 SimBackend::Capture* SimBackend::capturing(uint64_t stream) {
@@ -161,67 +160,47 @@ Status SimBackend::open(int device, proto::HelloReply& hello) {
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::checkDeviceRange(uint64_t ptr, uint64_t bytes) {
-  return res_.containsRange(ptr, bytes) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-
-Status SimBackend::MemAlloc(uint64_t bytes, uint64_t& dptr) {
-  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  if (bytes > options_.memory_bytes - used_) return CUDA_ERROR_OUT_OF_MEMORY;
+Status SimBackend::MemAlloc(AllocBytes bytes, NewAlloc& out) {
+  // The lease's limit was checked by the worker's MemoryLedger; this is the host's own limit.
   uint64_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   void* p = std::aligned_alloc(kAlign, rounded);
   if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
-  dptr = reinterpret_cast<uint64_t>(p);
-  res_.addRange(dptr, bytes);
-  used_ += bytes;
+  out = NewAlloc{reinterpret_cast<uint64_t>(p), bytes};
+  allocations_.insert(out.ptr);
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::MemFree(uint64_t dptr) {
-  auto r = res_.findRange(dptr);
-  if (!r || r->first != dptr) return CUDA_ERROR_INVALID_VALUE;
-  for (const auto& [key, address] : globals_)
-    if (address == dptr) return CUDA_ERROR_INVALID_VALUE;  // a module variable, not an allocation
-  used_ -= r->second;
-  res_.removeRange(dptr);
-  std::free(reinterpret_cast<void*>(dptr));
+Status SimBackend::MemFree(FreedAlloc dptr) {
+  allocations_.erase(dptr);
+  std::free(reinterpret_cast<void*>(dptr.ptr));
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::MemGetInfo(uint64_t& free_bytes, uint64_t& total) {
-  total = options_.memory_bytes;
-  free_bytes = total - used_;
+Status SimBackend::MemGetInfo(MemView& m) {
+  m = MemView{options_.memory_bytes, options_.memory_bytes};  // the worker subtracts what the lease holds
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::MemcpyHtoD(uint64_t dst, Blob data, uint64_t stream, uint32_t) {
-  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-  if (!res_.containsRange(dst, data.size)) return CUDA_ERROR_INVALID_VALUE;
+Status SimBackend::MemcpyHtoD(DevWrite w, Stream stream, uint32_t) {
   if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a host-to-device copy");
-  if (data.size) std::memcpy(reinterpret_cast<void*>(dst), data.data, data.size);
+  if (w.data.size) std::memcpy(reinterpret_cast<void*>(w.ptr), w.data.data, w.data.size);
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) {
-  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-  if (!res_.containsRange(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
   if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a device-to-host copy");
   if (bytes) std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::MemcpyDtoD(uint64_t dst, uint64_t src, uint64_t bytes, uint64_t stream, uint32_t) {
-  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-  if (!res_.containsRange(dst, bytes) || !res_.containsRange(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
-  if (bytes) issue(stream, [=] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes); });
+Status SimBackend::MemcpyDtoD(DevCopy c, Stream stream, uint32_t) {
+  if (c.bytes)
+    issue(stream, [c] { std::memmove(reinterpret_cast<void*>(c.dst), reinterpret_cast<const void*>(c.src), c.bytes); });
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::Memset(uint64_t dst, uint32_t value, uint32_t elem, uint64_t count, uint64_t stream, uint32_t) {
-  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-  if ((elem != 1 && elem != 2 && elem != 4) || count > UINT64_MAX / elem) return CUDA_ERROR_INVALID_VALUE;
-  if (dst % elem != 0 || !res_.containsRange(dst, count * elem)) return CUDA_ERROR_INVALID_VALUE;
-  issue(stream, [=] {
+Status SimBackend::Memset(DevFill f, uint32_t value, Stream stream, uint32_t) {
+  issue(stream, [dst = f.ptr, elem = f.elem, count = f.count, value] {
     auto* p = reinterpret_cast<uint8_t*>(dst);
     if (elem == 1) {
       std::memset(p, static_cast<int>(value & 0xff), count);
@@ -235,52 +214,39 @@ Status SimBackend::Memset(uint64_t dst, uint32_t value, uint32_t elem, uint64_t 
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::PointerGetBase(uint64_t dptr, uint64_t& base, uint64_t& size) {
-  auto r = res_.findRange(dptr);
-  if (!r) return CUDA_ERROR_INVALID_VALUE;
-  base = r->first;
-  size = r->second;
-  return CUDA_SUCCESS;
-}
+Status SimBackend::PointerGetBase(DevAddress, RangeOf&) { return CUDA_SUCCESS; }  // answered by the worker's table
 
-Status SimBackend::StreamCreate(uint32_t, int32_t, uint64_t& stream) {
+Status SimBackend::StreamCreate(uint32_t, int32_t, Created<Stream>& stream) {
   stream = newHandle(HandleKind::kStream);
   return CUDA_SUCCESS;
 }
-Status SimBackend::StreamDestroy(uint64_t stream) {
-  if (!res_.remove(HandleKind::kStream, stream)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::StreamDestroy(Released<Stream> stream) {
   captures_.erase(stream);
   return CUDA_SUCCESS;
 }
-Status SimBackend::StreamSynchronize(uint64_t stream) {
-  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::StreamSynchronize(Stream stream) {
   if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a stream synchronization");
   return CUDA_SUCCESS;
 }
-Status SimBackend::StreamQuery(uint64_t stream) {
-  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::StreamQuery(Stream stream) {
   if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a stream query");
   return CUDA_SUCCESS;
 }
-Status SimBackend::StreamWaitEvent(uint64_t stream, uint64_t event, uint32_t) {
-  if (!res_.hasStream(stream) || !res_.has(HandleKind::kEvent, event)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::StreamWaitEvent(Stream, Event, uint32_t) {
   return CUDA_SUCCESS;  // work runs in issue order, so the event has completed
 }
 
-Status SimBackend::EventCreate(uint32_t flags, uint64_t& event) {
+Status SimBackend::EventCreate(uint32_t flags, Created<Event>& event) {
   event = newHandle(HandleKind::kEvent);
-  events_[event] = Event{flags, false, {}};
+  events_[event] = EventState{flags, false, {}};
   return CUDA_SUCCESS;
 }
-Status SimBackend::EventDestroy(uint64_t event) {
-  if (!res_.remove(HandleKind::kEvent, event)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::EventDestroy(Released<Event> event) {
   events_.erase(event);
   return CUDA_SUCCESS;
 }
-Status SimBackend::EventRecord(uint64_t event, uint64_t stream, uint32_t) {
-  auto it = events_.find(event);
-  if (it == events_.end() || !res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-  issue(stream, [this, event] {
+Status SimBackend::EventRecord(Event event, Stream stream, uint32_t) {
+  issue(stream, [this, event = event.v] {
     if (auto e = events_.find(event); e != events_.end()) {
       e->second.recorded = true;
       e->second.at = std::chrono::steady_clock::now();
@@ -288,15 +254,10 @@ Status SimBackend::EventRecord(uint64_t event, uint64_t stream, uint32_t) {
   });
   return CUDA_SUCCESS;
 }
-Status SimBackend::EventSynchronize(uint64_t event) {
-  return events_.count(event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
-Status SimBackend::EventQuery(uint64_t event) {
-  return events_.count(event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
-Status SimBackend::EventElapsedTime(uint64_t start, uint64_t end, float& ms) {
+Status SimBackend::EventSynchronize(Event) { return CUDA_SUCCESS; }  // work runs in issue order
+Status SimBackend::EventQuery(Event) { return CUDA_SUCCESS; }
+Status SimBackend::EventElapsedTime(Event start, Event end, float& ms) {
   auto a = events_.find(start), b = events_.find(end);
-  if (a == events_.end() || b == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
   if ((a->second.flags | b->second.flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
   if (!a->second.recorded || !b->second.recorded) return CUDA_ERROR_INVALID_HANDLE;
   ms = std::chrono::duration<float, std::milli>(b->second.at - a->second.at).count();
@@ -320,31 +281,29 @@ Status SimBackend::CtxGetLimit(uint32_t limit, uint64_t& value) {
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::ModuleLoad(Blob image, uint32_t kind, uint64_t& handle) {
+Status SimBackend::ModuleLoad(Blob image, uint32_t kind, Created<ModuleRef>& out) {
   if (kind > 1 || image.size == 0) return CUDA_ERROR_INVALID_VALUE;
   // The image must be what it claims to be, and complete; sizing never reads past what arrived.
   uint64_t need = proto::moduleImageSize(image.data, image.size);
   if (need == 0 || need > image.size) return CUDA_ERROR_INVALID_IMAGE;
   CubinIndex index = CubinIndex::build(static_cast<const uint8_t*>(image.data), image.size);
   if (index.empty()) spdlog::debug("sim: module image describes no globals or parameters ({})", index.why());
-  handle = newHandle(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary);
-  images_[handle] = std::move(index);
+  out.handle = newHandle(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary);
+  out.kind = kind;
+  images_[out.handle] = std::move(index);
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::ModuleUnload(uint64_t handle, uint32_t kind) {
-  if (kind > 1 || !res_.remove(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
-    return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::ModuleUnload(Released<ModuleRef> m) {
+  uint64_t handle = m.handle;
   images_.erase(handle);
   for (auto it = globals_.lower_bound({handle, std::string{}}); it != globals_.end() && it->first.first == handle;) {
-    res_.removeRange(it->second);
     std::free(reinterpret_cast<void*>(it->second));
     it = globals_.erase(it);
   }
   for (auto it = functions_.begin(); it != functions_.end();) {
     if (it->second.owner == handle) {
-      res_.remove(HandleKind::kFunction, it->first);
-      res_.remove(HandleKind::kKernel, it->first);
+      kernel_function_.erase(it->first);
       it = functions_.erase(it);
     } else {
       ++it;
@@ -353,24 +312,21 @@ Status SimBackend::ModuleUnload(uint64_t handle, uint32_t kind) {
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::ModuleGetFunction(uint64_t handle, uint32_t kind, std::string name, uint64_t& out) {
-  if (kind > 1 || !res_.has(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
-    return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::ModuleGetFunction(ModuleRef m, std::string name, Created<Launchable>& out) {
   if (name.empty()) return CUDA_ERROR_INVALID_VALUE;
+  bool kernel = m.kind == 1;
   for (const auto& [h, f] : functions_)
-    if (f.owner == handle && f.name == name && res_.has(kind == 0 ? HandleKind::kFunction : HandleKind::kKernel, h)) {
+    if (f.owner == m.handle && f.name == name && f.from_module == !kernel) {
       out = h;
       return CUDA_SUCCESS;
     }
-  out = newHandle(kind == 0 ? HandleKind::kFunction : HandleKind::kKernel);
-  functions_[out] = Function{name, handle};
+  out = newHandle(kernel ? HandleKind::kKernel : HandleKind::kFunction);
+  functions_[out] = Function{name, m.handle, !kernel};
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::ModuleGetGlobal(uint64_t handle, uint32_t kind, std::string name, uint64_t& dptr,
-                                   uint64_t& bytes) {
-  if (kind > 1 || !res_.has(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
-    return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::ModuleGetGlobal(ModuleRef m, std::string name, ModuleGlobal& out) {
+  uint64_t handle = m.handle;
   const CubinIndex::Global* g = images_[handle].global(name);
   if (!g) return CUDA_ERROR_NOT_FOUND;
   auto [it, fresh] = globals_.try_emplace({handle, name}, 0);
@@ -385,27 +341,24 @@ Status SimBackend::ModuleGetGlobal(uint64_t handle, uint32_t kind, std::string n
     std::memset(p, 0, rounded);
     if (!g->init.empty()) std::memcpy(p, g->init.data(), g->init.size());
     it->second = reinterpret_cast<uint64_t>(p);
-    res_.addRange(it->second, std::max<uint64_t>(g->size, 1));
   }
-  dptr = it->second;
-  bytes = g->size;
+  out = ModuleGlobal{it->second, g->size};
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::KernelGetFunction(uint64_t kernel, uint64_t& function) {
-  if (!res_.has(HandleKind::kKernel, kernel)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::KernelGetFunction(Kernel kernel, Created<Launchable>& function) {
   auto it = kernel_function_.find(kernel);
   if (it == kernel_function_.end()) {
     uint64_t f = newHandle(HandleKind::kFunction);
     functions_[f] = functions_[kernel];
+    functions_[f].from_module = true;
     it = kernel_function_.emplace(kernel, f).first;
   }
   function = it->second;
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::FuncGetParamLayout(uint64_t f, std::vector<uint32_t>& layout) {
-  if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::FuncGetParamLayout(Launchable f, std::vector<uint32_t>& layout) {
   const Function& fn = functions_[f];
   if (auto k = kernels_.find(fn.name); k != kernels_.end()) {
     layout = k->second.layout;
@@ -418,8 +371,7 @@ Status SimBackend::FuncGetParamLayout(uint64_t f, std::vector<uint32_t>& layout)
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::FuncGetAttribute(uint64_t f, int32_t attribute, int32_t& value) {
-  if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::FuncGetAttribute(Launchable, int32_t attribute, int32_t& value) {
   switch (attribute) {
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: value = 1024; break;
     case CU_FUNC_ATTRIBUTE_NUM_REGS: value = 32; break;
@@ -434,19 +386,16 @@ Status SimBackend::FuncGetAttribute(uint64_t f, int32_t attribute, int32_t& valu
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::FuncSetAttribute(uint64_t f, int32_t attribute, int32_t) {
-  if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::FuncSetAttribute(Launchable, int32_t attribute, int32_t) {
   return attribute >= 0 && attribute < CU_FUNC_ATTRIBUTE_MAX ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-Status SimBackend::FuncSetCacheConfig(uint64_t f, uint32_t config) {
-  if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::FuncSetCacheConfig(Launchable, uint32_t config) {
   return config <= CU_FUNC_CACHE_PREFER_EQUAL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-Status SimBackend::LaunchKernel(uint64_t f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by,
-                                uint32_t bz, uint32_t shared, uint64_t stream, Blob params, Blob attrs) {
-  if (!res_.hasLaunchable(f) || !res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::LaunchKernel(Launchable f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by,
+                                uint32_t bz, uint32_t shared, Stream stream, Blob params, Blob attrs) {
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
   if (uint64_t{bx} * by * bz > 1024 || gy > 65535 || gz > 65535 || shared > 232448)
     return CUDA_ERROR_INVALID_VALUE;
@@ -477,16 +426,14 @@ Status SimBackend::LaunchKernel(uint64_t f, uint32_t gx, uint32_t gy, uint32_t g
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::OccupancyMaxActiveBlocks(uint64_t f, int32_t block, uint64_t, uint32_t, int32_t& blocks) {
-  if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::OccupancyMaxActiveBlocks(Launchable, int32_t block, uint64_t, uint32_t, int32_t& blocks) {
   if (block <= 0 || block > 1024) return CUDA_ERROR_INVALID_VALUE;
   blocks = std::min(32, 2048 / block);
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::OccupancyMaxActiveClusters(uint64_t f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx,
+Status SimBackend::OccupancyMaxActiveClusters(Launchable, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx,
                                               uint32_t by, uint32_t bz, uint32_t, Blob attrs, int32_t& clusters) {
-  if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || uint64_t{bx} * by * bz > 1024)
     return CUDA_ERROR_INVALID_VALUE;
   if (attrs.size % sizeof(CUlaunchAttribute) != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -502,16 +449,14 @@ Status SimBackend::OccupancyMaxActiveClusters(uint64_t f, uint32_t gx, uint32_t 
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::OccupancyAvailableDynamicSMem(uint64_t f, int32_t blocks, int32_t block, uint64_t& bytes) {
-  if (!res_.hasLaunchable(f)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::OccupancyAvailableDynamicSMem(Launchable, int32_t blocks, int32_t block, uint64_t& bytes) {
   if (blocks <= 0 || block <= 0 || block > 1024) return CUDA_ERROR_INVALID_VALUE;
   // The modelled SM's shared memory, split among the resident blocks, capped at the opt-in maximum.
   bytes = std::min<uint64_t>(232448, 233472 / static_cast<uint64_t>(blocks));
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::StreamBeginCapture(uint64_t stream, uint32_t mode) {
-  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::StreamBeginCapture(Stream stream, uint32_t mode) {
   if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
   if (stream == 0 || stream == 1) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the legacy stream
   if (captures_.count(stream)) return CUDA_ERROR_ILLEGAL_STATE;
@@ -519,8 +464,7 @@ Status SimBackend::StreamBeginCapture(uint64_t stream, uint32_t mode) {
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::StreamEndCapture(uint64_t stream, uint64_t& graph) {
-  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::StreamEndCapture(Stream stream, Created<Graph>& graph) {
   auto it = captures_.find(stream);
   if (it == captures_.end()) return CUDA_ERROR_ILLEGAL_STATE;
   Capture c = std::move(it->second);
@@ -531,8 +475,7 @@ Status SimBackend::StreamEndCapture(uint64_t stream, uint64_t& graph) {
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::StreamCaptureInfo(uint64_t stream, uint32_t& status, uint64_t& id) {
-  if (!res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::StreamCaptureInfo(Stream stream, uint32_t& status, uint64_t& id) {
   Capture* c = capturing(stream);
   status = !c ? CU_STREAM_CAPTURE_STATUS_NONE
               : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
@@ -544,65 +487,53 @@ Status SimBackend::ThreadCaptureMode(uint32_t mode) {
   return mode <= CU_STREAM_CAPTURE_MODE_RELAXED ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-Status SimBackend::GraphInstantiate(uint64_t graph, uint64_t, uint64_t& exec) {
+Status SimBackend::GraphInstantiate(Graph graph, uint64_t, Created<GraphExec>& exec) {
   auto it = graphs_.find(graph);
-  if (it == graphs_.end()) return CUDA_ERROR_INVALID_HANDLE;
   exec = newHandle(HandleKind::kGraphExec);
   execs_[exec] = it->second;
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::GraphLaunch(uint64_t exec, uint64_t stream) {
-  auto it = execs_.find(exec);
-  if (it == execs_.end() || !res_.hasStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-  issue(stream, [this, exec] {
+Status SimBackend::GraphLaunch(GraphExec exec, Stream stream) {
+  issue(stream, [this, exec = exec.v] {
     if (auto e = execs_.find(exec); e != execs_.end())
       for (auto& op : e->second) op();
   });
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::GraphUpload(uint64_t exec, uint64_t stream) {
-  return execs_.count(exec) && res_.hasStream(stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
+Status SimBackend::GraphUpload(GraphExec, Stream) { return CUDA_SUCCESS; }
 
-Status SimBackend::GraphExecDestroy(uint64_t exec) {
-  if (!res_.remove(HandleKind::kGraphExec, exec)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::GraphExecDestroy(Released<GraphExec> exec) {
   execs_.erase(exec);
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::GraphDestroy(uint64_t graph) {
-  if (!res_.remove(HandleKind::kGraph, graph)) return CUDA_ERROR_INVALID_HANDLE;
+Status SimBackend::GraphDestroy(Released<Graph> graph) {
   graphs_.erase(graph);
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::GraphNodeCount(uint64_t graph, uint64_t& nodes) {
-  auto it = graphs_.find(graph);
-  if (it == graphs_.end()) return CUDA_ERROR_INVALID_HANDLE;
-  nodes = it->second.size();
+Status SimBackend::GraphNodeCount(Graph graph, uint64_t& nodes) {
+  nodes = graphs_[graph].size();
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::DeviceStatus(uint64_t& free_bytes, uint64_t& total, uint32_t& gpu, uint32_t& memory,
-                                std::string& driver) {
-  MemGetInfo(free_bytes, total);
+Status SimBackend::DeviceStatus(MemView& m, uint32_t& gpu, uint32_t& memory, std::string& driver) {
+  MemGetInfo(m);
   gpu = memory = 0;  // nothing runs on a device here
   driver = "gpool-sim";
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::ModuleFunctions(uint64_t handle, uint32_t kind, std::vector<char>& names, std::vector<uint64_t>& handles) {
-  if (kind > 1 || !res_.has(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary, handle))
-    return CUDA_ERROR_INVALID_HANDLE;
-  std::vector<std::string> kernels = images_[handle].kernels();
+Status SimBackend::ModuleFunctions(ModuleRef m, std::vector<char>& names, Created<LaunchableList>& handles) {
+  std::vector<std::string> kernels = images_[m.handle].kernels();
   for (const auto& k : kernels) {
-    uint64_t f = 0;
-    if (Status st = ModuleGetFunction(handle, kind, k, f); st != CUDA_SUCCESS) return st;
+    Created<Launchable> f;
+    if (Status st = ModuleGetFunction(m, k, f); st != CUDA_SUCCESS) return st;
     names.insert(names.end(), k.begin(), k.end());
     names.push_back('\0');
-    handles.push_back(f);
+    handles.v.push_back(f);
   }
   return CUDA_SUCCESS;
 }

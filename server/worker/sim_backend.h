@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -15,7 +16,7 @@
 #include "backend.h"
 #include "cubin_index.h"
 #include "gpool/sim_kernel.h"
-#include "resources.h"
+#include "handle_table.h"
 
 namespace gpool::worker {
 
@@ -31,12 +32,11 @@ class SimBackend final : public Backend {
 
   Status open(int device, proto::HelloReply& hello) override;
   void setMemoryCap(uint64_t bytes) override { options_.memory_bytes = std::min(options_.memory_bytes, bytes); }
-// Declared through the call table (a typedef-declared member cannot carry `override`; it overrides all the same).
-#define X(name, number, mode, ins, outs) proto::calls::name::handler name;
+// One method per call, declared through the call table, and the run() overrides that call them.
+#define X(name, number, mode, ins, outs) proto::calls::name::handler name; GPOOL_BACKEND_RUN(name)
 #include "gpool/protocol/calls.def"
 #undef X
   Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) override;
-  Status checkDeviceRange(uint64_t ptr, uint64_t bytes) override;
 
   // Registration entry used by plugins (and tests in-process).
   void registerKernel(const char* name, gpool_sim_kernel_fn fn, unsigned n, const unsigned* sizes, const unsigned* aligns);
@@ -47,7 +47,7 @@ class SimBackend final : public Backend {
     gpool_sim_kernel_fn fn = nullptr;
     std::vector<uint32_t> layout;  // offset,size pairs
   };
-  struct Event {
+  struct EventState {
     uint32_t flags = 0;
     bool recorded = false;
     std::chrono::steady_clock::time_point at;
@@ -55,6 +55,7 @@ class SimBackend final : public Backend {
   struct Function {
     std::string name;
     uint64_t owner = 0;  // module or library handle
+    bool from_module = true;  // a CUfunction (else a library's CUkernel)
   };
   using Ops = std::vector<std::function<void()>>;
   struct Capture {
@@ -70,12 +71,11 @@ class SimBackend final : public Backend {
   Status refuseInCapture(Capture& c, const char* what);
 
   SimOptions options_;
-  Resources res_;
-  uint64_t used_ = 0;
+  std::set<uint64_t> allocations_;  // host memory standing in for device allocations
   uint64_t next_handle_ = 1;
   uint64_t launches_ = 0;
   std::unordered_map<std::string, RegisteredKernel> kernels_;
-  std::unordered_map<uint64_t, Event> events_;
+  std::unordered_map<uint64_t, EventState> events_;
   std::unordered_map<uint64_t, Function> functions_;  // CUfunction and CUkernel handles
   std::unordered_map<uint64_t, CubinIndex> images_;  // module/library handle -> what its cubin declares
   std::unordered_map<uint64_t, uint64_t> kernel_function_;  // CUkernel -> its CUfunction

@@ -118,7 +118,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("serving {} on {} device {} ({})", transport->peer(), backend_name, device, hello.devices[0].name);
-  gpool::worker::Dispatcher dispatcher(*backend, *transport, cache.get());
+  // The lease may hold up to its cap, and never more than the device has (both are total_mem).
+  gpool::worker::Dispatcher dispatcher(*backend, *transport, hello.devices[0].total_mem, cache.get());
   auto result = dispatcher.serve();
   if (result.clean)
     spdlog::info("client {} disconnected after {} messages; releasing its resources", transport->peer(), result.frames);

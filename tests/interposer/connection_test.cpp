@@ -30,7 +30,7 @@ struct Remote {
       backend.open(0, hello);
       auto reply = proto::encode(hello);
       proto::sendFrame(*server_end, proto::kMsgHello, proto::kIsReply, h.seq, reply.data(), reply.size());
-      worker::Dispatcher(backend, *server_end).serve();
+      worker::Dispatcher(backend, *server_end, hello.devices.at(0).total_mem).serve();
     });
     conn = std::make_unique<client::Connection>(std::move(client_end), "loopback", 0, "");
   }
@@ -44,12 +44,12 @@ struct Remote {
 
 TEST(Connection, AsynchronousCallsAreBatchedIntoFewWrites) {
   Remote r;
-  std::tuple<uint64_t> s;
+  calls::StreamCreate::out::tuple s;
   ASSERT_EQ(r.conn->call<calls::StreamCreate>(s, 0u, 0), 0);
   uint64_t writes_before = r.conn->writes();
   for (int i = 0; i < 1000; ++i)
     ASSERT_EQ(r.conn->post<calls::EventRecord>(uint64_t{0}, std::get<0>(s), 0u), 0);  // bad event: succeeds now, latched
-  EXPECT_EQ(r.conn->call<calls::StreamSynchronize>(std::get<0>(s)), 400);
+  EXPECT_EQ(r.conn->call<calls::StreamSynchronize>(std::get<0>(s)), proto::cu::kInvalidHandle);
   uint64_t writes = r.conn->writes() - writes_before;
   EXPECT_LT(writes, 20u) << "1000 small asynchronous frames took " << writes << " writes";
   // the latch cleared: the next wait succeeds
@@ -58,10 +58,10 @@ TEST(Connection, AsynchronousCallsAreBatchedIntoFewWrites) {
 
 TEST(Connection, PendingWorkIsFlushedWithoutAWait) {
   Remote r;
-  std::tuple<uint64_t> p;
+  calls::MemAlloc::out::tuple p;
   ASSERT_EQ(r.conn->call<calls::MemAlloc>(p, uint64_t{64}), 0);
   uint64_t writes_before = r.conn->writes();
-  ASSERT_EQ(r.conn->post<calls::Memset>(std::get<0>(p), 5u, 1u, uint64_t{64}, uint64_t{0}, 1u), 0);
+  ASSERT_EQ(r.conn->post<calls::Memset>(proto::DevFill{std::get<0>(p).ptr, 1, 64}, 5u, uint64_t{0}, 1u), 0);
   // the time bound sends it even though nobody waits
   for (int i = 0; i < 200 && r.conn->writes() == writes_before; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_GT(r.conn->writes(), writes_before);
@@ -70,14 +70,15 @@ TEST(Connection, PendingWorkIsFlushedWithoutAWait) {
 TEST(Connection, LargeCopiesRoundTripThroughDirectSends) {
   Remote r;
   const size_t n = (8u << 20) + 13;
-  std::tuple<uint64_t> p;
-  ASSERT_EQ(r.conn->call<calls::MemAlloc>(p, uint64_t{n}), 0);
+  calls::MemAlloc::out::tuple out;
+  ASSERT_EQ(r.conn->call<calls::MemAlloc>(out, uint64_t{n}), 0);
+  uint64_t p = std::get<0>(out).ptr;
   std::vector<uint8_t> src(n), dst(n);
   for (size_t i = 0; i < n; ++i) src[i] = static_cast<uint8_t>(i * 31 + 7);
-  ASSERT_EQ(r.conn->post<calls::MemcpyHtoD>(std::get<0>(p), proto::Blob{src.data(), n}, uint64_t{0}, 1u), 0);
-  ASSERT_EQ(r.conn->memcpyDtoH(dst.data(), std::get<0>(p), n, 0), 0);
+  ASSERT_EQ(r.conn->post<calls::MemcpyHtoD>(proto::DevWrite{p, proto::Blob{src.data(), n}}, uint64_t{0}, 1u), 0);
+  ASSERT_EQ(r.conn->memcpyDtoH(dst.data(), p, n, 0), 0);
   EXPECT_EQ(src, dst);
-  EXPECT_EQ(r.conn->memcpyDtoH(dst.data(), std::get<0>(p) + 1, n, 0), 1);  // past the end: refused
+  EXPECT_EQ(r.conn->memcpyDtoH(dst.data(), p + 1, n, 0), proto::cu::kInvalidValue);  // past the end: refused
 }
 
 TEST(Connection, LossIsStickyAndReported) {

@@ -14,7 +14,7 @@ namespace calls = gpool::proto::calls;
 
 namespace {
 
-constexpr Status kInvalidValue = 1, kOutOfMemory = 2, kInvalidHandle = 400, kNotSupported = 801;
+using cu::kInvalidHandle, cu::kInvalidValue, cu::kNotSupported, cu::kOutOfMemory;
 
 struct Harness {
   std::unique_ptr<Transport> client, server;
@@ -25,7 +25,8 @@ struct Harness {
     std::tie(client, server) = makeLoopbackPair(faults);
     HelloReply hello;
     backend.open(0, hello);
-    thread = std::thread([this] { result = worker::Dispatcher(backend, *server).serve(); });
+    uint64_t limit = hello.devices.at(0).total_mem;
+    thread = std::thread([this, limit] { result = worker::Dispatcher(backend, *server, limit).serve(); });
   }
   worker::ServeResult finish() {
     client->shutdown();
@@ -44,9 +45,9 @@ TEST(Dispatcher, ServesAllocationsCopiesAndFrees) {
   test::RawClient c(*h.client);
   auto [st, out] = c.call<calls::MemAlloc>(uint64_t{1024});
   ASSERT_EQ(st, 0);
-  uint64_t p = std::get<0>(out);
+  uint64_t p = std::get<0>(out).ptr;
   EXPECT_NE(p, 0u);
-  c.post<calls::MemcpyHtoD>(p + 10, Blob{"hello", 5}, uint64_t{0}, 0u);
+  c.post<calls::MemcpyHtoD>(DevWrite{p + 10, Blob{"hello", 5}}, uint64_t{0}, 0u);
   c.send(kMsgMemcpyDtoH, kWantsReply, [&] {
     std::vector<uint8_t> v;
     Writer(v).putAll(p + 10, uint64_t{5}, uint64_t{0});
@@ -67,16 +68,17 @@ TEST(Dispatcher, BadHandlesAndRangesAnswerErrorsAndKeepServing) {
   test::RawClient c(*h.client);
   EXPECT_EQ(c.call<calls::StreamSynchronize>(uint64_t{0xdeadbeef}).first, kInvalidHandle);
   EXPECT_EQ(c.call<calls::EventQuery>(uint64_t{12345}).first, kInvalidHandle);
-  EXPECT_EQ(c.call<calls::ModuleGetFunction>(uint64_t{777}, 0u, std::string("k")).first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::ModuleGetFunction>(ModuleRef{777, 0}, std::string("k")).first, kInvalidHandle);
   EXPECT_EQ(c.call<calls::LaunchKernel>(uint64_t{1}, 1u, 1u, 1u, 1u, 1u, 1u, 0u, uint64_t{0}, Blob{}, Blob{}).first, kInvalidHandle);
   auto [st, out] = c.call<calls::MemAlloc>(uint64_t{64});
   ASSERT_EQ(st, 0);
-  uint64_t p = std::get<0>(out);
-  // out of range: past the end, before the start, overflow, freeing an interior pointer
-  EXPECT_EQ(c.call<calls::MemcpyHtoD>(p + 60, Blob{"12345678", 8}, uint64_t{0}, 0u).first, kInvalidValue);
-  EXPECT_EQ(c.call<calls::MemcpyDtoD>(p, p - 8, uint64_t{8}, uint64_t{0}, 0u).first, kInvalidValue);
-  EXPECT_EQ(c.call<calls::Memset>(p, 0u, 4u, UINT64_MAX / 2, uint64_t{0}, 0u).first, kInvalidValue);
-  EXPECT_EQ(c.call<calls::Memset>(p, 0u, 3u, uint64_t{1}, uint64_t{0}, 0u).first, kInvalidValue);
+  uint64_t p = std::get<0>(out).ptr;
+  // out of range: past the end, before the start, overflow, misaligned, freeing an interior pointer
+  EXPECT_EQ(c.call<calls::MemcpyHtoD>(DevWrite{p + 60, Blob{"12345678", 8}}, uint64_t{0}, 0u).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemcpyDtoD>(DevCopy{p, p - 8, 8}, uint64_t{0}, 0u).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::Memset>(DevFill{p, 4, UINT64_MAX / 2}, 0u, uint64_t{0}, 0u).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::Memset>(DevFill{p, 3, 1}, 0u, uint64_t{0}, 0u).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::Memset>(DevFill{p + 1, 2, 1}, 0u, uint64_t{0}, 0u).first, kInvalidValue);
   EXPECT_EQ(c.call<calls::MemFree>(p + 8).first, kInvalidValue);
   // absurd sizes
   EXPECT_EQ(c.call<calls::MemAlloc>(uint64_t{1} << 62).first, kOutOfMemory);
@@ -165,25 +167,27 @@ TEST(Dispatcher, ClientReplyFramesAreRefused) {
   EXPECT_FALSE(h.finish().clean);
 }
 
-TEST(SimBackend, EventsAndStreamsFollowCudaRules) {
-  worker::SimBackend b{worker::SimOptions{}};
-  uint64_t s = 0, e1 = 0, e2 = 0, e3 = 0;
-  ASSERT_EQ(b.StreamCreate(0, 0, s), 0);
-  ASSERT_EQ(b.EventCreate(0, e1), 0);
-  ASSERT_EQ(b.EventCreate(0, e2), 0);
-  ASSERT_EQ(b.EventCreate(2 /*CU_EVENT_DISABLE_TIMING*/, e3), 0);
-  float ms = 0;
-  EXPECT_EQ(b.EventElapsedTime(e1, e2, ms), kInvalidHandle);  // not recorded yet
-  ASSERT_EQ(b.EventRecord(e1, s, 0), 0);
-  ASSERT_EQ(b.EventRecord(e2, s, 0), 0);
-  ASSERT_EQ(b.EventRecord(e3, s, 0), 0);
-  EXPECT_EQ(b.EventElapsedTime(e1, e2, ms), 0);
-  EXPECT_GE(ms, 0.0f);
-  EXPECT_EQ(b.EventElapsedTime(e1, e3, ms), kInvalidHandle);  // timing disabled
-  EXPECT_EQ(b.StreamDestroy(s), 0);
-  EXPECT_EQ(b.StreamDestroy(s), kInvalidHandle);
-  EXPECT_EQ(b.StreamSynchronize(s), kInvalidHandle);
-  EXPECT_EQ(b.StreamSynchronize(0), 0);
+TEST(Dispatcher, EventsAndStreamsFollowCudaRules) {
+  Harness h;
+  test::RawClient c(*h.client);
+  auto id = [](auto reply) { return std::get<0>(reply.second).v; };
+  uint64_t s = id(c.call<calls::StreamCreate>(0u, 0));
+  uint64_t e1 = id(c.call<calls::EventCreate>(0u)), e2 = id(c.call<calls::EventCreate>(0u));
+  uint64_t e3 = id(c.call<calls::EventCreate>(2u /*CU_EVENT_DISABLE_TIMING*/));
+  EXPECT_EQ(c.call<calls::EventElapsedTime>(e1, e2).first, kInvalidHandle);  // not recorded yet
+  for (uint64_t e : {e1, e2, e3}) c.post<calls::EventRecord>(e, s, 0u);
+  auto [st, ms] = c.call<calls::EventElapsedTime>(e1, e2);
+  EXPECT_EQ(st, 0);
+  EXPECT_GE(std::get<0>(ms), 0.0f);
+  EXPECT_EQ(c.call<calls::EventElapsedTime>(e1, e3).first, kInvalidHandle);  // timing disabled
+  EXPECT_EQ(c.call<calls::StreamDestroy>(s).first, 0);
+  EXPECT_EQ(c.call<calls::StreamDestroy>(s).first, kInvalidHandle);  // a handle ends once
+  EXPECT_EQ(c.call<calls::StreamSynchronize>(s).first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::StreamSynchronize>(uint64_t{0}).first, 0);
+  EXPECT_EQ(c.call<calls::StreamDestroy>(uint64_t{0}).first, kInvalidHandle);  // the default stream stays
+  EXPECT_EQ(c.call<calls::EventDestroy>(e1).first, 0);
+  EXPECT_EQ(c.call<calls::EventQuery>(e1).first, kInvalidHandle);
+  EXPECT_TRUE(h.finish().clean);
 }
 
 // Random frames for every message number: the worker answers, or closes the connection, and never
@@ -221,9 +225,10 @@ TEST(Dispatcher, RandomFramesNeverCrashTheWorker) {
       case 2: {  // a well-formed request of a random call with random values
         std::vector<uint8_t> blob(rnd() % 300);
         for (auto& b : blob) b = static_cast<uint8_t>(rnd());
-        auto fill = [&](auto& v) {
+        auto fill = [&](auto& self, auto& v) -> void {
           using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, Blob>) v = Blob{blob.data(), blob.size()};
+          if constexpr (WireStruct<T>) std::apply([&](auto&... f) { (self(self, f), ...); }, v.wireFields());
+          else if constexpr (std::is_same_v<T, Blob>) v = Blob{blob.data(), blob.size()};
           else if constexpr (std::is_same_v<T, std::string>) v = std::string(rnd() % 20, 'k');
           else if constexpr (std::is_same_v<T, float>) v = static_cast<float>(rnd() % 1000);
           else if constexpr (IsVector<T>::value) v.assign(rnd() % 8, static_cast<typename T::value_type>(rnd()));
@@ -234,7 +239,7 @@ TEST(Dispatcher, RandomFramesNeverCrashTheWorker) {
 #define X(name, number, mode, ins, outs)                                         \
   if (i++ == pick) {                                                             \
     calls::name::in::tuple t;                                                    \
-    std::apply([&](auto&... v) { (fill(v), ...); }, t);                          \
+    std::apply([&](auto&... v) { (fill(fill, v), ...); }, t);                    \
     std::apply([&](const auto&... v) { Writer(payload).putAll(v...); }, t);      \
     msg = number;                                                                \
   }
@@ -271,7 +276,7 @@ TEST(Dispatcher, OccupancyQueriesCheckHandlesAndClusterSizes) {
   const char ptx[] = "// a PTX module\n.version 8.0\n";
   auto [st, mod] = c.call<calls::ModuleLoad>(Blob{ptx, sizeof ptx}, 0u);
   ASSERT_EQ(st, 0);
-  auto [st2, fn] = c.call<calls::ModuleGetFunction>(std::get<0>(mod), 0u, std::string("k"));
+  auto [st2, fn] = c.call<calls::ModuleGetFunction>(std::get<0>(mod), std::string("k"));
   ASSERT_EQ(st2, 0);
   uint64_t f = std::get<0>(fn);
   auto [s1, clusters] = c.call<calls::OccupancyMaxActiveClusters>(f, 8u, 1u, 1u, 128u, 1u, 1u, 0u, Blob{});

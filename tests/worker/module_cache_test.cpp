@@ -76,7 +76,7 @@ TEST(ModuleCache, WorkerLoadsByHashAfterOneUpload) {
   HelloReply hello;
   backend.open(0, hello);
   worker::ServeResult result;
-  std::thread t([&] { result = worker::Dispatcher(backend, *server, &cache).serve(); });
+  std::thread t([&] { result = worker::Dispatcher(backend, *server, UINT64_MAX, &cache).serve(); });
   test::RawClient c(*client);
 
   const char ptx[] = "// a PTX module\n.version 8.0\n";
@@ -85,7 +85,7 @@ TEST(ModuleCache, WorkerLoadsByHashAfterOneUpload) {
   EXPECT_EQ(c.call<calls::ModuleLoad>(Blob{ptx, sizeof ptx}, 0u).first, 0);
   auto [st, handle] = c.call<calls::ModuleLoadCached>(key, 1u);
   EXPECT_EQ(st, 0);
-  EXPECT_EQ(c.call<calls::ModuleGetFunction>(std::get<0>(handle), 1u, std::string("k")).first, 0);
+  EXPECT_EQ(c.call<calls::ModuleGetFunction>(ModuleRef{std::get<0>(handle), 1}, std::string("k")).first, 0);
   // An image the device refused is not cached.
   EXPECT_EQ(c.call<calls::ModuleLoad>(Blob{"garbage!", 8}, 0u).first, 200);
   EXPECT_EQ(c.call<calls::ModuleLoadCached>(hashString("garbage!", 8), 0u).first, 500);
@@ -103,7 +103,7 @@ TEST(ModuleCache, AHashOfTheWrongLengthIsAViolation) {
   HelloReply hello;
   backend.open(0, hello);
   worker::ServeResult result;
-  std::thread t([&] { result = worker::Dispatcher(backend, *server, nullptr).serve(); });
+  std::thread t([&] { result = worker::Dispatcher(backend, *server, UINT64_MAX, nullptr).serve(); });
   test::RawClient c(*client);
   c.send(calls::ModuleLoadCached::id, kWantsReply, c.payload<calls::ModuleLoadCached>(std::string("short"), 0u));
   std::vector<uint8_t> p;
@@ -180,19 +180,19 @@ TEST(CubinIndex, SimEnumeratesAModulesKernels) {
   worker::SimBackend backend{worker::SimOptions{}};
   HelloReply hello;
   backend.open(0, hello);
-  std::thread t([&] { worker::Dispatcher(backend, *server).serve(); });
+  std::thread t([&] { worker::Dispatcher(backend, *server, UINT64_MAX).serve(); });
   test::RawClient c(*client);
   auto elf = tinyElf();
   auto [st, mod] = c.call<calls::ModuleLoad>(Blob{elf.data(), elf.size()}, 0u);
   ASSERT_EQ(st, 0);
-  auto [st2, fns] = c.call<calls::ModuleFunctions>(std::get<0>(mod), 0u);
+  auto [st2, fns] = c.call<calls::ModuleFunctions>(std::get<0>(mod));
   EXPECT_EQ(st2, 0);
   EXPECT_EQ(std::string(std::get<0>(fns).begin(), std::get<0>(fns).end()), std::string("kern", 5));
-  ASSERT_EQ(std::get<1>(fns).size(), 1u);
-  auto [st3, layout] = c.call<calls::FuncGetParamLayout>(std::get<1>(fns)[0]);
+  ASSERT_EQ(std::get<1>(fns).v.size(), 1u);
+  auto [st3, layout] = c.call<calls::FuncGetParamLayout>(std::get<1>(fns).v[0]);
   EXPECT_EQ(st3, 0);
   EXPECT_EQ(std::get<0>(layout), (std::vector<uint32_t>{0, 8, 8, 4}));
-  EXPECT_EQ(c.call<calls::ModuleFunctions>(uint64_t{12345}, 0u).first, 400);
+  EXPECT_EQ(c.call<calls::ModuleFunctions>(ModuleRef{12345, 0}).first, cu::kInvalidHandle);
   client->shutdown();
   t.join();
 }

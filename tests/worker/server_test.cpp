@@ -81,14 +81,14 @@ TEST(Server, MisbehavingClientLosesOnlyItsOwnConnection) {
   ASSERT_EQ(st, 0);
   // The bad client: an unknown message (answered), then a truncated request (connection closed).
   b.send(0x6666, kWantsReply, {});
-  EXPECT_EQ(b.readStatusOnly(0x6666), 801);
+  EXPECT_EQ(b.readStatusOnly(0x6666), cu::kNotSupported);
   b.send(calls::MemcpyHtoD::id, kWantsReply, {9, 9, 9});
   std::vector<uint8_t> p;
   EXPECT_THROW(recvFrame(*bad, p, 1024), TransportError);
   EXPECT_TRUE(server.waitForLog("protocol violation: malformed MemcpyHtoD"));
   // The good client carries on with its state intact.
-  uint64_t ptr = std::get<0>(out);
-  EXPECT_EQ(g.call<calls::Memset>(ptr, 7u, 1u, uint64_t{4096}, uint64_t{0}, 0u).first, 0);
+  uint64_t ptr = std::get<0>(out).ptr;
+  EXPECT_EQ(g.call<calls::Memset>(DevFill{ptr, 1, 4096}, 7u, uint64_t{0}, 0u).first, 0);
   EXPECT_EQ(g.call<calls::MemFree>(ptr).first, 0);
   EXPECT_TRUE(server.alive());
 }

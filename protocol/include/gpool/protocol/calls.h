@@ -6,6 +6,8 @@
 #include <tuple>
 #include <vector>
 
+#include "gpool/protocol/fields.h"
+#include "gpool/protocol/status.h"
 #include "gpool/protocol/wire.h"
 
 namespace gpool::proto {
@@ -20,9 +22,6 @@ template <typename... T>
 struct Out {
   using tuple = std::tuple<T...>;
 };
-
-// Status values are CUresult numbers; the protocol layer does not include cuda.h.
-using Status = int32_t;
 
 // Signature of the worker handler for a call: request fields by value, reply fields by reference.
 template <typename I, typename O>

@@ -16,8 +16,8 @@ namespace gpool::proto {
 static_assert(std::endian::native == std::endian::little, "gpool's wire format is little endian; so is every supported host");
 
 inline constexpr uint32_t kMagic = 0x4c4f5047;  // "GPOL"
-inline constexpr uint16_t kVersionMajor = 1;     // incompatible changes bump this; peers must match
-inline constexpr uint16_t kVersionMinor = 1;     // compatible additions
+inline constexpr uint16_t kVersionMajor = 2;     // incompatible changes bump this; peers must match
+inline constexpr uint16_t kVersionMinor = 0;     // compatible additions
 inline constexpr uint16_t kDefaultPort = 7420;
 
 // A request frame's payload may not exceed this; bulk copies are split into chunks well under it.
@@ -47,6 +47,15 @@ struct Blob {
   uint64_t size = 0;
 };
 
+// A wire struct (fields.h) names its encoded members, in order, with GPOOL_WIRE_FIELDS; it is encoded
+// as those members one after another, with nothing between them.
+#define GPOOL_WIRE_FIELDS(...)                                   \
+  auto wireFields() { return std::tie(__VA_ARGS__); }            \
+  auto wireFields() const { return std::tie(__VA_ARGS__); }
+
+template <typename T>
+concept WireStruct = requires(T& v) { v.wireFields(); };
+
 template <typename T>
 struct IsVector : std::false_type {};
 template <typename E>
@@ -58,7 +67,9 @@ class Writer {
 
   template <typename T>
   void put(const T& v) {
-    if constexpr (std::is_same_v<T, Blob>) {
+    if constexpr (WireStruct<T>) {
+      std::apply([&](const auto&... f) { putAll(f...); }, v.wireFields());
+    } else if constexpr (std::is_same_v<T, Blob>) {
       put<uint64_t>(v.size);
       raw(v.data, v.size);
     } else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, std::string_view>) {
@@ -94,7 +105,9 @@ class Reader {
 
   template <typename T>
   bool get(T& v) {
-    if constexpr (std::is_same_v<T, Blob>) {
+    if constexpr (WireStruct<T>) {
+      return std::apply([&](auto&... f) { return getAll(f...); }, v.wireFields());
+    } else if constexpr (std::is_same_v<T, Blob>) {
       uint64_t n = 0;
       if (!get(n) || n > remaining()) return fail();
       v.data = p_;

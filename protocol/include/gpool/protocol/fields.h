@@ -1,0 +1,151 @@
+// Typed request and reply fields for calls.def. On the wire each is the plain integers it holds; the
+// type says what the value must be, so the worker checks every handle and device range of a request in
+// one place (server/worker/request_checks.h) before a backend sees it, and records what a reply hands out.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "gpool/protocol/wire.h"
+
+namespace gpool::proto {
+
+// Kinds of handle a worker hands out. Values are part of no wire format.
+enum class HandleKind : uint8_t { kStream, kEvent, kModule, kLibrary, kFunction, kKernel, kGraph, kGraphExec };
+
+// A handle of kind K that this worker handed out earlier (streams: also 0, 1 and 2, the legacy and
+// per-thread default streams, which always exist).
+template <HandleKind K>
+struct Handle {
+  static constexpr HandleKind kind = K;
+  uint64_t v = 0;
+  Handle() = default;
+  Handle(uint64_t x) : v(x) {}  // NOLINT: implicit, so callers pass raw handle values
+  operator uint64_t() const { return v; }
+  GPOOL_WIRE_FIELDS(v)
+};
+using Stream = Handle<HandleKind::kStream>;
+using Event = Handle<HandleKind::kEvent>;
+using Kernel = Handle<HandleKind::kKernel>;
+using Graph = Handle<HandleKind::kGraph>;
+using GraphExec = Handle<HandleKind::kGraphExec>;
+
+// A CUfunction or a CUkernel. The worker's check says which (is_kernel is not on the wire).
+struct Launchable {
+  uint64_t v = 0;
+  bool is_kernel = false;
+  Launchable() = default;
+  Launchable(uint64_t x) : v(x) {}  // NOLINT
+  operator uint64_t() const { return v; }
+  GPOOL_WIRE_FIELDS(v)
+};
+
+// CUfunction handles (modules) or CUkernel handles (libraries) of one loaded image.
+struct LaunchableList {
+  std::vector<uint64_t> v;
+  GPOOL_WIRE_FIELDS(v)
+};
+
+// A loaded image: kind 0 is a CUmodule, 1 a CUlibrary.
+struct ModuleRef {
+  uint64_t handle = 0;
+  uint32_t kind = 0;
+  GPOOL_WIRE_FIELDS(handle, kind)
+};
+
+// Request field: a handle this call ends (destroy, unload). Checked as T; forgotten when the call succeeds
+// (with everything it owns: a module's functions, kernels and globals).
+template <typename T>
+struct Released : T {
+  using T::T;
+  Released() = default;
+  Released(const T& t) : T(t) {}  // NOLINT
+};
+// Reply field: a handle this call hands out; remembered when the call succeeds.
+template <typename T>
+struct Created : T {
+  using T::T;
+  Created() = default;
+  template <typename U>
+    requires std::is_constructible_v<T, const U&>
+  Created& operator=(const U& u) {
+    static_cast<T&>(*this) = T(u);
+    return *this;
+  }
+};
+
+// Device memory the request reads or writes: [ptr, ptr+bytes) inside one live allocation or global.
+struct DevRange {
+  uint64_t ptr = 0, bytes = 0;
+  GPOOL_WIRE_FIELDS(ptr, bytes)
+};
+// A host-to-device write: `data` lands at [ptr, ptr+data.size).
+struct DevWrite {
+  uint64_t ptr = 0;
+  Blob data;
+  GPOOL_WIRE_FIELDS(ptr, data)
+};
+// A device-to-device copy of `bytes` from src to dst; both ranges are checked.
+struct DevCopy {
+  uint64_t dst = 0, src = 0, bytes = 0;
+  GPOOL_WIRE_FIELDS(dst, src, bytes)
+};
+// `count` elements of `elem` bytes (1, 2 or 4) from ptr, aligned to elem.
+struct DevFill {
+  uint64_t ptr = 0;
+  uint32_t elem = 1;
+  uint64_t count = 0;
+  GPOOL_WIRE_FIELDS(ptr, elem, count)
+  uint64_t bytes() const { return count * elem; }
+};
+
+// Request field: bytes of device memory the call allocates; counted against the lease's memory before
+// the backend runs (CUDA_ERROR_OUT_OF_MEMORY past it).
+struct AllocBytes {
+  uint64_t bytes = 0;
+  AllocBytes() = default;
+  AllocBytes(uint64_t b) : bytes(b) {}  // NOLINT
+  operator uint64_t() const { return bytes; }
+  GPOOL_WIRE_FIELDS(bytes)
+};
+// Reply field: the allocation a call made (its base and size), now the client's.
+struct NewAlloc {
+  uint64_t ptr = 0, bytes = 0;
+  GPOOL_WIRE_FIELDS(ptr, bytes)
+};
+// Request field: the base of a live allocation this call frees (never a module global or an interior
+// pointer); its bytes return to the lease when the call succeeds.
+struct FreedAlloc {
+  uint64_t ptr = 0;
+  FreedAlloc() = default;
+  FreedAlloc(uint64_t p) : ptr(p) {}  // NOLINT
+  operator uint64_t() const { return ptr; }
+  GPOOL_WIRE_FIELDS(ptr)
+};
+// Reply field: a module global's address and size; copies to and from it are legitimate until its
+// module is unloaded. Not counted against the lease.
+struct ModuleGlobal {
+  uint64_t ptr = 0, bytes = 0;
+  GPOOL_WIRE_FIELDS(ptr, bytes)
+};
+// Request field: an address inside a live allocation or global (CUDA_ERROR_INVALID_VALUE otherwise).
+struct DevAddress {
+  uint64_t ptr = 0;
+  DevAddress() = default;
+  DevAddress(uint64_t p) : ptr(p) {}  // NOLINT
+  GPOOL_WIRE_FIELDS(ptr)
+};
+// Reply field: the allocation or global that contains the request's DevAddress; the worker fills it in.
+struct RangeOf {
+  uint64_t base = 0, bytes = 0;
+  GPOOL_WIRE_FIELDS(base, bytes)
+};
+// Reply field: device memory as the lease sees it. The backend reports the device; the worker lowers
+// total to the lease's limit and free to what the lease has left.
+struct MemView {
+  uint64_t free = 0, total = 0;
+  GPOOL_WIRE_FIELDS(free, total)
+};
+
+}  // namespace gpool::proto

@@ -1,0 +1,84 @@
+// The checks of typed request fields and the records of typed reply fields (request_checks.h).
+#include "request_checks.h"
+
+namespace gpool::worker {
+
+using proto::Status;
+namespace cu = proto::cu;
+
+Status RequestChecks::admit(proto::Launchable& f, CallScope& s) {
+  if (table_.has(HandleKind::kFunction, f.v)) {
+    f.is_kernel = false;
+    s.owner = table_.ownerOf(HandleKind::kFunction, f.v);
+  } else if (table_.has(HandleKind::kKernel, f.v)) {
+    f.is_kernel = true;
+    s.owner = table_.ownerOf(HandleKind::kKernel, f.v);
+  } else {
+    return cu::kInvalidHandle;
+  }
+  return cu::kSuccess;
+}
+
+Status RequestChecks::admit(proto::ModuleRef& m, CallScope& s) {
+  if (m.kind > 1 || !table_.has(moduleKind(m.kind), m.handle)) return cu::kInvalidHandle;
+  s.owner = m.handle;
+  s.new_launchable = m.kind == 0 ? HandleKind::kFunction : HandleKind::kKernel;
+  return cu::kSuccess;
+}
+
+Status RequestChecks::admit(proto::DevRange& r, CallScope&) { return range(r.ptr, r.bytes); }
+
+Status RequestChecks::admit(proto::DevWrite& w, CallScope&) { return range(w.ptr, w.data.size); }
+
+Status RequestChecks::admit(proto::DevCopy& c, CallScope&) {
+  Status st = range(c.dst, c.bytes);
+  return st != cu::kSuccess ? st : range(c.src, c.bytes);
+}
+
+Status RequestChecks::admit(proto::DevFill& f, CallScope&) {
+  if (f.elem != 1 && f.elem != 2 && f.elem != 4) return cu::kInvalidValue;
+  if (f.count > UINT64_MAX / f.elem || f.ptr % f.elem != 0) return cu::kInvalidValue;
+  return range(f.ptr, f.bytes());
+}
+
+Status RequestChecks::admit(proto::DevAddress& a, CallScope& s) {
+  s.found = table_.findRange(a.ptr);
+  return s.found ? cu::kSuccess : cu::kInvalidValue;
+}
+
+Status RequestChecks::admit(proto::AllocBytes& a, CallScope& s) {
+  if (a.bytes == 0) return cu::kInvalidValue;
+  if (Status st = ledger_.reserve(a.bytes); st != cu::kSuccess) return st;
+  s.reserved += a.bytes;
+  return cu::kSuccess;
+}
+
+Status RequestChecks::admit(proto::FreedAlloc& f, CallScope& s) {
+  s.freed = table_.allocationAt(f.ptr);  // a global or an interior pointer is not an allocation
+  return s.freed ? cu::kSuccess : cu::kInvalidValue;
+}
+
+void RequestChecks::record(proto::Created<proto::Launchable>& f, CallScope& s) {
+  f.is_kernel = s.new_launchable == HandleKind::kKernel;
+  table_.add(s.new_launchable, f.v, s.owner);
+}
+
+void RequestChecks::record(proto::Created<proto::LaunchableList>& l, CallScope& s) {
+  for (uint64_t h : l.v) table_.add(s.new_launchable, h, s.owner);
+}
+
+void RequestChecks::record(proto::Created<proto::ModuleRef>& m, CallScope&) { table_.add(moduleKind(m.kind), m.handle); }
+
+void RequestChecks::record(proto::NewAlloc& a, CallScope& s) {
+  // The backend may round up (a pitched allocation's real pitch): the ledger holds what it really took.
+  ledger_.settle(s.reserved, a.bytes);
+  s.reserved = 0;
+  table_.addRange(DeviceRange{a.ptr, a.bytes, RangeKind::kAllocation, 0});
+}
+
+void RequestChecks::record(proto::ModuleGlobal& g, CallScope& s) {
+  if (g.bytes == 0 || table_.allocationAt(g.ptr)) return;  // never let a global shadow an allocation
+  table_.addRange(DeviceRange{g.ptr, g.bytes, RangeKind::kGlobal, s.owner});
+}
+
+}  // namespace gpool::worker

@@ -1,0 +1,117 @@
+// Checks every typed field of a request (fields.h) against what this worker handed out, before a backend
+// runs it, and records what a successful reply hands out or a request ends. Backends therefore receive
+// only handles and ranges that are theirs, and the lease's memory is counted on every allocation path.
+#pragma once
+
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "gpool/protocol/calls.h"
+#include "handle_table.h"
+#include "memory_ledger.h"
+
+namespace gpool::worker {
+
+// What one request's checks learned, for recording its reply and settling it afterwards.
+struct CallScope {
+  uint64_t owner = 0;                               // module or library a new function/kernel/global belongs to
+  HandleKind new_launchable = HandleKind::kFunction;  // what a Created<Launchable> is
+  uint64_t reserved = 0;                            // bytes held in the ledger for this call
+  std::vector<std::pair<HandleKind, uint64_t>> released;
+  const DeviceRange* freed = nullptr;
+  const DeviceRange* found = nullptr;               // what a DevAddress points into
+};
+
+template <typename T>
+concept PlainField = std::is_arithmetic_v<T> || std::is_same_v<T, std::string> || std::is_same_v<T, proto::Blob> ||
+                     proto::IsVector<T>::value;
+
+class RequestChecks {
+ public:
+  RequestChecks(HandleTable& table, MemoryLedger& ledger) : table_(table), ledger_(ledger) {}
+
+  // Checks all request fields in order; the first failure is the call's status.
+  template <typename Tuple>
+  proto::Status admitAll(Tuple& ins, CallScope& s) {
+    proto::Status st = proto::cu::kSuccess;
+    std::apply([&](auto&... f) { ((st = st == proto::cu::kSuccess ? admit(f, s) : st), ...); }, ins);
+    return st;
+  }
+  // After the backend succeeded: remembers what the reply hands out, forgets what the request ended.
+  template <typename Tuple>
+  void commit(Tuple& outs, CallScope& s) {
+    std::apply([&](auto&... f) { (record(f, s), ...); }, outs);
+    for (auto [kind, h] : s.released) table_.remove(kind, h);
+    if (s.freed) {
+      ledger_.release(s.freed->bytes);
+      table_.removeRange(s.freed->base);
+    }
+    ledger_.release(s.reserved);  // a reservation no reply field took
+  }
+  // After the backend failed (or a check did): gives back what was reserved.
+  void abandon(CallScope& s) { ledger_.release(s.reserved); }
+
+  HandleTable& table() { return table_; }
+  MemoryLedger& ledger() { return ledger_; }
+
+ private:
+  template <PlainField T>
+  proto::Status admit(T&, CallScope&) { return proto::cu::kSuccess; }
+  template <HandleKind K>
+  proto::Status admit(proto::Handle<K>& h, CallScope& s);
+  template <typename T>
+  proto::Status admit(proto::Released<T>& h, CallScope& s);
+  proto::Status admit(proto::Launchable& f, CallScope& s);
+  proto::Status admit(proto::ModuleRef& m, CallScope& s);
+  proto::Status admit(proto::DevRange& r, CallScope&);
+  proto::Status admit(proto::DevWrite& w, CallScope&);
+  proto::Status admit(proto::DevCopy& c, CallScope&);
+  proto::Status admit(proto::DevFill& f, CallScope&);
+  proto::Status admit(proto::DevAddress& a, CallScope& s);
+  proto::Status admit(proto::AllocBytes& a, CallScope& s);
+  proto::Status admit(proto::FreedAlloc& f, CallScope& s);
+
+  template <typename T>
+  void record(T&, CallScope&) {}  // reply fields that hand nothing out
+  template <HandleKind K>
+  void record(proto::Created<proto::Handle<K>>& h, CallScope& s) { table_.add(K, h.v, s.owner); }
+  void record(proto::Created<proto::Launchable>& f, CallScope& s);
+  void record(proto::Created<proto::LaunchableList>& l, CallScope& s);
+  void record(proto::Created<proto::ModuleRef>& m, CallScope&);
+  void record(proto::NewAlloc& a, CallScope& s);
+  void record(proto::ModuleGlobal& g, CallScope& s);
+  void record(proto::MemView& m, CallScope&) { ledger_.view(m); }
+  void record(proto::RangeOf& r, CallScope& s) { r = proto::RangeOf{s.found->base, s.found->bytes}; }
+
+  proto::Status range(uint64_t ptr, uint64_t bytes) const {
+    return table_.containsRange(ptr, bytes) ? proto::cu::kSuccess : proto::cu::kInvalidValue;
+  }
+  static HandleKind moduleKind(uint32_t kind) { return kind == 0 ? HandleKind::kModule : HandleKind::kLibrary; }
+
+  HandleTable& table_;
+  MemoryLedger& ledger_;
+};
+
+template <HandleKind K>
+proto::Status RequestChecks::admit(proto::Handle<K>& h, CallScope& s) {
+  bool known = K == HandleKind::kStream ? table_.hasStream(h.v) : table_.has(K, h.v);
+  if (!known) return proto::cu::kInvalidHandle;
+  if constexpr (K == HandleKind::kKernel) s.owner = table_.ownerOf(K, h.v);  // its function shares its module
+  return proto::cu::kSuccess;
+}
+
+template <typename T>
+proto::Status RequestChecks::admit(proto::Released<T>& h, CallScope& s) {
+  if (proto::Status st = admit(static_cast<T&>(h), s); st != proto::cu::kSuccess) return st;
+  if constexpr (std::is_same_v<T, proto::ModuleRef>) {
+    s.released.emplace_back(moduleKind(h.kind), h.handle);
+  } else {
+    if (T::kind == HandleKind::kStream && h.v <= 2) return proto::cu::kInvalidHandle;  // the default streams stay
+    s.released.emplace_back(T::kind, h.v);
+  }
+  return proto::cu::kSuccess;
+}
+
+}  // namespace gpool::worker
