@@ -103,7 +103,8 @@ GPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
   GPOOL_TRY
   if (p == 0) return CUDA_SUCCESS;
   GPOOL_CONN(conn);
-  State::get().removeAllocation(p);
+  // Refused here at once, as the driver refuses it, rather than later from the worker's latch.
+  if (!State::get().takeDeviceAllocation(p)) return CUDA_ERROR_INVALID_VALUE;
   return static_cast<CUresult>(conn->post<calls::MemFree>(dptr(p)));
   GPOOL_CATCH
 }
@@ -251,6 +252,27 @@ GPOOL_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, 
 }
 GPOOL_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
   GPOOL_TRY return copyAny(dst, src, n, streamArg(s, true), true); GPOOL_CATCH
+}
+
+// Peer copies. A lease's devices are one worker's, so a copy between two of its contexts is a
+// device-to-device copy on that worker (with -n > 1 across hosts, issue 12 routes it).
+namespace {
+CUresult copyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n, uint64_t stream, bool async) {
+  if (!State::get().isContext(dctx) || !State::get().isContext(sctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  return copyDtoD(dst, src, n, stream, async);
+}
+}  // namespace
+GPOOL_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n) {
+  GPOOL_TRY return copyPeer(dst, dctx, src, sctx, n, 0, false); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n) {
+  GPOOL_TRY return copyPeer(dst, dctx, src, sctx, n, streamArg(nullptr, true), false); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n, CUstream s) {
+  GPOOL_TRY return copyPeer(dst, dctx, src, sctx, n, streamArg(s, false), true); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n, CUstream s) {
+  GPOOL_TRY return copyPeer(dst, dctx, src, sctx, n, streamArg(s, true), true); GPOOL_CATCH
 }
 
 // Memsets: D8/D16/D32, synchronous and asynchronous, each with its per-thread variant.

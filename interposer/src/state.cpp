@@ -186,6 +186,19 @@ void State::addAllocation(uint64_t base, uint64_t size, bool device, unsigned fl
   if (fresh && !device) ++host_allocations;
 }
 
+void State::addGlobal(uint64_t base, uint64_t size) {
+  std::lock_guard lock(mu);
+  allocations_.insert_or_assign(base, Allocation{size, true, 0, true});
+}
+
+bool State::takeDeviceAllocation(uint64_t base) {
+  std::lock_guard lock(mu);
+  auto it = allocations_.find(base);
+  if (it == allocations_.end() || !it->second.device || it->second.global) return false;
+  allocations_.erase(it);
+  return true;
+}
+
 void State::removeAllocation(uint64_t base) {
   std::lock_guard lock(mu);
   auto it = allocations_.find(base);

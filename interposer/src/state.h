@@ -42,6 +42,7 @@ struct Allocation {
   uint64_t size;
   bool device;  // false: client host memory from cuMemHostAlloc/cuMemAllocHost/cuMemHostRegister
   unsigned flags = 0;  // host memory: the CU_MEMHOSTALLOC_* / CU_MEMHOSTREGISTER_* flags it was made with
+  bool global = false;  // a module global: device memory that cuMemFree refuses
 };
 
 class State {
@@ -68,9 +69,13 @@ class State {
 
   // Allocation tracking for direction inference and pointer queries.
   void addAllocation(uint64_t base, uint64_t size, bool device, unsigned flags = 0);
+  void addGlobal(uint64_t base, uint64_t size);
   // Host allocations live now: while there are none, launches skip the host-pointer check.
   std::atomic<int> host_allocations{0};
   void removeAllocation(uint64_t base);
+  // Forgets the device allocation that starts at `base`; false when there is none (an interior
+  // pointer, a module global, host memory, or nothing this client allocated).
+  bool takeDeviceAllocation(uint64_t base);
   bool findAllocation(uint64_t ptr, uint64_t& base, Allocation& a);
   // The first of `count` 8-byte words (at any alignment in `words`) that points into client host memory,
   // or 0; one lock for all of them (a launch's arguments are checked on the hot path).

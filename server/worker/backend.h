@@ -17,8 +17,8 @@ namespace gpool::worker {
 using proto::Blob;
 using proto::Status;
 // The typed fields of calls.def (fields.h), as backends name them.
-using proto::AllocBytes, proto::Created, proto::DevAddress, proto::DevCopy, proto::DevFill, proto::DevRange,
-    proto::DevWrite, proto::Event, proto::FreedAlloc, proto::Graph, proto::GraphExec, proto::Kernel,
+using proto::AllocBytes, proto::Created, proto::DevAddress, proto::DevCopy, proto::DevCopyRect, proto::DevFill,
+    proto::DevFillRect, proto::DevRange, proto::DevRect, proto::DevWrite, proto::DevWriteRect, proto::PitchedAlloc, proto::Event, proto::FreedAlloc, proto::Graph, proto::GraphExec, proto::Kernel,
     proto::Launchable, proto::LaunchableList, proto::MemView, proto::ModuleGlobal, proto::ModuleRef,
     proto::NewAlloc, proto::RangeOf, proto::Released, proto::Stream;
 

@@ -37,7 +37,9 @@ namespace {
   F(cuThreadExchangeStreamCaptureMode) F(cuGraphInstantiateWithFlags) F(cuGraphLaunch) F(cuGraphUpload)   \
   F(cuGraphExecDestroy) F(cuGraphDestroy) F(cuGraphGetNodes) F(cuModuleGetFunctionCount)                 \
   F(cuModuleEnumerateFunctions) F(cuFuncGetName) F(cuLibraryGetKernelCount) F(cuLibraryEnumerateKernels)   \
-  F(cuKernelGetName) F(cuTensorMapEncodeTiled) F(cuTensorMapEncodeIm2col) F(cuTensorMapReplaceAddress)
+  F(cuKernelGetName) F(cuTensorMapEncodeTiled) F(cuTensorMapEncodeIm2col) F(cuTensorMapReplaceAddress)   \
+  F(cuMemAllocPitch) F(cuMemsetD2D8) F(cuMemsetD2D16) F(cuMemsetD2D32) F(cuMemsetD2D8Async)                 \
+  F(cuMemsetD2D16Async) F(cuMemsetD2D32Async) F(cuMemcpy2D) F(cuMemcpy2DAsync)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -256,18 +258,58 @@ class CudaBackend final : public Backend {
     if (!async) return d_.cuMemcpyHtoD_(dst, data.data, data.size);
     // From a page-locked slot the copy runs asynchronously; the slot's event keeps it from being reused
     // before the copy has read it. (From pageable memory the driver stages the bytes before returning.)
-    Slot& s = slots_[current_];
-    bool in_slot = s.data && data.data >= s.data && static_cast<const uint8_t*>(data.data) + data.size <=
-                                                         static_cast<const uint8_t*>(s.data) + s.capacity;
     CUresult r = d_.cuMemcpyHtoDAsync_(dst, data.data, data.size, stream_(stream));
-    if (r != CUDA_SUCCESS || !in_slot) return r;
-    if (!s.done && d_.cuEventCreate_(&s.done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-      s.done = nullptr;
-      return d_.cuStreamSynchronize_(stream_(stream));  // no event: finish the copy before the slot is reused
+    return r != CUDA_SUCCESS ? r : holdSlot(data, stream);
+  }
+  Status MemAllocPitch(PitchedAlloc a, NewAlloc& out, uint64_t& pitch) {
+    CUdeviceptr p = 0;
+    size_t chosen = 0;
+    CUresult r = d_.cuMemAllocPitch_(&p, &chosen, a.width, a.height, a.elem);
+    out = NewAlloc{p, uint64_t{chosen} * a.height};
+    pitch = chosen;
+    return r;
+  }
+  Status Memset2D(DevFillRect f, uint32_t value, Stream stream, uint32_t async) {
+    const DevRect& r = f.dst;
+    CUstream s = stream_(stream);
+    size_t n = r.width / f.elem;
+    switch (f.elem) {
+      case 1: return async ? d_.cuMemsetD2D8Async_(r.ptr, r.pitch, static_cast<unsigned char>(value), n, r.height, s) : d_.cuMemsetD2D8_(r.ptr, r.pitch, static_cast<unsigned char>(value), n, r.height);
+      case 2: return async ? d_.cuMemsetD2D16Async_(r.ptr, r.pitch, static_cast<unsigned short>(value), n, r.height, s) : d_.cuMemsetD2D16_(r.ptr, r.pitch, static_cast<unsigned short>(value), n, r.height);
+      default: return async ? d_.cuMemsetD2D32Async_(r.ptr, r.pitch, value, n, r.height, s) : d_.cuMemsetD2D32_(r.ptr, r.pitch, value, n, r.height);
     }
-    if ((r = d_.cuEventRecordWithFlags_(s.done, stream_(stream), 0)) != CUDA_SUCCESS) return r;
-    s.in_use = true;
-    return CUDA_SUCCESS;
+  }
+  Status MemcpyHtoD2D(DevWriteRect w, Stream stream, uint32_t async) {
+    if (capturing(stream)) return refuseInCapture("a 2D host-to-device copy");
+    CUDA_MEMCPY2D c = copy2D(w.dst.width, w.dst.height);
+    c.srcMemoryType = CU_MEMORYTYPE_HOST;
+    c.srcHost = w.data.data;
+    c.srcPitch = w.dst.width;
+    toDevice(c, w.dst);
+    if (!async) return d_.cuMemcpy2D_(&c);
+    CUresult r = d_.cuMemcpy2DAsync_(&c, stream_(stream));
+    return r != CUDA_SUCCESS ? r : holdSlot(w.data, stream);
+  }
+  Status MemcpyDtoH2D(DevRect src, Stream stream, std::vector<uint8_t>& rows) {
+    if (capturing(stream)) return refuseInCapture("a 2D device-to-host copy");
+    rows.resize(src.width * src.height);
+    CUDA_MEMCPY2D c = copy2D(src.width, src.height);
+    c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = src.ptr;
+    c.srcPitch = src.pitch;
+    c.dstMemoryType = CU_MEMORYTYPE_HOST;
+    c.dstHost = rows.data();
+    c.dstPitch = src.width;
+    CUresult r = d_.cuMemcpy2DAsync_(&c, stream_(stream));
+    return r != CUDA_SUCCESS ? r : d_.cuStreamSynchronize_(stream_(stream));
+  }
+  Status MemcpyDtoD2D(DevCopyRect cr, Stream stream, uint32_t async) {
+    CUDA_MEMCPY2D c = copy2D(cr.dst.width, cr.dst.height);
+    c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = cr.src.ptr;
+    c.srcPitch = cr.src.pitch;
+    toDevice(c, cr.dst);
+    return async ? d_.cuMemcpy2DAsync_(&c, stream_(stream)) : d_.cuMemcpy2D_(&c);
   }
   Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) override {
     if (capturing(stream)) return refuseInCapture("a device-to-host copy");
@@ -492,6 +534,34 @@ class CudaBackend final : public Backend {
   std::array<Slot, 4> slots_;
   uint64_t cap_ = 0;  // the lease's memory cap (0: none), reported as the device's memory
   size_t current_ = 0;
+
+  static CUDA_MEMCPY2D copy2D(uint64_t width, uint64_t height) {
+    CUDA_MEMCPY2D c{};
+    c.WidthInBytes = width;
+    c.Height = height;
+    return c;
+  }
+  static void toDevice(CUDA_MEMCPY2D& c, const DevRect& dst) {
+    c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.dstDevice = dst.ptr;
+    c.dstPitch = dst.pitch;
+  }
+  // After an asynchronous copy from `data` was queued on `stream`: if data lies in the current
+  // page-locked receive slot, the slot's event keeps the slot from being reused before the copy has
+  // read it. (From pageable memory the driver staged the bytes before returning.)
+  CUresult holdSlot(Blob data, uint64_t stream) {
+    Slot& s = slots_[current_];
+    bool in_slot = s.data && data.data >= s.data && static_cast<const uint8_t*>(data.data) + data.size <=
+                                                         static_cast<const uint8_t*>(s.data) + s.capacity;
+    if (!in_slot) return CUDA_SUCCESS;
+    if (!s.done && d_.cuEventCreate_(&s.done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      s.done = nullptr;
+      return d_.cuStreamSynchronize_(stream_(stream));  // no event: finish the copy before the slot is reused
+    }
+    if (CUresult r = d_.cuEventRecordWithFlags_(s.done, stream_(stream), 0); r != CUDA_SUCCESS) return r;
+    s.in_use = true;
+    return CUDA_SUCCESS;
+  }
 
   bool capturing(uint64_t stream) {
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;

@@ -46,6 +46,39 @@ Status RequestChecks::admit(proto::DevAddress& a, CallScope& s) {
   return s.found ? cu::kSuccess : cu::kInvalidValue;
 }
 
+Status RequestChecks::admit(proto::DevRect& r, CallScope&) {
+  if (r.height > 1 && (r.width > r.pitch || r.pitch > (UINT64_MAX - r.width) / (r.height - 1))) return cu::kInvalidValue;
+  return range(r.ptr, r.span());
+}
+
+Status RequestChecks::admit(proto::DevWriteRect& w, CallScope& s) {
+  if (w.dst.height != 0 && w.dst.width > UINT64_MAX / w.dst.height) return cu::kInvalidValue;
+  if (w.data.size != w.dst.width * w.dst.height) return cu::kInvalidValue;
+  return admit(w.dst, s);
+}
+
+Status RequestChecks::admit(proto::DevCopyRect& c, CallScope& s) {
+  if (c.dst.width != c.src.width || c.dst.height != c.src.height) return cu::kInvalidValue;
+  Status st = admit(c.dst, s);
+  return st != cu::kSuccess ? st : admit(c.src, s);
+}
+
+Status RequestChecks::admit(proto::DevFillRect& f, CallScope& s) {
+  if (f.elem != 1 && f.elem != 2 && f.elem != 4) return cu::kInvalidValue;
+  if (f.dst.ptr % f.elem != 0 || f.dst.pitch % f.elem != 0 || f.dst.width % f.elem != 0) return cu::kInvalidValue;
+  return admit(f.dst, s);
+}
+
+Status RequestChecks::admit(proto::PitchedAlloc& a, CallScope& s) {
+  constexpr uint64_t kAlign = proto::PitchedAlloc::kMaxPitchAlign;
+  if (a.width == 0 || a.height == 0 || (a.elem != 4 && a.elem != 8 && a.elem != 16)) return cu::kInvalidValue;
+  if (a.width > UINT64_MAX - kAlign) return cu::kOutOfMemory;
+  uint64_t row = (a.width + kAlign - 1) / kAlign * kAlign;
+  if (a.height > UINT64_MAX / row) return cu::kOutOfMemory;
+  proto::AllocBytes bound{row * a.height};
+  return admit(bound, s);
+}
+
 Status RequestChecks::admit(proto::AllocBytes& a, CallScope& s) {
   if (a.bytes == 0) return cu::kInvalidValue;
   if (Status st = ledger_.reserve(a.bytes); st != cu::kSuccess) return st;

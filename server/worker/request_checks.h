@@ -70,6 +70,11 @@ class RequestChecks {
   proto::Status admit(proto::DevCopy& c, CallScope&);
   proto::Status admit(proto::DevFill& f, CallScope&);
   proto::Status admit(proto::DevAddress& a, CallScope& s);
+  proto::Status admit(proto::DevRect& r, CallScope&);
+  proto::Status admit(proto::DevWriteRect& w, CallScope& s);
+  proto::Status admit(proto::DevCopyRect& c, CallScope& s);
+  proto::Status admit(proto::DevFillRect& f, CallScope& s);
+  proto::Status admit(proto::PitchedAlloc& a, CallScope& s);
   proto::Status admit(proto::AllocBytes& a, CallScope& s);
   proto::Status admit(proto::FreedAlloc& f, CallScope& s);
 

@@ -86,6 +86,19 @@ std::vector<int32_t> simAttributes(uint64_t memory_bytes) {
 }
 
 constexpr uint64_t kAlign = 256;  // cudaMalloc's guaranteed alignment
+constexpr uint64_t kPitchAlign = 512;  // cuMemAllocPitch's row alignment on the modelled device
+
+// `count` values of `elem` bytes (1, 2 or 4) from p, as cuMemsetD8/16/32 write them.
+void fill(uint8_t* p, uint32_t elem, uint64_t count, uint32_t value) {
+  if (elem == 1) {
+    std::memset(p, static_cast<int>(value & 0xff), count);
+  } else if (elem == 2) {
+    auto v = static_cast<uint16_t>(value);
+    for (uint64_t i = 0; i < count; ++i) std::memcpy(p + 2 * i, &v, 2);
+  } else {
+    for (uint64_t i = 0; i < count; ++i) std::memcpy(p + 4 * i, &value, 4);
+  }
+}
 
 }  // namespace
 
@@ -200,16 +213,43 @@ Status SimBackend::MemcpyDtoD(DevCopy c, Stream stream, uint32_t) {
 }
 
 Status SimBackend::Memset(DevFill f, uint32_t value, Stream stream, uint32_t) {
-  issue(stream, [dst = f.ptr, elem = f.elem, count = f.count, value] {
-    auto* p = reinterpret_cast<uint8_t*>(dst);
-    if (elem == 1) {
-      std::memset(p, static_cast<int>(value & 0xff), count);
-    } else if (elem == 2) {
-      auto v = static_cast<uint16_t>(value);
-      for (uint64_t i = 0; i < count; ++i) std::memcpy(p + 2 * i, &v, 2);
-    } else {
-      for (uint64_t i = 0; i < count; ++i) std::memcpy(p + 4 * i, &value, 4);
-    }
+  issue(stream, [f, value] { fill(reinterpret_cast<uint8_t*>(f.ptr), f.elem, f.count, value); });
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemAllocPitch(PitchedAlloc a, NewAlloc& out, uint64_t& pitch) {
+  pitch = (a.width + kPitchAlign - 1) / kPitchAlign * kPitchAlign;  // as a GPU with this alignment would
+  return MemAlloc(AllocBytes{pitch * a.height}, out);
+}
+
+Status SimBackend::Memset2D(DevFillRect f, uint32_t value, Stream stream, uint32_t) {
+  issue(stream, [r = f.dst, elem = f.elem, value] {
+    for (uint64_t y = 0; y < r.height; ++y) fill(reinterpret_cast<uint8_t*>(r.ptr + y * r.pitch), elem, r.width / elem, value);
+  });
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemcpyHtoD2D(DevWriteRect w, Stream stream, uint32_t) {
+  if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a 2D host-to-device copy");
+  const auto* src = static_cast<const uint8_t*>(w.data.data);
+  for (uint64_t y = 0; y < w.dst.height; ++y)
+    std::memcpy(reinterpret_cast<void*>(w.dst.ptr + y * w.dst.pitch), src + y * w.dst.width, w.dst.width);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemcpyDtoH2D(DevRect r, Stream stream, std::vector<uint8_t>& rows) {
+  if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a 2D device-to-host copy");
+  rows.resize(r.width * r.height);
+  for (uint64_t y = 0; y < r.height; ++y)
+    std::memcpy(rows.data() + y * r.width, reinterpret_cast<const void*>(r.ptr + y * r.pitch), r.width);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemcpyDtoD2D(DevCopyRect c, Stream stream, uint32_t) {
+  issue(stream, [c] {
+    for (uint64_t y = 0; y < c.dst.height; ++y)
+      std::memmove(reinterpret_cast<void*>(c.dst.ptr + y * c.dst.pitch), reinterpret_cast<const void*>(c.src.ptr + y * c.src.pitch),
+                   c.dst.width);
   });
   return CUDA_SUCCESS;
 }

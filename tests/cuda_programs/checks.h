@@ -33,3 +33,12 @@ static void check(bool ok, const char* what, const char* detail = "") {
       std::exit(1);                                                                           \
     }                                                                                         \
   } while (0)
+
+// A driver entry point through the runtime, for programs that do not link libcuda.
+template <typename F>
+F driverEntryPoint(const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q;
+  CK(cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q));
+  return reinterpret_cast<F>(p);
+}

@@ -8,6 +8,8 @@ log=$(mktemp /tmp/gpool-server-XXXXXX.log)
 cache=$(mktemp -d /tmp/gpool-modules-XXXXXX)  # each test starts with an empty module cache
 server_args=(--listen 127.0.0.1:0 --backend "$backend" --module-cache "$cache")
 [ "$backend" = sim ] && server_args+=(--sim-kernels "$build/tests/libgpool_test_sim_kernels.so")
+# shellcheck disable=SC2206  # extra server options for one test, split on spaces
+[ -n "${GPOOL_TEST_SERVER_ARGS:-}" ] && server_args+=($GPOOL_TEST_SERVER_ARGS)
 LD_LIBRARY_PATH="$build/server${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$build/server/gpool-server" "${server_args[@]}" 2>"$log" &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$log" "$cache"' EXIT

@@ -80,6 +80,18 @@ TEST(Dispatcher, BadHandlesAndRangesAnswerErrorsAndKeepServing) {
   EXPECT_EQ(c.call<calls::Memset>(DevFill{p, 3, 1}, 0u, uint64_t{0}, 0u).first, kInvalidValue);
   EXPECT_EQ(c.call<calls::Memset>(DevFill{p + 1, 2, 1}, 0u, uint64_t{0}, 0u).first, kInvalidValue);
   EXPECT_EQ(c.call<calls::MemFree>(p + 8).first, kInvalidValue);
+  // 2D regions: a pitch that overflows, a row wider than its pitch, rows past the end, a data blob
+  // that is not the region's size, an absurd pitched allocation
+  EXPECT_EQ(c.call<calls::MemcpyDtoH2D>(DevRect{p, UINT64_MAX / 2, 4, 3}, uint64_t{0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemcpyDtoH2D>(DevRect{p, 8, 16, 2}, uint64_t{0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemcpyDtoH2D>(DevRect{p, 16, 16, 5}, uint64_t{0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemcpyDtoH2D>(DevRect{p, 16, 16, 4}, uint64_t{0}).first, 0);
+  EXPECT_EQ(c.call<calls::MemcpyHtoD2D>(DevWriteRect{DevRect{p, 16, 4, 2}, Blob{"1234567", 7}}, uint64_t{0}, 0u).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemcpyDtoD2D>(DevCopyRect{DevRect{p, 16, 4, 2}, DevRect{p + 32, 16, 4, 3}}, uint64_t{0}, 0u).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::Memset2D>(DevFillRect{DevRect{p, 16, 6, 2}, 4}, 0u, uint64_t{0}, 0u).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemAllocPitch>(PitchedAlloc{UINT64_MAX - 8, 2, 4}).first, kOutOfMemory);
+  EXPECT_EQ(c.call<calls::MemAllocPitch>(PitchedAlloc{1 << 20, uint64_t{1} << 50, 4}).first, kOutOfMemory);
+  EXPECT_EQ(c.call<calls::MemAllocPitch>(PitchedAlloc{64, 2, 3}).first, kInvalidValue);
   // absurd sizes
   EXPECT_EQ(c.call<calls::MemAlloc>(uint64_t{1} << 62).first, kOutOfMemory);
   EXPECT_EQ(c.call<calls::MemAlloc>(uint64_t{0}).first, kInvalidValue);

@@ -197,6 +197,39 @@ TEST(CubinIndex, SimEnumeratesAModulesKernels) {
   t.join();
 }
 
+// The attack from issue 10: on the cuda backend, freeing a module global's address used to return its
+// size to the lease before the driver refused the free. Now no backend sees such a free.
+TEST(MemoryLedger, FreeingAGlobalNeverReturnsMemoryToTheLease) {
+  auto [client, server] = makeLoopbackPair({});
+  worker::SimBackend backend{worker::SimOptions{}};
+  HelloReply hello;
+  backend.open(0, hello);
+  std::thread t([&] { worker::Dispatcher(backend, *server, 1u << 20).serve(); });
+  test::RawClient c(*client);
+  auto elf = tinyElf();
+  auto [st, mod] = c.call<calls::ModuleLoad>(Blob{elf.data(), elf.size()}, 0u);
+  ASSERT_EQ(st, 0);
+  auto [st2, global] = c.call<calls::ModuleGetGlobal>(std::get<0>(mod), std::string("table"));
+  ASSERT_EQ(st2, 0);
+  uint64_t g = std::get<0>(global).ptr;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(c.call<calls::MemFree>(g).first, cu::kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemcpyHtoD>(DevWrite{g, Blob{"abcd", 4}}, uint64_t{0}, 0u).first, 0);  // still usable
+  auto [st3, a] = c.call<calls::MemAlloc>(uint64_t{1} << 20);
+  EXPECT_EQ(st3, 0);
+  EXPECT_EQ(c.call<calls::MemAlloc>(uint64_t{1}).first, cu::kOutOfMemory);
+  auto [st4, view] = c.call<calls::MemGetInfo>();
+  EXPECT_EQ(st4, 0);
+  EXPECT_EQ(std::get<0>(view).free, 0u);
+  EXPECT_EQ(std::get<0>(view).total, 1u << 20);
+  // Unloading the module ends its global: copies to it are refused from then on.
+  EXPECT_EQ(c.call<calls::ModuleUnload>(std::get<0>(mod)).first, 0);
+  EXPECT_EQ(c.call<calls::MemcpyHtoD>(DevWrite{g, Blob{"abcd", 4}}, uint64_t{0}, 0u).first, cu::kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemFree>(std::get<0>(a).ptr).first, 0);
+  EXPECT_EQ(c.call<calls::MemAlloc>(uint64_t{1} << 20).first, 0);
+  client->shutdown();
+  t.join();
+}
+
 TEST(CubinIndex, OutOfRangeHeadersGiveAnEmptyIndex) {
   auto elf = tinyElf(1ull << 40);
   auto index = worker::CubinIndex::build(elf.data(), elf.size());

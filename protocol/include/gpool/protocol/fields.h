@@ -100,6 +100,39 @@ struct DevFill {
   uint64_t bytes() const { return count * elem; }
 };
 
+// A pitched device region: `height` rows of `width` bytes, `pitch` bytes apart, from ptr.
+struct DevRect {
+  uint64_t ptr = 0, pitch = 0, width = 0, height = 0;
+  GPOOL_WIRE_FIELDS(ptr, pitch, width, height)
+  uint64_t span() const { return height == 0 || width == 0 ? 0 : pitch * (height - 1) + width; }
+};
+// Rows written from the host: `data` holds the region's rows packed (width * height bytes).
+struct DevWriteRect {
+  DevRect dst;
+  Blob data;
+  GPOOL_WIRE_FIELDS(dst, data)
+};
+// A 2D device-to-device copy: both regions have the same width and height.
+struct DevCopyRect {
+  DevRect dst, src;
+  GPOOL_WIRE_FIELDS(dst, src)
+};
+// A 2D memset of `elem`-byte values (1, 2 or 4): width is in bytes, a multiple of elem; ptr and pitch
+// are aligned to elem.
+struct DevFillRect {
+  DevRect dst;
+  uint32_t elem = 1;
+  GPOOL_WIRE_FIELDS(dst, elem)
+};
+// Request field of cuMemAllocPitch: rows of `width` bytes. The worker reserves width rounded up to
+// kMaxPitchAlign times height against the lease, then counts the pitch the driver chose.
+struct PitchedAlloc {
+  static constexpr uint64_t kMaxPitchAlign = 512;  // no GPU aligns pitches more coarsely
+  uint64_t width = 0, height = 0;
+  uint32_t elem = 0;  // 4, 8 or 16, as cuMemAllocPitch's ElementSizeBytes
+  GPOOL_WIRE_FIELDS(width, height, elem)
+};
+
 // Request field: bytes of device memory the call allocates; counted against the lease's memory before
 // the backend runs (CUDA_ERROR_OUT_OF_MEMORY past it).
 struct AllocBytes {

@@ -1,0 +1,178 @@
+// Pitched memory, 2D/3D copies and 2D memsets. Host rows live on the client: a host-to-device copy sends
+// the rows packed, a device-to-host copy receives them packed, and each side applies its own pitch.
+// Copies to or from CUDA arrays are not supported (arrays are not forwarded).
+#include <cstring>
+#include <vector>
+
+#include "state.h"
+
+using namespace gpool::client;
+namespace calls = gpool::proto::calls;
+using gpool::proto::Blob;
+using gpool::proto::DevRect;
+
+namespace {
+
+// One end of a 2D copy, after its X/Y offsets are applied.
+struct End {
+  bool device = false;
+  uint64_t addr = 0, pitch = 0;
+};
+
+CUresult resolve(CUmemorytype type, const void* host, CUdeviceptr device, size_t pitch, size_t x, size_t y, End& out) {
+  uint64_t offset = uint64_t{y} * pitch + x;
+  switch (type) {
+    case CU_MEMORYTYPE_HOST:
+      out = End{false, reinterpret_cast<uint64_t>(host) + offset, pitch};
+      return host ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    case CU_MEMORYTYPE_DEVICE:
+      out = End{true, device + offset, pitch};
+      return CUDA_SUCCESS;
+    case CU_MEMORYTYPE_UNIFIED: {  // the address says which it is
+      uint64_t base;
+      Allocation a;
+      bool dev = State::get().findAllocation(device, base, a) && a.device;
+      out = End{dev, device + offset, pitch};
+      return CUDA_SUCCESS;
+    }
+    default:
+      GPOOL_LOG(Level::kWarn, "a 2D/3D copy to or from a CUDA array is not supported by gpool (arrays are not forwarded)");
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+// Rows per message so that one message's packed rows stay within a bulk chunk.
+uint64_t rowsPerMessage(uint64_t width) { return std::max<uint64_t>(1, gpool::proto::kBulkChunk / std::max<uint64_t>(width, 1)); }
+
+CUresult hostToDevice(const End& src, const End& dst, uint64_t width, uint64_t height, uint64_t stream, bool async) {
+  GPOOL_CONN(conn);
+  std::vector<uint8_t> packed;
+  for (uint64_t y = 0, step = rowsPerMessage(width); y < height; y += step) {
+    uint64_t rows = std::min(step, height - y);
+    packed.resize(width * rows);
+    for (uint64_t r = 0; r < rows; ++r)
+      std::memcpy(packed.data() + r * width, reinterpret_cast<const void*>(src.addr + (y + r) * src.pitch), width);
+    gpool::proto::DevWriteRect w{DevRect{dst.addr + y * dst.pitch, dst.pitch, width, rows}, Blob{packed.data(), packed.size()}};
+    bool last = y + rows == height;
+    int st = (last && !async) ? conn->call<calls::MemcpyHtoD2D>(w, stream, 0u) : conn->post<calls::MemcpyHtoD2D>(w, stream, async ? 1u : 0u);
+    if (st) return static_cast<CUresult>(st);
+  }
+  return CUDA_SUCCESS;
+}
+
+// Always complete when it returns, as the 1D device-to-host copy.
+CUresult deviceToHost(const End& src, const End& dst, uint64_t width, uint64_t height, uint64_t stream) {
+  GPOOL_CONN(conn);
+  for (uint64_t y = 0, step = rowsPerMessage(width); y < height; y += step) {
+    uint64_t rows = std::min(step, height - y);
+    calls::MemcpyDtoH2D::out::tuple r;
+    int st = conn->call<calls::MemcpyDtoH2D>(r, DevRect{src.addr + y * src.pitch, src.pitch, width, rows}, stream);
+    if (st) return static_cast<CUresult>(st);
+    const std::vector<uint8_t>& packed = std::get<0>(r);
+    if (packed.size() != width * rows) return CUDA_ERROR_UNKNOWN;
+    for (uint64_t k = 0; k < rows; ++k)
+      std::memcpy(reinterpret_cast<void*>(dst.addr + (y + k) * dst.pitch), packed.data() + k * width, width);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult copy2D(const CUDA_MEMCPY2D* c, uint64_t stream, bool async) {
+  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  if (c->WidthInBytes == 0 || c->Height == 0) return CUDA_SUCCESS;
+  End src, dst;
+  if (CUresult r = resolve(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcPitch, c->srcXInBytes, c->srcY, src)) return r;
+  if (CUresult r = resolve(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstPitch, c->dstXInBytes, c->dstY, dst)) return r;
+  uint64_t width = c->WidthInBytes, height = c->Height;
+  if (height > 1 && (width > c->srcPitch || width > c->dstPitch)) return CUDA_ERROR_INVALID_VALUE;
+  if (src.device && dst.device) {
+    GPOOL_CONN(conn);
+    gpool::proto::DevCopyRect rect{DevRect{dst.addr, dst.pitch, width, height}, DevRect{src.addr, src.pitch, width, height}};
+    return static_cast<CUresult>(async ? conn->post<calls::MemcpyDtoD2D>(rect, stream, 1u) : conn->call<calls::MemcpyDtoD2D>(rect, stream, 0u));
+  }
+  if (dst.device) return hostToDevice(src, dst, width, height, stream, async);
+  if (src.device) return deviceToHost(src, dst, width, height, stream);
+  for (uint64_t y = 0; y < height; ++y)
+    std::memmove(reinterpret_cast<void*>(dst.addr + y * dst.pitch), reinterpret_cast<const void*>(src.addr + y * src.pitch), width);
+  return CUDA_SUCCESS;
+}
+
+// A 3D copy of linear memory is Depth 2D copies, slice z starting (srcZ + z) * srcHeight rows in.
+CUresult copy3D(const CUDA_MEMCPY3D* c, uint64_t stream, bool async) {
+  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  if (c->srcLOD || c->dstLOD) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t z = 0; z < c->Depth; ++z) {
+    CUDA_MEMCPY2D s{};
+    s.srcXInBytes = c->srcXInBytes;
+    s.srcY = c->srcY + (c->srcZ + z) * c->srcHeight;
+    s.srcMemoryType = c->srcMemoryType;
+    s.srcHost = c->srcHost;
+    s.srcDevice = c->srcDevice;
+    s.srcArray = c->srcArray;
+    s.srcPitch = c->srcPitch;
+    s.dstXInBytes = c->dstXInBytes;
+    s.dstY = c->dstY + (c->dstZ + z) * c->dstHeight;
+    s.dstMemoryType = c->dstMemoryType;
+    s.dstHost = c->dstHost;
+    s.dstDevice = c->dstDevice;
+    s.dstArray = c->dstArray;
+    s.dstPitch = c->dstPitch;
+    s.WidthInBytes = c->WidthInBytes;
+    s.Height = c->Height;
+    if (CUresult r = copy2D(&s, stream, async)) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult memset2D(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t elem, size_t width, size_t height, uint64_t stream, bool async) {
+  GPOOL_CONN(conn);
+  if (width == 0 || height == 0) return CUDA_SUCCESS;
+  if (width > SIZE_MAX / elem) return CUDA_ERROR_INVALID_VALUE;
+  gpool::proto::DevFillRect f{DevRect{dst, pitch, uint64_t{width} * elem, height}, elem};
+  return static_cast<CUresult>(async ? conn->post<calls::Memset2D>(f, value, stream, 1u) : conn->call<calls::Memset2D>(f, value, stream, 0u));
+}
+
+}  // namespace
+
+GPOOL_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height, unsigned int elem) {
+  GPOOL_TRY
+  if (!dptr || !pitch) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  calls::MemAllocPitch::out::tuple r;
+  int st = conn->call<calls::MemAllocPitch>(r, gpool::proto::PitchedAlloc{width, height, elem});
+  if (st) return static_cast<CUresult>(st);
+  *dptr = std::get<0>(r).ptr;
+  *pitch = std::get<1>(r);
+  State::get().addAllocation(std::get<0>(r).ptr, std::get<0>(r).bytes, true);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+// 2D and 3D copies; the _ptds/_ptsz variants differ only in what stream 0 means.
+GPOOL_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D* c) { GPOOL_TRY return copy2D(c, 0, false); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* c) { GPOOL_TRY return copy2D(c, streamArg(nullptr, true), false); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* c) { GPOOL_TRY return copy2D(c, 0, false); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D* c) { GPOOL_TRY return copy2D(c, streamArg(nullptr, true), false); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* c, CUstream s) { GPOOL_TRY return copy2D(c, streamArg(s, false), true); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* c, CUstream s) { GPOOL_TRY return copy2D(c, streamArg(s, true), true); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D* c) { GPOOL_TRY return copy3D(c, 0, false); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D* c) { GPOOL_TRY return copy3D(c, streamArg(nullptr, true), false); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* c, CUstream s) { GPOOL_TRY return copy3D(c, streamArg(s, false), true); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* c, CUstream s) { GPOOL_TRY return copy3D(c, streamArg(s, true), true); GPOOL_CATCH }
+
+// 2D memsets: D2D8/16/32, synchronous and asynchronous, each with its per-thread variant.
+#define GPOOL_MEMSET2D(bits, type)                                                                                 \
+  GPOOL_EXPORT CUresult cuMemsetD2D##bits##_v2(CUdeviceptr d, size_t pitch, type v, size_t w, size_t h) {          \
+    GPOOL_TRY return memset2D(d, pitch, v, bits / 8, w, h, 0, false); GPOOL_CATCH                                   \
+  }                                                                                                              \
+  GPOOL_EXPORT CUresult cuMemsetD2D##bits##_v2_ptds(CUdeviceptr d, size_t pitch, type v, size_t w, size_t h) {     \
+    GPOOL_TRY return memset2D(d, pitch, v, bits / 8, w, h, streamArg(nullptr, true), false); GPOOL_CATCH            \
+  }                                                                                                              \
+  GPOOL_EXPORT CUresult cuMemsetD2D##bits##Async(CUdeviceptr d, size_t pitch, type v, size_t w, size_t h, CUstream s) { \
+    GPOOL_TRY return memset2D(d, pitch, v, bits / 8, w, h, streamArg(s, false), true); GPOOL_CATCH                  \
+  }                                                                                                              \
+  GPOOL_EXPORT CUresult cuMemsetD2D##bits##Async_ptsz(CUdeviceptr d, size_t pitch, type v, size_t w, size_t h, CUstream s) { \
+    GPOOL_TRY return memset2D(d, pitch, v, bits / 8, w, h, streamArg(s, true), true); GPOOL_CATCH                   \
+  }
+GPOOL_MEMSET2D(8, unsigned char)
+GPOOL_MEMSET2D(16, unsigned short)
+GPOOL_MEMSET2D(32, unsigned int)
