@@ -39,7 +39,10 @@ namespace {
   F(cuModuleEnumerateFunctions) F(cuFuncGetName) F(cuLibraryGetKernelCount) F(cuLibraryEnumerateKernels)   \
   F(cuKernelGetName) F(cuTensorMapEncodeTiled) F(cuTensorMapEncodeIm2col) F(cuTensorMapReplaceAddress)   \
   F(cuMemAllocPitch) F(cuMemsetD2D8) F(cuMemsetD2D16) F(cuMemsetD2D32) F(cuMemsetD2D8Async)                 \
-  F(cuMemsetD2D16Async) F(cuMemsetD2D32Async) F(cuMemcpy2D) F(cuMemcpy2DAsync)
+  F(cuMemsetD2D16Async) F(cuMemsetD2D32Async) F(cuMemcpy2D) F(cuMemcpy2DAsync) F(cuMemAllocAsync)       \
+  F(cuMemAllocFromPoolAsync) F(cuMemFreeAsync) F(cuMemPoolCreate) F(cuMemPoolDestroy) F(cuMemPoolTrimTo)   \
+  F(cuDeviceGetMemPool) F(cuDeviceGetDefaultMemPool) F(cuDeviceSetMemPool) F(cuMemPoolSetAttribute)        \
+  F(cuMemPoolGetAttribute)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -236,6 +239,59 @@ class CudaBackend final : public Backend {
   GPOOL_FORWARD(GraphUpload, cuGraphUpload)
   GPOOL_FORWARD(GraphExecDestroy, cuGraphExecDestroy)
   GPOOL_FORWARD(GraphDestroy, cuGraphDestroy)
+  GPOOL_FORWARD(MemFreeAsync, cuMemFreeAsync)
+  GPOOL_FORWARD(MemPoolDestroy, cuMemPoolDestroy)
+  GPOOL_FORWARD(MemPoolTrimTo, cuMemPoolTrimTo)
+
+  Status MemAllocAsync(AllocBytes bytes, Stream stream, NewAlloc& out) {
+    CUdeviceptr p = 0;
+    CUresult r = d_.cuMemAllocAsync_(&p, bytes, stream_(stream));
+    out = NewAlloc{p, bytes};
+    return r;
+  }
+  Status MemAllocFromPoolAsync(AllocBytes bytes, MemPool pool, Stream stream, NewAlloc& out) {
+    CUdeviceptr p = 0;
+    CUresult r = d_.cuMemAllocFromPoolAsync_(&p, bytes, reinterpret_cast<CUmemoryPool>(pool.v), stream_(stream));
+    out = NewAlloc{p, bytes};
+    return r;
+  }
+  Status MemPoolCreate(uint32_t type, uint32_t handles, uint64_t max_size, uint32_t usage, Created<MemPool>& out) {
+    CUmemPoolProps props{};
+    props.allocType = static_cast<CUmemAllocationType>(type);
+    props.handleTypes = static_cast<CUmemAllocationHandleType>(handles);
+    props.location = CUmemLocation{CU_MEM_LOCATION_TYPE_DEVICE, dev_};  // the worker's device, whatever the client numbered it
+    props.maxSize = max_size;
+    props.usage = static_cast<unsigned short>(usage);
+    CUmemoryPool pool = nullptr;
+    CUresult r = d_.cuMemPoolCreate_(&pool, &props);
+    out = reinterpret_cast<uint64_t>(pool);
+    return r;
+  }
+  Status DeviceGetMemPool(uint32_t which, Created<MemPool>& out) {
+    if (which > 1) return CUDA_ERROR_INVALID_VALUE;
+    CUmemoryPool pool = nullptr;
+    CUresult r = which == 1 ? d_.cuDeviceGetDefaultMemPool_(&pool, dev_) : d_.cuDeviceGetMemPool_(&pool, dev_);
+    out = reinterpret_cast<uint64_t>(pool);
+    return r;
+  }
+  Status DeviceSetMemPool(MemPool pool) { return d_.cuDeviceSetMemPool_(dev_, reinterpret_cast<CUmemoryPool>(pool.v)); }
+  // The reuse flags are ints; the sizes and counters cuuint64_t (cuda.h, CUmemPool_attribute).
+  static bool intPoolAttribute(uint32_t attr) { return attr <= CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES; }
+  Status MemPoolSetAttribute(MemPool pool, PoolAttribute a) {
+    int i = static_cast<int>(a.value);
+    cuuint64_t u = a.value;
+    void* v = intPoolAttribute(a.attr) ? static_cast<void*>(&i) : static_cast<void*>(&u);
+    return d_.cuMemPoolSetAttribute_(reinterpret_cast<CUmemoryPool>(pool.v), static_cast<CUmemPool_attribute>(a.attr), v);
+  }
+  Status MemPoolGetAttribute(MemPool pool, uint32_t attr, uint64_t& value) {
+    if (attr < CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES || attr > CU_MEMPOOL_ATTR_USED_MEM_HIGH) return CUDA_ERROR_INVALID_VALUE;
+    int i = 0;
+    cuuint64_t u = 0;
+    void* v = intPoolAttribute(attr) ? static_cast<void*>(&i) : static_cast<void*>(&u);
+    CUresult r = d_.cuMemPoolGetAttribute_(reinterpret_cast<CUmemoryPool>(pool.v), static_cast<CUmemPool_attribute>(attr), v);
+    value = intPoolAttribute(attr) ? static_cast<uint64_t>(i) : u;
+    return r;
+  }
 
   Status MemAlloc(AllocBytes bytes, NewAlloc& out) {
     CUdeviceptr p = 0;

@@ -1,6 +1,8 @@
 // The checks of typed request fields and the records of typed reply fields (request_checks.h).
 #include "request_checks.h"
 
+#include <algorithm>
+
 namespace gpool::worker {
 
 using proto::Status;
@@ -77,6 +79,14 @@ Status RequestChecks::admit(proto::PitchedAlloc& a, CallScope& s) {
   if (a.height > UINT64_MAX / row) return cu::kOutOfMemory;
   proto::AllocBytes bound{row * a.height};
   return admit(bound, s);
+}
+
+Status RequestChecks::admit(proto::PoolAttribute& a, CallScope&) {
+  enum : uint32_t { kFirst = 1, kReleaseThreshold = 4, kReservedHigh = 6, kUsedHigh = 8 };  // CUmemPool_attribute
+  if (a.attr < kFirst || a.attr > kUsedHigh || a.attr == kReservedHigh - 1 || a.attr == kUsedHigh - 1)
+    return cu::kInvalidValue;  // unknown, or a read-only counter
+  if (a.attr == kReleaseThreshold) a.value = std::min(a.value, ledger_.limit());
+  return cu::kSuccess;
 }
 
 Status RequestChecks::admit(proto::AllocBytes& a, CallScope& s) {

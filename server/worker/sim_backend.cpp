@@ -184,6 +184,10 @@ Status SimBackend::MemAlloc(AllocBytes bytes, NewAlloc& out) {
 }
 
 Status SimBackend::MemFree(FreedAlloc dptr) {
+  if (auto it = pool_allocations_.find(dptr); it != pool_allocations_.end()) {
+    if (auto p = pools_.find(it->second.first); p != pools_.end()) p->second.used -= it->second.second;
+    pool_allocations_.erase(it);
+  }
   allocations_.erase(dptr);
   std::free(reinterpret_cast<void*>(dptr.ptr));
   return CUDA_SUCCESS;
@@ -192,6 +196,89 @@ Status SimBackend::MemFree(FreedAlloc dptr) {
 Status SimBackend::MemGetInfo(MemView& m) {
   m = MemView{options_.memory_bytes, options_.memory_bytes};  // the worker subtracts what the lease holds
   return CUDA_SUCCESS;
+}
+
+uint64_t SimBackend::pool(uint32_t which) {
+  if (!default_pool_) {
+    default_pool_ = current_pool_ = newHandle(HandleKind::kMemPool);
+    pools_[default_pool_];
+  }
+  return which == 1 ? default_pool_ : current_pool_;
+}
+
+Status SimBackend::poolAllocate(uint64_t p, AllocBytes bytes, NewAlloc& out) {
+  if (Status st = MemAlloc(bytes, out); st != CUDA_SUCCESS) return st;
+  Pool& pl = pools_[p];
+  pl.used += bytes;
+  pl.used_high = std::max(pl.used_high, pl.used);
+  pool_allocations_[out.ptr] = {p, bytes};
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemAllocAsync(AllocBytes bytes, Stream, NewAlloc& out) { return poolAllocate(pool(0), bytes, out); }
+
+Status SimBackend::MemAllocFromPoolAsync(AllocBytes bytes, MemPool p, Stream, NewAlloc& out) {
+  return poolAllocate(p, bytes, out);
+}
+
+Status SimBackend::MemFreeAsync(FreedAlloc ptr, Stream) { return MemFree(ptr); }  // work runs in issue order
+
+Status SimBackend::MemPoolCreate(uint32_t type, uint32_t, uint64_t, uint32_t, Created<MemPool>& out) {
+  if (type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
+  pool(0);
+  out = newHandle(HandleKind::kMemPool);
+  pools_[out];
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemPoolDestroy(Released<MemPool> p) {
+  if (p == default_pool_) return CUDA_ERROR_INVALID_VALUE;  // as the driver: the default pool stays
+  if (p == current_pool_) current_pool_ = default_pool_;
+  pools_.erase(p);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::DeviceGetMemPool(uint32_t which, Created<MemPool>& out) {
+  if (which > 1) return CUDA_ERROR_INVALID_VALUE;
+  out = pool(which);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::DeviceSetMemPool(MemPool p) {
+  current_pool_ = p;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemPoolTrimTo(MemPool, uint64_t) { return CUDA_SUCCESS; }  // nothing is cached
+
+Status SimBackend::MemPoolSetAttribute(MemPool p, PoolAttribute a) {
+  Pool& pl = pools_[p];
+  if (a.attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH || a.attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH) {
+    if (a.value != 0) return CUDA_ERROR_INVALID_VALUE;  // high watermarks may only be reset
+    pl.used_high = pl.used;
+  } else {
+    pl.attributes[a.attr] = a.value;
+  }
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemPoolGetAttribute(MemPool p, uint32_t attr, uint64_t& value) {
+  const Pool& pl = pools_[p];
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:  // the sim caches nothing: reserved is what is used
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: value = pl.used; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: value = pl.used_high; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: {
+      auto it = pl.attributes.find(attr);
+      value = it != pl.attributes.end() ? it->second : (attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD ? 0 : 1);
+      return CUDA_SUCCESS;
+    }
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
 }
 
 Status SimBackend::MemcpyHtoD(DevWrite w, Stream stream, uint32_t) {

@@ -72,6 +72,15 @@ class SimBackend final : public Backend {
 
   SimOptions options_;
   std::set<uint64_t> allocations_;  // host memory standing in for device allocations
+  struct Pool {
+    std::unordered_map<uint32_t, uint64_t> attributes;  // set by the client; the rest have defaults
+    uint64_t used = 0, used_high = 0;
+  };
+  uint64_t pool(uint32_t which);  // 0: the device's current pool, 1: its default pool (made on first use)
+  Status poolAllocate(uint64_t pool, AllocBytes bytes, NewAlloc& out);
+  std::unordered_map<uint64_t, Pool> pools_;
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> pool_allocations_;  // ptr -> pool, bytes
+  uint64_t default_pool_ = 0, current_pool_ = 0;
   uint64_t next_handle_ = 1;
   uint64_t launches_ = 0;
   std::unordered_map<std::string, RegisteredKernel> kernels_;

@@ -15,16 +15,23 @@ namespace {
 constexpr size_t kCap = 64u << 20, kMiB = 1u << 20;
 
 
-// Allocates 1 MiB blocks (plain or pitched) until the device refuses; returns how many it got.
-size_t fill(std::vector<void*>& held, bool pitched) {
+enum class Path { kPlain, kPitched, kAsync, kPool };
+const char* const kPathNames[] = {"cudaMalloc", "cudaMallocPitch", "cudaMallocAsync", "cudaMallocFromPoolAsync"};
+
+// Allocates 1 MiB blocks on one path until the device refuses; returns how many it got.
+size_t fill(std::vector<void*>& held, Path path, cudaMemPool_t pool) {
   size_t got = 0;
   for (;;) {
     void* p = nullptr;
     size_t pitch = 0;
-    cudaError_t e = pitched ? cudaMallocPitch(&p, &pitch, 1024, 1024) : cudaMalloc(&p, kMiB);
+    cudaError_t e = path == Path::kPlain     ? cudaMalloc(&p, kMiB)
+                    : path == Path::kPitched ? cudaMallocPitch(&p, &pitch, 1024, 1024)
+                    : path == Path::kAsync   ? cudaMallocAsync(&p, kMiB, 0)
+                                             : cudaMallocFromPoolAsync(&p, kMiB, pool, 0);
     if (e != cudaSuccess) {
-      check(e == cudaErrorMemoryAllocation, pitched ? "the pitched allocation past the cap fails with cudaErrorMemoryAllocation"
-                                                    : "the allocation past the cap fails with cudaErrorMemoryAllocation");
+      char what[128];
+      std::snprintf(what, sizeof what, "%s past the cap fails with cudaErrorMemoryAllocation", kPathNames[static_cast<int>(path)]);
+      check(e == cudaErrorMemoryAllocation, what);
       cudaGetLastError();
       return got;
     }
@@ -52,20 +59,32 @@ int main() {
   CK(cudaMemGetInfo(&free1, &total));
   check(free1 == free0, "refused frees return no memory to the lease");
 
-  std::vector<void*> held;
-  size_t plain = fill(held, false);
-  check(plain <= kCap / kMiB && plain >= kCap / kMiB - 1, "plain allocations stop at the cap");
-  size_t after = 0;
-  CK(cudaMemGetInfo(&after, &total));
-  check(after < kMiB, "with the cap reached, almost nothing is free");
-  for (void* p : held) CK(cudaFree(p));
-  held.clear();
-  CK(cudaMemGetInfo(&after, &total));
-  check(after == free0, "freeing everything gives it all back");
-
-  size_t pitched = fill(held, true);
-  check(pitched <= kCap / kMiB && pitched >= kCap / kMiB - 1, "pitched allocations stop at the cap");
-  for (void* p : held) CK(cudaFree(p));
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  cudaMemPool_t pool;
+  CK(cudaMemPoolCreate(&pool, &props));
+  for (Path path : {Path::kPlain, Path::kPitched, Path::kAsync, Path::kPool}) {
+    const char* name = kPathNames[static_cast<int>(path)];
+    std::vector<void*> held;
+    size_t got = fill(held, path, pool);
+    char what[128];
+    std::snprintf(what, sizeof what, "%s stops at the cap (%zu MiB)", name, got);
+    check(got <= kCap / kMiB && got >= kCap / kMiB - 1, what);
+    size_t after = 0;
+    CK(cudaMemGetInfo(&after, &total));
+    std::snprintf(what, sizeof what, "with the cap reached by %s, almost nothing is free", name);
+    check(after < kMiB, what);
+    for (void* p : held) {
+      if (path == Path::kAsync || path == Path::kPool) CK(cudaFreeAsync(p, 0));
+      else CK(cudaFree(p));
+    }
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemGetInfo(&after, &total));
+    std::snprintf(what, sizeof what, "freeing what %s took gives it all back", name);
+    check(after == free0, what);
+  }
+  CK(cudaMemPoolDestroy(pool));
   std::printf(failures ? "%d FAILED\n" : "ALL PASSED\n", failures);
   return failures ? 1 : 0;
 }

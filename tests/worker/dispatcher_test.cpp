@@ -302,3 +302,30 @@ TEST(Dispatcher, OccupancyQueriesCheckHandlesAndClusterSizes) {
   EXPECT_EQ(c.call<calls::OccupancyAvailableDynamicSMem>(f, 0, 256).first, kInvalidValue);
   EXPECT_TRUE(h.finish().clean);
 }
+
+TEST(Dispatcher, MemoryPoolsAreCheckedAndChargedToTheLease) {
+  Harness h;  // 16 GiB sim device
+  test::RawClient c(*h.client);
+  EXPECT_EQ(c.call<calls::MemAllocFromPoolAsync>(uint64_t{64}, uint64_t{0xabc}, uint64_t{0}).first, kInvalidHandle);
+  auto [st, created] = c.call<calls::MemPoolCreate>(1u /*pinned*/, 0u, uint64_t{0}, 0u);
+  ASSERT_EQ(st, 0);
+  uint64_t pool = std::get<0>(created).v;
+  // Read-only counters and unknown attributes are refused; the release threshold stays within the lease.
+  EXPECT_EQ(c.call<calls::MemPoolSetAttribute>(pool, PoolAttribute{5 /*reserved current*/, 0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemPoolSetAttribute>(pool, PoolAttribute{99, 0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemPoolSetAttribute>(pool, PoolAttribute{4 /*release threshold*/, UINT64_MAX}).first, 0);
+  auto [st2, threshold] = c.call<calls::MemPoolGetAttribute>(pool, 4u);
+  EXPECT_EQ(st2, 0);
+  EXPECT_EQ(std::get<0>(threshold), worker::SimOptions{}.memory_bytes);
+  // Pool allocations are charged like any other.
+  EXPECT_EQ(c.call<calls::MemAllocFromPoolAsync>(uint64_t{1} << 62, pool, uint64_t{0}).first, kOutOfMemory);
+  auto [st3, a] = c.call<calls::MemAllocFromPoolAsync>(uint64_t{4096}, pool, uint64_t{0});
+  ASSERT_EQ(st3, 0);
+  auto [st4, view] = c.call<calls::MemGetInfo>();
+  EXPECT_EQ(std::get<0>(view).total - std::get<0>(view).free, 4096u);
+  EXPECT_EQ(c.call<calls::MemFreeAsync>(std::get<0>(a).ptr, uint64_t{0}).first, 0);
+  EXPECT_EQ(c.call<calls::MemFreeAsync>(std::get<0>(a).ptr, uint64_t{0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemPoolDestroy>(pool).first, 0);
+  EXPECT_EQ(c.call<calls::MemPoolDestroy>(pool).first, kInvalidHandle);
+  EXPECT_TRUE(h.finish().clean);
+}

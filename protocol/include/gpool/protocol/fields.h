@@ -12,7 +12,7 @@
 namespace gpool::proto {
 
 // Kinds of handle a worker hands out. Values are part of no wire format.
-enum class HandleKind : uint8_t { kStream, kEvent, kModule, kLibrary, kFunction, kKernel, kGraph, kGraphExec };
+enum class HandleKind : uint8_t { kStream, kEvent, kModule, kLibrary, kFunction, kKernel, kGraph, kGraphExec, kMemPool };
 
 // A handle of kind K that this worker handed out earlier (streams: also 0, 1 and 2, the legacy and
 // per-thread default streams, which always exist).
@@ -30,6 +30,7 @@ using Event = Handle<HandleKind::kEvent>;
 using Kernel = Handle<HandleKind::kKernel>;
 using Graph = Handle<HandleKind::kGraph>;
 using GraphExec = Handle<HandleKind::kGraphExec>;
+using MemPool = Handle<HandleKind::kMemPool>;
 
 // A CUfunction or a CUkernel. The worker's check says which (is_kernel is not on the wire).
 struct Launchable {
@@ -131,6 +132,15 @@ struct PitchedAlloc {
   uint64_t width = 0, height = 0;
   uint32_t elem = 0;  // 4, 8 or 16, as cuMemAllocPitch's ElementSizeBytes
   GPOOL_WIRE_FIELDS(width, height, elem)
+};
+
+// Request field: a memory pool attribute to set (CUmemPool_attribute 1..8; int-valued ones carry their
+// int in `value`). The release threshold is lowered to the lease's limit: a pool never keeps more freed
+// memory cached than the lease may hold.
+struct PoolAttribute {
+  uint32_t attr = 0;
+  uint64_t value = 0;
+  GPOOL_WIRE_FIELDS(attr, value)
 };
 
 // Request field: bytes of device memory the call allocates; counted against the lease's memory before

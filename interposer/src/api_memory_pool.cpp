@@ -1,0 +1,131 @@
+// Stream-ordered allocation and memory pools (cudaMallocAsync and cudaMemPool*): forwarded to the worker,
+// whose pools live on its device; allocations are charged to the lease like cuMemAlloc. Pools are not
+// shared between processes here (export/import is IPC: not forwarded).
+#include "state.h"
+
+using namespace gpool::client;
+namespace calls = gpool::proto::calls;
+
+namespace {
+
+uint64_t raw(CUmemoryPool p) { return reinterpret_cast<uint64_t>(p); }
+CUmemoryPool pool(uint64_t h) { return reinterpret_cast<CUmemoryPool>(h); }
+
+bool validDevice(CUdevice d) { return d >= 0 && d < State::get().deviceCount(); }
+
+CUresult allocAsync(CUdeviceptr* out, size_t bytes, uint64_t p, uint64_t stream, bool from_pool) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  calls::MemAllocAsync::out::tuple r;
+  int st = from_pool ? conn->call<calls::MemAllocFromPoolAsync>(r, uint64_t{bytes}, p, stream)
+                     : conn->call<calls::MemAllocAsync>(r, uint64_t{bytes}, stream);
+  if (st) return static_cast<CUresult>(st);
+  *out = std::get<0>(r).ptr;
+  State::get().addAllocation(std::get<0>(r).ptr, bytes, true);
+  return CUDA_SUCCESS;
+}
+
+CUresult freeAsync(CUdeviceptr p, uint64_t stream) {
+  GPOOL_CONN(conn);
+  if (p == 0) return CUDA_SUCCESS;
+  if (!State::get().takeDeviceAllocation(p)) return CUDA_ERROR_INVALID_VALUE;
+  return static_cast<CUresult>(conn->post<calls::MemFreeAsync>(uint64_t{p}, stream));
+}
+
+CUresult getPool(CUmemoryPool* out, CUdevice d, uint32_t which) {
+  if (!out || !validDevice(d)) return out ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  calls::DeviceGetMemPool::out::tuple r;
+  int st = conn->call<calls::DeviceGetMemPool>(r, which);
+  *out = st == CUDA_SUCCESS ? pool(std::get<0>(r).v) : nullptr;
+  return static_cast<CUresult>(st);
+}
+
+// Reuse flags are ints, sizes and counters cuuint64_t.
+bool intAttribute(CUmemPool_attribute a) { return a <= CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES; }
+
+}  // namespace
+
+GPOOL_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* out, size_t bytes, CUstream s) {
+  GPOOL_TRY return allocAsync(out, bytes, 0, streamArg(s, false), false); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* out, size_t bytes, CUstream s) {
+  GPOOL_TRY return allocAsync(out, bytes, 0, streamArg(s, true), false); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* out, size_t bytes, CUmemoryPool p, CUstream s) {
+  GPOOL_TRY return allocAsync(out, bytes, raw(p), streamArg(s, false), true); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* out, size_t bytes, CUmemoryPool p, CUstream s) {
+  GPOOL_TRY return allocAsync(out, bytes, raw(p), streamArg(s, true), true); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { GPOOL_TRY return freeAsync(p, streamArg(s, false)); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { GPOOL_TRY return freeAsync(p, streamArg(s, true)); GPOOL_CATCH }
+
+GPOOL_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* out, const CUmemPoolProps* props) {
+  GPOOL_TRY
+  if (!out || !props || props->win32SecurityAttributes) return CUDA_ERROR_INVALID_VALUE;
+  if (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !validDevice(props->location.id)) {
+    GPOOL_LOG(Level::kWarn, "cuMemPoolCreate: gpool pools live on the lease's device (location type %d refused)",
+              static_cast<int>(props->location.type));
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  GPOOL_CONN(conn);
+  calls::MemPoolCreate::out::tuple r;
+  int st = conn->call<calls::MemPoolCreate>(r, static_cast<uint32_t>(props->allocType), static_cast<uint32_t>(props->handleTypes),
+                                            uint64_t{props->maxSize}, uint32_t{props->usage});
+  *out = st == CUDA_SUCCESS ? pool(std::get<0>(r).v) : nullptr;
+  return static_cast<CUresult>(st);
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool p) {
+  GPOOL_TRY GPOOL_CONN(conn); return static_cast<CUresult>(conn->call<calls::MemPoolDestroy>(raw(p))); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* out, CUdevice d) { GPOOL_TRY return getPool(out, d, 1); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool* out, CUdevice d) { GPOOL_TRY return getPool(out, d, 0); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuDeviceSetMemPool(CUdevice d, CUmemoryPool p) {
+  GPOOL_TRY
+  if (!validDevice(d)) return CUDA_ERROR_INVALID_DEVICE;
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(conn->call<calls::DeviceSetMemPool>(raw(p)));
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool p, size_t keep) {
+  GPOOL_TRY GPOOL_CONN(conn); return static_cast<CUresult>(conn->post<calls::MemPoolTrimTo>(raw(p), uint64_t{keep})); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool p, CUmemPool_attribute attr, void* value) {
+  GPOOL_TRY
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  uint64_t v = intAttribute(attr) ? static_cast<uint64_t>(*static_cast<int*>(value)) : *static_cast<cuuint64_t*>(value);
+  return static_cast<CUresult>(conn->call<calls::MemPoolSetAttribute>(raw(p), gpool::proto::PoolAttribute{static_cast<uint32_t>(attr), v}));
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool p, CUmemPool_attribute attr, void* value) {
+  GPOOL_TRY
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  calls::MemPoolGetAttribute::out::tuple r;
+  int st = conn->call<calls::MemPoolGetAttribute>(r, raw(p), static_cast<uint32_t>(attr));
+  if (st) return static_cast<CUresult>(st);
+  if (intAttribute(attr)) *static_cast<int*>(value) = static_cast<int>(std::get<0>(r));
+  else *static_cast<cuuint64_t*>(value) = std::get<0>(r);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+// One device per lease worker: its pools are always accessible from it, and from nothing else here.
+GPOOL_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool, const CUmemAccessDesc* map, size_t count) {
+  GPOOL_TRY
+  if (!map && count) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; ++i)
+    if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !validDevice(map[i].location.id)) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool, CUmemLocation* location) {
+  GPOOL_TRY
+  if (!flags || !location) return CUDA_ERROR_INVALID_VALUE;
+  bool own = location->type == CU_MEM_LOCATION_TYPE_DEVICE && validDevice(location->id);
+  *flags = own ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
