@@ -13,15 +13,26 @@ CUmemoryPool pool(uint64_t h) { return reinterpret_cast<CUmemoryPool>(h); }
 
 bool validDevice(CUdevice d) { return d >= 0 && d < State::get().deviceCount(); }
 
+// The device's current pool, asked once and then followed through cuDeviceSetMemPool.
+uint64_t currentPool(Connection* conn) {
+  uint64_t p = State::get().current_pool.load();
+  if (p) return p;
+  calls::DeviceGetMemPool::out::tuple r;
+  if (conn->call<calls::DeviceGetMemPool>(r, 0u) != CUDA_SUCCESS) return 0;
+  State::get().current_pool = std::get<0>(r).v;
+  return std::get<0>(r).v;
+}
+
 CUresult allocAsync(CUdeviceptr* out, size_t bytes, uint64_t p, uint64_t stream, bool from_pool) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
+  if (!from_pool) p = currentPool(conn);
   calls::MemAllocAsync::out::tuple r;
   int st = from_pool ? conn->call<calls::MemAllocFromPoolAsync>(r, uint64_t{bytes}, p, stream)
                      : conn->call<calls::MemAllocAsync>(r, uint64_t{bytes}, stream);
   if (st) return static_cast<CUresult>(st);
   *out = std::get<0>(r).ptr;
-  State::get().addAllocation(std::get<0>(r).ptr, bytes, true);
+  State::get().addPoolAllocation(std::get<0>(r).ptr, bytes, p);
   return CUDA_SUCCESS;
 }
 
@@ -86,7 +97,9 @@ GPOOL_EXPORT CUresult cuDeviceSetMemPool(CUdevice d, CUmemoryPool p) {
   GPOOL_TRY
   if (!validDevice(d)) return CUDA_ERROR_INVALID_DEVICE;
   GPOOL_CONN(conn);
-  return static_cast<CUresult>(conn->call<calls::DeviceSetMemPool>(raw(p)));
+  int st = conn->call<calls::DeviceSetMemPool>(raw(p));
+  if (st == CUDA_SUCCESS) State::get().current_pool = raw(p);
+  return static_cast<CUresult>(st);
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool p, size_t keep) {

@@ -186,6 +186,11 @@ void State::addAllocation(uint64_t base, uint64_t size, bool device, unsigned fl
   if (fresh && !device) ++host_allocations;
 }
 
+void State::addPoolAllocation(uint64_t base, uint64_t size, uint64_t pool) {
+  std::lock_guard lock(mu);
+  allocations_.insert_or_assign(base, Allocation{size, true, 0, false, pool});
+}
+
 void State::addGlobal(uint64_t base, uint64_t size) {
   std::lock_guard lock(mu);
   allocations_.insert_or_assign(base, Allocation{size, true, 0, true});

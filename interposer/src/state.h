@@ -43,6 +43,7 @@ struct Allocation {
   bool device;  // false: client host memory from cuMemHostAlloc/cuMemAllocHost/cuMemHostRegister
   unsigned flags = 0;  // host memory: the CU_MEMHOSTALLOC_* / CU_MEMHOSTREGISTER_* flags it was made with
   bool global = false;  // a module global: device memory that cuMemFree refuses
+  uint64_t pool = 0;    // the memory pool a stream-ordered allocation came from
 };
 
 class State {
@@ -76,6 +77,9 @@ class State {
   // Forgets the device allocation that starts at `base`; false when there is none (an interior
   // pointer, a module global, host memory, or nothing this client allocated).
   bool takeDeviceAllocation(uint64_t base);
+  void addPoolAllocation(uint64_t base, uint64_t size, uint64_t pool);
+  // The device's current memory pool as this client last learnt or set it (0: not asked yet).
+  std::atomic<uint64_t> current_pool{0};
   bool findAllocation(uint64_t ptr, uint64_t& base, Allocation& a);
   // The first of `count` 8-byte words (at any alignment in `words`) that points into client host memory,
   // or 0; one lock for all of them (a launch's arguments are checked on the hot path).
