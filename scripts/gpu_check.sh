@@ -52,6 +52,9 @@ compare_program() {  # label, program, args...
 compare_program basic_static "$build/tests/cuda_basic_static"
 compare_program basic_shared "$build/tests/cuda_basic_shared"
 compare_program libraries "$build/tests/cuda_libraries"
+for family in memory_2d memory_pools pointer_attributes stream_memops; do  # issue 10's driver families
+  compare_program "$family" "$build/tests/cuda_$family"
+done
 
 # --- NVML: nvidia-smi natively and through gpool's libnvidia-ml.so.1 ----------------------------------
 start_server "$out/nvml-server.log" "$out/cache-nvml"

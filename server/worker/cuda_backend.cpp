@@ -42,7 +42,8 @@ namespace {
   F(cuMemsetD2D16Async) F(cuMemsetD2D32Async) F(cuMemcpy2D) F(cuMemcpy2DAsync) F(cuMemAllocAsync)       \
   F(cuMemAllocFromPoolAsync) F(cuMemFreeAsync) F(cuMemPoolCreate) F(cuMemPoolDestroy) F(cuMemPoolTrimTo)   \
   F(cuDeviceGetMemPool) F(cuDeviceGetDefaultMemPool) F(cuDeviceSetMemPool) F(cuMemPoolSetAttribute)        \
-  F(cuMemPoolGetAttribute)
+  F(cuMemPoolGetAttribute) F(cuStreamWaitValue32) F(cuStreamWaitValue64) F(cuStreamWriteValue32)       \
+  F(cuStreamWriteValue64)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -243,6 +244,14 @@ class CudaBackend final : public Backend {
   GPOOL_FORWARD(MemPoolDestroy, cuMemPoolDestroy)
   GPOOL_FORWARD(MemPoolTrimTo, cuMemPoolTrimTo)
 
+  Status StreamWaitValue(Stream stream, DevWord w, uint64_t value, uint32_t flags) {
+    return w.bytes == 4 ? d_.cuStreamWaitValue32_(stream_(stream), w.ptr, static_cast<cuuint32_t>(value), flags)
+                        : d_.cuStreamWaitValue64_(stream_(stream), w.ptr, value, flags);
+  }
+  Status StreamWriteValue(Stream stream, DevWord w, uint64_t value, uint32_t flags) {
+    return w.bytes == 4 ? d_.cuStreamWriteValue32_(stream_(stream), w.ptr, static_cast<cuuint32_t>(value), flags)
+                        : d_.cuStreamWriteValue64_(stream_(stream), w.ptr, value, flags);
+  }
   Status MemAllocAsync(AllocBytes bytes, Stream stream, NewAlloc& out) {
     CUdeviceptr p = 0;
     CUresult r = d_.cuMemAllocAsync_(&p, bytes, stream_(stream));

@@ -81,6 +81,11 @@ Status RequestChecks::admit(proto::PitchedAlloc& a, CallScope& s) {
   return admit(bound, s);
 }
 
+Status RequestChecks::admit(proto::DevWord& w, CallScope&) {
+  if ((w.bytes != 4 && w.bytes != 8) || w.ptr % w.bytes != 0) return cu::kInvalidValue;
+  return range(w.ptr, w.bytes);
+}
+
 Status RequestChecks::admit(proto::PoolAttribute& a, CallScope&) {
   enum : uint32_t { kFirst = 1, kReleaseThreshold = 4, kReservedHigh = 6, kUsedHigh = 8 };  // CUmemPool_attribute
   if (a.attr < kFirst || a.attr > kUsedHigh || a.attr == kReservedHigh - 1 || a.attr == kUsedHigh - 1)

@@ -76,6 +76,7 @@ class RequestChecks {
   proto::Status admit(proto::DevFillRect& f, CallScope& s);
   proto::Status admit(proto::PitchedAlloc& a, CallScope& s);
   proto::Status admit(proto::PoolAttribute& a, CallScope&);
+  proto::Status admit(proto::DevWord& w, CallScope&);
   proto::Status admit(proto::AllocBytes& a, CallScope& s);
   proto::Status admit(proto::FreedAlloc& f, CallScope& s);
 

@@ -81,6 +81,8 @@ std::vector<int32_t> simAttributes(uint64_t memory_bytes) {
   set(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, 1024);
   set(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 1);
   set(CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, 1);
+  set(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 1);
+  set(CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR, 1);
   (void)memory_bytes;
   return a;
 }
@@ -279,6 +281,39 @@ Status SimBackend::MemPoolGetAttribute(MemPool p, uint32_t attr, uint64_t& value
     }
     default: return CUDA_ERROR_INVALID_VALUE;
   }
+}
+
+namespace {
+// Whether a stream wait on `*p` for `value` is satisfied (cuda.h, CUstreamWaitValue_flags).
+bool waitSatisfied(const void* p, uint32_t bytes, uint64_t value, uint32_t flags) {
+  uint64_t v = 0;
+  std::memcpy(&v, p, bytes);
+  if (bytes == 4) value &= 0xffffffffu;
+  switch (flags & 3) {
+    case CU_STREAM_WAIT_VALUE_GEQ:
+      return bytes == 4 ? static_cast<int32_t>(static_cast<uint32_t>(v) - static_cast<uint32_t>(value)) >= 0
+                        : static_cast<int64_t>(v - value) >= 0;
+    case CU_STREAM_WAIT_VALUE_EQ: return v == value;
+    case CU_STREAM_WAIT_VALUE_AND: return (v & value) != 0;
+    default: return (bytes == 4 ? ~(v | value) & 0xffffffffu : ~(v | value)) != 0;  // NOR
+  }
+}
+}  // namespace
+
+Status SimBackend::StreamWaitValue(Stream stream, DevWord w, uint64_t value, uint32_t flags) {
+  // Work runs in issue order, so nothing issued later can satisfy the wait: it holds now, or never.
+  auto* p = reinterpret_cast<const void*>(w.ptr);
+  if (!capturing(stream) && !waitSatisfied(p, w.bytes, value, flags)) {
+    spdlog::warn("sim: a stream wait on {:#x} can never be satisfied here (work runs in issue order)", w.ptr);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  issue(stream, [] {});
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::StreamWriteValue(Stream stream, DevWord w, uint64_t value, uint32_t) {
+  issue(stream, [w, value] { std::memcpy(reinterpret_cast<void*>(w.ptr), &value, w.bytes); });
+  return CUDA_SUCCESS;
 }
 
 Status SimBackend::MemcpyHtoD(DevWrite w, Stream stream, uint32_t) {

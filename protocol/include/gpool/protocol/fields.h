@@ -134,6 +134,13 @@ struct PitchedAlloc {
   GPOOL_WIRE_FIELDS(width, height, elem)
 };
 
+// A 4- or 8-byte word of device memory, aligned to its size (stream memory operations).
+struct DevWord {
+  uint64_t ptr = 0;
+  uint32_t bytes = 4;
+  GPOOL_WIRE_FIELDS(ptr, bytes)
+};
+
 // Request field: a memory pool attribute to set (CUmemPool_attribute 1..8; int-valued ones carry their
 // int in `value`). The release threshold is lowered to the lease's limit: a pool never keeps more freed
 // memory cached than the lease may hold.
