@@ -43,7 +43,8 @@ namespace {
   F(cuMemAllocFromPoolAsync) F(cuMemFreeAsync) F(cuMemPoolCreate) F(cuMemPoolDestroy) F(cuMemPoolTrimTo)   \
   F(cuDeviceGetMemPool) F(cuDeviceGetDefaultMemPool) F(cuDeviceSetMemPool) F(cuMemPoolSetAttribute)        \
   F(cuMemPoolGetAttribute) F(cuStreamWaitValue32) F(cuStreamWaitValue64) F(cuStreamWriteValue32)       \
-  F(cuStreamWriteValue64)
+  F(cuStreamWriteValue64) F(cuMemGetAllocationGranularity) F(cuMemAddressReserve) F(cuMemAddressFree)       \
+  F(cuMemCreate) F(cuMemRelease) F(cuMemMap) F(cuMemUnmap) F(cuMemSetAccess)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -252,6 +253,46 @@ class CudaBackend final : public Backend {
     return w.bytes == 4 ? d_.cuStreamWriteValue32_(stream_(stream), w.ptr, static_cast<cuuint32_t>(value), flags)
                         : d_.cuStreamWriteValue64_(stream_(stream), w.ptr, value, flags);
   }
+  // Virtual memory management: physical memory on the worker's device, whatever the client numbered it.
+  CUmemAllocationProp deviceProp(uint32_t handle_types = 0, uint32_t compression = 0, uint32_t usage = 0) const {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location = CUmemLocation{CU_MEM_LOCATION_TYPE_DEVICE, dev_};
+    prop.requestedHandleTypes = static_cast<CUmemAllocationHandleType>(handle_types);
+    prop.allocFlags.compressionType = static_cast<unsigned char>(compression);
+    prop.allocFlags.usage = static_cast<unsigned short>(usage);
+    return prop;
+  }
+  Status MemGetGranularity(uint32_t option, uint64_t& bytes) {
+    CUmemAllocationProp prop = deviceProp();
+    size_t g = 0;
+    CUresult r = d_.cuMemGetAllocationGranularity_(&g, &prop, static_cast<CUmemAllocationGranularity_flags>(option));
+    bytes = g;
+    return r;
+  }
+  Status MemAddressReserve(uint64_t size, uint64_t alignment, uint64_t hint, uint64_t flags, Created<VaRange>& out) {
+    CUdeviceptr p = 0;
+    CUresult r = d_.cuMemAddressReserve_(&p, size, alignment, hint, flags);
+    out.ptr = p;
+    out.size = size;
+    return r;
+  }
+  Status MemAddressFree(Released<VaRange> r) { return d_.cuMemAddressFree_(r.ptr, r.size); }
+  Status MemCreate(AllocBytes bytes, uint32_t handle_types, uint32_t compression, uint32_t usage, Created<Physical>& out) {
+    CUmemAllocationProp prop = deviceProp(handle_types, compression, usage);
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r = d_.cuMemCreate_(&h, bytes, &prop, 0);
+    out = h;
+    return r;
+  }
+  GPOOL_FORWARD(MemRelease, cuMemRelease)
+  Status MemMap(VaMap m) { return d_.cuMemMap_(m.ptr, m.size, m.offset, m.physical.v, 0); }
+  Status MemUnmap(VaUnmap u) { return d_.cuMemUnmap_(u.ptr, u.size); }
+  Status MemSetAccess(VaMapped m, uint32_t flags) {
+    CUmemAccessDesc desc{CUmemLocation{CU_MEM_LOCATION_TYPE_DEVICE, dev_}, static_cast<CUmemAccess_flags>(flags)};
+    return d_.cuMemSetAccess_(m.ptr, m.size, &desc, 1);
+  }
+
   Status MemAllocAsync(AllocBytes bytes, Stream stream, NewAlloc& out) {
     CUdeviceptr p = 0;
     CUresult r = d_.cuMemAllocAsync_(&p, bytes, stream_(stream));

@@ -1,5 +1,6 @@
 // What this worker handed out to its client: handles by kind (with the module that owns each function,
-// kernel and global) and device ranges (allocations and module globals). The one table every request's
+// kernel and global), device ranges (allocations, module globals, mapped virtual memory), virtual address
+// reservations and physical allocations (cuMemCreate) with what maps them. The one table every request's
 // handles and ranges are checked against; nothing from the network is trusted.
 #pragma once
 
@@ -15,12 +16,20 @@ namespace gpool::worker {
 
 using proto::HandleKind;
 
-enum class RangeKind { kAllocation, kGlobal };
+enum class RangeKind { kAllocation, kGlobal, kMapping };
 
 struct DeviceRange {
   uint64_t base = 0, bytes = 0;
   RangeKind kind = RangeKind::kAllocation;
-  uint64_t owner = 0;  // the module a global belongs to
+  uint64_t owner = 0;  // the module a global belongs to; the physical allocation a mapping shows
+};
+
+// Physical memory from cuMemCreate: its size, the mappings that show it, and whether the client has
+// released it (its memory lives on until the last mapping goes).
+struct PhysicalMemory {
+  uint64_t bytes = 0;
+  uint32_t mappings = 0;
+  bool released = false;
 };
 
 class HandleTable {
@@ -42,7 +51,39 @@ class HandleTable {
   void removeRange(uint64_t base) { ranges_.erase(base); }
   // The range that fully contains [ptr, ptr+bytes), if any.
   const DeviceRange* findRange(uint64_t ptr, uint64_t bytes = 1) const;
-  bool containsRange(uint64_t ptr, uint64_t bytes) const { return bytes == 0 || findRange(ptr, bytes) != nullptr; }
+  // Whether [ptr, ptr+bytes) is the client's device memory: inside one allocation or global, or across
+  // mappings that sit next to each other (virtual memory is contiguous across them, as on the device).
+  bool containsRange(uint64_t ptr, uint64_t bytes) const;
+  // Virtual memory. A reservation is an address range; mappings inside it are device ranges.
+  void addReservation(uint64_t base, uint64_t size) { reservations_[base] = size; }
+  bool isReservation(uint64_t base, uint64_t size) const {
+    auto it = reservations_.find(base);
+    return it != reservations_.end() && it->second == size;
+  }
+  // Whether [ptr, ptr+size) lies inside one reservation.
+  bool inReservation(uint64_t ptr, uint64_t size) const;
+  void removeReservation(uint64_t base) { reservations_.erase(base); }
+  // Mappings that overlap [ptr, ptr+size); `whole` is false when one sticks out of it.
+  std::vector<const DeviceRange*> mappingsIn(uint64_t ptr, uint64_t size, bool& whole) const;
+  void addPhysical(uint64_t h, uint64_t bytes) {
+    add(HandleKind::kPhysical, h);
+    physical_[h] = PhysicalMemory{bytes};
+  }
+  const PhysicalMemory* physical(uint64_t h) const {
+    auto it = physical_.find(h);
+    return it == physical_.end() ? nullptr : &it->second;
+  }
+  void map(uint64_t ptr, uint64_t size, uint64_t h) {
+    addRange(DeviceRange{ptr, size, RangeKind::kMapping, h});
+    ++physical_[h].mappings;
+  }
+  // Removes the mappings in [ptr, ptr+size); returns the bytes of physical memory this frees (released
+  // allocations whose last mapping went).
+  uint64_t unmap(uint64_t ptr, uint64_t size);
+  // The client released physical memory: returns its bytes when nothing maps it, else 0 (they come back
+  // from unmap).
+  uint64_t releasePhysical(uint64_t h);
+
   // The live allocation that starts at `base` (never a global).
   const DeviceRange* allocationAt(uint64_t base) const {
     auto it = ranges_.find(base);
@@ -62,7 +103,75 @@ class HandleTable {
 
   std::unordered_map<Key, uint64_t, KeyHash> handles_;  // -> owner
   std::map<uint64_t, DeviceRange> ranges_;
+  std::map<uint64_t, uint64_t> reservations_;  // base -> size
+  std::unordered_map<uint64_t, PhysicalMemory> physical_;
 };
+
+inline bool HandleTable::containsRange(uint64_t ptr, uint64_t bytes) const {
+  if (bytes == 0 || findRange(ptr, bytes)) return true;
+  if (ptr > UINT64_MAX - bytes) return false;
+  const DeviceRange* r = findRange(ptr);
+  uint64_t end = ptr + bytes;
+  while (r && r->kind == RangeKind::kMapping) {
+    uint64_t next = r->base + r->bytes;
+    if (next >= end) return true;
+    auto it = ranges_.find(next);
+    r = it == ranges_.end() ? nullptr : &it->second;
+  }
+  return false;
+}
+
+inline bool HandleTable::inReservation(uint64_t ptr, uint64_t size) const {
+  auto it = reservations_.upper_bound(ptr);
+  if (it == reservations_.begin()) return false;
+  --it;
+  uint64_t off = ptr - it->first;
+  return off < it->second && size <= it->second - off;
+}
+
+inline std::vector<const DeviceRange*> HandleTable::mappingsIn(uint64_t ptr, uint64_t size, bool& whole) const {
+  std::vector<const DeviceRange*> out;
+  whole = true;
+  auto it = ranges_.upper_bound(ptr);
+  if (it != ranges_.begin()) --it;
+  for (; it != ranges_.end() && it->first < ptr + size; ++it) {
+    const DeviceRange& r = it->second;
+    if (r.kind != RangeKind::kMapping || r.base + r.bytes <= ptr) continue;
+    if (r.base < ptr || r.base + r.bytes > ptr + size) whole = false;
+    out.push_back(&r);
+  }
+  return out;
+}
+
+inline uint64_t HandleTable::unmap(uint64_t ptr, uint64_t size) {
+  bool whole = true;
+  uint64_t freed = 0;
+  std::vector<uint64_t> bases;
+  for (const DeviceRange* r : mappingsIn(ptr, size, whole)) bases.push_back(r->base);
+  for (uint64_t base : bases) {
+    uint64_t h = ranges_[base].owner;
+    ranges_.erase(base);
+    PhysicalMemory& p = physical_[h];
+    if (--p.mappings == 0 && p.released) {
+      freed += p.bytes;
+      physical_.erase(h);
+    }
+  }
+  return freed;
+}
+
+inline uint64_t HandleTable::releasePhysical(uint64_t h) {
+  remove(HandleKind::kPhysical, h);
+  auto it = physical_.find(h);
+  if (it == physical_.end()) return 0;
+  if (it->second.mappings > 0) {
+    it->second.released = true;
+    return 0;
+  }
+  uint64_t bytes = it->second.bytes;
+  physical_.erase(it);
+  return bytes;
+}
 
 inline void HandleTable::remove(HandleKind k, uint64_t h) {
   handles_.erase(key(k, h));

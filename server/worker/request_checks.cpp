@@ -86,6 +86,45 @@ Status RequestChecks::admit(proto::DevWord& w, CallScope&) {
   return range(w.ptr, w.bytes);
 }
 
+Status RequestChecks::admit(proto::VaMap& m, CallScope& s) {
+  const PhysicalMemory* p = table_.has(HandleKind::kPhysical, m.physical) ? table_.physical(m.physical) : nullptr;
+  if (!p) return cu::kInvalidHandle;
+  if (m.size == 0 || m.ptr > UINT64_MAX - m.size || m.offset > p->bytes || m.size > p->bytes - m.offset) return cu::kInvalidValue;
+  if (!table_.inReservation(m.ptr, m.size)) return cu::kInvalidValue;
+  bool whole = true;
+  if (!table_.mappingsIn(m.ptr, m.size, whole).empty()) return cu::kInvalidValue;  // already mapped
+  s.effects.push_back([this, m] { table_.map(m.ptr, m.size, m.physical); });
+  return cu::kSuccess;
+}
+
+Status RequestChecks::admit(proto::VaUnmap& u, CallScope& s) {
+  if (u.size == 0 || u.ptr > UINT64_MAX - u.size || !table_.inReservation(u.ptr, u.size)) return cu::kInvalidValue;
+  bool whole = true;
+  table_.mappingsIn(u.ptr, u.size, whole);
+  if (!whole) return cu::kInvalidValue;  // a mapping is unmapped whole or not at all
+  s.effects.push_back([this, u] { ledger_.release(table_.unmap(u.ptr, u.size)); });
+  return cu::kSuccess;
+}
+
+Status RequestChecks::admit(proto::VaMapped& m, CallScope&) {
+  if (m.size == 0 || m.ptr > UINT64_MAX - m.size || !table_.inReservation(m.ptr, m.size)) return cu::kInvalidValue;
+  bool whole = true;
+  uint64_t covered = m.ptr;  // mappings come in address order and may not overlap: walk them
+  for (const DeviceRange* r : table_.mappingsIn(m.ptr, m.size, whole)) {
+    if (r->base > covered) return cu::kInvalidValue;  // a hole
+    covered = r->base + r->bytes;
+  }
+  return covered >= m.ptr + m.size ? cu::kSuccess : cu::kInvalidValue;
+}
+
+Status RequestChecks::freeReservation(const proto::VaRange& r, CallScope& s) {
+  if (!table_.isReservation(r.ptr, r.size)) return cu::kInvalidValue;
+  bool whole = true;
+  if (!table_.mappingsIn(r.ptr, r.size, whole).empty()) return cu::kInvalidValue;  // unmap first
+  s.effects.push_back([this, r] { table_.removeReservation(r.ptr); });
+  return cu::kSuccess;
+}
+
 Status RequestChecks::admit(proto::PoolAttribute& a, CallScope&) {
   enum : uint32_t { kFirst = 1, kReleaseThreshold = 4, kReservedHigh = 6, kUsedHigh = 8 };  // CUmemPool_attribute
   if (a.attr < kFirst || a.attr > kUsedHigh || a.attr == kReservedHigh - 1 || a.attr == kUsedHigh - 1)

@@ -3,6 +3,7 @@
 // only handles and ranges that are theirs, and the lease's memory is counted on every allocation path.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -22,6 +23,7 @@ struct CallScope {
   std::vector<std::pair<HandleKind, uint64_t>> released;
   const DeviceRange* freed = nullptr;
   const DeviceRange* found = nullptr;               // what a DevAddress points into
+  std::vector<std::function<void()>> effects;       // table changes the call makes when it succeeds
 };
 
 template <typename T>
@@ -43,7 +45,11 @@ class RequestChecks {
   template <typename Tuple>
   void commit(Tuple& outs, CallScope& s) {
     std::apply([&](auto&... f) { (record(f, s), ...); }, outs);
-    for (auto [kind, h] : s.released) table_.remove(kind, h);
+    for (auto [kind, h] : s.released) {
+      if (kind == HandleKind::kPhysical) ledger_.release(table_.releasePhysical(h));
+      else table_.remove(kind, h);
+    }
+    for (auto& effect : s.effects) effect();
     if (s.freed) {
       ledger_.release(s.freed->bytes);
       table_.removeRange(s.freed->base);
@@ -77,13 +83,25 @@ class RequestChecks {
   proto::Status admit(proto::PitchedAlloc& a, CallScope& s);
   proto::Status admit(proto::PoolAttribute& a, CallScope&);
   proto::Status admit(proto::DevWord& w, CallScope&);
+  proto::Status admit(proto::VaMap& m, CallScope& s);
+  proto::Status admit(proto::VaUnmap& u, CallScope& s);
+  proto::Status admit(proto::VaMapped& m, CallScope&);
+  proto::Status freeReservation(const proto::VaRange& r, CallScope& s);
   proto::Status admit(proto::AllocBytes& a, CallScope& s);
   proto::Status admit(proto::FreedAlloc& f, CallScope& s);
 
   template <typename T>
   void record(T&, CallScope&) {}  // reply fields that hand nothing out
   template <HandleKind K>
-  void record(proto::Created<proto::Handle<K>>& h, CallScope& s) { table_.add(K, h.v, s.owner); }
+  void record(proto::Created<proto::Handle<K>>& h, CallScope& s) {
+    if constexpr (K == HandleKind::kPhysical) {
+      table_.addPhysical(h.v, s.reserved);  // the AllocBytes reservation is now this memory's
+      s.reserved = 0;
+    } else {
+      table_.add(K, h.v, s.owner);
+    }
+  }
+  void record(proto::Created<proto::VaRange>& r, CallScope&) { table_.addReservation(r.ptr, r.size); }
   void record(proto::Created<proto::Launchable>& f, CallScope& s);
   void record(proto::Created<proto::LaunchableList>& l, CallScope& s);
   void record(proto::Created<proto::ModuleRef>& m, CallScope&);
@@ -111,14 +129,18 @@ proto::Status RequestChecks::admit(proto::Handle<K>& h, CallScope& s) {
 
 template <typename T>
 proto::Status RequestChecks::admit(proto::Released<T>& h, CallScope& s) {
-  if (proto::Status st = admit(static_cast<T&>(h), s); st != proto::cu::kSuccess) return st;
-  if constexpr (std::is_same_v<T, proto::ModuleRef>) {
-    s.released.emplace_back(moduleKind(h.kind), h.handle);
+  if constexpr (std::is_same_v<T, proto::VaRange>) {
+    return freeReservation(h, s);
   } else {
-    if (T::kind == HandleKind::kStream && h.v <= 2) return proto::cu::kInvalidHandle;  // the default streams stay
-    s.released.emplace_back(T::kind, h.v);
+    if (proto::Status st = admit(static_cast<T&>(h), s); st != proto::cu::kSuccess) return st;
+    if constexpr (std::is_same_v<T, proto::ModuleRef>) {
+      s.released.emplace_back(moduleKind(h.kind), h.handle);
+    } else {
+      if (T::kind == HandleKind::kStream && h.v <= 2) return proto::cu::kInvalidHandle;  // the default streams stay
+      s.released.emplace_back(T::kind, h.v);
+    }
+    return proto::cu::kSuccess;
   }
-  return proto::cu::kSuccess;
 }
 
 }  // namespace gpool::worker

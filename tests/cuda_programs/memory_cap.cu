@@ -40,6 +40,41 @@ size_t fill(std::vector<void*>& held, Path path, cudaMemPool_t pool) {
   }
 }
 
+// Physical memory from cuMemCreate counts from creation; memory released while still mapped counts
+// until its last mapping goes.
+void vmm(size_t free0) {
+  auto create = driverEntryPoint<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long)>("cuMemCreate");
+  auto release = driverEntryPoint<CUresult (*)(CUmemGenericAllocationHandle)>("cuMemRelease");
+  auto reserve = driverEntryPoint<CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long)>("cuMemAddressReserve");
+  auto map = driverEntryPoint<CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)>("cuMemMap");
+  auto unmap = driverEntryPoint<CUresult (*)(CUdeviceptr, size_t)>("cuMemUnmap");
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  const size_t g = 2 * kMiB;
+  std::vector<CUmemGenericAllocationHandle> held;
+  CUresult r;
+  for (;;) {
+    CUmemGenericAllocationHandle h = 0;
+    if ((r = create(&h, g, &prop, 0)) != CUDA_SUCCESS) break;
+    held.push_back(h);
+  }
+  char what[128];
+  std::snprintf(what, sizeof what, "cuMemCreate stops at the cap (%zu MiB) with CUDA_ERROR_OUT_OF_MEMORY", held.size() * 2);
+  check(r == CUDA_ERROR_OUT_OF_MEMORY && held.size() * g <= kCap && held.size() * g >= kCap - g, what);
+  // Map the first one, release them all: only the mapped one still counts.
+  CUdeviceptr va = 0;
+  CK(reserve(&va, g, 0, 0, 0) == CUDA_SUCCESS ? cudaSuccess : cudaErrorUnknown);
+  check(map(va, g, 0, held[0], 0) == CUDA_SUCCESS, "one allocation mapped");
+  for (auto h : held) release(h);
+  size_t after = 0, total = 0;
+  CK(cudaMemGetInfo(&after, &total));
+  check(after == free0 - g, "released memory still mapped still counts");
+  check(unmap(va, g) == CUDA_SUCCESS, "unmapped");
+  CK(cudaMemGetInfo(&after, &total));
+  check(after == free0, "the last unmap gives it back");
+}
+
 }  // namespace
 
 int main() {
@@ -85,6 +120,7 @@ int main() {
     check(after == free0, what);
   }
   CK(cudaMemPoolDestroy(pool));
+  vmm(free0);
   std::printf(failures ? "%d FAILED\n" : "ALL PASSED\n", failures);
   return failures ? 1 : 0;
 }

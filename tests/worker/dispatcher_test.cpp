@@ -329,3 +329,35 @@ TEST(Dispatcher, MemoryPoolsAreCheckedAndChargedToTheLease) {
   EXPECT_EQ(c.call<calls::MemPoolDestroy>(pool).first, kInvalidHandle);
   EXPECT_TRUE(h.finish().clean);
 }
+
+TEST(Dispatcher, VirtualMemoryIsCheckedAndChargedToTheLease) {
+  Harness h;
+  test::RawClient c(*h.client);
+  const uint64_t g = 2u << 20;
+  auto [st, va] = c.call<calls::MemAddressReserve>(4 * g, uint64_t{0}, uint64_t{0}, uint64_t{0});
+  ASSERT_EQ(st, 0);
+  uint64_t base = std::get<0>(va).ptr;
+  auto [st2, phys] = c.call<calls::MemCreate>(2 * g, 0u, 0u, 0u);
+  ASSERT_EQ(st2, 0);
+  uint64_t p = std::get<0>(phys).v;
+  // Forged physical handles, offsets past the allocation, ranges outside the reservation, overflow.
+  EXPECT_EQ(c.call<calls::MemMap>(VaMap{base, g, 0, p + 1}).first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::MemMap>(VaMap{base, 2 * g, g, p}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemMap>(VaMap{base + 3 * g, 2 * g, 0, p}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemMap>(VaMap{UINT64_MAX - g + 1, 2 * g, 0, p}).first, kInvalidValue);
+  // Unmapped memory is not device memory yet.
+  EXPECT_EQ(c.call<calls::MemcpyHtoD>(DevWrite{base, Blob{"x", 1}}, uint64_t{0}, 0u).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemMap>(VaMap{base, 2 * g, 0, p}).first, 0);
+  EXPECT_EQ(c.call<calls::MemcpyHtoD>(DevWrite{base + g, Blob{"x", 1}}, uint64_t{0}, 0u).first, 0);
+  EXPECT_EQ(c.call<calls::MemSetAccess>(VaMapped{base, 3 * g}, 3u).first, kInvalidValue);  // a hole
+  EXPECT_EQ(c.call<calls::MemAddressFree>(VaRange{base, 2 * g}).first, kInvalidValue);     // not the whole reservation
+  EXPECT_EQ(c.call<calls::MemRelease>(p).first, 0);
+  EXPECT_EQ(c.call<calls::MemRelease>(p).first, kInvalidHandle);  // once
+  auto [st3, view] = c.call<calls::MemGetInfo>();
+  EXPECT_EQ(std::get<0>(view).total - std::get<0>(view).free, 2 * g);  // mapped: still charged
+  EXPECT_EQ(c.call<calls::MemUnmap>(VaUnmap{base, 4 * g}).first, 0);
+  auto [st4, view2] = c.call<calls::MemGetInfo>();
+  EXPECT_EQ(std::get<0>(view2).free, std::get<0>(view2).total);
+  EXPECT_EQ(c.call<calls::MemAddressFree>(VaRange{base, 4 * g}).first, 0);
+  EXPECT_TRUE(h.finish().clean);
+}

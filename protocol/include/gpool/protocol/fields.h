@@ -12,7 +12,10 @@
 namespace gpool::proto {
 
 // Kinds of handle a worker hands out. Values are part of no wire format.
-enum class HandleKind : uint8_t { kStream, kEvent, kModule, kLibrary, kFunction, kKernel, kGraph, kGraphExec, kMemPool };
+enum class HandleKind : uint8_t {
+  kStream, kEvent, kModule, kLibrary, kFunction, kKernel, kGraph, kGraphExec, kMemPool,
+  kPhysical,  // a CUmemGenericAllocationHandle (cuMemCreate): device memory not yet at an address
+};
 
 // A handle of kind K that this worker handed out earlier (streams: also 0, 1 and 2, the legacy and
 // per-thread default streams, which always exist).
@@ -31,6 +34,9 @@ using Kernel = Handle<HandleKind::kKernel>;
 using Graph = Handle<HandleKind::kGraph>;
 using GraphExec = Handle<HandleKind::kGraphExec>;
 using MemPool = Handle<HandleKind::kMemPool>;
+// Physical memory from cuMemCreate. Created<Physical> charges the call's AllocBytes to the lease; the
+// bytes come back once the client released it and no mapping uses it any more.
+using Physical = Handle<HandleKind::kPhysical>;
 
 // A CUfunction or a CUkernel. The worker's check says which (is_kernel is not on the wire).
 struct Launchable {
@@ -139,6 +145,31 @@ struct DevWord {
   uint64_t ptr = 0;
   uint32_t bytes = 4;
   GPOOL_WIRE_FIELDS(ptr, bytes)
+};
+
+// A reserved virtual address range (cuMemAddressReserve). Created<VaRange> records it; Released<VaRange>
+// must name a whole reservation with nothing mapped in it.
+struct VaRange {
+  uint64_t ptr = 0, size = 0;
+  GPOOL_WIRE_FIELDS(ptr, size)
+};
+// cuMemMap: [ptr, ptr+size) of one reservation, not mapped yet, gets bytes [offset, offset+size) of a
+// physical allocation; the range is then device memory the client may copy to and from.
+struct VaMap {
+  uint64_t ptr = 0, size = 0, offset = 0;
+  Physical physical;
+  GPOOL_WIRE_FIELDS(ptr, size, offset, physical)
+};
+// cuMemUnmap: [ptr, ptr+size) in one reservation, covering whole mappings only.
+struct VaUnmap {
+  uint64_t ptr = 0, size = 0;
+  GPOOL_WIRE_FIELDS(ptr, size)
+};
+
+// cuMemSetAccess: [ptr, ptr+size) in one reservation, every byte of it mapped.
+struct VaMapped {
+  uint64_t ptr = 0, size = 0;
+  GPOOL_WIRE_FIELDS(ptr, size)
 };
 
 // Request field: a memory pool attribute to set (CUmemPool_attribute 1..8; int-valued ones carry their

@@ -1,0 +1,91 @@
+// The sim backend's virtual memory management, on the host's own: a reservation is an inaccessible
+// anonymous mapping, physical memory a memfd, and cuMemMap maps the memfd into the reservation, so two
+// mappings of one allocation share their bytes as they do on a GPU. Access flags are not applied (the
+// worker itself copies to and from mapped ranges; a real device enforces them).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cuda.h>
+#include <spdlog/spdlog.h>
+
+#include "sim_backend.h"
+
+namespace gpool::worker {
+namespace {
+
+constexpr uint64_t kGranularity = 2u << 20;  // as an H100 reports for device memory
+
+bool aligned(uint64_t v, uint64_t to) { return v % to == 0; }
+
+}  // namespace
+
+Status SimBackend::MemGetGranularity(uint32_t option, uint64_t& bytes) {
+  if (option > CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) return CUDA_ERROR_INVALID_VALUE;
+  bytes = kGranularity;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemAddressReserve(uint64_t size, uint64_t alignment, uint64_t, uint64_t flags, Created<VaRange>& out) {
+  if (size == 0 || !aligned(size, kGranularity) || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (alignment == 0) alignment = kGranularity;
+  if (!aligned(alignment, kGranularity) || alignment > (uint64_t{1} << 40) || size > (uint64_t{1} << 46)) return CUDA_ERROR_INVALID_VALUE;
+  // Reserve enough to align, then give back the ends. The address hint is only a hint: not followed.
+  uint64_t span = size + alignment;
+  void* p = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  uint64_t start = reinterpret_cast<uint64_t>(p), base = (start + alignment - 1) / alignment * alignment;
+  if (base > start) munmap(p, base - start);
+  if (start + span > base + size) munmap(reinterpret_cast<void*>(base + size), start + span - base - size);
+  out.ptr = base;
+  out.size = size;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemAddressFree(Released<VaRange> r) {
+  munmap(reinterpret_cast<void*>(r.ptr), r.size);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemCreate(AllocBytes bytes, uint32_t, uint32_t, uint32_t, Created<Physical>& out) {
+  if (!aligned(bytes, kGranularity)) return CUDA_ERROR_INVALID_VALUE;
+  int fd = memfd_create("gpool-sim-physical", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (ftruncate(fd, static_cast<off_t>(bytes.bytes)) != 0) {
+    close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  out = newHandle(HandleKind::kPhysical);
+  physical_fds_[out.v] = fd;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemRelease(Released<Physical> h) {
+  // Mappings hold their own reference to the memory: it lives on until the last is unmapped.
+  if (auto it = physical_fds_.find(h.v); it != physical_fds_.end()) {
+    close(it->second);
+    physical_fds_.erase(it);
+  }
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MemMap(VaMap m) {
+  if (!aligned(m.ptr, kGranularity) || !aligned(m.size, kGranularity) || !aligned(m.offset, kGranularity))
+    return CUDA_ERROR_INVALID_VALUE;
+  auto it = physical_fds_.find(m.physical.v);
+  if (it == physical_fds_.end()) return CUDA_ERROR_INVALID_HANDLE;  // released: the driver refuses it too
+  void* p = mmap(reinterpret_cast<void*>(m.ptr), m.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, it->second,
+                 static_cast<off_t>(m.offset));
+  return p == MAP_FAILED ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+
+Status SimBackend::MemUnmap(VaUnmap u) {
+  // Back to reserved and inaccessible, so the range can be mapped again.
+  void* p = mmap(reinterpret_cast<void*>(u.ptr), u.size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+Status SimBackend::MemSetAccess(VaMapped, uint32_t flags) {
+  return flags <= CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+}  // namespace gpool::worker
