@@ -177,8 +177,11 @@ GPOOL_EXPORT CUresult cuModuleLoadData(CUmodule* m, const void* image) {
   return loadModuleImage(m, image);
   GPOOL_CATCH
 }
-GPOOL_EXPORT CUresult cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned int, CUjit_option*, void**) {
-  return cuModuleLoadData(m, image);  // JIT options tune compilation on the worker's driver; defaults apply
+GPOOL_EXPORT CUresult cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned int n, CUjit_option* options, void** values) {
+  // JIT options tune compilation on the worker's driver, whose defaults apply; the caller's log buffers
+  // are left holding empty logs rather than whatever they held.
+  gpool::client::clearJitLogs(n, options, values);
+  return cuModuleLoadData(m, image);
 }
 GPOOL_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* m, const void* fatbin) { return cuModuleLoadData(m, fatbin); }
 GPOOL_EXPORT CUresult cuModuleLoad(CUmodule* m, const char* path) {

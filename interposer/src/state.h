@@ -121,6 +121,9 @@ class State {
 };
 
 // Maps a stream argument of a per-thread-default-stream (_ptds/_ptsz) entry point.
+// Writes empty logs into the log buffers among JIT options (api_link.cpp).
+void clearJitLogs(unsigned n, const CUjit_option* ids, void* const* values);
+
 inline uint64_t streamArg(CUstream s, bool per_thread) {
   auto v = reinterpret_cast<uint64_t>(s);
   return (v == 0 && per_thread) ? reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD) : v;

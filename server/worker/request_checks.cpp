@@ -117,6 +117,13 @@ Status RequestChecks::admit(proto::VaMapped& m, CallScope&) {
   return covered >= m.ptr + m.size ? cu::kSuccess : cu::kInvalidValue;
 }
 
+Status RequestChecks::admit(proto::JitOptions& o, CallScope&) {
+  if (o.ids.size() != o.values.size() || o.ids.size() > proto::JitOptions::kMaxOptions) return cu::kInvalidValue;
+  for (uint32_t id : o.ids)
+    if (!proto::JitOptions::numeric(id)) return cu::kInvalidValue;
+  return cu::kSuccess;
+}
+
 Status RequestChecks::freeReservation(const proto::VaRange& r, CallScope& s) {
   if (!table_.isReservation(r.ptr, r.size)) return cu::kInvalidValue;
   bool whole = true;

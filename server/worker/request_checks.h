@@ -86,6 +86,7 @@ class RequestChecks {
   proto::Status admit(proto::VaMap& m, CallScope& s);
   proto::Status admit(proto::VaUnmap& u, CallScope& s);
   proto::Status admit(proto::VaMapped& m, CallScope&);
+  proto::Status admit(proto::JitOptions& o, CallScope&);
   proto::Status freeReservation(const proto::VaRange& r, CallScope& s);
   proto::Status admit(proto::AllocBytes& a, CallScope& s);
   proto::Status admit(proto::FreedAlloc& f, CallScope& s);

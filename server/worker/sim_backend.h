@@ -82,6 +82,7 @@ class SimBackend final : public Backend {
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> pool_allocations_;  // ptr -> pool, bytes
   uint64_t default_pool_ = 0, current_pool_ = 0;
   std::unordered_map<uint64_t, int> physical_fds_;  // cuMemCreate handle -> its memfd (sim_virtual_memory.cpp)
+  std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, std::vector<uint8_t>>>> links_;  // sim_link.cpp
   uint64_t next_handle_ = 1;
   uint64_t launches_ = 0;
   std::unordered_map<std::string, RegisteredKernel> kernels_;

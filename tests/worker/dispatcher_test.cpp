@@ -361,3 +361,19 @@ TEST(Dispatcher, VirtualMemoryIsCheckedAndChargedToTheLease) {
   EXPECT_EQ(c.call<calls::MemAddressFree>(VaRange{base, 4 * g}).first, 0);
   EXPECT_TRUE(h.finish().clean);
 }
+
+// A JIT option whose value the driver reads as an address (a log buffer, symbol arrays) would make the
+// worker's driver touch the worker's memory at an address a client chose: refused.
+TEST(Dispatcher, JitOptionsCarryOnlyNumbers) {
+  Harness h;
+  test::RawClient c(*h.client);
+  for (uint32_t pointer_option : {3u /*INFO_LOG_BUFFER*/, 5u /*ERROR_LOG_BUFFER*/, 17u /*GLOBAL_SYMBOL_NAMES*/, 18u, 25u, 99u})
+    EXPECT_EQ(c.call<calls::LinkCreate>(JitOptions{{pointer_option}, {0xdeadbeef}}).first, kInvalidValue) << pointer_option;
+  EXPECT_EQ(c.call<calls::LinkCreate>(JitOptions{{7u}, {}}).first, kInvalidValue);  // sizes differ
+  auto [st, link] = c.call<calls::LinkCreate>(JitOptions{{7u, 12u}, {3, 1}});
+  ASSERT_EQ(st, 0);
+  EXPECT_EQ(c.call<calls::LinkAddData>(uint64_t{std::get<0>(link).v + 1}, 1u, Blob{"x", 1}, std::string("x")).first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::LinkDestroy>(std::get<0>(link).v).first, 0);
+  EXPECT_EQ(c.call<calls::LinkComplete>(std::get<0>(link).v).first, kInvalidHandle);
+  EXPECT_TRUE(h.finish().clean);
+}

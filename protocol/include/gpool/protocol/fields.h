@@ -15,6 +15,7 @@ namespace gpool::proto {
 enum class HandleKind : uint8_t {
   kStream, kEvent, kModule, kLibrary, kFunction, kKernel, kGraph, kGraphExec, kMemPool,
   kPhysical,  // a CUmemGenericAllocationHandle (cuMemCreate): device memory not yet at an address
+  kLinkState,  // a CUlinkState: a JIT link under way on the worker's driver
 };
 
 // A handle of kind K that this worker handed out earlier (streams: also 0, 1 and 2, the legacy and
@@ -37,6 +38,7 @@ using MemPool = Handle<HandleKind::kMemPool>;
 // Physical memory from cuMemCreate. Created<Physical> charges the call's AllocBytes to the lease; the
 // bytes come back once the client released it and no mapping uses it any more.
 using Physical = Handle<HandleKind::kPhysical>;
+using LinkState = Handle<HandleKind::kLinkState>;
 
 // A CUfunction or a CUkernel. The worker's check says which (is_kernel is not on the wire).
 struct Launchable {
@@ -170,6 +172,19 @@ struct VaUnmap {
 struct VaMapped {
   uint64_t ptr = 0, size = 0;
   GPOOL_WIRE_FIELDS(ptr, size)
+};
+
+// JIT options (CUjit_option) with their values. Only options whose value is a number are accepted:
+// an option the driver reads as a pointer would have it read the worker's memory at a client's address.
+struct JitOptions {
+  std::vector<uint32_t> ids;
+  std::vector<uint64_t> values;
+  GPOOL_WIRE_FIELDS(ids, values)
+  static constexpr uint32_t kMaxOptions = 64;
+  // CU_JIT_MAX_REGISTERS .. CU_JIT_SPLIT_COMPILE, less the log buffers, wall time and symbol arrays.
+  static bool numeric(uint32_t id) {
+    return id <= 1 || (id >= 7 && id <= 14) || id == 16 || (id >= 20 && id <= 24) || (id >= 29 && id <= 34);
+  }
 };
 
 // Request field: a memory pool attribute to set (CUmemPool_attribute 1..8; int-valued ones carry their
