@@ -275,6 +275,38 @@ GPOOL_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dctx, CU
   GPOOL_TRY return copyPeer(dst, dctx, src, sctx, n, streamArg(s, true), true); GPOOL_CATCH
 }
 
+// Batched copies (CUDA 12.8/13): the batch runs in stream order, each copy in the direction its pointers
+// say; the attributes only hint at access order and locations, which one stream already orders.
+namespace {
+CUresult copyBatch(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count, size_t* fail, uint64_t stream) {
+  if (fail) *fail = SIZE_MAX;
+  if (count == 0 || !dsts || !srcs || !sizes) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; ++i) {
+    if (CUresult r = copyAny(dsts[i], srcs[i], sizes[i], stream, true)) {
+      if (fail) *fail = i;
+      return r;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+}  // namespace
+GPOOL_EXPORT CUresult cuMemcpyBatchAsync(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count, CUmemcpyAttributes*,
+                                         size_t*, size_t, size_t* fail, CUstream s) {
+  GPOOL_TRY return copyBatch(dsts, srcs, sizes, count, fail, streamArg(s, false)); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyBatchAsync_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count, CUmemcpyAttributes*,
+                                              size_t*, size_t, size_t* fail, CUstream s) {
+  GPOOL_TRY return copyBatch(dsts, srcs, sizes, count, fail, streamArg(s, true)); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count, CUmemcpyAttributes*,
+                                            size_t*, size_t, CUstream s) {
+  GPOOL_TRY return copyBatch(dsts, srcs, sizes, count, nullptr, streamArg(s, false)); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count, CUmemcpyAttributes*,
+                                                 size_t*, size_t, CUstream s) {
+  GPOOL_TRY return copyBatch(dsts, srcs, sizes, count, nullptr, streamArg(s, true)); GPOOL_CATCH
+}
+
 // Memsets: D8/D16/D32, synchronous and asynchronous, each with its per-thread variant.
 #define GPOOL_MEMSET(bits, type)                                                                      \
   GPOOL_EXPORT CUresult cuMemsetD##bits##_v2(CUdeviceptr d, type v, size_t n) {                     \

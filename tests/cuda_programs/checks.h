@@ -34,11 +34,12 @@ static void check(bool ok, const char* what, const char* detail = "") {
     }                                                                                         \
   } while (0)
 
-// A driver entry point through the runtime, for programs that do not link libcuda.
+// A driver entry point through the runtime, for programs that do not link libcuda; `version` picks the
+// ABI variant as cuGetProcAddress does.
 template <typename F>
-F driverEntryPoint(const char* name) {
+F driverEntryPoint(const char* name, unsigned version = 12000) {
   void* p = nullptr;
   cudaDriverEntryPointQueryResult q;
-  CK(cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q));
+  CK(cudaGetDriverEntryPointByVersion(name, &p, version, cudaEnableDefault, &q));
   return reinterpret_cast<F>(p);
 }
