@@ -1,5 +1,6 @@
-// Contexts, all local: every context of a client maps to its worker's context on that device.
-// Primary-context reference counts, the per-thread current-context stack and flags live here.
+// Contexts, all local: every context of a client, primary or created, maps to its worker's context on
+// that device. Primary-context reference counts, created contexts, the per-thread current-context stack
+// and flags live here. A primary-context reset (cudaDeviceReset) resets the worker's context.
 #include "state.h"
 
 using namespace gpool::client;
@@ -69,9 +70,12 @@ GPOOL_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
   GPOOL_TRY
   GPOOL_CONN(conn);
   if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
-  // The worker's context stays (freeing a client's resources needs its disconnect); what the program
-  // sees is a fresh context: local storage cleared, work finished.
-  if (int st = conn->call<gpool::proto::calls::CtxSynchronize>()) return static_cast<CUresult>(st);
+  // Everything the client held on the device ends, on the worker and in this library's caches; the
+  // lease's memory is all free again.
+  if (int st = conn->call<gpool::proto::calls::CtxReset>(gpool::proto::ResetAll{})) return static_cast<CUresult>(st);
+  State::get().forgetDeviceState();
+  forgetVirtualMemory();
+  forgetLinks();
   State::get().destroyLocalStorage(State::get().primary(d));
   return CUDA_SUCCESS;
   GPOOL_CATCH
@@ -236,3 +240,51 @@ GPOOL_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   return cuCtxSynchronize();
   GPOOL_CATCH
 }
+
+// Created contexts: each is a context of its own to the program (current-context stack, flags, id, local
+// storage), running on the lease's worker context. Destroying one ends its local storage; memory and
+// other resources made while it was current stay until freed or the program ends.
+namespace {
+CUresult createContext(CUcontext* pctx, unsigned flags, CUdevice d) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  CUresult err;
+  if (!State::get().ready(err)) return err;
+  if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
+  *pctx = State::get().createContext(d, flags);
+  State::ctx_stack.push_back(*pctx);  // a new context is made current
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+GPOOL_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice d) {
+  GPOOL_TRY return createContext(pctx, flags, d); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params, int n, unsigned int flags, CUdevice d) {
+  GPOOL_TRY
+  if (n < 0 || (n > 0 && !params)) return CUDA_ERROR_INVALID_VALUE;
+  if (n > 0) GPOOL_LOG(Level::kInfo, "cuCtxCreate: execution affinity (SM count) is the lease's to set; ignored");
+  return createContext(pctx, flags, d);
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice d) {
+  GPOOL_TRY
+  if (params && params->cigParams) {
+    GPOOL_LOG(Level::kWarn, "cuCtxCreate: CUDA-in-graphics contexts are not supported by gpool");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return createContext(pctx, flags, d);
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  GPOOL_TRY
+  if (!ctx || State::get().isPrimary(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  GPOOL_CONN(conn);
+  // As the driver does: the context's work finishes first.
+  if (int st = conn->call<gpool::proto::calls::CtxSynchronize>()) return static_cast<CUresult>(st);
+  if (!State::get().destroyContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  std::erase(State::ctx_stack, ctx);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice d) { return cuCtxCreate_v2(pctx, flags, d); }
+GPOOL_EXPORT CUresult cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }

@@ -80,6 +80,11 @@ CUresult addFile(CUlinkState state, CUjitInputType type, const char* path) {
 }  // namespace
 
 namespace gpool::client {
+void forgetLinks() {
+  std::lock_guard lock(g_mu);
+  g_links.clear();
+}
+
 void clearJitLogs(unsigned n, const CUjit_option* ids, void* const* values) {
   ClientLink link;
   gpool::proto::JitOptions ignored;

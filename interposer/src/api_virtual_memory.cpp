@@ -52,6 +52,12 @@ std::map<CUdeviceptr, Mapping>::iterator mappingAt(CUdeviceptr p) {
 
 }  // namespace
 
+void gpool::client::forgetVirtualMemory() {
+  std::lock_guard lock(g_mu);
+  g_physical.clear();
+  g_mappings.clear();
+}
+
 GPOOL_EXPORT CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
                                                     CUmemAllocationGranularity_flags option) {
   GPOOL_TRY

@@ -163,10 +163,51 @@ int State::attribute(CUdevice d, int attr) const {
   return dev->attributes[static_cast<size_t>(attr)];
 }
 
-bool State::isContext(CUcontext c) const {
+bool State::isPrimary(CUcontext c) const {
   for (const auto& p : primary_)
     if (reinterpret_cast<const Context*>(c) == &p) return true;
   return false;
+}
+
+bool State::isContext(CUcontext c) const {
+  if (isPrimary(c)) return true;
+  std::lock_guard lock(const_cast<std::mutex&>(mu));
+  for (const auto& x : created_)
+    if (reinterpret_cast<const Context*>(c) == &x) return true;
+  return false;
+}
+
+CUcontext State::createContext(CUdevice d, unsigned flags) {
+  std::lock_guard lock(mu);
+  Context& c = created_.emplace_back();
+  c.device = d;
+  c.refs = 1;
+  c.flags = flags;
+  c.id = next_context_id_++;
+  return reinterpret_cast<CUcontext>(&c);
+}
+
+bool State::destroyContext(CUcontext ctx) {
+  Context* c = nullptr;
+  {
+    std::lock_guard lock(mu);
+    for (auto& x : created_)
+      if (reinterpret_cast<CUcontext>(&x) == ctx) c = &x;
+  }
+  if (!c) return false;
+  destroyLocalStorage(c);
+  std::lock_guard lock(mu);
+  created_.remove_if([c](const Context& x) { return &x == c; });
+  return true;
+}
+
+void State::forgetDeviceState() {
+  std::lock_guard lock(mu);
+  std::erase_if(allocations_, [](const auto& e) { return e.second.device; });
+  layouts_.clear();
+  func_attrs_.clear();
+  streams_.clear();
+  current_pool = 0;
 }
 
 void State::destroyLocalStorage(Context* c) {

@@ -6,6 +6,7 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <list>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -63,6 +64,10 @@ class State {
 
   Context* primary(CUdevice d) { return &primary_[static_cast<size_t>(d)]; }
   bool isContext(CUcontext c) const;
+  bool isPrimary(CUcontext c) const;
+  // Contexts made by cuCtxCreate. All of a device's contexts share the lease's worker context.
+  CUcontext createContext(CUdevice d, unsigned flags);
+  bool destroyContext(CUcontext c);  // false: not a created context
   static thread_local std::vector<CUcontext> ctx_stack;  // current context per thread (top = back)
   CUcontext current() const { return ctx_stack.empty() ? nullptr : ctx_stack.back(); }
   // Runs the context-local storage destructors (context destroyed or primary context reset).
@@ -97,6 +102,9 @@ class State {
     unsigned flags;
     int priority;
   };
+  // A context reset: everything the worker held for this client is gone, and so are the caches of it
+  // (device allocations, functions, streams, the current pool). Client host memory stays.
+  void forgetDeviceState();
   void addStream(uint64_t s, StreamInfo info);
   void removeStream(uint64_t s);
   bool streamInfo(uint64_t s, StreamInfo& info);
@@ -113,6 +121,8 @@ class State {
   CUresult init_result_ = CUDA_ERROR_NOT_INITIALIZED;
   std::unique_ptr<Connection> conn_;
   std::vector<Context> primary_;
+  std::list<Context> created_;  // stable addresses: a CUcontext is a Context*
+  unsigned long long next_context_id_ = 1000;
   std::map<uint64_t, Allocation> allocations_;
   std::unordered_map<uint64_t, std::vector<uint32_t>> layouts_;
   std::map<std::pair<uint64_t, int>, int> func_attrs_;
@@ -120,10 +130,13 @@ class State {
   std::unordered_map<uint64_t, StreamInfo> streams_;
 };
 
-// Maps a stream argument of a per-thread-default-stream (_ptds/_ptsz) entry point.
 // Writes empty logs into the log buffers among JIT options (api_link.cpp).
 void clearJitLogs(unsigned n, const CUjit_option* ids, void* const* values);
+// After a context reset, the files that keep their own per-handle state forget it.
+void forgetLinks();          // api_link.cpp
+void forgetVirtualMemory();  // api_virtual_memory.cpp
 
+// Maps a stream argument of a per-thread-default-stream (_ptds/_ptsz) entry point.
 inline uint64_t streamArg(CUstream s, bool per_thread) {
   auto v = reinterpret_cast<uint64_t>(s);
   return (v == 0 && per_thread) ? reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD) : v;

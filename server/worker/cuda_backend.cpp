@@ -47,7 +47,7 @@ namespace {
   F(cuMemPoolGetAttribute) F(cuStreamWaitValue32) F(cuStreamWaitValue64) F(cuStreamWriteValue32)       \
   F(cuStreamWriteValue64) F(cuMemGetAllocationGranularity) F(cuMemAddressReserve) F(cuMemAddressFree)       \
   F(cuMemCreate) F(cuMemRelease) F(cuMemMap) F(cuMemUnmap) F(cuMemSetAccess) F(cuLinkCreate) F(cuLinkAddData) \
-  F(cuLinkComplete) F(cuLinkDestroy)
+  F(cuLinkComplete) F(cuLinkDestroy) F(cuDevicePrimaryCtxReset)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -137,13 +137,20 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     // Exiting the process frees everything; release the context for a tidy driver state.
+    releaseBuffers();
+    if (ctx_) d_.cuDevicePrimaryCtxRelease_(dev_);
+  }
+  // The page-locked receive slots and staging buffer (made again on next use).
+  void releaseBuffers() {
     for (auto& slot : slots_) {
       if (slot.in_use) d_.cuEventSynchronize_(slot.done);
       if (slot.done) d_.cuEventDestroy_(slot.done);
       if (slot.data) d_.cuMemFreeHost_(slot.data);
+      slot = Slot{};
     }
     if (staging_) d_.cuMemFreeHost_(staging_);
-    if (ctx_) d_.cuDevicePrimaryCtxRelease_(dev_);
+    staging_ = nullptr;
+    staging_size_ = 0;
   }
 
   void* stagingBuffer(size_t bytes) override {
@@ -353,6 +360,18 @@ class CudaBackend final : public Backend {
     CUresult r = d_.cuLinkDestroy_(it->second->state);
     links_.erase(it);
     return r;
+  }
+
+  // A context reset: the worker's own buffers in the context go first, then the driver resets it.
+  Status CtxReset(ResetAll) {
+    CUresult r = d_.cuCtxSynchronize_();
+    if (r != CUDA_SUCCESS) return r;
+    releaseBuffers();
+    for (auto& [handle, link] : links_) d_.cuLinkDestroy_(link->state);
+    links_.clear();
+    layouts_.clear();
+    if ((r = d_.cuDevicePrimaryCtxReset_(dev_)) != CUDA_SUCCESS) return r;
+    return d_.cuCtxSetCurrent_(ctx_);
   }
 
   Status MemAllocAsync(AllocBytes bytes, Stream stream, NewAlloc& out) {

@@ -43,6 +43,14 @@ class HandleTable {
   }
   // Ends a handle and, for a module or library, every handle and global it owns.
   void remove(HandleKind k, uint64_t h);
+  // A context reset: everything ends but libraries and their kernels, which CUDA keeps across contexts
+  // (a library is loaded into each context as it is used; the runtime keeps using its kernels).
+  void resetContext() {
+    std::erase_if(handles_, [](const auto& e) { return e.first.kind != HandleKind::kLibrary && e.first.kind != HandleKind::kKernel; });
+    ranges_.clear();
+    reservations_.clear();
+    physical_.clear();
+  }
   // Streams named by value 0 (legacy default), 1 (CU_STREAM_LEGACY) and 2 (CU_STREAM_PER_THREAD) always exist.
   bool hasStream(uint64_t s) const { return s <= 2 || has(HandleKind::kStream, s); }
 

@@ -37,6 +37,8 @@ class MemoryLedger {
     m.free = std::min(m.free, m.total - std::min(m.total, used_));
   }
 
+  // Everything the lease held is gone (a context reset).
+  void clear() { used_ = 0; }
   uint64_t used() const { return used_; }
   uint64_t limit() const { return limit_; }
 

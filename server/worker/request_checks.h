@@ -87,6 +87,13 @@ class RequestChecks {
   proto::Status admit(proto::VaUnmap& u, CallScope& s);
   proto::Status admit(proto::VaMapped& m, CallScope&);
   proto::Status admit(proto::JitOptions& o, CallScope&);
+  proto::Status admit(proto::ResetAll&, CallScope& s) {
+    s.effects.push_back([this] {
+      table_.resetContext();
+      ledger_.clear();
+    });
+    return proto::cu::kSuccess;
+  }
   proto::Status freeReservation(const proto::VaRange& r, CallScope& s);
   proto::Status admit(proto::AllocBytes& a, CallScope& s);
   proto::Status admit(proto::FreedAlloc& f, CallScope& s);

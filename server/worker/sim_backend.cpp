@@ -5,6 +5,9 @@
 #include <dlfcn.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -117,9 +120,39 @@ SimBackend::SimBackend(SimOptions options) : options_(std::move(options)) {
   g_registering = nullptr;
 }
 
-SimBackend::~SimBackend() {
+SimBackend::~SimBackend() { releaseAll(); }
+
+void SimBackend::releaseAll() {
   for (uint64_t base : allocations_) std::free(reinterpret_cast<void*>(base));
   for (const auto& [key, base] : globals_) std::free(reinterpret_cast<void*>(base));
+  for (const auto& [handle, fd] : physical_fds_) close(fd);
+  for (const auto& [base, size] : reservations_) munmap(reinterpret_cast<void*>(base), size);
+  allocations_.clear();
+  globals_.clear();
+  physical_fds_.clear();
+  reservations_.clear();
+}
+
+Status SimBackend::CtxReset(ResetAll) {
+  releaseAll();
+  events_.clear();
+  // Libraries and their kernels outlive a context; modules, functions and the kernels' functions do not.
+  auto isLibraryOrKernel = [](uint64_t h) {
+    uint64_t kind = (h >> 40) - 1;  // as newHandle encodes it
+    return kind == static_cast<uint64_t>(HandleKind::kLibrary) || kind == static_cast<uint64_t>(HandleKind::kKernel);
+  };
+  std::erase_if(functions_, [&](const auto& e) { return !isLibraryOrKernel(e.first); });
+  std::erase_if(images_, [&](const auto& e) { return !isLibraryOrKernel(e.first); });
+  kernel_function_.clear();
+  limits_.clear();
+  captures_.clear();
+  graphs_.clear();
+  execs_.clear();
+  pools_.clear();
+  pool_allocations_.clear();
+  default_pool_ = current_pool_ = 0;
+  links_.clear();
+  return CUDA_SUCCESS;
 }
 
 void SimBackend::registerKernel(const char* name, gpool_sim_kernel_fn fn, unsigned n, const unsigned* sizes,

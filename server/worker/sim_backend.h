@@ -29,6 +29,8 @@ class SimBackend final : public Backend {
  public:
   explicit SimBackend(SimOptions options);
   ~SimBackend() override;
+  SimBackend(const SimBackend&) = delete;
+  SimBackend& operator=(const SimBackend&) = delete;
 
   Status open(int device, proto::HelloReply& hello) override;
   void setMemoryCap(uint64_t bytes) override { options_.memory_bytes = std::min(options_.memory_bytes, bytes); }
@@ -69,6 +71,7 @@ class SimBackend final : public Backend {
   // Runs `op` now, or records it into the stream's capture.
   void issue(uint64_t stream, std::function<void()> op);
   Status refuseInCapture(Capture& c, const char* what);
+  void releaseAll();  // frees every allocation, global, physical allocation and reservation
 
   SimOptions options_;
   std::set<uint64_t> allocations_;  // host memory standing in for device allocations
@@ -82,6 +85,7 @@ class SimBackend final : public Backend {
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> pool_allocations_;  // ptr -> pool, bytes
   uint64_t default_pool_ = 0, current_pool_ = 0;
   std::unordered_map<uint64_t, int> physical_fds_;  // cuMemCreate handle -> its memfd (sim_virtual_memory.cpp)
+  std::map<uint64_t, uint64_t> reservations_;       // address reservations: base -> size
   std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, std::vector<uint8_t>>>> links_;  // sim_link.cpp
   uint64_t next_handle_ = 1;
   uint64_t launches_ = 0;

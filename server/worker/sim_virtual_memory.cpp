@@ -38,11 +38,13 @@ Status SimBackend::MemAddressReserve(uint64_t size, uint64_t alignment, uint64_t
   if (start + span > base + size) munmap(reinterpret_cast<void*>(base + size), start + span - base - size);
   out.ptr = base;
   out.size = size;
+  reservations_[base] = size;
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::MemAddressFree(Released<VaRange> r) {
   munmap(reinterpret_cast<void*>(r.ptr), r.size);
+  reservations_.erase(r.ptr);
   return CUDA_SUCCESS;
 }
 

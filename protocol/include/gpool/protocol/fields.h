@@ -187,6 +187,13 @@ struct JitOptions {
   }
 };
 
+// Request field of a context reset: when the call succeeds, everything this worker handed out has ended
+// but libraries and their kernels, and the lease's memory is all free again. Nothing on the wire.
+struct ResetAll {
+  auto wireFields() { return std::tuple<>(); }
+  auto wireFields() const { return std::tuple<>(); }
+};
+
 // Request field: a memory pool attribute to set (CUmemPool_attribute 1..8; int-valued ones carry their
 // int in `value`). The release threshold is lowered to the lease's limit: a pool never keeps more freed
 // memory cached than the lease may hold.
