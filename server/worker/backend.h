@@ -11,6 +11,7 @@
 
 #include "gpool/protocol/calls.h"
 #include "gpool/protocol/handshake.h"
+#include "host_callbacks.h"
 
 namespace gpool::worker {
 
@@ -40,6 +41,9 @@ class Backend {
 #include "gpool/protocol/calls.def"
 #undef X
 
+  // The host-function channel is the worker's, whatever the backend (host_callbacks.h).
+  Status HostFuncChannel(uint32_t& port, std::vector<uint8_t>& token) { return callbacks_.open(port, token); }
+
   // Copies `bytes` from device memory to host memory, in stream order; the copy has completed when
   // this returns (the dispatcher sends the data right after). Range and stream are checked.
   virtual Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) = 0;
@@ -56,6 +60,9 @@ class Backend {
     if (frame_.size() < bytes) frame_.resize(bytes);
     return frame_.data();
   }
+
+ protected:
+  HostCallbacks callbacks_;
 
  private:
   std::vector<uint8_t> staging_;

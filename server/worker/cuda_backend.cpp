@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <memory>
 #include <cstdio>
 #include <cstring>
@@ -47,7 +48,7 @@ namespace {
   F(cuMemPoolGetAttribute) F(cuStreamWaitValue32) F(cuStreamWaitValue64) F(cuStreamWriteValue32)       \
   F(cuStreamWriteValue64) F(cuMemGetAllocationGranularity) F(cuMemAddressReserve) F(cuMemAddressFree)       \
   F(cuMemCreate) F(cuMemRelease) F(cuMemMap) F(cuMemUnmap) F(cuMemSetAccess) F(cuLinkCreate) F(cuLinkAddData) \
-  F(cuLinkComplete) F(cuLinkDestroy) F(cuDevicePrimaryCtxReset)
+  F(cuLinkComplete) F(cuLinkDestroy) F(cuDevicePrimaryCtxReset) F(cuLaunchHostFunc)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -360,6 +361,22 @@ class CudaBackend final : public Backend {
     CUresult r = d_.cuLinkDestroy_(it->second->state);
     links_.erase(it);
     return r;
+  }
+
+  // A host function: the driver's callback thread waits, in stream order, until the client's function
+  // has returned. Its argument lives as long as the backend (a captured one runs at every replay).
+  struct HostFuncArg {
+    HostCallbacks* callbacks;
+    uint64_t id;
+  };
+  std::deque<HostFuncArg> host_funcs_;
+  static void CUDA_CB hostFunc(void* p) {
+    auto* a = static_cast<HostFuncArg*>(p);
+    a->callbacks->run(a->id);
+  }
+  Status LaunchHostFunc(Stream stream, uint64_t id) {
+    host_funcs_.push_back(HostFuncArg{&callbacks_, id});
+    return d_.cuLaunchHostFunc_(stream_(stream), &hostFunc, &host_funcs_.back());
   }
 
   // A context reset: the worker's own buffers in the context go first, then the driver resets it.

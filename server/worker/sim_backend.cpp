@@ -333,6 +333,16 @@ bool waitSatisfied(const void* p, uint32_t bytes, uint64_t value, uint32_t flags
 }
 }  // namespace
 
+Status SimBackend::HostFuncChannel(uint32_t& port, std::vector<uint8_t>& token) {
+  return Backend::HostFuncChannel(port, token);  // the worker's, whatever the backend
+}
+
+Status SimBackend::LaunchHostFunc(Stream stream, uint64_t id) {
+  // Work runs in issue order: the worker waits here until the client's function has returned.
+  issue(stream, [this, id] { callbacks_.run(id); });
+  return CUDA_SUCCESS;
+}
+
 Status SimBackend::StreamWaitValue(Stream stream, DevWord w, uint64_t value, uint32_t flags) {
   // Work runs in issue order, so nothing issued later can satisfy the wait: it holds now, or never.
   auto* p = reinterpret_cast<const void*>(w.ptr);

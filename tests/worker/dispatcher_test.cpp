@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "dispatcher.h"
+#include "host_callbacks.h"
 #include "gpool/protocol/loopback_transport.h"
 #include "sim_backend.h"
 #include "test_client.h"
@@ -376,4 +377,37 @@ TEST(Dispatcher, JitOptionsCarryOnlyNumbers) {
   EXPECT_EQ(c.call<calls::LinkDestroy>(std::get<0>(link).v).first, 0);
   EXPECT_EQ(c.call<calls::LinkComplete>(std::get<0>(link).v).first, kInvalidHandle);
   EXPECT_TRUE(h.finish().clean);
+}
+
+// The host-function channel: a peer without the token is dropped, the client with it is served, and a
+// second channel is refused. (The client side runs in tests/cuda_programs/host_functions.cu.)
+TEST(HostCallbacks, OnlyTheClientWithTheTokenIsServed) {
+  worker::HostCallbacks callbacks;
+  uint32_t port = 0;
+  std::vector<uint8_t> token;
+  ASSERT_EQ(callbacks.open(port, token), 0);
+  ASSERT_EQ(token.size(), 16u);
+  EXPECT_EQ(callbacks.open(port, token), cu::kIllegalState);
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  std::thread client([&] {
+    auto intruder = connectTcp(address);
+    std::vector<uint8_t> wrong(16, 0);
+    ConstBuffer w{wrong.data(), wrong.size()};
+    intruder->send(std::span(&w, 1));
+    std::vector<uint8_t> p;
+    EXPECT_THROW(recvFrame(*intruder, p, 64), TransportError);  // dropped
+    auto good = connectTcp(address);
+    ConstBuffer t{token.data(), token.size()};
+    good->send(std::span(&t, 1));
+    FrameHeader h = recvFrame(*good, p, 64);
+    EXPECT_EQ(h.msg, kMsgHostFuncDue);
+    sendFrame(*good, kMsgHostFuncDue, kIsReply, h.seq, p.data(), p.size());
+    h = recvFrame(*good, p, 64);  // the second one is answered with the wrong id
+    uint64_t wrong_id = 999;
+    sendFrame(*good, kMsgHostFuncDue, kIsReply, h.seq, &wrong_id, sizeof wrong_id);
+  });
+  EXPECT_TRUE(callbacks.run(41));
+  EXPECT_FALSE(callbacks.run(42));  // a confused client loses its channel
+  EXPECT_FALSE(callbacks.run(43));
+  client.join();
 }

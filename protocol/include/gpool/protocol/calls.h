@@ -50,6 +50,9 @@ namespace calls {
 // Messages outside calls.def (custom encodings, docs/protocol.md).
 inline constexpr uint16_t kMsgHello = 0x0001;
 inline constexpr uint16_t kMsgMemcpyDtoH = 0x0105;
+// On the host-function channel only: the worker says callback `seq` is due (payload: u64 id); the client
+// answers with a reply frame carrying the same id once the function has returned.
+inline constexpr uint16_t kMsgHostFuncDue = 0x01c2;
 
 namespace calls {
 // Loads a module image the worker host already holds, named by its SHA-256 (32 bytes). Answered by

@@ -1,0 +1,117 @@
+// Host functions (cuLaunchHostFunc, cuStreamAddCallback). The function runs here, on a thread of this
+// library, when the worker says its turn has come on its stream; the worker holds back the work queued
+// after it until this side answers that it has returned. The worker's word comes on a channel of its own
+// (server/worker/host_callbacks.h), opened at the first host function. As in CUDA, a host function must
+// not call CUDA itself.
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "state.h"
+
+using namespace gpool::client;
+namespace calls = gpool::proto::calls;
+
+namespace {
+
+struct Pending {
+  std::function<void()> fn;
+  bool keep = false;  // launched into a stream capture: runs again at every replay of the graph
+};
+
+std::mutex g_mu;
+std::unordered_map<uint64_t, Pending> g_pending;
+uint64_t g_next_id = 1;
+std::shared_ptr<gpool::proto::Transport> g_channel;  // set once; the thread below owns its reads
+
+// Runs each function the worker says is due, and answers when it has returned.
+void serve(std::shared_ptr<gpool::proto::Transport> channel) {
+  try {
+    for (;;) {
+      std::vector<uint8_t> payload;
+      gpool::proto::FrameHeader h = gpool::proto::recvFrame(*channel, payload, 64);
+      uint64_t id = 0;
+      if (h.msg != gpool::proto::kMsgHostFuncDue || payload.size() != sizeof id) break;
+      std::memcpy(&id, payload.data(), sizeof id);
+      std::function<void()> fn;
+      {
+        std::lock_guard lock(g_mu);
+        auto it = g_pending.find(id);
+        if (it != g_pending.end()) {
+          fn = it->second.fn;
+          if (!it->second.keep) g_pending.erase(it);
+        }
+      }
+      if (fn) fn();
+      else GPOOL_LOG(Level::kWarn, "the worker named host function %llu, which this process does not know", (unsigned long long)id);
+      gpool::proto::sendFrame(*channel, gpool::proto::kMsgHostFuncDue, gpool::proto::kIsReply, h.seq, &id, sizeof id);
+    }
+  } catch (const std::exception& e) {
+    GPOOL_LOG(Level::kDebug, "host-function channel closed: %s", e.what());
+  }
+}
+
+// Opens the channel once: the worker listens on a port of its host and wants its token first.
+CUresult openChannel(Connection* conn) {
+  std::lock_guard lock(g_mu);
+  if (g_channel) return CUDA_SUCCESS;
+  calls::HostFuncChannel::out::tuple out;
+  if (int st = conn->call<calls::HostFuncChannel>(out)) return static_cast<CUresult>(st);
+  std::string host;
+  uint16_t ignored = 0;
+  if (!gpool::proto::parseHostPort(conn->address(), host, ignored)) return CUDA_ERROR_INVALID_VALUE;
+  try {
+    auto channel = std::shared_ptr<gpool::proto::Transport>(
+        gpool::proto::connectTcp(host + ":" + std::to_string(std::get<0>(out))));
+    const std::vector<uint8_t>& token = std::get<1>(out);
+    gpool::proto::ConstBuffer b{token.data(), token.size()};
+    channel->send(std::span(&b, 1));
+    g_channel = channel;
+    std::thread(serve, channel).detach();  // lives as long as the process or the channel
+  } catch (const std::exception& e) {
+    GPOOL_LOG(Level::kError, "cannot open the host-function channel to the worker (%s); host functions cannot run", e.what());
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult launch(uint64_t stream, std::function<void()> fn) {
+  GPOOL_CONN(conn);
+  if (CUresult r = openChannel(conn)) return r;
+  uint64_t id;
+  {
+    std::lock_guard lock(g_mu);
+    id = g_next_id++;
+    g_pending[id] = Pending{std::move(fn), State::get().active_captures > 0};
+  }
+  return static_cast<CUresult>(conn->post<calls::LaunchHostFunc>(stream, id));
+}
+
+}  // namespace
+
+GPOOL_EXPORT CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void* data) {
+  GPOOL_TRY
+  if (!fn) return CUDA_ERROR_INVALID_VALUE;
+  return launch(streamArg(s, false), [fn, data] { fn(data); });
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void* data) {
+  GPOOL_TRY
+  if (!fn) return CUDA_ERROR_INVALID_VALUE;
+  return launch(streamArg(s, true), [fn, data] { fn(data); });
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamAddCallback(CUstream s, CUstreamCallback cb, void* data, unsigned int flags) {
+  GPOOL_TRY
+  if (!cb || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return launch(streamArg(s, false), [cb, s, data] { cb(s, CUDA_SUCCESS, data); });
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamAddCallback_ptsz(CUstream s, CUstreamCallback cb, void* data, unsigned int flags) {
+  GPOOL_TRY
+  if (!cb || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return launch(streamArg(s, true), [cb, s, data] { cb(s, CUDA_SUCCESS, data); });
+  GPOOL_CATCH
+}

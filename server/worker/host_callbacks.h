@@ -1,0 +1,37 @@
+// Host functions (cuLaunchHostFunc, cuStreamAddCallback) run on the client, in stream order. When one's
+// turn comes on its stream, the worker says so on a channel of its own (not the request connection, whose
+// reader may be waiting on that very stream) and waits until the client says the function has returned;
+// only then does work queued after it on the stream go on. docs/protocol.md, "Host functions".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "gpool/protocol/status.h"
+#include "gpool/protocol/transport.h"
+
+namespace gpool::worker {
+
+class HostCallbacks {
+ public:
+  ~HostCallbacks();
+  // Listens on a new port (any address of this host); the client must connect within the accept timeout
+  // and send `token` (16 random bytes) first. Once per worker.
+  proto::Status open(uint32_t& port, std::vector<uint8_t>& token);
+  // Tells the client callback `id` is due and waits until it has returned; false when there is no channel
+  // (never opened, the client never came, or it went away): the stream then goes on without it.
+  bool run(uint64_t id);
+
+  static constexpr int kAcceptTimeoutMs = 10000;
+
+ private:
+  bool accept();  // with mu_ held
+  std::mutex mu_;
+  int listen_fd_ = -1;
+  std::vector<uint8_t> token_;
+  std::unique_ptr<proto::Transport> channel_;
+};
+
+}  // namespace gpool::worker
