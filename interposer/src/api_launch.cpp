@@ -192,3 +192,24 @@ GPOOL_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap* map, void* address)
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }
+
+// A cooperative launch is a launch with the cooperative attribute (all blocks resident at once, so the
+// grid may synchronise); the worker's driver checks that the grid fits.
+namespace {
+CUresult launchCooperative(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                           unsigned shared, uint64_t stream, void** params) {
+  CUlaunchAttribute coop{};
+  coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+  coop.value.cooperative = 1;
+  return launch(reinterpret_cast<uint64_t>(f), gx, gy, gz, bx, by, bz, shared, stream, params, nullptr, &coop, 1,
+                "cuLaunchCooperativeKernel");
+}
+}  // namespace
+GPOOL_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                                unsigned bz, unsigned shared, CUstream s, void** params) {
+  GPOOL_TRY return launchCooperative(f, gx, gy, gz, bx, by, bz, shared, streamArg(s, false), params); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                                     unsigned bz, unsigned shared, CUstream s, void** params) {
+  GPOOL_TRY return launchCooperative(f, gx, gy, gz, bx, by, bz, shared, streamArg(s, true), params); GPOOL_CATCH
+}

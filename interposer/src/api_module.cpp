@@ -319,3 +319,22 @@ GPOOL_EXPORT CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t* off
 GPOOL_EXPORT CUresult cuKernelGetParamInfo(CUkernel k, size_t index, size_t* offset, size_t* size) {
   return cuFuncGetParamInfo(reinterpret_cast<CUfunction>(k), index, offset, size);
 }
+
+// Lazy loading: the worker's driver loads a function when it is first used; to the program every
+// function is loaded.
+GPOOL_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState* state, CUfunction f) {
+  GPOOL_TRY
+  if (!state || !f) return CUDA_ERROR_INVALID_VALUE;
+  *state = CU_FUNCTION_LOADING_STATE_LOADED;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuFuncLoad(CUfunction f) { return f ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
+// Shared-memory bank configuration has had no effect since Volta; the driver accepts and ignores it too.
+GPOOL_EXPORT CUresult cuFuncSetSharedMemConfig(CUfunction f, CUsharedconfig) { return f ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
+GPOOL_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig) { return CUDA_SUCCESS; }
+GPOOL_EXPORT CUresult cuCtxGetSharedMemConfig(CUsharedconfig* config) {
+  if (!config) return CUDA_ERROR_INVALID_VALUE;
+  *config = CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE;
+  return CUDA_SUCCESS;
+}

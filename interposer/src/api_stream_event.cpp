@@ -147,3 +147,13 @@ GPOOL_EXPORT CUresult cuStreamGetCtx_v2(CUstream s, CUcontext* ctx, CUgreenCtx* 
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuStreamGetCtx_v2_ptsz(CUstream s, CUcontext* ctx, CUgreenCtx* green) { return cuStreamGetCtx_v2(s, ctx, green); }
+GPOOL_EXPORT CUresult cuStreamGetDevice(CUstream, CUdevice* device) {
+  GPOOL_TRY
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  CUresult err;
+  if (!State::get().ready(err)) return err;
+  *device = 0;  // a worker serves one device: every stream is on it
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamGetDevice_ptsz(CUstream s, CUdevice* device) { return cuStreamGetDevice(s, device); }

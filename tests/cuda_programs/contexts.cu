@@ -62,6 +62,23 @@ int main() {
   check(destroy(made) == CUDA_ERROR_INVALID_CONTEXT, "a destroyed context cannot be destroyed again");
   check(destroy(primary) == CUDA_ERROR_INVALID_CONTEXT, "the primary context is not destroyed by cuCtxDestroy");
 
+  // A cooperative launch (the grid may synchronise) goes through as a launch with that attribute.
+  {
+    const int n = 1024;
+    std::vector<unsigned> h(n, 1);
+    unsigned* d = nullptr;
+    CK(cudaMalloc(&d, n * sizeof(unsigned)));
+    CK(cudaMemcpy(d, h.data(), n * sizeof(unsigned), cudaMemcpyHostToDevice));
+    int count = n;
+    void* args[] = {&d, &count};
+    CK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(gpool_test_increment), dim3(n / 256), dim3(256), args, 0, nullptr));
+    CK(cudaMemcpy(h.data(), d, n * sizeof(unsigned), cudaMemcpyDeviceToHost));
+    bool ok = true;
+    for (unsigned v : h) ok &= v == 2;
+    check(ok, "cudaLaunchCooperativeKernel runs the kernel");
+    CK(cudaFree(d));
+  }
+
   // cudaDeviceReset frees everything the program held.
   check(incrementWorks(), "a kernel runs before the reset");
   size_t free0 = 0, total = 0, free1 = 0, free2 = 0;
