@@ -190,7 +190,9 @@ GPOOL_EXPORT CUresult cuModuleLoad(CUmodule* m, const char* path) {
 GPOOL_EXPORT CUresult cuModuleUnload(CUmodule m) {
   GPOOL_TRY
   GPOOL_CONN(conn);
-  return static_cast<CUresult>(conn->call<calls::ModuleUnload>(gpool::proto::ModuleRef{raw(m), kModule}));
+  int st = conn->call<calls::ModuleUnload>(gpool::proto::ModuleRef{raw(m), kModule});
+  if (st == CUDA_SUCCESS) State::get().forgetFunctions();  // their handles may be reused
+  return static_cast<CUresult>(st);
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
@@ -218,7 +220,9 @@ GPOOL_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* lib, const char* path, CU
 GPOOL_EXPORT CUresult cuLibraryUnload(CUlibrary lib) {
   GPOOL_TRY
   GPOOL_CONN(conn);
-  return static_cast<CUresult>(conn->call<calls::ModuleUnload>(gpool::proto::ModuleRef{raw(lib), kLibrary}));
+  int st = conn->call<calls::ModuleUnload>(gpool::proto::ModuleRef{raw(lib), kLibrary});
+  if (st == CUDA_SUCCESS) State::get().forgetFunctions();  // their handles may be reused
+  return static_cast<CUresult>(st);
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuLibraryGetKernel(CUkernel* k, CUlibrary lib, const char* name) {

@@ -201,6 +201,12 @@ bool State::destroyContext(CUcontext ctx) {
   return true;
 }
 
+void State::forgetFunctions() {
+  std::lock_guard lock(mu);
+  layouts_.clear();
+  func_attrs_.clear();
+}
+
 void State::forgetDeviceState() {
   std::lock_guard lock(mu);
   std::erase_if(allocations_, [](const auto& e) { return e.second.device; });
@@ -271,13 +277,16 @@ bool State::findAllocation(uint64_t ptr, uint64_t& base, Allocation& a) {
 
 void State::setFunctionName(uint64_t f, const std::string& name) {
   std::lock_guard lock(mu);
-  function_names_.try_emplace(f, name);
+  // A handle the driver reused gets its new name; names handed out earlier stay valid (kept for good).
+  auto it = function_names_.find(f);
+  if (it != function_names_.end() && *it->second == name) return;
+  function_names_[f] = &names_.emplace_back(name);
 }
 
 const char* State::functionName(uint64_t f) {
   std::lock_guard lock(mu);
   auto it = function_names_.find(f);
-  return it == function_names_.end() ? nullptr : it->second.c_str();
+  return it == function_names_.end() ? nullptr : it->second->c_str();
 }
 
 uint64_t State::firstHostPointer(const uint8_t* words, size_t count, size_t& index) {

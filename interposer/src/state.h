@@ -6,6 +6,7 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <deque>
 #include <list>
 #include <map>
 #include <mutex>
@@ -90,7 +91,9 @@ class State {
   // or 0; one lock for all of them (a launch's arguments are checked on the hot path).
   uint64_t firstHostPointer(const uint8_t* words, size_t count, size_t& index);
 
-  // Per function/kernel caches.
+  // Per function/kernel caches. forgetFunctions drops them (a module was unloaded: the worker's driver
+  // may give a new function the handle of an old one).
+  void forgetFunctions();
   CUresult paramLayout(uint64_t f, const std::vector<uint32_t>*& layout);
   CUresult functionAttribute(uint64_t f, int attr, int& value);
   void forgetFunctionAttribute(uint64_t f, int attr);
@@ -126,7 +129,8 @@ class State {
   std::map<uint64_t, Allocation> allocations_;
   std::unordered_map<uint64_t, std::vector<uint32_t>> layouts_;
   std::map<std::pair<uint64_t, int>, int> func_attrs_;
-  std::unordered_map<uint64_t, std::string> function_names_;
+  std::unordered_map<uint64_t, const std::string*> function_names_;
+  std::deque<std::string> names_;  // every function name seen; stable addresses
   std::unordered_map<uint64_t, StreamInfo> streams_;
 };
 

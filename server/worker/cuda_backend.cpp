@@ -555,6 +555,7 @@ class CudaBackend final : public Backend {
   }
   Status ModuleUnload(Released<ModuleRef> m) {
     uint64_t handle = m.handle;
+    layouts_.clear();  // the driver may hand a later function the address of one unloaded now
     return m.kind == 0 ? d_.cuModuleUnload_(reinterpret_cast<CUmodule>(handle))
                      : d_.cuLibraryUnload_(reinterpret_cast<CUlibrary>(handle));
   }
