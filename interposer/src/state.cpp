@@ -209,7 +209,7 @@ void State::forgetFunctions() {
 
 void State::forgetDeviceState() {
   std::lock_guard lock(mu);
-  std::erase_if(allocations_, [](const auto& e) { return e.second.device; });
+  for (auto it = allocations_.begin(); it != allocations_.end();) it = it->second.device ? eraseLocked(it) : std::next(it);
   layouts_.clear();
   func_attrs_.clear();
   streams_.clear();
@@ -226,37 +226,53 @@ void State::destroyLocalStorage(Context* c) {
     if (slot.dtor) slot.dtor(reinterpret_cast<CUcontext>(c), key, slot.value);
 }
 
+// With mu held: records an allocation; device memory's addresses are kept out of this process's own.
+void State::insertLocked(uint64_t base, const Allocation& a) {
+  auto it = allocations_.find(base);
+  if (it != allocations_.end()) eraseLocked(it);
+  allocations_.emplace(base, a);
+  if (!a.device) {
+    ++host_allocations;
+  } else if (!address_space_.reserve(base, a.size)) {
+    GPOOL_LOG(Level::kWarn, "device memory at %#llx (%llu bytes) lies where this process has memory of its own; copies "
+              "that infer their direction from the address (cudaMemcpyDefault) may go the wrong way",
+              (unsigned long long)base, (unsigned long long)a.size);
+  }
+}
+
+std::map<uint64_t, Allocation>::iterator State::eraseLocked(std::map<uint64_t, Allocation>::iterator it) {
+  if (it->second.device) address_space_.release(it->first, it->second.size);
+  else --host_allocations;
+  return allocations_.erase(it);
+}
+
 void State::addAllocation(uint64_t base, uint64_t size, bool device, unsigned flags) {
   std::lock_guard lock(mu);
-  auto [it, fresh] = allocations_.insert_or_assign(base, Allocation{size, device, flags});
-  (void)it;
-  if (fresh && !device) ++host_allocations;
+  insertLocked(base, Allocation{size, device, flags});
 }
 
 void State::addPoolAllocation(uint64_t base, uint64_t size, uint64_t pool) {
   std::lock_guard lock(mu);
-  allocations_.insert_or_assign(base, Allocation{size, true, 0, false, pool});
+  insertLocked(base, Allocation{size, true, 0, false, pool});
 }
 
 void State::addGlobal(uint64_t base, uint64_t size) {
   std::lock_guard lock(mu);
-  allocations_.insert_or_assign(base, Allocation{size, true, 0, true});
+  insertLocked(base, Allocation{size, true, 0, true});
 }
 
 bool State::takeDeviceAllocation(uint64_t base) {
   std::lock_guard lock(mu);
   auto it = allocations_.find(base);
   if (it == allocations_.end() || !it->second.device || it->second.global) return false;
-  allocations_.erase(it);
+  eraseLocked(it);
   return true;
 }
 
 void State::removeAllocation(uint64_t base) {
   std::lock_guard lock(mu);
   auto it = allocations_.find(base);
-  if (it == allocations_.end()) return;
-  if (!it->second.device) --host_allocations;
-  allocations_.erase(it);
+  if (it != allocations_.end()) eraseLocked(it);
 }
 
 const Allocation* State::lookupLocked(uint64_t ptr, uint64_t& base) const {

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "address_space.h"
 #include "connection.h"
 #include "log.h"
 
@@ -120,6 +121,9 @@ class State {
  private:
   State() = default;
   const Allocation* lookupLocked(uint64_t ptr, uint64_t& base) const;  // with mu held
+  void insertLocked(uint64_t base, const Allocation& a);
+  std::map<uint64_t, Allocation>::iterator eraseLocked(std::map<uint64_t, Allocation>::iterator it);
+  AddressSpace address_space_;  // device allocations' pages, reserved in this process
   std::once_flag once_;
   CUresult init_result_ = CUDA_ERROR_NOT_INITIALIZED;
   std::unique_ptr<Connection> conn_;

@@ -6,8 +6,12 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 
+#include "address_space.h"
 #include "md2.h"
 
 namespace {
@@ -127,4 +131,43 @@ TEST(Md2, MatchesRfc1319Vectors) {
   EXPECT_EQ(hex(gpool::client::md2("", 0)), "8350e5a3e24c153df2275c9f80692773");
   EXPECT_EQ(hex(gpool::client::md2("abc", 3)), "da853b0d3f88d99b30283a69e6ded6bb");
   EXPECT_EQ(hex(gpool::client::md2("message digest", 14)), "ab4f496bfb2a530b219ff33031fe06b0");
+}
+
+// Device addresses are kept out of the client's own memory (address_space.h).
+namespace {
+bool mappable(uint64_t page, uint64_t size) {  // nothing is mapped there
+  void* p = mmap(reinterpret_cast<void*>(page), size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (p == MAP_FAILED) return false;
+  munmap(p, size);
+  return p == reinterpret_cast<void*>(page);
+}
+}  // namespace
+
+TEST(AddressSpace, DeviceRangesAreReservedAndClashesReported) {
+  const uint64_t ps = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  void* area = mmap(nullptr, 16 * ps, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(area, MAP_FAILED);
+  munmap(area, 16 * ps);  // a free stretch of addresses
+  auto base = reinterpret_cast<uint64_t>(area);
+  gpool::client::AddressSpace space;
+  EXPECT_TRUE(space.reserve(base + 100, 3 * ps));  // pages 0..3
+  EXPECT_FALSE(mappable(base + ps, ps));
+  EXPECT_TRUE(space.reserve(base + 3 * ps + 512, 100));  // shares page 3
+  space.release(base + 100, 3 * ps);
+  EXPECT_TRUE(mappable(base, 3 * ps));
+  EXPECT_FALSE(mappable(base + 3 * ps, ps));  // still the second allocation's
+  space.release(base + 3 * ps + 512, 100);
+  EXPECT_TRUE(mappable(base, 16 * ps));
+
+  // Memory the process already has: reported, and left alone when released.
+  auto* own = static_cast<char*>(mmap(nullptr, 4 * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(own, MAP_FAILED);
+  own[0] = 'a';
+  own[3 * ps] = 'b';
+  EXPECT_FALSE(space.reserve(reinterpret_cast<uint64_t>(own) + 10, 3 * ps));
+  space.release(reinterpret_cast<uint64_t>(own) + 10, 3 * ps);
+  EXPECT_EQ(own[0], 'a');  // still readable and writable
+  EXPECT_EQ(own[3 * ps], 'b');
+  own[ps] = 'c';
+  munmap(own, 4 * ps);
 }
