@@ -91,6 +91,15 @@ CUresult launch(uint64_t stream, std::function<void()> fn) {
 
 }  // namespace
 
+CUresult gpool::client::hostFunctionId(std::function<void()> fn, uint64_t& id) {
+  GPOOL_CONN(conn);
+  if (CUresult r = openChannel(conn)) return r;
+  std::lock_guard lock(g_mu);
+  id = g_next_id++;
+  g_pending[id] = Pending{std::move(fn), true};
+  return CUDA_SUCCESS;
+}
+
 GPOOL_EXPORT CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void* data) {
   GPOOL_TRY
   if (!fn) return CUDA_ERROR_INVALID_VALUE;

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <list>
 #include <map>
 #include <mutex>
@@ -138,6 +139,11 @@ class State {
   std::unordered_map<uint64_t, StreamInfo> streams_;
 };
 
+// A kernel launch packed as a graph node holds it (api_launch.cpp); the packed bytes live in `storage`.
+CUresult packKernelCall(uint64_t f, const unsigned grid[3], const unsigned block[3], unsigned shared, void** params, void** extra,
+                        proto::KernelCall& out, std::vector<uint8_t>& storage);
+// A host function that runs whenever the worker says so, for good (a graph's host node; api_host_func.cpp).
+CUresult hostFunctionId(std::function<void()> fn, uint64_t& id);
 // Writes empty logs into the log buffers among JIT options (api_link.cpp).
 void clearJitLogs(unsigned n, const CUjit_option* ids, void* const* values);
 // After a context reset, the files that keep their own per-handle state forget it.

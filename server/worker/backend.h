@@ -19,7 +19,8 @@ using proto::Blob;
 using proto::Status;
 // The typed fields of calls.def (fields.h), as backends name them.
 using proto::AllocBytes, proto::Created, proto::DevAddress, proto::DevCopy, proto::DevCopyRect, proto::DevFill,
-    proto::DevFillRect, proto::DevRange, proto::DevWord, proto::DevRect, proto::DevWrite, proto::DevWriteRect, proto::PitchedAlloc, proto::Physical, proto::PoolAttribute, proto::ResetAll, proto::VaMap, proto::VaMapped, proto::VaRange, proto::VaUnmap, proto::Event, proto::FreedAlloc, proto::Graph, proto::GraphExec, proto::Kernel,
+    proto::DevFillRect, proto::DevRange, proto::DevWord, proto::DevRect, proto::DevWrite, proto::DevWriteRect, proto::PitchedAlloc, proto::Physical, proto::PoolAttribute, proto::ResetAll, proto::VaMap, proto::VaMapped, proto::VaRange, proto::VaUnmap, proto::ChildGraph, proto::Event, proto::FreedAlloc, proto::Graph, proto::GraphExec, proto::GraphNode,
+    proto::GraphNodes, proto::Kernel, proto::KernelCall,
     proto::JitOptions, proto::Launchable, proto::LaunchableList, proto::LinkState, proto::MemPool, proto::MemView, proto::ModuleGlobal, proto::ModuleRef,
     proto::NewAlloc, proto::RangeOf, proto::Released, proto::Stream;
 

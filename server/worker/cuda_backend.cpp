@@ -48,7 +48,11 @@ namespace {
   F(cuMemPoolGetAttribute) F(cuStreamWaitValue32) F(cuStreamWaitValue64) F(cuStreamWriteValue32)       \
   F(cuStreamWriteValue64) F(cuMemGetAllocationGranularity) F(cuMemAddressReserve) F(cuMemAddressFree)       \
   F(cuMemCreate) F(cuMemRelease) F(cuMemMap) F(cuMemUnmap) F(cuMemSetAccess) F(cuLinkCreate) F(cuLinkAddData) \
-  F(cuLinkComplete) F(cuLinkDestroy) F(cuDevicePrimaryCtxReset) F(cuLaunchHostFunc)
+  F(cuLinkComplete) F(cuLinkDestroy) F(cuDevicePrimaryCtxReset) F(cuLaunchHostFunc) F(cuGraphCreate)       \
+  F(cuGraphAddEmptyNode) F(cuGraphAddKernelNode) F(cuGraphAddMemsetNode) F(cuGraphAddMemcpyNode)            \
+  F(cuGraphAddHostNode) F(cuGraphAddEventRecordNode) F(cuGraphAddEventWaitNode) F(cuGraphAddChildGraphNode) \
+  F(cuGraphAddDependencies) F(cuGraphDestroyNode) F(cuGraphKernelNodeSetParams) F(cuGraphExecKernelNodeSetParams) \
+  F(cuGraphExecUpdate)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -377,6 +381,112 @@ class CudaBackend final : public Backend {
   Status LaunchHostFunc(Stream stream, uint64_t id) {
     host_funcs_.push_back(HostFuncArg{&callbacks_, id});
     return d_.cuLaunchHostFunc_(stream_(stream), &hostFunc, &host_funcs_.back());
+  }
+
+  // Explicit graph construction. Node arguments are copied by the driver when a node is added or set.
+  static CUgraph graph_(uint64_t g) { return reinterpret_cast<CUgraph>(g); }
+  static std::vector<CUgraphNode> nodes_(const GraphNodes& n) {
+    std::vector<CUgraphNode> out;
+    for (uint64_t v : n.v) out.push_back(reinterpret_cast<CUgraphNode>(v));
+    return out;
+  }
+  // A kernel node's parameters; its argument pointers stay valid until the next call.
+  CUresult kernelParams(const KernelCall& c, CUDA_KERNEL_NODE_PARAMS& p) {
+    const std::vector<uint32_t>* layout = nullptr;
+    if (CUresult r = paramLayout(c.f, layout); r != CUDA_SUCCESS) return r;
+    args_.clear();
+    const auto* base = static_cast<const uint8_t*>(c.params.data);
+    for (size_t i = 0; i + 1 < layout->size(); i += 2) {
+      if (uint64_t{(*layout)[i]} + (*layout)[i + 1] > c.params.size) return CUDA_ERROR_INVALID_VALUE;
+      args_.push_back(const_cast<uint8_t*>(base + (*layout)[i]));
+    }
+    p = CUDA_KERNEL_NODE_PARAMS{};
+    if (CUresult r = function(c.f, p.func); r != CUDA_SUCCESS) return r;
+    p.gridDimX = c.gx; p.gridDimY = c.gy; p.gridDimZ = c.gz;
+    p.blockDimX = c.bx; p.blockDimY = c.by; p.blockDimZ = c.bz;
+    p.sharedMemBytes = c.shared;
+    p.kernelParams = args_.data();
+    return CUDA_SUCCESS;
+  }
+  template <typename Add>
+  Status addNode(Created<GraphNode>& out, Add add) {
+    CUgraphNode node = nullptr;
+    CUresult r = add(&node);
+    out = reinterpret_cast<uint64_t>(node);
+    return r;
+  }
+  Status GraphCreate(uint32_t flags, Created<Graph>& out) {
+    CUgraph g = nullptr;
+    CUresult r = d_.cuGraphCreate_(&g, flags);
+    out = reinterpret_cast<uint64_t>(g);
+    return r;
+  }
+  Status GraphAddEmptyNode(Graph g, GraphNodes deps, Created<GraphNode>& out) {
+    auto d = nodes_(deps);
+    return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddEmptyNode_(n, graph_(g), d.data(), d.size()); });
+  }
+  Status GraphAddKernelNode(Graph g, GraphNodes deps, KernelCall call, Created<GraphNode>& out) {
+    CUDA_KERNEL_NODE_PARAMS p;
+    if (CUresult r = kernelParams(call, p); r != CUDA_SUCCESS) return r;
+    auto d = nodes_(deps);
+    return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddKernelNode_(n, graph_(g), d.data(), d.size(), &p); });
+  }
+  Status GraphAddMemsetNode(Graph g, GraphNodes deps, DevFillRect f, uint32_t value, Created<GraphNode>& out) {
+    CUDA_MEMSET_NODE_PARAMS p{f.dst.ptr, f.dst.pitch, value, f.elem, f.dst.width / f.elem, f.dst.height};
+    auto d = nodes_(deps);
+    return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddMemsetNode_(n, graph_(g), d.data(), d.size(), &p, ctx_); });
+  }
+  Status GraphAddMemcpyNode(Graph g, GraphNodes deps, DevCopyRect c, Created<GraphNode>& out) {
+    CUDA_MEMCPY3D p{};
+    p.srcMemoryType = p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    p.srcDevice = c.src.ptr;
+    p.srcPitch = c.src.pitch;
+    p.dstDevice = c.dst.ptr;
+    p.dstPitch = c.dst.pitch;
+    p.WidthInBytes = c.dst.width;
+    p.Height = c.dst.height;
+    p.Depth = 1;
+    auto d = nodes_(deps);
+    return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddMemcpyNode_(n, graph_(g), d.data(), d.size(), &p, ctx_); });
+  }
+  Status GraphAddHostNode(Graph g, GraphNodes deps, uint64_t id, Created<GraphNode>& out) {
+    host_funcs_.push_back(HostFuncArg{&callbacks_, id});
+    CUDA_HOST_NODE_PARAMS p{&hostFunc, &host_funcs_.back()};
+    auto d = nodes_(deps);
+    return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddHostNode_(n, graph_(g), d.data(), d.size(), &p); });
+  }
+  Status GraphAddEventNode(Graph g, GraphNodes deps, Event e, uint32_t wait, Created<GraphNode>& out) {
+    auto d = nodes_(deps);
+    return addNode(out, [&](CUgraphNode* n) {
+      return wait ? d_.cuGraphAddEventWaitNode_(n, graph_(g), d.data(), d.size(), event_(e))
+                  : d_.cuGraphAddEventRecordNode_(n, graph_(g), d.data(), d.size(), event_(e));
+    });
+  }
+  Status GraphAddChildGraphNode(Graph g, GraphNodes deps, ChildGraph child, Created<GraphNode>& out) {
+    auto d = nodes_(deps);
+    return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddChildGraphNode_(n, graph_(g), d.data(), d.size(), graph_(child.v)); });
+  }
+  Status GraphAddDependencies(Graph g, GraphNodes from, GraphNodes to) {
+    if (from.v.size() != to.v.size()) return CUDA_ERROR_INVALID_VALUE;
+    auto f = nodes_(from), t = nodes_(to);
+    return d_.cuGraphAddDependencies_(graph_(g), f.data(), t.data(), nullptr, f.size());
+  }
+  Status GraphDestroyNode(Graph, Released<GraphNode> node) { return d_.cuGraphDestroyNode_(reinterpret_cast<CUgraphNode>(node.v)); }
+  Status GraphKernelNodeSetParams(Graph, GraphNode node, KernelCall call) {
+    CUDA_KERNEL_NODE_PARAMS p;
+    if (CUresult r = kernelParams(call, p); r != CUDA_SUCCESS) return r;
+    return d_.cuGraphKernelNodeSetParams_(reinterpret_cast<CUgraphNode>(node.v), &p);
+  }
+  Status GraphExecKernelNodeSetParams(GraphExec exec, Graph, GraphNode node, KernelCall call) {
+    CUDA_KERNEL_NODE_PARAMS p;
+    if (CUresult r = kernelParams(call, p); r != CUDA_SUCCESS) return r;
+    return d_.cuGraphExecKernelNodeSetParams_(reinterpret_cast<CUgraphExec>(exec.v), reinterpret_cast<CUgraphNode>(node.v), &p);
+  }
+  Status GraphExecUpdate(GraphExec exec, Graph g, uint32_t& result) {
+    CUgraphExecUpdateResultInfo info{};
+    CUresult r = d_.cuGraphExecUpdate_(reinterpret_cast<CUgraphExec>(exec.v), graph_(g), &info);
+    result = info.result;
+    return r;
   }
 
   // A context reset: the worker's own buffers in the context go first, then the driver resets it.

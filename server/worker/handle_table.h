@@ -183,7 +183,7 @@ inline uint64_t HandleTable::releasePhysical(uint64_t h) {
 
 inline void HandleTable::remove(HandleKind k, uint64_t h) {
   handles_.erase(key(k, h));
-  if (k != HandleKind::kModule && k != HandleKind::kLibrary) return;
+  if (k != HandleKind::kModule && k != HandleKind::kLibrary && k != HandleKind::kGraph) return;  // owners
   std::erase_if(handles_, [h](const auto& e) { return e.second == h; });
   std::erase_if(ranges_, [h](const auto& e) { return e.second.kind == RangeKind::kGlobal && e.second.owner == h; });
 }

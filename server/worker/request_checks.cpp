@@ -124,6 +124,13 @@ Status RequestChecks::admit(proto::JitOptions& o, CallScope&) {
   return cu::kSuccess;
 }
 
+Status RequestChecks::admit(proto::GraphNodes& n, CallScope& s) {
+  for (uint64_t node : n.v)
+    if (!table_.has(HandleKind::kGraphNode, node) || table_.ownerOf(HandleKind::kGraphNode, node) != s.graph)
+      return cu::kInvalidValue;
+  return cu::kSuccess;
+}
+
 Status RequestChecks::freeReservation(const proto::VaRange& r, CallScope& s) {
   if (!table_.isReservation(r.ptr, r.size)) return cu::kInvalidValue;
   bool whole = true;

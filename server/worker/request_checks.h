@@ -24,6 +24,7 @@ struct CallScope {
   const DeviceRange* freed = nullptr;
   const DeviceRange* found = nullptr;               // what a DevAddress points into
   std::vector<std::function<void()>> effects;       // table changes the call makes when it succeeds
+  uint64_t graph = 0;                               // the request's graph, whose nodes it may name
 };
 
 template <typename T>
@@ -87,6 +88,16 @@ class RequestChecks {
   proto::Status admit(proto::VaUnmap& u, CallScope& s);
   proto::Status admit(proto::VaMapped& m, CallScope&);
   proto::Status admit(proto::JitOptions& o, CallScope&);
+  proto::Status admit(proto::GraphNodes& n, CallScope& s);
+  proto::Status admit(proto::ChildGraph& c, CallScope& s) {
+    return table_.has(HandleKind::kGraph, c.v) && c.v != s.graph ? proto::cu::kSuccess : proto::cu::kInvalidHandle;
+  }
+  proto::Status admit(proto::KernelCall& k, CallScope& s) {
+    uint64_t owner = s.owner;
+    proto::Status st = admit(k.f, s);
+    s.owner = owner;
+    return st;
+  }
   proto::Status admit(proto::ResetAll&, CallScope& s) {
     s.effects.push_back([this] {
       table_.resetContext();
@@ -102,7 +113,9 @@ class RequestChecks {
   void record(T&, CallScope&) {}  // reply fields that hand nothing out
   template <HandleKind K>
   void record(proto::Created<proto::Handle<K>>& h, CallScope& s) {
-    if constexpr (K == HandleKind::kPhysical) {
+    if constexpr (K == HandleKind::kGraphNode) {
+      table_.add(K, h.v, s.graph);
+    } else if constexpr (K == HandleKind::kPhysical) {
       table_.addPhysical(h.v, s.reserved);  // the AllocBytes reservation is now this memory's
       s.reserved = 0;
     } else {
@@ -132,6 +145,10 @@ proto::Status RequestChecks::admit(proto::Handle<K>& h, CallScope& s) {
   bool known = K == HandleKind::kStream ? table_.hasStream(h.v) : table_.has(K, h.v);
   if (!known) return proto::cu::kInvalidHandle;
   if constexpr (K == HandleKind::kKernel) s.owner = table_.ownerOf(K, h.v);  // its function shares its module
+  if constexpr (K == HandleKind::kGraph) s.graph = h.v;
+  if constexpr (K == HandleKind::kGraphNode) {
+    if (table_.ownerOf(K, h.v) != s.graph) return proto::cu::kInvalidValue;  // another graph's node
+  }
   return proto::cu::kSuccess;
 }
 

@@ -147,6 +147,7 @@ Status SimBackend::CtxReset(ResetAll) {
   limits_.clear();
   captures_.clear();
   graphs_.clear();
+  nodes_.clear();
   execs_.clear();
   pools_.clear();
   pool_allocations_.clear();
@@ -601,11 +602,21 @@ Status SimBackend::FuncSetCacheConfig(Launchable, uint32_t config) {
 
 Status SimBackend::LaunchKernel(Launchable f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by,
                                 uint32_t bz, uint32_t shared, Stream stream, Blob params, Blob attrs) {
+  if (attrs.size % sizeof(CUlaunchAttribute) != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::function<void()> op;
+  if (Status st = kernelOp(KernelCall{f, gx, gy, gz, bx, by, bz, shared, params}, op); st != CUDA_SUCCESS) return st;
+  ++launches_;
+  issue(stream, std::move(op));
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::kernelOp(const KernelCall& c, std::function<void()>& op) {
+  const Launchable& f = c.f;
+  uint32_t gx = c.gx, gy = c.gy, gz = c.gz, bx = c.bx, by = c.by, bz = c.bz, shared = c.shared;
+  const Blob& params = c.params;
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
   if (uint64_t{bx} * by * bz > 1024 || gy > 65535 || gz > 65535 || shared > 232448)
     return CUDA_ERROR_INVALID_VALUE;
-  if (attrs.size % sizeof(CUlaunchAttribute) != 0) return CUDA_ERROR_INVALID_VALUE;
-  ++launches_;
   auto k = kernels_.find(functions_[f].name);
   if (k == kernels_.end()) {
     // Recorded, not run; the arguments must still cover the parameters the image declares.
@@ -614,7 +625,7 @@ Status SimBackend::LaunchKernel(Launchable f, uint32_t gx, uint32_t gy, uint32_t
       for (size_t i = 0; i + 1 < layout.size(); i += 2)
         if (uint64_t{layout[i]} + layout[i + 1] > params.size) return CUDA_ERROR_INVALID_VALUE;
     spdlog::debug("sim: launch of {} recorded (no host implementation)", functions_[f].name);
-    issue(stream, [] {});  // still a node when captured
+    op = [] {};  // still a node when captured
     return CUDA_SUCCESS;
   }
   const auto& layout = k->second.layout;
@@ -622,12 +633,12 @@ Status SimBackend::LaunchKernel(Launchable f, uint32_t gx, uint32_t gy, uint32_t
     if (uint64_t{layout[i]} + layout[i + 1] > params.size) return CUDA_ERROR_INVALID_VALUE;
   // The arguments are copied: a captured launch runs later, from a graph.
   std::vector<uint8_t> bytes(static_cast<const uint8_t*>(params.data), static_cast<const uint8_t*>(params.data) + params.size);
-  issue(stream, [fn = k->second.fn, layout, bytes = std::move(bytes), gx, gy, gz, bx, by, bz, shared]() mutable {
+  op = [fn = k->second.fn, layout, bytes = std::move(bytes), gx, gy, gz, bx, by, bz, shared]() mutable {
     std::vector<void*> args;
     for (size_t i = 0; i + 1 < layout.size(); i += 2) args.push_back(bytes.data() + layout[i]);
     gpool_sim_launch l{{gx, gy, gz}, {bx, by, bz}, shared, static_cast<unsigned>(args.size()), args.data()};
     fn(&l);
-  });
+  };
   return CUDA_SUCCESS;
 }
 
@@ -676,7 +687,14 @@ Status SimBackend::StreamEndCapture(Stream stream, Created<Graph>& graph) {
   captures_.erase(it);
   if (c.invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   graph = newHandle(HandleKind::kGraph);
-  graphs_[graph] = std::move(c.ops);
+  graphs_[graph];
+  uint64_t previous = 0;  // a capture is a chain: each node depends on the one before
+  for (auto& op : c.ops) {
+    uint64_t node = newHandle(HandleKind::kGraphNode);
+    nodes_[node] = SimNode{std::move(op), previous ? std::vector<uint64_t>{previous} : std::vector<uint64_t>{}, graph};
+    graphs_[graph].push_back(node);
+    previous = node;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -690,38 +708,6 @@ Status SimBackend::StreamCaptureInfo(Stream stream, uint32_t& status, uint64_t& 
 
 Status SimBackend::ThreadCaptureMode(uint32_t mode) {
   return mode <= CU_STREAM_CAPTURE_MODE_RELAXED ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-
-Status SimBackend::GraphInstantiate(Graph graph, uint64_t, Created<GraphExec>& exec) {
-  auto it = graphs_.find(graph);
-  exec = newHandle(HandleKind::kGraphExec);
-  execs_[exec] = it->second;
-  return CUDA_SUCCESS;
-}
-
-Status SimBackend::GraphLaunch(GraphExec exec, Stream stream) {
-  issue(stream, [this, exec = exec.v] {
-    if (auto e = execs_.find(exec); e != execs_.end())
-      for (auto& op : e->second) op();
-  });
-  return CUDA_SUCCESS;
-}
-
-Status SimBackend::GraphUpload(GraphExec, Stream) { return CUDA_SUCCESS; }
-
-Status SimBackend::GraphExecDestroy(Released<GraphExec> exec) {
-  execs_.erase(exec);
-  return CUDA_SUCCESS;
-}
-
-Status SimBackend::GraphDestroy(Released<Graph> graph) {
-  graphs_.erase(graph);
-  return CUDA_SUCCESS;
-}
-
-Status SimBackend::GraphNodeCount(Graph graph, uint64_t& nodes) {
-  nodes = graphs_[graph].size();
-  return CUDA_SUCCESS;
 }
 
 Status SimBackend::DeviceStatus(MemView& m, uint32_t& gpu, uint32_t& memory, std::string& driver) {

@@ -97,7 +97,23 @@ class SimBackend final : public Backend {
   std::map<std::pair<uint64_t, std::string>, uint64_t> globals_;  // (module, name) -> sim address
   std::unordered_map<uint32_t, uint64_t> limits_;
   std::unordered_map<uint64_t, Capture> captures_;  // stream -> capture under way
-  std::unordered_map<uint64_t, Ops> graphs_, execs_;  // captured graphs and their instantiations
+  // Graphs (sim_graph.cpp): a graph is its nodes in creation order; an instantiation, its nodes' work in a
+  // topological order.
+  struct SimNode {
+    std::function<void()> op;
+    std::vector<uint64_t> deps;
+    uint64_t graph = 0;
+  };
+  struct SimExec {
+    std::vector<uint64_t> nodes;
+    Ops ops;
+  };
+  std::unordered_map<uint64_t, std::vector<uint64_t>> graphs_;
+  std::unordered_map<uint64_t, SimNode> nodes_;
+  std::unordered_map<uint64_t, SimExec> execs_;
+  Status kernelOp(const KernelCall& call, std::function<void()>& op);  // a launch's work, run now or later
+  bool topological(uint64_t graph, std::vector<uint64_t>& order) const;  // false: a cycle
+  Status addNode(uint64_t graph, const GraphNodes& deps, std::function<void()> op, Created<GraphNode>& out);
   uint64_t next_capture_id_ = 1;
   std::vector<void*> plugins_;
 };

@@ -411,3 +411,23 @@ TEST(HostCallbacks, OnlyTheClientWithTheTokenIsServed) {
   EXPECT_FALSE(callbacks.run(43));
   client.join();
 }
+
+// Graph nodes belong to their graph: a node of another graph, a forged node, or a graph as its own child
+// is refused; destroying a graph ends its nodes.
+TEST(Dispatcher, GraphNodesBelongToTheirGraph) {
+  Harness h;
+  test::RawClient c(*h.client);
+  auto graph = [&] { return std::get<0>(c.call<calls::GraphCreate>(0u).second).v; };
+  uint64_t a = graph(), b = graph();
+  auto [st, node] = c.call<calls::GraphAddEmptyNode>(a, GraphNodes{});
+  ASSERT_EQ(st, 0);
+  uint64_t n = std::get<0>(node).v;
+  EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(b, GraphNodes{{n}}).first, kInvalidValue);       // a's node in b
+  EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(a, GraphNodes{{n + 1}}).first, kInvalidValue);   // forged
+  EXPECT_EQ(c.call<calls::GraphAddChildGraphNode>(a, GraphNodes{}, ChildGraph{a}).first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::GraphDestroyNode>(b, n).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(a, GraphNodes{{n}}).first, 0);
+  EXPECT_EQ(c.call<calls::GraphDestroy>(a).first, 0);
+  EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(b, GraphNodes{{n}}).first, kInvalidValue);  // gone with its graph
+  EXPECT_TRUE(h.finish().clean);
+}

@@ -16,6 +16,7 @@ enum class HandleKind : uint8_t {
   kStream, kEvent, kModule, kLibrary, kFunction, kKernel, kGraph, kGraphExec, kMemPool,
   kPhysical,  // a CUmemGenericAllocationHandle (cuMemCreate): device memory not yet at an address
   kLinkState,  // a CUlinkState: a JIT link under way on the worker's driver
+  kGraphNode,  // a CUgraphNode, owned by its graph
 };
 
 // A handle of kind K that this worker handed out earlier (streams: also 0, 1 and 2, the legacy and
@@ -39,6 +40,18 @@ using MemPool = Handle<HandleKind::kMemPool>;
 // bytes come back once the client released it and no mapping uses it any more.
 using Physical = Handle<HandleKind::kPhysical>;
 using LinkState = Handle<HandleKind::kLinkState>;
+// A node of the graph named earlier in the same request (the request's Graph field).
+using GraphNode = Handle<HandleKind::kGraphNode>;
+// Nodes of the request's graph (dependencies, edges); each must be that graph's.
+struct GraphNodes {
+  std::vector<uint64_t> v;
+  GPOOL_WIRE_FIELDS(v)
+};
+// A graph used as a child node's body (any graph of this worker's; the driver copies it).
+struct ChildGraph {
+  uint64_t v = 0;
+  GPOOL_WIRE_FIELDS(v)
+};
 
 // A CUfunction or a CUkernel. The worker's check says which (is_kernel is not on the wire).
 struct Launchable {
@@ -48,6 +61,14 @@ struct Launchable {
   Launchable(uint64_t x) : v(x) {}  // NOLINT
   operator uint64_t() const { return v; }
   GPOOL_WIRE_FIELDS(v)
+};
+
+// A kernel launch as a graph node holds it: function, grid, block, shared bytes and the packed parameters.
+struct KernelCall {
+  Launchable f;
+  uint32_t gx = 1, gy = 1, gz = 1, bx = 1, by = 1, bz = 1, shared = 0;
+  Blob params;
+  GPOOL_WIRE_FIELDS(f, gx, gy, gz, bx, by, bz, shared, params)
 };
 
 // CUfunction handles (modules) or CUkernel handles (libraries) of one loaded image.

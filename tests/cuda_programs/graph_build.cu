@@ -1,0 +1,141 @@
+// CUDA graphs built node by node through gpool, as XLA's command buffers are: memset, kernel, child
+// graph, device copy, host and event nodes with dependencies; kernel parameters changed in the graph and
+// in an instantiation; cudaGraphExecUpdate. Values are checked after each launch.
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <vector>
+
+#include "checks.h"
+
+extern "C" __global__ void gpool_test_increment(unsigned* p, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] += 1;
+}
+
+namespace {
+
+std::atomic<int> host_runs{0};
+void CUDART_CB hostNode(void*) { ++host_runs; }
+
+cudaKernelNodeParams incrementParams(void** args) {
+  cudaKernelNodeParams k{};
+  k.func = reinterpret_cast<void*>(gpool_test_increment);
+  k.gridDim = dim3(4);
+  k.blockDim = dim3(256);
+  k.kernelParams = args;
+  return k;
+}
+
+bool allEqual(const std::vector<unsigned>& v, size_t from, size_t to, unsigned want) {
+  for (size_t i = from; i < to; ++i)
+    if (v[i] != want) return false;
+  return true;
+}
+
+}  // namespace
+
+int main() {
+  CK(cudaSetDevice(0));
+  const int n = 1024;
+  unsigned *d = nullptr, *out = nullptr;
+  CK(cudaMalloc(&d, n * sizeof(unsigned)));
+  CK(cudaMalloc(&out, n * sizeof(unsigned)));
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  cudaEvent_t done;
+  CK(cudaEventCreate(&done));
+
+  // The child graph: one increment.
+  int count = n;
+  void* args[] = {&d, &count};
+  cudaGraph_t child, graph;
+  CK(cudaGraphCreate(&child, 0));
+  cudaGraphNode_t child_kernel;
+  cudaKernelNodeParams k = incrementParams(args);
+  CK(cudaGraphAddKernelNode(&child_kernel, child, nullptr, 0, &k));
+
+  // memset(5) -> increment -> child (increment) -> copy to out -> host; an event record after the copy.
+  CK(cudaGraphCreate(&graph, 0));
+  cudaGraphNode_t memset, kernel, sub, copy, host, record, join;
+  cudaMemsetParams m{};
+  m.dst = d;
+  m.value = 5;
+  m.elementSize = 4;
+  m.width = n;
+  m.height = 1;
+  CK(cudaGraphAddMemsetNode(&memset, graph, nullptr, 0, &m));
+  CK(cudaGraphAddKernelNode(&kernel, graph, &memset, 1, &k));
+  CK(cudaGraphAddChildGraphNode(&sub, graph, &kernel, 1, child));
+  CK(cudaGraphAddMemcpyNode1D(&copy, graph, &sub, 1, out, d, n * sizeof(unsigned), cudaMemcpyDeviceToDevice));
+  cudaHostNodeParams h{hostNode, nullptr};
+  CK(cudaGraphAddHostNode(&host, graph, &copy, 1, &h));
+  CK(cudaGraphAddEventRecordNode(&record, graph, &copy, 1, done));
+  CK(cudaGraphAddEmptyNode(&join, graph, nullptr, 0));
+  cudaGraphNode_t from[] = {host, record}, to[] = {join, join};
+  CK(cudaGraphAddDependencies(graph, from, to, nullptr, 2));
+  size_t nodes = 0;
+  CK(cudaGraphGetNodes(graph, nullptr, &nodes));
+  check(nodes == 7, "the graph has the seven nodes added");
+  cudaGraphNodeType type;
+  CK(cudaGraphNodeGetType(kernel, &type));
+  check(type == cudaGraphNodeTypeKernel, "a kernel node's type");
+
+  // A node of another graph is not a dependency of this one.
+  cudaGraphNode_t stray;
+  check(cudaGraphAddEmptyNode(&stray, graph, &child_kernel, 1) != cudaSuccess, "another graph's node is refused as a dependency");
+  cudaGetLastError();
+
+  cudaGraphExec_t exec;
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<unsigned> back(n);
+  CK(cudaGraphLaunch(exec, s));
+  CK(cudaEventSynchronize(done));
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy(back.data(), out, n * sizeof(unsigned), cudaMemcpyDeviceToHost));
+  check(allEqual(back, 0, n, 7), "memset, kernel, child graph and copy ran in order (5 + 1 + 1)");
+  check(host_runs == 1, "the host node ran once");
+
+  // New kernel parameters in the instantiation only: the first kernel covers half.
+  int half = n / 2;
+  void* half_args[] = {&d, &half};
+  cudaKernelNodeParams kh = incrementParams(half_args);
+  CK(cudaGraphExecKernelNodeSetParams(exec, kernel, &kh));
+  CK(cudaGraphLaunch(exec, s));
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy(back.data(), out, n * sizeof(unsigned), cudaMemcpyDeviceToHost));
+  check(allEqual(back, 0, half, 7) && allEqual(back, half, n, 6), "cudaGraphExecKernelNodeSetParams changed the instantiation");
+
+  // The graph itself still has the full kernel; cudaGraphExecUpdate brings the instantiation back to it.
+  cudaKernelNodeParams got{};
+  CK(cudaGraphKernelNodeGetParams(kernel, &got));
+  check(got.gridDim.x == 4 && got.blockDim.x == 256 && got.kernelParams && *static_cast<int*>(got.kernelParams[1]) == n,
+        "cudaGraphKernelNodeGetParams reads the graph's parameters");
+  cudaGraphExecUpdateResultInfo info{};
+  CK(cudaGraphExecUpdate(exec, graph, &info));
+  check(info.result == cudaGraphExecUpdateSuccess, "cudaGraphExecUpdate succeeds for the same topology");
+  CK(cudaGraphLaunch(exec, s));
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy(back.data(), out, n * sizeof(unsigned), cudaMemcpyDeviceToHost));
+  check(allEqual(back, 0, n, 7) && host_runs == 3, "after the update the whole buffer is incremented again");
+
+  // Changing the graph's kernel node, then instantiating anew.
+  CK(cudaGraphKernelNodeSetParams(kernel, &kh));
+  cudaGraphExec_t exec2;
+  CK(cudaGraphInstantiate(&exec2, graph, 0));
+  CK(cudaGraphLaunch(exec2, s));
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy(back.data(), out, n * sizeof(unsigned), cudaMemcpyDeviceToHost));
+  check(allEqual(back, 0, half, 7) && allEqual(back, half, n, 6), "cudaGraphKernelNodeSetParams changed the graph");
+
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphExecDestroy(exec2));
+  CK(cudaGraphDestroy(graph));
+  CK(cudaGraphDestroy(child));
+  CK(cudaEventDestroy(done));
+  CK(cudaStreamDestroy(s));
+  CK(cudaFree(d));
+  CK(cudaFree(out));
+  std::printf(failures ? "%d FAILED\n" : "ALL PASSED\n", failures);
+  return failures ? 1 : 0;
+}
