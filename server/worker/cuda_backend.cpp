@@ -368,19 +368,30 @@ class CudaBackend final : public Backend {
   }
 
   // A host function: the driver's callback thread waits, in stream order, until the client's function
-  // has returned. Its argument lives as long as the backend (a captured one runs at every replay).
+  // has returned. A captured one (a graph's host node) runs at every replay, so its argument lives as
+  // long as the backend; one launched directly runs once and frees its argument.
   struct HostFuncArg {
     HostCallbacks* callbacks;
     uint64_t id;
   };
-  std::deque<HostFuncArg> host_funcs_;
+  std::deque<HostFuncArg> host_funcs_;  // the captured ones
   static void CUDA_CB hostFunc(void* p) {
     auto* a = static_cast<HostFuncArg*>(p);
     a->callbacks->run(a->id);
   }
+  static void CUDA_CB hostFuncOnce(void* p) {
+    std::unique_ptr<HostFuncArg> a(static_cast<HostFuncArg*>(p));
+    a->callbacks->run(a->id);
+  }
   Status LaunchHostFunc(Stream stream, uint64_t id) {
-    host_funcs_.push_back(HostFuncArg{&callbacks_, id});
-    return d_.cuLaunchHostFunc_(stream_(stream), &hostFunc, &host_funcs_.back());
+    if (capturing(stream)) {
+      host_funcs_.push_back(HostFuncArg{&callbacks_, id});
+      return d_.cuLaunchHostFunc_(stream_(stream), &hostFunc, &host_funcs_.back());
+    }
+    auto arg = std::make_unique<HostFuncArg>(HostFuncArg{&callbacks_, id});
+    CUresult r = d_.cuLaunchHostFunc_(stream_(stream), &hostFuncOnce, arg.get());
+    if (r == CUDA_SUCCESS) arg.release();  // the callback frees it
+    return r;
   }
 
   // Explicit graph construction. Node arguments are copied by the driver when a node is added or set.
