@@ -173,7 +173,8 @@ GPOOL_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
 GPOOL_EXPORT CUresult cuCtxSynchronize() {
   GPOOL_TRY
   GPOOL_CONN(conn);
-  return static_cast<CUresult>(conn->call<gpool::proto::calls::CtxSynchronize>());
+  int st = conn->call<gpool::proto::calls::CtxSynchronize>();
+  return st == CUDA_SUCCESS ? managedAtSync() : static_cast<CUresult>(st);
   GPOOL_CATCH
 }
 

@@ -74,6 +74,8 @@ CUresult instantiate(CUgraphExec* exec, CUgraph graph, uint64_t flags) {
 CUresult graphLaunch(CUgraphExec exec, uint64_t s, bool upload) {
   if (!exec) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
+  if (!upload)
+    if (CUresult r = managedBeforeDeviceWork()) return r;
   return static_cast<CUresult>(upload ? conn->post<calls::GraphUpload>(raw(exec), s)
                                       : conn->post<calls::GraphLaunch>(raw(exec), s));
 }

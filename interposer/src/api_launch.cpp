@@ -76,6 +76,7 @@ CUresult launch(uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
                 const char* call) {
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
   GPOOL_CONN(conn);
+  if (CUresult r = managedBeforeDeviceWork()) return r;
   Blob packed;
   if (CUresult r = packParams(f, params, extra, packed)) return r;
   if (CUresult r = refuseHostPointers(call, f, packed)) return r;

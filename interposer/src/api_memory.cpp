@@ -16,10 +16,14 @@ namespace {
 uint64_t dptr(CUdeviceptr p) { return static_cast<uint64_t>(p); }
 
 // Host-to-device: chunks stream without replies; a synchronous copy waits for the last chunk's answer.
+CUresult copyDtoD(uint64_t dst, uint64_t src, size_t n, uint64_t stream, bool async);
+
 CUresult copyHtoD(uint64_t dst, const void* src, size_t n, uint64_t stream, bool async) {
   GPOOL_CONN(conn);
   if (n == 0) return CUDA_SUCCESS;
   if (!src) return CUDA_ERROR_INVALID_VALUE;
+  auto s = reinterpret_cast<uint64_t>(src);
+  if (isManaged(s) || isManaged(dst)) return copyDtoD(dst, s, n, stream, async);  // managed: the device's copy
   const auto* p = static_cast<const uint8_t*>(src);
   for (size_t off = 0; off < n;) {
     size_t k = std::min<size_t>(n - off, gpool::proto::kBulkChunk);
@@ -39,6 +43,8 @@ CUresult copyDtoH(void* dst, uint64_t src, size_t n, uint64_t stream) {
   GPOOL_CONN(conn);
   if (n == 0) return CUDA_SUCCESS;
   if (!dst) return CUDA_ERROR_INVALID_VALUE;
+  auto d = reinterpret_cast<uint64_t>(dst);
+  if (isManaged(d) || isManaged(src)) return copyDtoD(d, src, n, stream, false);  // managed: the device's copy
   constexpr size_t kMaxReply = 1u << 30;
   auto* p = static_cast<uint8_t*>(dst);
   for (size_t off = 0; off < n;) {
@@ -49,16 +55,32 @@ CUresult copyDtoH(void* dst, uint64_t src, size_t n, uint64_t stream) {
   return CUDA_SUCCESS;
 }
 
+// Device work on managed memory (api_managed.cpp): the device's copy is brought up to date first, and a
+// synchronous operation brings the host's up to date after it.
+template <typename Op>
+CUresult onManaged(uint64_t a, uint64_t b, bool async, Op op) {
+  bool managed = isManaged(a) || isManaged(b);
+  if (managed)
+    if (CUresult r = managedBeforeDeviceWork()) return r;
+  CUresult r = op();
+  if (managed && !async && r == CUDA_SUCCESS) r = managedAtSync();
+  return r;
+}
+
 CUresult copyDtoD(uint64_t dst, uint64_t src, size_t n, uint64_t stream, bool async) {
   GPOOL_CONN(conn);
   gpool::proto::DevCopy c{dst, src, uint64_t{n}};
-  return static_cast<CUresult>(async ? conn->post<calls::MemcpyDtoD>(c, stream, 1u) : conn->call<calls::MemcpyDtoD>(c, stream, 0u));
+  return onManaged(dst, src, async, [&] {
+    return static_cast<CUresult>(async ? conn->post<calls::MemcpyDtoD>(c, stream, 1u) : conn->call<calls::MemcpyDtoD>(c, stream, 0u));
+  });
 }
 
 CUresult memset(uint64_t dst, uint32_t value, uint32_t elem, size_t count, uint64_t stream, bool async) {
   GPOOL_CONN(conn);
   gpool::proto::DevFill f{dst, elem, uint64_t{count}};
-  return static_cast<CUresult>(async ? conn->post<calls::Memset>(f, value, stream, 1u) : conn->call<calls::Memset>(f, value, stream, 0u));
+  return onManaged(dst, 0, async, [&] {
+    return static_cast<CUresult>(async ? conn->post<calls::Memset>(f, value, stream, 1u) : conn->call<calls::Memset>(f, value, stream, 0u));
+  });
 }
 
 bool isDevice(uint64_t p) {
@@ -103,6 +125,8 @@ GPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
   GPOOL_TRY
   if (p == 0) return CUDA_SUCCESS;
   GPOOL_CONN(conn);
+  CUresult managed = CUDA_SUCCESS;
+  if (freeManaged(p, managed)) return managed;
   // Refused here at once, as the driver refuses it, rather than later from the worker's latch.
   if (!State::get().takeDeviceAllocation(p)) return CUDA_ERROR_INVALID_VALUE;
   return static_cast<CUresult>(conn->post<calls::MemFree>(dptr(p)));

@@ -21,10 +21,12 @@ CUresult attribute(void* data, CUpointer_attribute attr, CUdeviceptr p, uint64_t
     case CU_POINTER_ATTRIBUTE_CONTEXT: put(data, reinterpret_cast<CUcontext>(State::get().primary(0))); break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: put<unsigned>(data, a.device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST); break;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: put<CUdeviceptr>(data, p); break;  // unified addressing, host memory too
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-      if (a.device && !plural) return CUDA_ERROR_INVALID_VALUE;
-      put<void*>(data, a.device ? nullptr : reinterpret_cast<void*>(p));
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: {
+      bool host = !a.device || a.managed;  // managed memory is the host's too, at the same address
+      if (!host && !plural) return CUDA_ERROR_INVALID_VALUE;
+      put<void*>(data, host ? reinterpret_cast<void*>(p) : nullptr);
       break;
+    }
     case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
       if (!plural) return CUDA_ERROR_NOT_SUPPORTED;  // nv-p2p tokens of a remote GPU mean nothing here
       std::memset(data, 0, sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS));
@@ -33,7 +35,7 @@ CUresult attribute(void* data, CUpointer_attribute attr, CUdeviceptr p, uint64_t
     case CU_POINTER_ATTRIBUTE_MAPPED: put<int>(data, 1); break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
     case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: put<unsigned long long>(data, base); break;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: put<int>(data, a.managed ? 1 : 0); break;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: put<int>(data, 0); break;

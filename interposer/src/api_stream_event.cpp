@@ -21,7 +21,9 @@ CUresult streamCreate(CUstream* s, unsigned flags, int priority) {
 
 CUresult waitCall(uint64_t s, bool query) {
   GPOOL_CONN(conn);
-  return static_cast<CUresult>(query ? conn->call<calls::StreamQuery>(s) : conn->call<calls::StreamSynchronize>(s));
+  int st = query ? conn->call<calls::StreamQuery>(s) : conn->call<calls::StreamSynchronize>(s);
+  if (st == CUDA_SUCCESS && !query) return managedAtSync();  // managed memory is the host's again
+  return static_cast<CUresult>(st);
 }
 
 CUresult streamWait(uint64_t s, CUevent e, unsigned flags) {
@@ -116,7 +118,8 @@ GPOOL_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigne
 GPOOL_EXPORT CUresult cuEventSynchronize(CUevent e) {
   GPOOL_TRY
   GPOOL_CONN(conn);
-  return static_cast<CUresult>(conn->call<calls::EventSynchronize>(raw(e)));
+  int st = conn->call<calls::EventSynchronize>(raw(e));
+  return st == CUDA_SUCCESS ? managedAtSync() : static_cast<CUresult>(st);
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuEventQuery(CUevent e) {

@@ -158,6 +158,16 @@ const proto::DeviceInfo* State::device(CUdevice d) const {
 }
 
 int State::attribute(CUdevice d, int attr) const {
+  // Managed memory is emulated with copies at synchronisation points (api_managed.cpp): the host may not
+  // touch it while the device works, as on a device without concurrent managed access.
+  switch (attr) {
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: return 1;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
+    case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST: return 0;
+    default: break;
+  }
   const auto* dev = device(d);
   if (!dev || attr < 0 || static_cast<size_t>(attr) >= dev->attributes.size()) return 0;
   return dev->attributes[static_cast<size_t>(attr)];
@@ -231,6 +241,7 @@ void State::insertLocked(uint64_t base, const Allocation& a) {
   auto it = allocations_.find(base);
   if (it != allocations_.end()) eraseLocked(it);
   allocations_.emplace(base, a);
+  if (a.managed) return;  // mapped here by api_managed.cpp
   if (!a.device) {
     ++host_allocations;
   } else if (!address_space_.reserve(base, a.size)) {
@@ -241,6 +252,7 @@ void State::insertLocked(uint64_t base, const Allocation& a) {
 }
 
 std::map<uint64_t, Allocation>::iterator State::eraseLocked(std::map<uint64_t, Allocation>::iterator it) {
+  if (it->second.managed) return allocations_.erase(it);
   if (it->second.device) address_space_.release(it->first, it->second.size);
   else --host_allocations;
   return allocations_.erase(it);
@@ -254,6 +266,11 @@ void State::addAllocation(uint64_t base, uint64_t size, bool device, unsigned fl
 void State::addPoolAllocation(uint64_t base, uint64_t size, uint64_t pool) {
   std::lock_guard lock(mu);
   insertLocked(base, Allocation{size, true, 0, false, pool});
+}
+
+void State::addManaged(uint64_t base, uint64_t size) {
+  std::lock_guard lock(mu);
+  insertLocked(base, Allocation{size, true, 0, false, 0, true});
 }
 
 void State::addGlobal(uint64_t base, uint64_t size) {

@@ -48,6 +48,7 @@ struct Allocation {
   unsigned flags = 0;  // host memory: the CU_MEMHOSTALLOC_* / CU_MEMHOSTREGISTER_* flags it was made with
   bool global = false;  // a module global: device memory that cuMemFree refuses
   uint64_t pool = 0;    // the memory pool a stream-ordered allocation came from
+  bool managed = false;  // managed memory: host memory here and device memory there, same address
 };
 
 class State {
@@ -79,6 +80,7 @@ class State {
   // Allocation tracking for direction inference and pointer queries.
   void addAllocation(uint64_t base, uint64_t size, bool device, unsigned flags = 0);
   void addGlobal(uint64_t base, uint64_t size);
+  void addManaged(uint64_t base, uint64_t size);  // its host pages are api_managed.cpp's, not reserved
   // Host allocations live now: while there are none, launches skip the host-pointer check.
   std::atomic<int> host_allocations{0};
   void removeAllocation(uint64_t base);
@@ -142,6 +144,11 @@ class State {
 // A kernel launch packed as a graph node holds it (api_launch.cpp); the packed bytes live in `storage`.
 CUresult packKernelCall(uint64_t f, const unsigned grid[3], const unsigned block[3], unsigned shared, void** params, void** extra,
                         proto::KernelCall& out, std::vector<uint8_t>& storage);
+// Managed memory (api_managed.cpp): the hooks device work and synchronisation points call.
+CUresult managedBeforeDeviceWork();
+CUresult managedAtSync();
+bool isManaged(uint64_t p);
+bool freeManaged(uint64_t p, CUresult& result);
 // A host function that runs whenever the worker says so, for good (a graph's host node; api_host_func.cpp).
 CUresult hostFunctionId(std::function<void()> fn, uint64_t& id);
 // Writes empty logs into the log buffers among JIT options (api_link.cpp).

@@ -15,8 +15,8 @@ namespace {
 constexpr size_t kCap = 64u << 20, kMiB = 1u << 20;
 
 
-enum class Path { kPlain, kPitched, kAsync, kPool };
-const char* const kPathNames[] = {"cudaMalloc", "cudaMallocPitch", "cudaMallocAsync", "cudaMallocFromPoolAsync"};
+enum class Path { kPlain, kPitched, kAsync, kPool, kManaged };
+const char* const kPathNames[] = {"cudaMalloc", "cudaMallocPitch", "cudaMallocAsync", "cudaMallocFromPoolAsync", "cudaMallocManaged"};
 
 // Allocates 1 MiB blocks on one path until the device refuses; returns how many it got.
 size_t fill(std::vector<void*>& held, Path path, cudaMemPool_t pool) {
@@ -27,7 +27,8 @@ size_t fill(std::vector<void*>& held, Path path, cudaMemPool_t pool) {
     cudaError_t e = path == Path::kPlain     ? cudaMalloc(&p, kMiB)
                     : path == Path::kPitched ? cudaMallocPitch(&p, &pitch, 1024, 1024)
                     : path == Path::kAsync   ? cudaMallocAsync(&p, kMiB, 0)
-                                             : cudaMallocFromPoolAsync(&p, kMiB, pool, 0);
+                    : path == Path::kPool    ? cudaMallocFromPoolAsync(&p, kMiB, pool, 0)
+                                             : cudaMallocManaged(&p, kMiB);
     if (e != cudaSuccess) {
       char what[128];
       std::snprintf(what, sizeof what, "%s past the cap fails with cudaErrorMemoryAllocation", kPathNames[static_cast<int>(path)]);
@@ -99,7 +100,7 @@ int main() {
   props.location.type = cudaMemLocationTypeDevice;
   cudaMemPool_t pool;
   CK(cudaMemPoolCreate(&pool, &props));
-  for (Path path : {Path::kPlain, Path::kPitched, Path::kAsync, Path::kPool}) {
+  for (Path path : {Path::kPlain, Path::kPitched, Path::kAsync, Path::kPool, Path::kManaged}) {
     const char* name = kPathNames[static_cast<int>(path)];
     std::vector<void*> held;
     size_t got = fill(held, path, pool);
