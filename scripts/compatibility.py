@@ -52,9 +52,9 @@ cuStreamIsCapturing cuStreamSynchronize""".split())
 REFUSED = [
     (r"^cu(GL|EGL|VDPAU|Graphics|D3D|WGL)", "graphics interoperability: the GPU is on another machine, with no display"),
     (r"^cu(Array|Mipmapped|Tex|Surf)|Array|^cuMemcpy(AtoA|AtoD|AtoH|DtoA|HtoA)|^cuMemcpy3DPeer", "CUDA arrays, textures and surfaces are not forwarded yet"),
-    (r"^cu(Graph|DeviceGetGraphMem|DeviceGraphMem|UserObject)", "explicit CUDA graph construction is not forwarded yet (issue 10)"),
-    (r"^cuIpc|ShareableHandle|^cuMemPoolExport|^cuMemPoolImport", "IPC between processes is not forwarded yet (issue 10)"),
-    (r"^cuMem(AllocManaged|Prefetch|Advise|RangeGetAttribute|Discard)|^cuMemPrefetch", "managed memory is not forwarded yet (issue 10)"),
+    (r"^cu(Graph|DeviceGetGraphMem|DeviceGraphMem|UserObject)", "this part of graph construction (node queries and setters, memory and conditional nodes) is not forwarded yet"),
+    (r"ShareableHandle|^cuMemPoolExport|^cuMemPoolImport", "sharing pools and VMM handles between processes is not forwarded yet"),
+    (r"^cuMem(Discard|RangeGetAttributes|PrefetchBatch)", "batched and multi-attribute managed-memory calls are not forwarded yet"),
     (r"^cuExternal|^cuImportExternal|^cuDestroyExternal|^cuSignalExternal|^cuWaitExternal", "external memory and semaphores (Vulkan/D3D) are not supported"),
     (r"^cuGreenCtx|^cuDevResource|^cuDeviceGetDevResource|^cuCtxGetDevResource|^cuStreamGetGreenCtx|^cuCtxFromGreenCtx", "green contexts are the lease's to set (issue 5), not the program's"),
     (r"^cuProfiler|^cuCheckpoint|^cuCoredump|^cuLogs|^cuLog", "tools interfaces (profiler, checkpoint, coredump, logs) are not forwarded"),

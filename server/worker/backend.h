@@ -12,13 +12,14 @@
 #include "gpool/protocol/calls.h"
 #include "gpool/protocol/handshake.h"
 #include "host_callbacks.h"
+#include "ipc_registry.h"
 
 namespace gpool::worker {
 
 using proto::Blob;
 using proto::Status;
 // The typed fields of calls.def (fields.h), as backends name them.
-using proto::AllocBytes, proto::Created, proto::DevAddress, proto::DevCopy, proto::DevCopyRect, proto::DevFill,
+using proto::AllocBase, proto::AllocBytes, proto::IpcMapped, proto::IpcMapping, proto::Created, proto::DevAddress, proto::DevCopy, proto::DevCopyRect, proto::DevFill,
     proto::DevFillRect, proto::DevRange, proto::DevWord, proto::DevRect, proto::DevWrite, proto::DevWriteRect, proto::PitchedAlloc, proto::Physical, proto::PoolAttribute, proto::ResetAll, proto::VaMap, proto::VaMapped, proto::VaRange, proto::VaUnmap, proto::ChildGraph, proto::Event, proto::FreedAlloc, proto::Graph, proto::GraphExec, proto::GraphNode,
     proto::GraphNodes, proto::Kernel, proto::KernelCall,
     proto::JitOptions, proto::Launchable, proto::LaunchableList, proto::LinkState, proto::MemPool, proto::MemView, proto::ModuleGlobal, proto::ModuleRef,
@@ -64,6 +65,7 @@ class Backend {
 
  protected:
   HostCallbacks callbacks_;
+  IpcRegistry ipc_;
 
  private:
   std::vector<uint8_t> staging_;

@@ -52,7 +52,8 @@ namespace {
   F(cuGraphAddEmptyNode) F(cuGraphAddKernelNode) F(cuGraphAddMemsetNode) F(cuGraphAddMemcpyNode)            \
   F(cuGraphAddHostNode) F(cuGraphAddEventRecordNode) F(cuGraphAddEventWaitNode) F(cuGraphAddChildGraphNode) \
   F(cuGraphAddDependencies) F(cuGraphDestroyNode) F(cuGraphKernelNodeSetParams) F(cuGraphExecKernelNodeSetParams) \
-  F(cuGraphExecUpdate)
+  F(cuGraphExecUpdate) F(cuIpcGetMemHandle) F(cuIpcOpenMemHandle) F(cuIpcCloseMemHandle) F(cuIpcGetEventHandle) \
+  F(cuIpcOpenEventHandle)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -497,6 +498,50 @@ class CudaBackend final : public Backend {
     CUgraphExecUpdateResultInfo info{};
     CUresult r = d_.cuGraphExecUpdate_(reinterpret_cast<CUgraphExec>(exec.v), graph_(g), &info);
     result = info.result;
+    return r;
+  }
+
+  // IPC: the driver's own handles, filed in the host's registry under a key the client's handle names.
+  Status IpcGetMemHandle(AllocBase p, std::vector<uint8_t>& handle) {
+    CUipcMemHandle h;
+    if (CUresult r = d_.cuIpcGetMemHandle_(&h, p.ptr); r != CUDA_SUCCESS) return r;
+    size_t size = 0;
+    CUdeviceptr base = 0;
+    if (CUresult r = d_.cuMemGetAddressRange_(&base, &size, p.ptr); r != CUDA_SUCCESS) return r;
+    std::vector<uint8_t> record(sizeof h + sizeof(uint64_t));
+    uint64_t bytes = size;
+    std::memcpy(record.data(), &h, sizeof h);
+    std::memcpy(record.data() + sizeof h, &bytes, sizeof bytes);
+    return ipc_.publish(IpcRegistry::Kind::kMemory, record, handle);
+  }
+  Status IpcOpenMemHandle(std::vector<uint8_t> handle, uint32_t flags, IpcMapping& out) {
+    std::vector<uint8_t> record;
+    if (Status st = ipc_.lookup(IpcRegistry::Kind::kMemory, handle, record); st != CUDA_SUCCESS) return st;
+    CUipcMemHandle h;
+    uint64_t bytes = 0;
+    if (record.size() != sizeof h + sizeof bytes) return CUDA_ERROR_INVALID_VALUE;
+    std::memcpy(&h, record.data(), sizeof h);
+    std::memcpy(&bytes, record.data() + sizeof h, sizeof bytes);
+    CUdeviceptr p = 0;
+    CUresult r = d_.cuIpcOpenMemHandle_(&p, h, flags);
+    out = IpcMapping{p, bytes};
+    return r;
+  }
+  Status IpcCloseMemHandle(IpcMapped p) { return d_.cuIpcCloseMemHandle_(p.ptr); }
+  Status IpcGetEventHandle(Event e, std::vector<uint8_t>& handle) {
+    CUipcEventHandle h;
+    if (CUresult r = d_.cuIpcGetEventHandle_(&h, event_(e)); r != CUDA_SUCCESS) return r;
+    return ipc_.publish(IpcRegistry::Kind::kEvent, std::vector<uint8_t>(h.reserved, h.reserved + sizeof h.reserved), handle);
+  }
+  Status IpcOpenEventHandle(std::vector<uint8_t> handle, Created<Event>& out) {
+    std::vector<uint8_t> record;
+    if (Status st = ipc_.lookup(IpcRegistry::Kind::kEvent, handle, record); st != CUDA_SUCCESS) return st;
+    CUipcEventHandle h;
+    if (record.size() != sizeof h.reserved) return CUDA_ERROR_INVALID_VALUE;
+    std::memcpy(h.reserved, record.data(), sizeof h.reserved);
+    CUevent e = nullptr;
+    CUresult r = d_.cuIpcOpenEventHandle_(&e, h);
+    out = reinterpret_cast<uint64_t>(e);
     return r;
   }
 

@@ -16,7 +16,7 @@ namespace gpool::worker {
 
 using proto::HandleKind;
 
-enum class RangeKind { kAllocation, kGlobal, kMapping };
+enum class RangeKind { kAllocation, kGlobal, kMapping, kIpc };
 
 struct DeviceRange {
   uint64_t base = 0, bytes = 0;

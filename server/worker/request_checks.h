@@ -88,6 +88,15 @@ class RequestChecks {
   proto::Status admit(proto::VaUnmap& u, CallScope& s);
   proto::Status admit(proto::VaMapped& m, CallScope&);
   proto::Status admit(proto::JitOptions& o, CallScope&);
+  proto::Status admit(proto::AllocBase& a, CallScope&) {
+    return table_.allocationAt(a.ptr) ? proto::cu::kSuccess : proto::cu::kInvalidValue;
+  }
+  proto::Status admit(proto::IpcMapped& m, CallScope& s) {
+    const DeviceRange* r = table_.findRange(m.ptr);
+    if (!r || r->base != m.ptr || r->kind != RangeKind::kIpc) return proto::cu::kInvalidValue;
+    s.effects.push_back([this, p = m.ptr] { table_.removeRange(p); });
+    return proto::cu::kSuccess;
+  }
   proto::Status admit(proto::GraphNodes& n, CallScope& s);
   proto::Status admit(proto::ChildGraph& c, CallScope& s) {
     return table_.has(HandleKind::kGraph, c.v) && c.v != s.graph ? proto::cu::kSuccess : proto::cu::kInvalidHandle;
@@ -129,6 +138,7 @@ class RequestChecks {
   void record(proto::NewAlloc& a, CallScope& s);
   void record(proto::ModuleGlobal& g, CallScope& s);
   void record(proto::MemView& m, CallScope&) { ledger_.view(m); }
+  void record(proto::IpcMapping& m, CallScope&) { table_.addRange(DeviceRange{m.ptr, m.bytes, RangeKind::kIpc, 0}); }
   void record(proto::RangeOf& r, CallScope& s) { r = proto::RangeOf{s.found->base, s.found->bytes}; }
 
   proto::Status range(uint64_t ptr, uint64_t bytes) const {

@@ -91,7 +91,8 @@ std::vector<int32_t> simAttributes(uint64_t memory_bytes) {
 }
 
 constexpr uint64_t kAlign = 256;  // cudaMalloc's guaranteed alignment
-constexpr uint64_t kPitchAlign = 512;  // cuMemAllocPitch's row alignment on the modelled device
+constexpr uint64_t kPitchAlign = 512;
+constexpr uint64_t kShareableBytes = 64 << 10;  // allocations at least this large can be opened by IPC  // cuMemAllocPitch's row alignment on the modelled device
 
 // `count` values of `elem` bytes (1, 2 or 4) from p, as cuMemsetD8/16/32 write them.
 void fill(uint8_t* p, uint32_t elem, uint64_t count, uint32_t value) {
@@ -127,6 +128,13 @@ void SimBackend::releaseAll() {
   for (const auto& [key, base] : globals_) std::free(reinterpret_cast<void*>(base));
   for (const auto& [handle, fd] : physical_fds_) close(fd);
   for (const auto& [base, size] : reservations_) munmap(reinterpret_cast<void*>(base), size);
+  for (const auto& [base, m] : shared_) {
+    munmap(reinterpret_cast<void*>(base), m.size);
+    close(m.fd);
+  }
+  for (const auto& [base, size] : opened_) munmap(reinterpret_cast<void*>(base), size);
+  shared_.clear();
+  opened_.clear();
   allocations_.clear();
   globals_.clear();
   physical_fds_.clear();
@@ -211,6 +219,23 @@ Status SimBackend::open(int device, proto::HelloReply& hello) {
 
 Status SimBackend::MemAlloc(AllocBytes bytes, NewAlloc& out) {
   // The lease's limit was checked by the worker's MemoryLedger; this is the host's own limit.
+  // Large allocations are memfd mappings, which another worker of this host can map too (IPC).
+  if (bytes >= kShareableBytes) {
+    uint64_t size = (bytes + 4095) / 4096 * 4096;
+    int fd = memfd_create("gpool-sim-memory", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
+      if (fd >= 0) close(fd);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      close(fd);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    out = NewAlloc{reinterpret_cast<uint64_t>(p), bytes};
+    shared_[out.ptr] = SharedMemory{fd, size};
+    return CUDA_SUCCESS;
+  }
   uint64_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   void* p = std::aligned_alloc(kAlign, rounded);
   if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -223,6 +248,12 @@ Status SimBackend::MemFree(FreedAlloc dptr) {
   if (auto it = pool_allocations_.find(dptr); it != pool_allocations_.end()) {
     if (auto p = pools_.find(it->second.first); p != pools_.end()) p->second.used -= it->second.second;
     pool_allocations_.erase(it);
+  }
+  if (auto it = shared_.find(dptr.ptr); it != shared_.end()) {
+    munmap(reinterpret_cast<void*>(it->first), it->second.size);
+    close(it->second.fd);
+    shared_.erase(it);
+    return CUDA_SUCCESS;
   }
   allocations_.erase(dptr);
   std::free(reinterpret_cast<void*>(dptr.ptr));

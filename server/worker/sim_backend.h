@@ -86,6 +86,12 @@ class SimBackend final : public Backend {
   uint64_t default_pool_ = 0, current_pool_ = 0;
   std::unordered_map<uint64_t, int> physical_fds_;  // cuMemCreate handle -> its memfd (sim_virtual_memory.cpp)
   std::map<uint64_t, uint64_t> reservations_;       // address reservations: base -> size
+  struct SharedMemory {
+    int fd = -1;
+    uint64_t size = 0;
+  };
+  std::unordered_map<uint64_t, SharedMemory> shared_;  // large allocations: memfd mappings (sim_ipc.cpp)
+  std::unordered_map<uint64_t, uint64_t> opened_;      // other workers' memory opened by IPC: base -> size
   std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, std::vector<uint8_t>>>> links_;  // sim_link.cpp
   uint64_t next_handle_ = 1;
   uint64_t launches_ = 0;

@@ -215,6 +215,27 @@ struct ResetAll {
   auto wireFields() const { return std::tuple<>(); }
 };
 
+// Request field: the base of a live allocation of this client's (not freed by the call).
+struct AllocBase {
+  uint64_t ptr = 0;
+  AllocBase() = default;
+  AllocBase(uint64_t p) : ptr(p) {}  // NOLINT
+  GPOOL_WIRE_FIELDS(ptr)
+};
+// Reply field: another process's memory, opened through IPC; usable in ranges until closed, and not
+// charged to this lease (its owner's lease pays for it).
+struct IpcMapping {
+  uint64_t ptr = 0, bytes = 0;
+  GPOOL_WIRE_FIELDS(ptr, bytes)
+};
+// Request field: the base of memory opened through IPC, which the call closes.
+struct IpcMapped {
+  uint64_t ptr = 0;
+  IpcMapped() = default;
+  IpcMapped(uint64_t p) : ptr(p) {}  // NOLINT
+  GPOOL_WIRE_FIELDS(ptr)
+};
+
 // Request field: a memory pool attribute to set (CUmemPool_attribute 1..8; int-valued ones carry their
 // int in `value`). The release threshold is lowered to the lease's limit: a pool never keeps more freed
 // memory cached than the lease may hold.

@@ -1,0 +1,36 @@
+// IPC between client processes whose workers share a GPU host (cuIpcGetMemHandle and friends). A handle
+// a client receives names its host and a random key; the worker that made it files the backend's own
+// export (a driver IPC handle, or the sim's memory descriptor) under that key in a directory of the host
+// that the same user's workers share. A worker on another host sees a foreign host in the handle and
+// says so; a key nobody filed is refused.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpool/protocol/status.h"
+
+namespace gpool::worker {
+
+class IpcRegistry {
+ public:
+  static constexpr size_t kHandleBytes = 64;  // CU_IPC_HANDLE_SIZE
+  enum class Kind : uint32_t { kMemory = 1, kEvent = 2 };
+
+  ~IpcRegistry();  // withdraws what this worker filed
+  // Files `record` and returns the 64-byte handle that names it.
+  proto::Status publish(Kind kind, const std::vector<uint8_t>& record, std::vector<uint8_t>& handle);
+  // The record a handle names: kNotSupported for a handle made on another host, kInvalidValue for one
+  // that is malformed, of another kind, or names nothing.
+  proto::Status lookup(Kind kind, const std::vector<uint8_t>& handle, std::vector<uint8_t>& record) const;
+
+  static std::string directory();  // /dev/shm/gpool-ipc-<uid>
+
+ private:
+  std::vector<std::string> filed_;
+};
+
+}  // namespace gpool::worker
