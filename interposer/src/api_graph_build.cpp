@@ -83,11 +83,17 @@ CUresult addKernel(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_
   return CUDA_SUCCESS;
 }
 
-CUresult addMemset(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, const CUDA_MEMSET_NODE_PARAMS* p) {
+CUresult fillOf(const CUDA_MEMSET_NODE_PARAMS* p, gpool::proto::DevFillRect& f) {
   if (!p || (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4)) return CUDA_ERROR_INVALID_VALUE;
   uint64_t width = uint64_t{p->width} * p->elementSize;
   uint64_t pitch = p->height > 1 ? p->pitch : width;
-  gpool::proto::DevFillRect f{DevRect{p->dst, pitch, width, p->height}, p->elementSize};
+  f = gpool::proto::DevFillRect{DevRect{p->dst, pitch, width, p->height}, p->elementSize};
+  return CUDA_SUCCESS;
+}
+
+CUresult addMemset(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, const CUDA_MEMSET_NODE_PARAMS* p) {
+  gpool::proto::DevFillRect f;
+  if (CUresult r = fillOf(p, f)) return r;
   return addNode<calls::GraphAddMemsetNode>(node, graph, CU_GRAPH_NODE_TYPE_MEMSET, deps(d, n), f, uint32_t{p->value});
 }
 
@@ -98,7 +104,7 @@ bool isDevice(CUmemorytype type, CUdeviceptr ptr) {
   return type == CU_MEMORYTYPE_UNIFIED && State::get().findAllocation(ptr, base, a) && a.device;
 }
 
-CUresult addMemcpy(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, const CUDA_MEMCPY3D* c) {
+CUresult copyOf(const CUDA_MEMCPY3D* c, gpool::proto::DevCopyRect& rect) {
   if (!c) return CUDA_ERROR_INVALID_VALUE;
   if (!isDevice(c->srcMemoryType, c->srcDevice) || !isDevice(c->dstMemoryType, c->dstDevice) || c->Depth > 1 || c->srcZ || c->dstZ) {
     GPOOL_LOG(Level::kWarn, "a graph memcpy node to or from host memory or an array, or of several slices, is not supported "
@@ -106,8 +112,15 @@ CUresult addMemcpy(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   uint64_t height = c->Height ? c->Height : 1;
-  gpool::proto::DevCopyRect rect{DevRect{c->dstDevice + c->dstY * c->dstPitch + c->dstXInBytes, c->dstPitch ? c->dstPitch : c->WidthInBytes, c->WidthInBytes, height},
-                                 DevRect{c->srcDevice + c->srcY * c->srcPitch + c->srcXInBytes, c->srcPitch ? c->srcPitch : c->WidthInBytes, c->WidthInBytes, height}};
+  rect = gpool::proto::DevCopyRect{
+      DevRect{c->dstDevice + c->dstY * c->dstPitch + c->dstXInBytes, c->dstPitch ? c->dstPitch : c->WidthInBytes, c->WidthInBytes, height},
+      DevRect{c->srcDevice + c->srcY * c->srcPitch + c->srcXInBytes, c->srcPitch ? c->srcPitch : c->WidthInBytes, c->WidthInBytes, height}};
+  return CUDA_SUCCESS;
+}
+
+CUresult addMemcpy(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, const CUDA_MEMCPY3D* c) {
+  gpool::proto::DevCopyRect rect;
+  if (CUresult r = copyOf(c, rect)) return r;
   return addNode<calls::GraphAddMemcpyNode>(node, graph, CU_GRAPH_NODE_TYPE_MEMCPY, deps(d, n), rect);
 }
 
@@ -301,5 +314,39 @@ GPOOL_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgr
     info->result = static_cast<CUgraphExecUpdateResult>(std::get<0>(out));
   }
   return static_cast<CUresult>(st);
+  GPOOL_CATCH
+}
+
+// New parameters for one node of an instantiation (the graph keeps its own).
+namespace {
+template <typename Call, typename... A>
+CUresult setExecNode(CUgraphExec exec, CUgraphNode node, A&&... args) {
+  if (!exec) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  uint64_t graph = 0;
+  if (CUresult r = graphOf(node, graph)) return r;
+  return static_cast<CUresult>(conn->call<Call>(raw(exec), graph, raw(node), std::forward<A>(args)...));
+}
+}  // namespace
+GPOOL_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* p, CUcontext) {
+  GPOOL_TRY
+  gpool::proto::DevFillRect f;
+  if (CUresult r = fillOf(p, f)) return r;
+  return setExecNode<calls::GraphExecMemsetNodeSetParams>(exec, node, f, uint32_t{p->value});
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* c, CUcontext) {
+  GPOOL_TRY
+  gpool::proto::DevCopyRect rect;
+  if (CUresult r = copyOf(c, rect)) return r;
+  return setExecNode<calls::GraphExecMemcpyNodeSetParams>(exec, node, rect);
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_HOST_NODE_PARAMS* p) {
+  GPOOL_TRY
+  if (!p || !p->fn) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t id = 0;
+  if (CUresult r = hostFunctionId([fn = p->fn, data = p->userData] { fn(data); }, id)) return r;
+  return setExecNode<calls::GraphExecHostNodeSetParams>(exec, node, id);
   GPOOL_CATCH
 }

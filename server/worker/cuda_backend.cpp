@@ -53,7 +53,8 @@ namespace {
   F(cuGraphAddHostNode) F(cuGraphAddEventRecordNode) F(cuGraphAddEventWaitNode) F(cuGraphAddChildGraphNode) \
   F(cuGraphAddDependencies) F(cuGraphDestroyNode) F(cuGraphKernelNodeSetParams) F(cuGraphExecKernelNodeSetParams) \
   F(cuGraphExecUpdate) F(cuIpcGetMemHandle) F(cuIpcOpenMemHandle) F(cuIpcCloseMemHandle) F(cuIpcGetEventHandle) \
-  F(cuIpcOpenEventHandle)
+  F(cuIpcOpenEventHandle) F(cuGraphExecMemsetNodeSetParams) F(cuGraphExecMemcpyNodeSetParams)            \
+  F(cuGraphExecHostNodeSetParams)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -443,12 +444,10 @@ class CudaBackend final : public Backend {
     auto d = nodes_(deps);
     return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddKernelNode_(n, graph_(g), d.data(), d.size(), &p); });
   }
-  Status GraphAddMemsetNode(Graph g, GraphNodes deps, DevFillRect f, uint32_t value, Created<GraphNode>& out) {
-    CUDA_MEMSET_NODE_PARAMS p{f.dst.ptr, f.dst.pitch, value, f.elem, f.dst.width / f.elem, f.dst.height};
-    auto d = nodes_(deps);
-    return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddMemsetNode_(n, graph_(g), d.data(), d.size(), &p, ctx_); });
+  static CUDA_MEMSET_NODE_PARAMS memsetParams(const DevFillRect& f, uint32_t value) {
+    return CUDA_MEMSET_NODE_PARAMS{f.dst.ptr, f.dst.pitch, value, f.elem, f.dst.width / f.elem, f.dst.height};
   }
-  Status GraphAddMemcpyNode(Graph g, GraphNodes deps, DevCopyRect c, Created<GraphNode>& out) {
+  static CUDA_MEMCPY3D memcpyParams(const DevCopyRect& c) {
     CUDA_MEMCPY3D p{};
     p.srcMemoryType = p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
     p.srcDevice = c.src.ptr;
@@ -458,6 +457,15 @@ class CudaBackend final : public Backend {
     p.WidthInBytes = c.dst.width;
     p.Height = c.dst.height;
     p.Depth = 1;
+    return p;
+  }
+  Status GraphAddMemsetNode(Graph g, GraphNodes deps, DevFillRect f, uint32_t value, Created<GraphNode>& out) {
+    CUDA_MEMSET_NODE_PARAMS p = memsetParams(f, value);
+    auto d = nodes_(deps);
+    return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddMemsetNode_(n, graph_(g), d.data(), d.size(), &p, ctx_); });
+  }
+  Status GraphAddMemcpyNode(Graph g, GraphNodes deps, DevCopyRect c, Created<GraphNode>& out) {
+    CUDA_MEMCPY3D p = memcpyParams(c);
     auto d = nodes_(deps);
     return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddMemcpyNode_(n, graph_(g), d.data(), d.size(), &p, ctx_); });
   }
@@ -493,6 +501,21 @@ class CudaBackend final : public Backend {
     CUDA_KERNEL_NODE_PARAMS p;
     if (CUresult r = kernelParams(call, p); r != CUDA_SUCCESS) return r;
     return d_.cuGraphExecKernelNodeSetParams_(reinterpret_cast<CUgraphExec>(exec.v), reinterpret_cast<CUgraphNode>(node.v), &p);
+  }
+  static CUgraphExec exec_(uint64_t e) { return reinterpret_cast<CUgraphExec>(e); }
+  static CUgraphNode node_(uint64_t n) { return reinterpret_cast<CUgraphNode>(n); }
+  Status GraphExecMemsetNodeSetParams(GraphExec exec, Graph, GraphNode node, DevFillRect f, uint32_t value) {
+    CUDA_MEMSET_NODE_PARAMS p = memsetParams(f, value);
+    return d_.cuGraphExecMemsetNodeSetParams_(exec_(exec.v), node_(node.v), &p, ctx_);
+  }
+  Status GraphExecMemcpyNodeSetParams(GraphExec exec, Graph, GraphNode node, DevCopyRect c) {
+    CUDA_MEMCPY3D p = memcpyParams(c);
+    return d_.cuGraphExecMemcpyNodeSetParams_(exec_(exec.v), node_(node.v), &p, ctx_);
+  }
+  Status GraphExecHostNodeSetParams(GraphExec exec, Graph, GraphNode node, uint64_t id) {
+    host_funcs_.push_back(HostFuncArg{&callbacks_, id});
+    CUDA_HOST_NODE_PARAMS p{&hostFunc, &host_funcs_.back()};
+    return d_.cuGraphExecHostNodeSetParams_(exec_(exec.v), node_(node.v), &p);
   }
   Status GraphExecUpdate(GraphExec exec, Graph g, uint32_t& result) {
     CUgraphExecUpdateResultInfo info{};

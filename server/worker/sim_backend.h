@@ -120,6 +120,7 @@ class SimBackend final : public Backend {
   Status kernelOp(const KernelCall& call, std::function<void()>& op);  // a launch's work, run now or later
   bool topological(uint64_t graph, std::vector<uint64_t>& order) const;  // false: a cycle
   Status addNode(uint64_t graph, const GraphNodes& deps, std::function<void()> op, Created<GraphNode>& out);
+  std::function<void()>* execOp(uint64_t exec, uint64_t node);  // an instantiation's work for a node
   uint64_t next_capture_id_ = 1;
   std::vector<void*> plugins_;
 };

@@ -48,21 +48,32 @@ Status SimBackend::GraphAddKernelNode(Graph g, GraphNodes deps, KernelCall call,
   return addNode(g, deps, std::move(op), out);
 }
 
-Status SimBackend::GraphAddMemsetNode(Graph g, GraphNodes deps, DevFillRect f, uint32_t value, Created<GraphNode>& out) {
-  return addNode(g, deps, [r = f.dst, elem = f.elem, value] {
+namespace {
+// The work of memset, copy and host nodes, built once for a node and again when an instantiation's
+// node gets new parameters.
+std::function<void()> memsetOp(const DevFillRect& f, uint32_t value) {
+  return [r = f.dst, elem = f.elem, value] {
     for (uint64_t y = 0; y < r.height; ++y) {
       auto* p = reinterpret_cast<uint8_t*>(r.ptr + y * r.pitch);
       for (uint64_t x = 0; x < r.width; x += elem) std::memcpy(p + x, &value, elem);
     }
-  }, out);
+  };
 }
-
-Status SimBackend::GraphAddMemcpyNode(Graph g, GraphNodes deps, DevCopyRect c, Created<GraphNode>& out) {
-  return addNode(g, deps, [c] {
+std::function<void()> memcpyOp(const DevCopyRect& c) {
+  return [c] {
     for (uint64_t y = 0; y < c.dst.height; ++y)
       std::memmove(reinterpret_cast<void*>(c.dst.ptr + y * c.dst.pitch), reinterpret_cast<const void*>(c.src.ptr + y * c.src.pitch),
                    c.dst.width);
-  }, out);
+  };
+}
+}  // namespace
+
+Status SimBackend::GraphAddMemsetNode(Graph g, GraphNodes deps, DevFillRect f, uint32_t value, Created<GraphNode>& out) {
+  return addNode(g, deps, memsetOp(f, value), out);
+}
+
+Status SimBackend::GraphAddMemcpyNode(Graph g, GraphNodes deps, DevCopyRect c, Created<GraphNode>& out) {
+  return addNode(g, deps, memcpyOp(c), out);
 }
 
 Status SimBackend::GraphAddHostNode(Graph g, GraphNodes deps, uint64_t id, Created<GraphNode>& out) {
@@ -107,11 +118,37 @@ Status SimBackend::GraphKernelNodeSetParams(Graph, GraphNode node, KernelCall ca
   return kernelOp(call, nodes_[node.v].op);
 }
 
-Status SimBackend::GraphExecKernelNodeSetParams(GraphExec exec, Graph, GraphNode node, KernelCall call) {
-  SimExec& e = execs_[exec.v];
+std::function<void()>* SimBackend::execOp(uint64_t exec, uint64_t node) {
+  SimExec& e = execs_[exec];
   for (size_t i = 0; i < e.nodes.size(); ++i)
-    if (e.nodes[i] == node.v) return kernelOp(call, e.ops[i]);
-  return CUDA_ERROR_INVALID_VALUE;  // a node of the graph, not of this instantiation
+    if (e.nodes[i] == node) return &e.ops[i];
+  return nullptr;  // a node of the graph, not of this instantiation
+}
+
+Status SimBackend::GraphExecKernelNodeSetParams(GraphExec exec, Graph, GraphNode node, KernelCall call) {
+  auto* op = execOp(exec.v, node.v);
+  return op ? kernelOp(call, *op) : CUDA_ERROR_INVALID_VALUE;
+}
+
+Status SimBackend::GraphExecMemsetNodeSetParams(GraphExec exec, Graph, GraphNode node, DevFillRect f, uint32_t value) {
+  auto* op = execOp(exec.v, node.v);
+  if (!op) return CUDA_ERROR_INVALID_VALUE;
+  *op = memsetOp(f, value);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphExecMemcpyNodeSetParams(GraphExec exec, Graph, GraphNode node, DevCopyRect c) {
+  auto* op = execOp(exec.v, node.v);
+  if (!op) return CUDA_ERROR_INVALID_VALUE;
+  *op = memcpyOp(c);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphExecHostNodeSetParams(GraphExec exec, Graph, GraphNode node, uint64_t id) {
+  auto* op = execOp(exec.v, node.v);
+  if (!op) return CUDA_ERROR_INVALID_VALUE;
+  *op = [this, id] { callbacks_.run(id); };
+  return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphExecUpdate(GraphExec exec, Graph g, uint32_t& result) {

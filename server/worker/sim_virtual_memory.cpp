@@ -73,9 +73,8 @@ Status SimBackend::MemRelease(Released<Physical> h) {
 Status SimBackend::MemMap(VaMap m) {
   if (!aligned(m.ptr, kGranularity) || !aligned(m.size, kGranularity) || !aligned(m.offset, kGranularity))
     return CUDA_ERROR_INVALID_VALUE;
-  auto it = physical_fds_.find(m.physical.v);
-  if (it == physical_fds_.end()) return CUDA_ERROR_INVALID_HANDLE;  // released: the driver refuses it too
-  void* p = mmap(reinterpret_cast<void*>(m.ptr), m.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, it->second,
+  int fd = physical_fds_.at(m.physical.v);  // the worker checked it is live
+  void* p = mmap(reinterpret_cast<void*>(m.ptr), m.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
                  static_cast<off_t>(m.offset));
   return p == MAP_FAILED ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 }

@@ -17,6 +17,8 @@ namespace {
 
 std::atomic<int> host_runs{0};
 void CUDART_CB hostNode(void*) { ++host_runs; }
+std::atomic<int> host2_runs{0};
+void CUDART_CB hostNode2(void*) { ++host2_runs; }
 
 cudaKernelNodeParams incrementParams(void** args) {
   cudaKernelNodeParams k{};
@@ -127,6 +129,18 @@ int main() {
   CK(cudaStreamSynchronize(s));
   CK(cudaMemcpy(back.data(), out, n * sizeof(unsigned), cudaMemcpyDeviceToHost));
   check(allEqual(back, 0, half, 7) && allEqual(back, half, n, 6), "cudaGraphKernelNodeSetParams changed the graph");
+
+  // New memset value and host function for one instantiation's nodes.
+  cudaMemsetParams m9 = m;
+  m9.value = 9;
+  CK(cudaGraphExecMemsetNodeSetParams(exec2, memset, &m9));
+  cudaHostNodeParams h2{hostNode2, nullptr};
+  CK(cudaGraphExecHostNodeSetParams(exec2, host, &h2));
+  CK(cudaGraphLaunch(exec2, s));
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy(back.data(), out, n * sizeof(unsigned), cudaMemcpyDeviceToHost));
+  check(allEqual(back, 0, half, 11) && allEqual(back, half, n, 10), "cudaGraphExecMemsetNodeSetParams changed the memset value");
+  check(host2_runs == 1 && host_runs == 4, "cudaGraphExecHostNodeSetParams changed the host function");
 
   CK(cudaGraphExecDestroy(exec));
   CK(cudaGraphExecDestroy(exec2));
