@@ -17,6 +17,43 @@
 
 namespace gpool::worker {
 
+namespace {
+
+// A listening socket on a free port of every address of this host: IPv6 with IPv4 clients arriving as
+// mapped addresses, or IPv4 alone where the host has no IPv6. -1 when neither works.
+int listenAny(uint32_t& port) {
+  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    int no = 0;
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof no);
+    sockaddr_in6 addr{};
+    addr.sin6_family = AF_INET6;
+    addr.sin6_addr = in6addr_any;
+    socklen_t len = sizeof addr;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && listen(fd, 4) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port = ntohs(addr.sin6_port);
+      return fd;
+    }
+    close(fd);
+  }
+  fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof addr;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 4) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  port = ntohs(addr.sin_port);
+  return fd;
+}
+
+}  // namespace
+
 HostCallbacks::~HostCallbacks() {
   if (listen_fd_ >= 0) close(listen_fd_);
 }
@@ -26,21 +63,9 @@ proto::Status HostCallbacks::open(uint32_t& port, std::vector<uint8_t>& token) {
   if (listen_fd_ >= 0 || channel_) return proto::cu::kIllegalState;  // one channel per worker
   token_.resize(16);
   if (RAND_bytes(token_.data(), static_cast<int>(token_.size())) != 1) return proto::cu::kNotInitialized;
-  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);  // IPv4 clients arrive as mapped addresses
+  int fd = listenAny(port);
   if (fd < 0) return proto::cu::kNotSupported;
-  int no = 0;
-  setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof no);
-  sockaddr_in6 addr{};
-  addr.sin6_family = AF_INET6;
-  addr.sin6_addr = in6addr_any;
-  socklen_t len = sizeof addr;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 4) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    return proto::cu::kNotSupported;
-  }
   listen_fd_ = fd;
-  port = ntohs(addr.sin6_port);
   token = token_;
   return proto::cu::kSuccess;
 }
