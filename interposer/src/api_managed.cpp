@@ -142,7 +142,7 @@ namespace {
 CUresult prefetch(CUdeviceptr p, size_t n, CUmemLocation to) {
   if (!isManaged(p) || (n && !isManaged(p + n - 1))) return CUDA_ERROR_INVALID_VALUE;
   if (to.type == CU_MEM_LOCATION_TYPE_HOST) return managedAtSync();
-  if (to.type != CU_MEM_LOCATION_TYPE_DEVICE || to.id < 0 || to.id >= State::get().deviceCount()) return CUDA_ERROR_INVALID_DEVICE;
+  if (!isDeviceLocation(to)) return CUDA_ERROR_INVALID_DEVICE;
   return managedBeforeDeviceWork();
 }
 CUmemLocation location(CUdevice d) {

@@ -11,7 +11,6 @@ namespace {
 uint64_t raw(CUmemoryPool p) { return reinterpret_cast<uint64_t>(p); }
 CUmemoryPool pool(uint64_t h) { return reinterpret_cast<CUmemoryPool>(h); }
 
-bool validDevice(CUdevice d) { return d >= 0 && d < State::get().deviceCount(); }
 
 // The device's current pool, asked once and then followed through cuDeviceSetMemPool.
 uint64_t currentPool(Connection* conn) {
@@ -44,7 +43,7 @@ CUresult freeAsync(CUdeviceptr p, uint64_t stream) {
 }
 
 CUresult getPool(CUmemoryPool* out, CUdevice d, uint32_t which) {
-  if (!out || !validDevice(d)) return out ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_INVALID_VALUE;
+  if (!out || !State::get().device(d)) return out ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
   calls::DeviceGetMemPool::out::tuple r;
   int st = conn->call<calls::DeviceGetMemPool>(r, which);
@@ -75,7 +74,7 @@ GPOOL_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { GPOOL_TRY
 GPOOL_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* out, const CUmemPoolProps* props) {
   GPOOL_TRY
   if (!out || !props || props->win32SecurityAttributes) return CUDA_ERROR_INVALID_VALUE;
-  if (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !validDevice(props->location.id)) {
+  if (!isDeviceLocation(props->location)) {
     GPOOL_LOG(Level::kWarn, "cuMemPoolCreate: gpool pools live on the lease's device (location type %d refused)",
               static_cast<int>(props->location.type));
     return CUDA_ERROR_NOT_SUPPORTED;
@@ -95,7 +94,7 @@ GPOOL_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* out, CUdevice d) {
 GPOOL_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool* out, CUdevice d) { GPOOL_TRY return getPool(out, d, 0); GPOOL_CATCH }
 GPOOL_EXPORT CUresult cuDeviceSetMemPool(CUdevice d, CUmemoryPool p) {
   GPOOL_TRY
-  if (!validDevice(d)) return CUDA_ERROR_INVALID_DEVICE;
+  if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
   GPOOL_CONN(conn);
   int st = conn->call<calls::DeviceSetMemPool>(raw(p));
   if (st == CUDA_SUCCESS) State::get().current_pool = raw(p);
@@ -130,14 +129,14 @@ GPOOL_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool, const CUmemAccessDesc* ma
   GPOOL_TRY
   if (!map && count) return CUDA_ERROR_INVALID_VALUE;
   for (size_t i = 0; i < count; ++i)
-    if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !validDevice(map[i].location.id)) return CUDA_ERROR_INVALID_VALUE;
+    if (!isDeviceLocation(map[i].location)) return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool, CUmemLocation* location) {
   GPOOL_TRY
   if (!flags || !location) return CUDA_ERROR_INVALID_VALUE;
-  bool own = location->type == CU_MEM_LOCATION_TYPE_DEVICE && validDevice(location->id);
+  bool own = isDeviceLocation(*location);
   *flags = own ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
   return CUDA_SUCCESS;
   GPOOL_CATCH

@@ -29,7 +29,6 @@ std::mutex g_mu;
 std::unordered_map<CUmemGenericAllocationHandle, PhysicalInfo> g_physical;
 std::map<CUdeviceptr, Mapping> g_mappings;
 
-bool validDevice(int d) { return d >= 0 && d < State::get().deviceCount(); }
 
 // What the worker can honour: pinned device memory on one of the lease's devices.
 CUresult checkProp(const CUmemAllocationProp* prop) {
@@ -39,7 +38,7 @@ CUresult checkProp(const CUmemAllocationProp* prop) {
               static_cast<int>(prop->type), static_cast<int>(prop->location.type));
     return CUDA_ERROR_NOT_SUPPORTED;
   }
-  return validDevice(prop->location.id) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  return isDeviceLocation(prop->location) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 // The mapping that contains `p`, under g_mu.
@@ -151,7 +150,7 @@ GPOOL_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAc
   GPOOL_TRY
   if (!desc || count == 0) return CUDA_ERROR_INVALID_VALUE;
   for (size_t i = 0; i < count; ++i)
-    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !validDevice(desc[i].location.id)) return CUDA_ERROR_INVALID_DEVICE;
+    if (!isDeviceLocation(desc[i].location)) return CUDA_ERROR_INVALID_DEVICE;
   GPOOL_CONN(conn);
   unsigned flags = desc[count - 1].flags;  // one device per worker: the last word on it counts
   int st = conn->call<calls::MemSetAccess>(gpool::proto::VaMapped{ptr, size}, uint32_t{flags});
@@ -165,7 +164,7 @@ GPOOL_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAc
 GPOOL_EXPORT CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr) {
   GPOOL_TRY
   if (!flags || !location) return CUDA_ERROR_INVALID_VALUE;
-  if (location->type != CU_MEM_LOCATION_TYPE_DEVICE || !validDevice(location->id)) return CUDA_ERROR_INVALID_DEVICE;
+  if (!isDeviceLocation(*location)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard lock(g_mu);
   auto it = mappingAt(ptr);
   if (it == g_mappings.end()) return CUDA_ERROR_INVALID_VALUE;

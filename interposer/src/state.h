@@ -157,6 +157,11 @@ void clearJitLogs(unsigned n, const CUjit_option* ids, void* const* values);
 void forgetLinks();          // api_link.cpp
 void forgetVirtualMemory();  // api_virtual_memory.cpp
 
+// Whether a memory location (pools, virtual memory, managed memory) is one of the lease's devices.
+inline bool isDeviceLocation(const CUmemLocation& l) {
+  return l.type == CU_MEM_LOCATION_TYPE_DEVICE && State::get().device(l.id) != nullptr;
+}
+
 // Maps a stream argument of a per-thread-default-stream (_ptds/_ptsz) entry point.
 inline uint64_t streamArg(CUstream s, bool per_thread) {
   auto v = reinterpret_cast<uint64_t>(s);

@@ -376,7 +376,11 @@ class CudaBackend final : public Backend {
     HostCallbacks* callbacks;
     uint64_t id;
   };
-  std::deque<HostFuncArg> host_funcs_;  // the captured ones
+  std::deque<HostFuncArg> host_funcs_;  // the captured ones (and graphs' host nodes)
+  HostFuncArg* keepHostFunc(uint64_t id) {
+    host_funcs_.push_back(HostFuncArg{&callbacks_, id});
+    return &host_funcs_.back();
+  }
   static void CUDA_CB hostFunc(void* p) {
     auto* a = static_cast<HostFuncArg*>(p);
     a->callbacks->run(a->id);
@@ -387,8 +391,7 @@ class CudaBackend final : public Backend {
   }
   Status LaunchHostFunc(Stream stream, uint64_t id) {
     if (capturing(stream)) {
-      host_funcs_.push_back(HostFuncArg{&callbacks_, id});
-      return d_.cuLaunchHostFunc_(stream_(stream), &hostFunc, &host_funcs_.back());
+      return d_.cuLaunchHostFunc_(stream_(stream), &hostFunc, keepHostFunc(id));
     }
     auto arg = std::make_unique<HostFuncArg>(HostFuncArg{&callbacks_, id});
     CUresult r = d_.cuLaunchHostFunc_(stream_(stream), &hostFuncOnce, arg.get());
@@ -470,8 +473,7 @@ class CudaBackend final : public Backend {
     return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddMemcpyNode_(n, graph_(g), d.data(), d.size(), &p, ctx_); });
   }
   Status GraphAddHostNode(Graph g, GraphNodes deps, uint64_t id, Created<GraphNode>& out) {
-    host_funcs_.push_back(HostFuncArg{&callbacks_, id});
-    CUDA_HOST_NODE_PARAMS p{&hostFunc, &host_funcs_.back()};
+    CUDA_HOST_NODE_PARAMS p{&hostFunc, keepHostFunc(id)};
     auto d = nodes_(deps);
     return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddHostNode_(n, graph_(g), d.data(), d.size(), &p); });
   }
@@ -513,8 +515,7 @@ class CudaBackend final : public Backend {
     return d_.cuGraphExecMemcpyNodeSetParams_(exec_(exec.v), node_(node.v), &p, ctx_);
   }
   Status GraphExecHostNodeSetParams(GraphExec exec, Graph, GraphNode node, uint64_t id) {
-    host_funcs_.push_back(HostFuncArg{&callbacks_, id});
-    CUDA_HOST_NODE_PARAMS p{&hostFunc, &host_funcs_.back()};
+    CUDA_HOST_NODE_PARAMS p{&hostFunc, keepHostFunc(id)};
     return d_.cuGraphExecHostNodeSetParams_(exec_(exec.v), node_(node.v), &p);
   }
   Status GraphExecUpdate(GraphExec exec, Graph g, uint32_t& result) {

@@ -101,12 +101,7 @@ class RequestChecks {
   proto::Status admit(proto::ChildGraph& c, CallScope& s) {
     return table_.has(HandleKind::kGraph, c.v) && c.v != s.graph ? proto::cu::kSuccess : proto::cu::kInvalidHandle;
   }
-  proto::Status admit(proto::KernelCall& k, CallScope& s) {
-    uint64_t owner = s.owner;
-    proto::Status st = admit(k.f, s);
-    s.owner = owner;
-    return st;
-  }
+  proto::Status admit(proto::KernelCall& k, CallScope& s) { return admit(k.f, s); }
   proto::Status admit(proto::ResetAll&, CallScope& s) {
     s.effects.push_back([this] {
       table_.resetContext();
