@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -109,6 +110,12 @@ void fill(uint8_t* p, uint32_t elem, uint64_t count, uint32_t value) {
 }  // namespace
 
 SimBackend::SimBackend(SimOptions options) : options_(std::move(options)) {
+  // Each large allocation holds a memfd (sim_ipc.cpp): allow as many open files as the host lets us.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
   g_registering = this;
   for (const auto& path : options_.kernel_plugins) {
     void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
