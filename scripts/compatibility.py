@@ -52,7 +52,10 @@ cuStreamIsCapturing cuStreamSynchronize""".split())
 REFUSED = [
     (r"^cu(GL|EGL|VDPAU|Graphics|D3D|WGL)", "graphics interoperability: the GPU is on another machine, with no display"),
     (r"^cu(Array|Mipmapped|Tex|Surf)|Array|^cuMemcpy(AtoA|AtoD|AtoH|DtoA|HtoA)|^cuMemcpy3DPeer", "CUDA arrays, textures and surfaces are not forwarded yet"),
-    (r"^cu(Graph|DeviceGetGraphMem|DeviceGraphMem|UserObject)", "this part of graph construction (node queries and setters, memory and conditional nodes) is not forwarded yet"),
+    (r"^cuGraph(AddMem(Alloc|Free)Node|Mem(Alloc|Free)NodeGetParams)", "graph memory nodes (allocations a graph makes and frees) are not forwarded yet"),
+    (r"^cuGraph.*ExternalSemaphores", "external semaphores (Vulkan/D3D) are not supported"),
+    (r"^cuUserObject|^cuGraph(Retain|Release)UserObject", "user objects (destructors a graph runs when it lets go) are not forwarded yet"),
+    (r"^cuGraph", "this graph call (kernel node attributes, batch memory-operation nodes, a child node's graph) is not forwarded yet"),
     (r"ShareableHandle|^cuMemPoolExport|^cuMemPoolImport", "sharing pools and VMM handles between processes is not forwarded yet"),
     (r"^cuMem(Discard|RangeGetAttributes|PrefetchBatch)", "batched and multi-attribute managed-memory calls are not forwarded yet"),
     (r"^cuExternal|^cuImportExternal|^cuDestroyExternal|^cuSignalExternal|^cuWaitExternal", "external memory and semaphores (Vulkan/D3D) are not supported"),

@@ -1,8 +1,8 @@
 // Stream capture and CUDA graphs. A graph is captured on the worker, from the same ordered stream of
 // calls the client sends, and lives there; the client holds its handle. While no capture is under way
 // in this process (the usual case) capture-status queries are answered locally, with no round trip.
-// Building graphs node by node (cuGraphAdd*Node) is not forwarded: those entry points stay logged stubs.
-#include "state.h"
+// Building graphs node by node is api_graph_build.cpp; questions about a graph's shape, api_graph_query.cpp.
+#include "graph_nodes.h"
 
 using namespace gpool::client;
 namespace calls = gpool::proto::calls;
@@ -62,12 +62,20 @@ CUresult captureInfoEx(uint64_t s, CUstreamCaptureStatus* status, cuuint64_t* id
   return CUDA_SUCCESS;
 }
 
+// Each instantiation's flags, which cuGraphExecGetFlags answers.
+std::mutex g_exec_mu;
+std::unordered_map<uint64_t, uint64_t> g_exec_flags;
+
 CUresult instantiate(CUgraphExec* exec, CUgraph graph, uint64_t flags) {
   if (!exec || !graph) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
   calls::GraphInstantiate::out::tuple r;
   int st = conn->call<calls::GraphInstantiate>(r, raw(graph), flags);
   *exec = st == CUDA_SUCCESS ? reinterpret_cast<CUgraphExec>(std::get<0>(r).v) : nullptr;
+  if (st == CUDA_SUCCESS) {
+    std::lock_guard lock(g_exec_mu);
+    g_exec_flags[std::get<0>(r).v] = flags;
+  }
   return static_cast<CUresult>(st);
 }
 
@@ -149,6 +157,20 @@ GPOOL_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mod
 GPOOL_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
   GPOOL_TRY return instantiate(exec, graph, flags); GPOOL_CATCH
 }
+// The CUDA 10 and 11 forms, for libraries built against them: no error node or log to report here.
+namespace {
+CUresult instantiateLegacy(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log, size_t log_size) {
+  if (error_node) *error_node = nullptr;
+  if (log && log_size) log[0] = '\0';
+  return instantiate(exec, graph, 0);
+}
+}  // namespace
+GPOOL_EXPORT CUresult cuGraphInstantiate(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log, size_t log_size) {
+  GPOOL_TRY return instantiateLegacy(exec, graph, error_node, log, log_size); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log, size_t log_size) {
+  GPOOL_TRY return instantiateLegacy(exec, graph, error_node, log, log_size); GPOOL_CATCH
+}
 GPOOL_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
   GPOOL_TRY
   if (!p) return CUDA_ERROR_INVALID_VALUE;
@@ -171,28 +193,58 @@ GPOOL_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
   GPOOL_TRY
   if (!exec) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
+  {
+    std::lock_guard lock(g_exec_mu);
+    g_exec_flags.erase(raw(exec));
+  }
   return static_cast<CUresult>(conn->post<calls::GraphExecDestroy>(raw(exec)));
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec exec, cuuint64_t* flags) {
+  GPOOL_TRY
+  if (!flags) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(g_exec_mu);
+  auto it = g_exec_flags.find(raw(exec));
+  if (it == g_exec_flags.end()) return CUDA_ERROR_INVALID_VALUE;
+  *flags = it->second;
+  return CUDA_SUCCESS;
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
   GPOOL_TRY
   if (!graph) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
+  graphNodes().forgetGraph(raw(graph));
   return static_cast<CUresult>(conn->post<calls::GraphDestroy>(raw(graph)));
   GPOOL_CATCH
 }
-// Counting nodes is supported (PyTorch warns about empty graphs); handing out node handles is not.
-GPOOL_EXPORT CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode* nodes, size_t* count) {
+
+// Graph memory (memory that graphs' allocation nodes hold between launches). gpool refuses allocation
+// nodes, so a lease's graphs hold none: there is nothing to trim, and every figure is zero.
+GPOOL_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice d) {
   GPOOL_TRY
-  if (!graph || !count) return CUDA_ERROR_INVALID_VALUE;
-  if (nodes) {
-    static int once;
-    return static_cast<CUresult>(unsupported_call("cuGraphGetNodes (with a node array)", &once));
-  }
-  GPOOL_CONN(conn);
-  std::tuple<uint64_t> r;
-  int st = conn->call<calls::GraphNodeCount>(r, raw(graph));
-  if (st == CUDA_SUCCESS) *count = std::get<0>(r);
-  return static_cast<CUresult>(st);
+  CUresult err;
+  if (!State::get().ready(err)) return err;
+  return State::get().device(d) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice d, CUgraphMem_attribute attr, void* value) {
+  GPOOL_TRY
+  CUresult err;
+  if (!State::get().ready(err)) return err;
+  if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
+  if (!value || attr < CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT || attr > CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH) return CUDA_ERROR_INVALID_VALUE;
+  *static_cast<cuuint64_t*>(value) = 0;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice d, CUgraphMem_attribute attr, void* value) {
+  GPOOL_TRY
+  CUresult err;
+  if (!State::get().ready(err)) return err;
+  if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
+  // Only the high watermarks can be reset, and only to zero.
+  bool high = attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH || attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH;
+  return high && value && *static_cast<cuuint64_t*>(value) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   GPOOL_CATCH
 }

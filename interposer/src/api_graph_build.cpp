@@ -1,30 +1,28 @@
-// Explicit CUDA graph construction (cuGraphCreate, cuGraphAdd*Node, cuGraphAddNode, dependencies, kernel
-// node parameters, cuGraphExecUpdate), as XLA builds its command buffers. Graphs and nodes are the
-// worker's; this file remembers each node's graph, type and kernel parameters for the queries CUDA answers
-// from them. Copies in graph nodes are between device memory only: host memory is on this machine.
+// Explicit CUDA graph construction (cuGraphCreate, cuGraphAdd*Node, cuGraphAddNode, dependencies, node
+// parameters on a graph and on an instantiation, cuGraphExecUpdate), as XLA builds its command buffers,
+// conditional nodes included. Graphs and nodes are the worker's; the registry (graph_nodes.h) remembers
+// each node's graph, type and parameters for the getters CUDA answers from them. Copies in graph nodes are
+// between device memory only: host memory is on this machine.
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
-#include "state.h"
+#include "graph_nodes.h"
 
 using namespace gpool::client;
 namespace calls = gpool::proto::calls;
 using gpool::proto::DevRect;
 
+GraphNodeRegistry& gpool::client::graphNodes() {
+  static GraphNodeRegistry registry;
+  return registry;
+}
+
 namespace {
 
-struct NodeInfo {
-  uint64_t graph = 0;
-  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
-  CUDA_KERNEL_NODE_PARAMS kernel{};  // kernel nodes: what cuGraphKernelNodeGetParams answers
-  std::vector<uint8_t> packed;       // ... with kernelParams pointing into these bytes
-  std::vector<void*> args;
-};
-
-std::mutex g_mu;
-std::unordered_map<uint64_t, NodeInfo> g_nodes;
+using NodeInfo = GraphNodeInfo;
 
 uint64_t raw(const void* h) { return reinterpret_cast<uint64_t>(h); }
 
@@ -34,17 +32,26 @@ gpool::proto::GraphNodes deps(const CUgraphNode* d, size_t n) {
   return out;
 }
 
+// Adds a node on the worker and records it, with what `note` fills in (its parameters).
 template <typename Call, typename... A>
-CUresult addNode(CUgraphNode* node, CUgraph graph, CUgraphNodeType type, A&&... args) {
+CUresult addNoted(CUgraphNode* node, CUgraph graph, CUgraphNodeType type, const std::function<void(NodeInfo&)>& note, A&&... args) {
   if (!node || !graph) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
   typename Call::out::tuple out;
   int st = conn->call<Call>(out, raw(graph), std::forward<A>(args)...);
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
   *node = reinterpret_cast<CUgraphNode>(std::get<0>(out).v);
-  std::lock_guard lock(g_mu);
-  g_nodes[std::get<0>(out).v] = NodeInfo{raw(graph), type};
+  std::lock_guard lock(graphNodes().mu);
+  NodeInfo& info = graphNodes().nodes[std::get<0>(out).v];
+  info = NodeInfo{};
+  info.graph = raw(graph);
+  info.type = type;
+  if (note) note(info);
   return CUDA_SUCCESS;
+}
+template <typename Call, typename... A>
+CUresult addNode(CUgraphNode* node, CUgraph graph, CUgraphNodeType type, A&&... args) {
+  return addNoted<Call>(node, graph, type, nullptr, std::forward<A>(args)...);
 }
 
 // Packs a kernel node's launch; `info` keeps the parameters for cuGraphKernelNodeGetParams.
@@ -66,8 +73,8 @@ CUresult kernelCall(const CUDA_KERNEL_NODE_PARAMS* p, gpool::proto::KernelCall& 
 
 // Remembers a kernel node's parameters (its kernelParams point into the kept bytes).
 void keepKernel(uint64_t node, uint64_t graph, NodeInfo&& info) {
-  std::lock_guard lock(g_mu);
-  NodeInfo& kept = g_nodes[node];
+  std::lock_guard lock(graphNodes().mu);
+  NodeInfo& kept = graphNodes().nodes[node];
   kept = std::move(info);
   kept.graph = graph;
   kept.type = CU_GRAPH_NODE_TYPE_KERNEL;
@@ -94,7 +101,8 @@ CUresult fillOf(const CUDA_MEMSET_NODE_PARAMS* p, gpool::proto::DevFillRect& f) 
 CUresult addMemset(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, const CUDA_MEMSET_NODE_PARAMS* p) {
   gpool::proto::DevFillRect f;
   if (CUresult r = fillOf(p, f)) return r;
-  return addNode<calls::GraphAddMemsetNode>(node, graph, CU_GRAPH_NODE_TYPE_MEMSET, deps(d, n), f, uint32_t{p->value});
+  return addNoted<calls::GraphAddMemsetNode>(node, graph, CU_GRAPH_NODE_TYPE_MEMSET, [p](NodeInfo& i) { i.memset = *p; },
+                                             deps(d, n), f, uint32_t{p->value});
 }
 
 bool isDevice(CUmemorytype type, CUdeviceptr ptr) {
@@ -121,31 +129,51 @@ CUresult copyOf(const CUDA_MEMCPY3D* c, gpool::proto::DevCopyRect& rect) {
 CUresult addMemcpy(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, const CUDA_MEMCPY3D* c) {
   gpool::proto::DevCopyRect rect;
   if (CUresult r = copyOf(c, rect)) return r;
-  return addNode<calls::GraphAddMemcpyNode>(node, graph, CU_GRAPH_NODE_TYPE_MEMCPY, deps(d, n), rect);
+  return addNoted<calls::GraphAddMemcpyNode>(node, graph, CU_GRAPH_NODE_TYPE_MEMCPY, [c](NodeInfo& i) { i.copy = *c; }, deps(d, n), rect);
 }
 
 CUresult addHost(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUhostFn fn, void* data) {
   if (!fn) return CUDA_ERROR_INVALID_VALUE;
   uint64_t id = 0;
   if (CUresult r = hostFunctionId([fn, data] { fn(data); }, id)) return r;
-  return addNode<calls::GraphAddHostNode>(node, graph, CU_GRAPH_NODE_TYPE_HOST, deps(d, n), id);
+  return addNoted<calls::GraphAddHostNode>(node, graph, CU_GRAPH_NODE_TYPE_HOST, [fn, data](NodeInfo& i) { i.host = {fn, data}; },
+                                           deps(d, n), id);
 }
 
 CUresult addEvent(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUevent e, bool wait) {
-  return addNode<calls::GraphAddEventNode>(node, graph, wait ? CU_GRAPH_NODE_TYPE_WAIT_EVENT : CU_GRAPH_NODE_TYPE_EVENT_RECORD,
-                                           deps(d, n), raw(e), uint32_t{wait});
+  return addNoted<calls::GraphAddEventNode>(node, graph, wait ? CU_GRAPH_NODE_TYPE_WAIT_EVENT : CU_GRAPH_NODE_TYPE_EVENT_RECORD,
+                                            [e](NodeInfo& i) { i.event = e; }, deps(d, n), raw(e), uint32_t{wait});
 }
 
 CUresult addChild(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUgraph child) {
   return addNode<calls::GraphAddChildGraphNode>(node, graph, CU_GRAPH_NODE_TYPE_GRAPH, deps(d, n), gpool::proto::ChildGraph{raw(child)});
 }
 
-CUresult graphOf(CUgraphNode node, uint64_t& graph) {
-  std::lock_guard lock(g_mu);
-  auto it = g_nodes.find(raw(node));
-  if (it == g_nodes.end()) return CUDA_ERROR_INVALID_VALUE;
-  graph = it->second.graph;
+// A conditional node: the worker makes its body graphs, which the caller fills through phGraph_out.
+CUresult addConditional(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUDA_CONDITIONAL_NODE_PARAMS& c) {
+  std::vector<CUgraph> bodies;
+  auto note = [&bodies, &c](NodeInfo& i) {
+    i.bodies = bodies;
+    c.phGraph_out = i.bodies.data();
+  };
+  if (!node || !graph) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  calls::GraphAddConditionalNode::out::tuple out;
+  int st = conn->call<calls::GraphAddConditionalNode>(out, raw(graph), deps(d, n), uint64_t{c.handle}, static_cast<uint32_t>(c.type), c.size);
+  if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
+  *node = reinterpret_cast<CUgraphNode>(std::get<0>(out).v);
+  for (uint64_t b : std::get<1>(out).v) bodies.push_back(reinterpret_cast<CUgraph>(b));
+  std::lock_guard lock(graphNodes().mu);
+  NodeInfo& info = graphNodes().nodes[std::get<0>(out).v];
+  info = NodeInfo{};
+  info.graph = raw(graph);
+  info.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  note(info);
   return CUDA_SUCCESS;
+}
+
+CUresult graphOf(CUgraphNode node, uint64_t& graph) {
+  return graphNodes().graphOf(node, graph) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult setKernel(CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p) {
@@ -228,8 +256,9 @@ CUresult addGeneric(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size
     case CU_GRAPH_NODE_TYPE_EMPTY: return addNode<calls::GraphAddEmptyNode>(node, graph, CU_GRAPH_NODE_TYPE_EMPTY, deps(d, n));
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return addEvent(node, graph, d, n, p->eventRecord.event, false);
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return addEvent(node, graph, d, n, p->eventWait.event, true);
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL: return addConditional(node, graph, d, n, p->conditional);
     default:
-      GPOOL_LOG(Level::kWarn, "graph nodes of type %d (conditional, memory, semaphore or batch nodes) are not supported by gpool yet",
+      GPOOL_LOG(Level::kWarn, "graph nodes of type %d (memory, semaphore or batch nodes) are not supported by gpool yet",
                 static_cast<int>(p->type));
       return CUDA_ERROR_NOT_SUPPORTED;
   }
@@ -269,8 +298,8 @@ GPOOL_EXPORT CUresult cuGraphDestroyNode(CUgraphNode node) {
   if (CUresult r = graphOf(node, graph)) return r;
   int st = conn->call<calls::GraphDestroyNode>(graph, raw(node));
   if (st == CUDA_SUCCESS) {
-    std::lock_guard lock(g_mu);
-    g_nodes.erase(raw(node));
+    std::lock_guard lock(graphNodes().mu);
+    graphNodes().nodes.erase(raw(node));
   }
   return static_cast<CUresult>(st);
   GPOOL_CATCH
@@ -279,9 +308,9 @@ GPOOL_EXPORT CUresult cuGraphDestroyNode(CUgraphNode node) {
 GPOOL_EXPORT CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType* type) {
   GPOOL_TRY
   if (!type) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard lock(g_mu);
-  auto it = g_nodes.find(raw(node));
-  if (it == g_nodes.end()) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(graphNodes().mu);
+  auto it = graphNodes().nodes.find(raw(node));
+  if (it == graphNodes().nodes.end()) return CUDA_ERROR_INVALID_VALUE;
   *type = it->second.type;
   return CUDA_SUCCESS;
   GPOOL_CATCH
@@ -290,11 +319,7 @@ GPOOL_EXPORT CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType* type
 GPOOL_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS* p) {
   GPOOL_TRY
   if (!p) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard lock(g_mu);
-  auto it = g_nodes.find(raw(node));
-  if (it == g_nodes.end() || it->second.type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
-  *p = it->second.kernel;
-  return CUDA_SUCCESS;
+  return graphNodes().withNode(node, CU_GRAPH_NODE_TYPE_KERNEL, [p](NodeInfo& i) { *p = i.kernel; });
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p) {
@@ -348,5 +373,157 @@ GPOOL_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec exec, CUgraphNode
   uint64_t id = 0;
   if (CUresult r = hostFunctionId([fn = p->fn, data = p->userData] { fn(data); }, id)) return r;
   return setExecNode<calls::GraphExecHostNodeSetParams>(exec, node, id);
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraph child) {
+  GPOOL_TRY return setExecNode<calls::GraphExecChildGraphNodeSetParams>(exec, node, gpool::proto::ChildGraph{raw(child)}); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec exec, CUgraphNode node, CUevent e) {
+  GPOOL_TRY return setExecNode<calls::GraphExecEventNodeSetEvent>(exec, node, raw(e), uint32_t{0}); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec exec, CUgraphNode node, CUevent e) {
+  GPOOL_TRY return setExecNode<calls::GraphExecEventNodeSetEvent>(exec, node, raw(e), uint32_t{1}); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec exec, CUgraphNode node, unsigned int enabled) {
+  GPOOL_TRY return setExecNode<calls::GraphExecNodeSetEnabled>(exec, node, uint32_t{enabled != 0}); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec exec, CUgraphNode node, unsigned int* enabled) {
+  GPOOL_TRY
+  if (!exec || !enabled) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  uint64_t graph = 0;
+  if (CUresult r = graphOf(node, graph)) return r;
+  std::tuple<uint32_t> out;
+  int st = conn->call<calls::GraphExecNodeGetEnabled>(out, raw(exec), graph, raw(node));
+  if (st == CUDA_SUCCESS) *enabled = std::get<0>(out);
+  return static_cast<CUresult>(st);
+  GPOOL_CATCH
+}
+
+// Conditional handles: made for a graph; kernels in it set them with cudaGraphSetConditional.
+GPOOL_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle* handle, CUgraph graph, CUcontext, unsigned int initial,
+                                                     unsigned int flags) {
+  GPOOL_TRY
+  if (!handle || !graph) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  calls::GraphConditionalHandleCreate::out::tuple out;
+  int st = conn->call<calls::GraphConditionalHandleCreate>(out, raw(graph), uint32_t{initial}, uint32_t{flags});
+  if (st == CUDA_SUCCESS) *handle = std::get<0>(out).v;
+  return static_cast<CUresult>(st);
+  GPOOL_CATCH
+}
+
+// New parameters for a node of the graph itself (instantiations keep theirs); recorded for the getters.
+namespace {
+template <typename Call, typename... A>
+CUresult setGraphNode(CUgraphNode node, CUgraphNodeType type, const std::function<void(NodeInfo&)>& note, A&&... args) {
+  GPOOL_CONN(conn);
+  uint64_t graph = 0;
+  if (CUresult r = graphOf(node, graph)) return r;
+  int st = conn->call<Call>(graph, raw(node), std::forward<A>(args)...);
+  if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
+  return graphNodes().withNode(node, type, note);
+}
+CUresult setMemset(CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* p) {
+  gpool::proto::DevFillRect f;
+  if (CUresult r = fillOf(p, f)) return r;
+  return setGraphNode<calls::GraphMemsetNodeSetParams>(node, CU_GRAPH_NODE_TYPE_MEMSET, [p](NodeInfo& i) { i.memset = *p; }, f,
+                                                       uint32_t{p->value});
+}
+CUresult setMemcpy(CUgraphNode node, const CUDA_MEMCPY3D* c) {
+  gpool::proto::DevCopyRect rect;
+  if (CUresult r = copyOf(c, rect)) return r;
+  return setGraphNode<calls::GraphMemcpyNodeSetParams>(node, CU_GRAPH_NODE_TYPE_MEMCPY, [c](NodeInfo& i) { i.copy = *c; }, rect);
+}
+CUresult setHost(CUgraphNode node, CUhostFn fn, void* data) {
+  if (!fn) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t id = 0;
+  if (CUresult r = hostFunctionId([fn, data] { fn(data); }, id)) return r;
+  return setGraphNode<calls::GraphHostNodeSetParams>(node, CU_GRAPH_NODE_TYPE_HOST, [fn, data](NodeInfo& i) { i.host = {fn, data}; }, id);
+}
+CUresult setEvent(CUgraphNode node, CUevent e, bool wait) {
+  return setGraphNode<calls::GraphEventNodeSetEvent>(node, wait ? CU_GRAPH_NODE_TYPE_WAIT_EVENT : CU_GRAPH_NODE_TYPE_EVENT_RECORD,
+                                                     [e](NodeInfo& i) { i.event = e; }, raw(e), uint32_t{wait});
+}
+CUresult getEvent(CUgraphNode node, CUevent* e, bool wait) {
+  if (!e) return CUDA_ERROR_INVALID_VALUE;
+  return graphNodes().withNode(node, wait ? CU_GRAPH_NODE_TYPE_WAIT_EVENT : CU_GRAPH_NODE_TYPE_EVENT_RECORD, [e](NodeInfo& i) { *e = i.event; });
+}
+CUDA_MEMSET_NODE_PARAMS memsetOf(const CUDA_MEMSET_NODE_PARAMS_v2& m) {
+  return CUDA_MEMSET_NODE_PARAMS{m.dst, m.pitch, m.value, m.elementSize, m.width, m.height};
+}
+CUDA_KERNEL_NODE_PARAMS kernelOf(const CUDA_KERNEL_NODE_PARAMS_v3& k) {
+  CUDA_KERNEL_NODE_PARAMS out{};
+  std::memcpy(&out, &k, sizeof out);
+  return out;
+}
+}  // namespace
+
+GPOOL_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* p) {
+  GPOOL_TRY return setMemset(node, p); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS* p) {
+  GPOOL_TRY return p ? graphNodes().withNode(node, CU_GRAPH_NODE_TYPE_MEMSET, [p](NodeInfo& i) { *p = i.memset; }) : CUDA_ERROR_INVALID_VALUE; GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode node, const CUDA_MEMCPY3D* c) {
+  GPOOL_TRY return setMemcpy(node, c); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode node, CUDA_MEMCPY3D* c) {
+  GPOOL_TRY return c ? graphNodes().withNode(node, CU_GRAPH_NODE_TYPE_MEMCPY, [c](NodeInfo& i) { *c = i.copy; }) : CUDA_ERROR_INVALID_VALUE; GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode node, const CUDA_HOST_NODE_PARAMS* p) {
+  GPOOL_TRY return p ? setHost(node, p->fn, p->userData) : CUDA_ERROR_INVALID_VALUE; GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode node, CUDA_HOST_NODE_PARAMS* p) {
+  GPOOL_TRY return p ? graphNodes().withNode(node, CU_GRAPH_NODE_TYPE_HOST, [p](NodeInfo& i) { *p = i.host; }) : CUDA_ERROR_INVALID_VALUE; GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode node, CUevent e) { GPOOL_TRY return setEvent(node, e, false); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode node, CUevent e) { GPOOL_TRY return setEvent(node, e, true); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode node, CUevent* e) { GPOOL_TRY return getEvent(node, e, false); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode node, CUevent* e) { GPOOL_TRY return getEvent(node, e, true); GPOOL_CATCH }
+
+// The generic setters (CUDA 12.2): by the parameters' type, the typed setters above.
+GPOOL_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode node, CUgraphNodeParams* p) {
+  GPOOL_TRY
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      CUDA_KERNEL_NODE_PARAMS k = kernelOf(p->kernel);
+      return setKernel(nullptr, node, &k);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      CUDA_MEMSET_NODE_PARAMS m = memsetOf(p->memset);
+      return setMemset(node, &m);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY: return setMemcpy(node, &p->memcpy.copyParams);
+    case CU_GRAPH_NODE_TYPE_HOST: return setHost(node, p->host.fn, p->host.userData);
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return setEvent(node, p->eventRecord.event, false);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return setEvent(node, p->eventWait.event, true);
+    default: return CUDA_ERROR_NOT_SUPPORTED;  // as the driver answers for types it cannot update
+  }
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* p) {
+  GPOOL_TRY
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      CUDA_KERNEL_NODE_PARAMS k = kernelOf(p->kernel);
+      return exec ? setKernel(exec, node, &k) : CUDA_ERROR_INVALID_VALUE;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      CUDA_MEMSET_NODE_PARAMS m = memsetOf(p->memset);
+      return cuGraphExecMemsetNodeSetParams(exec, node, &m, nullptr);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY: return cuGraphExecMemcpyNodeSetParams(exec, node, &p->memcpy.copyParams, nullptr);
+    case CU_GRAPH_NODE_TYPE_HOST: {
+      CUDA_HOST_NODE_PARAMS h{p->host.fn, p->host.userData};
+      return cuGraphExecHostNodeSetParams(exec, node, &h);
+    }
+    case CU_GRAPH_NODE_TYPE_GRAPH: return cuGraphExecChildGraphNodeSetParams(exec, node, p->graph.graph);
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return cuGraphExecEventRecordNodeSetEvent(exec, node, p->eventRecord.event);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return cuGraphExecEventWaitNodeSetEvent(exec, node, p->eventWait.event);
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+  }
   GPOOL_CATCH
 }

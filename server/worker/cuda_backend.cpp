@@ -54,7 +54,12 @@ namespace {
   F(cuGraphAddDependencies) F(cuGraphDestroyNode) F(cuGraphKernelNodeSetParams) F(cuGraphExecKernelNodeSetParams) \
   F(cuGraphExecUpdate) F(cuIpcGetMemHandle) F(cuIpcOpenMemHandle) F(cuIpcCloseMemHandle) F(cuIpcGetEventHandle) \
   F(cuIpcOpenEventHandle) F(cuGraphExecMemsetNodeSetParams) F(cuGraphExecMemcpyNodeSetParams)            \
-  F(cuGraphExecHostNodeSetParams)
+  F(cuGraphExecHostNodeSetParams) F(cuGraphConditionalHandleCreate) F(cuGraphAddNode) F(cuGraphNodeGetType)    \
+  F(cuGraphGetEdges) F(cuGraphClone) F(cuGraphNodeFindInClone) F(cuGraphRemoveDependencies)                \
+  F(cuGraphNodeSetEnabled) F(cuGraphNodeGetEnabled) F(cuGraphExecChildGraphNodeSetParams)                   \
+  F(cuGraphExecEventRecordNodeSetEvent) F(cuGraphExecEventWaitNodeSetEvent) F(cuGraphEventRecordNodeSetEvent) \
+  F(cuGraphEventWaitNodeSetEvent) F(cuGraphMemsetNodeSetParams) F(cuGraphMemcpyNodeSetParams)              \
+  F(cuGraphHostNodeSetParams)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -258,6 +263,7 @@ class CudaBackend final : public Backend {
   GPOOL_FORWARD(GraphUpload, cuGraphUpload)
   GPOOL_FORWARD(GraphExecDestroy, cuGraphExecDestroy)
   GPOOL_FORWARD(GraphDestroy, cuGraphDestroy)
+  GPOOL_FORWARD(GraphClone, cuGraphClone)
   GPOOL_FORWARD(MemFreeAsync, cuMemFreeAsync)
   GPOOL_FORWARD(MemPoolDestroy, cuMemPoolDestroy)
   GPOOL_FORWARD(MemPoolTrimTo, cuMemPoolTrimTo)
@@ -523,6 +529,82 @@ class CudaBackend final : public Backend {
     CUresult r = d_.cuGraphExecUpdate_(reinterpret_cast<CUgraphExec>(exec.v), graph_(g), &info);
     result = info.result;
     return r;
+  }
+
+  Status GraphConditionalHandleCreate(Graph g, uint32_t initial, uint32_t flags, Created<Conditional>& out) {
+    CUgraphConditionalHandle h = 0;
+    CUresult r = d_.cuGraphConditionalHandleCreate_(&h, graph_(g), ctx_, initial, flags);
+    out = h;
+    return r;
+  }
+  Status GraphAddConditionalNode(Graph g, GraphNodes deps, Conditional c, uint32_t type, uint32_t size,
+                                 Created<GraphNode>& out, Created<BodyGraphs>& bodies) {
+    CUgraphNodeParams p{};
+    p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    p.conditional = CUDA_CONDITIONAL_NODE_PARAMS{c.v, static_cast<CUgraphConditionalNodeType>(type), size, nullptr, ctx_};
+    auto d = nodes_(deps);
+    Status r = addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddNode_(n, graph_(g), d.data(), nullptr, d.size(), &p); });
+    for (uint32_t i = 0; r == CUDA_SUCCESS && i < size; ++i) bodies.v.push_back(reinterpret_cast<uint64_t>(p.conditional.phGraph_out[i]));
+    return r;
+  }
+  Status GraphTopology(Graph g, Created<GraphNodes>& nodes, std::vector<uint32_t>& types, std::vector<uint64_t>& edges) {
+    size_t count = 0, edge_count = 0;
+    if (CUresult r = d_.cuGraphGetNodes_(graph_(g), nullptr, &count); r != CUDA_SUCCESS) return r;
+    std::vector<CUgraphNode> all(count);
+    if (CUresult r = d_.cuGraphGetNodes_(graph_(g), all.data(), &count); r != CUDA_SUCCESS) return r;
+    for (CUgraphNode n : all) {
+      CUgraphNodeType type{};
+      if (CUresult r = d_.cuGraphNodeGetType_(n, &type); r != CUDA_SUCCESS) return r;
+      nodes.v.push_back(reinterpret_cast<uint64_t>(n));
+      types.push_back(type);
+    }
+    if (CUresult r = d_.cuGraphGetEdges_(graph_(g), nullptr, nullptr, nullptr, &edge_count); r != CUDA_SUCCESS) return r;
+    std::vector<CUgraphNode> from(edge_count), to(edge_count);
+    if (CUresult r = d_.cuGraphGetEdges_(graph_(g), from.data(), to.data(), nullptr, &edge_count); r != CUDA_SUCCESS) return r;
+    for (size_t i = 0; i < edge_count; ++i) {
+      edges.push_back(reinterpret_cast<uint64_t>(from[i]));
+      edges.push_back(reinterpret_cast<uint64_t>(to[i]));
+    }
+    return CUDA_SUCCESS;
+  }
+  Status GraphNodeFindInClone(Graph, GraphNode node, Graph clone, Created<GraphNode>& out) {
+    return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphNodeFindInClone_(n, node_(node.v), graph_(clone)); });
+  }
+  Status GraphRemoveDependencies(Graph g, GraphNodes from, GraphNodes to) {
+    if (from.v.size() != to.v.size()) return CUDA_ERROR_INVALID_VALUE;
+    auto f = nodes_(from), t = nodes_(to);
+    return d_.cuGraphRemoveDependencies_(graph_(g), f.data(), t.data(), nullptr, f.size());
+  }
+  Status GraphExecNodeSetEnabled(GraphExec exec, Graph, GraphNode node, uint32_t enabled) {
+    return d_.cuGraphNodeSetEnabled_(exec_(exec.v), node_(node.v), enabled);
+  }
+  Status GraphExecNodeGetEnabled(GraphExec exec, Graph, GraphNode node, uint32_t& enabled) {
+    unsigned int on = 0;
+    CUresult r = d_.cuGraphNodeGetEnabled_(exec_(exec.v), node_(node.v), &on);
+    enabled = on;
+    return r;
+  }
+  Status GraphExecChildGraphNodeSetParams(GraphExec exec, Graph, GraphNode node, ChildGraph child) {
+    return d_.cuGraphExecChildGraphNodeSetParams_(exec_(exec.v), node_(node.v), graph_(child.v));
+  }
+  Status GraphExecEventNodeSetEvent(GraphExec exec, Graph, GraphNode node, Event e, uint32_t wait) {
+    return wait ? d_.cuGraphExecEventWaitNodeSetEvent_(exec_(exec.v), node_(node.v), event_(e))
+                : d_.cuGraphExecEventRecordNodeSetEvent_(exec_(exec.v), node_(node.v), event_(e));
+  }
+  Status GraphEventNodeSetEvent(Graph, GraphNode node, Event e, uint32_t wait) {
+    return wait ? d_.cuGraphEventWaitNodeSetEvent_(node_(node.v), event_(e)) : d_.cuGraphEventRecordNodeSetEvent_(node_(node.v), event_(e));
+  }
+  Status GraphMemsetNodeSetParams(Graph, GraphNode node, DevFillRect f, uint32_t value) {
+    CUDA_MEMSET_NODE_PARAMS p = memsetParams(f, value);
+    return d_.cuGraphMemsetNodeSetParams_(node_(node.v), &p);
+  }
+  Status GraphMemcpyNodeSetParams(Graph, GraphNode node, DevCopyRect c) {
+    CUDA_MEMCPY3D p = memcpyParams(c);
+    return d_.cuGraphMemcpyNodeSetParams_(node_(node.v), &p);
+  }
+  Status GraphHostNodeSetParams(Graph, GraphNode node, uint64_t id) {
+    CUDA_HOST_NODE_PARAMS p{&hostFunc, keepHostFunc(id)};
+    return d_.cuGraphHostNodeSetParams_(node_(node.v), &p);
   }
 
   // IPC: the driver's own handles, filed in the host's registry under a key the client's handle names.

@@ -41,8 +41,14 @@ class HandleTable {
     auto it = handles_.find(key(k, h));
     return it == handles_.end() ? 0 : it->second;
   }
-  // Ends a handle and, for a module or library, every handle and global it owns.
+  // Ends a handle and, for a module, library or graph, every handle and global it owns; a conditional
+  // node's body graphs end with the node or its graph.
   void remove(HandleKind k, uint64_t h);
+  // The body graphs of a conditional node: the node owns them; the client may fill them, never destroy them.
+  void addBodies(uint64_t node, const std::vector<uint64_t>& graphs) {
+    for (uint64_t g : graphs) add(HandleKind::kGraph, g, node);
+    bodies_[node] = graphs;
+  }
   // A context reset: everything ends but libraries and their kernels, which CUDA keeps across contexts
   // (a library is loaded into each context as it is used; the runtime keeps using its kernels).
   void resetContext() {
@@ -50,6 +56,7 @@ class HandleTable {
     ranges_.clear();
     reservations_.clear();
     physical_.clear();
+    bodies_.clear();
   }
   // Streams named by value 0 (legacy default), 1 (CU_STREAM_LEGACY) and 2 (CU_STREAM_PER_THREAD) always exist.
   bool hasStream(uint64_t s) const { return s <= 2 || has(HandleKind::kStream, s); }
@@ -113,6 +120,8 @@ class HandleTable {
   std::map<uint64_t, DeviceRange> ranges_;
   std::map<uint64_t, uint64_t> reservations_;  // base -> size
   std::unordered_map<uint64_t, PhysicalMemory> physical_;
+  std::unordered_map<uint64_t, std::vector<uint64_t>> bodies_;  // conditional node -> its body graphs
+  void removeBodies(uint64_t node);
 };
 
 inline bool HandleTable::containsRange(uint64_t ptr, uint64_t bytes) const {
@@ -183,9 +192,22 @@ inline uint64_t HandleTable::releasePhysical(uint64_t h) {
 
 inline void HandleTable::remove(HandleKind k, uint64_t h) {
   handles_.erase(key(k, h));
+  if (k == HandleKind::kGraphNode) return removeBodies(h);
   if (k != HandleKind::kModule && k != HandleKind::kLibrary && k != HandleKind::kGraph) return;  // owners
+  std::vector<uint64_t> conditional;  // the graph's nodes that own body graphs
+  for (const auto& [owned, owner] : handles_)
+    if (owner == h && owned.kind == HandleKind::kGraphNode && bodies_.count(owned.h)) conditional.push_back(owned.h);
   std::erase_if(handles_, [h](const auto& e) { return e.second == h; });
   std::erase_if(ranges_, [h](const auto& e) { return e.second.kind == RangeKind::kGlobal && e.second.owner == h; });
+  for (uint64_t node : conditional) removeBodies(node);
+}
+
+inline void HandleTable::removeBodies(uint64_t node) {
+  auto it = bodies_.find(node);
+  if (it == bodies_.end()) return;
+  std::vector<uint64_t> graphs = std::move(it->second);
+  bodies_.erase(it);
+  for (uint64_t g : graphs) remove(HandleKind::kGraph, g);
 }
 
 inline const DeviceRange* HandleTable::findRange(uint64_t ptr, uint64_t bytes) const {

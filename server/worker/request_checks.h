@@ -25,6 +25,7 @@ struct CallScope {
   const DeviceRange* found = nullptr;               // what a DevAddress points into
   std::vector<std::function<void()>> effects;       // table changes the call makes when it succeeds
   uint64_t graph = 0;                               // the request's graph, whose nodes it may name
+  uint64_t node = 0;                                // the node a reply hands out (owner of its body graphs)
 };
 
 template <typename T>
@@ -117,8 +118,9 @@ class RequestChecks {
   void record(T&, CallScope&) {}  // reply fields that hand nothing out
   template <HandleKind K>
   void record(proto::Created<proto::Handle<K>>& h, CallScope& s) {
-    if constexpr (K == HandleKind::kGraphNode) {
+    if constexpr (K == HandleKind::kGraphNode || K == HandleKind::kConditional) {
       table_.add(K, h.v, s.graph);
+      if constexpr (K == HandleKind::kGraphNode) s.node = h.v;
     } else if constexpr (K == HandleKind::kPhysical) {
       table_.addPhysical(h.v, s.reserved);  // the AllocBytes reservation is now this memory's
       s.reserved = 0;
@@ -127,6 +129,10 @@ class RequestChecks {
     }
   }
   void record(proto::Created<proto::VaRange>& r, CallScope&) { table_.addReservation(r.ptr, r.size); }
+  void record(proto::Created<proto::GraphNodes>& n, CallScope& s) {
+    for (uint64_t node : n.v) table_.add(HandleKind::kGraphNode, node, s.graph);
+  }
+  void record(proto::Created<proto::BodyGraphs>& b, CallScope& s) { table_.addBodies(s.node, b.v); }
   void record(proto::Created<proto::Launchable>& f, CallScope& s);
   void record(proto::Created<proto::LaunchableList>& l, CallScope& s);
   void record(proto::Created<proto::ModuleRef>& m, CallScope&);
@@ -151,8 +157,8 @@ proto::Status RequestChecks::admit(proto::Handle<K>& h, CallScope& s) {
   if (!known) return proto::cu::kInvalidHandle;
   if constexpr (K == HandleKind::kKernel) s.owner = table_.ownerOf(K, h.v);  // its function shares its module
   if constexpr (K == HandleKind::kGraph) s.graph = h.v;
-  if constexpr (K == HandleKind::kGraphNode) {
-    if (table_.ownerOf(K, h.v) != s.graph) return proto::cu::kInvalidValue;  // another graph's node
+  if constexpr (K == HandleKind::kGraphNode || K == HandleKind::kConditional) {
+    if (table_.ownerOf(K, h.v) != s.graph) return proto::cu::kInvalidValue;  // another graph's
   }
   return proto::cu::kSuccess;
 }
@@ -167,6 +173,7 @@ proto::Status RequestChecks::admit(proto::Released<T>& h, CallScope& s) {
       s.released.emplace_back(moduleKind(h.kind), h.handle);
     } else {
       if (T::kind == HandleKind::kStream && h.v <= 2) return proto::cu::kInvalidHandle;  // the default streams stay
+      if (T::kind == HandleKind::kGraph && table_.ownerOf(T::kind, h.v) != 0) return proto::cu::kInvalidValue;  // a node's body
       s.released.emplace_back(T::kind, h.v);
     }
     return proto::cu::kSuccess;

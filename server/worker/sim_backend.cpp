@@ -164,6 +164,7 @@ Status SimBackend::CtxReset(ResetAll) {
   graphs_.clear();
   nodes_.clear();
   execs_.clear();
+  conditionals_.clear();
   pools_.clear();
   pool_allocations_.clear();
   default_pool_ = current_pool_ = 0;
@@ -198,9 +199,13 @@ SimBackend::Capture* SimBackend::capturing(uint64_t stream) {
   return it == captures_.end() ? nullptr : &it->second;
 }
 
-void SimBackend::issue(uint64_t stream, std::function<void()> op) {
-  if (Capture* c = capturing(stream)) c->ops.push_back(std::move(op));
-  else op();
+void SimBackend::issue(uint64_t stream, std::function<void()> op, uint32_t type) {
+  if (Capture* c = capturing(stream)) {
+    c->ops.push_back(std::move(op));
+    c->types.push_back(type);
+  } else {
+    op();
+  }
 }
 
 Status SimBackend::refuseInCapture(Capture& c, const char* what) {
@@ -378,7 +383,7 @@ Status SimBackend::HostFuncChannel(uint32_t& port, std::vector<uint8_t>& token) 
 
 Status SimBackend::LaunchHostFunc(Stream stream, uint64_t id) {
   // Work runs in issue order: the worker waits here until the client's function has returned.
-  issue(stream, [this, id] { callbacks_.run(id); });
+  issue(stream, [this, id] { callbacks_.run(id); }, CU_GRAPH_NODE_TYPE_HOST);
   return CUDA_SUCCESS;
 }
 
@@ -389,12 +394,12 @@ Status SimBackend::StreamWaitValue(Stream stream, DevWord w, uint64_t value, uin
     spdlog::warn("sim: a stream wait on {:#x} can never be satisfied here (work runs in issue order)", w.ptr);
     return CUDA_ERROR_NOT_SUPPORTED;
   }
-  issue(stream, [] {});
+  issue(stream, [] {}, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::StreamWriteValue(Stream stream, DevWord w, uint64_t value, uint32_t) {
-  issue(stream, [w, value] { std::memcpy(reinterpret_cast<void*>(w.ptr), &value, w.bytes); });
+  issue(stream, [w, value] { std::memcpy(reinterpret_cast<void*>(w.ptr), &value, w.bytes); }, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
   return CUDA_SUCCESS;
 }
 
@@ -412,12 +417,13 @@ Status SimBackend::MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t 
 
 Status SimBackend::MemcpyDtoD(DevCopy c, Stream stream, uint32_t) {
   if (c.bytes)
-    issue(stream, [c] { std::memmove(reinterpret_cast<void*>(c.dst), reinterpret_cast<const void*>(c.src), c.bytes); });
+    issue(stream, [c] { std::memmove(reinterpret_cast<void*>(c.dst), reinterpret_cast<const void*>(c.src), c.bytes); },
+          CU_GRAPH_NODE_TYPE_MEMCPY);
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::Memset(DevFill f, uint32_t value, Stream stream, uint32_t) {
-  issue(stream, [f, value] { fill(reinterpret_cast<uint8_t*>(f.ptr), f.elem, f.count, value); });
+  issue(stream, [f, value] { fill(reinterpret_cast<uint8_t*>(f.ptr), f.elem, f.count, value); }, CU_GRAPH_NODE_TYPE_MEMSET);
   return CUDA_SUCCESS;
 }
 
@@ -429,7 +435,7 @@ Status SimBackend::MemAllocPitch(PitchedAlloc a, NewAlloc& out, uint64_t& pitch)
 Status SimBackend::Memset2D(DevFillRect f, uint32_t value, Stream stream, uint32_t) {
   issue(stream, [r = f.dst, elem = f.elem, value] {
     for (uint64_t y = 0; y < r.height; ++y) fill(reinterpret_cast<uint8_t*>(r.ptr + y * r.pitch), elem, r.width / elem, value);
-  });
+  }, CU_GRAPH_NODE_TYPE_MEMSET);
   return CUDA_SUCCESS;
 }
 
@@ -454,7 +460,7 @@ Status SimBackend::MemcpyDtoD2D(DevCopyRect c, Stream stream, uint32_t) {
     for (uint64_t y = 0; y < c.dst.height; ++y)
       std::memmove(reinterpret_cast<void*>(c.dst.ptr + y * c.dst.pitch), reinterpret_cast<const void*>(c.src.ptr + y * c.src.pitch),
                    c.dst.width);
-  });
+  }, CU_GRAPH_NODE_TYPE_MEMCPY);
   return CUDA_SUCCESS;
 }
 
@@ -495,7 +501,7 @@ Status SimBackend::EventRecord(Event event, Stream stream, uint32_t) {
       e->second.recorded = true;
       e->second.at = std::chrono::steady_clock::now();
     }
-  });
+  }, CU_GRAPH_NODE_TYPE_EVENT_RECORD);
   return CUDA_SUCCESS;
 }
 Status SimBackend::EventSynchronize(Event) { return CUDA_SUCCESS; }  // work runs in issue order
@@ -671,10 +677,10 @@ Status SimBackend::kernelOp(const KernelCall& c, std::function<void()>& op) {
     if (uint64_t{layout[i]} + layout[i + 1] > params.size) return CUDA_ERROR_INVALID_VALUE;
   // The arguments are copied: a captured launch runs later, from a graph.
   std::vector<uint8_t> bytes(static_cast<const uint8_t*>(params.data), static_cast<const uint8_t*>(params.data) + params.size);
-  op = [fn = k->second.fn, layout, bytes = std::move(bytes), gx, gy, gz, bx, by, bz, shared]() mutable {
+  op = [this, fn = k->second.fn, layout, bytes = std::move(bytes), gx, gy, gz, bx, by, bz, shared]() mutable {
     std::vector<void*> args;
     for (size_t i = 0; i + 1 < layout.size(); i += 2) args.push_back(bytes.data() + layout[i]);
-    gpool_sim_launch l{{gx, gy, gz}, {bx, by, bz}, shared, static_cast<unsigned>(args.size()), args.data()};
+    gpool_sim_launch l{{gx, gy, gz}, {bx, by, bz}, shared, static_cast<unsigned>(args.size()), args.data(), &setConditional, this};
     fn(&l);
   };
   return CUDA_SUCCESS;
@@ -727,9 +733,9 @@ Status SimBackend::StreamEndCapture(Stream stream, Created<Graph>& graph) {
   graph = newHandle(HandleKind::kGraph);
   graphs_[graph];
   uint64_t previous = 0;  // a capture is a chain: each node depends on the one before
-  for (auto& op : c.ops) {
+  for (size_t i = 0; i < c.ops.size(); ++i) {
     uint64_t node = newHandle(HandleKind::kGraphNode);
-    nodes_[node] = SimNode{std::move(op), previous ? std::vector<uint64_t>{previous} : std::vector<uint64_t>{}, graph};
+    nodes_[node] = SimNode{std::move(c.ops[i]), previous ? std::vector<uint64_t>{previous} : std::vector<uint64_t>{}, graph, c.types[i]};
     graphs_[graph].push_back(node);
     previous = node;
   }

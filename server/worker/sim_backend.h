@@ -64,12 +64,13 @@ class SimBackend final : public Backend {
     uint64_t id = 0;
     bool invalidated = false;  // an operation that cannot be captured was issued into it
     Ops ops;
+    std::vector<uint32_t> types;  // each op's CUgraphNodeType, for the graph's nodes
   };
   uint64_t newHandle(HandleKind kind);
   // The capture recording into `stream`, or nullptr when the stream runs work directly.
   Capture* capturing(uint64_t stream);
-  // Runs `op` now, or records it into the stream's capture.
-  void issue(uint64_t stream, std::function<void()> op);
+  // Runs `op` now, or records it into the stream's capture as a node of `type` (a CUgraphNodeType).
+  void issue(uint64_t stream, std::function<void()> op, uint32_t type = 0);
   Status refuseInCapture(Capture& c, const char* what);
   void releaseAll();  // frees every allocation, global, physical allocation and reservation
 
@@ -104,23 +105,49 @@ class SimBackend final : public Backend {
   std::unordered_map<uint32_t, uint64_t> limits_;
   std::unordered_map<uint64_t, Capture> captures_;  // stream -> capture under way
   // Graphs (sim_graph.cpp): a graph is its nodes in creation order; an instantiation, its nodes' work in a
-  // topological order.
+  // topological order. A conditional node's work is made when its graph is instantiated, from its bodies
+  // as they are then.
+  struct SimConditional {
+    uint32_t value = 0, initial = 0, flags = 0;
+    uint64_t graph = 0;
+  };
   struct SimNode {
     std::function<void()> op;
     std::vector<uint64_t> deps;
     uint64_t graph = 0;
+    uint32_t type = 0;       // CUgraphNodeType
+    uint64_t origin = 0;     // in a clone: the node it copies
+    uint64_t condition = 0;  // conditional nodes: the handle, the CUgraphConditionalNodeType and the bodies
+    uint32_t cond_type = 0;
+    std::vector<uint64_t> bodies;
+    uint64_t child_nodes = 0;  // child-graph nodes: how many nodes the child had
   };
   struct SimExec {
     std::vector<uint64_t> nodes;
     Ops ops;
+    std::vector<uint32_t> types;
+    std::vector<char> enabled;
+    std::vector<std::shared_ptr<SimConditional>> resets;  // conditions set to their default at each launch
   };
   std::unordered_map<uint64_t, std::vector<uint64_t>> graphs_;
   std::unordered_map<uint64_t, SimNode> nodes_;
   std::unordered_map<uint64_t, SimExec> execs_;
+  std::unordered_map<uint64_t, std::shared_ptr<SimConditional>> conditionals_;
   Status kernelOp(const KernelCall& call, std::function<void()>& op);  // a launch's work, run now or later
   bool topological(uint64_t graph, std::vector<uint64_t>& order) const;  // false: a cycle
-  Status addNode(uint64_t graph, const GraphNodes& deps, std::function<void()> op, Created<GraphNode>& out);
-  std::function<void()>* execOp(uint64_t exec, uint64_t node);  // an instantiation's work for a node
+  Status addNode(uint64_t graph, const GraphNodes& deps, std::function<void()> op, Created<GraphNode>& out,
+                 uint32_t type);
+  // A graph's work in a topological order; false: a cycle. Conditional nodes are made from their bodies.
+  bool graphOps(uint64_t graph, std::vector<uint64_t>& order, Ops& ops);
+  std::function<void()> conditionalOp(const SimNode& node);
+  std::vector<std::shared_ptr<SimConditional>> resetsOf(uint64_t graph) const;
+  void destroyGraph(uint64_t graph);
+  bool instantiate(uint64_t graph, SimExec& e);  // false: a cycle
+  std::function<void()> eventOp(uint64_t event, uint32_t wait);
+  std::function<void()>* nodeOp(uint64_t node, uint32_t type);  // a node's work, if it is of `type`
+  int execIndex(uint64_t exec, uint64_t node);  // the node's place in an instantiation, or -1
+  std::function<void()>* execOp(uint64_t exec, uint64_t node, uint32_t type);  // an instantiation's work for a node
+  static void setConditional(void* sim, unsigned long long handle, unsigned value);
   uint64_t next_capture_id_ = 1;
   std::vector<void*> plugins_;
 };

@@ -1,13 +1,24 @@
 // The sim backend's CUDA graphs: built by stream capture or node by node, instantiated as their nodes'
-// work in a topological order, and launched in stream order.
+// work in a topological order, and launched in stream order. Conditional nodes run their bodies as the
+// condition a kernel set says (IF, WHILE, SWITCH), checked on this thread as the device would.
 #include <cuda.h>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
 #include "sim_backend.h"
 
 namespace gpool::worker {
+
+namespace {
+constexpr uint32_t kMaxSwitchBodies = 4096;  // a SWITCH node's bodies; a bound on what one request makes
+
+void runAll(const std::vector<std::function<void()>>& ops) {
+  for (const auto& op : ops) op();
+}
+}  // namespace
 
 bool SimBackend::topological(uint64_t graph, std::vector<uint64_t>& order) const {
   const std::vector<uint64_t>& nodes = graphs_.at(graph);
@@ -26,9 +37,59 @@ bool SimBackend::topological(uint64_t graph, std::vector<uint64_t>& order) const
   return order.size() == nodes.size();
 }
 
-Status SimBackend::addNode(uint64_t graph, const GraphNodes& deps, std::function<void()> op, Created<GraphNode>& out) {
+std::vector<std::shared_ptr<SimBackend::SimConditional>> SimBackend::resetsOf(uint64_t graph) const {
+  std::vector<std::shared_ptr<SimConditional>> out;
+  for (const auto& [h, c] : conditionals_)
+    if (c->graph == graph && (c->flags & CU_GRAPH_COND_ASSIGN_DEFAULT)) out.push_back(c);
+  return out;
+}
+
+std::function<void()> SimBackend::conditionalOp(const SimNode& node) {
+  std::vector<Ops> bodies(node.bodies.size());
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    std::vector<uint64_t> order;
+    if (!graphOps(node.bodies[i], order, bodies[i])) return nullptr;
+    if (auto resets = resetsOf(node.bodies[i]); !resets.empty())  // a body's own handles, each time it runs
+      bodies[i].insert(bodies[i].begin(), [resets] { for (auto& c : resets) c->value = c->initial; });
+  }
+  std::shared_ptr<SimConditional> c = conditionals_.at(node.condition);
+  switch (node.cond_type) {
+    case CU_GRAPH_COND_TYPE_IF:
+      return [c, bodies] {
+        if (c->value) runAll(bodies[0]);
+        else if (bodies.size() > 1) runAll(bodies[1]);
+      };
+    case CU_GRAPH_COND_TYPE_WHILE:
+      return [c, bodies] {
+        while (c->value) runAll(bodies[0]);
+      };
+    default:  // SWITCH
+      return [c, bodies] {
+        if (c->value < bodies.size()) runAll(bodies[c->value]);
+      };
+  }
+}
+
+bool SimBackend::graphOps(uint64_t graph, std::vector<uint64_t>& order, Ops& ops) {
+  if (!topological(graph, order)) return false;  // a cycle
+  ops.clear();
+  for (uint64_t n : order) {
+    const SimNode& node = nodes_.at(n);
+    ops.push_back(node.type == CU_GRAPH_NODE_TYPE_CONDITIONAL ? conditionalOp(node) : node.op);
+    if (!ops.back()) return false;
+  }
+  return true;
+}
+
+void SimBackend::setConditional(void* sim, unsigned long long handle, unsigned value) {
+  auto& conditionals = static_cast<SimBackend*>(sim)->conditionals_;
+  if (auto it = conditionals.find(handle); it != conditionals.end()) it->second->value = value;
+}
+
+Status SimBackend::addNode(uint64_t graph, const GraphNodes& deps, std::function<void()> op, Created<GraphNode>& out,
+                           uint32_t type) {
   out = newHandle(HandleKind::kGraphNode);
-  nodes_[out.v] = SimNode{std::move(op), deps.v, graph};
+  nodes_[out.v] = SimNode{std::move(op), deps.v, graph, type};
   graphs_[graph].push_back(out.v);
   return CUDA_SUCCESS;
 }
@@ -40,17 +101,19 @@ Status SimBackend::GraphCreate(uint32_t flags, Created<Graph>& out) {
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::GraphAddEmptyNode(Graph g, GraphNodes deps, Created<GraphNode>& out) { return addNode(g, deps, [] {}, out); }
+Status SimBackend::GraphAddEmptyNode(Graph g, GraphNodes deps, Created<GraphNode>& out) {
+  return addNode(g, deps, [] {}, out, CU_GRAPH_NODE_TYPE_EMPTY);
+}
 
 Status SimBackend::GraphAddKernelNode(Graph g, GraphNodes deps, KernelCall call, Created<GraphNode>& out) {
   std::function<void()> op;
   if (Status st = kernelOp(call, op); st != CUDA_SUCCESS) return st;
-  return addNode(g, deps, std::move(op), out);
+  return addNode(g, deps, std::move(op), out, CU_GRAPH_NODE_TYPE_KERNEL);
 }
 
 namespace {
-// The work of memset, copy and host nodes, built once for a node and again when an instantiation's
-// node gets new parameters.
+// The work of memset, copy, host and event nodes, built once for a node and again when the node or an
+// instantiation's node gets new parameters.
 std::function<void()> memsetOp(const DevFillRect& f, uint32_t value) {
   return [r = f.dst, elem = f.elem, value] {
     for (uint64_t y = 0; y < r.height; ++y) {
@@ -66,39 +129,68 @@ std::function<void()> memcpyOp(const DevCopyRect& c) {
                    c.dst.width);
   };
 }
+uint32_t eventType(uint32_t wait) { return wait ? CU_GRAPH_NODE_TYPE_WAIT_EVENT : CU_GRAPH_NODE_TYPE_EVENT_RECORD; }
 }  // namespace
 
+std::function<void()> SimBackend::eventOp(uint64_t event, uint32_t wait) {
+  if (wait) return [] {};  // work runs in order: the event has happened
+  return [this, event] {
+    if (auto it = events_.find(event); it != events_.end()) {
+      it->second.recorded = true;
+      it->second.at = std::chrono::steady_clock::now();
+    }
+  };
+}
+
 Status SimBackend::GraphAddMemsetNode(Graph g, GraphNodes deps, DevFillRect f, uint32_t value, Created<GraphNode>& out) {
-  return addNode(g, deps, memsetOp(f, value), out);
+  return addNode(g, deps, memsetOp(f, value), out, CU_GRAPH_NODE_TYPE_MEMSET);
 }
 
 Status SimBackend::GraphAddMemcpyNode(Graph g, GraphNodes deps, DevCopyRect c, Created<GraphNode>& out) {
-  return addNode(g, deps, memcpyOp(c), out);
+  return addNode(g, deps, memcpyOp(c), out, CU_GRAPH_NODE_TYPE_MEMCPY);
 }
 
 Status SimBackend::GraphAddHostNode(Graph g, GraphNodes deps, uint64_t id, Created<GraphNode>& out) {
-  return addNode(g, deps, [this, id] { callbacks_.run(id); }, out);
+  return addNode(g, deps, [this, id] { callbacks_.run(id); }, out, CU_GRAPH_NODE_TYPE_HOST);
 }
 
 Status SimBackend::GraphAddEventNode(Graph g, GraphNodes deps, Event e, uint32_t wait, Created<GraphNode>& out) {
   if (wait > 1) return CUDA_ERROR_INVALID_VALUE;
-  if (wait) return addNode(g, deps, [] {}, out);  // work runs in order: the event has happened
-  return addNode(g, deps, [this, e = e.v] {
-    if (auto it = events_.find(e); it != events_.end()) {
-      it->second.recorded = true;
-      it->second.at = std::chrono::steady_clock::now();
-    }
-  }, out);
+  return addNode(g, deps, eventOp(e.v, wait), out, eventType(wait));
 }
 
 Status SimBackend::GraphAddChildGraphNode(Graph g, GraphNodes deps, ChildGraph child, Created<GraphNode>& out) {
   std::vector<uint64_t> order;  // the child is copied as it is now, as CUDA does
-  if (child.v == g.v || !topological(child.v, order)) return CUDA_ERROR_INVALID_VALUE;
   Ops ops;
-  for (uint64_t n : order) ops.push_back(nodes_.at(n).op);
-  return addNode(g, deps, [ops]() mutable {
-    for (auto& op : ops) op();
-  }, out);
+  if (child.v == g.v || !graphOps(child.v, order, ops)) return CUDA_ERROR_INVALID_VALUE;
+  Status st = addNode(g, deps, [ops] { runAll(ops); }, out, CU_GRAPH_NODE_TYPE_GRAPH);
+  nodes_[out.v].child_nodes = order.size();
+  return st;
+}
+
+Status SimBackend::GraphConditionalHandleCreate(Graph g, uint32_t initial, uint32_t flags, Created<Conditional>& out) {
+  if (flags & ~uint32_t{CU_GRAPH_COND_ASSIGN_DEFAULT}) return CUDA_ERROR_INVALID_VALUE;
+  out = newHandle(HandleKind::kConditional);
+  // Kept until the context ends: an instantiation's kernels may set it after its graph is gone.
+  conditionals_[out.v] = std::make_shared<SimConditional>(SimConditional{initial, initial, flags, g.v});
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphAddConditionalNode(Graph g, GraphNodes deps, Conditional c, uint32_t type, uint32_t size,
+                                           Created<GraphNode>& out, Created<BodyGraphs>& bodies) {
+  bool fits = (type == CU_GRAPH_COND_TYPE_IF && (size == 1 || size == 2)) || (type == CU_GRAPH_COND_TYPE_WHILE && size == 1) ||
+              (type == CU_GRAPH_COND_TYPE_SWITCH && size >= 1 && size <= kMaxSwitchBodies);
+  if (!fits) return CUDA_ERROR_INVALID_VALUE;
+  for (uint32_t i = 0; i < size; ++i) {
+    bodies.v.push_back(newHandle(HandleKind::kGraph));
+    graphs_[bodies.v.back()];
+  }
+  addNode(g, deps, nullptr, out, CU_GRAPH_NODE_TYPE_CONDITIONAL);
+  SimNode& node = nodes_[out.v];
+  node.condition = c.v;
+  node.cond_type = type;
+  node.bodies = bodies.v;
+  return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphAddDependencies(Graph, GraphNodes from, GraphNodes to) {
@@ -107,68 +199,212 @@ Status SimBackend::GraphAddDependencies(Graph, GraphNodes from, GraphNodes to) {
   return CUDA_SUCCESS;
 }
 
+Status SimBackend::GraphRemoveDependencies(Graph, GraphNodes from, GraphNodes to) {
+  if (from.v.size() != to.v.size()) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < from.v.size(); ++i)  // every edge must exist; then all go
+    if (std::find(nodes_[to.v[i]].deps.begin(), nodes_[to.v[i]].deps.end(), from.v[i]) == nodes_[to.v[i]].deps.end())
+      return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < from.v.size(); ++i) std::erase(nodes_[to.v[i]].deps, from.v[i]);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphTopology(Graph g, Created<GraphNodes>& nodes, std::vector<uint32_t>& types, std::vector<uint64_t>& edges) {
+  nodes.v = graphs_[g.v];
+  for (uint64_t n : nodes.v) {
+    const SimNode& node = nodes_.at(n);
+    types.push_back(node.type);
+    for (uint64_t d : node.deps) {
+      edges.push_back(d);
+      edges.push_back(n);
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphClone(Graph g, Created<Graph>& out) {
+  std::unordered_map<uint64_t, uint64_t> copies;
+  for (uint64_t n : graphs_[g.v]) {
+    if (nodes_.at(n).type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+      spdlog::warn("sim: cloning a graph with conditional nodes is not supported by the sim backend");
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    copies[n] = newHandle(HandleKind::kGraphNode);
+  }
+  out = newHandle(HandleKind::kGraph);
+  std::vector<uint64_t>& clone = graphs_[out.v];
+  for (uint64_t n : graphs_[g.v]) {
+    SimNode copy = nodes_.at(n);
+    copy.graph = out.v;
+    copy.origin = n;
+    for (uint64_t& d : copy.deps) d = copies.at(d);
+    nodes_[copies[n]] = std::move(copy);
+    clone.push_back(copies[n]);
+  }
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphNodeFindInClone(Graph, GraphNode node, Graph clone, Created<GraphNode>& out) {
+  for (uint64_t n : graphs_[clone.v])
+    if (nodes_.at(n).origin == node.v) {
+      out = n;
+      return CUDA_SUCCESS;
+    }
+  return CUDA_ERROR_INVALID_VALUE;  // not a clone of that node's graph
+}
+
+void SimBackend::destroyGraph(uint64_t graph) {
+  for (uint64_t n : graphs_[graph]) {
+    for (uint64_t body : nodes_[n].bodies) destroyGraph(body);
+    nodes_.erase(n);
+  }
+  graphs_.erase(graph);
+}
+
 Status SimBackend::GraphDestroyNode(Graph g, Released<GraphNode> node) {
   std::erase(graphs_[g.v], node.v);
   for (uint64_t n : graphs_[g.v]) std::erase(nodes_[n].deps, node.v);
+  for (uint64_t body : nodes_[node.v].bodies) destroyGraph(body);
   nodes_.erase(node.v);
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::GraphKernelNodeSetParams(Graph, GraphNode node, KernelCall call) {
-  return kernelOp(call, nodes_[node.v].op);
+// Setters on the graph's own node: the node must be of the setter's type, as the driver checks.
+std::function<void()>* SimBackend::nodeOp(uint64_t node, uint32_t type) {
+  SimNode& n = nodes_.at(node);
+  return n.type == type ? &n.op : nullptr;
 }
 
-std::function<void()>* SimBackend::execOp(uint64_t exec, uint64_t node) {
+Status SimBackend::GraphKernelNodeSetParams(Graph, GraphNode node, KernelCall call) {
+  auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_KERNEL);
+  return op ? kernelOp(call, *op) : CUDA_ERROR_INVALID_VALUE;
+}
+
+Status SimBackend::GraphMemsetNodeSetParams(Graph, GraphNode node, DevFillRect f, uint32_t value) {
+  auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_MEMSET);
+  if (!op) return CUDA_ERROR_INVALID_VALUE;
+  *op = memsetOp(f, value);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphMemcpyNodeSetParams(Graph, GraphNode node, DevCopyRect c) {
+  auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_MEMCPY);
+  if (!op) return CUDA_ERROR_INVALID_VALUE;
+  *op = memcpyOp(c);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphHostNodeSetParams(Graph, GraphNode node, uint64_t id) {
+  auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_HOST);
+  if (!op) return CUDA_ERROR_INVALID_VALUE;
+  *op = [this, id] { callbacks_.run(id); };
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphEventNodeSetEvent(Graph, GraphNode node, Event e, uint32_t wait) {
+  auto* op = wait > 1 ? nullptr : nodeOp(node.v, eventType(wait));
+  if (!op) return CUDA_ERROR_INVALID_VALUE;
+  *op = eventOp(e.v, wait);
+  return CUDA_SUCCESS;
+}
+
+// Setters on an instantiation's node: the node must be in it, and of the setter's type.
+int SimBackend::execIndex(uint64_t exec, uint64_t node) {
   SimExec& e = execs_[exec];
   for (size_t i = 0; i < e.nodes.size(); ++i)
-    if (e.nodes[i] == node) return &e.ops[i];
-  return nullptr;  // a node of the graph, not of this instantiation
+    if (e.nodes[i] == node) return static_cast<int>(i);
+  return -1;  // a node of the graph, not of this instantiation
+}
+
+std::function<void()>* SimBackend::execOp(uint64_t exec, uint64_t node, uint32_t type) {
+  int i = execIndex(exec, node);
+  if (i < 0 || execs_[exec].types[i] != type) return nullptr;
+  return &execs_[exec].ops[i];
 }
 
 Status SimBackend::GraphExecKernelNodeSetParams(GraphExec exec, Graph, GraphNode node, KernelCall call) {
-  auto* op = execOp(exec.v, node.v);
+  auto* op = execOp(exec.v, node.v, CU_GRAPH_NODE_TYPE_KERNEL);
   return op ? kernelOp(call, *op) : CUDA_ERROR_INVALID_VALUE;
 }
 
 Status SimBackend::GraphExecMemsetNodeSetParams(GraphExec exec, Graph, GraphNode node, DevFillRect f, uint32_t value) {
-  auto* op = execOp(exec.v, node.v);
+  auto* op = execOp(exec.v, node.v, CU_GRAPH_NODE_TYPE_MEMSET);
   if (!op) return CUDA_ERROR_INVALID_VALUE;
   *op = memsetOp(f, value);
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphExecMemcpyNodeSetParams(GraphExec exec, Graph, GraphNode node, DevCopyRect c) {
-  auto* op = execOp(exec.v, node.v);
+  auto* op = execOp(exec.v, node.v, CU_GRAPH_NODE_TYPE_MEMCPY);
   if (!op) return CUDA_ERROR_INVALID_VALUE;
   *op = memcpyOp(c);
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphExecHostNodeSetParams(GraphExec exec, Graph, GraphNode node, uint64_t id) {
-  auto* op = execOp(exec.v, node.v);
+  auto* op = execOp(exec.v, node.v, CU_GRAPH_NODE_TYPE_HOST);
   if (!op) return CUDA_ERROR_INVALID_VALUE;
   *op = [this, id] { callbacks_.run(id); };
   return CUDA_SUCCESS;
 }
 
+Status SimBackend::GraphExecEventNodeSetEvent(GraphExec exec, Graph, GraphNode node, Event e, uint32_t wait) {
+  auto* op = wait > 1 ? nullptr : execOp(exec.v, node.v, eventType(wait));
+  if (!op) return CUDA_ERROR_INVALID_VALUE;
+  *op = eventOp(e.v, wait);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphExecChildGraphNodeSetParams(GraphExec exec, Graph, GraphNode node, ChildGraph child) {
+  auto* op = execOp(exec.v, node.v, CU_GRAPH_NODE_TYPE_GRAPH);
+  std::vector<uint64_t> order;
+  Ops ops;
+  if (!op || !graphOps(child.v, order, ops)) return CUDA_ERROR_INVALID_VALUE;
+  if (order.size() != nodes_.at(node.v).child_nodes) return CUDA_ERROR_INVALID_VALUE;  // another topology
+  *op = [ops] { runAll(ops); };
+  return CUDA_SUCCESS;
+}
+
+// Only kernel, memset and memcpy nodes can be switched off, as in CUDA.
+Status SimBackend::GraphExecNodeSetEnabled(GraphExec exec, Graph, GraphNode node, uint32_t enabled) {
+  int i = execIndex(exec.v, node.v);
+  if (i < 0 || execs_[exec.v].types[i] > CU_GRAPH_NODE_TYPE_MEMSET) return CUDA_ERROR_INVALID_VALUE;
+  execs_[exec.v].enabled[i] = enabled != 0;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphExecNodeGetEnabled(GraphExec exec, Graph, GraphNode node, uint32_t& enabled) {
+  int i = execIndex(exec.v, node.v);
+  if (i < 0 || execs_[exec.v].types[i] > CU_GRAPH_NODE_TYPE_MEMSET) return CUDA_ERROR_INVALID_VALUE;
+  enabled = execs_[exec.v].enabled[i];
+  return CUDA_SUCCESS;
+}
+
+// An instantiation: the graph's work now, every node enabled, and the conditions to reset per launch.
+bool SimBackend::instantiate(uint64_t graph, SimExec& e) {
+  if (!graphOps(graph, e.nodes, e.ops)) return false;
+  e.types.clear();
+  for (uint64_t n : e.nodes) e.types.push_back(nodes_.at(n).type);
+  e.enabled.assign(e.nodes.size(), 1);
+  e.resets = resetsOf(graph);
+  return true;
+}
+
 Status SimBackend::GraphExecUpdate(GraphExec exec, Graph g, uint32_t& result) {
   std::vector<uint64_t> order;
   SimExec& e = execs_[exec.v];
-  if (!topological(g.v, order) || order.size() != e.nodes.size()) {
+  SimExec updated;
+  if (!topological(g.v, order) || order.size() != e.nodes.size() || !instantiate(g.v, updated)) {
     result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
     return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
   }
-  e.nodes = order;
-  e.ops.clear();
-  for (uint64_t n : order) e.ops.push_back(nodes_.at(n).op);
+  e = std::move(updated);
   result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphInstantiate(Graph graph, uint64_t, Created<GraphExec>& exec) {
   SimExec e;
-  if (!topological(graph.v, e.nodes)) return CUDA_ERROR_INVALID_VALUE;  // a cycle
-  for (uint64_t n : e.nodes) e.ops.push_back(nodes_.at(n).op);
+  if (!instantiate(graph.v, e)) return CUDA_ERROR_INVALID_VALUE;  // a cycle
   exec = newHandle(HandleKind::kGraphExec);
   execs_[exec.v] = std::move(e);
   return CUDA_SUCCESS;
@@ -176,9 +412,12 @@ Status SimBackend::GraphInstantiate(Graph graph, uint64_t, Created<GraphExec>& e
 
 Status SimBackend::GraphLaunch(GraphExec exec, Stream stream) {
   issue(stream, [this, exec = exec.v] {
-    if (auto e = execs_.find(exec); e != execs_.end())
-      for (auto& op : e->second.ops) op();
-  });
+    auto e = execs_.find(exec);
+    if (e == execs_.end()) return;
+    for (auto& c : e->second.resets) c->value = c->initial;
+    for (size_t i = 0; i < e->second.ops.size(); ++i)
+      if (e->second.enabled[i]) e->second.ops[i]();
+  }, CU_GRAPH_NODE_TYPE_GRAPH);
   return CUDA_SUCCESS;
 }
 
@@ -190,8 +429,7 @@ Status SimBackend::GraphExecDestroy(Released<GraphExec> exec) {
 }
 
 Status SimBackend::GraphDestroy(Released<Graph> graph) {
-  for (uint64_t n : graphs_[graph.v]) nodes_.erase(n);
-  graphs_.erase(graph.v);
+  destroyGraph(graph.v);
   return CUDA_SUCCESS;
 }
 

@@ -1,4 +1,4 @@
-// Host implementations of basic.cu's kernels for gpool-worker's sim backend (loaded with --sim-kernels).
+// Host implementations of the test programs' kernels for gpool-worker's sim backend (loaded with --sim-kernels).
 #include <cstdint>
 #include <cstring>
 
@@ -31,6 +31,19 @@ void increment(const gpool_sim_launch* l) {
   for (uint64_t i = 0; i < threads(l) && i < static_cast<uint64_t>(n); ++i) p[i] += 1;
 }
 
+// graph_nodes.cu: cudaGraphSetConditional, through the worker's hook.
+void loopCondition(const gpool_sim_launch* l) {
+  auto h = arg<unsigned long long>(l, 0);
+  auto* counter = arg<unsigned*>(l, 1);
+  unsigned limit = arg<unsigned>(l, 2);
+  unsigned ran = ++*counter;
+  l->set_conditional(l->sim, h, ran < limit ? 1 : 0);
+}
+
+void setCondition(const gpool_sim_launch* l) {
+  l->set_conditional(l->sim, arg<unsigned long long>(l, 0), arg<unsigned>(l, 1));
+}
+
 }  // namespace
 
 extern "C" void gpool_sim_register_kernels(gpool_sim_register_fn reg) {
@@ -38,4 +51,8 @@ extern "C" void gpool_sim_register_kernels(gpool_sim_register_fn reg) {
   reg("gpool_test_saxpy", &saxpy, 4, saxpy_sizes, nullptr);
   const unsigned inc_sizes[] = {8, 4};
   reg("gpool_test_increment", &increment, 2, inc_sizes, nullptr);
+  const unsigned loop_sizes[] = {8, 8, 4};
+  reg("gpool_test_loop_condition", &loopCondition, 3, loop_sizes, nullptr);
+  const unsigned set_sizes[] = {8, 4};
+  reg("gpool_test_set_condition", &setCondition, 2, set_sizes, nullptr);
 }

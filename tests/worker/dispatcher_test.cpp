@@ -431,3 +431,47 @@ TEST(Dispatcher, GraphNodesBelongToTheirGraph) {
   EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(b, GraphNodes{{n}}).first, kInvalidValue);  // gone with its graph
   EXPECT_TRUE(h.finish().clean);
 }
+
+// A conditional handle is its graph's; a conditional node's bodies are graphs the client may fill but
+// not destroy, and they end with the node or with its graph (nested bodies too). Listed and cloned nodes
+// are the listing's or the clone's graph's.
+TEST(Dispatcher, ConditionalBodiesBelongToTheirNode) {
+  Harness h;
+  test::RawClient c(*h.client);
+  auto graph = [&] { return std::get<0>(c.call<calls::GraphCreate>(0u).second).v; };
+  uint64_t a = graph(), b = graph();
+  auto handle = [&](uint64_t g) { return std::get<0>(c.call<calls::GraphConditionalHandleCreate>(g, 0u, 0u).second).v; };
+  uint64_t ha = handle(a);
+  EXPECT_EQ(c.call<calls::GraphAddConditionalNode>(b, GraphNodes{}, ha, 0u, 1u).first, kInvalidValue);  // a's handle in b
+  EXPECT_EQ(c.call<calls::GraphAddConditionalNode>(a, GraphNodes{}, ha + 100, 0u, 1u).first, kInvalidHandle);  // forged
+  auto [st, out] = c.call<calls::GraphAddConditionalNode>(a, GraphNodes{}, ha, 1u, 1u);  // WHILE
+  ASSERT_EQ(st, 0);
+  uint64_t loop = std::get<0>(out).v;
+  ASSERT_EQ(std::get<1>(out).v.size(), 1u);
+  uint64_t body = std::get<1>(out).v[0];
+  EXPECT_EQ(c.call<calls::GraphDestroy>(body).first, kInvalidValue);  // the node's, not the client's to destroy
+  // A body holds a conditional node of its own: its body is nested two deep.
+  uint64_t hb = handle(body);
+  auto [st2, inner] = c.call<calls::GraphAddConditionalNode>(body, GraphNodes{}, hb, 0u, 1u);
+  ASSERT_EQ(st2, 0);
+  uint64_t nested = std::get<1>(inner).v[0];
+  EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(nested, GraphNodes{}).first, 0);
+  auto [st3, shape] = c.call<calls::GraphTopology>(a);
+  ASSERT_EQ(st3, 0);
+  EXPECT_EQ(std::get<0>(shape).v, std::vector<uint64_t>{loop});
+  EXPECT_EQ(std::get<1>(shape), std::vector<uint32_t>{13u});  // CU_GRAPH_NODE_TYPE_CONDITIONAL
+  EXPECT_EQ(c.call<calls::GraphDestroyNode>(a, loop).first, 0);
+  EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(body, GraphNodes{}).first, kInvalidHandle);    // gone with the node
+  EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(nested, GraphNodes{}).first, kInvalidHandle);  // and its nested body
+  // A clone's node: found from the original's node, and the clone's alone.
+  auto [st4, e] = c.call<calls::GraphAddEmptyNode>(b, GraphNodes{});
+  ASSERT_EQ(st4, 0);
+  uint64_t clone = std::get<0>(c.call<calls::GraphClone>(b).second).v;
+  auto [st5, found] = c.call<calls::GraphNodeFindInClone>(b, std::get<0>(e).v, clone);
+  ASSERT_EQ(st5, 0);
+  uint64_t copy = std::get<0>(found).v;
+  EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(clone, GraphNodes{{copy}}).first, 0);
+  EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(b, GraphNodes{{copy}}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::GraphNodeFindInClone>(a, std::get<0>(e).v, clone).first, kInvalidValue);  // not a's node
+  EXPECT_TRUE(h.finish().clean);
+}

@@ -16,6 +16,10 @@ typedef struct gpool_sim_launch {
   unsigned shared_bytes;
   unsigned nparams;
   void* const* params; /* params[i] points at parameter i, as in cuLaunchKernel's kernelParams */
+  /* cudaGraphSetConditional(handle, value) for a kernel that runs inside a graph; call it as
+   * launch->set_conditional(launch->sim, handle, value). Handles the worker did not make are ignored. */
+  void (*set_conditional)(void* sim, unsigned long long handle, unsigned value);
+  void* sim;
 } gpool_sim_launch;
 
 typedef void (*gpool_sim_kernel_fn)(const gpool_sim_launch* launch);

@@ -17,6 +17,7 @@ enum class HandleKind : uint8_t {
   kPhysical,  // a CUmemGenericAllocationHandle (cuMemCreate): device memory not yet at an address
   kLinkState,  // a CUlinkState: a JIT link under way on the worker's driver
   kGraphNode,  // a CUgraphNode, owned by its graph
+  kConditional,  // a CUgraphConditionalHandle, owned by the graph it was made for
 };
 
 // A handle of kind K that this worker handed out earlier (streams: also 0, 1 and 2, the legacy and
@@ -42,8 +43,17 @@ using Physical = Handle<HandleKind::kPhysical>;
 using LinkState = Handle<HandleKind::kLinkState>;
 // A node of the graph named earlier in the same request (the request's Graph field).
 using GraphNode = Handle<HandleKind::kGraphNode>;
-// Nodes of the request's graph (dependencies, edges); each must be that graph's.
+// Nodes of the request's graph (dependencies, edges); each must be that graph's. As a reply field,
+// Created<GraphNodes> hands out nodes of the request's graph (a listing names captured nodes too).
 struct GraphNodes {
+  std::vector<uint64_t> v;
+  GPOOL_WIRE_FIELDS(v)
+};
+// A conditional handle made for the request's graph (its conditional nodes and the kernels that set it).
+using Conditional = Handle<HandleKind::kConditional>;
+// Reply field: the body graphs the driver made for a conditional node. They belong to the request's
+// graph: destroying it ends them, and the client may add nodes to them but never destroy them.
+struct BodyGraphs {
   std::vector<uint64_t> v;
   GPOOL_WIRE_FIELDS(v)
 };

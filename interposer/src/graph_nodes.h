@@ -1,0 +1,72 @@
+// What the client remembers of each graph node it has seen (added here, listed from the worker, or found
+// in a clone): its graph, its type, and the parameters CUDA's node getters return. Graphs and nodes
+// themselves live on the worker; this is the one registry of api_graph_build.cpp and api_graph_query.cpp.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "state.h"
+
+namespace gpool::client {
+
+struct GraphNodeInfo {
+  uint64_t graph = 0;
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  CUDA_KERNEL_NODE_PARAMS kernel{};  // kernel nodes: kernelParams points into `args`, which point into `packed`
+  std::vector<uint8_t> packed;
+  std::vector<void*> args;
+  CUDA_MEMSET_NODE_PARAMS memset{};
+  CUDA_MEMCPY3D copy{};
+  CUDA_HOST_NODE_PARAMS host{};
+  CUevent event = nullptr;
+  std::vector<CUgraph> bodies;  // conditional nodes: what the caller's phGraph_out points at
+
+  GraphNodeInfo() = default;
+  GraphNodeInfo(GraphNodeInfo&&) = default;
+  GraphNodeInfo& operator=(GraphNodeInfo&&) = default;
+  // A copy (a clone's node) points its kernel arguments into its own bytes.
+  GraphNodeInfo(const GraphNodeInfo& o) { *this = o; }
+  GraphNodeInfo& operator=(const GraphNodeInfo& o) {
+    if (this == &o) return *this;
+    graph = o.graph, type = o.type, kernel = o.kernel, packed = o.packed, memset = o.memset, copy = o.copy;
+    host = o.host, event = o.event, bodies = o.bodies;
+    args.clear();
+    for (void* a : o.args) args.push_back(packed.data() + (static_cast<uint8_t*>(a) - o.packed.data()));
+    kernel.kernelParams = args.empty() ? nullptr : args.data();
+    return *this;
+  }
+};
+
+struct GraphNodeRegistry {
+  std::mutex mu;
+  std::unordered_map<uint64_t, GraphNodeInfo> nodes;
+
+  // The node's graph; false for a node this process never saw.
+  bool graphOf(CUgraphNode node, uint64_t& graph) {
+    std::lock_guard lock(mu);
+    auto it = nodes.find(reinterpret_cast<uint64_t>(node));
+    if (it == nodes.end()) return false;
+    graph = it->second.graph;
+    return true;
+  }
+  // Runs f(info) on a node's record under the lock, when the node is known and of `type`.
+  template <typename F>
+  CUresult withNode(CUgraphNode node, CUgraphNodeType type, F f) {
+    std::lock_guard lock(mu);
+    auto it = nodes.find(reinterpret_cast<uint64_t>(node));
+    if (it == nodes.end() || it->second.type != type) return CUDA_ERROR_INVALID_VALUE;
+    f(it->second);
+    return CUDA_SUCCESS;
+  }
+  void forgetGraph(uint64_t graph) {
+    std::lock_guard lock(mu);
+    std::erase_if(nodes, [graph](const auto& e) { return e.second.graph == graph; });
+  }
+};
+
+GraphNodeRegistry& graphNodes();
+
+}  // namespace gpool::client

@@ -1,0 +1,339 @@
+// CUDA graphs beyond plain construction, as XLA's command buffers use them: conditional nodes (WHILE, IF
+// with an else body, SWITCH) whose condition a kernel sets; the graph's shape asked back (nodes, roots,
+// edges, a node's dependencies and dependents) and edges removed; clones and a node found in a clone;
+// node parameters set and read back on the graph; an instantiation's nodes switched off, its child graph
+// and event nodes given new parameters; cuGraphExecGetFlags and the DOT print. Values are checked.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "checks.h"
+
+// One PASS/FAIL line whose text is formatted.
+#define CHECK(ok, ...)                               \
+  do {                                               \
+    bool ok_ = (ok);                                 \
+    char what_[256];                                 \
+    std::snprintf(what_, sizeof what_, __VA_ARGS__); \
+    check(ok_, what_);                               \
+  } while (0)
+
+extern "C" __global__ void gpool_test_increment(unsigned* p, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] += 1;
+}
+
+// A loop's condition: counts its iterations and keeps the loop going while fewer than `limit` ran.
+extern "C" __global__ void gpool_test_loop_condition(cudaGraphConditionalHandle h, unsigned* counter, unsigned limit) {
+  unsigned ran = ++*counter;
+  cudaGraphSetConditional(h, ran < limit ? 1 : 0);
+}
+
+extern "C" __global__ void gpool_test_set_condition(cudaGraphConditionalHandle h, unsigned value) {
+  cudaGraphSetConditional(h, value);
+}
+
+namespace {
+
+const int n = 256;
+
+cudaKernelNodeParams kernelParams(void* func, void** args) {
+  cudaKernelNodeParams k{};
+  k.func = func;
+  k.gridDim = dim3(1);
+  k.blockDim = dim3(n);
+  k.kernelParams = args;
+  return k;
+}
+
+std::vector<unsigned> readBack(const unsigned* d) {
+  std::vector<unsigned> host(n);
+  CK(cudaMemcpy(host.data(), d, n * sizeof(unsigned), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+void launchAndWait(cudaGraphExec_t exec, cudaStream_t s) {
+  CK(cudaGraphLaunch(exec, s));
+  CK(cudaStreamSynchronize(s));
+}
+
+// Launches with the condition-setting kernel node's argument changed in the instantiation first.
+void launchWithValue(cudaGraphExec_t exec, cudaGraphNode_t set, const cudaKernelNodeParams& k, cudaStream_t s) {
+  CK(cudaGraphExecKernelNodeSetParams(exec, set, &k));
+  launchAndWait(exec, s);
+}
+
+bool allAre(const std::vector<unsigned>& v, unsigned want) {
+  return std::all_of(v.begin(), v.end(), [want](unsigned x) { return x == want; });
+}
+
+cudaGraphNode_t addIncrement(cudaGraph_t g, unsigned** d, const cudaGraphNode_t* deps, size_t ndeps) {
+  static int count = n;
+  void* args[] = {d, &count};
+  cudaKernelNodeParams k = kernelParams(reinterpret_cast<void*>(gpool_test_increment), args);
+  cudaGraphNode_t node;
+  CK(cudaGraphAddKernelNode(&node, g, deps, ndeps, &k));
+  return node;
+}
+
+cudaGraphNode_t addConditional(cudaGraph_t g, cudaGraphConditionalHandle h, cudaGraphConditionalNodeType type, unsigned size,
+                               const cudaGraphNode_t* deps, size_t ndeps, cudaGraph_t* bodies) {
+  cudaGraphNodeParams p{};
+  p.type = cudaGraphNodeTypeConditional;
+  p.conditional.handle = h;
+  p.conditional.type = type;
+  p.conditional.size = size;
+  cudaGraphNode_t node;
+  CK(cudaGraphAddNode(&node, g, deps, nullptr, ndeps, &p));
+  for (unsigned i = 0; i < size; ++i) bodies[i] = p.conditional.phGraph_out[i];
+  return node;
+}
+
+// WHILE: the body increments and then asks whether to go on; it runs exactly `limit` times per launch.
+void whileLoop(unsigned* d, unsigned* counter, cudaStream_t s) {
+  cudaGraph_t g, body;
+  CK(cudaGraphCreate(&g, 0));
+  cudaGraphConditionalHandle h;
+  CK(cudaGraphConditionalHandleCreate(&h, g, 1, cudaGraphCondAssignDefault));
+  cudaGraphNode_t loop = addConditional(g, h, cudaGraphCondTypeWhile, 1, nullptr, 0, &body);
+  cudaGraphNode_t inc = addIncrement(body, &d, nullptr, 0);
+  unsigned limit = 5;
+  void* args[] = {&h, &counter, &limit};
+  cudaKernelNodeParams k = kernelParams(reinterpret_cast<void*>(gpool_test_loop_condition), args);
+  k.blockDim = dim3(1);
+  cudaGraphNode_t cond;
+  CK(cudaGraphAddKernelNode(&cond, body, &inc, 1, &k));
+  (void)loop;
+  cudaGraphExec_t exec;
+  CK(cudaGraphInstantiate(&exec, g, 0));
+  for (int launch = 1; launch <= 2; ++launch) {
+    CK(cudaMemsetAsync(counter, 0, sizeof(unsigned), s));
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaStreamSynchronize(s));
+    unsigned ran = 0;
+    CK(cudaMemcpy(&ran, counter, sizeof ran, cudaMemcpyDeviceToHost));
+    CHECK(ran == limit, "a WHILE node ran its body %u times (want %u)", ran, limit);
+    CHECK(allAre(readBack(d), limit * launch), "a WHILE node's body incremented %u times per launch", limit);
+  }
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(g));
+  std::printf("conditional WHILE: %u iterations per launch\n", limit);
+}
+
+// IF with an else body, chosen by a kernel that runs first; then SWITCH over three bodies.
+void ifElseAndSwitch(unsigned* d, cudaStream_t s) {
+  CK(cudaMemset(d, 0, n * sizeof(unsigned)));
+  cudaGraph_t g, branches[2];
+  CK(cudaGraphCreate(&g, 0));
+  cudaGraphConditionalHandle h;
+  CK(cudaGraphConditionalHandleCreate(&h, g, 0, 0));
+  unsigned value = 0;
+  void* args[] = {&h, &value};
+  cudaKernelNodeParams k = kernelParams(reinterpret_cast<void*>(gpool_test_set_condition), args);
+  k.blockDim = dim3(1);
+  cudaGraphNode_t set;
+  CK(cudaGraphAddKernelNode(&set, g, nullptr, 0, &k));
+  addConditional(g, h, cudaGraphCondTypeIf, 2, &set, 1, branches);
+  addIncrement(branches[0], &d, nullptr, 0);  // then: +1
+  cudaGraphNode_t twice = addIncrement(branches[1], &d, nullptr, 0);  // else: +2
+  addIncrement(branches[1], &d, &twice, 1);
+  cudaGraphExec_t exec;
+  CK(cudaGraphInstantiate(&exec, g, 0));
+  launchAndWait(exec, s);  // condition 0: else
+  CHECK(allAre(readBack(d), 2), "an IF node with a false condition ran its else body");
+  value = 1;
+  launchWithValue(exec, set, k, s);
+  CHECK(allAre(readBack(d), 3), "an IF node with a true condition ran its then body");
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(g));
+
+  // SWITCH: body i adds i+1; the value 2 picks the third, and 7 (out of range) none.
+  CK(cudaMemset(d, 0, n * sizeof(unsigned)));
+  cudaGraph_t sw, cases[3];
+  CK(cudaGraphCreate(&sw, 0));
+  CK(cudaGraphConditionalHandleCreate(&h, sw, 0, 0));
+  value = 2;
+  CK(cudaGraphAddKernelNode(&set, sw, nullptr, 0, &k));
+  addConditional(sw, h, cudaGraphCondTypeSwitch, 3, &set, 1, cases);
+  for (int c = 0; c < 3; ++c) {
+    cudaGraphNode_t last = nullptr;
+    for (int i = 0; i <= c; ++i) last = addIncrement(cases[c], &d, last ? &last : nullptr, last ? 1 : 0);
+  }
+  CK(cudaGraphInstantiate(&exec, sw, 0));
+  launchAndWait(exec, s);
+  CHECK(allAre(readBack(d), 3), "a SWITCH node with value 2 ran its third body once");
+  value = 7;
+  launchWithValue(exec, set, k, s);
+  CHECK(allAre(readBack(d), 3), "a SWITCH node with an out-of-range value ran no body");
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(sw));
+  std::printf("conditional IF/else and SWITCH: bodies chosen by the kernel's value\n");
+}
+
+bool contains(const std::vector<cudaGraphNode_t>& v, cudaGraphNode_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+// a -> b, a -> c, b -> d, c -> d: the shape asked back, an edge removed, a clone and its node.
+void shapeAndClone(unsigned* d, cudaStream_t s) {
+  cudaGraph_t g;
+  CK(cudaGraphCreate(&g, 0));
+  cudaGraphNode_t a, b, c, e;
+  CK(cudaGraphAddEmptyNode(&a, g, nullptr, 0));
+  b = addIncrement(g, &d, &a, 1);
+  cudaMemsetParams m{};
+  m.dst = d;
+  m.value = 9;
+  m.elementSize = 4;
+  m.width = n;
+  m.height = 1;
+  CK(cudaGraphAddMemsetNode(&c, g, &a, 1, &m));
+  cudaGraphNode_t bc[] = {b, c};
+  CK(cudaGraphAddEmptyNode(&e, g, bc, 2));
+
+  size_t count = 0;
+  CK(cudaGraphGetNodes(g, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count + 2);
+  count = nodes.size();
+  CK(cudaGraphGetNodes(g, nodes.data(), &count));
+  CHECK(count == 4 && nodes[4] == nullptr && contains(nodes, a) && contains(nodes, b) && contains(nodes, c) && contains(nodes, e),
+        "cudaGraphGetNodes listed %zu nodes (want the 4 added, the rest cleared)", count);
+  size_t roots = 2;
+  cudaGraphNode_t root[2] = {};
+  CK(cudaGraphGetRootNodes(g, root, &roots));
+  CHECK(roots == 1 && root[0] == a && root[1] == nullptr, "cudaGraphGetRootNodes found %zu root (want a)", roots);
+  size_t edges = 0;
+  CK(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &edges));
+  CHECK(edges == 4, "cudaGraphGetEdges counted %zu edges (want 4)", edges);
+  std::vector<cudaGraphNode_t> deps(4);
+  size_t ndeps = deps.size();
+  CK(cudaGraphNodeGetDependencies(e, deps.data(), nullptr, &ndeps));
+  CHECK(ndeps == 2 && contains(deps, b) && contains(deps, c), "node e has %zu dependencies (want b and c)", ndeps);
+  size_t ndependents = 0;
+  CK(cudaGraphNodeGetDependentNodes(a, nullptr, nullptr, &ndependents));
+  CHECK(ndependents == 2, "node a has %zu dependents (want 2)", ndependents);
+  cudaGraphNodeType type;
+  CK(cudaGraphNodeGetType(c, &type));
+  CHECK(type == cudaGraphNodeTypeMemset, "a memset node reports type %d (want memset)", static_cast<int>(type));
+
+  // The memset node's parameters, set on the graph and read back; then b runs after it, not beside it.
+  cudaMemsetParams back{};
+  CK(cudaGraphMemsetNodeGetParams(c, &back));
+  CHECK(back.value == 9 && back.width == n, "cudaGraphMemsetNodeGetParams gave value %u (want 9)", back.value);
+  m.value = 40;
+  CK(cudaGraphMemsetNodeSetParams(c, &m));
+  cudaGraphNode_t from[] = {a}, to[] = {b};
+  CK(cudaGraphRemoveDependencies(g, from, to, nullptr, 1));
+  CK(cudaGraphAddDependencies(g, &c, &b, nullptr, 1));
+  CK(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &edges));
+  CHECK(edges == 4, "after moving an edge the graph has %zu edges (want 4)", edges);
+
+  cudaGraph_t clone;
+  CK(cudaGraphClone(&clone, g));
+  cudaGraphNode_t cloned_c;
+  CK(cudaGraphNodeFindInClone(&cloned_c, c, clone));
+  CHECK(cloned_c != c, "cudaGraphNodeFindInClone returned the clone's own node");
+  CK(cudaGraphMemsetNodeGetParams(cloned_c, &back));
+  CHECK(back.value == 40, "the clone's memset node has value %u (want 40)", back.value);
+  CK(cudaGraphDestroy(g));  // the clone is a graph of its own
+
+  cudaGraphExec_t exec;
+  CK(cudaGraphInstantiateWithFlags(&exec, clone, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+  unsigned long long flags = 0;
+  CK(cudaGraphExecGetFlags(exec, &flags));
+  CHECK(flags == cudaGraphInstantiateFlagAutoFreeOnLaunch, "cudaGraphExecGetFlags gave %llu (want auto-free-on-launch)", flags);
+  launchAndWait(exec, s);
+  CHECK(allAre(readBack(d), 41), "the clone ran memset(40) then the increment");
+
+  // The instantiation's memset switched off: only the increment runs.
+  unsigned on = 1;
+  CK(cudaGraphNodeSetEnabled(exec, cloned_c, 0));
+  CK(cudaGraphNodeGetEnabled(exec, cloned_c, &on));
+  CHECK(on == 0, "a node switched off reports enabled=%u (want 0)", on);
+  launchAndWait(exec, s);
+  CHECK(allAre(readBack(d), 42), "a disabled memset node did not run");
+
+  const char* dot = "/tmp/gpool_graph_nodes_test.dot";
+  CK(cudaGraphDebugDotPrint(clone, dot, 0));
+  FILE* f = std::fopen(dot, "r");
+  char text[4096] = {};
+  size_t got = f ? std::fread(text, 1, sizeof text - 1, f) : 0;
+  if (f) std::fclose(f);
+  std::remove(dot);
+  CHECK(got > 0 && std::strstr(text, "digraph") && std::strstr(text, "memset") && std::strstr(text, "->"),
+        "cudaGraphDebugDotPrint wrote the nodes and edges");
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(clone));
+  std::printf("graph shape: nodes, roots, edges, dependencies; clone, enable, DOT print\n");
+}
+
+// An instantiation's child graph node takes a new child of the same shape; its event record node a new event.
+void execChildAndEvent(unsigned* d, cudaStream_t s) {
+  CK(cudaMemset(d, 0, n * sizeof(unsigned)));
+  cudaGraph_t child1, child2, g;
+  CK(cudaGraphCreate(&child1, 0));
+  addIncrement(child1, &d, nullptr, 0);
+  CK(cudaGraphCreate(&child2, 0));
+  cudaMemsetParams m{};
+  m.dst = d;
+  m.value = 70;
+  m.elementSize = 4;
+  m.width = n;
+  m.height = 1;
+  cudaGraphNode_t ms;
+  CK(cudaGraphAddMemsetNode(&ms, child2, nullptr, 0, &m));
+  cudaEvent_t first, second;
+  CK(cudaEventCreate(&first));
+  CK(cudaEventCreate(&second));
+  CK(cudaGraphCreate(&g, 0));
+  cudaGraphNode_t sub, rec;
+  CK(cudaGraphAddChildGraphNode(&sub, g, nullptr, 0, child1));
+  CK(cudaGraphAddEventRecordNode(&rec, g, &sub, 1, first));
+  cudaEvent_t got = nullptr;
+  CK(cudaGraphEventRecordNodeGetEvent(rec, &got));
+  CHECK(got == first, "cudaGraphEventRecordNodeGetEvent returned the node's event");
+  cudaGraphExec_t exec;
+  CK(cudaGraphInstantiate(&exec, g, 0));
+  launchAndWait(exec, s);
+  CHECK(allAre(readBack(d), 1), "the child graph incremented");
+  float elapsed = 0;  // elapsed time needs both events recorded: only `first` is, so far
+  CHECK(cudaEventElapsedTime(&elapsed, first, second) != cudaSuccess, "the event record node recorded its own event alone");
+  (void)cudaGetLastError();
+
+  // Same shape (one node), other work: the child now sets 70. The record node now records `second`.
+  CK(cudaGraphExecChildGraphNodeSetParams(exec, sub, child2));
+  CK(cudaGraphExecEventRecordNodeSetEvent(exec, rec, second));
+  launchAndWait(exec, s);
+  CHECK(allAre(readBack(d), 70), "the instantiation's child graph node took the new child");
+  CHECK(cudaEventElapsedTime(&elapsed, first, second) == cudaSuccess && elapsed >= 0, "the instantiation's record node recorded the new event");
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(g));
+  CK(cudaGraphDestroy(child1));
+  CK(cudaGraphDestroy(child2));
+  CK(cudaEventDestroy(first));
+  CK(cudaEventDestroy(second));
+  std::printf("instantiation setters: child graph and event nodes\n");
+}
+
+}  // namespace
+
+int main() {
+  CK(cudaSetDevice(0));
+  unsigned *d = nullptr, *counter = nullptr;
+  CK(cudaMalloc(&d, n * sizeof(unsigned)));
+  CK(cudaMalloc(&counter, sizeof(unsigned)));
+  CK(cudaMemset(d, 0, n * sizeof(unsigned)));
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  whileLoop(d, counter, s);
+  ifElseAndSwitch(d, s);
+  shapeAndClone(d, s);
+  execChildAndEvent(d, s);
+  CK(cudaStreamDestroy(s));
+  CK(cudaFree(d));
+  CK(cudaFree(counter));
+  std::printf(failures ? "%d FAILED\n" : "ALL PASSED\n", failures);
+  return failures ? 1 : 0;
+}
