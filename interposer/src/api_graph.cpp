@@ -20,6 +20,19 @@ CUresult beginCapture(uint64_t s, CUstreamCaptureMode mode) {
   return static_cast<CUresult>(st);
 }
 
+CUresult beginCaptureToGraph(uint64_t s, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* edges, size_t n,
+                             CUstreamCaptureMode mode) {
+  if (!graph || (n && !deps) || mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; edges && i < n; ++i)
+    if (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || edges[i].from_port || edges[i].to_port) return CUDA_ERROR_NOT_SUPPORTED;
+  GPOOL_CONN(conn);
+  gpool::proto::GraphNodes after;
+  for (size_t i = 0; i < n; ++i) after.v.push_back(raw(deps[i]));
+  int st = conn->call<calls::StreamBeginCaptureToGraph>(s, raw(graph), after, static_cast<uint32_t>(mode));
+  if (st == CUDA_SUCCESS) ++State::get().active_captures;
+  return static_cast<CUresult>(st);
+}
+
 CUresult endCapture(uint64_t s, CUgraph* graph) {
   if (!graph) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
@@ -100,6 +113,14 @@ GPOOL_EXPORT CUresult cuStreamBeginCapture(CUstream s) {
 }
 GPOOL_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream s) {
   GPOOL_TRY return beginCapture(streamArg(s, true), CU_STREAM_CAPTURE_MODE_GLOBAL); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* edges,
+                                                  size_t n, CUstreamCaptureMode mode) {
+  GPOOL_TRY return beginCaptureToGraph(streamArg(s, false), graph, deps, edges, n, mode); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* edges,
+                                                       size_t n, CUstreamCaptureMode mode) {
+  GPOOL_TRY return beginCaptureToGraph(streamArg(s, true), graph, deps, edges, n, mode); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* graph) {
   GPOOL_TRY return endCapture(streamArg(s, false), graph); GPOOL_CATCH

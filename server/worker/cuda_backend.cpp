@@ -59,7 +59,7 @@ namespace {
   F(cuGraphNodeSetEnabled) F(cuGraphNodeGetEnabled) F(cuGraphExecChildGraphNodeSetParams)                   \
   F(cuGraphExecEventRecordNodeSetEvent) F(cuGraphExecEventWaitNodeSetEvent) F(cuGraphEventRecordNodeSetEvent) \
   F(cuGraphEventWaitNodeSetEvent) F(cuGraphMemsetNodeSetParams) F(cuGraphMemcpyNodeSetParams)              \
-  F(cuGraphHostNodeSetParams)
+  F(cuGraphHostNodeSetParams) F(cuStreamBeginCaptureToGraph)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -975,6 +975,11 @@ class CudaBackend final : public Backend {
     return CUDA_SUCCESS;
   }
 
+  Status StreamBeginCaptureToGraph(Stream stream, Graph g, GraphNodes deps, uint32_t mode) {
+    if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+    auto d = nodes_(deps);
+    return d_.cuStreamBeginCaptureToGraph_(stream_(stream), graph_(g), d.data(), nullptr, d.size(), static_cast<CUstreamCaptureMode>(mode));
+  }
   Status StreamEndCapture(Stream stream, Created<Graph>& graph) {
     CUgraph g = nullptr;
     CUresult r = d_.cuStreamEndCapture_(stream_(stream), &g);

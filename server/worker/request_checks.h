@@ -124,7 +124,7 @@ class RequestChecks {
     } else if constexpr (K == HandleKind::kPhysical) {
       table_.addPhysical(h.v, s.reserved);  // the AllocBytes reservation is now this memory's
       s.reserved = 0;
-    } else {
+    } else if (K != HandleKind::kGraph || !table_.has(K, h.v)) {  // a graph captured into keeps its owner
       table_.add(K, h.v, s.owner);
     }
   }

@@ -724,20 +724,27 @@ Status SimBackend::StreamBeginCapture(Stream stream, uint32_t mode) {
   return CUDA_SUCCESS;
 }
 
+Status SimBackend::StreamBeginCaptureToGraph(Stream stream, Graph g, GraphNodes deps, uint32_t mode) {
+  if (Status st = StreamBeginCapture(stream, mode); st != CUDA_SUCCESS) return st;
+  captures_[stream].into = g.v;
+  captures_[stream].after = deps.v;
+  return CUDA_SUCCESS;
+}
+
 Status SimBackend::StreamEndCapture(Stream stream, Created<Graph>& graph) {
   auto it = captures_.find(stream);
   if (it == captures_.end()) return CUDA_ERROR_ILLEGAL_STATE;
   Capture c = std::move(it->second);
   captures_.erase(it);
   if (c.invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-  graph = newHandle(HandleKind::kGraph);
+  graph = c.into ? c.into : newHandle(HandleKind::kGraph);
   graphs_[graph];
-  uint64_t previous = 0;  // a capture is a chain: each node depends on the one before
+  std::vector<uint64_t> deps = c.after;  // a capture is a chain: each node depends on the one before
   for (size_t i = 0; i < c.ops.size(); ++i) {
     uint64_t node = newHandle(HandleKind::kGraphNode);
-    nodes_[node] = SimNode{std::move(c.ops[i]), previous ? std::vector<uint64_t>{previous} : std::vector<uint64_t>{}, graph, c.types[i]};
+    nodes_[node] = SimNode{std::move(c.ops[i]), deps, graph, c.types[i]};
+    deps = {node};
     graphs_[graph].push_back(node);
-    previous = node;
   }
   return CUDA_SUCCESS;
 }

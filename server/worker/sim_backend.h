@@ -65,6 +65,8 @@ class SimBackend final : public Backend {
     bool invalidated = false;  // an operation that cannot be captured was issued into it
     Ops ops;
     std::vector<uint32_t> types;  // each op's CUgraphNodeType, for the graph's nodes
+    uint64_t into = 0;            // capturing into this existing graph (0: a new one), after `after`
+    std::vector<uint64_t> after;
   };
   uint64_t newHandle(HandleKind kind);
   // The capture recording into `stream`, or nullptr when the stream runs work directly.

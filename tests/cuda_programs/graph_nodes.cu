@@ -317,6 +317,42 @@ void execChildAndEvent(unsigned* d, cudaStream_t s) {
   std::printf("instantiation setters: child graph and event nodes\n");
 }
 
+// Capture into graphs that exist (XLA traces library calls into its command buffers so): after a node of
+// a graph, and into an IF node's body.
+void captureToGraph(unsigned* d, cudaStream_t s) {
+  CK(cudaMemset(d, 0, n * sizeof(unsigned)));
+  cudaGraph_t g, body;
+  CK(cudaGraphCreate(&g, 0));
+  cudaGraphNode_t first;
+  CK(cudaGraphAddEmptyNode(&first, g, nullptr, 0));
+  cudaGraphConditionalHandle h;
+  CK(cudaGraphConditionalHandleCreate(&h, g, 1, cudaGraphCondAssignDefault));  // true at each launch
+  cudaGraphNode_t cond = addConditional(g, h, cudaGraphCondTypeIf, 1, &first, 1, &body);
+  int count = n;
+  void* args[] = {&d, &count};
+  CK(cudaStreamBeginCaptureToGraph(s, g, &cond, nullptr, 1, cudaStreamCaptureModeGlobal));
+  CK(cudaLaunchKernel(reinterpret_cast<void*>(gpool_test_increment), dim3(1), dim3(n), args, 0, s));
+  cudaGraph_t captured = nullptr;
+  CK(cudaStreamEndCapture(s, &captured));
+  CHECK(captured == g, "a capture into a graph hands back that graph");
+  CK(cudaStreamBeginCaptureToGraph(s, body, nullptr, nullptr, 0, cudaStreamCaptureModeGlobal));
+  CK(cudaLaunchKernel(reinterpret_cast<void*>(gpool_test_increment), dim3(1), dim3(n), args, 0, s));
+  CK(cudaLaunchKernel(reinterpret_cast<void*>(gpool_test_increment), dim3(1), dim3(n), args, 0, s));
+  CK(cudaStreamEndCapture(s, &captured));
+  CHECK(captured == body, "a capture into a conditional body hands back the body");
+  size_t count_g = 0, count_body = 0;
+  CK(cudaGraphGetNodes(g, nullptr, &count_g));
+  CK(cudaGraphGetNodes(body, nullptr, &count_body));
+  CHECK(count_g == 3 && count_body == 2, "captured nodes joined the graphs (%zu and %zu nodes, want 3 and 2)", count_g, count_body);
+  cudaGraphExec_t exec;
+  CK(cudaGraphInstantiate(&exec, g, 0));
+  launchAndWait(exec, s);
+  CHECK(allAre(readBack(d), 3), "the graph ran the body's captured work (+2), then its own (+1)");
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(g));
+  std::printf("capture into an existing graph and into a conditional body\n");
+}
+
 }  // namespace
 
 int main() {
@@ -331,6 +367,7 @@ int main() {
   ifElseAndSwitch(d, s);
   shapeAndClone(d, s);
   execChildAndEvent(d, s);
+  captureToGraph(d, s);
   CK(cudaStreamDestroy(s));
   CK(cudaFree(d));
   CK(cudaFree(counter));

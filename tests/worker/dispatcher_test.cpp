@@ -460,6 +460,13 @@ TEST(Dispatcher, ConditionalBodiesBelongToTheirNode) {
   ASSERT_EQ(st3, 0);
   EXPECT_EQ(std::get<0>(shape).v, std::vector<uint64_t>{loop});
   EXPECT_EQ(std::get<1>(shape), std::vector<uint32_t>{13u});  // CU_GRAPH_NODE_TYPE_CONDITIONAL
+  // Captured into, the body is handed back by StreamEndCapture and is still the node's.
+  uint64_t stream = std::get<0>(c.call<calls::StreamCreate>(0u, 0).second).v;
+  EXPECT_EQ(c.call<calls::StreamBeginCaptureToGraph>(stream, body, GraphNodes{}, 0u).first, 0);
+  auto [st6, captured] = c.call<calls::StreamEndCapture>(stream);
+  EXPECT_EQ(st6, 0);
+  EXPECT_EQ(std::get<0>(captured).v, body);
+  EXPECT_EQ(c.call<calls::GraphDestroy>(body).first, kInvalidValue);
   EXPECT_EQ(c.call<calls::GraphDestroyNode>(a, loop).first, 0);
   EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(body, GraphNodes{}).first, kInvalidHandle);    // gone with the node
   EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(nested, GraphNodes{}).first, kInvalidHandle);  // and its nested body
