@@ -57,12 +57,16 @@ REFUSED = [
     (r"^cuUserObject|^cuGraph(Retain|Release)UserObject", "user objects (destructors a graph runs when it lets go) are not forwarded yet"),
     (r"^cuGraph", "this graph call (kernel node attributes, batch memory-operation nodes, a child node's graph) is not forwarded yet"),
     (r"ShareableHandle|^cuMemPoolExport|^cuMemPoolImport", "sharing pools and VMM handles between processes is not forwarded yet"),
-    (r"^cuMem(Discard|RangeGetAttributes|PrefetchBatch)", "batched and multi-attribute managed-memory calls are not forwarded yet"),
     (r"^cuExternal|^cuImportExternal|^cuDestroyExternal|^cuSignalExternal|^cuWaitExternal", "external memory and semaphores (Vulkan/D3D) are not supported"),
     (r"^cuGreenCtx|^cuDevResource|^cuDeviceGetDevResource|^cuCtxGetDevResource|^cuStreamGetGreenCtx|^cuCtxFromGreenCtx", "green contexts are the lease's to set (issue 5), not the program's"),
     (r"^cuProfiler|^cuCheckpoint|^cuCoredump|^cuLogs|^cuLog", "tools interfaces (profiler, checkpoint, coredump, logs) are not forwarded"),
     (r"^cuMulticast", "multicast objects need several GPUs of one lease (issue 12)"),
     (r"^cuDeviceGetP2P|^cuCtxEnablePeer|^cuCtxDisablePeer|^cuDeviceCanAccessPeer", "peer access between GPUs needs several GPUs of one lease (issue 12)"),
+]
+# Entry points the client library defines only to refuse, as CUDA itself does on the device gpool presents
+# (they log why and what to do instead).
+REFUSED_AS_CUDA = [
+    (r"^cuMem(DiscardBatch|PrefetchBatch|DiscardAndPrefetchBatch)Async$", "CUDA refuses batched prefetch and discard on a device without concurrent managed access, which gpool's emulated managed memory reports (docs/user.md)"),
 ]
 EXPORT = re.compile(r"^GPOOL_EXPORT\s+CUresult\s+(\w+)\s*\(", re.M)
 DEFINITION = re.compile(r"^(?:GPOOL_EXPORT\s+)?(?:static\s+)?[\w:<>\*&]+(?:\s+[\w:<>\*&]+)*\s+\**(\w+)\s*\([^;{]*\)\s*(?:const\s*)?\{", re.M)
@@ -174,8 +178,11 @@ def render(build):
     named_refused = []
     for name in sorted(table):
         symbol = table[name]
+        as_cuda = [why for pattern, why in REFUSED_AS_CUDA if re.search(pattern, name)]
         if symbol in weak:
             status, why = "refused", "CUDA_ERROR_NOT_SUPPORTED: " + reason(name)
+        elif as_cuda:
+            status, why = "refused", "CUDA_ERROR_NOT_SUPPORTED: " + as_cuda[0]
         elif symbol in sends or name in sends:
             status, why = "forwarded", ""
         else:

@@ -181,3 +181,43 @@ GPOOL_EXPORT CUresult cuStreamAttachMemAsync(CUstream, CUdeviceptr p, size_t, un
 GPOOL_EXPORT CUresult cuStreamAttachMemAsync_ptsz(CUstream s, CUdeviceptr p, size_t n, unsigned int flags) {
   return cuStreamAttachMemAsync(s, p, n, flags);
 }
+// Several attributes at once: each as cuMemRangeGetAttribute answers it.
+GPOOL_EXPORT CUresult cuMemRangeGetAttributes(void** data, size_t* sizes, CUmem_range_attribute* attrs, size_t n, CUdeviceptr p,
+                                              size_t count) {
+  GPOOL_TRY
+  if (!data || !sizes || !attrs || n == 0) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < n; ++i)
+    if (CUresult r = cuMemRangeGetAttribute(data[i], sizes[i], attrs[i], p, count)) return r;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+// Batched prefetch and discard need concurrent managed access, which this device reports it lacks:
+// CUDA refuses them on such a device, and so does gpool.
+namespace {
+CUresult refuseBatch(const char* name) {
+  GPOOL_LOG(Level::kWarn, "%s needs a device with concurrent managed access; gpool's managed memory is coherent at "
+            "synchronisation points instead (CONCURRENT_MANAGED_ACCESS = 0, docs/user.md), so CUDA's answer is "
+            "CUDA_ERROR_NOT_SUPPORTED: prefetch each range with cudaMemPrefetchAsync", name);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+}  // namespace
+GPOOL_EXPORT CUresult cuMemPrefetchBatchAsync(CUdeviceptr*, size_t*, size_t, CUmemLocation*, size_t*, size_t, unsigned long long, CUstream) {
+  return refuseBatch("cuMemPrefetchBatchAsync");
+}
+GPOOL_EXPORT CUresult cuMemPrefetchBatchAsync_ptsz(CUdeviceptr*, size_t*, size_t, CUmemLocation*, size_t*, size_t, unsigned long long, CUstream) {
+  return refuseBatch("cuMemPrefetchBatchAsync");
+}
+GPOOL_EXPORT CUresult cuMemDiscardBatchAsync(CUdeviceptr*, size_t*, size_t, unsigned long long, CUstream) {
+  return refuseBatch("cuMemDiscardBatchAsync");
+}
+GPOOL_EXPORT CUresult cuMemDiscardBatchAsync_ptsz(CUdeviceptr*, size_t*, size_t, unsigned long long, CUstream) {
+  return refuseBatch("cuMemDiscardBatchAsync");
+}
+GPOOL_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr*, size_t*, size_t, CUmemLocation*, size_t*, size_t, unsigned long long, CUstream) {
+  return refuseBatch("cuMemDiscardAndPrefetchBatchAsync");
+}
+GPOOL_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr*, size_t*, size_t, CUmemLocation*, size_t*, size_t, unsigned long long,
+                                                             CUstream) {
+  return refuseBatch("cuMemDiscardAndPrefetchBatchAsync");
+}

@@ -63,6 +63,19 @@ int main() {
   CK(cudaStreamSynchronize(s));
   check(m[100] == 6, "prefetching to the device and back around a launch");
   CK(cudaMemAdvise(m, n * sizeof(unsigned), cudaMemAdviseSetReadMostly, gpu));
+  int read_mostly = -1, last_prefetch = 0;
+  void* data[] = {&read_mostly, &last_prefetch};
+  size_t sizes[] = {sizeof read_mostly, sizeof last_prefetch};
+  cudaMemRangeAttribute attrs[] = {cudaMemRangeAttributeReadMostly, cudaMemRangeAttributeLastPrefetchLocation};
+  CK(cudaMemRangeGetAttributes(data, sizes, attrs, 2, m, n * sizeof(unsigned)));
+  check(read_mostly == 0 && last_prefetch == cudaInvalidDeviceId, "cudaMemRangeGetAttributes answers each attribute");
+  // As CUDA does on a device without concurrent managed access (what gpool reports): batches are refused.
+  void* ptrs[] = {m};
+  size_t bytes[] = {n * sizeof(unsigned)};
+  size_t first[] = {0};
+  check(cudaMemPrefetchBatchAsync(ptrs, bytes, 1, &gpu, first, 1, 0, s) != cudaSuccess,
+        "a batched prefetch is refused, as on a device without concurrent managed access");
+  cudaGetLastError();
   CK(cudaFree(m));
   check(cudaFree(m) != cudaSuccess, "managed memory is freed once");
   cudaGetLastError();
