@@ -205,6 +205,23 @@ GPOOL_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode* found, CUgraphNode ori
   GPOOL_CATCH
 }
 
+// The graph a child-graph node embeds: the node's own (changing it changes the node), never destroyed by
+// the program.
+GPOOL_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode node, CUgraph* child) {
+  GPOOL_TRY
+  if (!child) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t graph = 0;
+  if (!graphNodes().graphOf(node, graph)) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  calls::GraphChildGraphNodeGetGraph::out::tuple out;
+  int st = conn->call<calls::GraphChildGraphNodeGetGraph>(out, graph, raw(node));
+  if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
+  if (std::get<0>(out).v.size() != 1) return CUDA_ERROR_UNKNOWN;
+  *child = reinterpret_cast<CUgraph>(std::get<0>(out).v[0]);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
 // Written here from the worker's shape of the graph: nodes with their types, and edges.
 GPOOL_EXPORT CUresult cuGraphDebugDotPrint(CUgraph graph, const char* path, unsigned int) {
   GPOOL_TRY

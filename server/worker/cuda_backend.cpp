@@ -59,7 +59,7 @@ namespace {
   F(cuGraphNodeSetEnabled) F(cuGraphNodeGetEnabled) F(cuGraphExecChildGraphNodeSetParams)                   \
   F(cuGraphExecEventRecordNodeSetEvent) F(cuGraphExecEventWaitNodeSetEvent) F(cuGraphEventRecordNodeSetEvent) \
   F(cuGraphEventWaitNodeSetEvent) F(cuGraphMemsetNodeSetParams) F(cuGraphMemcpyNodeSetParams)              \
-  F(cuGraphHostNodeSetParams) F(cuStreamBeginCaptureToGraph)
+  F(cuGraphHostNodeSetParams) F(cuStreamBeginCaptureToGraph) F(cuGraphChildGraphNodeGetGraph)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -566,6 +566,12 @@ class CudaBackend final : public Backend {
       edges.push_back(reinterpret_cast<uint64_t>(to[i]));
     }
     return CUDA_SUCCESS;
+  }
+  Status GraphChildGraphNodeGetGraph(Graph, GraphNode node, Created<BodyGraphs>& graph) {
+    CUgraph child = nullptr;
+    CUresult r = d_.cuGraphChildGraphNodeGetGraph_(node_(node.v), &child);
+    if (r == CUDA_SUCCESS) graph.v = {reinterpret_cast<uint64_t>(child)};
+    return r;
   }
   Status GraphNodeFindInClone(Graph, GraphNode node, Graph clone, Created<GraphNode>& out) {
     return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphNodeFindInClone_(n, node_(node.v), graph_(clone)); });

@@ -25,7 +25,7 @@ struct CallScope {
   const DeviceRange* found = nullptr;               // what a DevAddress points into
   std::vector<std::function<void()>> effects;       // table changes the call makes when it succeeds
   uint64_t graph = 0;                               // the request's graph, whose nodes it may name
-  uint64_t node = 0;                                // the node a reply hands out (owner of its body graphs)
+  uint64_t node = 0;                                // the node named or handed out (owner of its body graphs)
 };
 
 template <typename T>
@@ -160,6 +160,7 @@ proto::Status RequestChecks::admit(proto::Handle<K>& h, CallScope& s) {
   if constexpr (K == HandleKind::kGraphNode || K == HandleKind::kConditional) {
     if (table_.ownerOf(K, h.v) != s.graph) return proto::cu::kInvalidValue;  // another graph's
   }
+  if constexpr (K == HandleKind::kGraphNode) s.node = h.v;  // a graph the reply names may be this node's
   return proto::cu::kSuccess;
 }
 

@@ -119,10 +119,9 @@ class SimBackend final : public Backend {
     uint64_t graph = 0;
     uint32_t type = 0;       // CUgraphNodeType
     uint64_t origin = 0;     // in a clone: the node it copies
-    uint64_t condition = 0;  // conditional nodes: the handle, the CUgraphConditionalNodeType and the bodies
+    uint64_t condition = 0;  // conditional nodes: the handle and the CUgraphConditionalNodeType
     uint32_t cond_type = 0;
-    std::vector<uint64_t> bodies;
-    uint64_t child_nodes = 0;  // child-graph nodes: how many nodes the child had
+    std::vector<uint64_t> bodies;  // the graphs a conditional or child-graph node embeds (and owns)
   };
   struct SimExec {
     std::vector<uint64_t> nodes;
@@ -142,6 +141,8 @@ class SimBackend final : public Backend {
   // A graph's work in a topological order; false: a cycle. Conditional nodes are made from their bodies.
   bool graphOps(uint64_t graph, std::vector<uint64_t>& order, Ops& ops);
   std::function<void()> conditionalOp(const SimNode& node);
+  std::function<void()> childOp(const SimNode& node);
+  uint64_t cloneGraph(uint64_t graph, std::unordered_map<uint64_t, uint64_t>& copies);
   std::vector<std::shared_ptr<SimConditional>> resetsOf(uint64_t graph) const;
   void destroyGraph(uint64_t graph);
   bool instantiate(uint64_t graph, SimExec& e);  // false: a cycle

@@ -70,15 +70,46 @@ std::function<void()> SimBackend::conditionalOp(const SimNode& node) {
   }
 }
 
+// A child-graph node's work: its embedded graph's, as that graph is now.
+std::function<void()> SimBackend::childOp(const SimNode& node) {
+  std::vector<uint64_t> order;
+  Ops ops;
+  if (!graphOps(node.bodies[0], order, ops)) return nullptr;
+  return [ops] { runAll(ops); };
+}
+
 bool SimBackend::graphOps(uint64_t graph, std::vector<uint64_t>& order, Ops& ops) {
   if (!topological(graph, order)) return false;  // a cycle
   ops.clear();
   for (uint64_t n : order) {
     const SimNode& node = nodes_.at(n);
-    ops.push_back(node.type == CU_GRAPH_NODE_TYPE_CONDITIONAL ? conditionalOp(node) : node.op);
+    if (node.type == CU_GRAPH_NODE_TYPE_CONDITIONAL) ops.push_back(conditionalOp(node));
+    else if (node.type == CU_GRAPH_NODE_TYPE_GRAPH && !node.bodies.empty()) ops.push_back(childOp(node));
+    else ops.push_back(node.op);  // a captured graph launch is plain work
     if (!ops.back()) return false;
   }
   return true;
+}
+
+// A deep copy of a graph: its nodes, with their edges, and the graphs embedded in child and conditional
+// nodes (a conditional copy keeps its handle). `copies` maps each original node to its copy.
+uint64_t SimBackend::cloneGraph(uint64_t graph, std::unordered_map<uint64_t, uint64_t>& copies) {
+  uint64_t clone = newHandle(HandleKind::kGraph);
+  std::vector<uint64_t> originals = graphs_[graph];
+  for (uint64_t n : originals) copies[n] = newHandle(HandleKind::kGraphNode);
+  for (uint64_t n : originals) {
+    SimNode copy = nodes_.at(n);
+    copy.graph = clone;
+    copy.origin = n;
+    for (uint64_t& d : copy.deps) d = copies.at(d);
+    for (uint64_t& body : copy.bodies) {
+      std::unordered_map<uint64_t, uint64_t> inner;
+      body = cloneGraph(body, inner);
+    }
+    nodes_[copies[n]] = std::move(copy);
+    graphs_[clone].push_back(copies[n]);
+  }
+  return clone;
 }
 
 void SimBackend::setConditional(void* sim, unsigned long long handle, unsigned value) {
@@ -160,12 +191,20 @@ Status SimBackend::GraphAddEventNode(Graph g, GraphNodes deps, Event e, uint32_t
 }
 
 Status SimBackend::GraphAddChildGraphNode(Graph g, GraphNodes deps, ChildGraph child, Created<GraphNode>& out) {
-  std::vector<uint64_t> order;  // the child is copied as it is now, as CUDA does
-  Ops ops;
-  if (child.v == g.v || !graphOps(child.v, order, ops)) return CUDA_ERROR_INVALID_VALUE;
-  Status st = addNode(g, deps, [ops] { runAll(ops); }, out, CU_GRAPH_NODE_TYPE_GRAPH);
-  nodes_[out.v].child_nodes = order.size();
-  return st;
+  std::vector<uint64_t> order;  // the child is copied as it is now, as CUDA does; the node owns the copy
+  if (child.v == g.v || !topological(child.v, order)) return CUDA_ERROR_INVALID_VALUE;
+  std::unordered_map<uint64_t, uint64_t> copies;
+  uint64_t embedded = cloneGraph(child.v, copies);
+  addNode(g, deps, nullptr, out, CU_GRAPH_NODE_TYPE_GRAPH);
+  nodes_[out.v].bodies = {embedded};
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphChildGraphNodeGetGraph(Graph, GraphNode node, Created<BodyGraphs>& graph) {
+  const SimNode& n = nodes_.at(node.v);
+  if (n.type != CU_GRAPH_NODE_TYPE_GRAPH || n.bodies.empty()) return CUDA_ERROR_INVALID_VALUE;
+  graph.v = n.bodies;
+  return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphConditionalHandleCreate(Graph g, uint32_t initial, uint32_t flags, Created<Conditional>& out) {
@@ -223,23 +262,7 @@ Status SimBackend::GraphTopology(Graph g, Created<GraphNodes>& nodes, std::vecto
 
 Status SimBackend::GraphClone(Graph g, Created<Graph>& out) {
   std::unordered_map<uint64_t, uint64_t> copies;
-  for (uint64_t n : graphs_[g.v]) {
-    if (nodes_.at(n).type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
-      spdlog::warn("sim: cloning a graph with conditional nodes is not supported by the sim backend");
-      return CUDA_ERROR_NOT_SUPPORTED;
-    }
-    copies[n] = newHandle(HandleKind::kGraphNode);
-  }
-  out = newHandle(HandleKind::kGraph);
-  std::vector<uint64_t>& clone = graphs_[out.v];
-  for (uint64_t n : graphs_[g.v]) {
-    SimNode copy = nodes_.at(n);
-    copy.graph = out.v;
-    copy.origin = n;
-    for (uint64_t& d : copy.deps) d = copies.at(d);
-    nodes_[copies[n]] = std::move(copy);
-    clone.push_back(copies[n]);
-  }
+  out = cloneGraph(g.v, copies);
   return CUDA_SUCCESS;
 }
 
@@ -359,7 +382,7 @@ Status SimBackend::GraphExecChildGraphNodeSetParams(GraphExec exec, Graph, Graph
   std::vector<uint64_t> order;
   Ops ops;
   if (!op || !graphOps(child.v, order, ops)) return CUDA_ERROR_INVALID_VALUE;
-  if (order.size() != nodes_.at(node.v).child_nodes) return CUDA_ERROR_INVALID_VALUE;  // another topology
+  if (order.size() != graphs_[nodes_.at(node.v).bodies.at(0)].size()) return CUDA_ERROR_INVALID_VALUE;  // another topology
   *op = [ops] { runAll(ops); };
   return CUDA_SUCCESS;
 }

@@ -71,6 +71,16 @@ bool allAre(const std::vector<unsigned>& v, unsigned want) {
   return std::all_of(v.begin(), v.end(), [want](unsigned x) { return x == want; });
 }
 
+// Instantiates `g`, launches it once and says whether every element of d is then `want`.
+bool launchOnceGives(cudaGraph_t g, cudaStream_t s, const unsigned* d, unsigned want) {
+  cudaGraphExec_t exec;
+  CK(cudaGraphInstantiate(&exec, g, 0));
+  launchAndWait(exec, s);
+  bool ok = allAre(readBack(d), want);
+  CK(cudaGraphExecDestroy(exec));
+  return ok;
+}
+
 cudaGraphNode_t addIncrement(cudaGraph_t g, unsigned** d, const cudaGraphNode_t* deps, size_t ndeps) {
   static int count = n;
   void* args[] = {d, &count};
@@ -317,6 +327,32 @@ void execChildAndEvent(unsigned* d, cudaStream_t s) {
   std::printf("instantiation setters: child graph and event nodes\n");
 }
 
+// A child node embeds a copy of its graph; the copy is the node's to change, the original stays as it was.
+void embeddedChild(unsigned* d, cudaStream_t s) {
+  CK(cudaMemset(d, 0, n * sizeof(unsigned)));
+  cudaGraph_t child, g, embedded = nullptr;
+  CK(cudaGraphCreate(&child, 0));
+  cudaGraphNode_t inc = addIncrement(child, &d, nullptr, 0);
+  CK(cudaGraphCreate(&g, 0));
+  cudaGraphNode_t sub;
+  CK(cudaGraphAddChildGraphNode(&sub, g, nullptr, 0, child));
+  CK(cudaGraphChildGraphNodeGetGraph(sub, &embedded));
+  size_t in_embedded = 0, in_child = 0;
+  CK(cudaGraphGetNodes(embedded, nullptr, &in_embedded));
+  CHECK(embedded != child && in_embedded == 1, "a child node embeds a copy of its graph (%zu node)", in_embedded);
+  cudaGraphNode_t first = nullptr;
+  size_t one = 1;
+  CK(cudaGraphGetNodes(embedded, &first, &one));
+  addIncrement(embedded, &d, &first, 1);
+  CK(cudaGraphGetNodes(child, nullptr, &in_child));
+  CHECK(in_child == 1, "changing the embedded copy leaves the original graph alone (%zu node)", in_child);
+  (void)inc;
+  CHECK(launchOnceGives(g, s, d, 2), "the child node runs its embedded graph as changed (+2)");
+  CK(cudaGraphDestroy(g));
+  CK(cudaGraphDestroy(child));
+  std::printf("child graph node: its embedded graph\n");
+}
+
 // Capture into graphs that exist (XLA traces library calls into its command buffers so): after a node of
 // a graph, and into an IF node's body.
 void captureToGraph(unsigned* d, cudaStream_t s) {
@@ -344,11 +380,7 @@ void captureToGraph(unsigned* d, cudaStream_t s) {
   CK(cudaGraphGetNodes(g, nullptr, &count_g));
   CK(cudaGraphGetNodes(body, nullptr, &count_body));
   CHECK(count_g == 3 && count_body == 2, "captured nodes joined the graphs (%zu and %zu nodes, want 3 and 2)", count_g, count_body);
-  cudaGraphExec_t exec;
-  CK(cudaGraphInstantiate(&exec, g, 0));
-  launchAndWait(exec, s);
-  CHECK(allAre(readBack(d), 3), "the graph ran the body's captured work (+2), then its own (+1)");
-  CK(cudaGraphExecDestroy(exec));
+  CHECK(launchOnceGives(g, s, d, 3), "the graph ran the body's captured work (+2), then its own (+1)");
   CK(cudaGraphDestroy(g));
   std::printf("capture into an existing graph and into a conditional body\n");
 }
@@ -368,6 +400,7 @@ int main() {
   shapeAndClone(d, s);
   execChildAndEvent(d, s);
   captureToGraph(d, s);
+  embeddedChild(d, s);
   CK(cudaStreamDestroy(s));
   CK(cudaFree(d));
   CK(cudaFree(counter));

@@ -480,5 +480,17 @@ TEST(Dispatcher, ConditionalBodiesBelongToTheirNode) {
   EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(clone, GraphNodes{{copy}}).first, 0);
   EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(b, GraphNodes{{copy}}).first, kInvalidValue);
   EXPECT_EQ(c.call<calls::GraphNodeFindInClone>(a, std::get<0>(e).v, clone).first, kInvalidValue);  // not a's node
+  // A child node's embedded graph is the node's too.
+  auto [st7, child] = c.call<calls::GraphAddChildGraphNode>(a, GraphNodes{}, ChildGraph{b});
+  ASSERT_EQ(st7, 0);
+  auto [st8, embedded] = c.call<calls::GraphChildGraphNodeGetGraph>(a, std::get<0>(child).v);
+  ASSERT_EQ(st8, 0);
+  ASSERT_EQ(std::get<0>(embedded).v.size(), 1u);
+  uint64_t inner_graph = std::get<0>(embedded).v[0];
+  EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(inner_graph, GraphNodes{}).first, 0);
+  EXPECT_EQ(c.call<calls::GraphDestroy>(inner_graph).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::GraphChildGraphNodeGetGraph>(b, std::get<0>(e).v).first, kInvalidValue);  // not a child node
+  EXPECT_EQ(c.call<calls::GraphDestroy>(a).first, 0);
+  EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(inner_graph, GraphNodes{}).first, kInvalidHandle);  // gone with a
   EXPECT_TRUE(h.finish().clean);
 }

@@ -51,8 +51,8 @@ struct GraphNodes {
 };
 // A conditional handle made for the request's graph (its conditional nodes and the kernels that set it).
 using Conditional = Handle<HandleKind::kConditional>;
-// Reply field: the body graphs the driver made for a conditional node. They belong to the request's
-// graph: destroying it ends them, and the client may add nodes to them but never destroy them.
+// Reply field: graphs a node embeds (a conditional node's bodies, a child-graph node's copy). They belong to
+// the node: destroying it or its graph ends them, and the client may add nodes to them but never destroy them.
 struct BodyGraphs {
   std::vector<uint64_t> v;
   GPOOL_WIRE_FIELDS(v)
