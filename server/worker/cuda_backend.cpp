@@ -930,8 +930,7 @@ class CudaBackend final : public Backend {
   }
 
   Status LaunchKernel(Launchable f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz,
-                      uint32_t shared, Stream stream, Blob params, Blob attrs) {
-    if (!validAttributes(attrs)) return CUDA_ERROR_INVALID_VALUE;
+                      uint32_t shared, Stream stream, Blob params, LaunchAttrs attrs) {
     const std::vector<uint32_t>* layout = nullptr;
     if (CUresult r = paramLayout(f, layout); r != CUDA_SUCCESS) return r;
     args_.clear();
@@ -964,8 +963,7 @@ class CudaBackend final : public Backend {
   }
 
   Status OccupancyMaxActiveClusters(Launchable f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by,
-                                    uint32_t bz, uint32_t shared, Blob attrs, int32_t& clusters) {
-    if (!validAttributes(attrs)) return CUDA_ERROR_INVALID_VALUE;
+                                    uint32_t bz, uint32_t shared, LaunchAttrs attrs, int32_t& clusters) {
     CUfunction fn = nullptr;
     if (CUresult r = function(f, fn); r != CUDA_SUCCESS) return r;
     CUlaunchConfig cfg = config(gx, gy, gz, bx, by, bz, shared, 0, attrs);
@@ -1063,14 +1061,11 @@ class CudaBackend final : public Backend {
   }
   Nvml nvml_;
   std::array<uint8_t, 16> uuid_{};
-  static bool validAttributes(Blob attrs) {
-    return attrs.size % sizeof(CUlaunchAttribute) == 0 && attrs.size / sizeof(CUlaunchAttribute) <= 32;
-  }
   // A launch configuration; its attributes live in attrs_ until the next call.
   CUlaunchConfig config(uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared,
-                        uint64_t stream, Blob attrs) {
-    attrs_.resize(attrs.size / sizeof(CUlaunchAttribute));
-    if (attrs.size) std::memcpy(attrs_.data(), attrs.data, attrs.size);
+                        uint64_t stream, const LaunchAttrs& attrs) {
+    attrs_.resize(attrs.data.size / sizeof(CUlaunchAttribute));
+    if (attrs.data.size) std::memcpy(attrs_.data(), attrs.data.data, attrs.data.size);
     CUlaunchConfig cfg{};
     cfg.gridDimX = gx; cfg.gridDimY = gy; cfg.gridDimZ = gz;
     cfg.blockDimX = bx; cfg.blockDimY = by; cfg.blockDimZ = bz;

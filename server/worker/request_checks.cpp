@@ -1,7 +1,10 @@
 // The checks of typed request fields and the records of typed reply fields (request_checks.h).
 #include "request_checks.h"
 
+#include <cuda.h>
+
 #include <algorithm>
+#include <cstring>
 
 namespace gpool::worker {
 
@@ -121,6 +124,38 @@ Status RequestChecks::admit(proto::JitOptions& o, CallScope&) {
   if (o.ids.size() != o.values.size() || o.ids.size() > proto::JitOptions::kMaxOptions) return cu::kInvalidValue;
   for (uint32_t id : o.ids)
     if (!proto::JitOptions::numeric(id)) return cu::kInvalidValue;
+  return cu::kSuccess;
+}
+
+Status RequestChecks::admit(proto::LaunchAttrs& a, CallScope&) {
+  if (a.data.size % sizeof(CUlaunchAttribute) != 0 || a.data.size / sizeof(CUlaunchAttribute) > proto::LaunchAttrs::kMax)
+    return cu::kInvalidValue;
+  for (uint64_t i = 0; i < a.data.size / sizeof(CUlaunchAttribute); ++i) {
+    CUlaunchAttribute at;
+    std::memcpy(&at, static_cast<const uint8_t*>(a.data.data) + i * sizeof at, sizeof at);
+    switch (at.id) {
+      case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
+        if (!table_.has(HandleKind::kEvent, reinterpret_cast<uint64_t>(at.value.programmaticEvent.event))) return cu::kInvalidHandle;
+        break;
+      case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
+        if (!table_.has(HandleKind::kEvent, reinterpret_cast<uint64_t>(at.value.launchCompletionEvent.event))) return cu::kInvalidHandle;
+        break;
+      case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+        if (Status st = range(reinterpret_cast<uint64_t>(at.value.accessPolicyWindow.base_ptr), at.value.accessPolicyWindow.num_bytes);
+            st != cu::kSuccess)
+          return st;
+        break;
+      case CU_LAUNCH_ATTRIBUTE_IGNORE: case CU_LAUNCH_ATTRIBUTE_COOPERATIVE: case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+      case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+      case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP: case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+      case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION: case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+      case CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING:
+        break;  // plain values the driver checks
+      default:
+        return cu::kInvalidValue;  // unknown, or graph-only (a device-updatable node hands out a device handle)
+    }
+  }
   return cu::kSuccess;
 }
 

@@ -89,6 +89,7 @@ class RequestChecks {
   proto::Status admit(proto::VaUnmap& u, CallScope& s);
   proto::Status admit(proto::VaMapped& m, CallScope&);
   proto::Status admit(proto::JitOptions& o, CallScope&);
+  proto::Status admit(proto::LaunchAttrs& a, CallScope&);
   proto::Status admit(proto::AllocBase& a, CallScope&) {
     return table_.allocationAt(a.ptr) ? proto::cu::kSuccess : proto::cu::kInvalidValue;
   }

@@ -645,8 +645,7 @@ Status SimBackend::FuncSetCacheConfig(Launchable, uint32_t config) {
 }
 
 Status SimBackend::LaunchKernel(Launchable f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by,
-                                uint32_t bz, uint32_t shared, Stream stream, Blob params, Blob attrs) {
-  if (attrs.size % sizeof(CUlaunchAttribute) != 0) return CUDA_ERROR_INVALID_VALUE;
+                                uint32_t bz, uint32_t shared, Stream stream, Blob params, LaunchAttrs) {
   std::function<void()> op;
   if (Status st = kernelOp(KernelCall{f, gx, gy, gz, bx, by, bz, shared, params}, op); st != CUDA_SUCCESS) return st;
   ++launches_;
@@ -693,14 +692,13 @@ Status SimBackend::OccupancyMaxActiveBlocks(Launchable, int32_t block, uint64_t,
 }
 
 Status SimBackend::OccupancyMaxActiveClusters(Launchable, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx,
-                                              uint32_t by, uint32_t bz, uint32_t, Blob attrs, int32_t& clusters) {
+                                              uint32_t by, uint32_t bz, uint32_t, LaunchAttrs attrs, int32_t& clusters) {
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || uint64_t{bx} * by * bz > 1024)
     return CUDA_ERROR_INVALID_VALUE;
-  if (attrs.size % sizeof(CUlaunchAttribute) != 0) return CUDA_ERROR_INVALID_VALUE;
   uint64_t cluster = 1;
-  for (uint64_t i = 0; i < attrs.size / sizeof(CUlaunchAttribute); ++i) {
+  for (uint64_t i = 0; i < attrs.data.size / sizeof(CUlaunchAttribute); ++i) {
     CUlaunchAttribute a;
-    std::memcpy(&a, static_cast<const uint8_t*>(attrs.data) + i * sizeof a, sizeof a);
+    std::memcpy(&a, static_cast<const uint8_t*>(attrs.data.data) + i * sizeof a, sizeof a);
     if (a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
       cluster = uint64_t{a.value.clusterDim.x} * a.value.clusterDim.y * a.value.clusterDim.z;
   }

@@ -1,4 +1,5 @@
 // The worker's request loop against crafted frames over the in-memory transport, sim backend.
+#include <cuda.h>
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -283,15 +284,20 @@ TEST(Dispatcher, RandomFramesNeverCrashTheWorker) {
   EXPECT_GT(answered, 0);  // well-formed ones were served
 }
 
+// A function `k` of a PTX module the sim backend loads (its launches are recorded); 0 when that fails.
+uint64_t simFunction(test::RawClient& c) {
+  const char ptx[] = "// a PTX module\n.version 8.0\n";
+  auto [st, mod] = c.call<calls::ModuleLoad>(Blob{ptx, sizeof ptx}, 0u);
+  if (st != 0) return 0;
+  auto [st2, fn] = c.call<calls::ModuleGetFunction>(std::get<0>(mod), std::string("k"));
+  return st2 == 0 ? std::get<0>(fn).v : 0;
+}
+
 TEST(Dispatcher, OccupancyQueriesCheckHandlesAndClusterSizes) {
   Harness h;
   test::RawClient c(*h.client);
-  const char ptx[] = "// a PTX module\n.version 8.0\n";
-  auto [st, mod] = c.call<calls::ModuleLoad>(Blob{ptx, sizeof ptx}, 0u);
-  ASSERT_EQ(st, 0);
-  auto [st2, fn] = c.call<calls::ModuleGetFunction>(std::get<0>(mod), std::string("k"));
-  ASSERT_EQ(st2, 0);
-  uint64_t f = std::get<0>(fn);
+  uint64_t f = simFunction(c);
+  ASSERT_NE(f, 0u);
   auto [s1, clusters] = c.call<calls::OccupancyMaxActiveClusters>(f, 8u, 1u, 1u, 128u, 1u, 1u, 0u, Blob{});
   EXPECT_EQ(s1, 0);
   EXPECT_GT(std::get<0>(clusters), 0);
@@ -492,5 +498,48 @@ TEST(Dispatcher, ConditionalBodiesBelongToTheirNode) {
   EXPECT_EQ(c.call<calls::GraphChildGraphNodeGetGraph>(b, std::get<0>(e).v).first, kInvalidValue);  // not a child node
   EXPECT_EQ(c.call<calls::GraphDestroy>(a).first, 0);
   EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(inner_graph, GraphNodes{}).first, kInvalidHandle);  // gone with a
+  EXPECT_TRUE(h.finish().clean);
+}
+
+// Launch attributes are checked where they enter: an event they name must be this worker's (the driver
+// would dereference a forged one), unknown attributes are refused, and an access-policy window must lie
+// in the client's memory.
+TEST(Dispatcher, LaunchAttributesNameOnlyTheClientsEventsAndMemory) {
+  Harness h;
+  test::RawClient c(*h.client);
+  uint64_t f = simFunction(c);
+  ASSERT_NE(f, 0u);
+  uint64_t event = std::get<0>(c.call<calls::EventCreate>(0u).second).v;
+  auto launch = [&](const CUlaunchAttribute& a) {
+    Blob attrs{&a, sizeof a};
+    return c.call<calls::LaunchKernel>(f, 1u, 1u, 1u, 1u, 1u, 1u, 0u, uint64_t{0}, Blob{}, LaunchAttrs{attrs}).first;
+  };
+  CUlaunchAttribute a{};
+  a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;
+  a.value.programmaticEvent.event = reinterpret_cast<CUevent>(uint64_t{0xdead0000});
+  EXPECT_EQ(launch(a), kInvalidHandle);  // forged
+  a.value.programmaticEvent.event = reinterpret_cast<CUevent>(event);
+  EXPECT_EQ(launch(a), 0);
+  a = CUlaunchAttribute{};
+  a.id = CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
+  a.value.launchCompletionEvent.event = reinterpret_cast<CUevent>(event + 1);
+  EXPECT_EQ(launch(a), kInvalidHandle);
+  a = CUlaunchAttribute{};
+  a.id = static_cast<CUlaunchAttributeID>(99);
+  EXPECT_EQ(launch(a), kInvalidValue);  // unknown
+  a = CUlaunchAttribute{};
+  a.id = CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW;
+  a.value.accessPolicyWindow.base_ptr = reinterpret_cast<void*>(uint64_t{0x1000});
+  a.value.accessPolicyWindow.num_bytes = 4096;
+  EXPECT_EQ(launch(a), kInvalidValue);  // not the client's memory
+  uint64_t mem = std::get<0>(c.call<calls::MemAlloc>(AllocBytes{8192}).second).ptr;
+  a.value.accessPolicyWindow.base_ptr = reinterpret_cast<void*>(mem);
+  EXPECT_EQ(launch(a), 0);
+  a = CUlaunchAttribute{};
+  a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  a.value.clusterDim.x = 1;
+  a.value.clusterDim.y = a.value.clusterDim.z = 1;
+  EXPECT_EQ(launch(a), 0);
+  EXPECT_EQ(c.call<calls::LaunchKernel>(f, 1u, 1u, 1u, 1u, 1u, 1u, 0u, uint64_t{0}, Blob{}, LaunchAttrs{Blob{"abc", 3}}).first, kInvalidValue);
   EXPECT_TRUE(h.finish().clean);
 }

@@ -73,6 +73,15 @@ struct Launchable {
   GPOOL_WIRE_FIELDS(v)
 };
 
+// Launch attributes: CUlaunchAttribute[] as cuda.h lays them out (64-byte value after an 8-byte id), at
+// most kMax. Checked before any backend sees them: only attributes a launch may carry; an event an
+// attribute names is one of this worker's, and an access-policy window lies in the client's memory.
+struct LaunchAttrs {
+  Blob data;
+  GPOOL_WIRE_FIELDS(data)
+  static constexpr uint64_t kMax = 32;
+};
+
 // A kernel launch as a graph node holds it: function, grid, block, shared bytes and the packed parameters.
 struct KernelCall {
   Launchable f;
