@@ -55,7 +55,7 @@ REFUSED = [
     (r"^cuGraph(AddMem(Alloc|Free)Node|Mem(Alloc|Free)NodeGetParams)", "graph memory nodes (allocations a graph makes and frees) are not forwarded yet"),
     (r"^cuGraph.*ExternalSemaphores", "external semaphores (Vulkan/D3D) are not supported"),
     (r"^cuUserObject|^cuGraph(Retain|Release)UserObject", "user objects (destructors a graph runs when it lets go) are not forwarded yet"),
-    (r"^cuGraph", "this graph call (kernel node attributes, batch memory-operation nodes, a child node's graph) is not forwarded yet"),
+    (r"^cuGraph", "batch memory-operation graph nodes are not forwarded yet"),
     (r"ShareableHandle|^cuMemPoolExport|^cuMemPoolImport", "sharing pools and VMM handles between processes is not forwarded yet"),
     (r"^cuExternal|^cuImportExternal|^cuDestroyExternal|^cuSignalExternal|^cuWaitExternal", "external memory and semaphores (Vulkan/D3D) are not supported"),
     (r"^cuGreenCtx|^cuDevResource|^cuDeviceGetDevResource|^cuCtxGetDevResource|^cuStreamGetGreenCtx|^cuCtxFromGreenCtx", "green contexts are the lease's to set (issue 5), not the program's"),

@@ -422,7 +422,7 @@ CUresult setGraphNode(CUgraphNode node, CUgraphNodeType type, const std::functio
   if (CUresult r = graphOf(node, graph)) return r;
   int st = conn->call<Call>(graph, raw(node), std::forward<A>(args)...);
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
-  return graphNodes().withNode(node, type, note);
+  return note ? graphNodes().withNode(node, type, note) : CUDA_SUCCESS;  // nothing here to remember
 }
 CUresult setMemset(CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* p) {
   gpool::proto::DevFillRect f;
@@ -525,5 +525,40 @@ GPOOL_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode nod
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return cuGraphExecEventWaitNodeSetEvent(exec, node, p->eventWait.event);
     default: return CUDA_ERROR_NOT_SUPPORTED;
   }
+  GPOOL_CATCH
+}
+
+// A kernel node's launch attributes live with the node on the worker.
+GPOOL_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode node, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue* value) {
+  GPOOL_TRY
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  CUlaunchAttribute a{};
+  a.id = attr;
+  a.value = *value;
+  return setGraphNode<calls::GraphKernelNodeSetAttribute>(node, CU_GRAPH_NODE_TYPE_KERNEL, nullptr,
+                                                          gpool::proto::LaunchAttrs{gpool::proto::Blob{&a, sizeof a}});
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode node, CUkernelNodeAttrID attr, CUkernelNodeAttrValue* value) {
+  GPOOL_TRY
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  uint64_t graph = 0;
+  if (CUresult r = graphOf(node, graph)) return r;
+  std::tuple<std::vector<uint8_t>> out;
+  int st = conn->call<calls::GraphKernelNodeGetAttribute>(out, graph, raw(node), static_cast<uint32_t>(attr));
+  if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
+  if (std::get<0>(out).size() != sizeof *value) return CUDA_ERROR_UNKNOWN;
+  std::memcpy(value, std::get<0>(out).data(), sizeof *value);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src) {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  uint64_t to = 0, from = 0;
+  if (CUresult r = graphOf(dst, to)) return r;
+  if (CUresult r = graphOf(src, from)) return r;
+  return static_cast<CUresult>(conn->call<calls::GraphKernelNodeCopyAttributes>(to, raw(dst), from, raw(src)));
   GPOOL_CATCH
 }

@@ -59,7 +59,8 @@ namespace {
   F(cuGraphNodeSetEnabled) F(cuGraphNodeGetEnabled) F(cuGraphExecChildGraphNodeSetParams)                   \
   F(cuGraphExecEventRecordNodeSetEvent) F(cuGraphExecEventWaitNodeSetEvent) F(cuGraphEventRecordNodeSetEvent) \
   F(cuGraphEventWaitNodeSetEvent) F(cuGraphMemsetNodeSetParams) F(cuGraphMemcpyNodeSetParams)              \
-  F(cuGraphHostNodeSetParams) F(cuStreamBeginCaptureToGraph) F(cuGraphChildGraphNodeGetGraph)
+  F(cuGraphHostNodeSetParams) F(cuStreamBeginCaptureToGraph) F(cuGraphChildGraphNodeGetGraph) \
+  F(cuGraphKernelNodeSetAttribute) F(cuGraphKernelNodeGetAttribute) F(cuGraphKernelNodeCopyAttributes)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -566,6 +567,22 @@ class CudaBackend final : public Backend {
       edges.push_back(reinterpret_cast<uint64_t>(to[i]));
     }
     return CUDA_SUCCESS;
+  }
+  Status GraphKernelNodeSetAttribute(Graph, GraphNode node, LaunchAttrs attr) {
+    if (attr.data.size != sizeof(CUlaunchAttribute)) return CUDA_ERROR_INVALID_VALUE;
+    CUlaunchAttribute a;
+    std::memcpy(&a, attr.data.data, sizeof a);
+    return d_.cuGraphKernelNodeSetAttribute_(node_(node.v), a.id, &a.value);
+  }
+  Status GraphKernelNodeGetAttribute(Graph, GraphNode node, uint32_t id, std::vector<uint8_t>& value) {
+    CUlaunchAttributeValue v{};
+    CUresult r = d_.cuGraphKernelNodeGetAttribute_(node_(node.v), static_cast<CUlaunchAttributeID>(id), &v);
+    const auto* bytes = reinterpret_cast<const uint8_t*>(&v);
+    if (r == CUDA_SUCCESS) value.assign(bytes, bytes + sizeof v);
+    return r;
+  }
+  Status GraphKernelNodeCopyAttributes(Graph, GraphNode dst, Graph, GraphNode src) {
+    return d_.cuGraphKernelNodeCopyAttributes_(node_(dst.v), node_(src.v));
   }
   Status GraphChildGraphNodeGetGraph(Graph, GraphNode node, Created<BodyGraphs>& graph) {
     CUgraph child = nullptr;

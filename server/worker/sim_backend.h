@@ -122,6 +122,7 @@ class SimBackend final : public Backend {
     uint64_t condition = 0;  // conditional nodes: the handle and the CUgraphConditionalNodeType
     uint32_t cond_type = 0;
     std::vector<uint64_t> bodies;  // the graphs a conditional or child-graph node embeds (and owns)
+    std::map<uint32_t, std::vector<uint8_t>> attributes;  // kernel nodes: launch attributes set (id -> value)
   };
   struct SimExec {
     std::vector<uint64_t> nodes;

@@ -330,6 +330,35 @@ Status SimBackend::GraphEventNodeSetEvent(Graph, GraphNode node, Event e, uint32
   return CUDA_SUCCESS;
 }
 
+// Kernel node attributes: kept with the node (the sim backend runs every kernel the same way); one not
+// set reads as zeros, as the driver's defaults do.
+Status SimBackend::GraphKernelNodeSetAttribute(Graph, GraphNode node, LaunchAttrs attr) {
+  SimNode& n = nodes_.at(node.v);
+  if (n.type != CU_GRAPH_NODE_TYPE_KERNEL || attr.data.size != sizeof(CUlaunchAttribute)) return CUDA_ERROR_INVALID_VALUE;
+  CUlaunchAttribute a;
+  std::memcpy(&a, attr.data.data, sizeof a);
+  const auto* value = reinterpret_cast<const uint8_t*>(&a.value);
+  n.attributes[a.id] = std::vector<uint8_t>(value, value + sizeof a.value);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphKernelNodeGetAttribute(Graph, GraphNode node, uint32_t id, std::vector<uint8_t>& value) {
+  const SimNode& n = nodes_.at(node.v);
+  if (n.type != CU_GRAPH_NODE_TYPE_KERNEL || id == CU_LAUNCH_ATTRIBUTE_IGNORE || id > CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING)
+    return CUDA_ERROR_INVALID_VALUE;
+  auto it = n.attributes.find(id);
+  value = it != n.attributes.end() ? it->second : std::vector<uint8_t>(sizeof(CUlaunchAttributeValue), 0);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphKernelNodeCopyAttributes(Graph, GraphNode dst, Graph, GraphNode src) {
+  SimNode& to = nodes_.at(dst.v);
+  const SimNode& from = nodes_.at(src.v);
+  if (to.type != CU_GRAPH_NODE_TYPE_KERNEL || from.type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
+  to.attributes = from.attributes;
+  return CUDA_SUCCESS;
+}
+
 // Setters on an instantiation's node: the node must be in it, and of the setter's type.
 int SimBackend::execIndex(uint64_t exec, uint64_t node) {
   SimExec& e = execs_[exec];

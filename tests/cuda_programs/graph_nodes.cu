@@ -353,6 +353,33 @@ void embeddedChild(unsigned* d, cudaStream_t s) {
   std::printf("child graph node: its embedded graph\n");
 }
 
+// A kernel node's launch attributes: set, read back, and copied onto another kernel node.
+void kernelAttributes(unsigned* d) {
+  cudaGraph_t g;
+  CK(cudaGraphCreate(&g, 0));
+  cudaGraphNode_t a = addIncrement(g, &d, nullptr, 0), b = addIncrement(g, &d, &a, 1);
+  cudaLaunchAttributeValue v{};
+  v.priority = 3;
+  CK(cudaGraphKernelNodeSetAttribute(a, cudaLaunchAttributePriority, &v));
+  v = cudaLaunchAttributeValue{};
+  v.clusterDim.x = 2;
+  v.clusterDim.y = v.clusterDim.z = 1;
+  CK(cudaGraphKernelNodeSetAttribute(a, cudaLaunchAttributeClusterDimension, &v));
+  cudaLaunchAttributeValue back{};
+  CK(cudaGraphKernelNodeGetAttribute(a, cudaLaunchAttributePriority, &back));
+  CHECK(back.priority == 3, "a kernel node's priority attribute reads back (%d, want 3)", back.priority);
+  CK(cudaGraphKernelNodeCopyAttributes(b, a));
+  back = cudaLaunchAttributeValue{};
+  CK(cudaGraphKernelNodeGetAttribute(b, cudaLaunchAttributeClusterDimension, &back));
+  CHECK(back.clusterDim.x == 2 && back.clusterDim.y == 1, "copied attributes reach the other node (cluster x %u, want 2)", back.clusterDim.x);
+  cudaGraphNode_t empty;
+  CK(cudaGraphAddEmptyNode(&empty, g, nullptr, 0));
+  CHECK(cudaGraphKernelNodeSetAttribute(empty, cudaLaunchAttributePriority, &v) != cudaSuccess, "an empty node takes no kernel attribute");
+  (void)cudaGetLastError();
+  CK(cudaGraphDestroy(g));
+  std::printf("kernel node attributes\n");
+}
+
 // Capture into graphs that exist (XLA traces library calls into its command buffers so): after a node of
 // a graph, and into an IF node's body.
 void captureToGraph(unsigned* d, cudaStream_t s) {
@@ -401,6 +428,7 @@ int main() {
   execChildAndEvent(d, s);
   captureToGraph(d, s);
   embeddedChild(d, s);
+  kernelAttributes(d);
   CK(cudaStreamDestroy(s));
   CK(cudaFree(d));
   CK(cudaFree(counter));
