@@ -22,6 +22,12 @@
 namespace gpool::worker {
 namespace {
 
+// Why an operation issued into a stream capture is refused (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).
+constexpr const char* kHostCopyInCapture = "copies between client memory and the device";
+constexpr const char* kGraphMemory =
+    "stream-ordered allocations (they would become graph memory nodes, which gpool does not count against the "
+    "lease yet); allocate before capturing";
+
 #define GPOOL_DRIVER_FUNCTIONS(F)                                                                       \
   F(cuInit) F(cuDriverGetVersion) F(cuDeviceGet) F(cuDeviceGetCount) F(cuDeviceGetName)                 \
   F(cuDeviceGetUuid) F(cuDeviceTotalMem) F(cuDeviceGetAttribute) F(cuDevicePrimaryCtxRetain)            \
@@ -265,7 +271,10 @@ class CudaBackend final : public Backend {
   GPOOL_FORWARD(GraphExecDestroy, cuGraphExecDestroy)
   GPOOL_FORWARD(GraphDestroy, cuGraphDestroy)
   GPOOL_FORWARD(GraphClone, cuGraphClone)
-  GPOOL_FORWARD(MemFreeAsync, cuMemFreeAsync)
+  Status MemFreeAsync(FreedAlloc ptr, Stream stream) {
+    if (capturing(stream)) return refuseInCapture(stream, "a stream-ordered free", kGraphMemory);
+    return d_.cuMemFreeAsync_(ptr.ptr, stream_(stream));
+  }
   GPOOL_FORWARD(MemPoolDestroy, cuMemPoolDestroy)
   GPOOL_FORWARD(MemPoolTrimTo, cuMemPoolTrimTo)
 
@@ -687,12 +696,14 @@ class CudaBackend final : public Backend {
   }
 
   Status MemAllocAsync(AllocBytes bytes, Stream stream, NewAlloc& out) {
+    if (capturing(stream)) return refuseInCapture(stream, "a stream-ordered allocation", kGraphMemory);
     CUdeviceptr p = 0;
     CUresult r = d_.cuMemAllocAsync_(&p, bytes, stream_(stream));
     out = NewAlloc{p, bytes};
     return r;
   }
   Status MemAllocFromPoolAsync(AllocBytes bytes, MemPool pool, Stream stream, NewAlloc& out) {
+    if (capturing(stream)) return refuseInCapture(stream, "a stream-ordered allocation", kGraphMemory);
     CUdeviceptr p = 0;
     CUresult r = d_.cuMemAllocFromPoolAsync_(&p, bytes, reinterpret_cast<CUmemoryPool>(pool.v), stream_(stream));
     out = NewAlloc{p, bytes};
@@ -753,7 +764,7 @@ class CudaBackend final : public Backend {
     uint64_t dst = w.ptr;
     Blob data = w.data;
     // A captured copy would read the frame buffer at replay, long after it was reused.
-    if (capturing(stream)) return refuseInCapture("a host-to-device copy");
+    if (capturing(stream)) return refuseInCapture(stream, "a host-to-device copy");
     if (!async) return d_.cuMemcpyHtoD_(dst, data.data, data.size);
     // From a page-locked slot the copy runs asynchronously; the slot's event keeps it from being reused
     // before the copy has read it. (From pageable memory the driver stages the bytes before returning.)
@@ -779,7 +790,7 @@ class CudaBackend final : public Backend {
     }
   }
   Status MemcpyHtoD2D(DevWriteRect w, Stream stream, uint32_t async) {
-    if (capturing(stream)) return refuseInCapture("a 2D host-to-device copy");
+    if (capturing(stream)) return refuseInCapture(stream, "a 2D host-to-device copy");
     CUDA_MEMCPY2D c = copy2D(w.dst.width, w.dst.height);
     c.srcMemoryType = CU_MEMORYTYPE_HOST;
     c.srcHost = w.data.data;
@@ -790,7 +801,7 @@ class CudaBackend final : public Backend {
     return r != CUDA_SUCCESS ? r : holdSlot(w.data, stream);
   }
   Status MemcpyDtoH2D(DevRect src, Stream stream, std::vector<uint8_t>& rows) {
-    if (capturing(stream)) return refuseInCapture("a 2D device-to-host copy");
+    if (capturing(stream)) return refuseInCapture(stream, "a 2D device-to-host copy");
     rows.resize(src.width * src.height);
     CUDA_MEMCPY2D c = copy2D(src.width, src.height);
     c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
@@ -811,7 +822,7 @@ class CudaBackend final : public Backend {
     return async ? d_.cuMemcpy2DAsync_(&c, stream_(stream)) : d_.cuMemcpy2D_(&c);
   }
   Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) override {
-    if (capturing(stream)) return refuseInCapture("a device-to-host copy");
+    if (capturing(stream)) return refuseInCapture(stream, "a device-to-host copy");
     if (stream == 0) return d_.cuMemcpyDtoH_(dst, src, bytes);
     CUresult r = d_.cuMemcpyDtoHAsync_(dst, src, bytes, stream_(stream));
     return r != CUDA_SUCCESS ? r : d_.cuStreamSynchronize_(stream_(stream));
@@ -1071,9 +1082,11 @@ class CudaBackend final : public Backend {
     return stream > 1 && d_.cuStreamIsCapturing_(stream_(stream), &st) == CUDA_SUCCESS &&
            st != CU_STREAM_CAPTURE_STATUS_NONE;
   }
-  static Status refuseInCapture(const char* what) {
-    spdlog::warn("{} was issued into a stream capture; gpool cannot capture copies between client memory and "
-                 "the device (the capture is not changed)", what);
+  // As the driver does for what a capture cannot hold: the operation fails and the capture can only end
+  // invalidated (querying a capturing stream is illegal, and invalidates its capture).
+  Status refuseInCapture(uint64_t stream, const char* what, const char* why = kHostCopyInCapture) {
+    spdlog::warn("{} was issued into a stream capture; gpool cannot capture {}, so the capture is invalidated", what, why);
+    d_.cuStreamQuery_(stream_(stream));
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
   Nvml nvml_;

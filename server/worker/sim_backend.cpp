@@ -294,13 +294,22 @@ Status SimBackend::poolAllocate(uint64_t p, AllocBytes bytes, NewAlloc& out) {
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::MemAllocAsync(AllocBytes bytes, Stream, NewAlloc& out) { return poolAllocate(pool(0), bytes, out); }
+// Inside a stream capture these would be graph memory nodes, which gpool does not count yet: refused, and
+// the capture invalidated, as for other operations a capture cannot hold.
+Status SimBackend::MemAllocAsync(AllocBytes bytes, Stream stream, NewAlloc& out) {
+  if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a stream-ordered allocation");
+  return poolAllocate(pool(0), bytes, out);
+}
 
-Status SimBackend::MemAllocFromPoolAsync(AllocBytes bytes, MemPool p, Stream, NewAlloc& out) {
+Status SimBackend::MemAllocFromPoolAsync(AllocBytes bytes, MemPool p, Stream stream, NewAlloc& out) {
+  if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a stream-ordered allocation");
   return poolAllocate(p, bytes, out);
 }
 
-Status SimBackend::MemFreeAsync(FreedAlloc ptr, Stream) { return MemFree(ptr); }  // work runs in issue order
+Status SimBackend::MemFreeAsync(FreedAlloc ptr, Stream stream) {
+  if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a stream-ordered free");
+  return MemFree(ptr);  // work runs in issue order
+}
 
 Status SimBackend::MemPoolCreate(uint32_t type, uint32_t, uint64_t, uint32_t, Created<MemPool>& out) {
   if (type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;

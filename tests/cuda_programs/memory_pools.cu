@@ -84,6 +84,16 @@ int main() {
   CK(cudaMemPoolGetAccess(&flags, pool, &access.location));
   check(flags == cudaMemAccessFlagsProtReadWrite, "the pool is accessible from its device");
   CK(cudaMemPoolDestroy(pool));
+
+  // Inside a capture, stream-ordered allocation would make graph memory nodes, which gpool does not count
+  // against the lease yet: refused with a clear error, and the capture cannot be used.
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  void* in_capture = nullptr;
+  cudaError_t e = cudaMallocAsync(&in_capture, 1 << 20, s);
+  check(e == cudaErrorStreamCaptureUnsupported, "cudaMallocAsync inside a capture is refused as not capturable");
+  cudaGraph_t g = nullptr;
+  check(cudaStreamEndCapture(s, &g) != cudaSuccess && g == nullptr, "the capture is invalidated, as CUDA does for what it cannot capture");
+  cudaGetLastError();
   CK(cudaStreamDestroy(s));
   std::printf(failures ? "%d FAILED\n" : "ALL PASSED\n", failures);
   return failures ? 1 : 0;
