@@ -2,6 +2,8 @@
 // gpool-worker per client with the socket as its fd 3. Worker exits are reaped on SIGCHLD.
 #include "listener.h"
 
+#include <algorithm>
+#include <chrono>
 #include <asio.hpp>
 #include <spawn.h>
 #include <spdlog/spdlog.h>
@@ -115,10 +117,7 @@ class Server {
                    opt_.allocator, opt_.name, advertise);
     }
 
-    signals_.async_wait([this](const asio::error_code&, int sig) {
-      spdlog::info("signal {}: shutting down; workers finish with their clients", sig);
-      io_.stop();
-    });
+    awaitSignal();
     watchChildren();
     accept();
     io_.run();
@@ -134,12 +133,44 @@ class Server {
     explicit Pending(asio::io_context& io) : socket(io), timer(io) {}
   };
 
+  // The first SIGTERM/SIGINT stops accepting and lets running workers finish with their clients (a worker
+  // ends with its server, so the server stays until the last one has); a second one ends them now.
+  void awaitSignal() {
+    signals_.async_wait([this](const asio::error_code& ec, int sig) {
+      if (ec) return;
+      if (draining_ || workers_ == 0) {
+        spdlog::info("signal {}: shutting down{}", sig, workers_ ? "; running workers are stopped" : "");
+        return io_.stop();
+      }
+      draining_ = true;
+      asio::error_code ignored;
+      acceptor_.close(ignored);
+      spdlog::info("signal {}: no new clients; {} worker(s) finish with their clients (signal again to stop them now)", sig, workers_);
+      awaitSignal();
+    });
+  }
+
+  // Accepts clients until shutdown. When accepting fails (at the descriptor limit, say), it waits before
+  // trying again, longer each time up to a second, and logs once per run of failures instead of spinning.
   void accept() {
+    if (draining_) return;
     auto p = std::make_shared<Pending>(io_);
     acceptor_.async_accept(p->socket, [this, p](const asio::error_code& ec) {
-      if (!ec) handshake(p);
-      else spdlog::warn("accept failed: {}", ec.message());
-      accept();
+      if (ec == asio::error::operation_aborted) return;
+      if (!ec) {
+        accept_backoff_ = std::chrono::milliseconds(0);
+        handshake(p);
+        return accept();
+      }
+      if (accept_backoff_.count() == 0)
+        spdlog::warn("accept failed: {}; retrying with back-off until it succeeds (raise the open-file limit, "
+                     "ulimit -n, if this is EMFILE)", ec.message());
+      accept_backoff_ = std::min<std::chrono::milliseconds>(std::max(accept_backoff_ * 2, std::chrono::milliseconds(10)),
+                                                            std::chrono::seconds(1));
+      accept_retry_.expires_after(accept_backoff_);
+      accept_retry_.async_wait([this](const asio::error_code& e) {
+        if (!e) accept();
+      });
     });
   }
 
@@ -158,15 +189,16 @@ class Server {
         p->socket.close(ignored);
       }
     });
+    // A connection that ends before its Hello is released at once (its timer would hold it until the timeout).
     asio::async_read(p->socket, asio::buffer(&p->header, sizeof p->header), [this, p](const asio::error_code& ec, size_t) {
-      if (ec) return;
+      if (ec) return (void)p->timer.cancel();
       if (p->header.msg != proto::kMsgHello || p->header.length > 64 * 1024 || (p->header.flags & proto::kIsReply)) {
         spdlog::warn("{} did not start with a valid Hello (message {:#06x}, {} bytes); closing", peer(p), p->header.msg, p->header.length);
         return close(p);
       }
       p->payload.resize(p->header.length);
       asio::async_read(p->socket, asio::buffer(p->payload), [this, p](const asio::error_code& ec2, size_t) {
-        if (ec2) return;
+        if (ec2) return (void)p->timer.cancel();
         p->timer.cancel();
         onHello(p);
       });
@@ -228,7 +260,8 @@ class Server {
   void spawnWorker(const std::shared_ptr<Pending>& p, const proto::HelloRequest& hello,
                    const std::optional<token::Claims>& lease) {
     std::vector<std::string> args{opt_.worker_path, "--fd", "3", "--device", std::to_string(hello.device), "--hello-seq",
-                                  std::to_string(p->header.seq), "--backend", backend_, "--log-level", opt_.log_level};
+                                  std::to_string(p->header.seq), "--backend", backend_, "--log-level", opt_.log_level,
+                                  "--server-pid", std::to_string(::getpid())};
     if (backend_ == "sim") {
       args.insert(args.end(), {"--sim-memory", std::to_string(opt_.sim_memory)});
       for (const auto& k : opt_.sim_kernels) args.insert(args.end(), {"--sim-kernels", k});
@@ -242,6 +275,7 @@ class Server {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, p->socket.native_handle(), 3);  // dup2 clears close-on-exec
+    posix_spawn_file_actions_addclosefrom_np(&fa, 4);  // nothing else of ours: listener, other clients, pipes
     pid_t pid = 0;
     int rc = posix_spawn(&pid, opt_.worker_path.c_str(), &fa, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -269,6 +303,10 @@ class Server {
         else
           spdlog::debug("worker {} exited with {}", pid, WEXITSTATUS(status));
       }
+      if (draining_ && workers_ == 0) {
+        spdlog::info("the last worker finished; shutting down");
+        return io_.stop();
+      }
       watchChildren();
     });
   }
@@ -280,6 +318,9 @@ class Server {
   asio::signal_set children_;
   std::string backend_;
   unsigned workers_ = 0;
+  bool draining_ = false;  // a first shutdown signal came: no new clients, the server leaves with its last worker
+  asio::steady_timer accept_retry_{io_};
+  std::chrono::milliseconds accept_backoff_{0};
   std::string key_;
   std::unique_ptr<AllocatorLink> link_;
   std::map<pid_t, std::string> worker_leases_;  // worker → the lease it serves

@@ -5,6 +5,9 @@
 #include <spdlog/spdlog.h>
 
 #include <cuda.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
@@ -16,6 +19,17 @@
 #include "gpool/protocol/handshake.h"
 #include "sim_backend.h"
 
+namespace {
+
+// A worker lives no longer than the gpool-server that started it: the kernel kills it when the server
+// dies (the server's threads live as long as it does), and one whose server is already gone exits.
+bool bindLifetimeToServer(pid_t server) {
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return false;
+  return server == 0 || ::getppid() == server;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"gpool-worker: executes one client's CUDA calls (started by gpool-server, not by hand)"};
   int fd = -1;
@@ -25,6 +39,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   bool probe = false, inventory = false;
   uint64_t memory_cap = 0;
+  pid_t server_pid = 0;
   std::string module_cache_dir;
   uint64_t module_cache_max = 8ull << 30;
   gpool::worker::SimOptions sim;
@@ -39,6 +54,7 @@ int main(int argc, char** argv) {
   app.add_option("--module-cache", module_cache_dir, "directory of the host's module image cache (none when empty)");
   app.add_option("--module-cache-max", module_cache_max, "bytes the module cache may hold");
   app.add_option("--memory-cap", memory_cap, "the lease's GPU memory cap in bytes (0: none)");
+  app.add_option("--server-pid", server_pid, "the gpool-server that started this worker: the worker ends with it");
   app.add_flag("--inventory", inventory, "print this host's devices as JSON for the allocator, then exit");
   app.add_flag("--probe", probe, "exit 0 when the real CUDA driver has a usable device (used by --backend auto)");
   CLI11_PARSE(app, argc, argv);
@@ -76,6 +92,10 @@ int main(int argc, char** argv) {
   }
   if (fd < 0) {
     spdlog::error("no client socket (--fd); gpool-worker is started by gpool-server");
+    return 2;
+  }
+  if (!bindLifetimeToServer(server_pid)) {
+    spdlog::error("gpool-server {} is gone (or the worker cannot follow it); not serving its client", server_pid);
     return 2;
   }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,7 +19,8 @@ namespace gpool::test {
 
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> extra = {}) {
+  // `open_files`: the server's open-file limit (0: inherited).
+  explicit ServerProcess(std::vector<std::string> extra = {}, rlim_t open_files = 0) {
     log_ = "/tmp/gpool-test-server-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++) + ".log";
     std::vector<std::string> args{GPOOL_SERVER_BIN, "--listen", "127.0.0.1:0", "--backend", "sim", "--log-level", "debug"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -26,6 +28,10 @@ class ServerProcess {
     if (pid_ == 0) {
       FILE* f = std::fopen(log_.c_str(), "w");
       ::dup2(fileno(f), 2);
+      if (open_files) {
+        rlimit r{open_files, open_files};
+        ::setrlimit(RLIMIT_NOFILE, &r);
+      }
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -46,9 +52,11 @@ class ServerProcess {
     throw std::runtime_error("gpool-server did not start: " + log());
   }
   ~ServerProcess() {
-    ::kill(pid_, SIGTERM);
-    int st;
-    ::waitpid(pid_, &st, 0);
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);  // a draining server would wait for its workers
+      int st;
+      ::waitpid(pid_, &st, 0);
+    }
     std::remove(log_.c_str());
   }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
@@ -59,6 +67,21 @@ class ServerProcess {
     return ss.str();
   }
   bool alive() const { return ::kill(pid_, 0) == 0; }
+  pid_t pid() const { return pid_; }
+  void kill9() const { ::kill(pid_, SIGKILL); }
+  void terminate() const { ::kill(pid_, SIGTERM); }
+  // Whether the server process has ended (reaping it) within `ms`.
+  bool exitsWithin(int ms) {
+    for (int i = 0; i < ms / 20; ++i) {
+      int st;
+      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
   // Waits until the log contains `pattern` (regex); true when it appeared in time.
   bool waitForLog(const std::string& pattern, int ms = 5000) const {
     std::regex re(pattern);

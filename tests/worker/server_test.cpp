@@ -1,7 +1,11 @@
 // gpool-server as a process: handshake checks, one worker per client, and a misbehaving client that
 // does not disturb the others.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+
+#include <fstream>
+#include <regex>
 
 #include "gpool/protocol/handshake.h"
 #include "server_process.h"
@@ -110,4 +114,120 @@ TEST(Server, SilentClientIsTimedOut) {
   uint8_t byte;
   EXPECT_THROW(t->recv(&byte, 1), TransportError);
   EXPECT_TRUE(server.waitForLog("sent no handshake in time"));
+}
+
+namespace {
+
+// The pid of the worker the server started most recently for a client, from its log; 0 if none.
+pid_t lastWorker(const test::ServerProcess& server) {
+  std::string log = server.log();
+  std::regex started("→ worker (\\d+)");
+  pid_t pid = 0;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), started); it != std::sregex_iterator(); ++it) pid = std::stoi((*it)[1]);
+  return pid;
+}
+
+// The descriptors above stdio that a process holds: "socket:[…]", paths, "pipe:[…]"...
+std::vector<std::string> openDescriptors(pid_t pid) {
+  std::vector<std::string> out;
+  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.' || std::atoi(e->d_name) <= 2) continue;
+    char target[256] = {};
+    ssize_t n = ::readlink((dir + "/" + e->d_name).c_str(), target, sizeof target - 1);
+    if (n > 0) out.push_back(std::string(e->d_name) + " -> " + target);
+  }
+  ::closedir(d);
+  return out;
+}
+
+// Whether a process has gone (or is a zombie waiting to be reaped: it runs nothing any more).
+bool gone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return true;
+  auto close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && (text[close + 2] == 'Z' || text[close + 2] == 'X');
+}
+
+}  // namespace
+
+// A worker holds its own connection and nothing else of the server's: not the listening socket, not other
+// clients' connections (pending or handed to their workers). Otherwise a killed server's port stays bound
+// and other clients' connections stay open in workers that are not theirs.
+TEST(Server, WorkerHoldsOnlyItsOwnConnection) {
+  test::ServerProcess server;
+  auto pending = connectTcp(server.address());  // connected, no handshake yet
+  auto first = hello(server.address());
+  ASSERT_TRUE(server.waitForLog("→ worker \\d+"));
+  auto second = hello(server.address());
+  test::RawClient c(*second);
+  ASSERT_EQ(c.call<calls::MemAlloc>(uint64_t{4096}).first, 0);
+  pid_t worker = lastWorker(server);
+  ASSERT_GT(worker, 0);
+  std::vector<std::string> fds = openDescriptors(worker);
+  int sockets = 0;
+  for (const auto& f : fds) sockets += f.find("socket:") != std::string::npos;
+  std::string all;
+  for (const auto& f : fds) all += f + "\n";
+  EXPECT_EQ(sockets, 1) << "the worker's descriptors:\n" << all;
+}
+
+// A server that dies takes its workers with it: their clients see the connection end at once instead of
+// being served by a worker nobody supervises.
+TEST(Server, WorkersEndWithTheirServer) {
+  test::ServerProcess server;
+  auto t = hello(server.address());
+  test::RawClient c(*t);
+  ASSERT_EQ(c.call<calls::MemAlloc>(uint64_t{4096}).first, 0);
+  pid_t worker = lastWorker(server);
+  ASSERT_GT(worker, 0);
+  server.kill9();
+  bool ended = false;
+  for (int i = 0; i < 100 && !ended; ++i) {  // 2 s
+    ended = gone(worker);
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(ended) << "worker " << worker << " outlived its server";
+}
+
+// The first SIGTERM stops new clients but lets a running one finish; the server leaves with its last worker.
+TEST(Server, ShutdownLetsRunningClientsFinish) {
+  test::ServerProcess server;
+  auto t = hello(server.address());
+  test::RawClient c(*t);
+  ASSERT_EQ(c.call<calls::MemAlloc>(uint64_t{4096}).first, 0);
+  server.terminate();
+  ASSERT_TRUE(server.waitForLog("no new clients; 1 worker\\(s\\) finish with their clients"));
+  EXPECT_EQ(c.call<calls::MemAlloc>(uint64_t{4096}).first, 0);  // still served
+  EXPECT_THROW(hello(server.address()), std::exception);           // nobody new
+  EXPECT_FALSE(server.exitsWithin(200));
+  t.reset();  // the client leaves
+  EXPECT_TRUE(server.exitsWithin(5000));
+}
+
+// At the open-file limit accepting fails; the server backs off and logs once instead of spinning, and
+// serves again once descriptors are free.
+TEST(Server, AcceptBacksOffAtTheDescriptorLimit) {
+  test::ServerProcess server({}, 24);
+  std::vector<std::unique_ptr<Transport>> held;
+  for (int i = 0; i < 40; ++i) {
+    try {
+      held.push_back(connectTcp(server.address()));
+    } catch (const std::exception&) {
+      break;
+    }
+  }
+  ASSERT_TRUE(server.waitForLog("accept failed"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  std::string log = server.log();
+  size_t failures = 0;
+  for (size_t at = log.find("accept failed"); at != std::string::npos; at = log.find("accept failed", at + 1)) ++failures;
+  EXPECT_LE(failures, 2u) << "the accept loop spun";
+  held.clear();
+  HelloReply reply;
+  auto t = hello(server.address(), &reply);
+  EXPECT_EQ(reply.status, 0);
 }
