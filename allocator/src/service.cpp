@@ -24,6 +24,8 @@ namespace {
 
 constexpr double kBuckets[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0};
 
+constexpr size_t kMaxBody = 1 << 20;  // every request body, however it is encoded
+
 void reply(httplib::Response& res, int status, const json& body) {
   res.status = status;
   // Messages may echo what a client sent (an id, a name): bytes that are not UTF-8 are replaced.
@@ -97,7 +99,16 @@ void Service::persist(const std::string* policy_text) {
 int Service::start(const std::string& host, int port) {
   http_ = std::make_unique<httplib::Server>();
   http_->new_task_queue = [] { return new httplib::ThreadPool(64); };
-  http_->set_payload_max_length(1 << 20);
+  http_->set_payload_max_length(kMaxBody);
+  // httplib limits only bodies with a Content-Length: a chunked one is refused from its headers, unread.
+  http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    std::string encoding = req.get_header_value("Transfer-Encoding");
+    std::transform(encoding.begin(), encoding.end(), encoding.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    if (encoding.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("Connection", "close");
+    error(res, 411, "request bodies must come with a Content-Length (at most 1 MiB), not a Transfer-Encoding");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   http_->set_tcp_nodelay(true);  // replies go out in several writes: no Nagle/delayed-ACK stalls
   routes();
   int bound = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
