@@ -1,5 +1,7 @@
 #include "model_json.h"
 
+#include "gpool/printable.h"
+
 #include <cmath>
 #include <stdexcept>
 
@@ -115,6 +117,7 @@ LeaseRequest requestFromJson(const json& j) {
     if (auto v = field(name)) {
       if (!v->is_string()) throw std::invalid_argument(std::string(name) + " must be a string");
       *out = v->get<std::string>();
+      if (!gpool::isPrintable(*out)) throw std::invalid_argument(std::string(name) + " must be printable ASCII, without control characters");
     }
   }
   if (r.user.empty()) throw std::invalid_argument("user is required");

@@ -1,6 +1,8 @@
 // Routes, request checks, persistence and metrics of gpool-allocator (docs/api.md).
 #include "service.h"
 
+#include "gpool/printable.h"
+
 #include <httplib.h>
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
@@ -185,7 +187,7 @@ void Service::routes() {
       return;
     }
     std::lock_guard lock(mu_);
-    spdlog::info("server {} at {} registered {} GPU(s)", srv.name, srv.address, srv.gpus.size());
+    spdlog::info("server {} at {} registered {} GPU(s)", srv.name, gpool::printable(srv.address), srv.gpus.size());
     sched_->registerServer(std::move(srv), now());
     persist();
     reply(res, 200, {{"heartbeat_ms", sched_->policy().server_timeout.count() / 3}});
@@ -259,7 +261,7 @@ void Service::routes() {
       return reply(res, 202, out);
     }
     ++grants_;
-    spdlog::info("lease {} granted to {}: {} x {} GPU", id, r.user, r.n, r.p);
+    spdlog::info("lease {} granted to {}: {} x {} GPU", id, gpool::printable(r.user), r.n, r.p);
     reply(res, 201, out);
   });
 
@@ -417,7 +419,7 @@ void Service::routes() {
       why = e.what();
     } catch (...) {
     }
-    spdlog::error("{} {}: {}", req.method, req.path, why);
+    spdlog::error("{} {}: {}", gpool::printable(req.method), gpool::printable(req.path), why);
     error(res, 500, why);
   });
 }

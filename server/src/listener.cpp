@@ -20,6 +20,7 @@
 #include "allocator_link.h"
 #include "gpool/protocol/frame_io.h"
 #include "lease_token.h"
+#include "gpool/printable.h"
 #include "gpool/protocol/handshake.h"
 
 extern char** environ;
@@ -282,7 +283,7 @@ class Server {
     if (rc != 0) return refuse(p, 999, std::string("cannot start gpool-worker: ") + std::strerror(rc));
     ++workers_;
     if (lease) worker_leases_[pid] = lease->lease;
-    spdlog::info("client {} ({}) → worker {} on device {}{}", peer(p), hello.client.empty() ? "?" : hello.client, pid,
+    spdlog::info("client {} ({}) → worker {} on device {}{}", peer(p), hello.client.empty() ? "?" : printable(hello.client), pid,
                  hello.device, lease ? " for lease " + lease->lease : "");
     close(p);  // the worker owns the connection now
   }

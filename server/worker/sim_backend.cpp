@@ -1,6 +1,8 @@
 // Host-memory emulation of one CUDA device (see sim_backend.h).
 #include "sim_backend.h"
 
+#include "gpool/printable.h"
+
 #include <cuda.h>
 #include <dlfcn.h>
 #include <spdlog/spdlog.h>
@@ -676,7 +678,7 @@ Status SimBackend::kernelOp(const KernelCall& c, std::function<void()>& op) {
     if (FuncGetParamLayout(f, layout) == CUDA_SUCCESS)
       for (size_t i = 0; i + 1 < layout.size(); i += 2)
         if (uint64_t{layout[i]} + layout[i + 1] > params.size) return CUDA_ERROR_INVALID_VALUE;
-    spdlog::debug("sim: launch of {} recorded (no host implementation)", functions_[f].name);
+    spdlog::debug("sim: launch of {} recorded (no host implementation)", printable(functions_[f].name));
     op = [] {};  // still a node when captured
     return CUDA_SUCCESS;
   }

@@ -14,6 +14,7 @@
 
 #include "cuda_backend.h"
 #include "dispatcher.h"
+#include "gpool/printable.h"
 #include "gpool/protocol/frame_io.h"
 #include "gpool/protocol/gpu_uuid.h"
 #include "gpool/protocol/handshake.h"
@@ -137,7 +138,7 @@ int main(int argc, char** argv) {
     spdlog::error("{}", hello.error);
     return 1;
   }
-  spdlog::info("serving {} on {} device {} ({})", transport->peer(), backend_name, device, hello.devices[0].name);
+  spdlog::info("serving {} on {} device {} ({})", transport->peer(), backend_name, device, gpool::printable(hello.devices[0].name));
   // The lease may hold up to its cap, and never more than the device has (both are total_mem).
   gpool::worker::Dispatcher dispatcher(*backend, *transport, hello.devices[0].total_mem, cache.get());
   auto result = dispatcher.serve();

@@ -406,6 +406,16 @@ class LeaseFlow(unittest.TestCase):
             self.assertIn("Content-Length", text)
         self.assertEqual(c.http("GET", "/v1/status")[0], 200)  # and it still answers
 
+    def test_names_with_control_characters_are_refused(self):
+        # Names reach logs and `gpool status`: a terminal escape or a newline in one is refused at the door.
+        c = self.make(ttl="30s")
+        for field in ("user", "group", "pool", "priority"):
+            body = {"user": "eve", "p": 0.5, field: "eve\x1b[2J\nforged"}
+            status, out = c.http("POST", "/v1/leases", body)
+            self.assertEqual(status, 400, field)
+            self.assertIn(f"{field} must be printable", out["error"])
+        self.assertEqual(c.status()["leases"], [])
+
     def test_a_program_with_only_the_allocator_address_gets_its_lease_at_cuinit(self):
         c = self.make(ttl="30s")
         env = dict(os.environ, GPOOL_ALLOCATOR=c.url, GPOOL_FRACTION="0.5", LD_LIBRARY_PATH=LIB, GPOOL_LOG_LEVEL="info",

@@ -231,3 +231,16 @@ TEST(Server, AcceptBacksOffAtTheDescriptorLimit) {
   auto t = hello(server.address(), &reply);
   EXPECT_EQ(reply.status, 0);
 }
+
+// A client's name reaches the log escaped: it can neither forge a log line nor send a terminal escape.
+TEST(Server, ClientNamesAreLoggedEscaped) {
+  test::ServerProcess server;
+  HelloRequest req;
+  req.client = "vm pid 1\n2026-01-01 00:00:00.000 info gpool-server[1] forged\x1b[2J";
+  auto t = hello(server.address(), nullptr, req);
+  ASSERT_TRUE(server.waitForLog("→ worker \\d+"));
+  std::string log = server.log();
+  EXPECT_EQ(log.find('\x1b'), std::string::npos);
+  EXPECT_EQ(log.find("\n2026-01-01"), std::string::npos);
+  EXPECT_NE(log.find("vm pid 1\\x0a2026-01-01"), std::string::npos) << log;
+}

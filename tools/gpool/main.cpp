@@ -23,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "gpool/printable.h"
 #include "lease_token.h"
 #include "policy.h"
 
@@ -272,34 +273,33 @@ int status(Allocator& a, bool as_json) {
     std::cout << s.dump(2) << "\n";
     return 0;
   }
+  // Every name shown comes from the allocator's records: printed with control characters escaped.
+  auto show = [](const json& v) { return gpool::printable(v.get<std::string>()); };
   std::printf("%-16s %-22s %-10s %-6s %s\n", "SERVER", "ADDRESS", "POOL", "STATE", "GPUS");
   for (const auto& srv : s["servers"])
-    std::printf("%-16s %-22s %-10s %-6s %zu\n", srv["name"].get<std::string>().c_str(), srv["address"].get<std::string>().c_str(),
-                srv["pool"].get<std::string>().c_str(),
+    std::printf("%-16s %-22s %-10s %-6s %zu\n", show(srv["name"]).c_str(), show(srv["address"]).c_str(), show(srv["pool"]).c_str(),
                 !srv["up"].get<bool>() ? "down" : srv["drain"].get<bool>() ? "drain" : "up", srv["gpus"].size());
   std::printf("\n%-20s %-28s %-10s %-8s %s\n", "GPU", "MODEL", "MEMORY", "IN USE", "MEMORY LEASED");
   for (const auto& srv : s["servers"])
     for (const auto& g : srv["gpus"])
-      std::printf("%-20s %-28s %-10s %-8s %s\n",
-                  (srv["name"].get<std::string>() + ":" + std::to_string(g["index"].get<int>())).c_str(),
-                  g["model"].get<std::string>().c_str(), gib(g["memory"]).c_str(),
+      std::printf("%-20s %-28s %-10s %-8s %s\n", (show(srv["name"]) + ":" + std::to_string(g["index"].get<int>())).c_str(),
+                  show(g["model"]).c_str(), gib(g["memory"]).c_str(),
                   (std::to_string(static_cast<int>(std::lround(g["used_fraction"].get<double>() * 100))) + "%").c_str(),
                   gib(g["used_memory"]).c_str());
   std::printf("\n%-26s %-10s %s\n", "LEASE", "USER", "SHARES (server:device x fraction of the GPU)");
   for (const auto& l : s["leases"]) {
     std::string shares;
     for (const auto& sh : l["shares"])
-      shares += (shares.empty() ? "" : ", ") + sh["server"].get<std::string>() + ":" + std::to_string(sh["device"].get<int>()) +
-                " x " + gpool::allocator::formatNumber(sh["fraction"].get<double>());
-    std::printf("%-26s %-10s %s\n", l["id"].get<std::string>().c_str(), l["request"]["user"].get<std::string>().c_str(),
-                shares.c_str());
+      shares += (shares.empty() ? "" : ", ") + show(sh["server"]) + ":" + std::to_string(sh["device"].get<int>()) + " x " +
+                gpool::allocator::formatNumber(sh["fraction"].get<double>());
+    std::printf("%-26s %-10s %s\n", show(l["id"]).c_str(), show(l["request"]["user"]).c_str(), shares.c_str());
   }
   std::printf("\n%-4s %-26s %-10s %-14s %s\n", "POS", "REQUEST", "USER", "ASKS", "WAITING FOR");
   for (const auto& q : s["queue"]) {
     const json& r = q["request"];
     std::string asks = std::to_string(r["n"].get<int>()) + " x " + gpool::allocator::formatNumber(r["p"].get<double>());
-    std::printf("%-4d %-26s %-10s %-14s %s\n", q["position"].get<int>(), q["id"].get<std::string>().c_str(),
-                r["user"].get<std::string>().c_str(), asks.c_str(), q.value("waiting_for", std::string()).c_str());
+    std::printf("%-4d %-26s %-10s %-14s %s\n", q["position"].get<int>(), show(q["id"]).c_str(), show(r["user"]).c_str(), asks.c_str(),
+                gpool::printable(q.value("waiting_for", std::string())).c_str());
   }
   return 0;
 }
