@@ -1,9 +1,13 @@
 // Files are written under a temporary name and renamed into place, so a reader (another worker) sees
-// a whole image or none; a corrupt file is found by its hash and removed.
+// a whole image or none; a corrupt file is found by its hash and removed. Stores are serialised across
+// the host's workers by a lock file, and each recounts the directory under it, so concurrent writers
+// together stay within the size cap.
 #include "module_cache.h"
 
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <spdlog/spdlog.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,13 +62,40 @@ std::optional<std::vector<uint8_t>> ModuleCache::get(const ImageHash& hash) {
   return bytes;
 }
 
+namespace {
+// An exclusive lock on the cache directory's lock file, held while it lives (none when it cannot be had).
+class DirectoryLock {
+ public:
+  explicit DirectoryLock(const fs::path& dir) : fd_(::open((dir / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
+    if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~DirectoryLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+  }
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+}  // namespace
+
 void ModuleCache::put(const void* data, size_t size) {
   if (size > max_bytes_) return;
   fs::path path = dir_ / toHex(sha256(data, size));
   std::error_code ec;
   if (fs::exists(path, ec)) return;
-  // Other workers add images too, so the running total is a lower bound; a rescan settles it.
-  if (total_ + size > max_bytes_) evictFor(size);
+  DirectoryLock lock(dir_);
+  if (!lock.held()) {
+    spdlog::warn("module cache: cannot lock {} (the image is not stored)", (dir_ / ".lock").string());
+    return;
+  }
+  if (fs::exists(path, ec)) return;  // another worker stored it meanwhile
+  evictFor(size);  // other workers add images too: recount under the lock
   fs::path tmp = dir_ / (".tmp." + std::to_string(getpid()) + "." + path.filename().string());
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
@@ -94,7 +125,7 @@ void ModuleCache::evictFor(uint64_t incoming) {
   uint64_t total = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
-    if (!e.is_regular_file(ec) || e.path().filename().string().starts_with(".tmp.")) continue;
+    if (!e.is_regular_file(ec) || e.path().filename().string().starts_with(".")) continue;  // .tmp.*, .lock
     uint64_t n = e.file_size(ec);
     entries.push_back({e.last_write_time(ec), n, e.path()});
     total += n;

@@ -4,6 +4,7 @@
 #include <elf.h>
 
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <thread>
 
@@ -66,6 +67,30 @@ TEST(ModuleCache, EvictsLeastRecentlyUsedPastItsLimit) {
   EXPECT_TRUE(cache.get(worker::sha256(a.data(), a.size())));
   EXPECT_FALSE(cache.get(worker::sha256(b.data(), b.size())));
   EXPECT_TRUE(cache.get(worker::sha256(c.data(), c.size())));
+}
+
+// Workers of one host store images at once, each with its own view of the directory: together they stay
+// within the cap (each store recounts under the directory's lock).
+TEST(ModuleCache, ConcurrentWritersStayWithinTheCap) {
+  TempDir dir;
+  const uint64_t cap = 5000;
+  std::vector<std::unique_ptr<worker::ModuleCache>> workers;  // each started while the directory was empty
+  for (int w = 0; w < 8; ++w) workers.push_back(std::make_unique<worker::ModuleCache>(dir.path, cap, std::chrono::seconds(0)));
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 8; ++w)
+    writers.emplace_back([&workers, w] {
+      for (int i = 0; i < 2; ++i) {
+        std::string image(1000, static_cast<char>('A' + w));
+        image += std::to_string(i);
+        workers[w]->put(image.data(), image.size());
+      }
+    });
+  for (auto& t : writers) t.join();
+  uint64_t total = 0;
+  for (const auto& e : fs::directory_iterator(dir.path))
+    if (e.is_regular_file() && !e.path().filename().string().starts_with(".")) total += e.file_size();
+  EXPECT_LE(total, cap);
+  EXPECT_GT(total, 0u);
 }
 
 TEST(ModuleCache, WorkerLoadsByHashAfterOneUpload) {
