@@ -344,6 +344,17 @@ bool Scheduler::heartbeatServer(const std::string& name, int64_t now, std::vecto
   return true;
 }
 
+std::vector<std::string> Scheduler::liveLeasesOn(const std::string& server) const {
+  std::vector<std::string> out;
+  for (const std::string& id : live_) {
+    const Lease& l = leases_.at(id);
+    if (l.state == LeaseState::kGranted &&
+        std::any_of(l.shares.begin(), l.shares.end(), [&server](const Share& s) { return s.server == server; }))
+      out.push_back(id);
+  }
+  return out;
+}
+
 bool Scheduler::setDrain(const std::string& name, bool drain) {
   auto it = servers_.find(name);
   if (it == servers_.end()) return false;

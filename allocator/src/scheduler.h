@@ -82,6 +82,9 @@ class Scheduler {
   void registerServer(Server s, int64_t now);
   // False when the server is unknown (it must register). `revoked` gets the ids of leases on it that ended.
   bool heartbeatServer(const std::string& name, int64_t now, std::vector<std::string>& revoked);
+  // The granted leases with a share on this server: the only ones it may serve (sent with every answer
+  // to its registration and heartbeats, so an ended lease stays ended there, restarts included).
+  std::vector<std::string> liveLeasesOn(const std::string& server) const;
   bool setDrain(const std::string& name, bool drain);
 
   Decision request(LeaseRequest req, int64_t now, const std::string& id);

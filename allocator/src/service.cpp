@@ -188,9 +188,10 @@ void Service::routes() {
     }
     std::lock_guard lock(mu_);
     spdlog::info("server {} at {} registered {} GPU(s)", srv.name, gpool::printable(srv.address), srv.gpus.size());
+    std::string name = srv.name;
     sched_->registerServer(std::move(srv), now());
     persist();
-    reply(res, 200, {{"heartbeat_ms", sched_->policy().server_timeout.count() / 3}});
+    reply(res, 200, {{"heartbeat_ms", sched_->policy().server_timeout.count() / 3}, {"live", sched_->liveLeasesOn(name)}});
   });
 
   s.Post(R"(/v1/servers/([^/]+)/heartbeat)", [this, signedByServer](const httplib::Request& req, httplib::Response& res) {
@@ -202,7 +203,9 @@ void Service::routes() {
       return;
     }
     persist();
-    reply(res, 200, {{"revoked", revoked}, {"heartbeat_ms", sched_->policy().server_timeout.count() / 3}});
+    reply(res, 200, {{"revoked", revoked},
+                     {"live", sched_->liveLeasesOn(req.matches[1])},
+                     {"heartbeat_ms", sched_->policy().server_timeout.count() / 3}});
   });
 
   s.Post(R"(/v1/servers/([^/]+)/released)", [this, signedByServer, body](const httplib::Request& req, httplib::Response& res) {

@@ -11,9 +11,9 @@
 namespace gpool::server {
 
 AllocatorLink::AllocatorLink(std::string url, std::string key, std::string name, std::string registration,
-                             std::function<void(const std::string&)> revoked)
+                             std::function<void(const std::string&)> revoked, Live live)
     : url_(std::move(url)), key_(std::move(key)), name_(std::move(name)), registration_(std::move(registration)),
-      revoked_(std::move(revoked)) {
+      revoked_(std::move(revoked)), live_(std::move(live)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -32,6 +32,31 @@ void AllocatorLink::released(const std::string& lease) {
     released_.push_back(lease);
   }
   cv_.notify_all();
+}
+
+uint64_t AllocatorLink::refresh() {
+  uint64_t next;
+  {
+    std::lock_guard lock(mu_);
+    wake_ = true;
+    next = requests_ + 1;
+  }
+  cv_.notify_all();
+  return next;
+}
+
+// What an answer to a registration or heartbeat carries: leases to stop, and the ones that are live.
+static void readAnswer(const nlohmann::json& j, uint64_t request, const std::function<void(const std::string&)>& revoked,
+                       const AllocatorLink::Live& live) {
+  if (j.contains("revoked") && j["revoked"].is_array())
+    for (const auto& id : j["revoked"])
+      if (id.is_string()) revoked(id.get<std::string>());
+  if (j.contains("live") && j["live"].is_array()) {
+    std::vector<std::string> ids;
+    for (const auto& id : j["live"])
+      if (id.is_string()) ids.push_back(id.get<std::string>());
+    live(std::move(ids), request);
+  }
 }
 
 void AllocatorLink::loop() {
@@ -55,6 +80,8 @@ void AllocatorLink::loop() {
       if (!r) break;  // retried after the next wait
       released_.pop_front();
     }
+    uint64_t request = ++requests_;
+    wake_ = false;
     lock.unlock();
     std::string path = registered ? "/v1/servers/" + name_ + "/heartbeat" : "/v1/servers";
     auto r = post(path, registered ? "" : registration_);
@@ -78,14 +105,12 @@ void AllocatorLink::loop() {
       registered = true;
       if (j.is_object()) {
         interval_ms = std::clamp(j.value("heartbeat_ms", 1000), 50, 60000);
-        if (j.contains("revoked") && j["revoked"].is_array())
-          for (const auto& id : j["revoked"])
-            if (id.is_string()) revoked_(id.get<std::string>());
+        readAnswer(j, request, revoked_, live_);
       }
       wait_ms = interval_ms;
     }
     lock.lock();
-    cv_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return stop_ || !released_.empty(); });
+    cv_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return stop_ || wake_ || !released_.empty(); });
   }
 }
 

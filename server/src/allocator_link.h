@@ -1,5 +1,6 @@
 // gpool-server's side of the allocator: registers this server's GPUs, heartbeats, reports clients
-// that left (so their shares free at once) and hands back the leases the allocator revoked.
+// that left (so their shares free at once) and hands back the leases the allocator revoked and, with
+// every answer, the leases it calls live on this server.
 // Requests are signed with the lease key (X-Gpool-Signature, docs/api.md).
 #pragma once
 
@@ -10,22 +11,31 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace gpool::server {
 
 class AllocatorLink {
  public:
-  // `registration`: the JSON body of POST /v1/servers. `revoked` runs on the link's thread.
+  using Live = std::function<void(std::vector<std::string> leases, uint64_t request)>;
+  // `registration`: the JSON body of POST /v1/servers. `revoked` and `live` run on the link's thread;
+  // `live` gets the live leases and the number of the request they answer.
   AllocatorLink(std::string url, std::string key, std::string name, std::string registration,
-                std::function<void(const std::string& lease)> revoked);
+                std::function<void(const std::string& lease)> revoked, Live live);
   ~AllocatorLink();
   void released(const std::string& lease);  // queued; sent by the link's thread
+  // Asks for a heartbeat now; returns the number of the request whose answer will be the first one
+  // given after this call.
+  uint64_t refresh();
 
  private:
   void loop();
   std::string url_, key_, name_, registration_;
   std::function<void(const std::string&)> revoked_;
+  Live live_;
   std::mutex mu_;
+  uint64_t requests_ = 0;  // registrations and heartbeats sent
+  bool wake_ = false;
   std::condition_variable cv_;
   std::deque<std::string> released_;
   bool stop_ = false;

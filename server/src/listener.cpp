@@ -18,6 +18,7 @@
 #include <set>
 
 #include "allocator_link.h"
+#include "lease_gate.h"
 #include "gpool/protocol/frame_io.h"
 #include "lease_token.h"
 #include "gpool/printable.h"
@@ -111,9 +112,13 @@ class Server {
       }
       auto gpus = nlohmann::json::parse(inventory(opt_, backend_));
       nlohmann::json reg = {{"name", opt_.name}, {"address", advertise}, {"gpus", gpus}};
-      link_ = std::make_unique<AllocatorLink>(opt_.allocator, key_, opt_.name, reg.dump(), [this](const std::string& lease) {
-        asio::post(io_, [this, lease] { revoke(lease); });
-      });
+      link_ = std::make_unique<AllocatorLink>(
+          opt_.allocator, key_, opt_.name, reg.dump(), [this](const std::string& lease) { asio::post(io_, [this, lease] { revoke(lease); }); },
+          [this](std::vector<std::string> live, uint64_t request) {
+            asio::post(io_, [this, live = std::move(live), request] {
+              for (const std::string& lease : gate_.update(live, request)) revoke(lease);
+            });
+          });
       spdlog::info("leases from {} required: clients need a token naming server '{}' (clients connect to {})",
                    opt_.allocator, opt_.name, advertise);
     }
@@ -244,8 +249,27 @@ class Server {
       lease = token::check(hello->token, key_, opt_.name, static_cast<int>(hello->device), now, why);
       if (!lease) return refuse(p, 100 /*CUDA_ERROR_NO_DEVICE*/, "lease token refused: " + why);
       if (revoked_.count(lease->lease)) return refuse(p, 100, "lease " + lease->lease + " has ended");
+      return admitLease(p, *hello, *lease);
     }
     spawnWorker(p, *hello, lease);
+  }
+
+  // A valid token is served only while the allocator calls its lease live here (lease_gate.h); a client
+  // whose lease the last answer did not list waits for the next one, at most kLeaseConfirmMs.
+  static constexpr int kLeaseConfirmMs = 10000;
+  void admitLease(const std::shared_ptr<Pending>& p, const proto::HelloRequest& hello, const token::Claims& lease) {
+    uint64_t ticket = gate_.admit(lease.lease, link_->refresh(), [this, p, hello, lease](bool live, const std::string& why) {
+      p->timer.cancel();
+      if (!live) return refuse(p, 100 /*CUDA_ERROR_NO_DEVICE*/, why);
+      if (workers_ >= opt_.max_clients)
+        return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, "server is at --max-clients " + std::to_string(opt_.max_clients));
+      spawnWorker(p, hello, lease);
+    });
+    if (ticket == 0) return;  // answered already
+    p->timer.expires_after(std::chrono::milliseconds(kLeaseConfirmMs));
+    p->timer.async_wait([this, ticket](const asio::error_code& ec) {
+      if (!ec) gate_.expire(ticket);
+    });
   }
 
   // The allocator ended a lease (expired, or the server it ran on was declared down): its workers stop.
@@ -326,6 +350,7 @@ class Server {
   std::unique_ptr<AllocatorLink> link_;
   std::map<pid_t, std::string> worker_leases_;  // worker → the lease it serves
   std::set<std::string> revoked_;
+  LeaseGate gate_;
 };
 
 }  // namespace

@@ -80,9 +80,9 @@ class Cluster:
         self.procs.append(self.allocator)
         assert wait_for(lambda: self.try_http("GET", "/v1/status")[0] == 200), "allocator did not start: " + self.log("allocator")
 
-    def start_server(self, name, memory):
+    def start_server(self, name, memory, listen="127.0.0.1:0"):
         with open(os.path.join(self.dir, f"{name}.log"), "w") as log:
-            p = subprocess.Popen([SERVER, "--listen", "127.0.0.1:0", "--backend", "sim", "--sim-memory", str(memory),
+            p = subprocess.Popen([SERVER, "--listen", listen, "--backend", "sim", "--sim-memory", str(memory),
                                   "--allocator", self.url, "--lease-key", self.key_file, "--name", name,
                                   "--module-cache", "none"], stderr=log)
         self.procs.append(p)
@@ -339,6 +339,24 @@ class LeaseFlow(unittest.TestCase):
         run = subprocess.run([NVML_QUERY], env=c.client_env(share, token=token("sim0", 0, now + 600)), capture_output=True,
                              text=True, timeout=30)
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)  # the same claims, signed with the key: served
+
+    def test_a_restarted_server_accepts_no_token_of_an_ended_lease(self):
+        # The server knows which leases are live from the allocator, not from what it remembers: after a
+        # restart, a token of a lease that ended meanwhile is refused (issue 11: it was served again).
+        c = self.make(ttl="30s")
+        _, ended = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})
+        _, live = c.http("POST", "/v1/leases", {"user": "v", "p": 0.5})
+        self.assertEqual(c.http("DELETE", "/v1/leases/" + ended["id"])[0], 200)
+        old = c.servers["sim0"]
+        old.terminate()
+        old.wait(10)
+        c.start_server("sim0", 8 * GIB, listen=ended["shares"][0]["address"])  # the same address, restarted
+        self.assertTrue(wait_for(lambda: "registered with allocator" in c.log("sim0"), timeout=10), c.log("sim0"))
+        run = subprocess.run([NVML_QUERY], env=c.client_env(ended["shares"][0]), capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(run.returncode, 0, run.stdout)
+        self.assertTrue(wait_for(lambda: f"lease {ended['id']} has ended" in c.log("sim0"), timeout=5), c.log("sim0"))
+        run = subprocess.run([NVML_QUERY], env=c.client_env(live["shares"][0]), capture_output=True, text=True, timeout=30)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)  # a live lease is served at once after the restart
 
     def test_a_program_cannot_allocate_past_its_memory_cap(self):
         c = self.make()

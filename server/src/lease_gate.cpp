@@ -1,0 +1,44 @@
+#include "lease_gate.h"
+
+#include <algorithm>
+
+namespace gpool::server {
+
+uint64_t LeaseGate::admit(const std::string& lease, uint64_t asked, Verdict verdict) {
+  if (live(lease)) {
+    verdict(true, "");
+    return 0;
+  }
+  waiting_.push_back(Waiting{lease, asked, next_ticket_, std::move(verdict)});
+  return next_ticket_++;
+}
+
+std::vector<std::string> LeaseGate::update(const std::vector<std::string>& live, uint64_t asked) {
+  std::set<std::string> now(live.begin(), live.end());
+  std::vector<std::string> gone;
+  std::set_difference(live_.begin(), live_.end(), now.begin(), now.end(), std::back_inserter(gone));
+  live_ = std::move(now);
+  std::vector<Waiting> settled;
+  std::erase_if(waiting_, [&](Waiting& w) {
+    bool decided = live_.count(w.lease) || w.asked <= asked;  // an answer given after the client arrived
+    if (decided) settled.push_back(std::move(w));
+    return decided;
+  });
+  for (auto& w : settled) {
+    bool ok = live_.count(w.lease) != 0;
+    w.verdict(ok, ok ? "" : "lease " + w.lease + " has ended (the allocator does not list it as live on this server)");
+  }
+  return gone;
+}
+
+void LeaseGate::expire(uint64_t ticket) {
+  std::vector<Waiting> expired;
+  std::erase_if(waiting_, [&](Waiting& w) {
+    if (w.ticket != ticket) return false;
+    expired.push_back(std::move(w));
+    return true;
+  });
+  for (auto& w : expired) w.verdict(false, "the allocator did not confirm lease " + w.lease + " in time (is it reachable?)");
+}
+
+}  // namespace gpool::server
