@@ -25,9 +25,16 @@ using proto::AllocBase, proto::AllocBytes, proto::IpcMapped, proto::IpcMapping, 
     proto::JitOptions, proto::Launchable, proto::LaunchableList, proto::LinkState, proto::MemPool, proto::MemView, proto::ModuleGlobal, proto::ModuleRef,
     proto::NewAlloc, proto::RangeOf, proto::Released, proto::Stream;
 
+class HandleTable;
+
 class Backend {
  public:
   virtual ~Backend() = default;
+
+  // The worker's table of the client's memory (handle_table.h), read-only. Work that runs later than the
+  // call that made it (a graph's nodes, on a backend that runs them itself) checks against it, when it
+  // runs, that the memory it touches is still the client's.
+  void watchMemory(const HandleTable* table) { memory_ = table; }
 
   // Opens the device and fills the handshake reply (driver version, device description).
   virtual Status open(int device, proto::HelloReply& hello) = 0;
@@ -66,6 +73,7 @@ class Backend {
  protected:
   HostCallbacks callbacks_;
   IpcRegistry ipc_;
+  const HandleTable* memory_ = nullptr;
 
  private:
   std::vector<uint8_t> staging_;

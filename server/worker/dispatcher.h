@@ -31,7 +31,9 @@ class Dispatcher {
   // `memory_limit`: the device memory the lease may hold (the lease's cap, or the device's size).
   // `cache` (may be null) is the host's module image cache.
   Dispatcher(Backend& backend, proto::Transport& transport, uint64_t memory_limit, ModuleCache* cache = nullptr)
-      : backend_(backend), transport_(transport), ledger_(memory_limit), cache_(cache) {}
+      : backend_(backend), transport_(transport), ledger_(memory_limit), cache_(cache) {
+    backend_.watchMemory(&table_);
+  }
   // Runs until the client disconnects or violates the protocol.
   ServeResult serve();
 

@@ -410,7 +410,9 @@ Status SimBackend::StreamWaitValue(Stream stream, DevWord w, uint64_t value, uin
 }
 
 Status SimBackend::StreamWriteValue(Stream stream, DevWord w, uint64_t value, uint32_t) {
-  issue(stream, [w, value] { std::memcpy(reinterpret_cast<void*>(w.ptr), &value, w.bytes); }, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+  issue(stream, [this, w, value] {
+    if (reachable(w.ptr, w.bytes)) std::memcpy(reinterpret_cast<void*>(w.ptr), &value, w.bytes);
+  }, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
   return CUDA_SUCCESS;
 }
 
@@ -427,14 +429,14 @@ Status SimBackend::MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t 
 }
 
 Status SimBackend::MemcpyDtoD(DevCopy c, Stream stream, uint32_t) {
-  if (c.bytes)
-    issue(stream, [c] { std::memmove(reinterpret_cast<void*>(c.dst), reinterpret_cast<const void*>(c.src), c.bytes); },
-          CU_GRAPH_NODE_TYPE_MEMCPY);
+  if (c.bytes) issue(stream, copyOp(DevCopyRect{DevRect{c.dst, c.bytes, c.bytes, 1}, DevRect{c.src, c.bytes, c.bytes, 1}}), CU_GRAPH_NODE_TYPE_MEMCPY);
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::Memset(DevFill f, uint32_t value, Stream stream, uint32_t) {
-  issue(stream, [f, value] { fill(reinterpret_cast<uint8_t*>(f.ptr), f.elem, f.count, value); }, CU_GRAPH_NODE_TYPE_MEMSET);
+  issue(stream, [this, f, value] {
+    if (reachable(f.ptr, f.bytes())) fill(reinterpret_cast<uint8_t*>(f.ptr), f.elem, f.count, value);
+  }, CU_GRAPH_NODE_TYPE_MEMSET);
   return CUDA_SUCCESS;
 }
 
@@ -444,10 +446,35 @@ Status SimBackend::MemAllocPitch(PitchedAlloc a, NewAlloc& out, uint64_t& pitch)
 }
 
 Status SimBackend::Memset2D(DevFillRect f, uint32_t value, Stream stream, uint32_t) {
-  issue(stream, [r = f.dst, elem = f.elem, value] {
-    for (uint64_t y = 0; y < r.height; ++y) fill(reinterpret_cast<uint8_t*>(r.ptr + y * r.pitch), elem, r.width / elem, value);
-  }, CU_GRAPH_NODE_TYPE_MEMSET);
+  issue(stream, fillOp(f, value), CU_GRAPH_NODE_TYPE_MEMSET);
   return CUDA_SUCCESS;
+}
+
+// Work that may run later (captured, or a graph's node) checks when it runs that its memory is still the
+// client's; what it would touch otherwise makes the launch fail as a GPU's would.
+bool SimBackend::reachable(uint64_t ptr, uint64_t bytes) {
+  if (!memory_ || memory_->containsRange(ptr, bytes)) return true;
+  if (fault_ == CUDA_SUCCESS)
+    spdlog::warn("sim: work launched from a graph touches {:#x} (+{} bytes), which is no longer the client's memory; "
+                 "the launch fails with CUDA_ERROR_ILLEGAL_ADDRESS", ptr, bytes);
+  fault_ = CUDA_ERROR_ILLEGAL_ADDRESS;
+  return false;
+}
+
+std::function<void()> SimBackend::fillOp(const DevFillRect& f, uint32_t value) {
+  return [this, r = f.dst, elem = f.elem, value] {
+    if (!reachable(r.ptr, r.span())) return;
+    for (uint64_t y = 0; y < r.height; ++y) fill(reinterpret_cast<uint8_t*>(r.ptr + y * r.pitch), elem, r.width / elem, value);
+  };
+}
+
+std::function<void()> SimBackend::copyOp(const DevCopyRect& c) {
+  return [this, c] {
+    if (!reachable(c.dst.ptr, c.dst.span()) || !reachable(c.src.ptr, c.src.span())) return;
+    for (uint64_t y = 0; y < c.dst.height; ++y)
+      std::memmove(reinterpret_cast<void*>(c.dst.ptr + y * c.dst.pitch), reinterpret_cast<const void*>(c.src.ptr + y * c.src.pitch),
+                   c.dst.width);
+  };
 }
 
 Status SimBackend::MemcpyHtoD2D(DevWriteRect w, Stream stream, uint32_t) {
@@ -467,11 +494,7 @@ Status SimBackend::MemcpyDtoH2D(DevRect r, Stream stream, std::vector<uint8_t>& 
 }
 
 Status SimBackend::MemcpyDtoD2D(DevCopyRect c, Stream stream, uint32_t) {
-  issue(stream, [c] {
-    for (uint64_t y = 0; y < c.dst.height; ++y)
-      std::memmove(reinterpret_cast<void*>(c.dst.ptr + y * c.dst.pitch), reinterpret_cast<const void*>(c.src.ptr + y * c.src.pitch),
-                   c.dst.width);
-  }, CU_GRAPH_NODE_TYPE_MEMCPY);
+  issue(stream, copyOp(c), CU_GRAPH_NODE_TYPE_MEMCPY);
   return CUDA_SUCCESS;
 }
 

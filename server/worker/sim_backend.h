@@ -148,6 +148,13 @@ class SimBackend final : public Backend {
   void destroyGraph(uint64_t graph);
   bool instantiate(uint64_t graph, SimExec& e);  // false: a cycle
   std::function<void()> eventOp(uint64_t event, uint32_t wait);
+  // Memsets and copies as work that may run later (captured, a graph's node): see reachable().
+  std::function<void()> fillOp(const DevFillRect& f, uint32_t value);
+  std::function<void()> copyOp(const DevCopyRect& c);
+  // Whether [ptr, ptr+bytes) is still the client's memory when deferred work runs; if not, the launch
+  // running it fails with CUDA_ERROR_ILLEGAL_ADDRESS (fault_).
+  bool reachable(uint64_t ptr, uint64_t bytes);
+  Status fault_ = 0;
   std::function<void()>* nodeOp(uint64_t node, uint32_t type);  // a node's work, if it is of `type`
   int execIndex(uint64_t exec, uint64_t node);  // the node's place in an instantiation, or -1
   std::function<void()>* execOp(uint64_t exec, uint64_t node, uint32_t type);  // an instantiation's work for a node

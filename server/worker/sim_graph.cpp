@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
+#include <utility>
 
 #include "sim_backend.h"
 
@@ -143,23 +144,6 @@ Status SimBackend::GraphAddKernelNode(Graph g, GraphNodes deps, KernelCall call,
 }
 
 namespace {
-// The work of memset, copy, host and event nodes, built once for a node and again when the node or an
-// instantiation's node gets new parameters.
-std::function<void()> memsetOp(const DevFillRect& f, uint32_t value) {
-  return [r = f.dst, elem = f.elem, value] {
-    for (uint64_t y = 0; y < r.height; ++y) {
-      auto* p = reinterpret_cast<uint8_t*>(r.ptr + y * r.pitch);
-      for (uint64_t x = 0; x < r.width; x += elem) std::memcpy(p + x, &value, elem);
-    }
-  };
-}
-std::function<void()> memcpyOp(const DevCopyRect& c) {
-  return [c] {
-    for (uint64_t y = 0; y < c.dst.height; ++y)
-      std::memmove(reinterpret_cast<void*>(c.dst.ptr + y * c.dst.pitch), reinterpret_cast<const void*>(c.src.ptr + y * c.src.pitch),
-                   c.dst.width);
-  };
-}
 uint32_t eventType(uint32_t wait) { return wait ? CU_GRAPH_NODE_TYPE_WAIT_EVENT : CU_GRAPH_NODE_TYPE_EVENT_RECORD; }
 }  // namespace
 
@@ -174,11 +158,11 @@ std::function<void()> SimBackend::eventOp(uint64_t event, uint32_t wait) {
 }
 
 Status SimBackend::GraphAddMemsetNode(Graph g, GraphNodes deps, DevFillRect f, uint32_t value, Created<GraphNode>& out) {
-  return addNode(g, deps, memsetOp(f, value), out, CU_GRAPH_NODE_TYPE_MEMSET);
+  return addNode(g, deps, fillOp(f, value), out, CU_GRAPH_NODE_TYPE_MEMSET);
 }
 
 Status SimBackend::GraphAddMemcpyNode(Graph g, GraphNodes deps, DevCopyRect c, Created<GraphNode>& out) {
-  return addNode(g, deps, memcpyOp(c), out, CU_GRAPH_NODE_TYPE_MEMCPY);
+  return addNode(g, deps, copyOp(c), out, CU_GRAPH_NODE_TYPE_MEMCPY);
 }
 
 Status SimBackend::GraphAddHostNode(Graph g, GraphNodes deps, uint64_t id, Created<GraphNode>& out) {
@@ -305,14 +289,14 @@ Status SimBackend::GraphKernelNodeSetParams(Graph, GraphNode node, KernelCall ca
 Status SimBackend::GraphMemsetNodeSetParams(Graph, GraphNode node, DevFillRect f, uint32_t value) {
   auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_MEMSET);
   if (!op) return CUDA_ERROR_INVALID_VALUE;
-  *op = memsetOp(f, value);
+  *op = fillOp(f, value);
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphMemcpyNodeSetParams(Graph, GraphNode node, DevCopyRect c) {
   auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_MEMCPY);
   if (!op) return CUDA_ERROR_INVALID_VALUE;
-  *op = memcpyOp(c);
+  *op = copyOp(c);
   return CUDA_SUCCESS;
 }
 
@@ -381,14 +365,14 @@ Status SimBackend::GraphExecKernelNodeSetParams(GraphExec exec, Graph, GraphNode
 Status SimBackend::GraphExecMemsetNodeSetParams(GraphExec exec, Graph, GraphNode node, DevFillRect f, uint32_t value) {
   auto* op = execOp(exec.v, node.v, CU_GRAPH_NODE_TYPE_MEMSET);
   if (!op) return CUDA_ERROR_INVALID_VALUE;
-  *op = memsetOp(f, value);
+  *op = fillOp(f, value);
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphExecMemcpyNodeSetParams(GraphExec exec, Graph, GraphNode node, DevCopyRect c) {
   auto* op = execOp(exec.v, node.v, CU_GRAPH_NODE_TYPE_MEMCPY);
   if (!op) return CUDA_ERROR_INVALID_VALUE;
-  *op = memcpyOp(c);
+  *op = copyOp(c);
   return CUDA_SUCCESS;
 }
 
@@ -463,6 +447,7 @@ Status SimBackend::GraphInstantiate(Graph graph, uint64_t, Created<GraphExec>& e
 }
 
 Status SimBackend::GraphLaunch(GraphExec exec, Stream stream) {
+  fault_ = CUDA_SUCCESS;
   issue(stream, [this, exec = exec.v] {
     auto e = execs_.find(exec);
     if (e == execs_.end()) return;
@@ -470,7 +455,7 @@ Status SimBackend::GraphLaunch(GraphExec exec, Stream stream) {
     for (size_t i = 0; i < e->second.ops.size(); ++i)
       if (e->second.enabled[i]) e->second.ops[i]();
   }, CU_GRAPH_NODE_TYPE_GRAPH);
-  return CUDA_SUCCESS;
+  return std::exchange(fault_, CUDA_SUCCESS);  // work touching memory no longer the client's
 }
 
 Status SimBackend::GraphUpload(GraphExec, Stream) { return CUDA_SUCCESS; }

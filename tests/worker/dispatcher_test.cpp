@@ -543,3 +543,28 @@ TEST(Dispatcher, LaunchAttributesNameOnlyTheClientsEventsAndMemory) {
   EXPECT_EQ(c.call<calls::LaunchKernel>(f, 1u, 1u, 1u, 1u, 1u, 1u, 0u, uint64_t{0}, Blob{}, LaunchAttrs{Blob{"abc", 3}}).first, kInvalidValue);
   EXPECT_TRUE(h.finish().clean);
 }
+
+// A graph's work runs later than the calls that built it: memory freed in between is not the client's any
+// more. Launching such a graph answers CUDA_ERROR_ILLEGAL_ADDRESS, as a GPU would, and the worker carries
+// on (issue 11: the sim worker crashed).
+TEST(Dispatcher, AGraphLaunchedAfterItsMemoryWasFreedFaultsWithoutCrashing) {
+  Harness h;
+  test::RawClient c(*h.client);
+  const uint64_t bytes = 1 << 20;  // a memfd mapping on sim: unmapped when freed
+  uint64_t mem = std::get<0>(c.call<calls::MemAlloc>(AllocBytes{bytes}).second).ptr;
+  uint64_t other = std::get<0>(c.call<calls::MemAlloc>(AllocBytes{bytes}).second).ptr;
+  uint64_t g = std::get<0>(c.call<calls::GraphCreate>(0u).second).v;
+  auto [st, node] = c.call<calls::GraphAddMemsetNode>(g, GraphNodes{}, DevFillRect{DevRect{mem, bytes, bytes, 1}, 4}, 7u);
+  ASSERT_EQ(st, 0);
+  auto [st2, copy] = c.call<calls::GraphAddMemcpyNode>(g, GraphNodes{{std::get<0>(node).v}},
+                                                      DevCopyRect{DevRect{other, bytes, bytes, 1}, DevRect{mem, bytes, bytes, 1}});
+  ASSERT_EQ(st2, 0);
+  auto [st3, exec] = c.call<calls::GraphInstantiate>(g, uint64_t{0});
+  ASSERT_EQ(st3, 0);
+  uint64_t e = std::get<0>(exec).v;
+  EXPECT_EQ(c.call<calls::GraphLaunch>(e, uint64_t{0}).first, 0);
+  EXPECT_EQ(c.call<calls::MemFree>(mem).first, 0);
+  EXPECT_EQ(c.call<calls::GraphLaunch>(e, uint64_t{0}).first, 700 /*CUDA_ERROR_ILLEGAL_ADDRESS*/);
+  EXPECT_EQ(c.call<calls::MemAlloc>(AllocBytes{4096}).first, 0);  // still serving
+  EXPECT_TRUE(h.finish().clean);
+}
