@@ -144,10 +144,11 @@ Policy parsePolicy(const std::string& toml_text) {
   p.source = toml_text;
 
   if (auto s = root["settings"].as_table()) {
-    checkKeys(*s, {"lease_ttl", "server_timeout", "token_ttl", "default_priority"}, "[settings]");
+    checkKeys(*s, {"lease_ttl", "server_timeout", "token_ttl", "default_priority", "ended_lease_retention"}, "[settings]");
     if (auto n = s->get("lease_ttl")) p.lease_ttl = duration(*n, "settings.lease_ttl");
     if (auto n = s->get("server_timeout")) p.server_timeout = duration(*n, "settings.server_timeout");
     if (auto n = s->get("token_ttl")) p.token_ttl = duration(*n, "settings.token_ttl");
+    if (auto n = s->get("ended_lease_retention")) p.ended_lease_retention = duration(*n, "settings.ended_lease_retention");
     if (auto n = s->get("default_priority")) p.default_priority = text(*n, "settings.default_priority");
     if (p.lease_ttl < std::chrono::milliseconds(200)) fail("settings.lease_ttl must be at least 200ms");
     if (p.server_timeout < std::chrono::milliseconds(200)) fail("settings.server_timeout must be at least 200ms");

@@ -128,6 +128,17 @@ void Service::stop() {
   if (tick_thread_.joinable()) tick_thread_.join();
 }
 
+// Ended leases stay in the database for the policy's retention period (for accounting), then leave it.
+void Service::forgetEndedLeases() {
+  std::lock_guard lock(mu_);  // the store's connection is the request path's too
+  int64_t cutoff = now() - sched_->policy().ended_lease_retention.count();
+  try {
+    if (int n = store_->forgetEndedBefore(cutoff)) spdlog::info("forgot {} lease(s) that ended more than the retention period ago", n);
+  } catch (const std::exception& e) {
+    spdlog::error("forgetting ended leases: {}", e.what());
+  }
+}
+
 void Service::tickLoop() {
   uint64_t ticks = 0;
   while (!stopping_) {
@@ -141,6 +152,7 @@ void Service::tickLoop() {
       }
     }
     if (++ticks % 10 == 0) store_->checkpoint();  // once a second, without the state lock
+    if (ticks % 600 == 0) forgetEndedLeases();     // once a minute
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }

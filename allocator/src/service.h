@@ -37,6 +37,7 @@ class Service {
   void routes();
   void persist(const std::string* policy_text = nullptr);  // with mu_ held
   void tickLoop();
+  void forgetEndedLeases();  // those that ended longer ago than the policy's retention
   int64_t now() const;
 
   ServiceOptions opt_;

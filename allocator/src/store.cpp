@@ -86,6 +86,13 @@ std::map<std::string, Lease> Store::leases(bool include_ended) {
   return out;
 }
 
+int Store::forgetEndedBefore(int64_t cutoff_ms) {
+  Stmt q(db_, "DELETE FROM leases WHERE state = 'ended' AND json_extract(doc, '$.ended_ms') < ?1");
+  sqlite3_bind_int64(q.s, 1, cutoff_ms);
+  if (sqlite3_step(q.s) != SQLITE_DONE) throw StoreError(std::string("forgetting ended leases: ") + sqlite3_errmsg(db_));
+  return sqlite3_changes(db_);
+}
+
 void Store::save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
                  const std::string* policy_text) {
   if (servers.empty() && leases.empty() && !policy_text) return;

@@ -38,6 +38,8 @@ class Store {
 
   void save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
             const std::string* policy_text = nullptr);
+  // Deletes the leases that ended before `cutoff_ms` (the policy's retention period); returns how many.
+  int forgetEndedBefore(int64_t cutoff_ms);
 
  private:
   void exec(const char* sql);

@@ -241,3 +241,36 @@ TEST(Store, KeepsServersLeasesAndPolicyAcrossReopening) {
   fs::remove(db.string() + "-wal");
   fs::remove(db.string() + "-shm");
 }
+
+// Ended leases leave the database once the policy's retention period has passed since they ended.
+TEST(Store, ForgetsEndedLeasesAfterTheRetentionPeriod) {
+  fs::path db = fs::temp_directory_path() / ("gpool-store-retention-" + std::to_string(::getpid()) + ".db");
+  fs::remove(db);
+  {
+    Scheduler s = make("[settings]\nended_lease_retention = \"1h\"\n");
+    EXPECT_EQ(s.policy().ended_lease_retention, std::chrono::hours(1));
+    s.registerServer(server("a", 2), 0);
+    s.request(req("u", 0.5), 0, "old");
+    s.request(req("v", 0.5), 0, "recent");
+    s.request(req("w", 0.5), 0, "live");
+    s.end("old", "released", 1000);
+    s.end("recent", "released", 3'000'000);
+    Store st(db.string());
+    st.save(s, s.takeDirtyServers(), s.takeDirtyLeases());
+    EXPECT_EQ(st.leases(true).size(), 3u);
+    EXPECT_EQ(st.forgetEndedBefore(3'000'000 - 3'600'000 + 5000), 0);  // nothing ended an hour ago yet
+    EXPECT_EQ(st.forgetEndedBefore(3'700'000 - 3'600'000), 1);         // at 3,700 s: "old" ended over an hour ago
+    auto left = st.leases(true);
+    EXPECT_EQ(left.count("old"), 0u);
+    EXPECT_EQ(left.count("recent"), 1u);
+    EXPECT_EQ(left.count("live"), 1u);  // live leases are never forgotten
+  }
+  fs::remove(db);
+  fs::remove(db.string() + "-wal");
+  fs::remove(db.string() + "-shm");
+}
+
+TEST(Policy, RetentionOfEndedLeasesIsADuration) {
+  EXPECT_EQ(Policy().ended_lease_retention, std::chrono::hours(24 * 7));
+  EXPECT_THROW(parsePolicy("[settings]\nended_lease_retention = \"soon\"\n"), PolicyError);
+}
