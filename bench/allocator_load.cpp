@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "lease_token.h"
+#include "signed_request.h"
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -39,7 +40,9 @@ int main(int argc, char** argv) {
   std::string key = gpool::token::loadKey(key_file, false);
 
   auto signedPost = [&](httplib::Client& c, const std::string& path, const std::string& body) {
-    httplib::Headers h{{"X-Gpool-Signature", gpool::token::hmacHex(key, "POST " + path + "\n" + body)}};
+    httplib::Headers h;
+    int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    for (auto& [name, value] : gpool::token::signRequest(key, "POST", path, body, now_ms)) h.emplace(name, value);
     return c.Post(path.c_str(), h, body, "application/json");
   };
   {

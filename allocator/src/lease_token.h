@@ -25,8 +25,7 @@ std::optional<Claims> verify(const std::string& token, const std::string& key, s
 std::optional<Claims> check(const std::string& token, const std::string& key, const std::string& server, int device,
                             int64_t now_s, std::string& why);
 
-// HMAC-SHA256 of `data` under `key`, as hex; how gpool-server signs its requests to the allocator
-// (header X-Gpool-Signature over "METHOD PATH\nBODY").
+// HMAC-SHA256 of `data` under `key`, as hex (signed requests to the allocator use it: signed_request.h).
 std::string hmacHex(const std::string& key, const std::string& data);
 bool sameText(const std::string& a, const std::string& b);  // constant-time comparison
 

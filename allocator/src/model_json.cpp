@@ -53,7 +53,7 @@ json toJson(const Lease& l, bool with_tokens) {
   }
   json j = {{"id", l.id}, {"state", stateName(l.state)}, {"request", toJson(l.req)}, {"priority", l.priority},
             {"seq", l.seq}, {"created_ms", l.created_ms}, {"granted_ms", l.granted_ms}, {"ended_ms", l.ended_ms},
-            {"token_expiry", l.token_expiry_s}, {"shares", shares}};
+            {"token_expiry", l.token_expiry_s}, {"ended_unix_s", l.ended_unix_s}, {"shares", shares}};
   if (!l.end_reason.empty()) j["end_reason"] = l.end_reason;
   if (!l.wait_reason.empty()) j["waiting_for"] = l.wait_reason;
   return j;
@@ -79,6 +79,7 @@ Lease leaseFromJson(const json& j) {
   l.granted_ms = j.at("granted_ms").get<int64_t>();
   l.ended_ms = j.at("ended_ms").get<int64_t>();
   l.token_expiry_s = j.at("token_expiry").get<int64_t>();
+  l.ended_unix_s = j.value("ended_unix_s", int64_t{0});
   l.end_reason = j.value("end_reason", "");
   l.wait_reason = j.value("waiting_for", "");
   for (const auto& s : j.at("shares"))

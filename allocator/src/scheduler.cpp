@@ -296,6 +296,7 @@ bool Scheduler::end(const std::string& id, const std::string& reason, int64_t no
   l.state = LeaseState::kEnded;
   l.end_reason = reason;
   l.ended_ms = now;
+  l.ended_unix_s = unix_seconds_();
   if (was_granted)
     for (const auto& s : l.shares) revocations_[s.server].push_back(l.id);
   touch(l);

@@ -58,6 +58,7 @@ struct Lease {
   uint64_t seq = 0;  // arrival order
   LeaseState state = LeaseState::kQueued;
   int64_t created_ms = 0, heartbeat_ms = 0, granted_ms = 0, ended_ms = 0, token_expiry_s = 0;
+  int64_t ended_unix_s = 0;  // when it ended by the wall clock (the *_ms times are the allocator's monotonic clock)
   std::string end_reason;   // released, expired, server down, cancelled, wait ran out, disconnected
   std::string wait_reason;  // why it is queued
   std::vector<Share> shares;

@@ -2,12 +2,14 @@
 #include "service.h"
 
 #include "gpool/printable.h"
+#include "signed_request.h"
 
 #include <httplib.h>
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <memory>
 #include <array>
 #include <chrono>
 #include <cctype>
@@ -131,7 +133,7 @@ void Service::stop() {
 // Ended leases stay in the database for the policy's retention period (for accounting), then leave it.
 void Service::forgetEndedLeases() {
   std::lock_guard lock(mu_);  // the store's connection is the request path's too
-  int64_t cutoff = now() - sched_->policy().ended_lease_retention.count();
+  int64_t cutoff = unixSeconds() - std::chrono::duration_cast<std::chrono::seconds>(sched_->policy().ended_lease_retention).count();
   try {
     if (int n = store_->forgetEndedBefore(cutoff)) spdlog::info("forgot {} lease(s) that ended more than the retention period ago", n);
   } catch (const std::exception& e) {
@@ -161,12 +163,17 @@ void Service::routes() {
   auto& s = *http_;
   const std::string key = opt_.key;
 
-  // Requests from gpool-servers and admin changes carry X-Gpool-Signature: HMAC-SHA256(key, "METHOD PATH\nBODY").
-  auto signedCheck = [key](std::string fix) {
-    return [key, fix](const httplib::Request& req, httplib::Response& res) {
-      std::string expected = token::hmacHex(key, req.method + " " + req.path + "\n" + req.body);
-      if (token::sameText(req.get_header_value("X-Gpool-Signature"), expected)) return true;
-      error(res, 401, "request not signed with the allocator's key (" + fix + ")");
+  // Requests from gpool-servers and admin changes are signed, with their time and a nonce (signed_request.h):
+  // each is accepted once, and only while recent.
+  auto replay = std::make_shared<token::ReplayGuard>();
+  auto signedCheck = [key, replay](std::string fix) {
+    return [key, replay, fix](const httplib::Request& req, httplib::Response& res) {
+      std::string why;
+      int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+      if (replay->accept(key, req.method, req.path, req.body, req.get_header_value("X-Gpool-Time"), req.get_header_value("X-Gpool-Nonce"),
+                         req.get_header_value("X-Gpool-Signature"), now_ms, why))
+        return true;
+      error(res, 401, why + " (" + fix + ")");
       return false;
     };
   };

@@ -86,9 +86,9 @@ std::map<std::string, Lease> Store::leases(bool include_ended) {
   return out;
 }
 
-int Store::forgetEndedBefore(int64_t cutoff_ms) {
-  Stmt q(db_, "DELETE FROM leases WHERE state = 'ended' AND json_extract(doc, '$.ended_ms') < ?1");
-  sqlite3_bind_int64(q.s, 1, cutoff_ms);
+int Store::forgetEndedBefore(int64_t cutoff_unix_s) {
+  Stmt q(db_, "DELETE FROM leases WHERE state = 'ended' AND COALESCE(json_extract(doc, '$.ended_unix_s'), 0) < ?1");
+  sqlite3_bind_int64(q.s, 1, cutoff_unix_s);
   if (sqlite3_step(q.s) != SQLITE_DONE) throw StoreError(std::string("forgetting ended leases: ") + sqlite3_errmsg(db_));
   return sqlite3_changes(db_);
 }

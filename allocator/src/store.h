@@ -38,8 +38,9 @@ class Store {
 
   void save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
             const std::string* policy_text = nullptr);
-  // Deletes the leases that ended before `cutoff_ms` (the policy's retention period); returns how many.
-  int forgetEndedBefore(int64_t cutoff_ms);
+  // Deletes the leases that ended before `cutoff_unix_s` by the wall clock (the policy's retention
+  // period; ones recorded before their end time was kept count as ended long ago); returns how many.
+  int forgetEndedBefore(int64_t cutoff_unix_s);
 
  private:
   void exec(const char* sql);

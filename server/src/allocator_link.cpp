@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "lease_token.h"
+#include "signed_request.h"
 
 namespace gpool::server {
 
@@ -65,7 +66,9 @@ void AllocatorLink::loop() {
   cli.set_read_timeout(5, 0);
   cli.set_tcp_nodelay(true);
   auto post = [&](const std::string& path, const std::string& body) {
-    httplib::Headers h{{"X-Gpool-Signature", token::hmacHex(key_, "POST " + path + "\n" + body)}};
+    httplib::Headers h;
+    int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    for (auto& [name, value] : token::signRequest(key_, "POST", path, body, now_ms)) h.emplace(name, value);
     return cli.Post(path.c_str(), h, body, "application/json");
   };
   bool registered = false;

@@ -92,14 +92,20 @@ class Cluster:
         with open(os.path.join(self.dir, name + ".log"), errors="replace") as f:
             return f.read()
 
-    def try_http(self, method, path, body=None, signed=False):
+    def signature(self, method, path, data, at_ms=None, nonce=None):
+        """The headers of a signed request (docs/api.md): its time, a nonce, and the HMAC over both."""
+        with open(self.key_file) as f:
+            key = f.read().strip().encode()
+        at = str(int(time.time() * 1000) if at_ms is None else at_ms)
+        nonce = nonce or os.urandom(16).hex()
+        message = f"{method} {path}\n{at}\n{nonce}\n".encode() + (data or b"")
+        return {"X-Gpool-Time": at, "X-Gpool-Nonce": nonce, "X-Gpool-Signature": hmac.new(key, message, hashlib.sha256).hexdigest()}
+
+    def try_http(self, method, path, body=None, signed=False, headers=None):
         data = body if isinstance(body, (bytes, type(None))) else (body if isinstance(body, str) else json.dumps(body)).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method)
-        if signed:
-            with open(self.key_file) as f:
-                key = f.read().strip().encode()
-            message = f"{method} {path}\n".encode() + (data or b"")
-            req.add_header("X-Gpool-Signature", hmac.new(key, message, hashlib.sha256).hexdigest())
+        for name, value in (self.signature(method, path, data) if signed else headers or {}).items():
+            req.add_header(name, value)
         try:
             with urllib.request.urlopen(req, timeout=10) as r:
                 text = r.read().decode()
@@ -357,6 +363,23 @@ class LeaseFlow(unittest.TestCase):
         self.assertTrue(wait_for(lambda: f"lease {ended['id']} has ended" in c.log("sim0"), timeout=5), c.log("sim0"))
         run = subprocess.run([NVML_QUERY], env=c.client_env(live["shares"][0]), capture_output=True, text=True, timeout=30)
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)  # a live lease is served at once after the restart
+
+    def test_a_captured_signed_request_cannot_be_sent_again(self):
+        # A heartbeat or admin change carries its time and a nonce under the signature: sent again it is
+        # refused, as is one made long ago (issue 11: a replayed heartbeat kept a killed server "up").
+        c = self.make(ttl="30s")
+        path = "/v1/servers/sim0/heartbeat"
+        captured = c.signature("POST", path, b"")
+        self.assertEqual(c.try_http("POST", path, b"", headers=captured)[0], 200)
+        status, out = c.try_http("POST", path, b"", headers=captured)
+        self.assertEqual(status, 401)
+        self.assertIn("replayed", out["error"])
+        old = c.signature("POST", path, b"", at_ms=int(time.time() * 1000) - 10 * 60 * 1000)
+        status, out = c.try_http("POST", path, b"", headers=old)
+        self.assertEqual(status, 401)
+        self.assertIn("stale or replayed", out["error"])
+        forged = dict(captured, **{"X-Gpool-Nonce": os.urandom(16).hex()})  # a fresh nonce without the key
+        self.assertEqual(c.try_http("POST", path, b"", headers=forged)[0], 401)
 
     def test_a_program_cannot_allocate_past_its_memory_cap(self):
         c = self.make()

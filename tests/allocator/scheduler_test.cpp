@@ -242,24 +242,28 @@ TEST(Store, KeepsServersLeasesAndPolicyAcrossReopening) {
   fs::remove(db.string() + "-shm");
 }
 
-// Ended leases leave the database once the policy's retention period has passed since they ended.
+// Ended leases leave the database once the policy's retention period has passed since they ended, by
+// the wall clock (the allocator's monotonic clock starts again at every boot).
 TEST(Store, ForgetsEndedLeasesAfterTheRetentionPeriod) {
   fs::path db = fs::temp_directory_path() / ("gpool-store-retention-" + std::to_string(::getpid()) + ".db");
   fs::remove(db);
   {
-    Scheduler s = make("[settings]\nended_lease_retention = \"1h\"\n");
+    int64_t wall_s = 1000;
+    Scheduler s(parsePolicy("[settings]\nended_lease_retention = \"1h\"\n"),
+                [](const Lease& l, const Share& sh, int64_t) { return "tok-" + l.id + "-" + sh.server; }, [&wall_s] { return wall_s; });
     EXPECT_EQ(s.policy().ended_lease_retention, std::chrono::hours(1));
     s.registerServer(server("a", 2), 0);
     s.request(req("u", 0.5), 0, "old");
     s.request(req("v", 0.5), 0, "recent");
     s.request(req("w", 0.5), 0, "live");
-    s.end("old", "released", 1000);
-    s.end("recent", "released", 3'000'000);
+    s.end("old", "released", 10);  // at wall time 1000 s
+    wall_s = 5000;
+    s.end("recent", "released", 20);
     Store st(db.string());
     st.save(s, s.takeDirtyServers(), s.takeDirtyLeases());
     EXPECT_EQ(st.leases(true).size(), 3u);
-    EXPECT_EQ(st.forgetEndedBefore(3'000'000 - 3'600'000 + 5000), 0);  // nothing ended an hour ago yet
-    EXPECT_EQ(st.forgetEndedBefore(3'700'000 - 3'600'000), 1);         // at 3,700 s: "old" ended over an hour ago
+    EXPECT_EQ(st.forgetEndedBefore(1000), 0);  // nothing ended before 1000 s
+    EXPECT_EQ(st.forgetEndedBefore(4600), 1);  // at 8200 s with a 1 h retention: "old" goes
     auto left = st.leases(true);
     EXPECT_EQ(left.count("old"), 0u);
     EXPECT_EQ(left.count("recent"), 1u);
