@@ -263,6 +263,11 @@ class Server {
       if (!live) return refuse(p, 100 /*CUDA_ERROR_NO_DEVICE*/, why);
       if (workers_ >= opt_.max_clients)
         return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, "server is at --max-clients " + std::to_string(opt_.max_clients));
+      // One lease's token cannot take the server's slots from other leases.
+      auto held = std::count_if(worker_leases_.begin(), worker_leases_.end(), [&](const auto& w) { return w.second == lease.lease; });
+      if (static_cast<unsigned>(held) >= opt_.max_clients_per_lease)
+        return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, "lease " + lease.lease + " already has " + std::to_string(held) +
+                                                             " connections (--max-clients-per-lease)");
       spawnWorker(p, hello, lease);
     });
     if (ticket == 0) return;  // answered already

@@ -14,6 +14,7 @@ struct ServerOptions {
   std::vector<std::string> sim_kernels;
   uint64_t sim_memory = 16ull << 30;
   unsigned max_clients = 64;
+  unsigned max_clients_per_lease = 16;  // connections one lease may hold at once (its processes)
   unsigned handshake_timeout_ms = 10000;
   std::string log_level = "info";
   std::string module_cache;  // directory shared by this host's workers; "none" disables it

@@ -36,6 +36,9 @@ int main(int argc, char** argv) {
   app.add_option("--name", opt.name, "this server's name at the allocator (default: the host name)");
   app.add_option("--advertise", opt.advertise, "HOST:PORT clients reach this server at (default: from --listen)");
   app.add_option("--max-clients", opt.max_clients, "concurrent client connections accepted")->capture_default_str();
+  app.add_option("--max-clients-per-lease", opt.max_clients_per_lease,
+                 "concurrent connections one lease's token may open (each process using CUDA opens one)")
+      ->capture_default_str();
   app.add_option("--handshake-timeout", opt.handshake_timeout_ms, "milliseconds a new connection has to say hello")
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")

@@ -58,7 +58,8 @@ def wait_for(predicate, timeout=10.0, step=0.02):
 class Cluster:
     """An allocator and N single-GPU sim servers in a temporary directory."""
 
-    def __init__(self, servers=1, ttl="1s", memory=8 * GIB):
+    def __init__(self, servers=1, ttl="1s", memory=8 * GIB, server_args=()):
+        self.server_args = list(server_args)
         self.dir = tempfile.mkdtemp(prefix="gpool-lease-test-")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -84,7 +85,7 @@ class Cluster:
         with open(os.path.join(self.dir, f"{name}.log"), "w") as log:
             p = subprocess.Popen([SERVER, "--listen", listen, "--backend", "sim", "--sim-memory", str(memory),
                                   "--allocator", self.url, "--lease-key", self.key_file, "--name", name,
-                                  "--module-cache", "none"], stderr=log)
+                                  "--module-cache", "none", *self.server_args], stderr=log)
         self.procs.append(p)
         self.servers[name] = p
 
@@ -380,6 +381,24 @@ class LeaseFlow(unittest.TestCase):
         self.assertIn("stale or replayed", out["error"])
         forged = dict(captured, **{"X-Gpool-Nonce": os.urandom(16).hex()})  # a fresh nonce without the key
         self.assertEqual(c.try_http("POST", path, b"", headers=forged)[0], 401)
+
+    def test_one_lease_cannot_take_every_connection_of_a_server(self):
+        # Connections are counted per lease: one 0.25 token took all 64 slots of a server (issue 11).
+        c = self.make(ttl="30s", server_args=["--max-clients-per-lease", "2"])
+        _, greedy = c.http("POST", "/v1/leases", {"user": "g", "p": 0.5})
+        _, other = c.http("POST", "/v1/leases", {"user": "o", "p": 0.5})
+        go = os.path.join(c.dir, "go")
+        for _ in range(2):
+            prog = subprocess.Popen([SERVER_LOSS, go], env=c.client_env(greedy["shares"][0]), stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+            self.children.append(prog)
+            self.assertEqual(prog.stdout.readline().strip(), "READY")
+        run = subprocess.run([NVML_QUERY], env=c.client_env(greedy["shares"][0]), capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(run.returncode, 0, run.stdout)
+        self.assertTrue(wait_for(lambda: "already has 2 connections" in c.log("sim0"), timeout=5), c.log("sim0"))
+        run = subprocess.run([NVML_QUERY], env=c.client_env(other["shares"][0]), capture_output=True, text=True, timeout=30)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)  # other leases are still served
+        open(go, "w").close()
 
     def test_a_program_cannot_allocate_past_its_memory_cap(self):
         c = self.make()
