@@ -325,8 +325,10 @@ class Server {
       while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
         if (workers_ > 0) --workers_;
         if (auto it = worker_leases_.find(pid); it != worker_leases_.end()) {
-          if (link_) link_->released(it->second);  // the client left: its share is free at once
+          std::string lease = it->second;
           worker_leases_.erase(it);
+          bool last = std::none_of(worker_leases_.begin(), worker_leases_.end(), [&](const auto& w) { return w.second == lease; });
+          if (link_ && last) link_->released(lease);  // its last client left: the share is free at once
         }
         if (WIFSIGNALED(status))
           spdlog::warn("worker {} died with signal {}", pid, WTERMSIG(status));

@@ -252,6 +252,23 @@ class LeaseFlow(unittest.TestCase):
         self.assertLess(time.time() - exited, 1.0)
         self.assertIn("client disconnected", c.lease(lease["id"])["end_reason"])
 
+    def test_a_lease_ends_with_its_last_client_not_its_first(self):
+        # A program of several processes: one exiting must not end the lease under the others (issue 11).
+        c = self.make(ttl="30s")
+        _, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})
+        go = os.path.join(c.dir, "go")
+        staying = subprocess.Popen([SERVER_LOSS, go], env=c.client_env(lease["shares"][0]), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+        self.children.append(staying)
+        self.assertEqual(staying.stdout.readline().strip(), "READY")
+        run = subprocess.run([NVML_QUERY], env=c.client_env(lease["shares"][0]), capture_output=True, text=True, timeout=30)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        time.sleep(1.5)  # a lease whose client left ends within a second (the test above)
+        self.assertEqual(c.lease(lease["id"])["state"], "granted")  # the first process left; the lease stays
+        open(go, "w").close()
+        staying.communicate(timeout=30)
+        self.assertTrue(wait_for(lambda: c.lease(lease["id"])["state"] == "ended", timeout=5))  # the last one left
+
     def test_priorities_and_quotas_order_the_queue(self):
         c = self.make(ttl="30s")
         _, holder = c.http("POST", "/v1/leases", {"user": "u", "p": 1.0})
