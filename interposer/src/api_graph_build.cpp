@@ -32,9 +32,12 @@ gpool::proto::GraphNodes deps(const CUgraphNode* d, size_t n) {
   return out;
 }
 
-// Adds a node on the worker and records it, with what `note` fills in (its parameters).
+// Adds a node on the worker and records it, with what `note` fills in from the call's arguments or its
+// reply (its parameters, a conditional node's bodies).
+template <typename Call>
+using Note = std::function<void(NodeInfo&, const typename Call::out::tuple& reply)>;
 template <typename Call, typename... A>
-CUresult addNoted(CUgraphNode* node, CUgraph graph, CUgraphNodeType type, const std::function<void(NodeInfo&)>& note, A&&... args) {
+CUresult addNoted(CUgraphNode* node, CUgraph graph, CUgraphNodeType type, const Note<Call>& note, A&&... args) {
   if (!node || !graph) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
   typename Call::out::tuple out;
@@ -46,7 +49,7 @@ CUresult addNoted(CUgraphNode* node, CUgraph graph, CUgraphNodeType type, const 
   info = NodeInfo{};
   info.graph = raw(graph);
   info.type = type;
-  if (note) note(info);
+  if (note) note(info, out);
   return CUDA_SUCCESS;
 }
 template <typename Call, typename... A>
@@ -101,7 +104,7 @@ CUresult fillOf(const CUDA_MEMSET_NODE_PARAMS* p, gpool::proto::DevFillRect& f) 
 CUresult addMemset(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, const CUDA_MEMSET_NODE_PARAMS* p) {
   gpool::proto::DevFillRect f;
   if (CUresult r = fillOf(p, f)) return r;
-  return addNoted<calls::GraphAddMemsetNode>(node, graph, CU_GRAPH_NODE_TYPE_MEMSET, [p](NodeInfo& i) { i.memset = *p; },
+  return addNoted<calls::GraphAddMemsetNode>(node, graph, CU_GRAPH_NODE_TYPE_MEMSET, [p](NodeInfo& i, const auto&) { i.memset = *p; },
                                              deps(d, n), f, uint32_t{p->value});
 }
 
@@ -129,47 +132,35 @@ CUresult copyOf(const CUDA_MEMCPY3D* c, gpool::proto::DevCopyRect& rect) {
 CUresult addMemcpy(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, const CUDA_MEMCPY3D* c) {
   gpool::proto::DevCopyRect rect;
   if (CUresult r = copyOf(c, rect)) return r;
-  return addNoted<calls::GraphAddMemcpyNode>(node, graph, CU_GRAPH_NODE_TYPE_MEMCPY, [c](NodeInfo& i) { i.copy = *c; }, deps(d, n), rect);
+  return addNoted<calls::GraphAddMemcpyNode>(node, graph, CU_GRAPH_NODE_TYPE_MEMCPY, [c](NodeInfo& i, const auto&) { i.copy = *c; }, deps(d, n), rect);
 }
 
 CUresult addHost(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUhostFn fn, void* data) {
   if (!fn) return CUDA_ERROR_INVALID_VALUE;
   uint64_t id = 0;
   if (CUresult r = hostFunctionId([fn, data] { fn(data); }, id)) return r;
-  return addNoted<calls::GraphAddHostNode>(node, graph, CU_GRAPH_NODE_TYPE_HOST, [fn, data](NodeInfo& i) { i.host = {fn, data}; },
+  return addNoted<calls::GraphAddHostNode>(node, graph, CU_GRAPH_NODE_TYPE_HOST, [fn, data](NodeInfo& i, const auto&) { i.host = {fn, data}; },
                                            deps(d, n), id);
 }
 
 CUresult addEvent(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUevent e, bool wait) {
   return addNoted<calls::GraphAddEventNode>(node, graph, wait ? CU_GRAPH_NODE_TYPE_WAIT_EVENT : CU_GRAPH_NODE_TYPE_EVENT_RECORD,
-                                            [e](NodeInfo& i) { i.event = e; }, deps(d, n), raw(e), uint32_t{wait});
+                                            [e](NodeInfo& i, const auto&) { i.event = e; }, deps(d, n), raw(e), uint32_t{wait});
 }
 
 CUresult addChild(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUgraph child) {
   return addNode<calls::GraphAddChildGraphNode>(node, graph, CU_GRAPH_NODE_TYPE_GRAPH, deps(d, n), gpool::proto::ChildGraph{raw(child)});
 }
 
-// A conditional node: the worker makes its body graphs, which the caller fills through phGraph_out.
+// A conditional node: the worker makes its body graphs, which the caller fills through phGraph_out (an
+// array that lives as long as the node's record).
 CUresult addConditional(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUDA_CONDITIONAL_NODE_PARAMS& c) {
-  std::vector<CUgraph> bodies;
-  auto note = [&bodies, &c](NodeInfo& i) {
-    i.bodies = bodies;
+  auto bodies = [&c](NodeInfo& i, const calls::GraphAddConditionalNode::out::tuple& reply) {
+    for (uint64_t b : std::get<1>(reply).v) i.bodies.push_back(reinterpret_cast<CUgraph>(b));
     c.phGraph_out = i.bodies.data();
   };
-  if (!node || !graph) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
-  calls::GraphAddConditionalNode::out::tuple out;
-  int st = conn->call<calls::GraphAddConditionalNode>(out, raw(graph), deps(d, n), uint64_t{c.handle}, static_cast<uint32_t>(c.type), c.size);
-  if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
-  *node = reinterpret_cast<CUgraphNode>(std::get<0>(out).v);
-  for (uint64_t b : std::get<1>(out).v) bodies.push_back(reinterpret_cast<CUgraph>(b));
-  std::lock_guard lock(graphNodes().mu);
-  NodeInfo& info = graphNodes().nodes[std::get<0>(out).v];
-  info = NodeInfo{};
-  info.graph = raw(graph);
-  info.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
-  note(info);
-  return CUDA_SUCCESS;
+  return addNoted<calls::GraphAddConditionalNode>(node, graph, CU_GRAPH_NODE_TYPE_CONDITIONAL, bodies, deps(d, n), uint64_t{c.handle},
+                                                  static_cast<uint32_t>(c.type), c.size);
 }
 
 CUresult graphOf(CUgraphNode node, uint64_t& graph) {

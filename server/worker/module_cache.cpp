@@ -41,7 +41,7 @@ ModuleCache::ModuleCache(fs::path dir, uint64_t max_bytes, std::chrono::seconds 
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) spdlog::warn("module cache {}: {} (images will be sent by every client)", dir_.string(), ec.message());
-  evictFor(0);  // learns the current size
+  evictFor(0);  // a directory over the cap (lowered since) shrinks to it
 }
 
 std::optional<std::vector<uint8_t>> ModuleCache::get(const ImageHash& hash) {
@@ -112,7 +112,6 @@ void ModuleCache::put(const void* data, size_t size) {
     fs::remove(tmp, ec);
     return;
   }
-  total_ += size;
 }
 
 void ModuleCache::evictFor(uint64_t incoming) {
@@ -130,14 +129,12 @@ void ModuleCache::evictFor(uint64_t incoming) {
     entries.push_back({e.last_write_time(ec), n, e.path()});
     total += n;
   }
-  total_ = total;
   if (total + incoming <= max_bytes_) return;
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.at < b.at; });
   for (const Entry& e : entries) {
     if (total + incoming <= max_bytes_) break;
     if (fs::remove(e.path, ec)) total -= e.size;
   }
-  total_ = total;
 }
 
 }  // namespace gpool::worker

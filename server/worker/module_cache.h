@@ -39,7 +39,6 @@ class ModuleCache {
   std::filesystem::path dir_;
   uint64_t max_bytes_;
   std::chrono::seconds touch_after_;
-  uint64_t total_ = 0;  // bytes in the directory, as last counted plus what this worker added
 };
 
 }  // namespace gpool::worker

@@ -434,9 +434,7 @@ Status SimBackend::MemcpyDtoD(DevCopy c, Stream stream, uint32_t) {
 }
 
 Status SimBackend::Memset(DevFill f, uint32_t value, Stream stream, uint32_t) {
-  issue(stream, [this, f, value] {
-    if (reachable(f.ptr, f.bytes())) fill(reinterpret_cast<uint8_t*>(f.ptr), f.elem, f.count, value);
-  }, CU_GRAPH_NODE_TYPE_MEMSET);
+  issue(stream, fillOp(DevFillRect{DevRect{f.ptr, f.bytes(), f.bytes(), 1}, f.elem}, value), CU_GRAPH_NODE_TYPE_MEMSET);
   return CUDA_SUCCESS;
 }
 

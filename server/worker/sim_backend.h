@@ -157,6 +157,7 @@ class SimBackend final : public Backend {
   Status fault_ = 0;
   std::function<void()>* nodeOp(uint64_t node, uint32_t type);  // a node's work, if it is of `type`
   int execIndex(uint64_t exec, uint64_t node);  // the node's place in an instantiation, or -1
+  char* enabledFlag(uint64_t exec, uint64_t node);  // an instantiation's switch for a node, if it has one
   std::function<void()>* execOp(uint64_t exec, uint64_t node, uint32_t type);  // an instantiation's work for a node
   static void setConditional(void* sim, unsigned long long handle, unsigned value);
   uint64_t next_capture_id_ = 1;

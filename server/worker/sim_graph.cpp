@@ -400,18 +400,24 @@ Status SimBackend::GraphExecChildGraphNodeSetParams(GraphExec exec, Graph, Graph
   return CUDA_SUCCESS;
 }
 
-// Only kernel, memset and memcpy nodes can be switched off, as in CUDA.
+// An instantiation's switch for a node; only kernel, memset and memcpy nodes have one, as in CUDA.
+char* SimBackend::enabledFlag(uint64_t exec, uint64_t node) {
+  int i = execIndex(exec, node);
+  if (i < 0 || execs_[exec].types[i] > CU_GRAPH_NODE_TYPE_MEMSET) return nullptr;
+  return &execs_[exec].enabled[i];
+}
+
 Status SimBackend::GraphExecNodeSetEnabled(GraphExec exec, Graph, GraphNode node, uint32_t enabled) {
-  int i = execIndex(exec.v, node.v);
-  if (i < 0 || execs_[exec.v].types[i] > CU_GRAPH_NODE_TYPE_MEMSET) return CUDA_ERROR_INVALID_VALUE;
-  execs_[exec.v].enabled[i] = enabled != 0;
+  char* flag = enabledFlag(exec.v, node.v);
+  if (!flag) return CUDA_ERROR_INVALID_VALUE;
+  *flag = enabled != 0;
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphExecNodeGetEnabled(GraphExec exec, Graph, GraphNode node, uint32_t& enabled) {
-  int i = execIndex(exec.v, node.v);
-  if (i < 0 || execs_[exec.v].types[i] > CU_GRAPH_NODE_TYPE_MEMSET) return CUDA_ERROR_INVALID_VALUE;
-  enabled = execs_[exec.v].enabled[i];
+  const char* flag = enabledFlag(exec.v, node.v);
+  if (!flag) return CUDA_ERROR_INVALID_VALUE;
+  enabled = *flag;
   return CUDA_SUCCESS;
 }
 
