@@ -41,8 +41,7 @@ int main(int argc, char** argv) {
 
   auto signedPost = [&](httplib::Client& c, const std::string& path, const std::string& body) {
     httplib::Headers h;
-    int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-    for (auto& [name, value] : gpool::token::signRequest(key, "POST", path, body, now_ms)) h.emplace(name, value);
+    for (auto& [name, value] : gpool::token::signRequest(key, "POST", path, body)) h.emplace(name, value);
     return c.Post(path.c_str(), h, body, "application/json");
   };
   {

@@ -169,9 +169,8 @@ void Service::routes() {
   auto signedCheck = [key, replay](std::string fix) {
     return [key, replay, fix](const httplib::Request& req, httplib::Response& res) {
       std::string why;
-      int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
       if (replay->accept(key, req.method, req.path, req.body, req.get_header_value("X-Gpool-Time"), req.get_header_value("X-Gpool-Nonce"),
-                         req.get_header_value("X-Gpool-Signature"), now_ms, why))
+                         req.get_header_value("X-Gpool-Signature"), token::unixMillis(), why))
         return true;
       error(res, 401, why + " (" + fix + ")");
       return false;

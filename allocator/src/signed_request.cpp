@@ -2,6 +2,7 @@
 
 #include <openssl/rand.h>
 
+#include <chrono>
 #include <cstdio>
 #include <stdexcept>
 
@@ -23,8 +24,12 @@ bool isHex(const std::string& s, size_t size) {
 }
 }  // namespace
 
+int64_t unixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 std::vector<std::pair<std::string, std::string>> signRequest(const std::string& key, const std::string& method,
-                                                             const std::string& path, const std::string& body, int64_t now_ms) {
+                                                             const std::string& path, const std::string& body) {
   unsigned char random[16];
   if (RAND_bytes(random, sizeof random) != 1) throw std::runtime_error("no randomness for a request nonce");
   std::string nonce;
@@ -33,7 +38,7 @@ std::vector<std::pair<std::string, std::string>> signRequest(const std::string& 
     std::snprintf(hex, sizeof hex, "%02x", b);
     nonce += hex;
   }
-  std::string time = std::to_string(now_ms);
+  std::string time = std::to_string(unixMillis());
   return {{"X-Gpool-Time", time}, {"X-Gpool-Nonce", nonce}, {"X-Gpool-Signature", hmacHex(key, message(method, path, time, nonce, body))}};
 }
 

@@ -18,9 +18,11 @@ namespace gpool::token {
 
 inline constexpr int64_t kSkewMs = 60'000;  // how far a request's time may be from the allocator's clock
 
-// The three headers of a request made now (`now_ms`: unix milliseconds).
+int64_t unixMillis();  // the wall clock, as requests carry it
+
+// The three headers of a request made now.
 std::vector<std::pair<std::string, std::string>> signRequest(const std::string& key, const std::string& method,
-                                                             const std::string& path, const std::string& body, int64_t now_ms);
+                                                             const std::string& path, const std::string& body);
 
 // Remembers the nonces of the requests it accepted for as long as their times are acceptable, so each is
 // accepted once. Thread-safe.

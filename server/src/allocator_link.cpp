@@ -67,8 +67,7 @@ void AllocatorLink::loop() {
   cli.set_tcp_nodelay(true);
   auto post = [&](const std::string& path, const std::string& body) {
     httplib::Headers h;
-    int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-    for (auto& [name, value] : token::signRequest(key_, "POST", path, body, now_ms)) h.emplace(name, value);
+    for (auto& [name, value] : token::signRequest(key_, "POST", path, body)) h.emplace(name, value);
     return cli.Post(path.c_str(), h, body, "application/json");
   };
   bool registered = false;

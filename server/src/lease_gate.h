@@ -36,6 +36,7 @@ class LeaseGate {
     Verdict verdict;
   };
   uint64_t next_ticket_ = 1;
+  std::vector<Waiting> take(const std::function<bool(const Waiting&)>& pick);  // removes and returns those picked
   std::set<std::string> live_;
   std::vector<Waiting> waiting_;
 };

@@ -237,8 +237,7 @@ class Server {
       return refuse(p, 1, "protocol version " + std::to_string(hello->major) + "." + std::to_string(hello->minor) +
                               " is not supported by this server (" + std::to_string(proto::kVersionMajor) + "." +
                               std::to_string(proto::kVersionMinor) + "); install matching gpool versions");
-    if (workers_ >= opt_.max_clients)
-      return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, "server is at --max-clients " + std::to_string(opt_.max_clients));
+    if (std::string why = noRoomFor(""); !why.empty()) return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, why);
     std::optional<token::Claims> lease;
     if (link_) {
       std::string why;
@@ -254,6 +253,21 @@ class Server {
     spawnWorker(p, *hello, lease);
   }
 
+  // The server's workers serving `lease`.
+  size_t workersOf(const std::string& lease) const {
+    return std::count_if(worker_leases_.begin(), worker_leases_.end(), [&](const auto& w) { return w.second == lease; });
+  }
+  // Why one more client (of `lease`, when named) cannot be served now, or "" when it can: the server's
+  // slots, and each lease's share of them so that one token cannot take the slots of other leases.
+  std::string noRoomFor(const std::string& lease) const {
+    if (workers_ >= opt_.max_clients) return "server is at --max-clients " + std::to_string(opt_.max_clients);
+    if (lease.empty()) return "";
+    size_t held = workersOf(lease);
+    if (held >= opt_.max_clients_per_lease)
+      return "lease " + lease + " already has " + std::to_string(held) + " connections (--max-clients-per-lease)";
+    return "";
+  }
+
   // A valid token is served only while the allocator calls its lease live here (lease_gate.h); a client
   // whose lease the last answer did not list waits for the next one, at most kLeaseConfirmMs.
   static constexpr int kLeaseConfirmMs = 10000;
@@ -261,13 +275,7 @@ class Server {
     uint64_t ticket = gate_.admit(lease.lease, link_->refresh(), [this, p, hello, lease](bool live, const std::string& why) {
       p->timer.cancel();
       if (!live) return refuse(p, 100 /*CUDA_ERROR_NO_DEVICE*/, why);
-      if (workers_ >= opt_.max_clients)
-        return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, "server is at --max-clients " + std::to_string(opt_.max_clients));
-      // One lease's token cannot take the server's slots from other leases.
-      auto held = std::count_if(worker_leases_.begin(), worker_leases_.end(), [&](const auto& w) { return w.second == lease.lease; });
-      if (static_cast<unsigned>(held) >= opt_.max_clients_per_lease)
-        return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, "lease " + lease.lease + " already has " + std::to_string(held) +
-                                                             " connections (--max-clients-per-lease)");
+      if (std::string full = noRoomFor(lease.lease); !full.empty()) return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, full);
       spawnWorker(p, hello, lease);
     });
     if (ticket == 0) return;  // answered already
@@ -327,8 +335,7 @@ class Server {
         if (auto it = worker_leases_.find(pid); it != worker_leases_.end()) {
           std::string lease = it->second;
           worker_leases_.erase(it);
-          bool last = std::none_of(worker_leases_.begin(), worker_leases_.end(), [&](const auto& w) { return w.second == lease; });
-          if (link_ && last) link_->released(lease);  // its last client left: the share is free at once
+          if (link_ && workersOf(lease) == 0) link_->released(lease);  // its last client left: the share is free at once
         }
         if (WIFSIGNALED(status))
           spdlog::warn("worker {} died with signal {}", pid, WTERMSIG(status));

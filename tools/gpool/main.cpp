@@ -58,10 +58,8 @@ struct Allocator {
   std::pair<int, std::string> call(const std::string& method, const std::string& path, const std::string& body = "",
                                    const char* type = "application/json") {
     httplib::Headers h;
-    if (!key.empty()) {
-      int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-      for (auto& [name, value] : gpool::token::signRequest(key, method, path, body, now_ms)) h.emplace(name, value);
-    }
+    if (!key.empty())
+      for (auto& [name, value] : gpool::token::signRequest(key, method, path, body)) h.emplace(name, value);
     httplib::Result r = method == "GET"      ? cli->Get(path.c_str(), h)
                         : method == "POST"   ? cli->Post(path.c_str(), h, body, type)
                         : method == "PUT"    ? cli->Put(path.c_str(), h, body, type)
