@@ -58,6 +58,19 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // The simulated users: service accounts u0..u49, since the allocator knows who asks (issue 11).
+  std::vector<std::string> user_keys;
+  {
+    httplib::Client c(url);
+    for (int u = 0; u < 50; ++u) {
+      auto r = signedPost(c, "/v1/service-accounts", json{{"name", "u" + std::to_string(u)}, {"rotate", false}}.dump());
+      if (!r || r->status != 201) {
+        std::fprintf(stderr, "creating service account u%d failed: %s\n", u, r ? r->body.c_str() : httplib::to_string(r.error()).c_str());
+        return 1;
+      }
+      user_keys.push_back(json::parse(r->body)["key"].get<std::string>());
+    }
+  }
   std::atomic<bool> stop{false};
   std::thread heartbeats([&] {  // every server, every second
     httplib::Client c(url);
@@ -81,34 +94,37 @@ int main(int argc, char** argv) {
       c.set_tcp_nodelay(true);
       std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
       const double fractions[] = {1.0, 0.5, 0.25};
-      std::deque<std::pair<Clock::time_point, std::string>> held;
+      std::deque<std::pair<Clock::time_point, json>> held;  // (release time, the grant: its id and lease key)
+      auto release = [&](const json& lease) {
+        httplib::Headers h{{"X-Gpool-Lease-Key", lease["lease_key"].get<std::string>()}};
+        auto r = c.Delete(("/v1/leases/" + lease["id"].get<std::string>()).c_str(), h);
+        if (r && r->status == 200) ++releases;
+      };
       std::vector<double> mine;
       auto interval = std::chrono::duration<double>(static_cast<double>(threads) / rate);
       auto next = begin + std::chrono::duration_cast<Clock::duration>(interval * (static_cast<double>(t) / threads));
       while (next < end) {
         while (!held.empty() && held.front().first <= Clock::now()) {
-          auto r = c.Delete(("/v1/leases/" + held.front().second).c_str());
-          if (r && r->status == 200) ++releases;
+          release(held.front().second);
           held.pop_front();
         }
         std::this_thread::sleep_until(next);
-        json req = {{"user", "u" + std::to_string(rng() % 50)}, {"p", fractions[rng() % 3]}, {"n", 1 + (rng() % 8 == 0)},
-                    {"wait", 0}};
+        json req = {{"p", fractions[rng() % 3]}, {"n", 1 + (rng() % 8 == 0)}, {"wait", 0}};
+        httplib::Headers as_user{{"Authorization", "Bearer " + user_keys[rng() % user_keys.size()]}};
         auto sent = Clock::now();
-        auto r = c.Post("/v1/leases", req.dump(), "application/json");
+        auto r = c.Post("/v1/leases", as_user, req.dump(), "application/json");
         mine.push_back(std::chrono::duration<double>(Clock::now() - sent).count());
         if (!r) ++errors;
         else if (r->status == 201) {
           ++granted;
           held.emplace_back(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(hold_s)),
-                            json::parse(r->body)["id"].get<std::string>());
+                            json::parse(r->body));
         } else if (r->status == 202) ++queued;
         else if (r->status == 409 || r->status == 422) ++refused;
         else ++errors;
         next += std::chrono::duration_cast<Clock::duration>(interval);
       }
-      for (auto& [when, id] : held)
-        if (auto r = c.Delete(("/v1/leases/" + id).c_str()); r && r->status == 200) ++releases;
+      for (auto& [when, lease] : held) release(lease);
       std::lock_guard lock(mu);
       latencies.insert(latencies.end(), mine.begin(), mine.end());
     });

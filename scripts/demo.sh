@@ -11,7 +11,7 @@ cmake --install build >/dev/null
 state=$(mktemp -d)
 aport=${GPOOL_DEMO_ALLOCATOR_PORT:-7430}
 port=${GPOOL_DEMO_PORT:-7420}
-"$prefix/bin/gpool-allocator" --listen 127.0.0.1:$aport --db "$state/allocator.db" &
+"$prefix/bin/gpool-allocator" --listen 127.0.0.1:$aport --db "$state/allocator.db" --socket "$state/allocator.sock" &
 allocator=$!
 trap 'kill $server $allocator 2>/dev/null; wait $server $allocator 2>/dev/null; rm -rf "$state"' EXIT
 for _ in $(seq 100); do [ -f "$state/allocator.db.key" ] && break; sleep 0.05; done
@@ -19,7 +19,8 @@ for _ in $(seq 100); do [ -f "$state/allocator.db.key" ] && break; sleep 0.05; d
   --allocator http://127.0.0.1:$aport --lease-key "$state/allocator.db.key" \
   --sim-kernels "$PWD/build/tests/libgpool_test_sim_kernels.so" &
 server=$!
-export GPOOL_ALLOCATOR=http://127.0.0.1:$aport
+# Users on the allocator's host reach it on its local socket: the kernel tells it who they are (no MUNGE needed).
+export GPOOL_ALLOCATOR=unix:$state/allocator.sock
 for _ in $(seq 100); do "$prefix/bin/gpool" status 2>/dev/null | grep -q demo-gpu && break; sleep 0.1; done
 "$prefix/bin/gpool" status
 echo "--- gpool run -p 0.5 -- tests/cuda_programs/basic.cu (built by nvcc, unmodified) ---"

@@ -16,8 +16,12 @@ int main(int argc, char** argv) {
       "gpool-allocator: grants whole or fractional GPUs of the registered gpool-servers as leases.\n"
       "Clients (gpool run, or a program with GPOOL_ALLOCATOR=http://HOST:PORT) ask it for leases;\n"
       "gpool-servers register with it (gpool-server --allocator URL --lease-key FILE)."};
-  std::string listen = "127.0.0.1:7430", config, db = "gpool-allocator.db", key_file, log_level = "info";
+  std::string listen = "127.0.0.1:7430", config, db = "gpool-allocator.db", key_file, log_level = "info", socket, munge_socket;
   app.add_option("--listen", listen, "HOST:PORT of the HTTP API")->capture_default_str();
+  app.add_option("--socket", socket,
+                 "also serve the API on this Unix socket, where local users are known by their uid without any "
+                 "credential (e.g. /run/gpool/allocator.sock; clients: GPOOL_ALLOCATOR=unix:PATH)");
+  app.add_option("--munge-socket", munge_socket, "munged's socket, to check users' MUNGE credentials (default: munged's own)");
   app.add_option("--config", config, "partition policy (TOML) used when the database holds none; see docs/admin.md");
   app.add_option("--db", db, "SQLite database holding servers, leases and the policy (created when missing)")
       ->capture_default_str();
@@ -47,10 +51,11 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // every thread; main waits for them below
   try {
     if (key_file.empty()) key_file = db + ".key";
-    gpool::allocator::ServiceOptions opt{db, config, gpool::token::loadKey(key_file, true)};
+    gpool::allocator::ServiceOptions opt{db, config, gpool::token::loadKey(key_file, true), munge_socket, socket};
     gpool::allocator::Service service(opt);
     int bound = service.start(host, port);
-    spdlog::info("listening on http://{}:{} (database {}, lease key {})", host, bound, db, key_file);
+    spdlog::info("listening on http://{}:{}{} (database {}, lease key {})", host, bound, socket.empty() ? "" : " and unix:" + socket, db,
+                 key_file);
     int sig = 0;
     sigwait(&stop_signals, &sig);
     spdlog::info("signal {}: stopping (state is in {})", sig, db);

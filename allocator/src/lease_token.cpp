@@ -51,6 +51,19 @@ bool sameText(const std::string& a, const std::string& b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+std::string sha256Hex(const std::string& data) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(data.data(), data.size(), out, &n, EVP_sha256(), nullptr);
+  return hex(out, n);
+}
+
+std::string randomHex(size_t bytes) {
+  std::vector<unsigned char> b(bytes);
+  if (RAND_bytes(b.data(), static_cast<int>(b.size())) != 1) throw std::runtime_error("no randomness from OpenSSL");
+  return hex(b.data(), b.size());
+}
+
 std::string sign(const Claims& c, const std::string& key) {
   std::ostringstream p;
   p.precision(17);

@@ -28,6 +28,8 @@ std::optional<Claims> check(const std::string& token, const std::string& key, co
 // HMAC-SHA256 of `data` under `key`, as hex (signed requests to the allocator use it: signed_request.h).
 std::string hmacHex(const std::string& key, const std::string& data);
 bool sameText(const std::string& a, const std::string& b);  // constant-time comparison
+std::string sha256Hex(const std::string& data);
+std::string randomHex(size_t bytes);  // `bytes` random bytes from OpenSSL's generator, as hex; throws if none
 
 // Reads a key file (at least 32 bytes of secret); creates one with 32 random bytes, mode 0600, when
 // `create` and it does not exist. Throws std::runtime_error naming the file and the fix.

@@ -43,12 +43,12 @@ json toJson(const LeaseRequest& r) {
           {"priority", r.priority}, {"wait_ms", r.wait_ms}};
 }
 
-json toJson(const Lease& l, bool with_tokens) {
+json toJson(const Lease& l, LeaseView view) {
   json shares = json::array();
   for (const auto& s : l.shares) {
     json j = {{"server", s.server}, {"address", s.address}, {"device", s.device}, {"uuid", s.uuid},
               {"fraction", s.fraction}, {"memory", s.memory}};
-    if (with_tokens) j["token"] = s.token;
+    if (view != LeaseView::kPublic) j["token"] = s.token;
     shares.push_back(j);
   }
   json j = {{"id", l.id}, {"state", stateName(l.state)}, {"request", toJson(l.req)}, {"priority", l.priority},
@@ -56,6 +56,7 @@ json toJson(const Lease& l, bool with_tokens) {
             {"token_expiry", l.token_expiry_s}, {"ended_unix_s", l.ended_unix_s}, {"shares", shares}};
   if (!l.end_reason.empty()) j["end_reason"] = l.end_reason;
   if (!l.wait_reason.empty()) j["waiting_for"] = l.wait_reason;
+  if (view == LeaseView::kRecord) j["owner_key_hash"] = l.owner_key_hash;
   return j;
 }
 
@@ -82,6 +83,7 @@ Lease leaseFromJson(const json& j) {
   l.ended_unix_s = j.value("ended_unix_s", int64_t{0});
   l.end_reason = j.value("end_reason", "");
   l.wait_reason = j.value("waiting_for", "");
+  l.owner_key_hash = j.value("owner_key_hash", "");
   for (const auto& s : j.at("shares"))
     l.shares.push_back(Share{s.at("server").get<std::string>(), s.at("address").get<std::string>(),
                              s.value("uuid", ""), s.value("token", ""), s.at("device").get<int>(),
@@ -121,7 +123,6 @@ LeaseRequest requestFromJson(const json& j) {
       if (!gpool::isPrintable(*out)) throw std::invalid_argument(std::string(name) + " must be printable ASCII, without control characters");
     }
   }
-  if (r.user.empty()) throw std::invalid_argument("user is required");
   if (auto w = field("wait")) {
     if (w->is_number()) {
       double s = w->get<double>();
@@ -134,6 +135,15 @@ LeaseRequest requestFromJson(const json& j) {
     }
   }
   return r;
+}
+
+json toJson(const ServiceAccount& a) {
+  return {{"name", a.name}, {"groups", a.groups}, {"key_hash", a.key_hash}, {"created_unix_s", a.created_unix_s}};
+}
+
+ServiceAccount serviceAccountFromJson(const json& j) {
+  return {j.at("name").get<std::string>(), j.at("groups").get<std::vector<std::string>>(), j.at("key_hash").get<std::string>(),
+          j.value("created_unix_s", int64_t{0})};
 }
 
 }  // namespace gpool::allocator

@@ -64,6 +64,34 @@ Quota quota(const toml::node& n, const std::string& where) {
   return q;
 }
 
+std::vector<std::string> members(const toml::node& n, const std::string& where) {
+  const toml::array* a = n.as_array();
+  if (!a) fail(where + " must be a list of user names and @groups");
+  std::vector<std::string> out;
+  for (const auto& e : *a) {
+    std::string m = text(e, where + "[]");
+    if (m.empty() || m == "@") fail(where + " has an empty member");
+    out.push_back(m);
+  }
+  return out;
+}
+
+Access access(const toml::table& t, const Policy& p) {
+  checkKeys(t, {"admins", "priorities"}, "[access]");
+  Access a;
+  if (auto n = t.get("admins")) a.admins = members(*n, "access.admins");
+  if (auto n = t.get("priorities")) {
+    const toml::table* pr = n->as_table();
+    if (!pr) fail("access.priorities must be a table: class = [members]");
+    for (const auto& [k, v] : *pr) {
+      std::string cls(k.str());
+      if (!p.priorities.count(cls)) fail("access.priorities." + cls + ": no such class in [priorities]");
+      a.priorities[cls] = members(v, "access.priorities." + cls);
+    }
+  }
+  return a;
+}
+
 }  // namespace
 
 std::chrono::milliseconds parseDuration(const std::string& s) {
@@ -115,6 +143,19 @@ std::string formatSize(uint64_t b) {
   return o.str();
 }
 
+bool Access::isMember(const std::vector<std::string>& members, const std::string& user, const std::vector<std::string>& groups) {
+  for (const auto& m : members) {
+    if (m == user) return true;
+    if (m.size() > 1 && m[0] == '@' && std::find(groups.begin(), groups.end(), m.substr(1)) != groups.end()) return true;
+  }
+  return false;
+}
+
+bool Access::mayUsePriority(const std::string& cls, const std::string& user, const std::vector<std::string>& groups) const {
+  auto it = priorities.find(cls);
+  return it == priorities.end() || isMember(it->second, user, groups) || isAdmin(user, groups);
+}
+
 const Pool* Policy::pool(const std::string& name) const {
   for (const auto& p : pools)
     if (p.name == name) return &p;
@@ -139,7 +180,7 @@ Policy parsePolicy(const std::string& toml_text) {
       << e.description();
     fail(o.str());
   }
-  checkKeys(root, {"settings", "priorities", "pools", "quotas"}, "the policy");
+  checkKeys(root, {"settings", "priorities", "pools", "quotas", "access"}, "the policy");
   Policy p;
   p.source = toml_text;
 
@@ -217,6 +258,7 @@ Policy parsePolicy(const std::string& toml_text) {
           (*map)[std::string(k.str())] = quota(v, "quotas." + std::string(kind) + "." + std::string(k.str()));
     }
   }
+  if (auto a = root["access"].as_table()) p.access = access(*a, p);
   return p;
 }
 

@@ -31,11 +31,22 @@ struct Quota {
   std::optional<uint64_t> memory;  // bytes held at once
 };
 
+// Who may do what beyond their own leases. A member is a user name or "@group".
+struct Access {
+  std::vector<std::string> admins;  // may read and end any lease, request for others, change policies
+  std::map<std::string, std::vector<std::string>> priorities;  // class → who may request it (not listed: anyone)
+
+  static bool isMember(const std::vector<std::string>& members, const std::string& user, const std::vector<std::string>& groups);
+  bool isAdmin(const std::string& user, const std::vector<std::string>& groups) const { return isMember(admins, user, groups); }
+  bool mayUsePriority(const std::string& cls, const std::string& user, const std::vector<std::string>& groups) const;
+};
+
 struct Policy {
   std::vector<Pool> pools{Pool{"default"}};
   std::map<std::string, int> priorities{{"high", 100}, {"normal", 50}, {"low", 10}};
   std::string default_priority = "normal";
   std::map<std::string, Quota> user_quotas, group_quotas;
+  Access access;
   std::chrono::milliseconds lease_ttl{15000};      // a lease ends this long after its last heartbeat
   std::chrono::milliseconds server_timeout{15000}; // a server is down this long after its last heartbeat
   std::chrono::milliseconds token_ttl{600000};     // how long a lease token admits a connection

@@ -221,7 +221,7 @@ void Scheduler::schedule(int64_t now) {
   }
 }
 
-Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id) {
+Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id, const std::string& owner_key_hash) {
   Decision d;
   if (req.n < 1 || req.n > 1024) {
     d.reason = "n must be between 1 and 1024 GPUs";
@@ -246,6 +246,7 @@ Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id
   Lease l;
   l.id = id;
   l.req = std::move(req);
+  l.owner_key_hash = owner_key_hash;
   l.priority = priorityOf(l.req.priority);
   l.seq = next_seq_++;
   l.created_ms = l.heartbeat_ms = now;

@@ -61,6 +61,7 @@ struct Lease {
   int64_t ended_unix_s = 0;  // when it ended by the wall clock (the *_ms times are the allocator's monotonic clock)
   std::string end_reason;   // released, expired, server down, cancelled, wait ran out, disconnected
   std::string wait_reason;  // why it is queued
+  std::string owner_key_hash;  // hex SHA-256 of the lease key its requester got (who may heartbeat, read, release it)
   std::vector<Share> shares;
 };
 
@@ -88,7 +89,8 @@ class Scheduler {
   std::vector<std::string> liveLeasesOn(const std::string& server) const;
   bool setDrain(const std::string& name, bool drain);
 
-  Decision request(LeaseRequest req, int64_t now, const std::string& id);
+  // `owner_key_hash`: what identifies the requester's lease key (Lease::owner_key_hash).
+  Decision request(LeaseRequest req, int64_t now, const std::string& id, const std::string& owner_key_hash = "");
   bool heartbeatLease(const std::string& id, int64_t now);
   // Ends a lease (any state); false when unknown or already ended.
   bool end(const std::string& id, const std::string& reason, int64_t now);

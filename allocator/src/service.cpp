@@ -5,7 +5,6 @@
 #include "signed_request.h"
 
 #include <httplib.h>
-#include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -38,14 +37,7 @@ void reply(httplib::Response& res, int status, const json& body) {
 
 void error(httplib::Response& res, int status, const std::string& why) { reply(res, status, {{"error", why}}); }
 
-std::string newId() {
-  unsigned char b[12];
-  RAND_bytes(b, sizeof b);
-  static const char* d = "0123456789abcdef";
-  std::string s = "L";
-  for (unsigned char c : b) s += d[c >> 4], s += d[c & 15];
-  return s;
-}
+std::string newId() { return "L" + token::randomHex(12); }
 
 int64_t unixSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -57,7 +49,7 @@ int64_t Service::now() const {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-Service::Service(ServiceOptions options) : opt_(std::move(options)) {
+Service::Service(ServiceOptions options) : opt_(std::move(options)), auth_(opt_.key, opt_.munge_socket) {
   store_ = std::make_unique<Store>(opt_.db_path);
   Policy policy;
   std::string source;
@@ -83,6 +75,7 @@ Service::Service(ServiceOptions options) : opt_(std::move(options)) {
         return token::sign({l.id, s.server, s.device, s.memory, s.fraction, expiry}, key);
       },
       unixSeconds);
+  auth_.restoreAccounts(store_->serviceAccounts());
   auto servers = store_->servers();
   auto leases = store_->leases(false);
   spdlog::info("state: {} servers, {} live leases from {}; policy from {} ({} pools)", servers.size(), leases.size(),
@@ -101,7 +94,7 @@ void Service::persist(const std::string* policy_text) {
 }
 
 int Service::start(const std::string& host, int port) {
-  http_ = std::make_unique<httplib::Server>();
+  http_ = std::make_unique<HttpServer>();
   http_->new_task_queue = [] { return new httplib::ThreadPool(64); };
   http_->set_payload_max_length(kMaxBody);
   // httplib limits only bodies with a Content-Length: a chunked one is refused from its headers, unread.
@@ -117,6 +110,7 @@ int Service::start(const std::string& host, int port) {
   routes();
   int bound = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
   if (bound < 0) throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this host)");
+  if (!opt_.local_socket.empty()) http_->listenLocal(opt_.local_socket);
   serve_thread_ = std::thread([this] { http_->listen_after_bind(); });
   tick_thread_ = std::thread([this] { tickLoop(); });
   return bound;
@@ -124,8 +118,11 @@ int Service::start(const std::string& host, int port) {
 
 void Service::stop() {
   if (stopping_.exchange(true)) return;
-  if (http_) http_->stop();
-  changed_.notify_all();
+  changed_.notify_all();  // long polls answer at once
+  if (http_) {
+    http_->stop();
+    http_->stopLocal();
+  }
   if (serve_thread_.joinable()) serve_thread_.join();
   if (tick_thread_.joinable()) tick_thread_.join();
 }
@@ -159,39 +156,75 @@ void Service::tickLoop() {
   }
 }
 
+namespace {
+
+bool parseBody(const httplib::Request& req, httplib::Response& res, json& out) {
+  try {
+    out = json::parse(req.body.empty() ? "{}" : req.body);
+    if (!out.is_object()) throw std::invalid_argument("not an object");
+    return true;
+  } catch (const std::exception&) {
+    error(res, 400, "the body must be a JSON object");
+    return false;
+  }
+}
+
+json identityJson(const Identity& who, bool admin) {
+  return {{"user", who.user}, {"group", who.group}, {"groups", who.groups}, {"via", viaName(who.via)}, {"admin", admin}};
+}
+
+}  // namespace
+
+Service::Caller Service::identify(const httplib::Request& req) {
+  Caller c;
+  c.outcome = auth_.identify(req, c.who, c.why);
+  return c;
+}
+
+bool Service::isAdmin(const Caller& c) {
+  return c.outcome == Authenticator::Outcome::kKnown &&
+         (c.who.signed_by_admin_key || sched_->policy().access.isAdmin(c.who.user, c.who.groups));
+}
+
+bool Service::mayActFor(const httplib::Request& req, const Caller& c, const Lease& l) {
+  std::string key = req.get_header_value("X-Gpool-Lease-Key");
+  if (!key.empty() && !l.owner_key_hash.empty() && token::sameText(token::sha256Hex(key), l.owner_key_hash)) return true;
+  return c.outcome == Authenticator::Outcome::kKnown && (c.who.user == l.req.user || isAdmin(c));
+}
+
+std::optional<Service::Caller> Service::admin(const httplib::Request& req, httplib::Response& res) {
+  Caller c = identify(req);
+  if (c.outcome == Authenticator::Outcome::kRefused) return error(res, 401, c.why), std::nullopt;
+  if (c.outcome == Authenticator::Outcome::kAnonymous)
+    return error(res, 401, "admin requests must prove who sends them: sign them with the allocator's key (gpool admin "
+                           "--key-file FILE, or GPOOL_KEY_FILE), or " + std::string(Authenticator::kHowToIdentify)), std::nullopt;
+  std::lock_guard lock(mu_);
+  if (!isAdmin(c))
+    return error(res, 403, "user '" + c.who.user + "' is not an admin (the policy's access.admins lists who is)"), std::nullopt;
+  return c;
+}
+
 void Service::routes() {
+  serverRoutes();
+  leaseRoutes();
+  adminRoutes();
+  readRoutes();
+}
+
+// gpool-servers: registration, heartbeats and clients that left. Signed with the allocator's key, with
+// their time and a nonce (signed_request.h): each is accepted once, and only while recent.
+void Service::serverRoutes() {
   auto& s = *http_;
-  const std::string key = opt_.key;
-
-  // Requests from gpool-servers and admin changes are signed, with their time and a nonce (signed_request.h):
-  // each is accepted once, and only while recent.
-  auto replay = std::make_shared<token::ReplayGuard>();
-  auto signedCheck = [key, replay](std::string fix) {
-    return [key, replay, fix](const httplib::Request& req, httplib::Response& res) {
-      std::string why;
-      if (replay->accept(key, req.method, req.path, req.body, req.get_header_value("X-Gpool-Time"), req.get_header_value("X-Gpool-Nonce"),
-                         req.get_header_value("X-Gpool-Signature"), token::unixMillis(), why))
-        return true;
-      error(res, 401, why + " (" + fix + ")");
-      return false;
-    };
-  };
-  auto signedByServer = signedCheck("give gpool-server --lease-key with the allocator's key file");
-  auto signedByAdmin = signedCheck("gpool admin --key-file FILE, or GPOOL_KEY_FILE");
-  auto body = [](const httplib::Request& req, httplib::Response& res, json& out) {
-    try {
-      out = json::parse(req.body.empty() ? "{}" : req.body);
-      if (!out.is_object()) throw std::invalid_argument("not an object");
-      return true;
-    } catch (const std::exception&) {
-      error(res, 400, "the body must be a JSON object");
-      return false;
-    }
+  auto signedByServer = [this](const httplib::Request& req, httplib::Response& res) {
+    std::string why;
+    if (auth_.signedWithKey(req, why)) return true;
+    error(res, 401, why + " (give gpool-server --lease-key with the allocator's key file)");
+    return false;
   };
 
-  s.Post("/v1/servers", [this, signedByServer, body](const httplib::Request& req, httplib::Response& res) {
+  s.Post("/v1/servers", [this, signedByServer](const httplib::Request& req, httplib::Response& res) {
     json j;
-    if (!signedByServer(req, res) || !body(req, res, j)) return;
+    if (!signedByServer(req, res) || !parseBody(req, res, j)) return;
     Server srv;
     try {
       srv = serverFromJson(j);
@@ -226,42 +259,50 @@ void Service::routes() {
                      {"heartbeat_ms", sched_->policy().server_timeout.count() / 3}});
   });
 
-  s.Post(R"(/v1/servers/([^/]+)/released)", [this, signedByServer, body](const httplib::Request& req, httplib::Response& res) {
+  s.Post(R"(/v1/servers/([^/]+)/released)", [this, signedByServer](const httplib::Request& req, httplib::Response& res) {
     json j;
-    if (!signedByServer(req, res) || !body(req, res, j)) return;
+    if (!signedByServer(req, res) || !parseBody(req, res, j)) return;
     if (!j.contains("lease") || !j["lease"].is_string()) return error(res, 400, "body must be {\"lease\": ID}");
     std::lock_guard lock(mu_);
     bool ended = sched_->clientLeft(req.matches[1], j["lease"].get<std::string>(), now());
     persist();
     reply(res, 200, {{"ended", ended}});
   });
+}
 
-  s.Post(R"(/v1/servers/([^/]+)/drain)", [this, body, signedByAdmin](const httplib::Request& req, httplib::Response& res) {
-    json j;
-    if (!signedByAdmin(req, res) || !body(req, res, j)) return;
-    bool drain = j.value("drain", true);
-    std::lock_guard lock(mu_);
-    if (!sched_->setDrain(req.matches[1], drain)) return error(res, 404, "unknown server '" + std::string(req.matches[1]) + "'");
-    spdlog::info("server {} {}", std::string(req.matches[1]), drain ? "drained: no new shares" : "back in service");
-    sched_->tick(now());
-    persist();
-    reply(res, 200, {{"server", std::string(req.matches[1])}, {"drain", drain}});
-  });
+// Leases: requested by a user the allocator knows (identity.h); read, heartbeated and released by their
+// owner (the lease key it got, or its user) or an admin. Others see a lease without its tokens.
+void Service::leaseRoutes() {
+  auto& s = *http_;
 
-  s.Post("/v1/leases", [this, body](const httplib::Request& req, httplib::Response& res) {
+  s.Post("/v1/leases", [this](const httplib::Request& req, httplib::Response& res) {
     auto t0 = std::chrono::steady_clock::now();
     json j;
-    if (!body(req, res, j)) return;
+    if (!parseBody(req, res, j)) return;
     LeaseRequest r;
     try {
       r = requestFromJson(j);
     } catch (const std::exception& e) {
       return error(res, 400, std::string("bad lease request: ") + e.what());
     }
+    Caller c = identify(req);
+    if (c.outcome == Authenticator::Outcome::kRefused) return error(res, 401, c.why);
+    if (c.outcome == Authenticator::Outcome::kAnonymous)
+      return error(res, 401, std::string("who is asking? ") + Authenticator::kHowToIdentify);
     std::lock_guard lock(mu_);
+    bool admin = isAdmin(c);
+    if (r.user.empty()) r.user = c.who.user;
+    if (r.user != c.who.user && !admin)
+      return error(res, 403, "you are '" + c.who.user + "': only an admin requests leases for another user");
+    if (r.group.empty() && r.user == c.who.user) r.group = c.who.group;
+    else if (!admin && !c.who.inGroup(r.group))
+      return error(res, 403, "user '" + c.who.user + "' is not in group '" + r.group + "'");
+    std::string cls = r.priority.empty() ? sched_->policy().default_priority : r.priority;
+    if (!admin && !sched_->policy().access.mayUsePriority(cls, c.who.user, c.who.groups))
+      return error(res, 403, "user '" + c.who.user + "' may not use priority class '" + cls + "' (the policy's access.priorities)");
     ++requests_;
-    std::string id = newId();
-    Decision d = sched_->request(r, now(), id);
+    std::string id = newId(), lease_key = "gplk1." + token::randomHex(32);
+    Decision d = sched_->request(r, now(), id, token::sha256Hex(lease_key));
     persist();
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     decision_seconds_[decision_next_++ % decision_seconds_.size()] = secs;
@@ -274,7 +315,8 @@ void Service::routes() {
       ++refusals_;
       return reply(res, d.lease ? 409 : 422, {{"error", d.reason}, {"refused", true}});
     }
-    json out = toJson(*d.lease, true);
+    json out = toJson(*d.lease, LeaseView::kOwner);
+    out["lease_key"] = lease_key;  // shown this once: it reads, heartbeats and releases the lease
     out["heartbeat_ms"] = sched_->policy().lease_ttl.count() / 3;
     if (d.kind == Decision::kQueued) {
       ++queued_;
@@ -282,11 +324,12 @@ void Service::routes() {
       return reply(res, 202, out);
     }
     ++grants_;
-    spdlog::info("lease {} granted to {}: {} x {} GPU", id, gpool::printable(r.user), r.n, r.p);
+    spdlog::info("lease {} granted to {} ({}): {} x {} GPU", id, gpool::printable(r.user), viaName(c.who.via), r.n, r.p);
     reply(res, 201, out);
   });
 
-  // Long poll: answers when the lease changes or after wait_ms (at most 5000); doubles as a heartbeat.
+  // Long poll: answers when the lease changes or after wait_ms (at most 5000). The owner's polls keep a
+  // queued request alive; a granted lease needs its explicit heartbeats.
   s.Get(R"(/v1/leases/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
     std::string id = req.matches[1];
     int64_t wait_ms = 0;
@@ -297,12 +340,13 @@ void Service::routes() {
         return error(res, 400, "wait_ms must be a number of milliseconds");
       }
     }
+    Caller c = identify(req);
+    if (c.outcome == Authenticator::Outcome::kRefused) return error(res, 401, c.why);
     std::unique_lock lock(mu_);
     const Lease* l = sched_->lease(id);
     if (!l) return error(res, 404, "no lease " + id + " (ended more than a minute ago, or never existed)");
-    // Polling keeps a queued request alive; a granted lease needs its explicit heartbeats (reading a
-    // lease, as `gpool status` or a monitor does, must not keep it alive).
-    if (l->state == LeaseState::kQueued) sched_->heartbeatLease(id, now());
+    bool owner = mayActFor(req, c, *l);
+    if (owner && l->state == LeaseState::kQueued) sched_->heartbeatLease(id, now());
     LeaseState was = l->state;
     std::string reason = l->wait_reason;
     int pos = sched_->position(id);
@@ -312,33 +356,129 @@ void Service::routes() {
     });
     l = sched_->lease(id);
     if (!l) return error(res, 404, "no lease " + id);
-    if (l->state == LeaseState::kQueued) sched_->heartbeatLease(id, now());
-    json out = toJson(*l, true);
+    if (owner && l->state == LeaseState::kQueued) sched_->heartbeatLease(id, now());
+    json out = toJson(*l, owner ? LeaseView::kOwner : LeaseView::kPublic);
     out["heartbeat_ms"] = sched_->policy().lease_ttl.count() / 3;
     if (l->state == LeaseState::kQueued) out["position"] = sched_->position(id);
     reply(res, 200, out);
   });
 
-  s.Post(R"(/v1/leases/([^/]+)/heartbeat)", [this](const httplib::Request& req, httplib::Response& res) {
-    std::lock_guard lock(mu_);
+  // The lease `id` when the caller may act for it; otherwise replies 401, 403 or 404 (mu_ held).
+  auto owned = [this](const httplib::Request& req, httplib::Response& res, const Caller& c) -> const Lease* {
     std::string id = req.matches[1];
+    if (c.outcome == Authenticator::Outcome::kRefused) return error(res, 401, c.why), nullptr;
     const Lease* l = sched_->lease(id);
-    if (!l) return error(res, 404, "no lease " + id);
-    if (!sched_->heartbeatLease(id, now()))
-      return reply(res, 410, {{"error", "lease " + id + " has ended: " + l->end_reason}, {"state", "ended"}});
+    if (!l) return error(res, 404, "no lease " + id), nullptr;
+    if (mayActFor(req, c, *l)) return l;
+    if (c.outcome == Authenticator::Outcome::kAnonymous)
+      return error(res, 401, "only the owner of lease " + id + " (its lease key, or its user) or an admin may do this"), nullptr;
+    return error(res, 403, "lease " + id + " is not yours ('" + c.who.user + "'): only its owner or an admin may do this"), nullptr;
+  };
+
+  s.Post(R"(/v1/leases/([^/]+)/heartbeat)", [this, owned](const httplib::Request& req, httplib::Response& res) {
+    Caller c = identify(req);
+    std::lock_guard lock(mu_);
+    const Lease* l = owned(req, res, c);
+    if (!l) return;
+    if (!sched_->heartbeatLease(l->id, now()))
+      return reply(res, 410, {{"error", "lease " + l->id + " has ended: " + l->end_reason}, {"state", "ended"}});
     reply(res, 200, {{"state", stateName(l->state)}});
   });
 
-  s.Delete(R"(/v1/leases/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+  s.Delete(R"(/v1/leases/([^/]+))", [this, owned](const httplib::Request& req, httplib::Response& res) {
+    Caller c = identify(req);
     std::lock_guard lock(mu_);
-    std::string id = req.matches[1];
-    const Lease* l = sched_->lease(id);
-    if (!l) return error(res, 404, "no lease " + id);
+    const Lease* l = owned(req, res, c);
+    if (!l) return;
+    std::string id = l->id;
     bool ended = sched_->end(id, l->state == LeaseState::kQueued ? "cancelled while queued" : "released", now());
     persist();
     reply(res, 200, {{"id", id}, {"ended", ended}, {"state", "ended"}});
   });
 
+  s.Get("/v1/whoami", [this](const httplib::Request& req, httplib::Response& res) {
+    Caller c = identify(req);
+    if (c.outcome == Authenticator::Outcome::kRefused) return error(res, 401, c.why);
+    if (c.outcome == Authenticator::Outcome::kAnonymous) return error(res, 401, std::string("no identity: ") + Authenticator::kHowToIdentify);
+    std::lock_guard lock(mu_);
+    reply(res, 200, identityJson(c.who, isAdmin(c)));
+  });
+}
+
+// Admin changes: the policy, drains, service accounts.
+void Service::adminRoutes() {
+  auto& s = *http_;
+
+  s.Post(R"(/v1/servers/([^/]+)/drain)", [this](const httplib::Request& req, httplib::Response& res) {
+    json j;
+    if (!admin(req, res) || !parseBody(req, res, j)) return;
+    bool drain = j.value("drain", true);
+    std::lock_guard lock(mu_);
+    if (!sched_->setDrain(req.matches[1], drain)) return error(res, 404, "unknown server '" + std::string(req.matches[1]) + "'");
+    spdlog::info("server {} {}", std::string(req.matches[1]), drain ? "drained: no new shares" : "back in service");
+    sched_->tick(now());
+    persist();
+    reply(res, 200, {{"server", std::string(req.matches[1])}, {"drain", drain}});
+  });
+
+  s.Put("/v1/policy", [this](const httplib::Request& req, httplib::Response& res) {
+    auto who = admin(req, res);
+    if (!who) return;
+    Policy p;
+    try {
+      p = parsePolicy(req.body);
+    } catch (const PolicyError& e) {
+      return error(res, 400, e.what());
+    }
+    std::lock_guard lock(mu_);
+    std::string text = p.source;
+    sched_->setPolicy(std::move(p), now());
+    persist(&text);
+    spdlog::info("policy replaced through the API by {} ({} pools)", gpool::printable(who->who.user), sched_->policy().pools.size());
+    reply(res, 200, {{"pools", sched_->policy().pools.size()}});
+  });
+
+  s.Post("/v1/service-accounts", [this](const httplib::Request& req, httplib::Response& res) {
+    json j;
+    auto who = admin(req, res);
+    if (!who || !parseBody(req, res, j)) return;
+    ServiceAccount issued;
+    std::string key;
+    try {
+      if (!j.contains("name") || !j["name"].is_string()) throw std::invalid_argument("body must be {\"name\": NAME, \"groups\": [...]}");
+      auto groups = j.value("groups", std::vector<std::string>{});
+      key = auth_.issueKey(j["name"].get<std::string>(), groups, j.value("rotate", false), unixSeconds(), issued);
+    } catch (const std::exception& e) {
+      return error(res, 400, e.what());
+    }
+    std::lock_guard lock(mu_);
+    store_->saveServiceAccount(issued.name, &issued);
+    spdlog::info("service account {} {} by {}", issued.name, j.value("rotate", false) ? "given a new key" : "created",
+                 gpool::printable(who->who.user));
+    reply(res, 201, {{"name", issued.name}, {"groups", issued.groups}, {"key", key}});
+  });
+
+  s.Get("/v1/service-accounts", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!admin(req, res)) return;
+    json out = json::array();
+    for (const auto& a : auth_.accounts()) out.push_back({{"name", a.name}, {"groups", a.groups}, {"created_unix_s", a.created_unix_s}});
+    reply(res, 200, {{"service_accounts", out}});
+  });
+
+  s.Delete(R"(/v1/service-accounts/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!admin(req, res)) return;
+    std::string name = req.matches[1];
+    if (!auth_.removeAccount(name)) return error(res, 404, "no service account '" + gpool::printable(name) + "'");
+    std::lock_guard lock(mu_);
+    store_->saveServiceAccount(name, nullptr);
+    spdlog::info("service account {} deleted", name);
+    reply(res, 200, {{"name", name}, {"deleted", true}});
+  });
+}
+
+// Reads anyone may make: status (without tokens), the policy, metrics.
+void Service::readRoutes() {
+  auto& s = *http_;
   s.Get("/v1/status", [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard lock(mu_);
     json servers = json::array(), leases = json::array(), queue = json::array(), pools = json::array();
@@ -349,10 +489,10 @@ void Service::routes() {
       servers.push_back(j);
     }
     for (const auto& id : sched_->live())
-      if (const Lease* l = sched_->lease(id); l->state == LeaseState::kGranted) leases.push_back(toJson(*l, false));
+      if (const Lease* l = sched_->lease(id); l->state == LeaseState::kGranted) leases.push_back(toJson(*l, LeaseView::kPublic));
     int pos = 0;
     for (const Lease* l : sched_->queue()) {
-      json j = toJson(*l, false);
+      json j = toJson(*l, LeaseView::kPublic);
       j["position"] = ++pos;
       queue.push_back(j);
     }
@@ -365,22 +505,6 @@ void Service::routes() {
   s.Get("/v1/policy", [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard lock(mu_);
     res.set_content(sched_->policy().source.empty() ? "# built-in defaults\n" : sched_->policy().source, "application/toml");
-  });
-
-  s.Put("/v1/policy", [this, signedByAdmin](const httplib::Request& req, httplib::Response& res) {
-    if (!signedByAdmin(req, res)) return;
-    Policy p;
-    try {
-      p = parsePolicy(req.body);
-    } catch (const PolicyError& e) {
-      return error(res, 400, e.what());
-    }
-    std::lock_guard lock(mu_);
-    std::string text = p.source;
-    sched_->setPolicy(std::move(p), now());
-    persist(&text);
-    spdlog::info("policy replaced through the API ({} pools)", sched_->policy().pools.size());
-    reply(res, 200, {{"pools", sched_->policy().pools.size()}});
   });
 
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {

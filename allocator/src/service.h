@@ -10,12 +10,10 @@
 #include <string>
 #include <thread>
 
+#include "authenticator.h"
+#include "http_server.h"
 #include "scheduler.h"
 #include "store.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace gpool::allocator {
 
@@ -23,6 +21,8 @@ struct ServiceOptions {
   std::string db_path;
   std::string config_path;  // TOML policy read at start (a policy stored in the database wins otherwise)
   std::string key;          // the lease-token key (hex), shared with gpool-servers
+  std::string munge_socket; // munged's socket ("" = its default)
+  std::string local_socket; // a Unix socket serving the API to local users, identified by the kernel ("" = none)
 };
 
 class Service {
@@ -35,6 +35,22 @@ class Service {
 
  private:
   void routes();
+  void serverRoutes();
+  void leaseRoutes();
+  void adminRoutes();
+  void readRoutes();
+  struct Caller {
+    Authenticator::Outcome outcome = Authenticator::Outcome::kAnonymous;
+    Identity who;
+    std::string why;  // kRefused: why
+  };
+  Caller identify(const httplib::Request& req);  // without mu_: a MUNGE credential is decoded by munged
+  bool isAdmin(const Caller& c);                 // signed with the allocator's key, or in access.admins (mu_ held)
+  // Whether the caller may act for lease `l`: the request carries the lease's key, or comes from the
+  // lease's user or an admin (mu_ held).
+  bool mayActFor(const httplib::Request& req, const Caller& c, const Lease& l);
+  // The caller when an admin; otherwise replies 401 or 403 and returns nullopt (takes mu_ briefly).
+  std::optional<Caller> admin(const httplib::Request& req, httplib::Response& res);
   void persist(const std::string* policy_text = nullptr);  // with mu_ held
   void tickLoop();
   void forgetEndedLeases();  // those that ended longer ago than the policy's retention
@@ -43,7 +59,8 @@ class Service {
   ServiceOptions opt_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Scheduler> sched_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<HttpServer> http_;
+  Authenticator auth_;
   std::mutex mu_;
   std::condition_variable changed_;
   std::thread serve_thread_, tick_thread_;

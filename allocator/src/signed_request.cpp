@@ -1,9 +1,6 @@
 #include "signed_request.h"
 
-#include <openssl/rand.h>
-
 #include <chrono>
-#include <cstdio>
 #include <stdexcept>
 
 #include "lease_token.h"
@@ -30,16 +27,13 @@ int64_t unixMillis() {
 
 std::vector<std::pair<std::string, std::string>> signRequest(const std::string& key, const std::string& method,
                                                              const std::string& path, const std::string& body) {
-  unsigned char random[16];
-  if (RAND_bytes(random, sizeof random) != 1) throw std::runtime_error("no randomness for a request nonce");
-  std::string nonce;
-  for (unsigned char b : random) {
-    char hex[3];
-    std::snprintf(hex, sizeof hex, "%02x", b);
-    nonce += hex;
-  }
+  std::string nonce = randomHex(16);
   std::string time = std::to_string(unixMillis());
   return {{"X-Gpool-Time", time}, {"X-Gpool-Nonce", nonce}, {"X-Gpool-Signature", hmacHex(key, message(method, path, time, nonce, body))}};
+}
+
+std::string mungePayload(const std::string& method, const std::string& path, const std::string& body) {
+  return "gpool1 " + method + " " + path + " " + sha256Hex(body);
 }
 
 bool ReplayGuard::accept(const std::string& key, const std::string& method, const std::string& path, const std::string& body,

@@ -24,6 +24,9 @@ int64_t unixMillis();  // the wall clock, as requests carry it
 std::vector<std::pair<std::string, std::string>> signRequest(const std::string& key, const std::string& method,
                                                              const std::string& path, const std::string& body);
 
+// What a MUNGE credential made for a request carries (identity.h), so that it serves that request alone.
+std::string mungePayload(const std::string& method, const std::string& path, const std::string& body);
+
 // Remembers the nonces of the requests it accepted for as long as their times are acceptable, so each is
 // accepted once. Thread-safe.
 class ReplayGuard {

@@ -38,6 +38,7 @@ Store::Store(const std::string& path) : path_(path) {
   exec("CREATE TABLE IF NOT EXISTS servers (name TEXT PRIMARY KEY, doc TEXT NOT NULL)");
   exec("CREATE TABLE IF NOT EXISTS leases (id TEXT PRIMARY KEY, state TEXT NOT NULL, doc TEXT NOT NULL)");
   exec("CREATE INDEX IF NOT EXISTS leases_state ON leases (state)");
+  exec("CREATE TABLE IF NOT EXISTS service_accounts (name TEXT PRIMARY KEY, doc TEXT NOT NULL)");
   Stmt check(db_, "PRAGMA quick_check");
   if (sqlite3_step(check.s) != SQLITE_ROW || check.column(0) != "ok")
     throw StoreError("the database " + path + " is damaged (PRAGMA quick_check: " + check.column(0) +
@@ -86,6 +87,21 @@ std::map<std::string, Lease> Store::leases(bool include_ended) {
   return out;
 }
 
+std::vector<ServiceAccount> Store::serviceAccounts() {
+  std::vector<ServiceAccount> out;
+  Stmt q(db_, "SELECT doc FROM service_accounts");
+  while (sqlite3_step(q.s) == SQLITE_ROW) out.push_back(serviceAccountFromJson(nlohmann::json::parse(q.column(0))));
+  return out;
+}
+
+void Store::saveServiceAccount(const std::string& name, const ServiceAccount* account) {
+  Stmt q(db_, account ? "INSERT INTO service_accounts (name, doc) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET doc = excluded.doc"
+                      : "DELETE FROM service_accounts WHERE name = ?1");
+  q.text(1, name);
+  if (account) q.text(2, toJson(*account).dump());
+  if (sqlite3_step(q.s) != SQLITE_DONE) throw StoreError(std::string("database: ") + sqlite3_errmsg(db_));
+}
+
 int Store::forgetEndedBefore(int64_t cutoff_unix_s) {
   Stmt q(db_, "DELETE FROM leases WHERE state = 'ended' AND COALESCE(json_extract(doc, '$.ended_unix_s'), 0) < ?1");
   sqlite3_bind_int64(q.s, 1, cutoff_unix_s);
@@ -120,7 +136,7 @@ void Store::save(const Scheduler& s, const std::vector<std::string>& servers, co
       sqlite3_reset(pl.s);
       pl.text(1, id);
       pl.text(2, stateName(l->state));
-      pl.text(3, toJson(*l, true).dump());
+      pl.text(3, toJson(*l, LeaseView::kRecord).dump());
       if (sqlite3_step(pl.s) != SQLITE_DONE) throw StoreError(std::string("database: ") + sqlite3_errmsg(db_));
     }
     exec("COMMIT");

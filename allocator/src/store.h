@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "scheduler.h"
+#include "service_accounts.h"
 
 namespace gpool::allocator {
 
@@ -30,6 +31,9 @@ class Store {
   std::optional<std::string> policyText();
   std::map<std::string, Server> servers();
   std::map<std::string, Lease> leases(bool include_ended);
+  std::vector<ServiceAccount> serviceAccounts();
+  // Writes one service account (nullptr: deletes it).
+  void saveServiceAccount(const std::string& name, const ServiceAccount* account);
 
   // Writes the named records' current state (and the policy text when given) in one transaction.
   // Moves the write-ahead log into the database (on a connection of its own, so commits of the request

@@ -5,156 +5,17 @@ import hashlib
 import hmac
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
-import urllib.error
 import urllib.request
 
-BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
-ALLOCATOR = os.path.join(BUILD, "allocator", "gpool-allocator")
-SERVER = os.path.join(BUILD, "server", "gpool-server")
-GPOOL = os.path.join(BUILD, "tools", "gpool", "gpool")
-NVML_QUERY = os.path.join(BUILD, "tests", "nvml_query")
-MEMCAP = os.path.join(BUILD, "tests", "memcap_probe")
-SERVER_LOSS = os.path.join(BUILD, "tests", "cuda_server_loss")
-LIB = os.path.join(BUILD, "lib", "gpool")
-GIB = 1 << 30
-
-POLICY = """
-[settings]
-lease_ttl = "{ttl}"
-server_timeout = "1s"
-
-[pools.default]
-fractions = [1.0, 0.5, 0.25]
-
-[quotas.users.capped]
-gpus = 0.5
-"""
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, timeout=10.0, step=0.02):
-    end = time.time() + timeout
-    while time.time() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return None
-
-
-class Cluster:
-    """An allocator and N single-GPU sim servers in a temporary directory."""
-
-    def __init__(self, servers=1, ttl="1s", memory=8 * GIB, server_args=()):
-        self.server_args = list(server_args)
-        self.dir = tempfile.mkdtemp(prefix="gpool-lease-test-")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        with open(os.path.join(self.dir, "policy.toml"), "w") as f:
-            f.write(POLICY.format(ttl=ttl))
-        self.key_file = os.path.join(self.dir, "alloc.db.key")
-        self.procs = []
-        self.start_allocator()
-        self.servers = {}
-        for i in range(servers):
-            self.start_server(f"sim{i}", memory)
-        assert wait_for(lambda: len([s for s in self.status()["servers"] if s["up"]]) == servers), "servers did not register"
-
-    def start_allocator(self):
-        with open(os.path.join(self.dir, "allocator.log"), "a") as log:
-            self.allocator = subprocess.Popen(
-                [ALLOCATOR, "--listen", f"127.0.0.1:{self.port}", "--db", os.path.join(self.dir, "alloc.db"),
-                 "--config", os.path.join(self.dir, "policy.toml"), "--log-level", "debug"], stderr=log)
-        self.procs.append(self.allocator)
-        assert wait_for(lambda: self.try_http("GET", "/v1/status")[0] == 200), "allocator did not start: " + self.log("allocator")
-
-    def start_server(self, name, memory, listen="127.0.0.1:0"):
-        with open(os.path.join(self.dir, f"{name}.log"), "w") as log:
-            p = subprocess.Popen([SERVER, "--listen", listen, "--backend", "sim", "--sim-memory", str(memory),
-                                  "--allocator", self.url, "--lease-key", self.key_file, "--name", name,
-                                  "--module-cache", "none", *self.server_args], stderr=log)
-        self.procs.append(p)
-        self.servers[name] = p
-
-    def log(self, name):
-        with open(os.path.join(self.dir, name + ".log"), errors="replace") as f:
-            return f.read()
-
-    def signature(self, method, path, data, at_ms=None, nonce=None):
-        """The headers of a signed request (docs/api.md): its time, a nonce, and the HMAC over both."""
-        with open(self.key_file) as f:
-            key = f.read().strip().encode()
-        at = str(int(time.time() * 1000) if at_ms is None else at_ms)
-        nonce = nonce or os.urandom(16).hex()
-        message = f"{method} {path}\n{at}\n{nonce}\n".encode() + (data or b"")
-        return {"X-Gpool-Time": at, "X-Gpool-Nonce": nonce, "X-Gpool-Signature": hmac.new(key, message, hashlib.sha256).hexdigest()}
-
-    def try_http(self, method, path, body=None, signed=False, headers=None):
-        data = body if isinstance(body, (bytes, type(None))) else (body if isinstance(body, str) else json.dumps(body)).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        for name, value in (self.signature(method, path, data) if signed else headers or {}).items():
-            req.add_header(name, value)
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                text = r.read().decode()
-                status = r.status
-        except urllib.error.HTTPError as e:
-            text, status = e.read().decode(), e.code
-        except (urllib.error.URLError, ConnectionError):
-            return 0, None
-        try:
-            return status, json.loads(text)
-        except ValueError:
-            return status, text
-
-    def http(self, method, path, body=None, signed=False):
-        status, out = self.try_http(method, path, body, signed)
-        if status == 0:
-            raise AssertionError("allocator unreachable")
-        return status, out
-
-    def status(self):
-        return self.http("GET", "/v1/status")[1]
-
-    def lease(self, lease_id):
-        return self.http("GET", "/v1/leases/" + lease_id)[1]
-
-    def gpool(self, *args, **kw):
-        env = dict(os.environ, GPOOL_ALLOCATOR=self.url, USER=kw.pop("user", "tester"), GPOOL_KEY_FILE=self.key_file)
-        return subprocess.Popen([GPOOL, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
-
-    def client_env(self, share, token=None):
-        return dict(os.environ, GPOOL_SERVER=share["address"], GPOOL_DEVICE=str(share["device"]),
-                    GPOOL_TOKEN=share["token"] if token is None else token, LD_LIBRARY_PATH=LIB)
-
-    def close(self):
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    p.send_signal(signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster  # noqa: E402
+from cluster import (GIB, GPOOL, LIB, MEMCAP, NVML_QUERY, POLICY, SERVER_LOSS, Cluster, setUpModule,  # noqa: F401
+                     tearDownModule, wait_for)
 
 
 class LeaseFlow(unittest.TestCase):
@@ -432,12 +293,15 @@ class LeaseFlow(unittest.TestCase):
         _, kept = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})
         for body, reason in [(b"{not json", "must be a JSON object"), ({"user": "u", "n": 0}, "n must be an integer"),
                              ({"user": "u", "p": 2}, "p must be a number in (0, 1]"), ({"user": "u", "m": -1}, "m must be"),
-                             ({"user": "u", "m": "lots"}, "not a size"), ({"p": 0.5}, "user is required"),
+                             ({"user": "u", "m": "lots"}, "not a size"), ({"p": 0.5}, "who is asking?"),
                              ({"user": "u", "gpus": 1}, "unknown field 'gpus'"), ({"user": "u", "wait": [1]}, "wait must be"),
-                             ({"user": "u" * 100}, "short names"), ({"user": "u", "n": 10**12}, "n must be")]:
+                             ({"user": "u", "n": 10**12}, "n must be")]:
             status, out = c.http("POST", "/v1/leases", body)
-            self.assertIn(status, (400, 422), (body, out))
+            self.assertIn(status, (400, 401, 422), (body, out))
             self.assertIn(reason, out["error"], body)
+        status, out = c.http("POST", "/v1/leases", {"user": "u" * 100}, signed=True)  # an admin, for another user
+        self.assertEqual(status, 422, out)
+        self.assertIn("short names", out["error"])
         self.assertEqual(c.http("PUT", "/v1/policy", "[pools.default]\n")[0], 401)  # admin changes are signed
         self.assertEqual(c.http("POST", "/v1/servers/sim0/drain", {"drain": True})[0], 401)
         status, out = c.http("PUT", "/v1/policy", "[pools.default]\nfractions = [7]\n", signed=True)
@@ -496,7 +360,7 @@ class LeaseFlow(unittest.TestCase):
     def test_a_program_with_only_the_allocator_address_gets_its_lease_at_cuinit(self):
         c = self.make(ttl="30s")
         env = dict(os.environ, GPOOL_ALLOCATOR=c.url, GPOOL_FRACTION="0.5", LD_LIBRARY_PATH=LIB, GPOOL_LOG_LEVEL="info",
-                   GPOOL_BIN=GPOOL, USER="libuser")
+                   GPOOL_BIN=GPOOL, GPOOL_MUNGE_SOCKET=cluster.MUNGED.socket)
         env.pop("GPOOL_SERVER", None)
         env.pop("GPOOL_TOKEN", None)
         run = subprocess.run([NVML_QUERY], env=env, capture_output=True, text=True, timeout=30)
@@ -521,7 +385,7 @@ class LeaseFlow(unittest.TestCase):
                 body["user"] = "fuzz"
             kind = rng.randrange(5)
             if kind == 0:
-                status, _ = c.try_http("POST", "/v1/leases", body)
+                status, _ = c.try_http("POST", "/v1/leases", body, headers=c.bearer("fuzz"))
             elif kind == 1:
                 status, _ = c.try_http("POST", "/v1/servers", body, signed=True)
             elif kind == 2:

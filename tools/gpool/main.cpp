@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -23,6 +25,7 @@
 #include <sstream>
 #include <thread>
 
+#include "allocator_client.h"
 #include "gpool/printable.h"
 #include "lease_token.h"
 #include "signed_request.h"
@@ -41,41 +44,18 @@ constexpr int kExitUsage = 2, kExitRefused = 3, kExitWaitRanOut = 4, kExitAlloca
   std::exit(code);
 }
 
-struct Allocator {
-  std::string url;
-  std::unique_ptr<httplib::Client> cli;
-  explicit Allocator(std::string u) : url(std::move(u)) {
-    if (url.empty())
-      die(kExitUsage, "no allocator: set GPOOL_ALLOCATOR=http://HOST:PORT (or pass --allocator)");
-    if (url.rfind("http://", 0) != 0) die(kExitUsage, "GPOOL_ALLOCATOR must be an http:// URL, not '" + url + "'");
-    cli = std::make_unique<httplib::Client>(url);
-    cli->set_connection_timeout(3, 0);
-    cli->set_read_timeout(15, 0);
-    cli->set_tcp_nodelay(true);
-  }
-  // status, body (JSON or text); status 0 when the allocator could not be reached.
-  std::string key;  // set for admin calls: they are signed (X-Gpool-Signature, docs/api.md)
-  std::pair<int, std::string> call(const std::string& method, const std::string& path, const std::string& body = "",
-                                   const char* type = "application/json") {
-    httplib::Headers h;
-    if (!key.empty())
-      for (auto& [name, value] : gpool::token::signRequest(key, method, path, body)) h.emplace(name, value);
-    httplib::Result r = method == "GET"      ? cli->Get(path.c_str(), h)
-                        : method == "POST"   ? cli->Post(path.c_str(), h, body, type)
-                        : method == "PUT"    ? cli->Put(path.c_str(), h, body, type)
-                                             : cli->Delete(path.c_str(), h);
-    if (!r) return {0, "cannot reach gpool-allocator at " + url + " (" + httplib::to_string(r.error()) + ")"};
-    return {r->status, r->body};
-  }
-  json must(const std::string& method, const std::string& path, const std::string& body = "") {
-    auto [status, text] = call(method, path, body);
-    if (status == 0) die(kExitAllocator, text);
-    json j = json::parse(text, nullptr, false);
-    if (status >= 400) die(kExitAllocator, j.is_object() && j.contains("error") ? j["error"].get<std::string>() : text);
-    if (j.is_discarded()) die(kExitAllocator, "unexpected answer from the allocator: " + text.substr(0, 200));
-    return j;
-  }
-};
+using gpool::cli::AllocatorClient;
+using gpool::cli::Proof;
+
+// The answer as JSON; dies with the allocator's message on an error.
+json must(AllocatorClient& a, const std::string& method, const std::string& path, Proof proof, const std::string& body = "") {
+  auto [status, text] = a.call(method, path, proof, body);
+  if (status == 0) die(kExitAllocator, text);
+  json j = json::parse(text, nullptr, false);
+  if (status >= 400) die(kExitAllocator, j.is_object() && j.contains("error") ? j["error"].get<std::string>() : text);
+  if (j.is_discarded()) die(kExitAllocator, "unexpected answer from the allocator: " + text.substr(0, 200));
+  return j;
+}
 
 std::string env(const char* name, const std::string& fallback = "") {
   const char* v = std::getenv(name);
@@ -111,14 +91,14 @@ void forward(int sig, siginfo_t* info, void*) {
 // --- gpool run ---------------------------------------------------------------------------------------
 // Requests a lease and waits for it (queue progress on stderr); dies with a clear message on refusal,
 // when --wait runs out, or when the allocator stays unreachable past it.
-json acquire(Allocator& a, const json& request, double wait_s) {
+json acquire(AllocatorClient& a, const json& request, double wait_s) {
   auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   std::mt19937 rng(std::random_device{}());
   // Submit, retrying with back-off while the allocator cannot be reached.
   json lease;
   for (double delay = 0.2;; delay = std::min(delay * 2, 5.0)) {
-    auto [status, text] = a.call("POST", "/v1/leases", request.dump());
+    auto [status, text] = a.call("POST", "/v1/leases", Proof::kIdentity, request.dump());
     if (status == 0) {
       if (wait_s >= 0 && elapsed() > wait_s) die(kExitAllocator, text);
       double d = delay * std::uniform_real_distribution<double>(0.8, 1.2)(rng);
@@ -127,7 +107,7 @@ json acquire(Allocator& a, const json& request, double wait_s) {
       continue;
     }
     lease = json::parse(text, nullptr, false);
-    if (status == 409 || status == 422 || status == 400) {
+    if (status == 409 || status == 422 || status == 400 || status == 401 || status == 403) {
       std::string why = lease.is_object() ? lease.value("error", text) : text;
       die(kExitRefused, "refused: " + why);
     }
@@ -135,6 +115,7 @@ json acquire(Allocator& a, const json& request, double wait_s) {
     break;
   }
   std::string id = lease.at("id");
+  a.lease_key = lease.value("lease_key", "");
   // Queued: long-poll (each poll is also a heartbeat); the back-off spaces the polls when nothing changes.
   std::string last_note;
   double last_print = -100, delay = 0.1;
@@ -147,11 +128,11 @@ json acquire(Allocator& a, const json& request, double wait_s) {
       last_print = elapsed();
     }
     if (wait_s >= 0 && elapsed() > wait_s) {
-      a.call("DELETE", "/v1/leases/" + id);
+      a.call("DELETE", "/v1/leases/" + id, Proof::kLease);
       die(kExitWaitRanOut, "gave up after --wait " + fmtDuration(wait_s) + ": " + note);
     }
     int wait_ms = static_cast<int>(delay * 1000 * std::uniform_real_distribution<double>(0.8, 1.2)(rng));
-    auto [status, text] = a.call("GET", "/v1/leases/" + id + "?wait_ms=" + std::to_string(wait_ms));
+    auto [status, text] = a.call("GET", "/v1/leases/" + id + "?wait_ms=" + std::to_string(wait_ms), Proof::kLease);
     if (status == 0) {
       std::fprintf(stderr, "gpool: %s; retrying\n", text.c_str());
       std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
@@ -171,7 +152,7 @@ json acquire(Allocator& a, const json& request, double wait_s) {
 // Heartbeats a granted lease on a thread until stopped; says so once if the allocator ended it.
 class Heartbeat {
  public:
-  Heartbeat(Allocator& a, std::string id, int every_ms) : a_(a), id_(std::move(id)), every_ms_(std::max(100, every_ms)) {
+  Heartbeat(AllocatorClient& a, std::string id, int every_ms) : a_(a), id_(std::move(id)), every_ms_(std::max(100, every_ms)) {
     thread_ = std::thread([this] { loop(); });
   }
   ~Heartbeat() {
@@ -189,7 +170,7 @@ class Heartbeat {
     bool told = false;
     while (!cv_.wait_for(lock, std::chrono::milliseconds(every_ms_), [&] { return done_; })) {
       lock.unlock();
-      auto [status, text] = a_.call("POST", "/v1/leases/" + id_ + "/heartbeat");
+      auto [status, text] = a_.call("POST", "/v1/leases/" + id_ + "/heartbeat", Proof::kLease);
       if (status == 410 && !told) {
         json j = json::parse(text, nullptr, false);
         std::fprintf(stderr, "gpool: %s\n", j.is_object() ? j.value("error", text).c_str() : text.c_str());
@@ -200,7 +181,7 @@ class Heartbeat {
       lock.lock();
     }
   }
-  Allocator& a_;
+  AllocatorClient& a_;
   std::string id_;
   int every_ms_;
   std::mutex mu_;
@@ -218,7 +199,7 @@ std::vector<std::pair<std::string, std::string>> leaseEnv(const json& lease) {
           {"GPOOL_TOKEN", share.at("token")}, {"GPOOL_LEASE", lease.at("id")}, {"GPOOL_SERVERS", servers}};
 }
 
-int run(Allocator& a, const json& request, double wait_s, std::vector<std::string> command) {
+int run(AllocatorClient& a, const json& request, double wait_s, std::vector<std::string> command) {
   json lease = acquire(a, request, wait_s);
   std::string id = lease.at("id");
   std::string where;
@@ -255,7 +236,7 @@ int run(Allocator& a, const json& request, double wait_s, std::vector<std::strin
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   beat.reset();
-  auto [st, text] = a.call("DELETE", "/v1/leases/" + id);
+  auto [st, text] = a.call("DELETE", "/v1/leases/" + id, Proof::kLease);
   if (st != 200) std::fprintf(stderr, "gpool: releasing lease %s: %s\n", id.c_str(), text.c_str());
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return WEXITSTATUS(status);
@@ -269,8 +250,8 @@ std::string gib(uint64_t b) {
   return o.str();
 }
 
-int status(Allocator& a, bool as_json) {
-  json s = a.must("GET", "/v1/status");
+int status(AllocatorClient& a, bool as_json) {
+  json s = must(a, "GET", "/v1/status", Proof::kNone);
   if (as_json) {
     std::cout << s.dump(2) << "\n";
     return 0;
@@ -313,14 +294,56 @@ std::string readFile(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
+// gpool admin service-account ...: issue, rotate, list and delete service accounts' keys.
+int serviceAccount(AllocatorClient& a, CLI::App& sub, const std::string& name, const std::vector<std::string>& groups,
+                   const std::string& out_file) {
+  if (sub.got_subcommand("list")) {
+    json r = must(a, "GET", "/v1/service-accounts", Proof::kIdentity);
+    std::printf("%-24s %s\n", "NAME", "GROUPS");
+    for (const auto& acct : r["service_accounts"]) {
+      std::string gs;
+      for (const auto& g : acct["groups"]) gs += (gs.empty() ? "" : ",") + gpool::printable(g.get<std::string>());
+      std::printf("%-24s %s\n", gpool::printable(acct["name"].get<std::string>()).c_str(), gs.c_str());
+    }
+    return 0;
+  }
+  if (sub.got_subcommand("delete")) {
+    must(a, "DELETE", "/v1/service-accounts/" + name, Proof::kIdentity);
+    std::printf("service account %s deleted: its key no longer works\n", name.c_str());
+    return 0;
+  }
+  bool rotate = sub.got_subcommand("rotate");
+  json r = must(a, "POST", "/v1/service-accounts", Proof::kIdentity, json{{"name", name}, {"groups", groups}, {"rotate", rotate}}.dump());
+  std::string key = r.at("key");
+  if (out_file.empty() || out_file == "-") {
+    std::printf("%s\n", key.c_str());
+  } else {
+    int fd = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || ::write(fd, (key + "\n").data(), key.size() + 1) != static_cast<ssize_t>(key.size() + 1))
+      die(kExitUsage, "cannot write " + out_file + ": " + std::strerror(errno) + " (the key was issued; rotate it and retry)");
+    ::close(fd);
+    std::fprintf(stderr, "gpool: %s's key written to %s (mode 0600); give it with GPOOL_SERVICE_KEY_FILE\n", name.c_str(), out_file.c_str());
+  }
+  return 0;
+}
+
+std::string firstLine(const std::string& path) {
+  std::string text = readFile(path);
+  return text.substr(0, text.find_first_of("\r\n"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"gpool: run programs on pooled, remote, whole or fractional GPUs.\n"
-               "The allocator is found at GPOOL_ALLOCATOR=http://HOST:PORT (or --allocator)."};
+               "The allocator is found at GPOOL_ALLOCATOR=http://HOST:PORT or unix:PATH (or --allocator).\n"
+               "It knows who you are from MUNGE (munged on this host), from its local socket (unix:PATH), or from\n"
+               "a service account's key (GPOOL_SERVICE_KEY_FILE); `gpool whoami` shows what it sees."};
   app.require_subcommand(1);
-  std::string url = env("GPOOL_ALLOCATOR");
+  std::string url = env("GPOOL_ALLOCATOR"), service_key_file = env("GPOOL_SERVICE_KEY_FILE"), munge_socket = env("GPOOL_MUNGE_SOCKET");
   app.add_option("--allocator", url, "allocator URL (default: $GPOOL_ALLOCATOR)");
+  app.add_option("--service-key-file", service_key_file, "act as the service account whose key FILE holds (default: $GPOOL_SERVICE_KEY_FILE)");
+  app.add_option("--munge-socket", munge_socket, "munged's socket (default: $GPOOL_MUNGE_SOCKET, else munged's own)");
 
   auto* run_cmd = app.add_subcommand("run", "lease GPUs, run COMMAND on them, release them when it exits");
   auto* lease_cmd = app.add_subcommand(
@@ -329,7 +352,7 @@ int main(int argc, char** argv) {
                "starts with GPOOL_ALLOCATOR set and no lease.");
   int n = 1;
   double p = 1.0;
-  std::string m, wait = "1h", pool = "default", priority, user = env("USER", env("LOGNAME", "nobody")), group;
+  std::string m, wait = "1h", pool = "default", priority, user, group;
   std::vector<std::string> command;
   for (CLI::App* sub : {run_cmd, lease_cmd}) {
     sub->add_option("-n,--gpus", n, "number of GPUs")->capture_default_str()->check(CLI::Range(1, 1024));
@@ -342,20 +365,22 @@ int main(int argc, char** argv) {
                                     "all; forever: no limit)")
         ->capture_default_str();
     sub->add_option("--pool", pool, "pool to lease from")->capture_default_str();
-    sub->add_option("--priority", priority, "priority class (default: the policy's default)");
-    sub->add_option("--user", user, "user the lease is for (quotas)")->capture_default_str();
-    sub->add_option("--group", group, "group the lease is for (quotas)");
+    sub->add_option("--priority", priority, "priority class (default: the policy's default; the policy says who may use which)");
+    sub->add_option("--group", group, "one of your groups to charge the lease to (quotas; default: your primary group)");
+    sub->add_option("--user", user, "request the lease for another user (admins only; default: you)");
   }
   run_cmd->add_option("command", command, "the command and its arguments, after --")->required();
 
   auto* status_cmd = app.add_subcommand("status", "servers, GPUs, shares, leases and the queue");
   bool as_json = false;
   status_cmd->add_flag("--json", as_json, "print the allocator's status document");
+  auto* whoami = app.add_subcommand("whoami", "who the allocator takes you for: user, groups, how it knows, admin or not");
 
-  auto* admin = app.add_subcommand("admin", "change partition policies, drain servers");
+  auto* admin = app.add_subcommand("admin", "change partition policies, drain servers, manage service accounts (admins: "
+                                            "the allocator's key, or a user the policy's access.admins names)");
   admin->require_subcommand(1);
   std::string key_file = env("GPOOL_KEY_FILE");
-  admin->add_option("--key-file", key_file, "the allocator's key file, to sign changes (default: $GPOOL_KEY_FILE)");
+  admin->add_option("--key-file", key_file, "sign with the allocator's key file instead of proving who you are (default: $GPOOL_KEY_FILE)");
   auto* policy = admin->add_subcommand("policy", "show or replace the partition policy (TOML, see docs/admin.md)");
   policy->require_subcommand(1);
   policy->add_subcommand("show", "print the policy in force");
@@ -369,22 +394,40 @@ int main(int argc, char** argv) {
   bool undo = false;
   drain->add_option("server", server, "server name")->required();
   drain->add_flag("--undo", undo, "put the server back in service");
+  auto* accounts = admin->add_subcommand("service-account", "identities for programs without a user on a cluster host; "
+                                                             "each has a key, shown once");
+  accounts->require_subcommand(1);
+  std::string account, key_out;
+  std::vector<std::string> account_groups;
+  for (auto [verb, help] : {std::pair{"create", "create NAME and print its key (or write it to -o FILE)"},
+                            std::pair{"rotate", "give NAME a new key (the old one stops working at once)"}}) {
+    auto* c = accounts->add_subcommand(verb, help);
+    c->add_option("name", account, "service account name")->required();
+    c->add_option("-g,--group", account_groups, "a group it belongs to (repeat; the first is charged for its leases)");
+    c->add_option("-o,--output", key_out, "write the key to FILE (mode 0600) instead of printing it");
+  }
+  accounts->add_subcommand("delete", "delete NAME: its key stops working")->add_option("name", account, "service account name")->required();
+  accounts->add_subcommand("list", "list service accounts and their groups (never their keys)");
 
   CLI11_PARSE(app, argc, argv);
-  Allocator a(url);
-  bool changes = *admin && !(*policy && policy->got_subcommand("show"));
-  if (changes) {
-    if (key_file.empty())
-      die(kExitUsage, "admin changes are signed with the allocator's key: pass --key-file FILE or set GPOOL_KEY_FILE");
-    try {
-      a.key = gpool::token::loadKey(key_file, false);
-    } catch (const std::exception& e) {
-      die(kExitUsage, e.what());
-    }
+  std::unique_ptr<AllocatorClient> client;
+  try {
+    client = std::make_unique<AllocatorClient>(url);
+  } catch (const std::exception& e) {
+    die(kExitUsage, e.what());
+  }
+  AllocatorClient& a = *client;
+  a.munge_socket = munge_socket;
+  try {
+    if (!service_key_file.empty()) a.service_key = firstLine(service_key_file);
+    if (*admin && !key_file.empty()) a.admin_key = gpool::token::loadKey(key_file, false);
+  } catch (const std::exception& e) {
+    die(kExitUsage, e.what());
   }
 
   if (*run_cmd || *lease_cmd) {
-    json req = {{"n", n}, {"p", p}, {"user", user}, {"pool", pool}};
+    json req = {{"n", n}, {"p", p}, {"pool", pool}};
+    if (!user.empty()) req["user"] = user;
     if (!group.empty()) req["group"] = group;
     if (!priority.empty()) req["priority"] = priority;
     if (!m.empty()) {
@@ -415,13 +458,21 @@ int main(int argc, char** argv) {
       while (::read(0, buf, sizeof buf) > 0) {  // until the process it holds the lease for is gone
       }
     }
-    a.call("DELETE", "/v1/leases/" + lease.at("id").get<std::string>());
+    a.call("DELETE", "/v1/leases/" + lease.at("id").get<std::string>(), Proof::kLease);
     return 0;
   }
   if (*status_cmd) return status(a, as_json);
+  if (*whoami) {
+    json w = must(a, "GET", "/v1/whoami", Proof::kIdentity);
+    std::string groups;
+    for (const auto& g : w["groups"]) groups += (groups.empty() ? "" : ",") + gpool::printable(g.get<std::string>());
+    std::printf("user %s, groups %s (known by %s)%s\n", gpool::printable(w["user"].get<std::string>()).c_str(),
+                groups.empty() ? "none" : groups.c_str(), w["via"].get<std::string>().c_str(), w["admin"].get<bool>() ? ", admin" : "");
+    return 0;
+  }
   if (*policy) {
     if (policy->got_subcommand("show")) {
-      auto [st, text] = a.call("GET", "/v1/policy");
+      auto [st, text] = a.call("GET", "/v1/policy", Proof::kNone);
       if (st != 200) die(kExitAllocator, text);
       std::cout << text;
       return 0;
@@ -433,14 +484,15 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       die(kExitUsage, e.what());
     }
-    json r = a.must("PUT", "/v1/policy", text);
+    json r = must(a, "PUT", "/v1/policy", Proof::kIdentity, text);
     std::printf("policy replaced (%d pools)\n", r.value("pools", 0));
     return 0;
   }
   if (*drain) {
-    a.must("POST", "/v1/servers/" + server + "/drain", json{{"drain", !undo}}.dump());
+    must(a, "POST", "/v1/servers/" + server + "/drain", Proof::kIdentity, json{{"drain", !undo}}.dump());
     std::printf("%s %s\n", server.c_str(), undo ? "is back in service" : "drained: no new shares (running leases continue)");
     return 0;
   }
+  if (*accounts) return serviceAccount(a, *accounts, account, account_groups, key_out);
   return 0;
 }

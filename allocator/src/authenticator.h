@@ -1,0 +1,51 @@
+// Who is calling gpool-allocator, from what the request proves (identity.h): the local socket's peer, a
+// MUNGE credential, a service account's key, or a signature with the allocator's key. Requests from
+// gpool-servers are signed with that key too. Thread-safe.
+#pragma once
+
+#include <httplib.h>
+
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "identity.h"
+#include "service_accounts.h"
+#include "signed_request.h"
+
+namespace gpool::allocator {
+
+class Authenticator {
+ public:
+  Authenticator(std::string key, std::string munge_socket) : key_(std::move(key)), munge_socket_(std::move(munge_socket)) {}
+
+  enum class Outcome {
+    kAnonymous,  // the request proves nothing (and claims nothing)
+    kKnown,      // `who` is set
+    kRefused,    // it carries a credential that does not hold: `why` says why
+  };
+  Outcome identify(const httplib::Request& req, Identity& who, std::string& why);
+  // Whether the request is signed with the allocator's key, recent and not seen before (gpool-servers).
+  bool signedWithKey(const httplib::Request& req, std::string& why);
+
+  // Service accounts (the registry is guarded here; the caller persists what changed).
+  std::string issueKey(const std::string& name, const std::vector<std::string>& groups, bool rotate, int64_t now_unix_s,
+                       ServiceAccount& issued);
+  bool removeAccount(const std::string& name);
+  std::vector<ServiceAccount> accounts();
+  void restoreAccounts(std::vector<ServiceAccount> accounts);
+
+  // The ways to prove who one is, for messages.
+  static constexpr const char* kHowToIdentify =
+      "send a MUNGE credential (munged running on this host), connect to the allocator's local socket, or use a "
+      "service account's key (GPOOL_SERVICE_KEY_FILE)";
+
+ private:
+  std::string key_, munge_socket_;
+  token::ReplayGuard replay_;
+  std::mutex mu_;
+  ServiceAccounts accounts_;
+};
+
+}  // namespace gpool::allocator

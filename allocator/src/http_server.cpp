@@ -1,0 +1,149 @@
+// The local Unix socket of gpool-allocator: accepted here, identified by SO_PEERCRED, then handed to
+// httplib's request processing, so every route serves both listeners.
+#include "http_server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+namespace gpool::allocator {
+namespace {
+
+constexpr const char* kPeerPrefix = "unix:uid=";  // a TCP peer's address (an IP) never starts so
+constexpr int kStepTimeoutMs = 5000;              // each read or write of a local connection
+constexpr auto kRequestDeadline = std::chrono::seconds(10);  // to send a whole request (slow senders)
+
+// One local connection as httplib's Stream; reads end at the request deadline.
+class UnixStream : public httplib::Stream {
+ public:
+  UnixStream(int fd, uid_t uid) : fd_(fd), uid_(uid), deadline_(std::chrono::steady_clock::now() + kRequestDeadline) {}
+  bool is_readable() const override { return wait(POLLIN, readTimeoutMs()); }
+  bool is_writable() const override { return wait(POLLOUT, kStepTimeoutMs); }
+  ssize_t read(char* ptr, size_t size) override {
+    if (!is_readable()) return -1;
+    ssize_t n;
+    do n = ::recv(fd_, ptr, size, 0);
+    while (n < 0 && errno == EINTR);
+    return n;
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!is_writable()) return -1;
+    ssize_t n;
+    do n = ::send(fd_, ptr, size, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    return n;
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = kPeerPrefix + std::to_string(uid_);
+    port = 0;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip = "unix";
+    port = 0;
+  }
+  socket_t socket() const override { return fd_; }
+
+ private:
+  int readTimeoutMs() const {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now()).count();
+    return static_cast<int>(std::clamp<int64_t>(left, 0, kStepTimeoutMs));
+  }
+  bool wait(short events, int timeout_ms) const {
+    pollfd p{fd_, events, 0};
+    int r;
+    do r = ::poll(&p, 1, timeout_ms);
+    while (r < 0 && errno == EINTR);
+    return r > 0 && (p.revents & (events | POLLHUP));
+  }
+  int fd_;
+  uid_t uid_;
+  std::chrono::steady_clock::time_point deadline_;
+};
+
+}  // namespace
+
+HttpServer::~HttpServer() { stopLocal(); }
+
+std::optional<uid_t> HttpServer::peerUid(const httplib::Request& req) {
+  const std::string prefix = kPeerPrefix;
+  if (req.remote_addr.rfind(prefix, 0) != 0) return std::nullopt;
+  try {
+    return static_cast<uid_t>(std::stoul(req.remote_addr.substr(prefix.size())));
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+void HttpServer::listenLocal(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.empty() || path.size() >= sizeof addr.sun_path)
+    throw std::runtime_error("--socket path must be 1 to " + std::to_string(sizeof addr.sun_path - 1) + " characters");
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error(std::string("cannot make a Unix socket: ") + std::strerror(errno));
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ::unlink(path.c_str());  // one a previous run left
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::chmod(path.c_str(), 0666) != 0 || ::listen(fd, 128) != 0) {
+    std::string why = std::strerror(errno);
+    ::close(fd);
+    throw std::runtime_error("cannot listen on the Unix socket " + path + ": " + why);
+  }
+  listen_fd_ = fd;
+  path_ = path;
+  accept_thread_ = std::thread([this] { acceptLoop(); });
+}
+
+void HttpServer::acceptLoop() {
+  while (!stopping_) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (::poll(&p, 1, 200) <= 0) continue;
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    std::lock_guard lock(mu_);
+    if (active_ >= kMaxLocalConnections) {
+      ::close(fd);  // the client sees the connection close and retries
+      continue;
+    }
+    ++active_;
+    std::thread([this, fd] { serve(fd); }).detach();
+  }
+}
+
+void HttpServer::serve(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+    UnixStream stream(fd, cred.uid);
+    bool closed = false;
+    process_request(stream, true, closed, nullptr);
+  }
+  ::close(fd);
+  std::lock_guard lock(mu_);
+  --active_;
+  idle_.notify_all();
+}
+
+void HttpServer::stopLocal() {
+  if (listen_fd_ < 0 || stopping_.exchange(true)) return;
+  if (accept_thread_.joinable()) accept_thread_.join();
+  ::close(listen_fd_);
+  ::unlink(path_.c_str());
+  std::unique_lock lock(mu_);
+  idle_.wait(lock, [this] { return active_ == 0; });
+}
+
+}  // namespace gpool::allocator

@@ -1,0 +1,44 @@
+// gpool-allocator's HTTP server: httplib's server on TCP, and the same routes on a local Unix socket, where
+// the kernel says which user connected (SO_PEERCRED), so local users need no credential at all.
+#pragma once
+
+#include <sys/types.h>
+
+#include <httplib.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+namespace gpool::allocator {
+
+class HttpServer : public httplib::Server {
+ public:
+  ~HttpServer() override;
+  // Serves the routes on the Unix socket at `path` too (replacing a stale socket file; mode 0666, since a
+  // connection is identified, not trusted by who may open it). Throws when it cannot.
+  void listenLocal(const std::string& path);
+  void stopLocal();  // also closes the connections in progress, and waits for them
+
+  // The uid that sent a request over the local socket; nullopt for a request over TCP.
+  static std::optional<uid_t> peerUid(const httplib::Request& req);
+
+  static constexpr int kMaxLocalConnections = 256;
+
+ private:
+  void acceptLoop();
+  void serve(int fd);
+
+  int listen_fd_ = -1;
+  std::string path_;
+  std::thread accept_thread_;
+  std::atomic<bool> stopping_{false};
+  std::mutex mu_;
+  std::condition_variable idle_;
+  int active_ = 0;  // connections being served (under mu_)
+};
+
+}  // namespace gpool::allocator

@@ -1,0 +1,248 @@
+"""The test harness of gpool's control plane: a real munged, a real gpool-allocator (SQLite) and real
+gpool-servers (sim backend) in a temporary directory, and the ways a caller proves who it is.
+Used by tests/allocator/lease_flow_test.py and tests/security/*_test.py."""
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
+ALLOCATOR = os.path.join(BUILD, "allocator", "gpool-allocator")
+SERVER = os.path.join(BUILD, "server", "gpool-server")
+GPOOL = os.path.join(BUILD, "tools", "gpool", "gpool")
+NVML_QUERY = os.path.join(BUILD, "tests", "nvml_query")
+MEMCAP = os.path.join(BUILD, "tests", "memcap_probe")
+SERVER_LOSS = os.path.join(BUILD, "tests", "cuda_server_loss")
+LIB = os.path.join(BUILD, "lib", "gpool")
+GIB = 1 << 30
+
+POLICY = """
+[settings]
+lease_ttl = "{ttl}"
+server_timeout = "1s"
+
+[pools.default]
+fractions = [1.0, 0.5, 0.25]
+
+[quotas.users.capped]
+gpus = 0.5
+"""
+
+
+class Munged:
+    """A real munged with a key of its own, its socket in a directory every user can reach (tests run
+    clients as other users too)."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="gpool-munge-")
+        os.chmod(self.dir, 0o711)
+        key = os.path.join(self.dir, "munge.key")
+        with open(key, "wb") as f:
+            f.write(os.urandom(1024))
+        os.chmod(key, 0o600)
+        self.socket = os.path.join(self.dir, "munge.socket")
+        daemon = shutil.which("munged") or "/usr/sbin/munged"
+        if not os.path.exists(daemon):
+            raise RuntimeError("munged is not installed: apt-get install munge libmunge-dev (.ci/run does)")
+        self.proc = subprocess.Popen([daemon, "-F", "--force", f"--key-file={key}", f"--socket={self.socket}",
+                                      f"--pid-file={self.dir}/munged.pid", f"--seed-file={self.dir}/munged.seed",
+                                      f"--log-file={self.dir}/munged.log"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not wait_for(lambda: os.path.exists(self.socket), timeout=10):
+            raise RuntimeError("munged did not start")
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+MUNGED = None
+
+
+def setUpModule():
+    global MUNGED
+    MUNGED = Munged()
+
+
+def tearDownModule():
+    if MUNGED:
+        MUNGED.close()
+
+
+def as_user(uid, gid):
+    """preexec_fn: run a child as another user (tests run as root in CI)."""
+    def switch():
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    return switch
+
+
+NOBODY = 65534
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout=10.0, step=0.02):
+    end = time.time() + timeout
+    while time.time() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return None
+
+
+class Cluster:
+    """An allocator and N single-GPU sim servers in a temporary directory."""
+
+    def __init__(self, servers=1, ttl="1s", memory=8 * GIB, server_args=(), policy=POLICY):
+        self.server_args = list(server_args)
+        self.dir = tempfile.mkdtemp(prefix="gpool-lease-test-")
+        os.chmod(self.dir, 0o711)  # the allocator's local socket is reached by other users too
+        self.socket = os.path.join(self.dir, "allocator.sock")
+        self.accounts = {}    # service account name -> its key file
+        self.lease_keys = {}  # lease id -> the lease key its request got
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        with open(os.path.join(self.dir, "policy.toml"), "w") as f:
+            f.write(policy.format(ttl=ttl))
+        self.key_file = os.path.join(self.dir, "alloc.db.key")
+        self.procs = []
+        self.start_allocator()
+        self.servers = {}
+        for i in range(servers):
+            self.start_server(f"sim{i}", memory)
+        assert wait_for(lambda: len([s for s in self.status()["servers"] if s["up"]]) == servers), "servers did not register"
+
+    def start_allocator(self):
+        with open(os.path.join(self.dir, "allocator.log"), "a") as log:
+            self.allocator = subprocess.Popen(
+                [ALLOCATOR, "--listen", f"127.0.0.1:{self.port}", "--db", os.path.join(self.dir, "alloc.db"),
+                 "--config", os.path.join(self.dir, "policy.toml"), "--log-level", "debug", "--socket", self.socket,
+                 "--munge-socket", MUNGED.socket], stderr=log)
+        self.procs.append(self.allocator)
+        assert wait_for(lambda: self.try_http("GET", "/v1/status")[0] == 200), "allocator did not start: " + self.log("allocator")
+
+    def start_server(self, name, memory, listen="127.0.0.1:0"):
+        with open(os.path.join(self.dir, f"{name}.log"), "w") as log:
+            p = subprocess.Popen([SERVER, "--listen", listen, "--backend", "sim", "--sim-memory", str(memory),
+                                  "--allocator", self.url, "--lease-key", self.key_file, "--name", name,
+                                  "--module-cache", "none", *self.server_args], stderr=log)
+        self.procs.append(p)
+        self.servers[name] = p
+
+    def log(self, name):
+        with open(os.path.join(self.dir, name + ".log"), errors="replace") as f:
+            return f.read()
+
+    def signature(self, method, path, data, at_ms=None, nonce=None):
+        """The headers of a signed request (docs/api.md): its time, a nonce, and the HMAC over both."""
+        with open(self.key_file) as f:
+            key = f.read().strip().encode()
+        at = str(int(time.time() * 1000) if at_ms is None else at_ms)
+        nonce = nonce or os.urandom(16).hex()
+        message = f"{method} {path}\n{at}\n{nonce}\n".encode() + (data or b"")
+        return {"X-Gpool-Time": at, "X-Gpool-Nonce": nonce, "X-Gpool-Signature": hmac.new(key, message, hashlib.sha256).hexdigest()}
+
+    def account(self, name, groups=()):
+        """The key file of service account `name`, issued on first use (an admin request)."""
+        if name not in self.accounts:
+            status, out = self.http("POST", "/v1/service-accounts", {"name": name, "groups": list(groups)}, signed=True)
+            assert status == 201, out
+            path = os.path.join(self.dir, f"{name}.key")
+            with open(path, "w") as f:
+                f.write(out["key"] + "\n")
+            self.accounts[name] = path
+        return self.accounts[name]
+
+    def bearer(self, name, groups=()):
+        with open(self.account(name, groups)) as f:
+            return {"Authorization": "Bearer " + f.read().strip()}
+
+    def try_http(self, method, path, body=None, signed=False, headers=None):
+        data = body if isinstance(body, (bytes, type(None))) else (body if isinstance(body, str) else json.dumps(body)).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        for name, value in (self.signature(method, path.split("?")[0], data) if signed else headers or {}).items():
+            req.add_header(name, value)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                text = r.read().decode()
+                status = r.status
+        except urllib.error.HTTPError as e:
+            text, status = e.read().decode(), e.code
+        except (urllib.error.URLError, ConnectionError):
+            return 0, None
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
+
+    def http(self, method, path, body=None, signed=False, headers=None):
+        """As try_http; a lease request whose body names a user is sent as that service account, and a
+        request about a lease this harness requested carries the lease's key."""
+        headers = dict(headers or {})
+        if not signed and not headers:
+            if method == "POST" and path == "/v1/leases" and isinstance(body, dict) and isinstance(body.get("user"), str) \
+                    and body["user"].isprintable() and 0 < len(body["user"]) <= 64:
+                headers = self.bearer(body["user"])
+            lease_id = path.split("/")[3].split("?")[0] if path.startswith("/v1/leases/") else None
+            if lease_id in self.lease_keys:
+                headers = {"X-Gpool-Lease-Key": self.lease_keys[lease_id]}
+        status, out = self.try_http(method, path, body, signed, headers)
+        if status == 0:
+            raise AssertionError("allocator unreachable")
+        if isinstance(out, dict) and "lease_key" in out:
+            self.lease_keys[out["id"]] = out["lease_key"]
+        return status, out
+
+    def status(self):
+        return self.http("GET", "/v1/status")[1]
+
+    def lease(self, lease_id):
+        return self.http("GET", "/v1/leases/" + lease_id)[1]
+
+    def gpool(self, *args, **kw):
+        """The gpool command: as service account `user` when given, else as this process's user (MUNGE);
+        admin commands are signed with the allocator's key."""
+        env = dict(os.environ, GPOOL_ALLOCATOR=self.url, GPOOL_KEY_FILE=self.key_file, GPOOL_MUNGE_SOCKET=MUNGED.socket)
+        env.pop("GPOOL_SERVICE_KEY_FILE", None)
+        if "user" in kw:
+            env["GPOOL_SERVICE_KEY_FILE"] = self.account(kw.pop("user"))
+        env.update(kw.pop("env", {}))
+        return subprocess.Popen([GPOOL, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+    def client_env(self, share, token=None):
+        return dict(os.environ, GPOOL_SERVER=share["address"], GPOOL_DEVICE=str(share["device"]),
+                    GPOOL_TOKEN=share["token"] if token is None else token, LD_LIBRARY_PATH=LIB)
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+

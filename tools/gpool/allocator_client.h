@@ -1,0 +1,45 @@
+// How the gpool command reaches gpool-allocator: HTTP (GPOOL_ALLOCATOR=http://HOST:PORT) or the
+// allocator's local Unix socket (unix:PATH), and what each request proves:
+//   kNone      nothing (status, the policy)
+//   kIdentity  who is asking: the allocator's key signs admin changes when given; else a service account's
+//              key (GPOOL_SERVICE_KEY_FILE); else, over the local socket, nothing more (the kernel says);
+//              else a MUNGE credential made for this request
+//   kLease     the lease key the allocator returned with the lease (reads, heartbeats and releases it)
+#pragma once
+
+#include <httplib.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace gpool::cli {
+
+enum class Proof { kNone, kIdentity, kLease };
+
+class AllocatorClient {
+ public:
+  // Throws std::invalid_argument naming the fix for a URL that is neither http:// nor unix:.
+  explicit AllocatorClient(std::string url);
+
+  std::string admin_key;     // the allocator's key (gpool admin --key-file)
+  std::string service_key;   // a service account's key
+  std::string munge_socket;  // munged's socket ("" = its default)
+  std::string lease_key;
+
+  // (status, body); status 0 when the allocator could not be reached or no proof could be made (the
+  // body says why).
+  std::pair<int, std::string> call(const std::string& method, const std::string& path, Proof proof,
+                                   const std::string& body = "", const char* type = "application/json");
+  const std::string& url() const { return url_; }
+
+ private:
+  bool proofHeaders(const std::string& method, const std::string& path, const std::string& body, Proof proof,
+                    httplib::Headers& h, std::string& why);
+  std::pair<int, std::string> overUnixSocket(const std::string& method, const std::string& path, const httplib::Headers& h,
+                                             const std::string& body, const char* type);
+  std::string url_, socket_path_;
+  std::unique_ptr<httplib::Client> http_;
+};
+
+}  // namespace gpool::cli
