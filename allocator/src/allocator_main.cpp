@@ -21,6 +21,11 @@ int main(int argc, char** argv) {
   app.add_option("--socket", socket,
                  "also serve the API on this Unix socket, where local users are known by their uid without any "
                  "credential (e.g. /run/gpool/allocator.sock; clients: GPOOL_ALLOCATOR=unix:PATH)");
+  std::string tls_cert, tls_key;
+  auto* cert = app.add_option("--tls-cert", tls_cert, "PEM certificate (chain): serve the API over HTTPS (with --tls-key)")
+                   ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert")->check(CLI::ExistingFile)->needs(cert);
+  cert->needs(app.get_option("--tls-key"));
   app.add_option("--munge-socket", munge_socket, "munged's socket, to check users' MUNGE credentials (default: munged's own)");
   app.add_option("--config", config, "partition policy (TOML) used when the database holds none; see docs/admin.md");
   app.add_option("--db", db, "SQLite database holding servers, leases and the policy (created when missing)")
@@ -51,10 +56,10 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // every thread; main waits for them below
   try {
     if (key_file.empty()) key_file = db + ".key";
-    gpool::allocator::ServiceOptions opt{db, config, gpool::token::loadKey(key_file, true), munge_socket, socket};
+    gpool::allocator::ServiceOptions opt{db, config, gpool::token::loadKey(key_file, true), munge_socket, socket, tls_cert, tls_key};
     gpool::allocator::Service service(opt);
     int bound = service.start(host, port);
-    spdlog::info("listening on http://{}:{}{} (database {}, lease key {})", host, bound, socket.empty() ? "" : " and unix:" + socket, db,
+    spdlog::info("listening on {}://{}:{}{} (database {}, lease key {})", tls_cert.empty() ? "http" : "https", host, bound, socket.empty() ? "" : " and unix:" + socket, db,
                  key_file);
     int sig = 0;
     sigwait(&stop_signals, &sig);

@@ -1,6 +1,6 @@
 #include "authenticator.h"
 
-#include "http_server.h"
+#include "local_socket.h"
 
 namespace gpool::allocator {
 
@@ -25,7 +25,7 @@ Authenticator::Outcome Authenticator::identify(const httplib::Request& req, Iden
   }
   std::string auth = req.get_header_value("Authorization");
   if (auth.empty()) {  // over the local socket, the kernel says who connected
-    if (auto uid = HttpServer::peerUid(req)) return known(identityOfUid(*uid, Via::kPeer, why));
+    if (auto uid = LocalSocketServer::peerUid(req)) return known(identityOfUid(*uid, Via::kPeer, why));
     return Outcome::kAnonymous;
   }
   if (auth.rfind("MUNGE ", 0) == 0) return known(mungeIdentity(munge_socket_, auth.substr(6), req.method, req.path, req.body, why));

@@ -94,11 +94,35 @@ void Service::persist(const std::string* policy_text) {
 }
 
 int Service::start(const std::string& host, int port) {
-  http_ = std::make_unique<HttpServer>();
-  http_->new_task_queue = [] { return new httplib::ThreadPool(64); };
-  http_->set_payload_max_length(kMaxBody);
+  if (!opt_.tls_cert.empty()) {
+    auto tls = std::make_unique<httplib::SSLServer>(opt_.tls_cert.c_str(), opt_.tls_key.c_str());
+    if (!tls->is_valid())
+      throw std::runtime_error("cannot serve TLS with certificate " + opt_.tls_cert + " and key " + opt_.tls_key +
+                               " (unreadable, not PEM, or the key does not match the certificate)");
+    tcp_ = std::move(tls);
+  } else {
+    tcp_ = std::make_unique<httplib::Server>();
+  }
+  serve(*tcp_);
+  tcp_->set_tcp_nodelay(true);  // replies go out in several writes: no Nagle/delayed-ACK stalls
+  int bound = port == 0 ? tcp_->bind_to_any_port(host) : (tcp_->bind_to_port(host, port) ? port : -1);
+  if (bound < 0) throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this host)");
+  if (!opt_.local_socket.empty()) {
+    local_ = std::make_unique<LocalSocketServer>();
+    serve(*local_);
+    local_->listenLocal(opt_.local_socket);
+  }
+  serve_thread_ = std::thread([this] { tcp_->listen_after_bind(); });
+  tick_thread_ = std::thread([this] { tickLoop(); });
+  return bound;
+}
+
+// What both listeners share: the body limit, the refusal of chunked bodies, the routes.
+void Service::serve(httplib::Server& s) {
+  s.new_task_queue = [] { return new httplib::ThreadPool(64); };
+  s.set_payload_max_length(kMaxBody);
   // httplib limits only bodies with a Content-Length: a chunked one is refused from its headers, unread.
-  http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+  s.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
     std::string encoding = req.get_header_value("Transfer-Encoding");
     std::transform(encoding.begin(), encoding.end(), encoding.begin(), [](unsigned char ch) { return std::tolower(ch); });
     if (encoding.empty()) return httplib::Server::HandlerResponse::Unhandled;
@@ -106,23 +130,17 @@ int Service::start(const std::string& host, int port) {
     error(res, 411, "request bodies must come with a Content-Length (at most 1 MiB), not a Transfer-Encoding");
     return httplib::Server::HandlerResponse::Handled;
   });
-  http_->set_tcp_nodelay(true);  // replies go out in several writes: no Nagle/delayed-ACK stalls
-  routes();
-  int bound = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
-  if (bound < 0) throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this host)");
-  if (!opt_.local_socket.empty()) http_->listenLocal(opt_.local_socket);
-  serve_thread_ = std::thread([this] { http_->listen_after_bind(); });
-  tick_thread_ = std::thread([this] { tickLoop(); });
-  return bound;
+  serverRoutes(s);
+  leaseRoutes(s);
+  adminRoutes(s);
+  readRoutes(s);
 }
 
 void Service::stop() {
   if (stopping_.exchange(true)) return;
   changed_.notify_all();  // long polls answer at once
-  if (http_) {
-    http_->stop();
-    http_->stopLocal();
-  }
+  if (tcp_) tcp_->stop();
+  if (local_) local_->stopLocal();
   if (serve_thread_.joinable()) serve_thread_.join();
   if (tick_thread_.joinable()) tick_thread_.join();
 }
@@ -204,17 +222,9 @@ std::optional<Service::Caller> Service::admin(const httplib::Request& req, httpl
   return c;
 }
 
-void Service::routes() {
-  serverRoutes();
-  leaseRoutes();
-  adminRoutes();
-  readRoutes();
-}
-
 // gpool-servers: registration, heartbeats and clients that left. Signed with the allocator's key, with
 // their time and a nonce (signed_request.h): each is accepted once, and only while recent.
-void Service::serverRoutes() {
-  auto& s = *http_;
+void Service::serverRoutes(httplib::Server& s) {
   auto signedByServer = [this](const httplib::Request& req, httplib::Response& res) {
     std::string why;
     if (auth_.signedWithKey(req, why)) return true;
@@ -272,8 +282,7 @@ void Service::serverRoutes() {
 
 // Leases: requested by a user the allocator knows (identity.h); read, heartbeated and released by their
 // owner (the lease key it got, or its user) or an admin. Others see a lease without its tokens.
-void Service::leaseRoutes() {
-  auto& s = *http_;
+void Service::leaseRoutes(httplib::Server& s) {
 
   s.Post("/v1/leases", [this](const httplib::Request& req, httplib::Response& res) {
     auto t0 = std::chrono::steady_clock::now();
@@ -406,8 +415,7 @@ void Service::leaseRoutes() {
 }
 
 // Admin changes: the policy, drains, service accounts.
-void Service::adminRoutes() {
-  auto& s = *http_;
+void Service::adminRoutes(httplib::Server& s) {
 
   s.Post(R"(/v1/servers/([^/]+)/drain)", [this](const httplib::Request& req, httplib::Response& res) {
     json j;
@@ -477,8 +485,7 @@ void Service::adminRoutes() {
 }
 
 // Reads anyone may make: status (without tokens), the policy, metrics.
-void Service::readRoutes() {
-  auto& s = *http_;
+void Service::readRoutes(httplib::Server& s) {
   s.Get("/v1/status", [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard lock(mu_);
     json servers = json::array(), leases = json::array(), queue = json::array(), pools = json::array();

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "authenticator.h"
-#include "http_server.h"
+#include "local_socket.h"
 #include "scheduler.h"
 #include "store.h"
 
@@ -23,6 +23,7 @@ struct ServiceOptions {
   std::string key;          // the lease-token key (hex), shared with gpool-servers
   std::string munge_socket; // munged's socket ("" = its default)
   std::string local_socket; // a Unix socket serving the API to local users, identified by the kernel ("" = none)
+  std::string tls_cert, tls_key;  // PEM files: the TCP listener serves HTTPS ("" = plain HTTP)
 };
 
 class Service {
@@ -34,11 +35,11 @@ class Service {
   void stop();
 
  private:
-  void routes();
-  void serverRoutes();
-  void leaseRoutes();
-  void adminRoutes();
-  void readRoutes();
+  void serve(httplib::Server& s);  // settings and routes, for each listener
+  void serverRoutes(httplib::Server& s);
+  void leaseRoutes(httplib::Server& s);
+  void adminRoutes(httplib::Server& s);
+  void readRoutes(httplib::Server& s);
   struct Caller {
     Authenticator::Outcome outcome = Authenticator::Outcome::kAnonymous;
     Identity who;
@@ -59,7 +60,8 @@ class Service {
   ServiceOptions opt_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Scheduler> sched_;
-  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<httplib::Server> tcp_;  // HTTPS when a certificate is given
+  std::unique_ptr<LocalSocketServer> local_;
   Authenticator auth_;
   std::mutex mu_;
   std::condition_variable changed_;

@@ -6,15 +6,17 @@
 
 #include <chrono>
 
+#include "allocator_connection.h"
 #include "lease_token.h"
 #include "signed_request.h"
 
 namespace gpool::server {
 
-AllocatorLink::AllocatorLink(std::string url, std::string key, std::string name, std::string registration,
+AllocatorLink::AllocatorLink(std::string url, const std::string& ca_file, std::string key, std::string name, std::string registration,
                              std::function<void(const std::string&)> revoked, Live live)
     : url_(std::move(url)), key_(std::move(key)), name_(std::move(name)), registration_(std::move(registration)),
-      revoked_(std::move(revoked)), live_(std::move(live)) {
+      cli_(token::allocatorClient(url_, ca_file, 5)), revoked_(std::move(revoked)), live_(std::move(live)) {
+  cli_->set_connection_timeout(2, 0);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -61,10 +63,7 @@ static void readAnswer(const nlohmann::json& j, uint64_t request, const std::fun
 }
 
 void AllocatorLink::loop() {
-  httplib::Client cli(url_);
-  cli.set_connection_timeout(2, 0);
-  cli.set_read_timeout(5, 0);
-  cli.set_tcp_nodelay(true);
+  httplib::Client& cli = *cli_;
   auto post = [&](const std::string& path, const std::string& body) {
     httplib::Headers h;
     for (auto& [name, value] : token::signRequest(key_, "POST", path, body)) h.emplace(name, value);
@@ -89,7 +88,9 @@ void AllocatorLink::loop() {
     auto r = post(path, registered ? "" : registration_);
     int wait_ms = interval_ms;
     if (!r) {
-      spdlog::warn("allocator {} unreachable ({}); retrying in {} ms", url_, httplib::to_string(r.error()), backoff_ms);
+      spdlog::warn("allocator {} unreachable ({}{}); retrying in {} ms", url_, httplib::to_string(r.error()),
+                   r.error() == httplib::Error::SSLServerVerification ? ": its certificate does not verify; give its CA with --allocator-ca" : "",
+                   backoff_ms);
       wait_ms = backoff_ms;
       backoff_ms = std::min(backoff_ms * 2, 10000);
     } else if (r->status == 404 && registered) {

@@ -8,10 +8,15 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+namespace httplib {
+class Client;
+}
 
 namespace gpool::server {
 
@@ -19,8 +24,9 @@ class AllocatorLink {
  public:
   using Live = std::function<void(std::vector<std::string> leases, uint64_t request)>;
   // `registration`: the JSON body of POST /v1/servers. `revoked` and `live` run on the link's thread;
-  // `live` gets the live leases and the number of the request they answer.
-  AllocatorLink(std::string url, std::string key, std::string name, std::string registration,
+  // `live` gets the live leases and the number of the request they answer. `ca_file`: what verifies an
+  // https:// allocator's certificate ("" = the system's CA store). Throws std::invalid_argument for a bad URL.
+  AllocatorLink(std::string url, const std::string& ca_file, std::string key, std::string name, std::string registration,
                 std::function<void(const std::string& lease)> revoked, Live live);
   ~AllocatorLink();
   void released(const std::string& lease);  // queued; sent by the link's thread
@@ -31,6 +37,7 @@ class AllocatorLink {
  private:
   void loop();
   std::string url_, key_, name_, registration_;
+  std::unique_ptr<httplib::Client> cli_;
   std::function<void(const std::string&)> revoked_;
   Live live_;
   std::mutex mu_;

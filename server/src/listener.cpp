@@ -113,7 +113,7 @@ class Server {
       auto gpus = nlohmann::json::parse(inventory(opt_, backend_));
       nlohmann::json reg = {{"name", opt_.name}, {"address", advertise}, {"gpus", gpus}};
       link_ = std::make_unique<AllocatorLink>(
-          opt_.allocator, key_, opt_.name, reg.dump(), [this](const std::string& lease) { asio::post(io_, [this, lease] { revoke(lease); }); },
+          opt_.allocator, opt_.allocator_ca, key_, opt_.name, reg.dump(), [this](const std::string& lease) { asio::post(io_, [this, lease] { revoke(lease); }); },
           [this](std::vector<std::string> live, uint64_t request) {
             asio::post(io_, [this, live = std::move(live), request] {
               for (const std::string& lease : gate_.update(live, request)) revoke(lease);

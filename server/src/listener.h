@@ -18,7 +18,8 @@ struct ServerOptions {
   unsigned handshake_timeout_ms = 10000;
   std::string log_level = "info";
   std::string module_cache;  // directory shared by this host's workers; "none" disables it
-  std::string allocator;     // http://HOST:PORT of gpool-allocator; empty: serve anyone, no leases
+  std::string allocator;     // http(s)://HOST:PORT of gpool-allocator; empty: serve anyone, no leases
+  std::string allocator_ca;  // PEM CA file verifying an https:// allocator ("" = the system's CA store)
   std::string lease_key;     // file with the key lease tokens are signed with (the allocator's --key-file)
   std::string name;          // this server's name at the allocator (default: the host name)
   std::string advertise;     // HOST:PORT clients reach this server at (default: from --listen)

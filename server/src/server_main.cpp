@@ -30,8 +30,10 @@ int main(int argc, char** argv) {
                  "bytes the module cache may hold; least recently used images are removed past it")
       ->capture_default_str();
   app.add_option("--allocator", opt.allocator,
-                 "http://HOST:PORT of gpool-allocator: register this host's GPUs there and serve only clients whose "
+                 "http(s)://HOST:PORT of gpool-allocator: register this host's GPUs there and serve only clients whose "
                  "lease token it signed (needs --lease-key)");
+  app.add_option("--allocator-ca", opt.allocator_ca,
+                 "PEM file of the CA that signed an https:// allocator's certificate (default: the system's CA store)");
   app.add_option("--lease-key", opt.lease_key, "the allocator's key file (gpool-allocator --key-file)");
   app.add_option("--name", opt.name, "this server's name at the allocator (default: the host name)");
   app.add_option("--advertise", opt.advertise, "HOST:PORT clients reach this server at (default: from --listen)");

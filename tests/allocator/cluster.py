@@ -109,7 +109,7 @@ def wait_for(predicate, timeout=10.0, step=0.02):
 class Cluster:
     """An allocator and N single-GPU sim servers in a temporary directory."""
 
-    def __init__(self, servers=1, ttl="1s", memory=8 * GIB, server_args=(), policy=POLICY):
+    def __init__(self, servers=1, ttl="1s", memory=8 * GIB, server_args=(), policy=POLICY, tls=False):
         self.server_args = list(server_args)
         self.dir = tempfile.mkdtemp(prefix="gpool-lease-test-")
         os.chmod(self.dir, 0o711)  # the allocator's local socket is reached by other users too
@@ -117,7 +117,13 @@ class Cluster:
         self.accounts = {}    # service account name -> its key file
         self.lease_keys = {}  # lease id -> the lease key its request got
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.tls = tls
+        if tls:  # a self-signed certificate for 127.0.0.1, which is also the CA clients trust
+            self.cert, self.tls_key = os.path.join(self.dir, "cert.pem"), os.path.join(self.dir, "key.pem")
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                            "-keyout", self.tls_key, "-out", self.cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+                            "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
         with open(os.path.join(self.dir, "policy.toml"), "w") as f:
             f.write(policy.format(ttl=ttl))
         self.key_file = os.path.join(self.dir, "alloc.db.key")
@@ -133,7 +139,8 @@ class Cluster:
             self.allocator = subprocess.Popen(
                 [ALLOCATOR, "--listen", f"127.0.0.1:{self.port}", "--db", os.path.join(self.dir, "alloc.db"),
                  "--config", os.path.join(self.dir, "policy.toml"), "--log-level", "debug", "--socket", self.socket,
-                 "--munge-socket", MUNGED.socket], stderr=log)
+                 "--munge-socket", MUNGED.socket] + (["--tls-cert", self.cert, "--tls-key", self.tls_key] if self.tls else []),
+                stderr=log)
         self.procs.append(self.allocator)
         assert wait_for(lambda: self.try_http("GET", "/v1/status")[0] == 200), "allocator did not start: " + self.log("allocator")
 
@@ -141,7 +148,8 @@ class Cluster:
         with open(os.path.join(self.dir, f"{name}.log"), "w") as log:
             p = subprocess.Popen([SERVER, "--listen", listen, "--backend", "sim", "--sim-memory", str(memory),
                                   "--allocator", self.url, "--lease-key", self.key_file, "--name", name,
-                                  "--module-cache", "none", *self.server_args], stderr=log)
+                                  "--module-cache", "none", *(["--allocator-ca", self.cert] if self.tls else []),
+                                  *self.server_args], stderr=log)
         self.procs.append(p)
         self.servers[name] = p
 
@@ -178,8 +186,12 @@ class Cluster:
         req = urllib.request.Request(self.url + path, data=data, method=method)
         for name, value in (self.signature(method, path.split("?")[0], data) if signed else headers or {}).items():
             req.add_header(name, value)
+        context = None
+        if self.tls:
+            import ssl
+            context = ssl.create_default_context(cafile=self.cert)
         try:
-            with urllib.request.urlopen(req, timeout=10) as r:
+            with urllib.request.urlopen(req, timeout=10, context=context) as r:
                 text = r.read().decode()
                 status = r.status
         except urllib.error.HTTPError as e:
@@ -220,6 +232,9 @@ class Cluster:
         admin commands are signed with the allocator's key."""
         env = dict(os.environ, GPOOL_ALLOCATOR=self.url, GPOOL_KEY_FILE=self.key_file, GPOOL_MUNGE_SOCKET=MUNGED.socket)
         env.pop("GPOOL_SERVICE_KEY_FILE", None)
+        env.pop("GPOOL_CA_FILE", None)
+        if self.tls:
+            env["GPOOL_CA_FILE"] = self.cert
         if "user" in kw:
             env["GPOOL_SERVICE_KEY_FILE"] = self.account(kw.pop("user"))
         env.update(kw.pop("env", {}))

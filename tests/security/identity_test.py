@@ -173,5 +173,33 @@ class Identity(unittest.TestCase):
         self.assertNotIn("gpsa1.", r.stdout)
 
 
+class Tls(unittest.TestCase):
+    """The API over HTTPS: servers and clients verify the allocator's certificate."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster(ttl="30s", tls=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+
+    def test_servers_and_clients_reach_the_allocator_over_tls(self):
+        self.assertIn("listening on https://", self.c.log("allocator"))
+        self.assertIn("registered with allocator https://", self.c.log("sim0"))  # verified against --allocator-ca
+        out, err = self.c.gpool("run", "-p", "0.5", "--", "echo", "ran").communicate(timeout=30)
+        self.assertEqual(out.strip(), "ran", err)
+
+    def test_a_client_that_cannot_verify_the_certificate_sends_nothing(self):
+        p = self.c.gpool("whoami", env={"GPOOL_CA_FILE": "", "SSL_CERT_FILE": "/nonexistent"})
+        _, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 5, err)
+        self.assertIn("cannot reach gpool-allocator", err)
+        self.assertIn("SSL", err)
+        plain = self.c.gpool("status", env={"GPOOL_ALLOCATOR": self.c.url.replace("https://", "http://")})
+        _, err = plain.communicate(timeout=30)
+        self.assertNotEqual(plain.returncode, 0, err)
+
+
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0]] + sys.argv[2:], verbosity=2)

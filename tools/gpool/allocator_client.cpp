@@ -11,6 +11,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "allocator_connection.h"
 #include "signed_request.h"
 
 namespace gpool::cli {
@@ -45,19 +46,16 @@ bool waitFor(int fd, short events) {
 
 }  // namespace
 
-AllocatorClient::AllocatorClient(std::string url) : url_(std::move(url)) {
-  if (url_.empty()) throw std::invalid_argument("no allocator: set GPOOL_ALLOCATOR=http://HOST:PORT or unix:PATH (or pass --allocator)");
+AllocatorClient::AllocatorClient(std::string url, const std::string& ca_file) : url_(std::move(url)) {
+  if (url_.empty())
+    throw std::invalid_argument("no allocator: set GPOOL_ALLOCATOR=http(s)://HOST:PORT or unix:PATH (or pass --allocator)");
   if (url_.rfind("unix:", 0) == 0) {
     socket_path_ = url_.substr(5);
     if (socket_path_.empty() || socket_path_.size() >= sizeof(sockaddr_un::sun_path))
       throw std::invalid_argument("GPOOL_ALLOCATOR=unix:PATH needs the path of the allocator's socket");
     return;
   }
-  if (url_.rfind("http://", 0) != 0) throw std::invalid_argument("GPOOL_ALLOCATOR must be http://HOST:PORT or unix:PATH, not '" + url_ + "'");
-  http_ = std::make_unique<httplib::Client>(url_);
-  http_->set_connection_timeout(3, 0);
-  http_->set_read_timeout(kTimeoutMs / 1000, 0);
-  http_->set_tcp_nodelay(true);
+  http_ = token::allocatorClient(url_, ca_file, kTimeoutMs / 1000);
 }
 
 bool AllocatorClient::proofHeaders(const std::string& method, const std::string& path, const std::string& body, Proof proof,
@@ -90,7 +88,14 @@ std::pair<int, std::string> AllocatorClient::call(const std::string& method, con
                       : method == "POST" ? http_->Post(path.c_str(), h, body, type)
                       : method == "PUT"  ? http_->Put(path.c_str(), h, body, type)
                                          : http_->Delete(path.c_str(), h);
-  if (!r) return {0, "cannot reach gpool-allocator at " + url_ + " (" + httplib::to_string(r.error()) + ")"};
+  if (!r) {
+    std::string hint = r.error() == httplib::Error::SSLServerVerification
+                           ? ": its certificate does not verify; give the CA that signed it with GPOOL_CA_FILE or --ca-file"
+                       : r.error() == httplib::Error::Read && url_.rfind("http://", 0) == 0
+                           ? "; if the allocator serves HTTPS (--tls-cert), use https://"
+                           : "";
+    return {0, "cannot reach gpool-allocator at " + url_ + " (" + httplib::to_string(r.error()) + ")" + hint};
+  }
   return {r->status, r->body};
 }
 

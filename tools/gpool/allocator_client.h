@@ -1,5 +1,6 @@
-// How the gpool command reaches gpool-allocator: HTTP (GPOOL_ALLOCATOR=http://HOST:PORT) or the
-// allocator's local Unix socket (unix:PATH), and what each request proves:
+// How the gpool command reaches gpool-allocator: HTTP or HTTPS (GPOOL_ALLOCATOR=http(s)://HOST:PORT; the
+// certificate checked against GPOOL_CA_FILE or the system's CA store) or the allocator's local Unix socket
+// (unix:PATH), and what each request proves:
 //   kNone      nothing (status, the policy)
 //   kIdentity  who is asking: the allocator's key signs admin changes when given; else a service account's
 //              key (GPOOL_SERVICE_KEY_FILE); else, over the local socket, nothing more (the kernel says);
@@ -19,8 +20,8 @@ enum class Proof { kNone, kIdentity, kLease };
 
 class AllocatorClient {
  public:
-  // Throws std::invalid_argument naming the fix for a URL that is neither http:// nor unix:.
-  explicit AllocatorClient(std::string url);
+  // Throws std::invalid_argument naming the fix for a URL that is not http://, https:// or unix:.
+  AllocatorClient(std::string url, const std::string& ca_file);
 
   std::string admin_key;     // the allocator's key (gpool admin --key-file)
   std::string service_key;   // a service account's key

@@ -336,12 +336,14 @@ std::string firstLine(const std::string& path) {
 
 int main(int argc, char** argv) {
   CLI::App app{"gpool: run programs on pooled, remote, whole or fractional GPUs.\n"
-               "The allocator is found at GPOOL_ALLOCATOR=http://HOST:PORT or unix:PATH (or --allocator).\n"
+               "The allocator is found at GPOOL_ALLOCATOR=http(s)://HOST:PORT or unix:PATH (or --allocator).\n"
                "It knows who you are from MUNGE (munged on this host), from its local socket (unix:PATH), or from\n"
                "a service account's key (GPOOL_SERVICE_KEY_FILE); `gpool whoami` shows what it sees."};
   app.require_subcommand(1);
-  std::string url = env("GPOOL_ALLOCATOR"), service_key_file = env("GPOOL_SERVICE_KEY_FILE"), munge_socket = env("GPOOL_MUNGE_SOCKET");
-  app.add_option("--allocator", url, "allocator URL (default: $GPOOL_ALLOCATOR)");
+  std::string url = env("GPOOL_ALLOCATOR"), service_key_file = env("GPOOL_SERVICE_KEY_FILE"), munge_socket = env("GPOOL_MUNGE_SOCKET"),
+              ca_file = env("GPOOL_CA_FILE");
+  app.add_option("--allocator", url, "allocator URL: http(s)://HOST:PORT or unix:PATH (default: $GPOOL_ALLOCATOR)");
+  app.add_option("--ca-file", ca_file, "PEM CA file that verifies an https:// allocator (default: $GPOOL_CA_FILE, else the system's)");
   app.add_option("--service-key-file", service_key_file, "act as the service account whose key FILE holds (default: $GPOOL_SERVICE_KEY_FILE)");
   app.add_option("--munge-socket", munge_socket, "munged's socket (default: $GPOOL_MUNGE_SOCKET, else munged's own)");
 
@@ -412,7 +414,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   std::unique_ptr<AllocatorClient> client;
   try {
-    client = std::make_unique<AllocatorClient>(url);
+    client = std::make_unique<AllocatorClient>(url, ca_file);
   } catch (const std::exception& e) {
     die(kExitUsage, e.what());
   }

@@ -1,6 +1,6 @@
 // The local Unix socket of gpool-allocator: accepted here, identified by SO_PEERCRED, then handed to
 // httplib's request processing, so every route serves both listeners.
-#include "http_server.h"
+#include "local_socket.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -72,9 +72,9 @@ class UnixStream : public httplib::Stream {
 
 }  // namespace
 
-HttpServer::~HttpServer() { stopLocal(); }
+LocalSocketServer::~LocalSocketServer() { stopLocal(); }
 
-std::optional<uid_t> HttpServer::peerUid(const httplib::Request& req) {
+std::optional<uid_t> LocalSocketServer::peerUid(const httplib::Request& req) {
   const std::string prefix = kPeerPrefix;
   if (req.remote_addr.rfind(prefix, 0) != 0) return std::nullopt;
   try {
@@ -84,7 +84,7 @@ std::optional<uid_t> HttpServer::peerUid(const httplib::Request& req) {
   }
 }
 
-void HttpServer::listenLocal(const std::string& path) {
+void LocalSocketServer::listenLocal(const std::string& path) {
   sockaddr_un addr{};
   if (path.empty() || path.size() >= sizeof addr.sun_path)
     throw std::runtime_error("--socket path must be 1 to " + std::to_string(sizeof addr.sun_path - 1) + " characters");
@@ -104,7 +104,7 @@ void HttpServer::listenLocal(const std::string& path) {
   accept_thread_ = std::thread([this] { acceptLoop(); });
 }
 
-void HttpServer::acceptLoop() {
+void LocalSocketServer::acceptLoop() {
   while (!stopping_) {
     pollfd p{listen_fd_, POLLIN, 0};
     if (::poll(&p, 1, 200) <= 0) continue;
@@ -123,7 +123,7 @@ void HttpServer::acceptLoop() {
   }
 }
 
-void HttpServer::serve(int fd) {
+void LocalSocketServer::serve(int fd) {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
@@ -137,7 +137,7 @@ void HttpServer::serve(int fd) {
   idle_.notify_all();
 }
 
-void HttpServer::stopLocal() {
+void LocalSocketServer::stopLocal() {
   if (listen_fd_ < 0 || stopping_.exchange(true)) return;
   if (accept_thread_.joinable()) accept_thread_.join();
   ::close(listen_fd_);

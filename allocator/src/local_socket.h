@@ -1,5 +1,5 @@
-// gpool-allocator's HTTP server: httplib's server on TCP, and the same routes on a local Unix socket, where
-// the kernel says which user connected (SO_PEERCRED), so local users need no credential at all.
+// gpool-allocator's local Unix socket: the API's routes (registered on this httplib server like on the TCP
+// one) served to local users, whom the kernel names (SO_PEERCRED), so they need no credential at all.
 #pragma once
 
 #include <sys/types.h>
@@ -15,10 +15,10 @@
 
 namespace gpool::allocator {
 
-class HttpServer : public httplib::Server {
+class LocalSocketServer : public httplib::Server {
  public:
-  ~HttpServer() override;
-  // Serves the routes on the Unix socket at `path` too (replacing a stale socket file; mode 0666, since a
+  ~LocalSocketServer() override;
+  // Serves the routes on the Unix socket at `path` (replacing a stale socket file; mode 0666, since a
   // connection is identified, not trusted by who may open it). Throws when it cannot.
   void listenLocal(const std::string& path);
   void stopLocal();  // also closes the connections in progress, and waits for them
