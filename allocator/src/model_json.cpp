@@ -40,7 +40,7 @@ Server serverFromJson(const json& j) {
 
 json toJson(const LeaseRequest& r) {
   return {{"n", r.n}, {"p", r.p}, {"m", r.m}, {"user", r.user}, {"group", r.group}, {"pool", r.pool},
-          {"priority", r.priority}, {"wait_ms", r.wait_ms}};
+          {"priority", r.priority}, {"wait_ms", r.wait_ms}, {"member_of", r.member_of}};
 }
 
 json toJson(const Lease& l, LeaseView view) {
@@ -74,6 +74,7 @@ Lease leaseFromJson(const json& j) {
   l.req.pool = r.at("pool").get<std::string>();
   l.req.priority = r.at("priority").get<std::string>();
   l.req.wait_ms = r.at("wait_ms").get<int64_t>();
+  l.req.member_of = r.value("member_of", std::vector<std::string>{});
   l.priority = j.at("priority").get<int>();
   l.seq = j.at("seq").get<uint64_t>();
   l.created_ms = j.at("created_ms").get<int64_t>();

@@ -65,7 +65,9 @@ std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
   double gpu_total = r.n * r.p;
   // Without m, each share takes p of its GPU's memory: count the largest GPU's (the most it can be).
   uint64_t mem_total = (r.m ? r.m : static_cast<uint64_t>(r.p * static_cast<double>(largest))) * static_cast<uint64_t>(r.n);
-  for (auto [who, map, kind] : {std::tuple{r.user, &policy_.user_quotas, "user"}, std::tuple{r.group, &policy_.group_quotas, "group"}}) {
+  std::vector<std::tuple<std::string, const std::map<std::string, Quota>*, const char*>> holders{{r.user, &policy_.user_quotas, "user"}};
+  for (const auto& g : r.chargedGroups()) holders.emplace_back(g, &policy_.group_quotas, "group");
+  for (const auto& [who, map, kind] : holders) {
     auto q = map->find(who);
     if (q == map->end()) continue;
     if (q->second.gpus && gpu_total > *q->second.gpus + kEps)
@@ -89,8 +91,10 @@ uint64_t Scheduler::largestGpu(const std::string& pool) const {
 }
 
 std::optional<std::string> Scheduler::quotaBlocks(const Lease& l) const {
-  for (auto [who, map, kind, is_user] :
-       {std::tuple{l.req.user, &policy_.user_quotas, "user", true}, std::tuple{l.req.group, &policy_.group_quotas, "group", false}}) {
+  std::vector<std::tuple<std::string, const std::map<std::string, Quota>*, const char*, bool>> holders{
+      {l.req.user, &policy_.user_quotas, "user", true}};
+  for (const auto& g : l.req.chargedGroups()) holders.emplace_back(g, &policy_.group_quotas, "group", false);
+  for (const auto& [who, map, kind, is_user] : holders) {
     auto q = map->find(who);
     if (q == map->end()) continue;
     const auto& uses = is_user ? user_use_ : group_use_;
@@ -163,7 +167,9 @@ bool Scheduler::tryGrant(Lease& l, int64_t now, std::string& why) {
 }
 
 void Scheduler::account(const Lease& l, int sign) {
-  for (Use* u : {&user_use_[l.req.user], &group_use_[l.req.group]})
+  std::vector<Use*> uses{&user_use_[l.req.user]};
+  for (const auto& g : l.req.chargedGroups()) uses.push_back(&group_use_[g]);
+  for (Use* u : uses)
     for (const auto& s : l.shares) {
       u->gpus = std::max(0.0, u->gpus + sign * s.fraction);
       u->memory = sign > 0 ? u->memory + s.memory : u->memory - std::min(u->memory, s.memory);
@@ -219,6 +225,14 @@ void Scheduler::schedule(int64_t now) {
       touch(l);
     }
   }
+}
+
+std::vector<std::string> LeaseRequest::chargedGroups() const {
+  std::vector<std::string> out;
+  if (!group.empty()) out.push_back(group);
+  for (const auto& g : member_of)
+    if (!g.empty() && std::find(out.begin(), out.end(), g) == out.end()) out.push_back(g);
+  return out;
 }
 
 Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id, const std::string& owner_key_hash) {

@@ -48,7 +48,12 @@ struct LeaseRequest {
   double p = 1.0;       // fraction of each GPU
   uint64_t m = 0;       // memory per GPU in bytes; 0: p × the GPU's memory
   std::string user, group, pool = "default", priority;  // priority: a class name ("" = the default)
+  // Every group the requester is in (identity.h): their quotas apply too, so naming no group, or another
+  // one, escapes none of them. Set by the allocator from the caller's identity, never from the request.
+  std::vector<std::string> member_of;
   int64_t wait_ms = 0;  // how long the client will wait in the queue (0: not at all)
+
+  std::vector<std::string> chargedGroups() const;  // `group` and `member_of`, each once
 };
 
 struct Lease {

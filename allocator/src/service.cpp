@@ -306,6 +306,7 @@ void Service::leaseRoutes(httplib::Server& s) {
     if (r.group.empty() && r.user == c.who.user) r.group = c.who.group;
     else if (!admin && !c.who.inGroup(r.group))
       return error(res, 403, "user '" + c.who.user + "' is not in group '" + r.group + "'");
+    if (r.user == c.who.user) r.member_of = c.who.groups;  // every group's quota applies
     std::string cls = r.priority.empty() ? sched_->policy().default_priority : r.priority;
     if (!admin && !sched_->policy().access.mayUsePriority(cls, c.who.user, c.who.groups))
       return error(res, 403, "user '" + c.who.user + "' may not use priority class '" + cls + "' (the policy's access.priorities)");

@@ -107,6 +107,12 @@ class Identity(unittest.TestCase):
         status, second = self.c.try_http("POST", "/v1/leases", {"p": 0.25, "wait": 60}, headers=carol)
         self.assertEqual(status, 202, second)
         self.assertIn("quota: group 'ml'", second["waiting_for"])
+        # dave's primary group is his own, and he is in ml too: ml's quota holds whatever group he names
+        dave = self.c.bearer("dave", groups=["dave", "ml"])
+        for body in ({"p": 0.25, "wait": 60}, {"p": 0.25, "wait": 60, "group": "dave"}):
+            status, out = self.c.try_http("POST", "/v1/leases", body, headers=dave)
+            self.assertEqual(status, 202, out)
+            self.assertIn("quota: group 'ml'", out["waiting_for"])
 
     def test_who_may_use_a_priority_class_is_policy(self):
         status, out = self.c.try_http("POST", "/v1/leases", {"p": 0.25, "priority": "high"}, headers=self.c.bearer("mallory"))
