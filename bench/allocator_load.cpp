@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   int servers = 125, gpus = 8, threads = 4, rate = 1000, seconds = 10;
   double hold_s = 1.0;
   app.add_option("--allocator", url)->capture_default_str();
-  app.add_option("--key-file", key_file, "the allocator's lease key (to sign the simulated servers' requests)")->required();
+  app.add_option("--key-file", key_file, "the allocator's admin key (to enroll the simulated servers and their accounts)")->required();
   app.add_option("--servers", servers)->capture_default_str();
   app.add_option("--gpus-per-server", gpus)->capture_default_str();
   app.add_option("--threads", threads, "client threads")->capture_default_str();
@@ -44,14 +44,30 @@ int main(int argc, char** argv) {
     for (auto& [name, value] : gpool::token::signRequest(key, "POST", path, body)) h.emplace(name, value);
     return c.Post(path.c_str(), h, body, "application/json");
   };
+  // Each simulated server has its own key, enrolled by the admin, and signs its requests with it.
+  std::vector<gpool::token::Ed25519Key> server_keys;
+  auto serverPost = [&](httplib::Client& c, int s, const std::string& path, const std::string& body) {
+    httplib::Headers h;
+    for (auto& [name, value] : gpool::token::signRequest(server_keys[static_cast<size_t>(s)], "bench" + std::to_string(s), "POST", path, body))
+      h.emplace(name, value);
+    return c.Post(path.c_str(), h, body, "application/json");
+  };
   {
     httplib::Client c(url);
     for (int s = 0; s < servers; ++s) {
+      server_keys.push_back(gpool::token::Ed25519Key::generate());
+      std::string path = "/v1/servers/bench" + std::to_string(s) + "/key", pem = server_keys.back().publicPem();
+      httplib::Headers h;
+      for (auto& [name, value] : gpool::token::signRequest(key, "PUT", path, pem)) h.emplace(name, value);
+      if (auto r = c.Put(path.c_str(), h, pem, "application/x-pem-file"); !r || r->status != 200) {
+        std::fprintf(stderr, "enrolling server %d failed: %s\n", s, r ? r->body.c_str() : httplib::to_string(r.error()).c_str());
+        return 1;
+      }
       json g = json::array();
       for (int i = 0; i < gpus; ++i)
         g.push_back({{"index", i}, {"uuid", "GPU-bench-" + std::to_string(s) + "-" + std::to_string(i)}, {"model", "H100"},
                      {"memory", 80ull << 30}, {"sms", 132}});
-      auto r = signedPost(c, "/v1/servers", json{{"name", "bench" + std::to_string(s)}, {"address", "10.0.0.1:7420"}, {"gpus", g}}.dump());
+      auto r = serverPost(c, s, "/v1/servers", json{{"name", "bench" + std::to_string(s)}, {"address", "10.0.0.1:7420"}, {"gpus", g}}.dump());
       if (!r || r->status != 200) {
         std::fprintf(stderr, "registering server %d failed: %s\n", s, r ? r->body.c_str() : httplib::to_string(r.error()).c_str());
         return 1;
@@ -76,7 +92,7 @@ int main(int argc, char** argv) {
     httplib::Client c(url);
     while (!stop) {
       auto start = Clock::now();
-      for (int s = 0; s < servers && !stop; ++s) signedPost(c, "/v1/servers/bench" + std::to_string(s) + "/heartbeat", "");
+      for (int s = 0; s < servers && !stop; ++s) serverPost(c, s, "/v1/servers/bench" + std::to_string(s) + "/heartbeat", "");
       std::this_thread::sleep_until(start + std::chrono::seconds(1));
     }
   });

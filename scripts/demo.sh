@@ -14,11 +14,16 @@ port=${GPOOL_DEMO_PORT:-7420}
 "$prefix/bin/gpool-allocator" --listen 127.0.0.1:$aport --db "$state/allocator.db" --socket "$state/allocator.sock" &
 allocator=$!
 trap 'kill $server $allocator 2>/dev/null; wait $server $allocator 2>/dev/null; rm -rf "$state"' EXIT
-for _ in $(seq 100); do [ -f "$state/allocator.db.key" ] && break; sleep 0.05; done
+for _ in $(seq 100); do [ -f "$state/allocator.db.token.pub" ] && break; sleep 0.05; done
+# The GPU host gets the public key that verifies lease tokens, and makes a key of its own, which the admin
+# enrolls (with the allocator's admin key).
 "$prefix/bin/gpool-server" --listen 127.0.0.1:$port --backend auto --name demo-gpu \
-  --allocator http://127.0.0.1:$aport --lease-key "$state/allocator.db.key" \
+  --allocator http://127.0.0.1:$aport --token-key "$state/allocator.db.token.pub" --server-key "$state/server.pem" \
   --sim-kernels "$PWD/build/tests/libgpool_test_sim_kernels.so" &
 server=$!
+for _ in $(seq 100); do [ -f "$state/server.pub" ] && break; sleep 0.05; done
+GPOOL_ALLOCATOR=unix:$state/allocator.sock "$prefix/bin/gpool" admin --key-file "$state/allocator.db.key" \
+  server enroll demo-gpu "$state/server.pub"
 # Users on the allocator's host reach it on its local socket: the kernel tells it who they are (no MUNGE needed).
 export GPOOL_ALLOCATOR=unix:$state/allocator.sock
 for _ in $(seq 100); do "$prefix/bin/gpool" status 2>/dev/null | grep -q demo-gpu && break; sleep 0.1; done

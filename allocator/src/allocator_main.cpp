@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "gpool-allocator: grants whole or fractional GPUs of the registered gpool-servers as leases.\n"
       "Clients (gpool run, or a program with GPOOL_ALLOCATOR=http://HOST:PORT) ask it for leases;\n"
-      "gpool-servers register with it (gpool-server --allocator URL --lease-key FILE)."};
+      "gpool-servers register with it (gpool-server --allocator URL --token-key TOKEN.pub --server-key KEY.pem), once an\n"
+      "admin enrolled their keys (gpool admin server enroll NAME KEY.pub)."};
   std::string listen = "127.0.0.1:7430", config, db = "gpool-allocator.db", key_file, log_level = "info", socket, munge_socket;
   app.add_option("--listen", listen, "HOST:PORT of the HTTP API")->capture_default_str();
   app.add_option("--socket", socket,
@@ -31,8 +32,13 @@ int main(int argc, char** argv) {
   app.add_option("--db", db, "SQLite database holding servers, leases and the policy (created when missing)")
       ->capture_default_str();
   app.add_option("--key-file", key_file,
-                 "secret shared with gpool-servers to sign lease tokens (created, mode 0600, when missing; default: "
-                 "the database path + .key)");
+                 "admin key: a secret that signs admin requests (gpool admin --key-file); keep it on this host and with "
+                 "admins (created, mode 0600, when missing; default: the database path + .key)");
+  std::string token_key;
+  app.add_option("--token-key", token_key,
+                 "Ed25519 private key that signs lease tokens (created, mode 0600, when missing, with its public key "
+                 "beside it as .pub: give that to every gpool-server --token-key; default: the database path + "
+                 ".token.pem)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
@@ -56,11 +62,13 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // every thread; main waits for them below
   try {
     if (key_file.empty()) key_file = db + ".key";
-    gpool::allocator::ServiceOptions opt{db, config, gpool::token::loadKey(key_file, true), munge_socket, socket, tls_cert, tls_key};
+    if (token_key.empty()) token_key = db + ".token.pem";
+    gpool::allocator::ServiceOptions opt{db, config, gpool::token::loadKey(key_file, true), token_key, munge_socket, socket, tls_cert, tls_key};
     gpool::allocator::Service service(opt);
     int bound = service.start(host, port);
-    spdlog::info("listening on {}://{}:{}{} (database {}, lease key {})", tls_cert.empty() ? "http" : "https", host, bound, socket.empty() ? "" : " and unix:" + socket, db,
-                 key_file);
+    spdlog::info("listening on {}://{}:{}{} (database {}, admin key {}, token key {}: GPU hosts verify with {})",
+                 tls_cert.empty() ? "http" : "https", host, bound, socket.empty() ? "" : " and unix:" + socket, db, key_file, token_key,
+                 gpool::token::Ed25519Key::publicPath(token_key));
     int sig = 0;
     sigwait(&stop_signals, &sig);
     spdlog::info("signal {}: stopping (state is in {})", sig, db);

@@ -1,12 +1,57 @@
 #include "authenticator.h"
 
+#include "gpool/printable.h"
 #include "local_socket.h"
 
 namespace gpool::allocator {
 
-bool Authenticator::signedWithKey(const httplib::Request& req, std::string& why) {
-  return replay_.accept(key_, req.method, req.path, req.body, req.get_header_value("X-Gpool-Time"), req.get_header_value("X-Gpool-Nonce"),
+bool Authenticator::signedWith(const token::Verifier& verify, const httplib::Request& req, std::string& why) {
+  return replay_.accept(verify, req.method, req.path, req.body, req.get_header_value("X-Gpool-Time"), req.get_header_value("X-Gpool-Nonce"),
                         req.get_header_value("X-Gpool-Signature"), token::unixMillis(), why);
+}
+
+bool Authenticator::signedByAdminKey(const httplib::Request& req, std::string& why) {
+  if (signedWith(token::adminKeyVerifier(key_), req, why)) return true;
+  why += " (admin requests are signed with the allocator's key file)";
+  return false;
+}
+
+std::optional<std::string> Authenticator::signedByServer(const httplib::Request& req, std::string& why) {
+  std::string name = req.get_header_value("X-Gpool-Server");
+  std::optional<token::Ed25519Key> key;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = server_keys_.find(name); it != server_keys_.end()) key = it->second;
+  }
+  if (!key) {
+    why = name.empty() ? "server requests name their server (X-Gpool-Server) and are signed with its key"
+                       : "server '" + gpool::printable(name) + "' is not enrolled: an admin runs `gpool admin server enroll " +
+                             gpool::printable(name) + " KEY.pub` with the public key gpool-server --server-key made";
+    return std::nullopt;
+  }
+  auto verify = [&key](const std::string& m, const std::string& sig) { return key->verify(m, sig); };
+  if (!signedWith(verify, req, why)) {
+    why += " (signed with another key than server '" + gpool::printable(name) + "' enrolled?)";
+    return std::nullopt;
+  }
+  return name;
+}
+
+void Authenticator::enrollServer(const std::string& name, const std::string& public_pem) {
+  token::Ed25519Key key = token::Ed25519Key::fromPublicPem(public_pem);
+  std::lock_guard lock(mu_);
+  server_keys_.insert_or_assign(name, key);
+}
+
+bool Authenticator::removeServer(const std::string& name) {
+  std::lock_guard lock(mu_);
+  return server_keys_.erase(name) > 0;
+}
+
+void Authenticator::restoreServerKeys(const std::map<std::string, std::string>& public_pems) {
+  std::lock_guard lock(mu_);
+  server_keys_.clear();
+  for (const auto& [name, pem] : public_pems) server_keys_.insert_or_assign(name, token::Ed25519Key::fromPublicPem(pem));
 }
 
 Authenticator::Outcome Authenticator::identify(const httplib::Request& req, Identity& who, std::string& why) {
@@ -16,7 +61,7 @@ Authenticator::Outcome Authenticator::identify(const httplib::Request& req, Iden
     return Outcome::kKnown;
   };
   if (req.has_header("X-Gpool-Signature")) {
-    if (!signedWithKey(req, why)) return Outcome::kRefused;
+    if (!signedByAdminKey(req, why)) return Outcome::kRefused;
     Identity admin;
     admin.via = Via::kAdminKey;
     admin.user = "admin-key";

@@ -1,10 +1,11 @@
 // Who is calling gpool-allocator, from what the request proves (identity.h): the local socket's peer, a
-// MUNGE credential, a service account's key, or a signature with the allocator's key. Requests from
-// gpool-servers are signed with that key too. Thread-safe.
+// MUNGE credential, a service account's key, or a signature with the allocator's admin key. Requests from
+// gpool-servers are signed with each server's own Ed25519 key, which an admin enrolled. Thread-safe.
 #pragma once
 
 #include <httplib.h>
 
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -26,8 +27,15 @@ class Authenticator {
     kRefused,    // it carries a credential that does not hold: `why` says why
   };
   Outcome identify(const httplib::Request& req, Identity& who, std::string& why);
-  // Whether the request is signed with the allocator's key, recent and not seen before (gpool-servers).
-  bool signedWithKey(const httplib::Request& req, std::string& why);
+  // The server (X-Gpool-Server) whose enrolled key signed the request, recent and not seen before; nullopt
+  // with `why` set otherwise.
+  std::optional<std::string> signedByServer(const httplib::Request& req, std::string& why);
+
+  // Enrolled servers' public keys (the caller persists what changed). enrollServer throws
+  // std::invalid_argument for a bad name or key.
+  void enrollServer(const std::string& name, const std::string& public_pem);
+  bool removeServer(const std::string& name);
+  void restoreServerKeys(const std::map<std::string, std::string>& public_pems);
 
   // Service accounts (the registry is guarded here; the caller persists what changed).
   std::string issueKey(const std::string& name, const std::vector<std::string>& groups, bool rotate, int64_t now_unix_s,
@@ -44,8 +52,12 @@ class Authenticator {
  private:
   std::string key_, munge_socket_;
   token::ReplayGuard replay_;
+  bool signedByAdminKey(const httplib::Request& req, std::string& why);
+  bool signedWith(const token::Verifier& verify, const httplib::Request& req, std::string& why);
+
   std::mutex mu_;
   ServiceAccounts accounts_;
+  std::map<std::string, token::Ed25519Key> server_keys_;
 };
 
 }  // namespace gpool::allocator

@@ -64,16 +64,16 @@ std::string randomHex(size_t bytes) {
   return hex(b.data(), b.size());
 }
 
-std::string sign(const Claims& c, const std::string& key) {
+std::string sign(const Claims& c, const Ed25519Key& key) {
   std::ostringstream p;
   p.precision(17);
   p << c.lease << '|' << c.server << '|' << c.device << '|' << c.memory << '|' << c.fraction << '|' << c.expiry_s;
   std::string payload = p.str();
-  return "gpl1." + hex(reinterpret_cast<const unsigned char*>(payload.data()), payload.size()) + "." + mac(payload, key);
+  return "gpl2." + hex(reinterpret_cast<const unsigned char*>(payload.data()), payload.size()) + "." + key.sign(payload);
 }
 
-std::optional<Claims> verify(const std::string& token, const std::string& key, std::string& why) {
-  if (token.size() > 4096 || token.rfind("gpl1.", 0) != 0) {
+std::optional<Claims> verify(const std::string& token, const Ed25519Key& key, std::string& why) {
+  if (token.size() > 4096 || token.rfind("gpl2.", 0) != 0) {
     why = "not a gpool lease token";
     return std::nullopt;
   }
@@ -88,8 +88,7 @@ std::optional<Claims> verify(const std::string& token, const std::string& key, s
     why = "malformed lease token";
     return std::nullopt;
   }
-  std::string expected = mac(*payload, key);
-  if (sig.size() != expected.size() || CRYPTO_memcmp(sig.data(), expected.data(), sig.size()) != 0) {
+  if (!key.verify(*payload, sig)) {
     why = "lease token signature does not verify (forged, or signed with another key)";
     return std::nullopt;
   }
@@ -112,7 +111,7 @@ std::optional<Claims> verify(const std::string& token, const std::string& key, s
   return c;
 }
 
-std::optional<Claims> check(const std::string& token, const std::string& key, const std::string& server, int device,
+std::optional<Claims> check(const std::string& token, const Ed25519Key& key, const std::string& server, int device,
                             int64_t now_s, std::string& why) {
   auto c = verify(token, key, why);
   if (!c) return c;
@@ -136,21 +135,21 @@ std::string loadKey(const std::string& path, bool create) {
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     if (!create)
-      throw std::runtime_error("cannot read the lease key file " + path +
-                               " (copy the allocator's key file here; gpool-allocator creates it on first start)");
+      throw std::runtime_error("cannot read the admin key file " + path +
+                               " (gpool-allocator creates it, beside its database, on first start)");
     unsigned char key[32];
-    if (RAND_bytes(key, sizeof key) != 1) throw std::runtime_error("no randomness for a new lease key");
+    if (RAND_bytes(key, sizeof key) != 1) throw std::runtime_error("no randomness for a new admin key");
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-    if (fd < 0) throw std::runtime_error("cannot create the lease key file " + path);
+    if (fd < 0) throw std::runtime_error("cannot create the admin key file " + path);
     std::string text = hex(key, sizeof key) + "\n";
     bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
     ::close(fd);
-    if (!ok) throw std::runtime_error("cannot write the lease key file " + path);
+    if (!ok) throw std::runtime_error("cannot write the admin key file " + path);
     return hex(key, sizeof key);
   }
   std::string key((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   while (!key.empty() && (key.back() == '\n' || key.back() == '\r' || key.back() == ' ')) key.pop_back();
-  if (key.size() < 32) throw std::runtime_error("lease key file " + path + " holds fewer than 32 bytes of secret");
+  if (key.size() < 32) throw std::runtime_error("admin key file " + path + " holds fewer than 32 bytes of secret");
   return key;
 }
 

@@ -1,11 +1,14 @@
 // Lease tokens: what the allocator signs for each share of a lease and a gpool-server verifies offline
-// (HMAC-SHA256 with a key the two share). Text form: "gpl1.<hex payload>.<hex signature>", where the
-// payload is "lease|server|device|memory bytes|fraction|expiry unix seconds".
+// (Ed25519: the allocator holds the private key, GPU hosts the public one). Text form:
+// "gpl2.<hex payload>.<hex signature>", where the payload is "lease|server|device|memory bytes|fraction|
+// expiry unix seconds".
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+
+#include "ed25519_key.h"
 
 namespace gpool::token {
 
@@ -17,22 +20,22 @@ struct Claims {
   int64_t expiry_s = 0;
 };
 
-std::string sign(const Claims& c, const std::string& key);
+std::string sign(const Claims& c, const Ed25519Key& key);
 // The claims of a token whose signature is valid, or nullopt with `why` set (malformed, forged).
 // Expiry, server and device are for the caller to check (see check()).
-std::optional<Claims> verify(const std::string& token, const std::string& key, std::string& why);
+std::optional<Claims> verify(const std::string& token, const Ed25519Key& key, std::string& why);
 // verify() plus: not expired at `now_s`, issued for `server` and `device`.
-std::optional<Claims> check(const std::string& token, const std::string& key, const std::string& server, int device,
+std::optional<Claims> check(const std::string& token, const Ed25519Key& key, const std::string& server, int device,
                             int64_t now_s, std::string& why);
 
-// HMAC-SHA256 of `data` under `key`, as hex (signed requests to the allocator use it: signed_request.h).
+// HMAC-SHA256 of `data` under `key`, as hex (admin requests to the allocator use it: signed_request.h).
 std::string hmacHex(const std::string& key, const std::string& data);
 bool sameText(const std::string& a, const std::string& b);  // constant-time comparison
 std::string sha256Hex(const std::string& data);
 std::string randomHex(size_t bytes);  // `bytes` random bytes from OpenSSL's generator, as hex; throws if none
 
-// Reads a key file (at least 32 bytes of secret); creates one with 32 random bytes, mode 0600, when
-// `create` and it does not exist. Throws std::runtime_error naming the file and the fix.
+// Reads the allocator's admin key file (at least 32 bytes of secret); creates one with 32 random bytes,
+// mode 0600, when `create` and it does not exist. Throws std::runtime_error naming the file and the fix.
 std::string loadKey(const std::string& path, bool create);
 
 }  // namespace gpool::token

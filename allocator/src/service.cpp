@@ -68,7 +68,7 @@ Service::Service(ServiceOptions options) : opt_(std::move(options)), auth_(opt_.
   } else {
     source = "built-in defaults";
   }
-  std::string key = opt_.key;
+  token::Ed25519Key key = token::Ed25519Key::loadPrivate(opt_.token_key, true);
   sched_ = std::make_unique<Scheduler>(
       policy,
       [key](const Lease& l, const Share& s, int64_t expiry) {
@@ -76,6 +76,7 @@ Service::Service(ServiceOptions options) : opt_(std::move(options)), auth_(opt_.
       },
       unixSeconds);
   auth_.restoreAccounts(store_->serviceAccounts());
+  auth_.restoreServerKeys(store_->serverKeys());
   auto servers = store_->servers();
   auto leases = store_->leases(false);
   spdlog::info("state: {} servers, {} live leases from {}; policy from {} ({} pools)", servers.size(), leases.size(),
@@ -222,19 +223,22 @@ std::optional<Service::Caller> Service::admin(const httplib::Request& req, httpl
   return c;
 }
 
-// gpool-servers: registration, heartbeats and clients that left. Signed with the allocator's key, with
-// their time and a nonce (signed_request.h): each is accepted once, and only while recent.
+// gpool-servers: registration, heartbeats and clients that left. Each is signed with the server's own
+// key (enrolled by an admin), with its time and a nonce (signed_request.h): accepted once, only while
+// recent, and only about that server.
 void Service::serverRoutes(httplib::Server& s) {
-  auto signedByServer = [this](const httplib::Request& req, httplib::Response& res) {
+  auto signedByServer = [this](const httplib::Request& req, httplib::Response& res, const std::string& about) {
     std::string why;
-    if (auth_.signedWithKey(req, why)) return true;
-    error(res, 401, why + " (give gpool-server --lease-key with the allocator's key file)");
-    return false;
+    auto name = auth_.signedByServer(req, why);
+    if (!name) return error(res, 401, why), false;
+    if (*name != about) return error(res, 403, "server '" + *name + "' may speak only for itself, not '" + gpool::printable(about) + "'"), false;
+    return true;
   };
 
   s.Post("/v1/servers", [this, signedByServer](const httplib::Request& req, httplib::Response& res) {
     json j;
-    if (!signedByServer(req, res) || !parseBody(req, res, j)) return;
+    if (!parseBody(req, res, j)) return;
+    if (!signedByServer(req, res, j.contains("name") && j["name"].is_string() ? j["name"].get<std::string>() : "")) return;
     Server srv;
     try {
       srv = serverFromJson(j);
@@ -256,7 +260,7 @@ void Service::serverRoutes(httplib::Server& s) {
   });
 
   s.Post(R"(/v1/servers/([^/]+)/heartbeat)", [this, signedByServer](const httplib::Request& req, httplib::Response& res) {
-    if (!signedByServer(req, res)) return;
+    if (!signedByServer(req, res, req.matches[1])) return;
     std::lock_guard lock(mu_);
     std::vector<std::string> revoked;
     if (!sched_->heartbeatServer(req.matches[1], now(), revoked)) {
@@ -271,7 +275,7 @@ void Service::serverRoutes(httplib::Server& s) {
 
   s.Post(R"(/v1/servers/([^/]+)/released)", [this, signedByServer](const httplib::Request& req, httplib::Response& res) {
     json j;
-    if (!signedByServer(req, res) || !parseBody(req, res, j)) return;
+    if (!signedByServer(req, res, req.matches[1]) || !parseBody(req, res, j)) return;
     if (!j.contains("lease") || !j["lease"].is_string()) return error(res, 400, "body must be {\"lease\": ID}");
     std::lock_guard lock(mu_);
     bool ended = sched_->clientLeft(req.matches[1], j["lease"].get<std::string>(), now());
@@ -445,6 +449,37 @@ void Service::adminRoutes(httplib::Server& s) {
     persist(&text);
     spdlog::info("policy replaced through the API by {} ({} pools)", gpool::printable(who->who.user), sched_->policy().pools.size());
     reply(res, 200, {{"pools", sched_->policy().pools.size()}});
+  });
+
+  // Enrolling a server: the public key its requests are verified with (PEM text).
+  s.Put(R"(/v1/servers/([^/]+)/key)", [this](const httplib::Request& req, httplib::Response& res) {
+    auto who = admin(req, res);
+    if (!who) return;
+    std::string name = req.matches[1];
+    if (name.empty() || name.size() > 64 || !std::all_of(name.begin(), name.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+        }))
+      return error(res, 400, "a server name is 1-64 letters, digits, '-', '_' or '.'");
+    try {
+      auth_.enrollServer(name, req.body);
+    } catch (const std::exception& e) {
+      return error(res, 400, std::string("the body must be the server's public key: ") + e.what());
+    }
+    std::lock_guard lock(mu_);
+    store_->saveServerKey(name, &req.body);
+    spdlog::info("server {} enrolled by {}", name, gpool::printable(who->who.user));
+    reply(res, 200, {{"server", name}, {"enrolled", true}});
+  });
+
+  s.Delete(R"(/v1/servers/([^/]+)/key)", [this](const httplib::Request& req, httplib::Response& res) {
+    auto who = admin(req, res);
+    if (!who) return;
+    std::string name = req.matches[1];
+    if (!auth_.removeServer(name)) return error(res, 404, "server '" + gpool::printable(name) + "' is not enrolled");
+    std::lock_guard lock(mu_);
+    store_->saveServerKey(name, nullptr);
+    spdlog::info("server {} unenrolled by {}: its requests are refused from now on", name, gpool::printable(who->who.user));
+    reply(res, 200, {{"server", name}, {"enrolled", false}});
   });
 
   s.Post("/v1/service-accounts", [this](const httplib::Request& req, httplib::Response& res) {

@@ -20,7 +20,8 @@ namespace gpool::allocator {
 struct ServiceOptions {
   std::string db_path;
   std::string config_path;  // TOML policy read at start (a policy stored in the database wins otherwise)
-  std::string key;          // the lease-token key (hex), shared with gpool-servers
+  std::string key;          // the admin key (hex): signs admin requests; held by the allocator's host and admins
+  std::string token_key;    // Ed25519 private key file signing lease tokens (created when missing, with its .pub)
   std::string munge_socket; // munged's socket ("" = its default)
   std::string local_socket; // a Unix socket serving the API to local users, identified by the kernel ("" = none)
   std::string tls_cert, tls_key;  // PEM files: the TCP listener serves HTTPS ("" = plain HTTP)

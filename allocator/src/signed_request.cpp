@@ -25,26 +25,41 @@ int64_t unixMillis() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::vector<std::pair<std::string, std::string>> signRequest(const std::string& key, const std::string& method,
-                                                             const std::string& path, const std::string& body) {
+static Headers signWith(const std::function<std::string(const std::string&)>& sign, const std::string& method,
+                        const std::string& path, const std::string& body) {
   std::string nonce = randomHex(16);
   std::string time = std::to_string(unixMillis());
-  return {{"X-Gpool-Time", time}, {"X-Gpool-Nonce", nonce}, {"X-Gpool-Signature", hmacHex(key, message(method, path, time, nonce, body))}};
+  return {{"X-Gpool-Time", time}, {"X-Gpool-Nonce", nonce}, {"X-Gpool-Signature", sign(message(method, path, time, nonce, body))}};
+}
+
+Headers signRequest(const std::string& admin_key, const std::string& method, const std::string& path, const std::string& body) {
+  return signWith([&](const std::string& m) { return hmacHex(admin_key, m); }, method, path, body);
+}
+
+Headers signRequest(const Ed25519Key& server_key, const std::string& server, const std::string& method, const std::string& path,
+                    const std::string& body) {
+  Headers h = signWith([&](const std::string& m) { return server_key.sign(m); }, method, path, body);
+  h.emplace_back("X-Gpool-Server", server);
+  return h;
+}
+
+Verifier adminKeyVerifier(const std::string& admin_key) {
+  return [admin_key](const std::string& m, const std::string& signature) { return sameText(signature, hmacHex(admin_key, m)); };
 }
 
 std::string mungePayload(const std::string& method, const std::string& path, const std::string& body) {
   return "gpool1 " + method + " " + path + " " + sha256Hex(body);
 }
 
-bool ReplayGuard::accept(const std::string& key, const std::string& method, const std::string& path, const std::string& body,
+bool ReplayGuard::accept(const Verifier& verify, const std::string& method, const std::string& path, const std::string& body,
                          const std::string& time, const std::string& nonce, const std::string& signature, int64_t now_ms,
                          std::string& why) {
   if (!isHex(nonce, 32) || time.empty() || time.size() > 19 || time.find_first_not_of("0123456789") != std::string::npos) {
-    why = "request not signed with the allocator's key (X-Gpool-Time and X-Gpool-Nonce missing or malformed)";
+    why = "request not signed (X-Gpool-Time and X-Gpool-Nonce missing or malformed)";
     return false;
   }
-  if (!sameText(signature, hmacHex(key, message(method, path, time, nonce, body)))) {
-    why = "request not signed with the allocator's key";
+  if (!verify(message(method, path, time, nonce, body), signature)) {
+    why = "request signature does not verify";
     return false;
   }
   int64_t at = std::stoll(time);

@@ -39,6 +39,7 @@ Store::Store(const std::string& path) : path_(path) {
   exec("CREATE TABLE IF NOT EXISTS leases (id TEXT PRIMARY KEY, state TEXT NOT NULL, doc TEXT NOT NULL)");
   exec("CREATE INDEX IF NOT EXISTS leases_state ON leases (state)");
   exec("CREATE TABLE IF NOT EXISTS service_accounts (name TEXT PRIMARY KEY, doc TEXT NOT NULL)");
+  exec("CREATE TABLE IF NOT EXISTS server_keys (name TEXT PRIMARY KEY, public_pem TEXT NOT NULL)");
   Stmt check(db_, "PRAGMA quick_check");
   if (sqlite3_step(check.s) != SQLITE_ROW || check.column(0) != "ok")
     throw StoreError("the database " + path + " is damaged (PRAGMA quick_check: " + check.column(0) +
@@ -99,6 +100,22 @@ void Store::saveServiceAccount(const std::string& name, const ServiceAccount* ac
                       : "DELETE FROM service_accounts WHERE name = ?1");
   q.text(1, name);
   if (account) q.text(2, toJson(*account).dump());
+  if (sqlite3_step(q.s) != SQLITE_DONE) throw StoreError(std::string("database: ") + sqlite3_errmsg(db_));
+}
+
+std::map<std::string, std::string> Store::serverKeys() {
+  std::map<std::string, std::string> out;
+  Stmt q(db_, "SELECT name, public_pem FROM server_keys");
+  while (sqlite3_step(q.s) == SQLITE_ROW) out[q.column(0)] = q.column(1);
+  return out;
+}
+
+void Store::saveServerKey(const std::string& name, const std::string* public_pem) {
+  Stmt q(db_, public_pem ? "INSERT INTO server_keys (name, public_pem) VALUES (?1, ?2) "
+                           "ON CONFLICT(name) DO UPDATE SET public_pem = excluded.public_pem"
+                         : "DELETE FROM server_keys WHERE name = ?1");
+  q.text(1, name);
+  if (public_pem) q.text(2, *public_pem);
   if (sqlite3_step(q.s) != SQLITE_DONE) throw StoreError(std::string("database: ") + sqlite3_errmsg(db_));
 }
 

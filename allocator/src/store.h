@@ -34,6 +34,8 @@ class Store {
   std::vector<ServiceAccount> serviceAccounts();
   // Writes one service account (nullptr: deletes it).
   void saveServiceAccount(const std::string& name, const ServiceAccount* account);
+  std::map<std::string, std::string> serverKeys();  // enrolled servers' public keys (PEM), by name
+  void saveServerKey(const std::string& name, const std::string* public_pem);  // nullptr: deletes it
 
   // Writes the named records' current state (and the policy text when given) in one transaction.
   // Moves the write-ahead log into the database (on a connection of its own, so commits of the request

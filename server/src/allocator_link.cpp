@@ -7,12 +7,13 @@
 #include <chrono>
 
 #include "allocator_connection.h"
+#include "gpool/printable.h"
 #include "lease_token.h"
 #include "signed_request.h"
 
 namespace gpool::server {
 
-AllocatorLink::AllocatorLink(std::string url, const std::string& ca_file, std::string key, std::string name, std::string registration,
+AllocatorLink::AllocatorLink(std::string url, const std::string& ca_file, token::Ed25519Key key, std::string name, std::string registration,
                              std::function<void(const std::string&)> revoked, Live live)
     : url_(std::move(url)), key_(std::move(key)), name_(std::move(name)), registration_(std::move(registration)),
       cli_(token::allocatorClient(url_, ca_file, 5)), revoked_(std::move(revoked)), live_(std::move(live)) {
@@ -66,7 +67,7 @@ void AllocatorLink::loop() {
   httplib::Client& cli = *cli_;
   auto post = [&](const std::string& path, const std::string& body) {
     httplib::Headers h;
-    for (auto& [name, value] : token::signRequest(key_, "POST", path, body)) h.emplace(name, value);
+    for (auto& [name, value] : token::signRequest(key_, name_, "POST", path, body)) h.emplace(name, value);
     return cli.Post(path.c_str(), h, body, "application/json");
   };
   bool registered = false;
@@ -98,7 +99,9 @@ void AllocatorLink::loop() {
       registered = false;
       wait_ms = 0;
     } else if (r->status != 200) {
-      spdlog::error("allocator refused {}: {} {}", path, r->status, r->body);
+      auto j = nlohmann::json::parse(r->body, nullptr, false);
+      std::string why = j.is_object() && j.contains("error") && j["error"].is_string() ? j["error"].get<std::string>() : r->body;
+      spdlog::error("allocator refused {}: {} {} (retrying in {} ms)", path, r->status, gpool::printable(why), backoff_ms);
       wait_ms = backoff_ms;
       backoff_ms = std::min(backoff_ms * 2, 10000);
     } else {

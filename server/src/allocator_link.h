@@ -1,7 +1,7 @@
 // gpool-server's side of the allocator: registers this server's GPUs, heartbeats, reports clients
 // that left (so their shares free at once) and hands back the leases the allocator revoked and, with
 // every answer, the leases it calls live on this server.
-// Requests are signed with the lease key (X-Gpool-Signature, docs/api.md).
+// Requests are signed with this server's own key (X-Gpool-Signature, docs/api.md).
 #pragma once
 
 #include <atomic>
@@ -13,6 +13,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "ed25519_key.h"
 
 namespace httplib {
 class Client;
@@ -26,7 +28,7 @@ class AllocatorLink {
   // `registration`: the JSON body of POST /v1/servers. `revoked` and `live` run on the link's thread;
   // `live` gets the live leases and the number of the request they answer. `ca_file`: what verifies an
   // https:// allocator's certificate ("" = the system's CA store). Throws std::invalid_argument for a bad URL.
-  AllocatorLink(std::string url, const std::string& ca_file, std::string key, std::string name, std::string registration,
+  AllocatorLink(std::string url, const std::string& ca_file, token::Ed25519Key key, std::string name, std::string registration,
                 std::function<void(const std::string& lease)> revoked, Live live);
   ~AllocatorLink();
   void released(const std::string& lease);  // queued; sent by the link's thread
@@ -36,7 +38,9 @@ class AllocatorLink {
 
  private:
   void loop();
-  std::string url_, key_, name_, registration_;
+  std::string url_;
+  token::Ed25519Key key_;
+  std::string name_, registration_;
   std::unique_ptr<httplib::Client> cli_;
   std::function<void(const std::string&)> revoked_;
   Live live_;

@@ -99,12 +99,19 @@ class Server {
                  backend_, proto::kVersionMajor, proto::kVersionMinor);
 
     if (!opt_.allocator.empty()) {
-      key_ = token::loadKey(opt_.lease_key, false);
       if (opt_.name.empty()) {
         char h[256] = {};
         ::gethostname(h, sizeof h - 1);
         opt_.name = h;
       }
+      token_key_ = token::Ed25519Key::loadPublic(opt_.token_key);
+      std::error_code ec;
+      bool made = !std::filesystem::exists(opt_.server_key, ec);
+      if (made) std::filesystem::create_directories(std::filesystem::path(opt_.server_key).parent_path(), ec);
+      auto server_key = token::Ed25519Key::loadPrivate(opt_.server_key, true);
+      if (made)
+        spdlog::warn("made this server's key {}: until an admin enrolls it (gpool admin server enroll {} {}), the allocator "
+                     "refuses this server", opt_.server_key, opt_.name, token::Ed25519Key::publicPath(opt_.server_key));
       std::string advertise = opt_.advertise;
       if (advertise.empty()) {
         std::string shown = ep.address().is_unspecified() ? opt_.name : ep.address().to_string();
@@ -113,7 +120,7 @@ class Server {
       auto gpus = nlohmann::json::parse(inventory(opt_, backend_));
       nlohmann::json reg = {{"name", opt_.name}, {"address", advertise}, {"gpus", gpus}};
       link_ = std::make_unique<AllocatorLink>(
-          opt_.allocator, opt_.allocator_ca, key_, opt_.name, reg.dump(), [this](const std::string& lease) { asio::post(io_, [this, lease] { revoke(lease); }); },
+          opt_.allocator, opt_.allocator_ca, server_key, opt_.name, reg.dump(), [this](const std::string& lease) { asio::post(io_, [this, lease] { revoke(lease); }); },
           [this](std::vector<std::string> live, uint64_t request) {
             asio::post(io_, [this, live = std::move(live), request] {
               for (const std::string& lease : gate_.update(live, request)) revoke(lease);
@@ -245,7 +252,7 @@ class Server {
       if (hello->token.empty())
         return refuse(p, 100 /*CUDA_ERROR_NO_DEVICE*/, "this server only serves leases from " + opt_.allocator +
                                                            ": run the program with `gpool run`, or set GPOOL_ALLOCATOR");
-      lease = token::check(hello->token, key_, opt_.name, static_cast<int>(hello->device), now, why);
+      lease = token::check(hello->token, *token_key_, opt_.name, static_cast<int>(hello->device), now, why);
       if (!lease) return refuse(p, 100 /*CUDA_ERROR_NO_DEVICE*/, "lease token refused: " + why);
       if (revoked_.count(lease->lease)) return refuse(p, 100, "lease " + lease->lease + " has ended");
       return admitLease(p, *hello, *lease);
@@ -360,7 +367,7 @@ class Server {
   bool draining_ = false;  // a first shutdown signal came: no new clients, the server leaves with its last worker
   asio::steady_timer accept_retry_{io_};
   std::chrono::milliseconds accept_backoff_{0};
-  std::string key_;
+  std::optional<token::Ed25519Key> token_key_;  // verifies lease tokens (with --allocator)
   std::unique_ptr<AllocatorLink> link_;
   std::map<pid_t, std::string> worker_leases_;  // worker → the lease it serves
   std::set<std::string> revoked_;
@@ -373,6 +380,12 @@ std::string defaultModuleCacheDir() {
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/gpool/modules";
   if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/gpool/modules";
   return "/var/tmp/gpool-modules-" + std::to_string(::getuid());
+}
+
+std::string defaultServerKeyPath() {
+  if (const char* xdg = std::getenv("XDG_CONFIG_HOME"); xdg && *xdg) return std::string(xdg) + "/gpool/server-key.pem";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.config/gpool/server-key.pem";
+  return "/etc/gpool/server-key.pem";
 }
 
 int runServer(ServerOptions options) {

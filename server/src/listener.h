@@ -20,7 +20,8 @@ struct ServerOptions {
   std::string module_cache;  // directory shared by this host's workers; "none" disables it
   std::string allocator;     // http(s)://HOST:PORT of gpool-allocator; empty: serve anyone, no leases
   std::string allocator_ca;  // PEM CA file verifying an https:// allocator ("" = the system's CA store)
-  std::string lease_key;     // file with the key lease tokens are signed with (the allocator's --key-file)
+  std::string token_key;     // the allocator's public token key (PEM) that verifies lease tokens
+  std::string server_key;    // this server's Ed25519 private key (PEM; created when missing), signing its requests
   std::string name;          // this server's name at the allocator (default: the host name)
   std::string advertise;     // HOST:PORT clients reach this server at (default: from --listen)
   uint64_t module_cache_max = 8ull << 30;
@@ -28,6 +29,8 @@ struct ServerOptions {
 
 // Where module images are cached when --module-cache is not given.
 std::string defaultModuleCacheDir();
+// Where this server's key is kept when --server-key is not given.
+std::string defaultServerKeyPath();
 
 // Runs until SIGINT/SIGTERM; returns the process exit code.
 int runServer(ServerOptions options);

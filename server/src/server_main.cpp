@@ -31,10 +31,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--allocator", opt.allocator,
                  "http(s)://HOST:PORT of gpool-allocator: register this host's GPUs there and serve only clients whose "
-                 "lease token it signed (needs --lease-key)");
+                 "lease token it signed (needs --token-key)");
   app.add_option("--allocator-ca", opt.allocator_ca,
                  "PEM file of the CA that signed an https:// allocator's certificate (default: the system's CA store)");
-  app.add_option("--lease-key", opt.lease_key, "the allocator's key file (gpool-allocator --key-file)");
+  app.add_option("--token-key", opt.token_key,
+                 "the allocator's public token key, which verifies lease tokens (gpool-allocator writes it beside its "
+                 "--token-key, as .pub)");
+  opt.server_key = gpool::server::defaultServerKeyPath();
+  app.add_option("--server-key", opt.server_key,
+                 "this server's Ed25519 private key, signing its requests to the allocator (made, mode 0600, with its "
+                 ".pub, when missing; an admin enrolls the .pub: gpool admin server enroll NAME FILE.pub)")
+      ->capture_default_str();
   app.add_option("--name", opt.name, "this server's name at the allocator (default: the host name)");
   app.add_option("--advertise", opt.advertise, "HOST:PORT clients reach this server at (default: from --listen)");
   app.add_option("--max-clients", opt.max_clients, "concurrent client connections accepted")->capture_default_str();
@@ -47,8 +54,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  if (!opt.allocator.empty() && opt.lease_key.empty()) {
-    std::fprintf(stderr, "--allocator needs --lease-key FILE: the key file gpool-allocator signs lease tokens with\n");
+  if (!opt.allocator.empty() && opt.token_key.empty()) {
+    std::fprintf(stderr, "--allocator needs --token-key FILE: the public key that verifies the allocator's lease tokens "
+                         "(gpool-allocator writes it beside its database, as .token.pub)\n");
     return 2;
   }
 

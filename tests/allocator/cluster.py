@@ -90,6 +90,15 @@ def as_user(uid, gid):
 NOBODY = 65534
 
 
+def ed25519_sign(key_file, message):
+    """An Ed25519 signature of `message` (bytes) with the PEM private key in `key_file`, by openssl."""
+    with tempfile.NamedTemporaryFile() as m:
+        m.write(message)
+        m.flush()
+        return subprocess.run(["openssl", "pkeyutl", "-sign", "-inkey", key_file, "-rawin", "-in", m.name],
+                              check=True, capture_output=True).stdout
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -126,7 +135,9 @@ class Cluster:
                             "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
         with open(os.path.join(self.dir, "policy.toml"), "w") as f:
             f.write(policy.format(ttl=ttl))
-        self.key_file = os.path.join(self.dir, "alloc.db.key")
+        self.key_file = os.path.join(self.dir, "alloc.db.key")            # the admin key
+        self.token_key = os.path.join(self.dir, "alloc.db.token.pem")     # signs lease tokens (allocator only)
+        self.token_pub = os.path.join(self.dir, "alloc.db.token.pub")     # verifies them (GPU hosts)
         self.procs = []
         self.start_allocator()
         self.servers = {}
@@ -144,10 +155,21 @@ class Cluster:
         self.procs.append(self.allocator)
         assert wait_for(lambda: self.try_http("GET", "/v1/status")[0] == 200), "allocator did not start: " + self.log("allocator")
 
+    def server_key(self, name):
+        """Server `name`'s private key file, made and enrolled on first use (as an admin would)."""
+        path = os.path.join(self.dir, f"{name}.pem")
+        if not os.path.exists(path):
+            subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", path], check=True, capture_output=True)
+            pub = subprocess.run(["openssl", "pkey", "-in", path, "-pubout"], check=True, capture_output=True, text=True).stdout
+            status, out = self.http("PUT", f"/v1/servers/{name}/key", pub, signed=True)
+            assert status == 200, out
+        return path
+
     def start_server(self, name, memory, listen="127.0.0.1:0"):
+        key = self.server_key(name)
         with open(os.path.join(self.dir, f"{name}.log"), "w") as log:
             p = subprocess.Popen([SERVER, "--listen", listen, "--backend", "sim", "--sim-memory", str(memory),
-                                  "--allocator", self.url, "--lease-key", self.key_file, "--name", name,
+                                  "--allocator", self.url, "--token-key", self.token_pub, "--server-key", key, "--name", name,
                                   "--module-cache", "none", *(["--allocator-ca", self.cert] if self.tls else []),
                                   *self.server_args], stderr=log)
         self.procs.append(p)
@@ -158,13 +180,21 @@ class Cluster:
             return f.read()
 
     def signature(self, method, path, data, at_ms=None, nonce=None):
-        """The headers of a signed request (docs/api.md): its time, a nonce, and the HMAC over both."""
+        """The headers of an admin request (docs/api.md): its time, a nonce, and the HMAC over both."""
         with open(self.key_file) as f:
             key = f.read().strip().encode()
         at = str(int(time.time() * 1000) if at_ms is None else at_ms)
         nonce = nonce or os.urandom(16).hex()
         message = f"{method} {path}\n{at}\n{nonce}\n".encode() + (data or b"")
         return {"X-Gpool-Time": at, "X-Gpool-Nonce": nonce, "X-Gpool-Signature": hmac.new(key, message, hashlib.sha256).hexdigest()}
+
+    def server_signature(self, name, method, path, data, at_ms=None, nonce=None, key=None):
+        """The headers of server `name`'s request, signed with its key (or `key`, a PEM private key file)."""
+        at = str(int(time.time() * 1000) if at_ms is None else at_ms)
+        nonce = nonce or os.urandom(16).hex()
+        message = f"{method} {path}\n{at}\n{nonce}\n".encode() + (data or b"")
+        return {"X-Gpool-Time": at, "X-Gpool-Nonce": nonce, "X-Gpool-Server": name,
+                "X-Gpool-Signature": ed25519_sign(key or self.server_key(name), message).hex()}
 
     def account(self, name, groups=()):
         """The key file of service account `name`, issued on first use (an admin request)."""

@@ -1,8 +1,6 @@
 #!/usr/bin/env python3
 """Leases end to end: a real gpool-allocator (SQLite), real gpool-servers (sim backend), `gpool run`
 launchers and CUDA client processes. usage: lease_flow_test.py BUILD_DIR [unittest args]"""
-import hashlib
-import hmac
 import json
 import os
 import signal
@@ -14,8 +12,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster  # noqa: E402
-from cluster import (GIB, GPOOL, LIB, MEMCAP, NVML_QUERY, POLICY, SERVER_LOSS, Cluster, setUpModule,  # noqa: F401
-                     tearDownModule, wait_for)
+from cluster import (GIB, GPOOL, LIB, MEMCAP, NVML_QUERY, POLICY, SERVER_LOSS, Cluster, ed25519_sign,  # noqa: F401
+                     setUpModule, tearDownModule, wait_for)
 
 
 class LeaseFlow(unittest.TestCase):
@@ -205,16 +203,15 @@ class LeaseFlow(unittest.TestCase):
         c = self.make(ttl="30s")
         _, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})
         share = lease["shares"][0]
-        with open(c.key_file) as f:
-            key = f.read().strip()
 
-        def token(server, device, expiry):
+        def token(server, device, expiry, key=c.token_key):
             payload = f"{lease['id']}|{server}|{device}|{share['memory']}|0.5|{expiry}".encode()
-            return "gpl1." + payload.hex() + "." + hmac.new(key.encode(), payload, hashlib.sha256).hexdigest()
+            return "gpl2." + payload.hex() + "." + ed25519_sign(key, payload).hex()
 
         now = int(time.time())
         forged = token("sim0", 0, now + 600)[:-4] + "0000"
-        cases = [(forged, "signature does not verify"), (token("sim0", 0, now - 5), "expired"),
+        cases = [(forged, "signature does not verify"), (token("sim0", 0, now + 600, key=c.server_key("sim0")), "does not verify"),
+                 (token("sim0", 0, now - 5), "expired"),
                  (token("elsewhere", 0, now + 600), "names server 'elsewhere'"), (token("sim0", 3, now + 600), "is for device 3"),
                  ("", "only serves leases")]
         for tok, reason in cases:
@@ -223,7 +220,7 @@ class LeaseFlow(unittest.TestCase):
             self.assertTrue(wait_for(lambda: reason in c.log("sim0"), timeout=3), f"server log lacks '{reason}'")
         run = subprocess.run([NVML_QUERY], env=c.client_env(share, token=token("sim0", 0, now + 600)), capture_output=True,
                              text=True, timeout=30)
-        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)  # the same claims, signed with the key: served
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)  # the same claims, signed with the token key: served
 
     def test_a_restarted_server_accepts_no_token_of_an_ended_lease(self):
         # The server knows which leases are live from the allocator, not from what it remembers: after a
@@ -248,17 +245,19 @@ class LeaseFlow(unittest.TestCase):
         # refused, as is one made long ago (issue 11: a replayed heartbeat kept a killed server "up").
         c = self.make(ttl="30s")
         path = "/v1/servers/sim0/heartbeat"
-        captured = c.signature("POST", path, b"")
+        captured = c.server_signature("sim0", "POST", path, b"")
         self.assertEqual(c.try_http("POST", path, b"", headers=captured)[0], 200)
         status, out = c.try_http("POST", path, b"", headers=captured)
         self.assertEqual(status, 401)
         self.assertIn("replayed", out["error"])
-        old = c.signature("POST", path, b"", at_ms=int(time.time() * 1000) - 10 * 60 * 1000)
+        old = c.server_signature("sim0", "POST", path, b"", at_ms=int(time.time() * 1000) - 10 * 60 * 1000)
         status, out = c.try_http("POST", path, b"", headers=old)
         self.assertEqual(status, 401)
         self.assertIn("stale or replayed", out["error"])
         forged = dict(captured, **{"X-Gpool-Nonce": os.urandom(16).hex()})  # a fresh nonce without the key
         self.assertEqual(c.try_http("POST", path, b"", headers=forged)[0], 401)
+        admin = c.signature("POST", path, b"")  # the admin key does not speak for a server either
+        self.assertEqual(c.try_http("POST", path, b"", headers=admin)[0], 401)
 
     def test_one_lease_cannot_take_every_connection_of_a_server(self):
         # Connections are counted per lease: one 0.25 token took all 64 slots of a server (issue 11).
@@ -309,12 +308,12 @@ class LeaseFlow(unittest.TestCase):
         self.assertIn("pools.default.fractions: 7", out["error"])
         self.assertEqual(c.http("GET", "/v1/leases/nosuchlease")[0], 404)
         self.assertEqual(c.http("POST", "/v1/servers", {"name": "x", "address": "1:2", "gpus": []})[0], 401)  # unsigned
-        bad_server = {"name": "a/b", "address": "1:2", "gpus": [{"index": 0, "memory": 1}]}
-        status, out = c.http("POST", "/v1/servers", bad_server, signed=True)
-        self.assertEqual(status, 400)
-        self.assertIn("a name of 1-64 letters", out["error"])
-        status, out = c.http("POST", "/v1/servers", {"name": "x", "address": "1:2", "gpus": [{"index": 0, "memory": -5}]}, signed=True)
-        self.assertEqual(status, 400)
+        for bad, reason in [({"name": "sim0", "address": "", "gpus": [{"index": 0, "memory": 1}]}, "an address"),
+                            ({"name": "sim0", "address": "1:2", "gpus": [{"index": 0, "memory": -5}]}, "non-negative")]:
+            body = json.dumps(bad).encode()
+            status, out = c.try_http("POST", "/v1/servers", body, headers=c.server_signature("sim0", "POST", "/v1/servers", body))
+            self.assertEqual(status, 400, out)
+            self.assertIn(reason, out["error"])
         self.assertEqual(c.http("DELETE", "/v1/leases/nosuchlease")[0], 404)
         self.assertEqual([l["id"] for l in c.status()["leases"]], [kept["id"]])
         self.assertIn("0.25", c.http("GET", "/v1/policy")[1])  # the bad policy changed nothing
@@ -387,7 +386,9 @@ class LeaseFlow(unittest.TestCase):
             if kind == 0:
                 status, _ = c.try_http("POST", "/v1/leases", body, headers=c.bearer("fuzz"))
             elif kind == 1:
-                status, _ = c.try_http("POST", "/v1/servers", body, signed=True)
+                body["name"] = "sim0"
+                data = json.dumps(body).encode()
+                status, _ = c.try_http("POST", "/v1/servers", data, headers=c.server_signature("sim0", "POST", "/v1/servers", data))
             elif kind == 2:
                 status, _ = c.try_http("PUT", "/v1/policy", rng.choice(["", "[", "[pools.x]\nfractions=[0]", "a=1", "\u0000" * 3,
                                                                         "[pools.default]\nservers=[1]"]), signed=True)

@@ -193,8 +193,12 @@ TEST(Policy, BadFilesGiveClearErrors) {
 }
 
 TEST(LeaseToken, VerifiesAndRefusesForgedExpiredAndMisdirected) {
-  std::string key(64, 'k'), other(64, 'o'), why;
-  std::string t = gpool::token::sign({"L1", "gpu1", 2, 40 * kGiB, 0.5, 5000}, key);
+  using gpool::token::Ed25519Key;
+  Ed25519Key signer = Ed25519Key::generate(), other = Ed25519Key::generate();
+  Ed25519Key key = Ed25519Key::fromPublicPem(signer.publicPem());  // what a GPU host holds
+  std::string why;
+  std::string t = gpool::token::sign({"L1", "gpu1", 2, 40 * kGiB, 0.5, 5000}, signer);
+  EXPECT_THROW(gpool::token::sign({"L1", "gpu1", 2, 40 * kGiB, 0.5, 5000}, key), std::logic_error);  // it cannot mint
   auto c = gpool::token::check(t, key, "gpu1", 2, 4000, why);
   ASSERT_TRUE(c) << why;
   EXPECT_EQ(c->memory, 40 * kGiB);
@@ -209,6 +213,7 @@ TEST(LeaseToken, VerifiesAndRefusesForgedExpiredAndMisdirected) {
   EXPECT_NE(why.find("names server 'gpu1'"), std::string::npos);
   EXPECT_FALSE(gpool::token::check(t, key, "gpu1", 0, 4000, why));
   EXPECT_FALSE(gpool::token::check("gpl1.zz.00", key, "gpu1", 0, 4000, why));
+  EXPECT_FALSE(gpool::token::check(gpool::token::sign({"L1", "gpu1", 2, 40 * kGiB, 0.5, 5000}, other), key, "gpu1", 2, 4000, why));
   EXPECT_FALSE(gpool::token::check("", key, "gpu1", 0, 4000, why));
 }
 

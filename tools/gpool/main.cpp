@@ -396,6 +396,14 @@ int main(int argc, char** argv) {
   bool undo = false;
   drain->add_option("server", server, "server name")->required();
   drain->add_flag("--undo", undo, "put the server back in service");
+  auto* servers = admin->add_subcommand("server", "enroll a gpool-server's key (its requests are refused until then), or "
+                                                  "unenroll it");
+  servers->require_subcommand(1);
+  std::string server_pub;
+  auto* enroll = servers->add_subcommand("enroll", "enroll SERVER with the public key its --server-key made (FILE.pub)");
+  enroll->add_option("server", server, "server name (gpool-server --name)")->required();
+  enroll->add_option("public_key", server_pub, "the server's public key file (PEM)")->required()->check(CLI::ExistingFile);
+  servers->add_subcommand("unenroll", "refuse SERVER's requests from now on")->add_option("server", server, "server name")->required();
   auto* accounts = admin->add_subcommand("service-account", "identities for programs without a user on a cluster host; "
                                                              "each has a key, shown once");
   accounts->require_subcommand(1);
@@ -496,5 +504,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*accounts) return serviceAccount(a, *accounts, account, account_groups, key_out);
+  if (*servers) {
+    if (*enroll) {
+      must(a, "PUT", "/v1/servers/" + server + "/key", Proof::kIdentity, readFile(server_pub));
+      std::printf("%s enrolled: the allocator accepts its requests signed with that key\n", server.c_str());
+    } else {
+      must(a, "DELETE", "/v1/servers/" + server + "/key", Proof::kIdentity);
+      std::printf("%s unenrolled: its requests are refused\n", server.c_str());
+    }
+    return 0;
+  }
   return 0;
 }
