@@ -18,6 +18,7 @@
 #include <set>
 
 #include "allocator_link.h"
+#include "shared_budget.h"
 #include "lease_gate.h"
 #include "gpool/protocol/frame_io.h"
 #include "lease_token.h"
@@ -89,6 +90,7 @@ class Server {
       throw std::runtime_error("malformed --listen '" + opt_.listen + "': expected IP:PORT, e.g. 0.0.0.0:7420 or [::]:7420");
     tcp::endpoint ep(address, port);
     backend_ = resolveBackend(opt_);
+    if (backend_ == "sim") sim_memory_ = budget::SharedBudget::create(opt_.sim_memory);  // host memory: one budget for all
     acceptor_.open(ep.protocol());
     acceptor_.set_option(tcp::acceptor::reuse_address(true));
     asio::error_code ec;
@@ -302,6 +304,21 @@ class Server {
       }
   }
 
+  // The lowest slot no running worker holds (there are at most --max-clients <= kSlots workers).
+  int freeSlot() const {
+    std::set<int> taken;
+    for (const auto& [pid, slot] : worker_slots_) taken.insert(slot);
+    int slot = 0;
+    while (taken.count(slot)) ++slot;
+    return slot;
+  }
+
+  std::shared_ptr<budget::SharedBudget> leaseBudget(const std::string& lease, uint64_t memory) {
+    auto& b = lease_budgets_[lease];
+    if (!b) b = budget::SharedBudget::create(memory);
+    return b;
+  }
+
   void spawnWorker(const std::shared_ptr<Pending>& p, const proto::HelloRequest& hello,
                    const std::optional<token::Claims>& lease) {
     std::vector<std::string> args{opt_.worker_path, "--fd", "3", "--device", std::to_string(hello.device), "--hello-seq",
@@ -313,19 +330,40 @@ class Server {
     }
     if (opt_.module_cache != "none")
       args.insert(args.end(), {"--module-cache", opt_.module_cache, "--module-cache-max", std::to_string(opt_.module_cache_max)});
-    if (lease && lease->memory) args.insert(args.end(), {"--memory-cap", std::to_string(lease->memory)});
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
+    int slot = freeSlot();
+    std::shared_ptr<budget::SharedBudget> memory;  // the lease's cap, held across all its workers
+    if (lease && lease->memory) {
+      try {
+        memory = leaseBudget(lease->lease, lease->memory);
+      } catch (const std::exception& e) {
+        return refuse(p, 999, e.what());
+      }
+      args.insert(args.end(), {"--memory-cap", std::to_string(lease->memory)});
+    }
+    args.insert(args.end(), {"--budget-slot", std::to_string(slot)});
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, p->socket.native_handle(), 3);  // dup2 clears close-on-exec
-    posix_spawn_file_actions_addclosefrom_np(&fa, 4);  // nothing else of ours: listener, other clients, pipes
+    int next = 4;  // then the budgets, in turn (their own descriptors are above them: shared_budget.h)
+    for (auto [budget, flag] : {std::pair{memory.get(), "--memory-budget-fd"},
+                                std::pair{backend_ == "sim" ? sim_memory_.get() : nullptr, "--device-budget-fd"}}) {
+      if (!budget) continue;
+      posix_spawn_file_actions_adddup2(&fa, budget->fd(), next);
+      args.insert(args.end(), {flag, std::to_string(next++)});
+    }
+    posix_spawn_file_actions_addclosefrom_np(&fa, next);  // nothing else of ours: listener, other clients, pipes
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_t pid = 0;
     int rc = posix_spawn(&pid, opt_.worker_path.c_str(), &fa, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) return refuse(p, 999, std::string("cannot start gpool-worker: ") + std::strerror(rc));
+    if (rc != 0) {
+      if (lease && workersOf(lease->lease) == 0) lease_budgets_.erase(lease->lease);
+      return refuse(p, 999, std::string("cannot start gpool-worker: ") + std::strerror(rc));
+    }
     ++workers_;
+    worker_slots_[pid] = slot;
     if (lease) worker_leases_[pid] = lease->lease;
     spdlog::info("client {} ({}) → worker {} on device {}{}", peer(p), hello.client.empty() ? "?" : printable(hello.client), pid,
                  hello.device, lease ? " for lease " + lease->lease : "");
@@ -339,10 +377,17 @@ class Server {
       pid_t pid;
       while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
         if (workers_ > 0) --workers_;
+        int slot = -1;
+        if (auto it = worker_slots_.find(pid); it != worker_slots_.end()) slot = it->second, worker_slots_.erase(it);
+        if (sim_memory_) sim_memory_->reclaim(slot);
         if (auto it = worker_leases_.find(pid); it != worker_leases_.end()) {
           std::string lease = it->second;
           worker_leases_.erase(it);
-          if (link_ && workersOf(lease) == 0) link_->released(lease);  // its last client left: the share is free at once
+          if (auto b = lease_budgets_.find(lease); b != lease_budgets_.end()) b->second->reclaim(slot);  // the driver freed it
+          if (workersOf(lease) == 0) {
+            lease_budgets_.erase(lease);
+            if (link_) link_->released(lease);  // its last client left: the share is free at once
+          }
         }
         if (WIFSIGNALED(status))
           spdlog::warn("worker {} died with signal {}", pid, WTERMSIG(status));
@@ -370,6 +415,9 @@ class Server {
   std::optional<token::Ed25519Key> token_key_;  // verifies lease tokens (with --allocator)
   std::unique_ptr<AllocatorLink> link_;
   std::map<pid_t, std::string> worker_leases_;  // worker → the lease it serves
+  std::map<pid_t, int> worker_slots_;            // worker → its slot in the shared budgets
+  std::map<std::string, std::shared_ptr<budget::SharedBudget>> lease_budgets_;  // a lease's memory, across its workers
+  std::shared_ptr<budget::SharedBudget> sim_memory_;  // sim: the device's memory, across every worker
   std::set<std::string> revoked_;
   LeaseGate gate_;
 };

@@ -44,7 +44,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--name", opt.name, "this server's name at the allocator (default: the host name)");
   app.add_option("--advertise", opt.advertise, "HOST:PORT clients reach this server at (default: from --listen)");
-  app.add_option("--max-clients", opt.max_clients, "concurrent client connections accepted")->capture_default_str();
+  app.add_option("--max-clients", opt.max_clients, "concurrent client connections accepted (at most 256)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   app.add_option("--max-clients-per-lease", opt.max_clients_per_lease,
                  "concurrent connections one lease's token may open (each process using CUDA opens one)")
       ->capture_default_str();

@@ -31,7 +31,10 @@ class Dispatcher {
   // `memory_limit`: the device memory the lease may hold (the lease's cap, or the device's size).
   // `cache` (may be null) is the host's module image cache.
   Dispatcher(Backend& backend, proto::Transport& transport, uint64_t memory_limit, ModuleCache* cache = nullptr)
-      : backend_(backend), transport_(transport), ledger_(memory_limit), cache_(cache) {
+      : Dispatcher(backend, transport, MemoryLedger(memory_limit), cache) {}
+  // `ledger`: the lease's memory, possibly shared with its other workers (memory_ledger.h).
+  Dispatcher(Backend& backend, proto::Transport& transport, MemoryLedger ledger, ModuleCache* cache = nullptr)
+      : backend_(backend), transport_(transport), ledger_(std::move(ledger)), cache_(cache) {
     backend_.watchMemory(&table_);
   }
   // Runs until the client disconnects or violates the protocol.

@@ -55,6 +55,10 @@ int main(int argc, char** argv) {
   app.add_option("--module-cache", module_cache_dir, "directory of the host's module image cache (none when empty)");
   app.add_option("--module-cache-max", module_cache_max, "bytes the module cache may hold");
   app.add_option("--memory-cap", memory_cap, "the lease's GPU memory cap in bytes (0: none)");
+  int budget_fd = -1, device_budget_fd = -1, budget_slot = 0;
+  app.add_option("--memory-budget-fd", budget_fd, "the lease's memory budget, shared with its other workers (from gpool-server)");
+  app.add_option("--device-budget-fd", device_budget_fd, "sim: the device's memory, shared by every worker of the server");
+  app.add_option("--budget-slot", budget_slot, "this worker's slot in the shared budgets");
   app.add_option("--server-pid", server_pid, "the gpool-server that started this worker: the worker ends with it");
   app.add_flag("--inventory", inventory, "print this host's devices as JSON for the allocator, then exit");
   app.add_flag("--probe", probe, "exit 0 when the real CUDA driver has a usable device (used by --backend auto)");
@@ -108,6 +112,14 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  gpool::worker::SharedLimits shared{nullptr, nullptr, budget_slot};
+  try {
+    if (budget_fd >= 0) shared.lease = gpool::budget::SharedBudget::adopt(budget_fd);
+    if (device_budget_fd >= 0) shared.device = gpool::budget::SharedBudget::adopt(device_budget_fd);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  }
   std::unique_ptr<gpool::worker::Backend> backend;
   gpool::proto::HelloReply hello;
   try {
@@ -140,7 +152,8 @@ int main(int argc, char** argv) {
   }
   spdlog::info("serving {} on {} device {} ({})", transport->peer(), backend_name, device, gpool::printable(hello.devices[0].name));
   // The lease may hold up to its cap, and never more than the device has (both are total_mem).
-  gpool::worker::Dispatcher dispatcher(*backend, *transport, hello.devices[0].total_mem, cache.get());
+  gpool::worker::Dispatcher dispatcher(*backend, *transport,
+                                       gpool::worker::MemoryLedger(hello.devices[0].total_mem, shared), cache.get());
   auto result = dispatcher.serve();
   if (result.clean)
     spdlog::info("client {} disconnected after {} messages; releasing its resources", transport->peer(), result.frames);

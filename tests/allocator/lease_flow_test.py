@@ -287,6 +287,30 @@ class LeaseFlow(unittest.TestCase):
         out, err = p.communicate(timeout=30)
         self.assertEqual(p.returncode, 0, out + err)
 
+    def test_a_leases_memory_cap_holds_across_all_its_processes(self):
+        # One lease's processes share its cap, as they share a GPU's memory (issue 11: a second process
+        # with the same token allocated a whole cap more); a process killed gives its part back.
+        c = self.make(ttl="30s")
+        _, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5, "m": GIB})
+        env = c.client_env(lease["shares"][0])
+        go = os.path.join(c.dir, "go")
+
+        def hold(nbytes):
+            p = subprocess.Popen([MEMCAP, "hold", str(nbytes), go], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)
+            self.children.append(p)
+            return p, p.stdout.readline().split()
+
+        first, said = hold(3 * GIB // 4)
+        self.assertEqual(said[0], "HELD", said)
+        second, said = hold(3 * GIB // 4)
+        self.assertEqual(said[0], "OOM", said)  # a second process of the lease
+        self.assertEqual(int(said[1]), GIB // 4)  # and it sees what the first one left
+        first.kill()
+        first.wait()
+        self.assertTrue(wait_for(lambda: hold(3 * GIB // 4)[1][0] == "HELD", timeout=5), "the killed process's part was not given back")
+        open(go, "w").close()
+
     def test_malformed_requests_get_clear_errors_and_nothing_is_lost(self):
         c = self.make(ttl="30s")
         _, kept = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})
@@ -414,6 +438,44 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual([x["drain"] for x in j["servers"]], [False, True])
         _, a = c.http("POST", "/v1/leases", {"user": "u", "p": 1.0})
         self.assertEqual(a["shares"][0]["server"], "sim0")
+
+
+class SimHostMemory(unittest.TestCase):
+    """On sim the device's memory is host memory: the server holds --sim-memory in all, not per worker
+    (issue 11: 64 workers could each take that much)."""
+
+    def test_the_sim_device_memory_is_one_budget_for_every_client(self):
+        import tempfile
+        import shutil
+        from cluster import SERVER, free_port
+        d = tempfile.mkdtemp(prefix="gpool-sim-memory-")
+        port = free_port()
+        with open(os.path.join(d, "server.log"), "w") as log:
+            server = subprocess.Popen([SERVER, "--listen", f"127.0.0.1:{port}", "--backend", "sim", "--sim-memory", str(GIB),
+                                       "--module-cache", "none"], stderr=log)
+        go = os.path.join(d, "go")
+        env = dict(os.environ, GPOOL_SERVER=f"127.0.0.1:{port}", LD_LIBRARY_PATH=LIB)
+        procs = []
+        try:
+            self.assertTrue(wait_for(lambda: "listening on" in open(os.path.join(d, "server.log")).read(), timeout=10))
+
+            def hold(nbytes):
+                p = subprocess.Popen([MEMCAP, "hold", str(nbytes), go], env=env, stdout=subprocess.PIPE, text=True)
+                procs.append(p)
+                return p.stdout.readline().split()
+
+            self.assertEqual(hold(3 * GIB // 4)[0], "HELD")
+            said = hold(3 * GIB // 4)
+            self.assertEqual(said[0], "OOM", said)  # another client, another worker: the same device
+            self.assertEqual(int(said[1]), GIB // 4)
+            self.assertEqual(hold(GIB // 8)[0], "HELD")
+        finally:
+            open(go, "w").close()
+            for p in procs:
+                p.wait(10)
+            server.terminate()
+            server.wait(10)
+            shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":

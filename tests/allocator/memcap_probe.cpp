@@ -1,6 +1,11 @@
 // Run through gpool with a lease's memory cap: checks cuMemGetInfo reports the cap as total and that
 // allocations past it fail with CUDA_ERROR_OUT_OF_MEMORY. usage: memcap_probe CAP_BYTES
+// Or, to see the cap hold across a lease's processes: memcap_probe hold BYTES GO_FILE allocates BYTES,
+// prints "HELD <free bytes>" or "OOM <free bytes>", and keeps it until GO_FILE exists.
 #include <dlfcn.h>
+#include <unistd.h>
+
+#include <string>
 
 #include <cstdio>
 #include <cstdlib>
@@ -9,8 +14,9 @@
 #include <cuda.h>
 
 int main(int argc, char** argv) {
-  if (argc != 2) return 2;
-  size_t cap = std::strtoull(argv[1], nullptr, 10);
+  bool hold = argc == 4 && std::string(argv[1]) == "hold";
+  if (argc != 2 && !hold) return 2;
+  size_t cap = std::strtoull(argv[hold ? 2 : 1], nullptr, 10);
   void* lib = dlopen("libcuda.so.1", RTLD_NOW);
   if (!lib) return 2;
   auto init = reinterpret_cast<decltype(&cuInit)>(dlsym(lib, "cuInit"));
@@ -27,6 +33,15 @@ int main(int argc, char** argv) {
   retain(&ctx, 0);
   set(ctx);
   size_t free_b = 0, total = 0;
+  if (hold) {
+    CUdeviceptr p = 0;
+    CUresult r = alloc(&p, cap);
+    info(&free_b, &total);
+    std::printf("%s %zu\n", r == CUDA_SUCCESS ? "HELD" : r == CUDA_ERROR_OUT_OF_MEMORY ? "OOM" : "ERROR", free_b);
+    std::fflush(stdout);
+    while (access(argv[3], F_OK) != 0) usleep(20000);
+    return 0;
+  }
   info(&free_b, &total);
   int failures = 0;
   auto check = [&](bool ok, const char* what) {
