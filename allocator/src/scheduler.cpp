@@ -176,18 +176,40 @@ void Scheduler::account(const Lease& l, int sign) {
     }
 }
 
+void Scheduler::freeOnGpu(const std::string& server, int device, double fraction, uint64_t memory) {
+  auto it = servers_.find(server);
+  if (it == servers_.end()) return;
+  for (auto& g : it->second.gpus)
+    if (g.index == device) {
+      g.used_fraction = std::max(0.0, g.used_fraction - fraction);
+      g.used_memory = g.used_memory >= memory ? g.used_memory - memory : 0;
+    }
+}
+
+// A share whose server still runs a worker for it drains: its GPU stays counted until the server reports
+// the worker gone. Quotas are the user's: freed at once.
 void Scheduler::release(Lease& l) {
   if (l.state != LeaseState::kGranted) return;
   account(l, -1);
   for (const auto& s : l.shares) {
-    auto it = servers_.find(s.server);
-    if (it == servers_.end()) continue;
-    for (auto& g : it->second.gpus)
-      if (g.index == s.device) {
-        g.used_fraction = std::max(0.0, g.used_fraction - s.fraction);
-        g.used_memory = g.used_memory >= s.memory ? g.used_memory - s.memory : 0;
-      }
+    auto srv = servers_.find(s.server);
+    bool served = srv != servers_.end() && srv->second.up && serving_[s.server].count(l.id);
+    if (served) draining_[s.server].push_back({l.id, s.device, s.fraction, s.memory});
+    else freeOnGpu(s.server, s.device, s.fraction, s.memory);
   }
+}
+
+bool Scheduler::settleDraining(const std::string& server) {
+  auto it = draining_.find(server);
+  if (it == draining_.end()) return false;
+  const auto& serving = serving_[server];
+  auto& shares = it->second;
+  auto done = std::stable_partition(shares.begin(), shares.end(), [&](const Draining& d) { return serving.count(d.lease) > 0; });
+  bool freed = done != shares.end();
+  for (auto d = done; d != shares.end(); ++d) freeOnGpu(server, d->device, d->fraction, d->memory);
+  shares.erase(done, shares.end());
+  if (shares.empty()) draining_.erase(it);
+  return freed;
 }
 
 std::vector<const Lease*> Scheduler::queue() const {
@@ -312,8 +334,6 @@ bool Scheduler::end(const std::string& id, const std::string& reason, int64_t no
   l.end_reason = reason;
   l.ended_ms = now;
   l.ended_unix_s = unix_seconds_();
-  if (was_granted)
-    for (const auto& s : l.shares) revocations_[s.server].push_back(l.id);
   touch(l);
   if (was_granted) schedule(now);
   return true;
@@ -321,6 +341,8 @@ bool Scheduler::end(const std::string& id, const std::string& reason, int64_t no
 
 bool Scheduler::clientLeft(const std::string& server, const std::string& id, int64_t now) {
   const Lease* l = lease(id);
+  if (auto it = serving_.find(server); it != serving_.end()) it->second.erase(id);
+  if (settleDraining(server)) schedule(now);
   if (!l || l->state != LeaseState::kGranted) return false;
   bool on_server = std::any_of(l->shares.begin(), l->shares.end(), [&](const Share& s) { return s.server == server; });
   return on_server && end(id, "released (its client disconnected from " + server + ")", now);
@@ -332,6 +354,8 @@ void Scheduler::registerServer(Server s, int64_t now) {
   auto old = servers_.find(s.name);
   if (old != servers_.end()) s.drain = old->second.drain;
   for (auto& g : s.gpus) g.used_fraction = 0, g.used_memory = 0;
+  serving_.erase(s.name);  // a server (re)starting runs no worker: they end with it
+  draining_.erase(s.name);
   for (const auto& id : live_) {
     const Lease& l = leases_.at(id);
     if (l.state != LeaseState::kGranted) continue;
@@ -346,7 +370,8 @@ void Scheduler::registerServer(Server s, int64_t now) {
   schedule(now);
 }
 
-bool Scheduler::heartbeatServer(const std::string& name, int64_t now, std::vector<std::string>& revoked) {
+bool Scheduler::heartbeatServer(const std::string& name, int64_t now, const std::vector<std::string>& serving,
+                                std::vector<std::string>& revoked) {
   auto it = servers_.find(name);
   if (it == servers_.end()) return false;
   it->second.heartbeat_ms = now;
@@ -355,8 +380,18 @@ bool Scheduler::heartbeatServer(const std::string& name, int64_t now, std::vecto
     touch(it->second);
     schedule(now);
   }
-  revoked = std::move(revocations_[name]);
-  revocations_.erase(name);
+  serving_[name] = std::set<std::string>(serving.begin(), serving.end());
+  if (settleDraining(name)) {
+    ++version_;
+    schedule(now);
+  }
+  revoked.clear();
+  if (auto d = draining_.find(name); d != draining_.end())  // again in every answer, until the server stops them
+    for (const auto& share : d->second)
+      if (std::find(revoked.begin(), revoked.end(), share.lease) == revoked.end()) revoked.push_back(share.lease);
+  for (const auto& id : serving)  // ended leases it serves with no share counted (started after it ended)
+    if (const Lease* l = lease(id); l && l->state == LeaseState::kEnded && std::find(revoked.begin(), revoked.end(), id) == revoked.end())
+      revoked.push_back(id);
   return true;
 }
 
@@ -398,6 +433,11 @@ bool Scheduler::tick(int64_t now) {
     if (!s.up || now - s.heartbeat_ms <= policy_.server_timeout.count()) continue;
     s.up = false;
     touch(s);
+    serving_.erase(name);  // its GPUs are withdrawn: nothing of it drains
+    if (auto d = draining_.find(name); d != draining_.end()) {
+      for (const auto& share : d->second) freeOnGpu(name, share.device, share.fraction, share.memory);
+      draining_.erase(d);
+    }
     std::vector<std::string> on_it;
     for (const auto& id : live_)
       if (const Lease& l = leases_.at(id); l.state == LeaseState::kGranted &&

@@ -87,8 +87,11 @@ class Scheduler {
   void setPolicy(Policy p, int64_t now);
 
   void registerServer(Server s, int64_t now);
-  // False when the server is unknown (it must register). `revoked` gets the ids of leases on it that ended.
-  bool heartbeatServer(const std::string& name, int64_t now, std::vector<std::string>& revoked);
+  // False when the server is unknown (it must register). `serving`: the leases it runs workers for.
+  // `revoked` gets the leases that ended but that it still serves: sent with every answer until the
+  // server stops serving them, and their shares stay counted on its GPUs until then (draining).
+  bool heartbeatServer(const std::string& name, int64_t now, const std::vector<std::string>& serving,
+                       std::vector<std::string>& revoked);
   // The granted leases with a share on this server: the only ones it may serve (sent with every answer
   // to its registration and heartbeats, so an ended lease stays ended there, restarts included).
   std::vector<std::string> liveLeasesOn(const std::string& server) const;
@@ -99,7 +102,8 @@ class Scheduler {
   bool heartbeatLease(const std::string& id, int64_t now);
   // Ends a lease (any state); false when unknown or already ended.
   bool end(const std::string& id, const std::string& reason, int64_t now);
-  // Ends the lease `id` if it has a share on `server` (the server saw its client leave).
+  // Ends the lease `id` if it has a share on `server` (the server saw its client leave). The server
+  // serves it no more: a draining share of it there is free.
   bool clientLeft(const std::string& server, const std::string& id, int64_t now);
 
   // Ends leases and queued requests whose heartbeats stopped, marks silent servers down (ending their
@@ -131,6 +135,9 @@ class Scheduler {
   uint64_t largestGpu(const std::string& pool) const;                 // memory of the pool's largest GPU
   bool tryGrant(Lease& l, int64_t now, std::string& why);
   void release(Lease& l);
+  // Frees the GPU usage of `server`'s draining shares whose leases it no longer serves; true if any.
+  bool settleDraining(const std::string& server);
+  void freeOnGpu(const std::string& server, int device, double fraction, uint64_t memory);
   void schedule(int64_t now);
   void touch(Lease& l) { dirty_leases_.push_back(l.id), ++version_; }
   void enqueue(const Lease& l) { queue_.emplace(-l.priority, l.seq, l.id); }
@@ -149,7 +156,14 @@ class Scheduler {
   uint64_t next_seq_ = 1;
   uint64_t version_ = 0;
   std::vector<std::string> dirty_leases_, dirty_servers_;
-  std::map<std::string, std::vector<std::string>> revocations_;  // server → ended leases it should drop
+  std::map<std::string, std::set<std::string>> serving_;  // server → leases it runs workers for (its reports)
+  struct Draining {
+    std::string lease;
+    int device;
+    double fraction;
+    uint64_t memory;
+  };
+  std::map<std::string, std::vector<Draining>> draining_;  // server → shares of ended leases it still serves
   struct Use {
     double gpus = 0;
     uint64_t memory = 0;

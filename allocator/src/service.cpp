@@ -259,11 +259,22 @@ void Service::serverRoutes(httplib::Server& s) {
     reply(res, 200, {{"heartbeat_ms", sched_->policy().server_timeout.count() / 3}, {"live", sched_->liveLeasesOn(name)}});
   });
 
+  // Body (optional): {"serving": [lease ids it runs workers for]}; the answer's `revoked` names the ended
+  // ones among them, in every answer until the server reports them gone.
   s.Post(R"(/v1/servers/([^/]+)/heartbeat)", [this, signedByServer](const httplib::Request& req, httplib::Response& res) {
-    if (!signedByServer(req, res, req.matches[1])) return;
+    json j;
+    if (!signedByServer(req, res, req.matches[1]) || !parseBody(req, res, j)) return;
+    std::vector<std::string> serving;
+    if (j.contains("serving")) {
+      const json& list = j["serving"];
+      if (!list.is_array() || list.size() > 4096 ||
+          !std::all_of(list.begin(), list.end(), [](const json& x) { return x.is_string() && x.get<std::string>().size() <= 64; }))
+        return error(res, 400, "serving must be a list of at most 4096 lease ids");
+      serving = list.get<std::vector<std::string>>();
+    }
     std::lock_guard lock(mu_);
     std::vector<std::string> revoked;
-    if (!sched_->heartbeatServer(req.matches[1], now(), revoked)) {
+    if (!sched_->heartbeatServer(req.matches[1], now(), serving, revoked)) {
       error(res, 404, "unknown server '" + std::string(req.matches[1]) + "': register first");
       return;
     }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "allocator_connection.h"
@@ -36,6 +37,17 @@ void AllocatorLink::released(const std::string& lease) {
     released_.push_back(lease);
   }
   cv_.notify_all();
+}
+
+void AllocatorLink::serving(std::vector<std::string> leases) {
+  std::sort(leases.begin(), leases.end());
+  bool added;
+  {
+    std::lock_guard lock(mu_);
+    added = !std::includes(serving_.begin(), serving_.end(), leases.begin(), leases.end());
+    serving_ = std::move(leases);
+  }
+  if (added) refresh();
 }
 
 uint64_t AllocatorLink::refresh() {
@@ -84,9 +96,10 @@ void AllocatorLink::loop() {
     }
     uint64_t request = ++requests_;
     wake_ = false;
+    std::string beat = nlohmann::json{{"serving", serving_}}.dump();
     lock.unlock();
     std::string path = registered ? "/v1/servers/" + name_ + "/heartbeat" : "/v1/servers";
-    auto r = post(path, registered ? "" : registration_);
+    auto r = post(path, registered ? beat : registration_);
     int wait_ms = interval_ms;
     if (!r) {
       spdlog::warn("allocator {} unreachable ({}{}); retrying in {} ms", url_, httplib::to_string(r.error()),

@@ -32,6 +32,9 @@ class AllocatorLink {
                 std::function<void(const std::string& lease)> revoked, Live live);
   ~AllocatorLink();
   void released(const std::string& lease);  // queued; sent by the link's thread
+  // The leases this server runs workers for, reported with every heartbeat (the allocator holds an ended
+  // lease's share until they are gone). A lease new in the list is reported at once.
+  void serving(std::vector<std::string> leases);
   // Asks for a heartbeat now; returns the number of the request whose answer will be the first one
   // given after this call.
   uint64_t refresh();
@@ -49,6 +52,7 @@ class AllocatorLink {
   bool wake_ = false;
   std::condition_variable cv_;
   std::deque<std::string> released_;
+  std::vector<std::string> serving_;
   bool stop_ = false;
   std::thread thread_;
 };

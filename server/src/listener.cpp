@@ -304,6 +304,14 @@ class Server {
       }
   }
 
+  // Tells the allocator which leases have workers here (it holds an ended lease's share until none has).
+  void reportServing() {
+    if (!link_) return;
+    std::set<std::string> leases;
+    for (const auto& [pid, lease] : worker_leases_) leases.insert(lease);
+    link_->serving({leases.begin(), leases.end()});
+  }
+
   // The lowest slot no running worker holds (there are at most --max-clients <= kSlots workers).
   int freeSlot() const {
     std::set<int> taken;
@@ -365,6 +373,7 @@ class Server {
     ++workers_;
     worker_slots_[pid] = slot;
     if (lease) worker_leases_[pid] = lease->lease;
+    reportServing();
     spdlog::info("client {} ({}) → worker {} on device {}{}", peer(p), hello.client.empty() ? "?" : printable(hello.client), pid,
                  hello.device, lease ? " for lease " + lease->lease : "");
     close(p);  // the worker owns the connection now
@@ -387,6 +396,7 @@ class Server {
           if (workersOf(lease) == 0) {
             lease_budgets_.erase(lease);
             if (link_) link_->released(lease);  // its last client left: the share is free at once
+            reportServing();
           }
         }
         if (WIFSIGNALED(status))

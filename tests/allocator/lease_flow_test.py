@@ -311,6 +311,30 @@ class LeaseFlow(unittest.TestCase):
         self.assertTrue(wait_for(lambda: hold(3 * GIB // 4)[1][0] == "HELD", timeout=5), "the killed process's part was not given back")
         open(go, "w").close()
 
+    def test_an_ended_leases_share_is_not_granted_again_while_its_worker_runs(self):
+        # The allocator holds an ended lease's share until its server reports the worker gone, and names the
+        # lease in every heartbeat answer until then (issue 11: revocations were sent once, and the share
+        # was granted again at once, while the revoked worker still ran).
+        import re
+        c = self.make(ttl="1s")
+        _, a = c.http("POST", "/v1/leases", {"user": "u", "p": 1.0})  # never heartbeated: it expires
+        go = os.path.join(c.dir, "go")
+        holder = subprocess.Popen([MEMCAP, "hold", str(GIB // 4), go], env=c.client_env(a["shares"][0]), stdout=subprocess.PIPE,
+                                  text=True)
+        self.children.append(holder)
+        self.assertEqual(holder.stdout.readline().split()[0], "HELD")
+        worker = int(re.search(r"→ worker (\d+) on device 0 for lease " + a["id"], c.log("sim0")).group(1))
+        os.kill(worker, signal.SIGSTOP)  # it cannot stop when told to
+        _, b = c.http("POST", "/v1/leases", {"user": "v", "p": 1.0, "wait": 60})
+        waiting = lambda: c.lease(b["id"])["state"] == "queued"  # noqa: E731 (its owner's polls keep it queued)
+        self.assertTrue(wait_for(lambda: waiting() and c.lease(a["id"])["state"] == "ended", timeout=5))
+        self.assertTrue(wait_for(lambda: waiting() and c.log("sim0").count(f"lease {a['id']} ended at the allocator") >= 2,
+                                 timeout=5), "the revocation was not sent again")
+        self.assertEqual(c.lease(b["id"])["state"], "queued")  # the GPU is still taken by a's worker
+        os.kill(worker, signal.SIGCONT)  # now it stops
+        self.assertTrue(wait_for(lambda: c.lease(b["id"])["state"] == "granted", timeout=5))
+        open(go, "w").close()
+
     def test_malformed_requests_get_clear_errors_and_nothing_is_lost(self):
         c = self.make(ttl="30s")
         _, kept = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})

@@ -138,16 +138,42 @@ TEST(Scheduler, HeartbeatsEndLeasesAndServers) {
   EXPECT_EQ(s.lease(on_b)->state, LeaseState::kEnded);
   EXPECT_NE(s.lease(on_b)->end_reason.find("expired: no heartbeat"), std::string::npos);
   std::vector<std::string> revoked;
-  ASSERT_TRUE(s.heartbeatServer(s.lease(on_b)->shares[0].server, 1600, revoked));
+  ASSERT_TRUE(s.heartbeatServer(s.lease(on_b)->shares[0].server, 1600, {on_b}, revoked));  // still serving it
   EXPECT_EQ(revoked, std::vector<std::string>{on_b});
   s.heartbeatLease(on_a, 1800);
-  s.heartbeatServer(s.lease(on_b)->shares[0].server, 1800, revoked);
+  s.heartbeatServer(s.lease(on_b)->shares[0].server, 1800, {}, revoked);
+  EXPECT_TRUE(revoked.empty());
   s.tick(2600);  // the server of on_a has been silent since 0
   EXPECT_EQ(s.lease(on_a)->state, LeaseState::kEnded);
   EXPECT_NE(s.lease(on_a)->end_reason.find("stopped heartbeating"), std::string::npos);
   EXPECT_FALSE(s.servers().at(s.lease(on_a)->shares[0].server).up);
   EXPECT_EQ(s.request(req("w"), 2600, "L3").kind, Decision::kGranted);  // on the live server only
   EXPECT_NE(s.lease("L3")->shares[0].server, s.lease(on_a)->shares[0].server);
+}
+
+TEST(Scheduler, ARevokedShareDrainsUntilItsServerStopsServingIt) {
+  Scheduler s = make("[settings]\nlease_ttl = \"1s\"\n");
+  s.registerServer(server("a", 1), 0);
+  s.request(req("u"), 0, "L1");
+  std::vector<std::string> revoked;
+  s.heartbeatServer("a", 100, {"L1"}, revoked);  // a worker of L1 runs on a
+  s.tick(1500);                                   // L1 expired
+  EXPECT_EQ(s.lease("L1")->state, LeaseState::kEnded);
+  // Its worker may still run: the GPU is not offered again, and the revocation is sent again in every
+  // answer (a lost answer loses nothing) until the server reports the worker gone.
+  EXPECT_EQ(s.request(req("v", 1.0, 1, 60000), 1500, "L2").kind, Decision::kQueued);
+  for (int64_t t : {1600, 1700}) {
+    s.heartbeatServer("a", t, {"L1"}, revoked);
+    EXPECT_EQ(revoked, std::vector<std::string>{"L1"});
+    EXPECT_EQ(s.lease("L2")->state, LeaseState::kQueued);
+  }
+  s.heartbeatServer("a", 1800, {}, revoked);
+  EXPECT_TRUE(revoked.empty());
+  EXPECT_EQ(s.lease("L2")->state, LeaseState::kGranted);
+  // A lease its server never reported serving is free at once; one whose last client left, too.
+  s.heartbeatServer("a", 1900, {"L2"}, revoked);
+  EXPECT_TRUE(s.clientLeft("a", "L2", 1950));
+  EXPECT_EQ(s.request(req("w"), 1950, "L3").kind, Decision::kGranted);
 }
 
 TEST(Scheduler, DrainStopsNewSharesAndAWaitRunsOut) {
