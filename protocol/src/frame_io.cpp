@@ -33,7 +33,7 @@ void sendFrame(Transport& t, uint16_t msg, uint16_t flags, uint64_t seq, const v
 
 FrameHeader recvHeader(Transport& t, uint32_t max_payload) {
   FrameHeader h{};
-  t.recv(&h, sizeof h);
+  t.recv(&h, sizeof h, true);  // between frames, a peer may be quiet as long as it likes
   if (h.length > max_payload)
     throw ProtocolError("frame of " + std::to_string(h.length) + " bytes exceeds the limit of " +
                         std::to_string(max_payload));

@@ -42,7 +42,7 @@ class LoopbackEnd final : public Transport {
     out_->cv.notify_all();
   }
 
-  void recv(void* data, size_t n) override {
+  void recv(void* data, size_t n, bool /*idle_ok*/ = false) override {
     auto* p = static_cast<uint8_t*>(data);
     std::unique_lock lock(in_->mu);
     while (n > 0) {

@@ -1,7 +1,15 @@
 // TCP transport on standalone Asio, blocking I/O (one connection per client process or worker).
 #include <asio.hpp>
 
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "gpool/protocol/transport.h"
 #include "gpool/protocol/wire.h"
@@ -12,6 +20,9 @@ namespace {
 class TcpTransport final : public Transport {
  public:
   explicit TcpTransport(asio::ip::tcp::socket s) : socket_(std::move(s)) {
+    // Blocking I/O: a socket handed over from an asynchronous acceptor arrives non-blocking.
+    int fd = socket_.native_handle(), flags = ::fcntl(fd, F_GETFL);
+    if (flags >= 0 && (flags & O_NONBLOCK)) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     asio::error_code ec;
     socket_.set_option(asio::ip::tcp::no_delay(true), ec);
     // Large buffers keep bulk copies streaming on loopback and fast links.
@@ -22,22 +33,60 @@ class TcpTransport final : public Transport {
   }
 
   void send(std::span<const ConstBuffer> buffers) override {
-    std::array<asio::const_buffer, 8> bufs;
+    std::array<iovec, 8> iov;
     size_t n = 0;
     for (const auto& b : buffers) {
-      if (n == bufs.size()) throw TransportError("too many buffers in one send");
-      bufs[n++] = asio::const_buffer(b.data, b.size);
+      if (n == iov.size()) throw TransportError("too many buffers in one send");
+      iov[n++] = iovec{const_cast<void*>(b.data), b.size};
     }
-    asio::error_code ec;
-    asio::write(socket_, std::span(bufs.data(), n), ec);
-    if (ec) throw TransportError("send to " + peer_ + " failed: " + ec.message());
+    msghdr m{};
+    m.msg_iov = iov.data();
+    m.msg_iovlen = n;
+    while (m.msg_iovlen > 0) {
+      ssize_t sent = ::sendmsg(socket_.native_handle(), &m, MSG_NOSIGNAL);
+      if (sent < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) throw TransportStalled(stalled("stopped reading"));
+        throw TransportError("send to " + peer_ + " failed: " + std::strerror(errno));
+      }
+      for (auto left = static_cast<size_t>(sent); left > 0;) {  // past what went out
+        size_t k = std::min(left, m.msg_iov->iov_len);
+        m.msg_iov->iov_base = static_cast<char*>(m.msg_iov->iov_base) + k;
+        m.msg_iov->iov_len -= k;
+        left -= k;
+        if (m.msg_iov->iov_len == 0) ++m.msg_iov, --m.msg_iovlen;
+      }
+      while (m.msg_iovlen > 0 && m.msg_iov->iov_len == 0) ++m.msg_iov, --m.msg_iovlen;
+    }
   }
 
-  void recv(void* data, size_t n) override {
-    asio::error_code ec;
-    asio::read(socket_, asio::buffer(data, n), ec);
-    if (ec) throw TransportError(ec == asio::error::eof ? "connection closed by " + peer_
-                                                        : "receive from " + peer_ + " failed: " + ec.message());
+  void recv(void* data, size_t n, bool idle_ok = false) override {
+    auto* p = static_cast<char*>(data);
+    size_t got = 0;
+    while (got < n) {
+      ssize_t r = ::recv(socket_.native_handle(), p + got, n - got, 0);
+      if (r > 0) {
+        got += static_cast<size_t>(r);
+      } else if (r == 0) {
+        throw TransportError("connection closed by " + peer_);
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {  // the stall timeout passed without a byte
+        if (!(idle_ok && got == 0)) throw TransportStalled(stalled("stopped sending mid-frame"));
+      } else if (errno != EINTR) {
+        throw TransportError("receive from " + peer_ + " failed: " + std::strerror(errno));
+      }
+    }
+  }
+
+  void setStallTimeout(int ms) override {
+    stall_ms_ = ms;
+    timeval tv{ms / 1000, (ms % 1000) * 1000};
+    int fd = socket_.native_handle(), on = 1, idle = 60, interval = 10, count = 3;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);  // a vanished host: noticed in about 90 s
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
   }
 
   void shutdown() override {
@@ -48,6 +97,10 @@ class TcpTransport final : public Transport {
   std::string peer() const override { return peer_; }
 
  private:
+  std::string stalled(const char* what) const {
+    return peer_ + " " + what + " for " + std::to_string(stall_ms_) + " ms (the stall timeout)";
+  }
+  int stall_ms_ = 0;
   asio::ip::tcp::socket socket_;
   std::string peer_;
 };

@@ -285,9 +285,14 @@ class Server {
       p->timer.cancel();
       if (!live) return refuse(p, 100 /*CUDA_ERROR_NO_DEVICE*/, why);
       if (std::string full = noRoomFor(lease.lease); !full.empty()) return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, full);
+      if (gone(p)) {  // it left while its lease was being confirmed: no worker for nobody
+        spdlog::info("client {} left before its lease {} was confirmed: no worker", peer(p), lease.lease);
+        return close(p);
+      }
       spawnWorker(p, hello, lease);
     });
     if (ticket == 0) return;  // answered already
+    spdlog::info("client {} waits for the allocator to confirm lease {}", peer(p), lease.lease);
     p->timer.expires_after(std::chrono::milliseconds(kLeaseConfirmMs));
     p->timer.async_wait([this, ticket](const asio::error_code& ec) {
       if (!ec) gate_.expire(ticket);
@@ -302,6 +307,12 @@ class Server {
         spdlog::info("lease {} ended at the allocator; stopping its worker {}", lease, pid);
         ::kill(pid, SIGTERM);
       }
+  }
+
+  // Whether a pending client closed its connection (without reading or waiting).
+  static bool gone(const std::shared_ptr<Pending>& p) {
+    char byte;
+    return ::recv(p->socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
   }
 
   // Tells the allocator which leases have workers here (it holds an ended lease's share until none has).
@@ -331,7 +342,8 @@ class Server {
                    const std::optional<token::Claims>& lease) {
     std::vector<std::string> args{opt_.worker_path, "--fd", "3", "--device", std::to_string(hello.device), "--hello-seq",
                                   std::to_string(p->header.seq), "--backend", backend_, "--log-level", opt_.log_level,
-                                  "--server-pid", std::to_string(::getpid())};
+                                  "--server-pid", std::to_string(::getpid()), "--stall-timeout",
+                                  std::to_string(opt_.stall_timeout_ms)};
     if (backend_ == "sim") {
       args.insert(args.end(), {"--sim-memory", std::to_string(opt_.sim_memory)});
       for (const auto& k : opt_.sim_kernels) args.insert(args.end(), {"--sim-kernels", k});

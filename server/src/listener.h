@@ -16,6 +16,7 @@ struct ServerOptions {
   unsigned max_clients = 64;
   unsigned max_clients_per_lease = 16;  // connections one lease may hold at once (its processes)
   unsigned handshake_timeout_ms = 10000;
+  unsigned stall_timeout_ms = 60000;  // a client that stops mid-frame (sending, or reading replies) is dropped
   std::string log_level = "info";
   std::string module_cache;  // directory shared by this host's workers; "none" disables it
   std::string allocator;     // http(s)://HOST:PORT of gpool-allocator; empty: serve anyone, no leases

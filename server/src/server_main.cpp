@@ -52,6 +52,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--handshake-timeout", opt.handshake_timeout_ms, "milliseconds a new connection has to say hello")
       ->capture_default_str();
+  app.add_option("--stall-timeout", opt.stall_timeout_ms,
+                 "milliseconds a client may stop in the middle of a frame it sends, or of a reply it reads, before its "
+                 "connection is closed (a client quiet between calls is never dropped)")
+      ->capture_default_str()
+      ->check(CLI::Range(100u, 3600000u));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();

@@ -173,6 +173,8 @@ ServeResult Dispatcher::serve() {
       ++result.frames;
       handle(h);
     }
+  } catch (const proto::TransportStalled& e) {
+    result.reason = e.what();  // the connection is dropped
   } catch (const proto::TransportError& e) {
     result.clean = true;
     result.reason = e.what();

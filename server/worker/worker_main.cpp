@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
   app.add_option("--module-cache", module_cache_dir, "directory of the host's module image cache (none when empty)");
   app.add_option("--module-cache-max", module_cache_max, "bytes the module cache may hold");
   app.add_option("--memory-cap", memory_cap, "the lease's GPU memory cap in bytes (0: none)");
+  int stall_timeout_ms = 60000;
+  app.add_option("--stall-timeout", stall_timeout_ms, "milliseconds a client may stop mid-frame (sending or reading) before it is dropped");
   int budget_fd = -1, device_budget_fd = -1, budget_slot = 0;
   app.add_option("--memory-budget-fd", budget_fd, "the lease's memory budget, shared with its other workers (from gpool-server)");
   app.add_option("--device-budget-fd", device_budget_fd, "sim: the device's memory, shared by every worker of the server");
@@ -107,6 +109,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<gpool::proto::Transport> transport;
   try {
     transport = gpool::proto::adoptTcpSocket(fd);
+    transport->setStallTimeout(stall_timeout_ms);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 2;

@@ -335,6 +335,23 @@ class LeaseFlow(unittest.TestCase):
         self.assertTrue(wait_for(lambda: c.lease(b["id"])["state"] == "granted", timeout=5))
         open(go, "w").close()
 
+    def test_a_client_that_leaves_while_its_lease_is_confirmed_gets_no_worker(self):
+        c = self.make(ttl="30s")
+        _, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})
+        c.allocator.send_signal(signal.SIGSTOP)  # the server cannot confirm the new lease for now
+        try:
+            client = subprocess.Popen([NVML_QUERY], env=c.client_env(lease["shares"][0]), stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)
+            self.assertTrue(wait_for(lambda: "waits for the allocator" in c.log("sim0") or "→ worker" in c.log("sim0"), timeout=5))
+            if "→ worker" in c.log("sim0"):
+                self.skipTest("the server learnt of the lease before the allocator stopped")
+            client.kill()
+            client.wait()
+        finally:
+            c.allocator.send_signal(signal.SIGCONT)
+        self.assertTrue(wait_for(lambda: "left before its lease" in c.log("sim0"), timeout=10), c.log("sim0"))
+        self.assertNotIn("→ worker", c.log("sim0"))
+
     def test_malformed_requests_get_clear_errors_and_nothing_is_lost(self):
         c = self.make(ttl="30s")
         _, kept = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})

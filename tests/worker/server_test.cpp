@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <regex>
+#include <thread>
 
 #include "gpool/protocol/handshake.h"
 #include "server_process.h"
@@ -114,6 +115,23 @@ TEST(Server, SilentClientIsTimedOut) {
   uint8_t byte;
   EXPECT_THROW(t->recv(&byte, 1), TransportError);
   EXPECT_TRUE(server.waitForLog("sent no handshake in time"));
+}
+
+TEST(Server, AClientThatStopsMidFrameIsDroppedAndAQuietOneKept) {
+  test::ServerProcess server({"--stall-timeout", "300"});
+  auto quiet = hello(server.address());
+  auto stuck = hello(server.address());
+  // Half a frame: the header promises 64 bytes, 8 come, then nothing (issue 11: the worker waited forever).
+  FrameHeader h{64, calls::MemcpyHtoD::id, kWantsReply, 1};
+  uint8_t part[8] = {};
+  std::array<ConstBuffer, 2> bufs{ConstBuffer{&h, sizeof h}, ConstBuffer{part, sizeof part}};
+  stuck->send(bufs);
+  EXPECT_TRUE(server.waitForLog("stopped sending mid-frame for 300 ms"));
+  std::vector<uint8_t> p;
+  EXPECT_THROW(recvFrame(*stuck, p, 1024), TransportError);  // closed
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // quiet between calls for twice the bound
+  test::RawClient q(*quiet);
+  EXPECT_EQ(q.call<calls::MemAlloc>(uint64_t{4096}).first, 0);  // still served
 }
 
 namespace {

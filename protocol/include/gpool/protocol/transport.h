@@ -15,6 +15,11 @@ class TransportError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// The peer stopped mid-frame for longer than the stall timeout (setStallTimeout).
+class TransportStalled : public TransportError {
+ public:
+  using TransportError::TransportError;
+};
 
 struct ConstBuffer {
   const void* data;
@@ -26,8 +31,13 @@ class Transport {
   virtual ~Transport() = default;
   // Writes all buffers, in order, as one logical write.
   virtual void send(std::span<const ConstBuffer> buffers) = 0;
-  // Reads exactly n bytes.
-  virtual void recv(void* data, size_t n) = 0;
+  // Reads exactly n bytes. `idle_ok`: the first byte may take as long as it takes (the wait between
+  // frames); otherwise every wait is bounded by the stall timeout (a frame that stopped arriving).
+  virtual void recv(void* data, size_t n, bool idle_ok = false) = 0;
+  // Bounds each wait of a frame half-received or of a send the peer stopped reading, so a peer that
+  // stops mid-frame costs its connection, not a process forever (0: no bound). Set once: no extra
+  // system calls per frame. Also turns on keepalives, so a peer host that vanished is noticed.
+  virtual void setStallTimeout(int /*ms*/) {}
   // Wakes a blocked recv/send in another thread; both then throw TransportError.
   virtual void shutdown() = 0;
   // Human-readable peer, for log lines ("tcp 10.0.0.5:7420").
