@@ -2,6 +2,7 @@
 // the lease queue, signed lease tokens; state in SQLite. API: docs/api.md.
 #include <CLI/CLI.hpp>
 #include <signal.h>
+#include <sys/resource.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -23,6 +24,12 @@ int main(int argc, char** argv) {
                  "also serve the API on this Unix socket, where local users are known by their uid without any "
                  "credential (e.g. /run/gpool/allocator.sock; clients: GPOOL_ALLOCATOR=unix:PATH)");
   std::string tls_cert, tls_key;
+  size_t max_connections = 4096;
+  app.add_option("--max-connections", max_connections,
+                 "connections served at once (each holds a thread, made when needed, while it is open: long polls and "
+                 "slow clients included); more wait to be served")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{16}, size_t{65536}));
   auto* cert = app.add_option("--tls-cert", tls_cert, "PEM certificate (chain): serve the API over HTTPS (with --tls-key)")
                    ->check(CLI::ExistingFile);
   app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert")->check(CLI::ExistingFile)->needs(cert);
@@ -55,6 +62,11 @@ int main(int argc, char** argv) {
     spdlog::critical("malformed --listen '{}': expected IP:PORT, such as 127.0.0.1:7430", listen);
     return 2;
   }
+  // Every connection is a descriptor: take the whole allowance the system gives.
+  if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &r);
+  }
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
@@ -63,7 +75,7 @@ int main(int argc, char** argv) {
   try {
     if (key_file.empty()) key_file = db + ".key";
     if (token_key.empty()) token_key = db + ".token.pem";
-    gpool::allocator::ServiceOptions opt{db, config, gpool::token::loadKey(key_file, true), token_key, munge_socket, socket, tls_cert, tls_key};
+    gpool::allocator::ServiceOptions opt{db, config, gpool::token::loadKey(key_file, true), token_key, munge_socket, socket, tls_cert, tls_key, max_connections};
     gpool::allocator::Service service(opt);
     int bound = service.start(host, port);
     spdlog::info("listening on {}://{}:{}{} (database {}, admin key {}, token key {}: GPU hosts verify with {})",

@@ -109,6 +109,9 @@ class Scheduler {
   // Ends leases and queued requests whose heartbeats stopped, marks silent servers down (ending their
   // leases), then grants what now fits. Returns true when anything changed.
   bool tick(int64_t now);
+  // The allocator itself could not run for `ms` (stopped, starved of CPU): that time does not count
+  // against any server's or lease's heartbeats, so it ends nothing because of its own stall.
+  void forgive(int64_t ms);
 
   const Lease* lease(const std::string& id) const;
   // 1-based position in its pool's queue, 0 when not queued.

@@ -2,9 +2,11 @@
 #include "service.h"
 
 #include "gpool/printable.h"
+#include "elastic_pool.h"
 #include "signed_request.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -94,19 +96,39 @@ void Service::persist(const std::string* policy_text) {
   changed_.notify_all();
 }
 
+namespace {
+
+// httplib listens with a backlog of 5 (compiled into Debian's library): a burst of connections then
+// waits a second for the kernel's SYN retry. This widens it once the socket is bound.
+template <class Base>
+class WideBacklog : public Base {
+ public:
+  using Base::Base;
+  int bindWide(const std::string& host, int port) {
+    int bound = port == 0 ? this->bind_to_any_port(host) : (this->bind_to_port(host, port) ? port : -1);
+    if (bound >= 0) ::listen(this->svr_sock_, 4096);
+    return bound;
+  }
+};
+
+}  // namespace
+
 int Service::start(const std::string& host, int port) {
+  int bound = -1;
   if (!opt_.tls_cert.empty()) {
-    auto tls = std::make_unique<httplib::SSLServer>(opt_.tls_cert.c_str(), opt_.tls_key.c_str());
+    auto tls = std::make_unique<WideBacklog<httplib::SSLServer>>(opt_.tls_cert.c_str(), opt_.tls_key.c_str());
     if (!tls->is_valid())
       throw std::runtime_error("cannot serve TLS with certificate " + opt_.tls_cert + " and key " + opt_.tls_key +
                                " (unreadable, not PEM, or the key does not match the certificate)");
+    serve(*tls);
+    bound = tls->bindWide(host, port);
     tcp_ = std::move(tls);
   } else {
-    tcp_ = std::make_unique<httplib::Server>();
+    auto plain = std::make_unique<WideBacklog<httplib::Server>>();
+    serve(*plain);
+    bound = plain->bindWide(host, port);
+    tcp_ = std::move(plain);
   }
-  serve(*tcp_);
-  tcp_->set_tcp_nodelay(true);  // replies go out in several writes: no Nagle/delayed-ACK stalls
-  int bound = port == 0 ? tcp_->bind_to_any_port(host) : (tcp_->bind_to_port(host, port) ? port : -1);
   if (bound < 0) throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this host)");
   if (!opt_.local_socket.empty()) {
     local_ = std::make_unique<LocalSocketServer>();
@@ -120,9 +142,11 @@ int Service::start(const std::string& host, int port) {
 
 // What both listeners share: the body limit, the refusal of chunked bodies, the routes.
 void Service::serve(httplib::Server& s) {
-  s.new_task_queue = [] { return new httplib::ThreadPool(64); };
+  size_t threads = opt_.max_connections;
+  s.new_task_queue = [threads] { return new ElasticPool(threads); };
   s.set_payload_max_length(kMaxBody);
   // httplib limits only bodies with a Content-Length: a chunked one is refused from its headers, unread.
+  s.set_tcp_nodelay(true);  // replies go out in several writes: no Nagle/delayed-ACK stalls
   s.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
     std::string encoding = req.get_header_value("Transfer-Encoding");
     std::transform(encoding.begin(), encoding.end(), encoding.begin(), [](unsigned char ch) { return std::tolower(ch); });
@@ -159,9 +183,17 @@ void Service::forgetEndedLeases() {
 
 void Service::tickLoop() {
   uint64_t ticks = 0;
+  int64_t last = now();
   while (!stopping_) {
     {
       std::lock_guard lock(mu_);
+      // A tick far later than planned: the allocator itself was stopped or starved, and heartbeats that
+      // came meanwhile may not have been read yet. That time counts against nobody.
+      if (int64_t late = now() - last - 100; late > 1000) {
+        spdlog::warn("the allocator could not run for {} ms (stopped or starved); heartbeat timeouts are extended by as much", late);
+        sched_->forgive(late);
+      }
+      last = now();
       try {
         if (sched_->tick(now())) persist();
         sched_->prune(now(), 60 * 1000);  // ended leases stay readable for a minute (and in the database)

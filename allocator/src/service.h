@@ -25,6 +25,7 @@ struct ServiceOptions {
   std::string munge_socket; // munged's socket ("" = its default)
   std::string local_socket; // a Unix socket serving the API to local users, identified by the kernel ("" = none)
   std::string tls_cert, tls_key;  // PEM files: the TCP listener serves HTTPS ("" = plain HTTP)
+  size_t max_connections = 4096;  // connections served at once, per listener (a thread each, made as needed)
 };
 
 class Service {

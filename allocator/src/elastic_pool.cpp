@@ -1,0 +1,48 @@
+#include "elastic_pool.h"
+
+#include <thread>
+
+namespace gpool::allocator {
+
+void ElasticPool::enqueue(std::function<void()> fn) {
+  std::lock_guard lock(mu_);
+  jobs_.push_back(std::move(fn));
+  if (jobs_.size() > idle_ && threads_ < max_) {
+    ++threads_;
+    std::thread([this] { run(); }).detach();
+  } else {
+    work_.notify_one();
+  }
+}
+
+void ElasticPool::run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    ++idle_;
+    bool got = work_.wait_for(lock, idle_exit_, [this] { return !jobs_.empty() || stopping_; });
+    --idle_;
+    if (jobs_.empty() && (stopping_ || !got)) break;  // nothing to do: this thread ends
+    if (jobs_.empty()) continue;
+    auto fn = std::move(jobs_.front());
+    jobs_.pop_front();
+    lock.unlock();
+    fn();
+    lock.lock();
+  }
+  --threads_;
+  ended_.notify_all();
+}
+
+void ElasticPool::shutdown() {
+  std::unique_lock lock(mu_);
+  stopping_ = true;
+  work_.notify_all();
+  ended_.wait(lock, [this] { return threads_ == 0; });
+}
+
+size_t ElasticPool::threads() {
+  std::lock_guard lock(mu_);
+  return threads_;
+}
+
+}  // namespace gpool::allocator
