@@ -1,5 +1,6 @@
 #include "elastic_pool.h"
 
+#include <system_error>
 #include <thread>
 
 namespace gpool::allocator {
@@ -8,11 +9,15 @@ void ElasticPool::enqueue(std::function<void()> fn) {
   std::lock_guard lock(mu_);
   jobs_.push_back(std::move(fn));
   if (jobs_.size() > idle_ && threads_ < max_) {
-    ++threads_;
-    std::thread([this] { run(); }).detach();
-  } else {
-    work_.notify_one();
+    try {
+      std::thread([this] { run(); }).detach();
+      ++threads_;
+      return;
+    } catch (const std::system_error&) {  // the system has no thread for us now: the job waits for one
+      if (threads_ == 0) throw;
+    }
   }
+  work_.notify_one();
 }
 
 void ElasticPool::run() {
