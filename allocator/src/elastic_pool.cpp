@@ -45,6 +45,11 @@ void ElasticPool::shutdown() {
   ended_.wait(lock, [this] { return threads_ == 0; });
 }
 
+size_t ElasticPool::waiting() {
+  std::lock_guard lock(mu_);
+  return jobs_.size();
+}
+
 size_t ElasticPool::threads() {
   std::lock_guard lock(mu_);
   return threads_;

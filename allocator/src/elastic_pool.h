@@ -24,6 +24,7 @@ class ElasticPool : public httplib::TaskQueue {
   // Lets queued work finish, then waits for every thread to end.
   void shutdown() override;
   size_t threads();
+  size_t waiting();  // jobs no thread has taken yet
 
  private:
   void run();

@@ -3,11 +3,29 @@
 #include "gpool/printable.h"
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 namespace gpool::allocator {
 
 using nlohmann::json;
+
+namespace {
+
+// An integer field of a record, refused (std::invalid_argument) unless it is an integer JSON number that
+// fits T: converting 1e114 to an int is undefined behaviour, not an error (found by fuzz_allocator_json).
+template <typename T>
+T integer(const json& v) {
+  bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+              : v.is_number_integer() ? v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                                            (v.get<int64_t>() < 0 || static_cast<uint64_t>(v.get<int64_t>()) <=
+                                                                         static_cast<uint64_t>(std::numeric_limits<T>::max()))
+                                      : false;
+  if (!fits) throw std::invalid_argument("an integer field is not an integer of its range");
+  return v.is_number_unsigned() ? static_cast<T>(v.get<uint64_t>()) : static_cast<T>(v.get<int64_t>());
+}
+
+}  // namespace
 
 json toJson(const Server& s) {
   json gpus = json::array();
@@ -66,29 +84,29 @@ Lease leaseFromJson(const json& j) {
   std::string st = j.at("state").get<std::string>();
   l.state = st == "granted" ? LeaseState::kGranted : st == "queued" ? LeaseState::kQueued : LeaseState::kEnded;
   const json& r = j.at("request");
-  l.req.n = r.at("n").get<int>();
+  l.req.n = integer<int>(r.at("n"));
   l.req.p = r.at("p").get<double>();
-  l.req.m = r.at("m").get<uint64_t>();
+  l.req.m = integer<uint64_t>(r.at("m"));
   l.req.user = r.at("user").get<std::string>();
   l.req.group = r.at("group").get<std::string>();
   l.req.pool = r.at("pool").get<std::string>();
   l.req.priority = r.at("priority").get<std::string>();
-  l.req.wait_ms = r.at("wait_ms").get<int64_t>();
+  l.req.wait_ms = integer<int64_t>(r.at("wait_ms"));
   l.req.member_of = r.value("member_of", std::vector<std::string>{});
-  l.priority = j.at("priority").get<int>();
-  l.seq = j.at("seq").get<uint64_t>();
-  l.created_ms = j.at("created_ms").get<int64_t>();
-  l.granted_ms = j.at("granted_ms").get<int64_t>();
-  l.ended_ms = j.at("ended_ms").get<int64_t>();
-  l.token_expiry_s = j.at("token_expiry").get<int64_t>();
-  l.ended_unix_s = j.value("ended_unix_s", int64_t{0});
+  l.priority = integer<int>(j.at("priority"));
+  l.seq = integer<uint64_t>(j.at("seq"));
+  l.created_ms = integer<int64_t>(j.at("created_ms"));
+  l.granted_ms = integer<int64_t>(j.at("granted_ms"));
+  l.ended_ms = integer<int64_t>(j.at("ended_ms"));
+  l.token_expiry_s = integer<int64_t>(j.at("token_expiry"));
+  l.ended_unix_s = j.contains("ended_unix_s") ? integer<int64_t>(j.at("ended_unix_s")) : 0;
   l.end_reason = j.value("end_reason", "");
   l.wait_reason = j.value("waiting_for", "");
   l.owner_key_hash = j.value("owner_key_hash", "");
   for (const auto& s : j.at("shares"))
     l.shares.push_back(Share{s.at("server").get<std::string>(), s.at("address").get<std::string>(),
-                             s.value("uuid", ""), s.value("token", ""), s.at("device").get<int>(),
-                             s.at("fraction").get<double>(), s.at("memory").get<uint64_t>()});
+                             s.value("uuid", ""), s.value("token", ""), integer<int>(s.at("device")),
+                             s.at("fraction").get<double>(), integer<uint64_t>(s.at("memory"))});
   return l;
 }
 

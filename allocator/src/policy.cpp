@@ -24,9 +24,14 @@ std::string text(const toml::node& n, const std::string& where) {
 }
 
 std::chrono::milliseconds duration(const toml::node& n, const std::string& where) {
+  // Integer seconds: integers only (toml++ converts floats out of range unchecked), and in range before
+  // the conversion to milliseconds can overflow (both found by fuzz_policy).
+  if (const auto* v = n.as_integer()) {
+    if (v->get() < 0 || v->get() > 30 * 86400) fail(where + " must be between 0 and 30 days");
+    return std::chrono::seconds(v->get());
+  }
   try {
     if (auto v = n.value<std::string>()) return parseDuration(*v);
-    if (auto v = n.value<int64_t>()) return std::chrono::seconds(*v);
   } catch (const PolicyError& e) {
     fail(where + ": " + e.what());
   }
@@ -36,7 +41,7 @@ std::chrono::milliseconds duration(const toml::node& n, const std::string& where
 uint64_t size(const toml::node& n, const std::string& where) {
   try {
     if (auto v = n.value<std::string>()) return parseSize(*v);
-    if (auto v = n.value<int64_t>(); v && *v >= 0) return static_cast<uint64_t>(*v);
+    if (const auto* v = n.as_integer(); v && v->get() >= 0) return static_cast<uint64_t>(v->get());
   } catch (const PolicyError& e) {
     fail(where + ": " + e.what());
   }
@@ -98,7 +103,12 @@ std::chrono::milliseconds parseDuration(const std::string& s) {
   size_t i = 0;
   while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
   if (i == 0 || i > 12) throw PolicyError("'" + s + "' is not a duration (use 500ms, 15s, 2m, 1h)");
-  double v = std::stod(s.substr(0, i));
+  double v = 0;
+  try {
+    v = std::stod(s.substr(0, i));
+  } catch (const std::exception&) {  // "." and the like (found by fuzz_policy)
+    throw PolicyError("'" + s + "' is not a duration (use 500ms, 15s, 2m, 1h)");
+  }
   std::string unit = s.substr(i);
   double ms = unit == "ms" ? v : unit == "s" || unit.empty() ? v * 1e3 : unit == "m" ? v * 60e3 : unit == "h" ? v * 3600e3 : -1;
   if (ms < 0) throw PolicyError("'" + s + "' has an unknown unit (use ms, s, m, h)");

@@ -427,8 +427,12 @@ void Scheduler::setPolicy(Policy p, int64_t now) {
   schedule(now);
 }
 
-bool Scheduler::tick(int64_t now) {
+bool Scheduler::tick(int64_t now, bool judge) {
   uint64_t before = version_;
+  if (!judge) {
+    schedule(now);
+    return version_ != before;
+  }
   for (auto& [name, s] : servers_) {
     if (!s.up || now - s.heartbeat_ms <= policy_.server_timeout.count()) continue;
     s.up = false;
@@ -439,9 +443,10 @@ bool Scheduler::tick(int64_t now) {
       draining_.erase(d);
     }
     std::vector<std::string> on_it;
+    const std::string& down = name;  // (a structured binding: lambdas capture it only from C++20 compilers on)
     for (const auto& id : live_)
       if (const Lease& l = leases_.at(id); l.state == LeaseState::kGranted &&
-          std::any_of(l.shares.begin(), l.shares.end(), [&](const Share& sh) { return sh.server == name; }))
+          std::any_of(l.shares.begin(), l.shares.end(), [&](const Share& sh) { return sh.server == down; }))
         on_it.push_back(id);
     for (const auto& id : on_it) end(id, "server " + name + " stopped heartbeating; its GPUs were withdrawn", now);
   }

@@ -107,8 +107,9 @@ class Scheduler {
   bool clientLeft(const std::string& server, const std::string& id, int64_t now);
 
   // Ends leases and queued requests whose heartbeats stopped, marks silent servers down (ending their
-  // leases), then grants what now fits. Returns true when anything changed.
-  bool tick(int64_t now);
+  // leases), then grants what now fits. Returns true when anything changed. `judge` false: the caller
+  // has heartbeats it has not read yet (it is overloaded), so silence proves nothing: nothing is ended.
+  bool tick(int64_t now, bool judge = true);
   // The allocator itself could not run for `ms` (stopped, starved of CPU): that time does not count
   // against any server's or lease's heartbeats, so it ends nothing because of its own stall.
   void forgive(int64_t ms);

@@ -6,6 +6,8 @@
 #include "signed_request.h"
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <spdlog/spdlog.h>
 
@@ -109,6 +111,7 @@ class WideBacklog : public Base {
     if (bound >= 0) ::listen(this->svr_sock_, 4096);
     return bound;
   }
+  int fd() const { return this->svr_sock_; }
 };
 
 }  // namespace
@@ -122,11 +125,13 @@ int Service::start(const std::string& host, int port) {
                                " (unreadable, not PEM, or the key does not match the certificate)");
     serve(*tls);
     bound = tls->bindWide(host, port);
+    listen_fd_ = tls->fd();
     tcp_ = std::move(tls);
   } else {
     auto plain = std::make_unique<WideBacklog<httplib::Server>>();
     serve(*plain);
     bound = plain->bindWide(host, port);
+    listen_fd_ = plain->fd();
     tcp_ = std::move(plain);
   }
   if (bound < 0) throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this host)");
@@ -143,7 +148,11 @@ int Service::start(const std::string& host, int port) {
 // What both listeners share: the body limit, the refusal of chunked bodies, the routes.
 void Service::serve(httplib::Server& s) {
   size_t threads = opt_.max_connections;
-  s.new_task_queue = [threads] { return new ElasticPool(threads); };
+  s.new_task_queue = [this, threads] {  // asked for by the TCP listener only (the local one has its own threads)
+    auto* pool = new ElasticPool(threads);
+    pool_ = pool;
+    return pool;
+  };
   s.set_payload_max_length(kMaxBody);
   // httplib limits only bodies with a Content-Length: a chunked one is refused from its headers, unread.
   s.set_tcp_nodelay(true);  // replies go out in several writes: no Nagle/delayed-ACK stalls
@@ -164,10 +173,11 @@ void Service::serve(httplib::Server& s) {
 void Service::stop() {
   if (stopping_.exchange(true)) return;
   changed_.notify_all();  // long polls answer at once
+  if (tick_thread_.joinable()) tick_thread_.join();  // first: it looks at the listener's thread pool
+  pool_ = nullptr;
   if (tcp_) tcp_->stop();
   if (local_) local_->stopLocal();
   if (serve_thread_.joinable()) serve_thread_.join();
-  if (tick_thread_.joinable()) tick_thread_.join();
 }
 
 // Ended leases stay in the database for the policy's retention period (for accounting), then leave it.
@@ -179,6 +189,14 @@ void Service::forgetEndedLeases() {
   } catch (const std::exception& e) {
     spdlog::error("forgetting ended leases: {}", e.what());
   }
+}
+
+bool Service::backlogged() {
+  if (ElasticPool* pool = pool_.load(); pool && pool->waiting() > 0) return true;
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  // For a listening socket, tcpi_unacked is the number of connections waiting to be accepted.
+  return listen_fd_ >= 0 && ::getsockopt(listen_fd_, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_unacked > 0;
 }
 
 void Service::tickLoop() {
@@ -195,7 +213,7 @@ void Service::tickLoop() {
       }
       last = now();
       try {
-        if (sched_->tick(now())) persist();
+        if (sched_->tick(now(), !backlogged())) persist();
         sched_->prune(now(), 60 * 1000);  // ended leases stay readable for a minute (and in the database)
       } catch (const std::exception& e) {
         spdlog::error("tick: {}", e.what());

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "authenticator.h"
+#include "elastic_pool.h"
 #include "local_socket.h"
 #include "scheduler.h"
 #include "store.h"
@@ -56,6 +57,8 @@ class Service {
   std::optional<Caller> admin(const httplib::Request& req, httplib::Response& res);
   void persist(const std::string* policy_text = nullptr);  // with mu_ held
   void tickLoop();
+  // Whether requests wait unread: connections not yet accepted, or accepted and waiting for a thread.
+  bool backlogged();
   void forgetEndedLeases();  // those that ended longer ago than the policy's retention
   int64_t now() const;
 
@@ -64,6 +67,8 @@ class Service {
   std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<httplib::Server> tcp_;  // HTTPS when a certificate is given
   std::unique_ptr<LocalSocketServer> local_;
+  int listen_fd_ = -1;
+  std::atomic<ElasticPool*> pool_{nullptr};  // the TCP listener's threads (owned by its server)
   Authenticator auth_;
   std::mutex mu_;
   std::condition_variable changed_;

@@ -216,6 +216,12 @@ TEST(Policy, BadFilesGiveClearErrors) {
   EXPECT_EQ(*p.group_quotas.at("ml").memory, 80 * kGiB);
   EXPECT_EQ(parseSize("1.5GB"), 1500000000u);
   EXPECT_THROW(parseSize("-3GiB"), PolicyError);
+  EXPECT_THROW(parseDuration("."), PolicyError);  // found by fuzz_policy: std::stod's own exception escaped
+  EXPECT_THROW(parseDuration("..s"), PolicyError);
+  // Found by fuzz_policy: seconds that overflow milliseconds, and a float toml++ would convert unchecked.
+  EXPECT_THROW(parsePolicy("[settings]\nlease_ttl = 777777777777777701\n"), PolicyError);
+  EXPECT_THROW(parsePolicy("[settings]\nlease_ttl = 7.7e19\n"), PolicyError);
+  EXPECT_THROW(parsePolicy("[quotas.users.a]\nmemory = 7.7e19\n"), PolicyError);
 }
 
 TEST(LeaseToken, VerifiesAndRefusesForgedExpiredAndMisdirected) {

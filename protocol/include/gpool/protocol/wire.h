@@ -125,7 +125,7 @@ class Reader {
       using E = typename T::value_type;
       if (!get(n) || uint64_t{n} * sizeof(E) > remaining()) return fail();
       v.resize(n);
-      std::memcpy(v.data(), p_, n * sizeof(E));
+      if (n) std::memcpy(v.data(), p_, n * sizeof(E));  // an empty vector's data() may be null
       p_ += n * sizeof(E);
       return true;
     } else {
