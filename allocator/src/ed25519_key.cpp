@@ -1,5 +1,7 @@
 #include "ed25519_key.h"
 
+#include "lease_token.h"
+
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -15,25 +17,6 @@ namespace {
 std::shared_ptr<EVP_PKEY> own(EVP_PKEY* k) { return std::shared_ptr<EVP_PKEY>(k, EVP_PKEY_free); }
 
 bool isEd25519(EVP_PKEY* k) { return k && EVP_PKEY_id(k) == EVP_PKEY_ED25519; }
-
-std::string toHex(const unsigned char* p, size_t n) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < n; ++i) s += d[p[i] >> 4], s += d[p[i] & 15];
-  return s;
-}
-
-bool fromHex(const std::string& s, std::vector<unsigned char>& out) {
-  if (s.size() % 2) return false;
-  auto v = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
-  out.clear();
-  for (size_t i = 0; i < s.size(); i += 2) {
-    int hi = v(s[i]), lo = v(s[i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    out.push_back(static_cast<unsigned char>(hi * 16 + lo));
-  }
-  return true;
-}
 
 // Writes `text` to a new file `path` with `mode`; false when it exists or cannot be written.
 bool writeNew(const std::string& path, const std::string& text, mode_t mode) {
@@ -113,15 +96,15 @@ std::string Ed25519Key::sign(const std::string& message) const {
   if (!ctx || EVP_DigestSignInit(ctx.get(), nullptr, nullptr, nullptr, key_.get()) != 1 ||
       EVP_DigestSign(ctx.get(), sig, &n, reinterpret_cast<const unsigned char*>(message.data()), message.size()) != 1)
     throw std::runtime_error("Ed25519 signing failed");
-  return toHex(sig, n);
+  return hex(sig, n);
 }
 
 bool Ed25519Key::verify(const std::string& message, const std::string& signature_hex) const {
-  std::vector<unsigned char> sig;
-  if (signature_hex.size() != 128 || !fromHex(signature_hex, sig)) return false;
+  auto sig = signature_hex.size() == 128 ? unhex(signature_hex) : std::nullopt;
+  if (!sig) return false;
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   return ctx && EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, key_.get()) == 1 &&
-         EVP_DigestVerify(ctx.get(), sig.data(), sig.size(), reinterpret_cast<const unsigned char*>(message.data()), message.size()) == 1;
+         EVP_DigestVerify(ctx.get(), reinterpret_cast<const unsigned char*>(sig->data()), sig->size(), reinterpret_cast<const unsigned char*>(message.data()), message.size()) == 1;
 }
 
 std::string Ed25519Key::publicPem() const {

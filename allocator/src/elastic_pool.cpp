@@ -50,9 +50,4 @@ size_t ElasticPool::waiting() {
   return jobs_.size();
 }
 
-size_t ElasticPool::threads() {
-  std::lock_guard lock(mu_);
-  return threads_;
-}
-
 }  // namespace gpool::allocator

@@ -23,7 +23,6 @@ class ElasticPool : public httplib::TaskQueue {
   void enqueue(std::function<void()> fn) override;
   // Lets queued work finish, then waits for every thread to end.
   void shutdown() override;
-  size_t threads();
   size_t waiting();  // jobs no thread has taken yet
 
  private:

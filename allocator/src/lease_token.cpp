@@ -14,7 +14,6 @@
 #include <vector>
 
 namespace gpool::token {
-namespace {
 
 std::string hex(const unsigned char* p, size_t n) {
   static const char* d = "0123456789abcdef";
@@ -34,6 +33,8 @@ std::optional<std::string> unhex(const std::string& s) {
   }
   return out;
 }
+
+namespace {
 
 std::string mac(const std::string& payload, const std::string& key) {
   unsigned char out[EVP_MAX_MD_SIZE];

@@ -32,6 +32,8 @@ std::optional<Claims> check(const std::string& token, const Ed25519Key& key, con
 std::string hmacHex(const std::string& key, const std::string& data);
 bool sameText(const std::string& a, const std::string& b);  // constant-time comparison
 std::string sha256Hex(const std::string& data);
+std::string hex(const unsigned char* p, size_t n);      // lower-case hex digits
+std::optional<std::string> unhex(const std::string& s);  // nullopt unless lower-case hex digit pairs
 std::string randomHex(size_t bytes);  // `bytes` random bytes from OpenSSL's generator, as hex; throws if none
 
 // Reads the allocator's admin key file (at least 32 bytes of secret); creates one with 32 random bytes,
