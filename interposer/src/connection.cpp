@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "log.h"
 
 namespace gpool::client {
@@ -15,8 +17,9 @@ int64_t nowNs() {
 }  // namespace
 
 Connection::Connection(std::unique_ptr<proto::Transport> transport, std::string address, uint32_t device,
-                       const std::string& token)
+                       const std::string& token, std::chrono::milliseconds worker_timeout)
     : transport_(std::move(transport)), address_(std::move(address)) {
+  transport_->setStallTimeout(static_cast<int>(kHandshakeTimeout.count()));
   proto::HelloRequest req;
   req.device = device;
   req.token = token;
@@ -25,7 +28,13 @@ Connection::Connection(std::unique_ptr<proto::Transport> transport, std::string 
   req.client = std::string(host) + " pid " + std::to_string(::getpid());
   auto payload = proto::encode(req);
   proto::sendFrame(*transport_, proto::kMsgHello, proto::kWantsReply, 0, payload.data(), payload.size());
-  proto::FrameHeader h = proto::recvFrame(*transport_, reply_, 16u << 20);
+  proto::FrameHeader h;
+  try {
+    h = proto::recvFrame(*transport_, reply_, 16u << 20, /*idle_ok=*/false);
+  } catch (const proto::TransportStalled&) {
+    throw proto::TransportError("gpool-server at " + address_ + " did not complete the handshake within " +
+                                std::to_string(kHandshakeTimeout.count() / 1000) + " s");
+  }
   if (h.msg != proto::kMsgHello || !(h.flags & proto::kIsReply))
     throw proto::TransportError("gpool-server at " + address_ + " answered the handshake with message " + std::to_string(h.msg));
   auto hello = proto::decodeHelloReply(reply_);
@@ -34,7 +43,23 @@ Connection::Connection(std::unique_ptr<proto::Transport> transport, std::string 
     throw proto::TransportError("gpool-server at " + address_ + " refused the connection: " + hello->error);
   if (hello->devices.empty()) throw proto::TransportError("gpool-server at " + address_ + " offers no device");
   hello_ = std::move(*hello);
+  watchWorker(worker_timeout);
   flusher_ = std::thread([this] { flusherLoop(); });
+}
+
+// A worker that offers liveness frames is asked for one every quarter of the bound, and every wait on it
+// (a reply, or a send it does not read) then ends after the bound without a word. An older worker, or a
+// bound of 0: waits are unbounded, as before protocol 2.2.
+void Connection::watchWorker(std::chrono::milliseconds timeout) {
+  if (!(hello_.features & proto::kFeatureAlive) || timeout.count() <= 0) {
+    transport_->setStallTimeout(0);
+    return;
+  }
+  watch_ms_ = std::max<int64_t>(timeout.count(), 2 * proto::kMinAliveIntervalMs);
+  auto interval = static_cast<uint32_t>(std::min<int64_t>(watch_ms_ / 4, proto::kMaxAliveIntervalMs));
+  interval = std::max(interval, proto::kMinAliveIntervalMs);
+  proto::sendFrame(*transport_, proto::kMsgAlive, 0, 0, &interval, sizeof interval);
+  transport_->setStallTimeout(static_cast<int>(std::min<int64_t>(watch_ms_, INT32_MAX)));
 }
 
 Connection::~Connection() {
@@ -64,6 +89,17 @@ void Connection::markPending() {
 void Connection::flushLocked() {
   pending_since_.store(0, std::memory_order_relaxed);
   if (batch_.empty()) return;
+  try {
+    sendBatch();
+  } catch (const proto::TransportStalled&) {
+    throw proto::TransportError("the worker read nothing and said nothing for " + std::to_string(watch_ms_) +
+                                " ms: it has stopped (GPOOL_WORKER_TIMEOUT sets this bound)");
+  }
+  ++writes_;
+  batch_.clear();
+}
+
+void Connection::sendBatch() {
   if (direct_.data) {
     std::array<proto::ConstBuffer, 3> bufs{proto::ConstBuffer{batch_.data(), direct_at_},
                                            proto::ConstBuffer{direct_.data, direct_.size},
@@ -74,12 +110,29 @@ void Connection::flushLocked() {
     proto::ConstBuffer b{batch_.data(), batch_.size()};
     transport_->send(std::span(&b, 1));
   }
-  ++writes_;
-  batch_.clear();
+}
+
+// The next frame that is not a liveness frame. Each wait is bounded by the worker timeout: a worker
+// that is busy says so in time, so silence means it stopped.
+proto::FrameHeader Connection::recvReplyHeader(uint32_t max_payload) {
+  for (;;) {
+    proto::FrameHeader h;
+    try {
+      h = proto::recvHeader(*transport_, max_payload, /*idle_ok=*/false);
+    } catch (const proto::TransportStalled&) {
+      throw proto::TransportError("the worker sent nothing for " + std::to_string(watch_ms_) +
+                                  " ms while a call waited: it has stopped (GPOOL_WORKER_TIMEOUT sets this bound)");
+    }
+    if (h.msg != proto::kMsgAlive || (h.flags & proto::kIsReply)) return h;
+    if (h.length != 0) throw proto::ProtocolError("malformed Alive frame from the worker");
+    ++alive_frames_;
+  }
 }
 
 void Connection::awaitReply(uint16_t msg) {
-  proto::FrameHeader h = proto::recvFrame(*transport_, reply_, proto::kMaxRequestPayload);
+  proto::FrameHeader h = recvReplyHeader(proto::kMaxRequestPayload);
+  reply_.resize(h.length);
+  if (h.length) transport_->recv(reply_.data(), h.length);
   if (!(h.flags & proto::kIsReply) || h.msg != msg || h.seq != seq_)
     throw proto::ProtocolError("unexpected frame from the worker (message " + std::to_string(h.msg) + ")");
 }
@@ -111,7 +164,7 @@ int Connection::memcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t str
   try {
     enqueue(proto::kMsgMemcpyDtoH, proto::kWantsReply, std::tuple<uint64_t, uint64_t, uint64_t>{src, bytes, stream});
     flushLocked();
-    proto::FrameHeader h = proto::recvHeader(*transport_, UINT32_MAX);
+    proto::FrameHeader h = recvReplyHeader(UINT32_MAX);
     if (!(h.flags & proto::kIsReply) || h.msg != proto::kMsgMemcpyDtoH || h.seq != seq_)
       throw proto::ProtocolError("unexpected frame from the worker during a copy");
     proto::Status st = 0;

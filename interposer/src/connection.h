@@ -25,8 +25,16 @@ inline constexpr int kErrDeviceUnavailable = proto::cu::kDeviceUnavailable;  // 
 
 class Connection {
  public:
+  // How long the handshake may take (the server starts a worker, which opens its device).
+  static constexpr std::chrono::milliseconds kHandshakeTimeout{120000};
+  // How long a call may wait without a word from the worker before the worker counts as stopped
+  // (GPOOL_WORKER_TIMEOUT). A worker busy with a long call says it runs every quarter of this.
+  static constexpr std::chrono::milliseconds kDefaultWorkerTimeout{20000};
+
   // Connects and performs the handshake; throws proto::TransportError with a message naming the address.
-  Connection(std::unique_ptr<proto::Transport> transport, std::string address, uint32_t device, const std::string& token);
+  // `worker_timeout` 0: wait for a worker however long it is silent.
+  Connection(std::unique_ptr<proto::Transport> transport, std::string address, uint32_t device, const std::string& token,
+             std::chrono::milliseconds worker_timeout = kDefaultWorkerTimeout);
   ~Connection();
 
   const proto::HelloReply& hello() const { return hello_; }
@@ -84,6 +92,8 @@ class Connection {
   // Statistics for tests and benchmarks.
   uint64_t framesSent() const { return frames_sent_; }
   uint64_t writes() const { return writes_; }
+  uint64_t aliveFrames() const { return alive_frames_; }
+  bool watchesWorker() const { return watch_ms_ > 0; }
 
  private:
   static constexpr size_t kBatchBytes = 64 * 1024;      // flush when this much is batched
@@ -119,7 +129,10 @@ class Connection {
     w.put(v);
   }
   void flushLocked();
+  void sendBatch();
   void awaitReply(uint16_t msg);
+  proto::FrameHeader recvReplyHeader(uint32_t max_payload);
+  void watchWorker(std::chrono::milliseconds timeout);
   void markPending();
   int fail(const std::string& why);
   void flusherLoop();
@@ -139,6 +152,8 @@ class Connection {
   std::thread flusher_;
   uint64_t frames_sent_ = 0;
   uint64_t writes_ = 0;
+  uint64_t alive_frames_ = 0;
+  int64_t watch_ms_ = 0;  // the worker's silence bound while a call waits; 0: none
 };
 
 }  // namespace gpool::client

@@ -92,6 +92,20 @@ std::optional<AllocatorLease> leaseFromAllocator(std::string& why) {
   return l;
 }
 
+// GPOOL_WORKER_TIMEOUT: seconds a call may wait without a word from the worker (0: no bound).
+std::chrono::milliseconds workerTimeout() {
+  const char* env = std::getenv("GPOOL_WORKER_TIMEOUT");
+  if (!env || !*env) return Connection::kDefaultWorkerTimeout;
+  char* end = nullptr;
+  double seconds = std::strtod(env, &end);
+  if (end == env || *end || !(seconds >= 0) || seconds > 86400) {
+    GPOOL_LOG(Level::kWarn, "GPOOL_WORKER_TIMEOUT=%s is not a number of seconds from 0 to 86400; using %lld",
+              env, static_cast<long long>(Connection::kDefaultWorkerTimeout.count() / 1000));
+    return Connection::kDefaultWorkerTimeout;
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
 }  // namespace
 
 thread_local std::vector<CUcontext> State::ctx_stack;
@@ -123,7 +137,7 @@ CUresult State::init() {
       token = lease->token;
     }
     try {
-      conn_ = std::make_unique<Connection>(proto::connectTcp(address), address, device, token);
+      conn_ = std::make_unique<Connection>(proto::connectTcp(address), address, device, token, workerTimeout());
       primary_.resize(conn_->hello().devices.size());
       for (size_t i = 0; i < primary_.size(); ++i) {
         primary_[i].device = static_cast<int>(i);

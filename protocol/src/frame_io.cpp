@@ -31,17 +31,17 @@ void sendFrame(Transport& t, uint16_t msg, uint16_t flags, uint64_t seq, const v
   t.send(std::span<const ConstBuffer>(bufs.data(), n ? 2 : 1));
 }
 
-FrameHeader recvHeader(Transport& t, uint32_t max_payload) {
+FrameHeader recvHeader(Transport& t, uint32_t max_payload, bool idle_ok) {
   FrameHeader h{};
-  t.recv(&h, sizeof h, true);  // between frames, a peer may be quiet as long as it likes
+  t.recv(&h, sizeof h, idle_ok);
   if (h.length > max_payload)
     throw ProtocolError("frame of " + std::to_string(h.length) + " bytes exceeds the limit of " +
                         std::to_string(max_payload));
   return h;
 }
 
-FrameHeader recvFrame(Transport& t, std::vector<uint8_t>& payload, uint32_t max_payload) {
-  FrameHeader h = recvHeader(t, max_payload);
+FrameHeader recvFrame(Transport& t, std::vector<uint8_t>& payload, uint32_t max_payload, bool idle_ok) {
+  FrameHeader h = recvHeader(t, max_payload, idle_ok);
   payload.resize(h.length);
   if (h.length) t.recv(payload.data(), h.length);
   return h;
@@ -50,6 +50,7 @@ FrameHeader recvFrame(Transport& t, std::vector<uint8_t>& payload, uint32_t max_
 const char* messageName(uint16_t msg) {
   switch (msg) {
     case kMsgHello: return "Hello";
+    case kMsgAlive: return "Alive";
     case kMsgMemcpyDtoH: return "MemcpyDtoH";
     case calls::ModuleLoadCached::id: return "ModuleLoadCached";
 #define X(name, number, mode, ins, outs) \

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -42,11 +43,19 @@ class TcpTransport final : public Transport {
     msghdr m{};
     m.msg_iov = iov.data();
     m.msg_iovlen = n;
+    int heard = unread();
     while (m.msg_iovlen > 0) {
       ssize_t sent = ::sendmsg(socket_.native_handle(), &m, MSG_NOSIGNAL);
       if (sent < 0) {
         if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) throw TransportStalled(stalled("stopped reading"));
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {  // the stall timeout passed without progress
+          // A peer too busy to read that still talks to us (a worker's kMsgAlive frames) is alive.
+          if (int now = unread(); now > heard) {
+            heard = now;
+            continue;
+          }
+          throw TransportStalled(stalled("stopped reading"));
+        }
         throw TransportError("send to " + peer_ + " failed: " + std::strerror(errno));
       }
       for (auto left = static_cast<size_t>(sent); left > 0;) {  // past what went out
@@ -70,7 +79,8 @@ class TcpTransport final : public Transport {
       } else if (r == 0) {
         throw TransportError("connection closed by " + peer_);
       } else if (errno == EAGAIN || errno == EWOULDBLOCK) {  // the stall timeout passed without a byte
-        if (!(idle_ok && got == 0)) throw TransportStalled(stalled("stopped sending mid-frame"));
+        if (got > 0) throw TransportStalled(stalled("stopped sending mid-frame"));
+        if (!idle_ok) throw TransportStalled(stalled("sent nothing"));
       } else if (errno != EINTR) {
         throw TransportError("receive from " + peer_ + " failed: " + std::strerror(errno));
       }
@@ -97,6 +107,11 @@ class TcpTransport final : public Transport {
   std::string peer() const override { return peer_; }
 
  private:
+  // Bytes received and not yet read.
+  int unread() {
+    int n = 0;
+    return ::ioctl(socket_.native_handle(), FIONREAD, &n) == 0 ? n : 0;
+  }
   std::string stalled(const char* what) const {
     return peer_ + " " + what + " for " + std::to_string(stall_ms_) + " ms (the stall timeout)";
   }

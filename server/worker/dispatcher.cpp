@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <cstring>
 #include <optional>
 #include <tuple>
@@ -67,15 +68,19 @@ void Dispatcher::dispatch(const proto::FrameHeader& h) {
 }
 
 void Dispatcher::reply(const proto::FrameHeader& h, const std::vector<uint8_t>& payload) {
+  auto lock = alive_.replyLock();
   proto::sendFrame(transport_, h.msg, proto::kIsReply, h.seq, payload.data(), payload.size());
 }
 
 void Dispatcher::replyStatus(const proto::FrameHeader& h, Status st) {
+  auto lock = alive_.replyLock();
   proto::sendFrame(transport_, h.msg, proto::kIsReply, h.seq, &st, sizeof st);
 }
 
 // Reply layout: `bytes` of data then the status (4 bytes) when the copy runs; the status alone when it
-// is refused up front. Data streams in chunks so a large copy never needs a buffer of its size.
+// is refused up front or its first chunk fails. Data streams in chunks so a large copy never needs a
+// buffer of its size. The first chunk is copied before the reply starts: that copy waits for the work
+// queued before it, however long, while kMsgAlive frames still go out; the rest stream without waits.
 void Dispatcher::memcpyDtoH(const proto::FrameHeader& h) {
   uint64_t src = 0, bytes = 0, stream = 0;
   proto::Reader r(payload_.data(), payload_.size());
@@ -91,17 +96,21 @@ void Dispatcher::memcpyDtoH(const proto::FrameHeader& h) {
     replyStatus(h, st);
     return;
   }
-  proto::FrameHeader rh{static_cast<uint32_t>(bytes + sizeof(Status)), h.msg, proto::kIsReply, h.seq};
   if (bytes + sizeof(Status) > UINT32_MAX) {
-    st = cu::kInvalidValue;  // a single reply frame cannot carry it; the client splits larger copies
+    replyStatus(h, cu::kInvalidValue);  // a single reply frame cannot carry it; the client splits larger copies
+    return;
+  }
+  const uint64_t chunk = std::min<uint64_t>(bytes, proto::kBulkChunk);
+  auto* staging = static_cast<uint8_t*>(backend_.stagingBuffer(chunk));
+  if (bytes && (st = backend_.MemcpyDtoH(staging, src, chunk, stream)) != 0) {
     replyStatus(h, st);
     return;
   }
-  proto::ConstBuffer hb{&rh, sizeof rh};
-  transport_.send(std::span(&hb, 1));
-  const uint64_t chunk = std::min<uint64_t>(bytes, proto::kBulkChunk);
-  auto* staging = static_cast<uint8_t*>(backend_.stagingBuffer(chunk));
-  for (uint64_t off = 0; off < bytes;) {
+  auto lock = alive_.replyLock();
+  proto::FrameHeader rh{static_cast<uint32_t>(bytes + sizeof(Status)), h.msg, proto::kIsReply, h.seq};
+  std::array<proto::ConstBuffer, 2> first{proto::ConstBuffer{&rh, sizeof rh}, proto::ConstBuffer{staging, chunk}};
+  transport_.send(first);
+  for (uint64_t off = chunk; off < bytes;) {
     uint64_t n = std::min<uint64_t>(bytes - off, chunk);
     if (st == 0) st = backend_.MemcpyDtoH(staging, src + off, n, stream);
     if (st != 0) std::memset(staging, 0, n);  // keep the promised length
@@ -111,6 +120,15 @@ void Dispatcher::memcpyDtoH(const proto::FrameHeader& h) {
   }
   proto::ConstBuffer sb{&st, sizeof st};
   transport_.send(std::span(&sb, 1));
+}
+
+// The client asks for liveness frames (protocol 2.2): payload u32 interval in ms, no reply.
+void Dispatcher::alive(const proto::FrameHeader& h) {
+  uint32_t interval_ms = 0;
+  proto::Reader r(payload_.data(), payload_.size());
+  if (!r.get(interval_ms) || !r.atEnd() || (h.flags & proto::kWantsReply))
+    throw Violation{"malformed Alive request (" + std::to_string(h.length) + " bytes)"};
+  alive_.start(interval_ms);
 }
 
 void Dispatcher::moduleLoadCached(const proto::FrameHeader& h) {
@@ -153,6 +171,8 @@ void Dispatcher::handle(const proto::FrameHeader& h) {
 #undef X
     case proto::kMsgMemcpyDtoH:
       return memcpyDtoH(h);
+    case proto::kMsgAlive:
+      return alive(h);
     case proto::calls::ModuleLoadCached::id:
       return moduleLoadCached(h);
     default:
@@ -171,7 +191,9 @@ ServeResult Dispatcher::serve() {
       payload_ = {buffer, h.length};
       if (h.flags & proto::kIsReply) throw Violation{"client sent a reply frame"};
       ++result.frames;
+      alive_.begin();
       handle(h);
+      alive_.end();
     }
   } catch (const proto::TransportStalled& e) {
     result.reason = e.what();  // the connection is dropped

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "alive_signal.h"
 #include "backend.h"
 #include "handle_table.h"
 #include "memory_ledger.h"
@@ -46,6 +47,7 @@ class Dispatcher {
   // A reply that carries only a status (refusals, unknown messages).
   void replyStatus(const proto::FrameHeader& h, Status st);
   void memcpyDtoH(const proto::FrameHeader& h);
+  void alive(const proto::FrameHeader& h);
   void moduleLoadCached(const proto::FrameHeader& h);
   template <typename C>
   void dispatch(const proto::FrameHeader& h);
@@ -63,6 +65,7 @@ class Dispatcher {
   Status latched_ = 0;  // first failure of a call nobody waited for
   ModuleCache* cache_;
   ServeResult stats_;
+  AliveSignal alive_{transport_};  // last: its thread stops before anything it reads goes
 };
 
 }  // namespace gpool::worker

@@ -25,7 +25,7 @@ struct SimOptions {
   std::vector<std::string> kernel_plugins;
 };
 
-class SimBackend final : public Backend {
+class SimBackend : public Backend {
  public:
   explicit SimBackend(SimOptions options);
   ~SimBackend() override;

@@ -137,6 +137,7 @@ int main(int argc, char** argv) {
     hello.status = 999;  // CUDA_ERROR_UNKNOWN
     hello.error = e.what();
   }
+  hello.features |= gpool::proto::kFeatureAlive;
   std::unique_ptr<gpool::worker::ModuleCache> cache;
   if (!module_cache_dir.empty()) {
     cache = std::make_unique<gpool::worker::ModuleCache>(module_cache_dir, module_cache_max);

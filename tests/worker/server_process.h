@@ -82,6 +82,15 @@ class ServerProcess {
     }
     return false;
   }
+  // The pid of the worker the server started most recently for a client, from its log; 0 if none.
+  pid_t lastWorker() const {
+    std::string text = log();
+    std::regex started("→ worker (\\d+)");
+    pid_t pid = 0;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), started); it != std::sregex_iterator(); ++it)
+      pid = std::stoi((*it)[1]);
+    return pid;
+  }
   // Waits until the log contains `pattern` (regex); true when it appeared in time.
   bool waitForLog(const std::string& pattern, int ms = 5000) const {
     std::regex re(pattern);

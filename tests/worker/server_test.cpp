@@ -136,15 +136,6 @@ TEST(Server, AClientThatStopsMidFrameIsDroppedAndAQuietOneKept) {
 
 namespace {
 
-// The pid of the worker the server started most recently for a client, from its log; 0 if none.
-pid_t lastWorker(const test::ServerProcess& server) {
-  std::string log = server.log();
-  std::regex started("→ worker (\\d+)");
-  pid_t pid = 0;
-  for (auto it = std::sregex_iterator(log.begin(), log.end(), started); it != std::sregex_iterator(); ++it) pid = std::stoi((*it)[1]);
-  return pid;
-}
-
 // The descriptors above stdio that a process holds: "socket:[…]", paths, "pipe:[…]"...
 std::vector<std::string> openDescriptors(pid_t pid) {
   std::vector<std::string> out;
@@ -183,7 +174,7 @@ TEST(Server, WorkerHoldsOnlyItsOwnConnection) {
   auto second = hello(server.address());
   test::RawClient c(*second);
   ASSERT_EQ(c.call<calls::MemAlloc>(uint64_t{4096}).first, 0);
-  pid_t worker = lastWorker(server);
+  pid_t worker = server.lastWorker();
   ASSERT_GT(worker, 0);
   std::vector<std::string> fds = openDescriptors(worker);
   int sockets = 0;
@@ -200,7 +191,7 @@ TEST(Server, WorkersEndWithTheirServer) {
   auto t = hello(server.address());
   test::RawClient c(*t);
   ASSERT_EQ(c.call<calls::MemAlloc>(uint64_t{4096}).first, 0);
-  pid_t worker = lastWorker(server);
+  pid_t worker = server.lastWorker();
   ASSERT_GT(worker, 0);
   server.kill9();
   bool ended = false;

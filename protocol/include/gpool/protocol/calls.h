@@ -50,6 +50,12 @@ namespace calls {
 // Messages outside calls.def (custom encodings, docs/protocol.md).
 inline constexpr uint16_t kMsgHello = 0x0001;
 inline constexpr uint16_t kMsgMemcpyDtoH = 0x0105;
+// Liveness (protocol 2.2, workers with kFeatureAlive). Client to worker, no reply: payload u32 interval in
+// ms. From then on, while the worker handles the client's frames it sends an empty kMsgAlive frame (flags
+// 0, seq 0) at least every interval, so a client waiting on a long call can tell a busy worker from a
+// stopped one. The client skips these frames wherever it reads.
+inline constexpr uint16_t kMsgAlive = 0x0002;
+inline constexpr uint32_t kMinAliveIntervalMs = 50, kMaxAliveIntervalMs = 60000;
 // On the host-function channel only: the worker says callback `seq` is due (payload: u64 id); the client
 // answers with a reply frame carrying the same id once the function has returned.
 inline constexpr uint16_t kMsgHostFuncDue = 0x01c2;

@@ -24,8 +24,9 @@ class ProtocolError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
-FrameHeader recvHeader(Transport& t, uint32_t max_payload);
+// `idle_ok`: the header's first byte may take as long as it takes (Transport::recv).
+FrameHeader recvHeader(Transport& t, uint32_t max_payload, bool idle_ok = true);
 // Reads one whole frame into `payload` (resized).
-FrameHeader recvFrame(Transport& t, std::vector<uint8_t>& payload, uint32_t max_payload);
+FrameHeader recvFrame(Transport& t, std::vector<uint8_t>& payload, uint32_t max_payload, bool idle_ok = true);
 
 }  // namespace gpool::proto
