@@ -12,6 +12,28 @@
 #include "service.h"
 #include "store.h"
 
+namespace {
+
+// Every connection is a descriptor: take the whole allowance the system gives, and say so when that is
+// less than --max-connections needs. At the limit, accepting waits (httplib retries every millisecond)
+// and new connections queue in the backlog until a connection closes; nothing else breaks.
+void raiseOpenFileLimit(size_t max_connections) {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+  if (r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &r);
+  }
+  constexpr rlim_t kReserve = 64;  // the database, keys, logs, munged, the listeners
+  if (r.rlim_cur != RLIM_INFINITY && r.rlim_cur < max_connections + kReserve)
+    spdlog::warn("only {} open files allowed (RLIMIT_NOFILE): about {} connections can be open at once, not the {} of "
+                 "--max-connections; more wait in the listen backlog. Raise the limit (systemd LimitNOFILE=, ulimit -n) "
+                 "or lower --max-connections",
+                 r.rlim_cur, r.rlim_cur > kReserve ? r.rlim_cur - kReserve : 0, max_connections);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{
       "gpool-allocator: grants whole or fractional GPUs of the registered gpool-servers as leases.\n"
@@ -62,11 +84,7 @@ int main(int argc, char** argv) {
     spdlog::critical("malformed --listen '{}': expected IP:PORT, such as 127.0.0.1:7430", listen);
     return 2;
   }
-  // Every connection is a descriptor: take the whole allowance the system gives.
-  if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
-    r.rlim_cur = r.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &r);
-  }
+  raiseOpenFileLimit(max_connections);
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);

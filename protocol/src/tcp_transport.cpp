@@ -43,14 +43,15 @@ class TcpTransport final : public Transport {
     msghdr m{};
     m.msg_iov = iov.data();
     m.msg_iovlen = n;
-    int heard = unread();
+    int heard = -1;  // bytes received and unread when a stall began (measured then: no system call per send)
     while (m.msg_iovlen > 0) {
       ssize_t sent = ::sendmsg(socket_.native_handle(), &m, MSG_NOSIGNAL);
       if (sent < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {  // the stall timeout passed without progress
-          // A peer too busy to read that still talks to us (a worker's kMsgAlive frames) is alive.
-          if (int now = unread(); now > heard) {
+          // A peer too busy to read that still talks to us (a worker's kMsgAlive frames) is alive. The
+          // first timeout only takes the measure: a stalled send ends after two timeouts without a word.
+          if (int now = unread(); heard < 0 || now > heard) {
             heard = now;
             continue;
           }

@@ -140,5 +140,51 @@ class AllocatorUnderLoad(unittest.TestCase):
             c.close()
 
 
+class AllocatorAtItsDescriptorLimit(unittest.TestCase):
+    def test_it_warns_then_serves_again_once_connections_close(self):
+        import subprocess
+        import tempfile
+        build = sys.argv[1]
+        with tempfile.TemporaryDirectory() as d:
+            with socket.socket() as s:  # a free port
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            log = open(os.path.join(d, "log"), "w+")
+            limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))  # noqa: E731
+            p = subprocess.Popen([os.path.join(build, "allocator", "gpool-allocator"), "--listen", f"127.0.0.1:{port}",
+                                  "--db", os.path.join(d, "a.db"), "--max-connections", "100"],
+                                 stderr=log, preexec_fn=limit)
+            crowd = []
+            try:
+                url = f"http://127.0.0.1:{port}/v1/status"
+                for _ in range(100):
+                    try:
+                        urllib.request.urlopen(url, timeout=1)
+                        break
+                    except OSError:
+                        time.sleep(0.05)
+                crowd = [socket.create_connection(("127.0.0.1", port)) for _ in range(150)]  # past the limit
+                time.sleep(1)
+                self.assertIsNone(p.poll(), "the allocator ended at its descriptor limit")
+                for s in crowd:
+                    s.close()
+                crowd = []
+                status = None
+                for _ in range(100):
+                    try:
+                        status = urllib.request.urlopen(url, timeout=2).status
+                        break
+                    except OSError:
+                        time.sleep(0.1)
+                self.assertEqual(status, 200, "not answering once connections closed")
+                log.seek(0)
+                self.assertIn("only 64 open files allowed", log.read())
+            finally:
+                for s in crowd:
+                    s.close()
+                p.kill()
+                p.wait()
+
+
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0]] + sys.argv[2:], verbosity=2)
