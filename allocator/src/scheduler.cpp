@@ -128,8 +128,10 @@ bool Scheduler::tryGrant(Lease& l, int64_t now, std::string& why) {
   for (auto& [name, s] : servers_) {
     const Pool* sp = policy_.poolOfServer(name);
     if (!sp || sp->name != pool->name || !s.up || s.drain) continue;
+    bool heard = serving_.count(name) > 0;  // until it says which leases it serves, its GPUs may hold ended ones
     for (auto& g : s.gpus) {
       ++in_pool;
+      if (!heard) continue;
       uint64_t mem = l.req.m ? l.req.m : static_cast<uint64_t>(std::floor(l.req.p * static_cast<double>(g.memory)));
       if (g.used_fraction + l.req.p <= 1.0 + kEps && g.used_memory + mem <= g.memory) fit.push_back({&s, &g, mem});
     }
@@ -193,7 +195,8 @@ void Scheduler::release(Lease& l) {
   account(l, -1);
   for (const auto& s : l.shares) {
     auto srv = servers_.find(s.server);
-    bool served = srv != servers_.end() && srv->second.up && serving_[s.server].count(l.id);
+    auto reported = serving_.find(s.server);
+    bool served = srv != servers_.end() && srv->second.up && reported != serving_.end() && reported->second.count(l.id);
     if (served) draining_[s.server].push_back({l.id, s.device, s.fraction, s.memory});
     else freeOnGpu(s.server, s.device, s.fraction, s.memory);
   }
@@ -201,8 +204,9 @@ void Scheduler::release(Lease& l) {
 
 bool Scheduler::settleDraining(const std::string& server) {
   auto it = draining_.find(server);
-  if (it == draining_.end()) return false;
-  const auto& serving = serving_[server];
+  auto reported = serving_.find(server);
+  if (it == draining_.end() || reported == serving_.end()) return false;
+  const auto& serving = reported->second;
   auto& shares = it->second;
   auto done = std::stable_partition(shares.begin(), shares.end(), [&](const Draining& d) { return serving.count(d.lease) > 0; });
   bool freed = done != shares.end();
@@ -354,7 +358,7 @@ void Scheduler::registerServer(Server s, int64_t now) {
   auto old = servers_.find(s.name);
   if (old != servers_.end()) s.drain = old->second.drain;
   for (auto& g : s.gpus) g.used_fraction = 0, g.used_memory = 0;
-  serving_.erase(s.name);  // a server (re)starting runs no worker: they end with it
+  serving_[s.name].clear();  // a server (re)starting runs no worker: they end with it
   draining_.erase(s.name);
   for (const auto& id : live_) {
     const Lease& l = leases_.at(id);
@@ -381,6 +385,7 @@ bool Scheduler::heartbeatServer(const std::string& name, int64_t now, const std:
     schedule(now);
   }
   serving_[name] = std::set<std::string>(serving.begin(), serving.end());
+  drainUncounted(name, serving);
   if (settleDraining(name)) {
     ++version_;
     schedule(now);
@@ -389,10 +394,26 @@ bool Scheduler::heartbeatServer(const std::string& name, int64_t now, const std:
   if (auto d = draining_.find(name); d != draining_.end())  // again in every answer, until the server stops them
     for (const auto& share : d->second)
       if (std::find(revoked.begin(), revoked.end(), share.lease) == revoked.end()) revoked.push_back(share.lease);
-  for (const auto& id : serving)  // ended leases it serves with no share counted (started after it ended)
-    if (const Lease* l = lease(id); l && l->state == LeaseState::kEnded && std::find(revoked.begin(), revoked.end(), id) == revoked.end())
-      revoked.push_back(id);
   return true;
+}
+
+// Ended leases a server serves with no draining share counted (the allocator restarted since they ended,
+// or a worker started after its lease ended): their shares are on its GPUs, so count them, until it
+// stops serving them.
+void Scheduler::drainUncounted(const std::string& name, const std::vector<std::string>& serving) {
+  auto& shares = draining_[name];
+  for (const auto& id : serving) {
+    const Lease* l = lease(id);
+    if (!l || l->state != LeaseState::kEnded) continue;
+    if (std::any_of(shares.begin(), shares.end(), [&](const Draining& d) { return d.lease == id; })) continue;
+    for (const auto& sh : l->shares) {
+      if (sh.server != name) continue;
+      shares.push_back({id, sh.device, sh.fraction, sh.memory});
+      for (auto& g : servers_.at(name).gpus)
+        if (g.index == sh.device) g.used_fraction += sh.fraction, g.used_memory += sh.memory;
+    }
+  }
+  if (shares.empty()) draining_.erase(name);
 }
 
 std::vector<std::string> Scheduler::liveLeasesOn(const std::string& server) const {

@@ -141,6 +141,8 @@ class Scheduler {
   void release(Lease& l);
   // Frees the GPU usage of `server`'s draining shares whose leases it no longer serves; true if any.
   bool settleDraining(const std::string& server);
+  // Counts as draining the ended leases `name` reports serving that have no draining share yet.
+  void drainUncounted(const std::string& name, const std::vector<std::string>& serving);
   void freeOnGpu(const std::string& server, int device, double fraction, uint64_t memory);
   void schedule(int64_t now);
   void touch(Lease& l) { dirty_leases_.push_back(l.id), ++version_; }
@@ -160,7 +162,9 @@ class Scheduler {
   uint64_t next_seq_ = 1;
   uint64_t version_ = 0;
   std::vector<std::string> dirty_leases_, dirty_servers_;
-  std::map<std::string, std::set<std::string>> serving_;  // server → leases it runs workers for (its reports)
+  // server → leases it runs workers for (its reports). A server with no entry has not reported since this
+  // allocator started (or since it went down): its GPUs take no new share until it does.
+  std::map<std::string, std::set<std::string>> serving_;
   struct Draining {
     std::string lease;
     int device;

@@ -176,6 +176,28 @@ TEST(Scheduler, ARevokedShareDrainsUntilItsServerStopsServingIt) {
   EXPECT_EQ(s.request(req("w"), 1950, "L3").kind, Decision::kGranted);
 }
 
+// Issue 11: a restarted allocator forgot the shares still draining on a server and granted them again
+// while the ended lease's worker ran on. Now it grants nothing on a server until the server has said
+// which leases it serves, and counts the ended ones among them until they stop.
+TEST(Scheduler, ARestartedAllocatorCountsWhatStillDrainsBeforeGrantingOnAServer) {
+  Scheduler s = make();
+  s.registerServer(server("a", 1), 0);
+  ASSERT_EQ(s.request(req("u1", 1.0), 0, "L1").kind, Decision::kGranted);
+  std::vector<std::string> revoked;
+  s.heartbeatServer("a", 50, {"L1"}, revoked);
+  s.end("L1", "released", 60);  // its worker still runs: the GPU drains
+
+  Scheduler r = make();  // the allocator restarts from what it stored
+  r.restore(s.servers(), s.leases(), 100);
+  EXPECT_EQ(r.request(req("u2", 1.0), 100, "L2").kind, Decision::kQueued) << "granted before server a reported";
+  r.heartbeatServer("a", 200, {"L1"}, revoked);
+  EXPECT_EQ(revoked, std::vector<std::string>{"L1"});
+  EXPECT_EQ(r.lease("L2")->state, LeaseState::kQueued) << "granted the GPU an ended lease's worker still uses";
+  r.heartbeatServer("a", 300, {}, revoked);  // the worker is gone
+  EXPECT_TRUE(revoked.empty());
+  EXPECT_EQ(r.lease("L2")->state, LeaseState::kGranted);
+}
+
 TEST(Scheduler, DrainStopsNewSharesAndAWaitRunsOut) {
   Scheduler s = make();
   s.registerServer(server("a", 1), 0);
@@ -272,7 +294,10 @@ TEST(Store, KeepsServersLeasesAndPolicyAcrossReopening) {
   Scheduler s = make();
   s.restore(servers, leases, 100);
   EXPECT_EQ(s.position("L2"), 1);
-  s.end("L1", "released", 200);  // the restored usage is released and the queue moves
+  std::vector<std::string> revoked;
+  s.heartbeatServer("a", 150, {"L1"}, revoked);  // its worker of L1 runs on
+  s.end("L1", "released", 200);
+  s.heartbeatServer("a", 250, {}, revoked);  // and stops: the restored usage is released and the queue moves
   EXPECT_EQ(s.lease("L2")->state, LeaseState::kGranted);
   fs::remove(db);
   fs::remove(db.string() + "-wal");
