@@ -207,13 +207,16 @@ void Service::tickLoop() {
       std::lock_guard lock(mu_);
       // A tick far later than planned: the allocator itself was stopped or starved, and heartbeats that
       // came meanwhile may not have been read yet. That time counts against nobody.
-      if (int64_t late = now() - last - 100; late > 1000) {
+      // One reading of the clock for the check and the tick: a stop between two readings would judge
+      // heartbeats by a time the check never saw.
+      const int64_t t = now();
+      if (int64_t late = t - last - 100; late > 1000) {
         spdlog::warn("the allocator could not run for {} ms (stopped or starved); heartbeat timeouts are extended by as much", late);
         sched_->forgive(late);
       }
-      last = now();
+      last = t;
       try {
-        if (sched_->tick(now(), !backlogged())) persist();
+        if (sched_->tick(t, !backlogged())) persist();
         sched_->prune(now(), 60 * 1000);  // ended leases stay readable for a minute (and in the database)
       } catch (const std::exception& e) {
         spdlog::error("tick: {}", e.what());

@@ -4,6 +4,7 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 namespace gpool::worker {
@@ -132,8 +133,12 @@ Status RequestChecks::admit(proto::LaunchAttrs& a, CallScope&) {
     return cu::kInvalidValue;
   for (uint64_t i = 0; i < a.data.size / sizeof(CUlaunchAttribute); ++i) {
     CUlaunchAttribute at;
-    std::memcpy(&at, static_cast<const uint8_t*>(a.data.data) + i * sizeof at, sizeof at);
-    switch (at.id) {
+    const uint8_t* bytes = static_cast<const uint8_t*>(a.data.data) + i * sizeof at;
+    std::memcpy(&at, bytes, sizeof at);
+    uint32_t id;  // read as a number: a value outside the enum may not be loaded as a CUlaunchAttributeID
+    static_assert(sizeof id == sizeof at.id);
+    std::memcpy(&id, bytes + offsetof(CUlaunchAttribute, id), sizeof id);
+    switch (id) {
       case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
         if (!table_.has(HandleKind::kEvent, reinterpret_cast<uint64_t>(at.value.programmaticEvent.event))) return cu::kInvalidHandle;
         break;

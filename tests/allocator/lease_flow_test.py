@@ -111,6 +111,7 @@ class LeaseFlow(unittest.TestCase):
         self.assertLess(time.time() - exited, 1.0)
         self.assertIn("client disconnected", c.lease(lease["id"])["end_reason"])
 
+    @unittest.skipUnless(os.path.exists(SERVER_LOSS), "cuda_server_loss is built only with nvcc")
     def test_a_lease_ends_with_its_last_client_not_its_first(self):
         # A program of several processes: one exiting must not end the lease under the others (issue 11).
         c = self.make(ttl="30s")
@@ -260,6 +261,7 @@ class LeaseFlow(unittest.TestCase):
         admin = c.signature("POST", path, b"")  # the admin key does not speak for a server either
         self.assertEqual(c.try_http("POST", path, b"", headers=admin)[0], 401)
 
+    @unittest.skipUnless(os.path.exists(SERVER_LOSS), "cuda_server_loss is built only with nvcc")
     def test_one_lease_cannot_take_every_connection_of_a_server(self):
         # Connections are counted per lease: one 0.25 token took all 64 slots of a server (issue 11).
         c = self.make(ttl="30s", server_args=["--max-clients-per-lease", "2"])

@@ -2,6 +2,7 @@
 // transport: batching of asynchronous calls, latched errors, direct sends of large buffers, and loss.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <thread>
 
 #include "connection.h"
@@ -43,6 +44,8 @@ struct Remote {
 }  // namespace
 
 TEST(Connection, AsynchronousCallsAreBatchedIntoFewWrites) {
+  // Batching has a time bound (500 us): under sanitizers the posts are slow enough to cross it often.
+  if (std::getenv("GPOOL_SANITIZED")) GTEST_SKIP() << "counts writes per time bound: run in the normal build";
   Remote r;
   calls::StreamCreate::out::tuple s;
   ASSERT_EQ(r.conn->call<calls::StreamCreate>(s, 0u, 0), 0);
