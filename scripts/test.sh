@@ -15,7 +15,7 @@ ctest --test-dir build --output-on-failure --timeout 300 -j2
 [ $sanitizers = 1 ] || exit 0
 
 echo "=== the test suite again, under AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/)"
-# -O1 -g1: about half the compile time of -O2 -g, and reports still name file and line.
+# -O1 -g1: quicker to build than -O2 -g (the whole pass must fit in CI), and reports still name file and line.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g1" \
   -DGPOOL_SANITIZE=address,undefined -DGPOOL_BUILD_CUDA_PROGRAMS=OFF >/dev/null
 cmake --build build-asan
