@@ -6,6 +6,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "elastic_pool.h"
 #include "gpool/protocol/transport.h"
 #include "lease_token.h"
 #include "policy.h"
@@ -15,21 +16,20 @@
 namespace {
 
 // Every connection is a descriptor: take the whole allowance the system gives, and say so when that is
-// less than --max-connections needs. At the limit, accepting waits (httplib retries every millisecond)
-// and new connections queue in the backlog until a connection closes; nothing else breaks.
+// less than --max-connections needs. Past the budget, connections wait in the listen backlog
+// (elastic_pool.h): the allocator never reaches the limit itself.
 void raiseOpenFileLimit(size_t max_connections) {
-  rlimit r{};
-  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return;
-  if (r.rlim_cur < r.rlim_max) {
+  if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
     r.rlim_cur = r.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &r);
   }
-  constexpr rlim_t kReserve = 64;  // the database, keys, logs, munged, the listeners
-  if (r.rlim_cur != RLIM_INFINITY && r.rlim_cur < max_connections + kReserve)
-    spdlog::warn("only {} open files allowed (RLIMIT_NOFILE): about {} connections can be open at once, not the {} of "
+  rlimit r{};
+  size_t budget = gpool::allocator::ElasticPool::descriptorBudget();
+  if (budget < max_connections && ::getrlimit(RLIMIT_NOFILE, &r) == 0)
+    spdlog::warn("only {} open files allowed (RLIMIT_NOFILE): {} connections can be open at once, not the {} of "
                  "--max-connections; more wait in the listen backlog. Raise the limit (systemd LimitNOFILE=, ulimit -n) "
                  "or lower --max-connections",
-                 r.rlim_cur, r.rlim_cur > kReserve ? r.rlim_cur - kReserve : 0, max_connections);
+                 r.rlim_cur, budget, max_connections);
 }
 
 }  // namespace

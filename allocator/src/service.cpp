@@ -149,7 +149,7 @@ int Service::start(const std::string& host, int port) {
 void Service::serve(httplib::Server& s) {
   size_t threads = opt_.max_connections;
   s.new_task_queue = [this, threads] {  // asked for by the TCP listener only (the local one has its own threads)
-    auto* pool = new ElasticPool(threads);
+    auto* pool = new ElasticPool(threads, ElasticPool::descriptorBudget());
     pool_ = pool;
     return pool;
   };
