@@ -112,6 +112,21 @@ std::optional<std::string> Scheduler::quotaBlocks(const Lease& l) const {
   return std::nullopt;
 }
 
+// A gang of n shares on as few servers as it can: first a server that fits all n, else the servers that
+// fit the most; within a server, and between servers that rank alike, the order `fit` already has.
+template <typename Candidate>
+static void onFewestServers(std::vector<Candidate>& fit, int n) {
+  std::map<const Server*, std::pair<int, size_t>> rank;  // server → (its fitting GPUs, capped at n; first position)
+  for (size_t i = 0; i < fit.size(); ++i) {
+    auto it = rank.try_emplace(fit[i].server, 0, i).first;
+    it->second.first = std::min(it->second.first + 1, n);
+  }
+  std::stable_sort(fit.begin(), fit.end(), [&](const Candidate& a, const Candidate& b) {
+    const auto &ra = rank.at(a.server), &rb = rank.at(b.server);
+    return ra.first != rb.first ? ra.first > rb.first : ra.second < rb.second;
+  });
+}
+
 bool Scheduler::tryGrant(Lease& l, int64_t now, std::string& why) {
   if (auto q = quotaBlocks(l)) {
     why = *q;
@@ -146,6 +161,7 @@ bool Scheduler::tryGrant(Lease& l, int64_t now, std::string& why) {
     return pool->placement == "spread" ? a.gpu->used_fraction < b.gpu->used_fraction
                                        : a.gpu->used_fraction > b.gpu->used_fraction;
   });
+  onFewestServers(fit, l.req.n);
   l.shares.clear();
   int64_t expiry = unix_seconds_() + std::chrono::duration_cast<std::chrono::seconds>(policy_.token_ttl).count();
   for (int i = 0; i < l.req.n; ++i) {

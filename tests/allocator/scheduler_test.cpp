@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 
 #include "lease_token.h"
 #include "policy.h"
@@ -196,6 +197,43 @@ TEST(Scheduler, ARestartedAllocatorCountsWhatStillDrainsBeforeGrantingOnAServer)
   r.heartbeatServer("a", 300, {}, revoked);  // the worker is gone
   EXPECT_TRUE(revoked.empty());
   EXPECT_EQ(r.lease("L2")->state, LeaseState::kGranted);
+}
+
+// Issue 12: a gang of shares lands on as few servers as it can. Packing alone took the fullest GPUs
+// first, wherever they were, and split requests that fewer servers fit.
+namespace {
+// Grants a share of `p` on `on` only, by draining the other servers meanwhile.
+void grantOn(Scheduler& s, const std::string& on, const std::string& id, double p) {
+  for (const auto& [name, _] : s.servers()) s.setDrain(name, name != on);
+  ASSERT_EQ(s.request(req("u-" + id, p), 0, id).kind, Decision::kGranted);
+  ASSERT_EQ(s.lease(id)->shares[0].server, on);
+  for (const auto& [name, _] : s.servers()) s.setDrain(name, false);
+}
+std::set<std::string> serversOf(const Scheduler& s, const std::string& id) {
+  std::set<std::string> out;
+  for (const auto& sh : s.lease(id)->shares) out.insert(sh.server);
+  return out;
+}
+}  // namespace
+
+TEST(Scheduler, AGangLandsOnOneServerWhenOneFitsIt) {
+  Scheduler s = make();
+  s.registerServer(server("a", 2), 0);
+  s.registerServer(server("b", 2), 0);
+  grantOn(s, "b", "whole", 1.0);  // b: one GPU full,
+  grantOn(s, "b", "half", 0.5);   // the other half used: the fullest GPU that fits a half
+  auto d = s.request(req("u", 0.5, 2), 1, "gang");
+  ASSERT_EQ(d.kind, Decision::kGranted) << d.reason;
+  EXPECT_EQ(serversOf(s, "gang"), std::set<std::string>{"a"}) << "split over two servers when a fits both";
+}
+
+TEST(Scheduler, AGangTooBigForOneServerTakesTheFewestServers) {
+  Scheduler s = make();
+  for (const char* name : {"a", "b", "c"}) s.registerServer(server(name, 2), 0);
+  for (const char* name : {"a", "b", "c"}) grantOn(s, name, std::string("half-") + name, 0.5);  // one GPU of each half used
+  auto d = s.request(req("u", 0.5, 3), 1, "gang");
+  ASSERT_EQ(d.kind, Decision::kGranted) << d.reason;
+  EXPECT_EQ(serversOf(s, "gang").size(), 2u) << "three halves need two of these servers, not three";
 }
 
 TEST(Scheduler, DrainStopsNewSharesAndAWaitRunsOut) {
