@@ -194,6 +194,12 @@ void Scheduler::account(const Lease& l, int sign) {
     }
 }
 
+// Counts a share on its GPU of `s` (a grant, a restored lease, a share found still running there).
+static void countOnGpu(Server& s, const Share& sh) {
+  for (auto& g : s.gpus)
+    if (g.index == sh.device) g.used_fraction += sh.fraction, g.used_memory += sh.memory;
+}
+
 void Scheduler::freeOnGpu(const std::string& server, int device, double fraction, uint64_t memory) {
   auto it = servers_.find(server);
   if (it == servers_.end()) return;
@@ -380,9 +386,7 @@ void Scheduler::registerServer(Server s, int64_t now) {
     const Lease& l = leases_.at(id);
     if (l.state != LeaseState::kGranted) continue;
     for (const auto& sh : l.shares)
-      if (sh.server == s.name)
-        for (auto& g : s.gpus)
-          if (g.index == sh.device) g.used_fraction += sh.fraction, g.used_memory += sh.memory;
+      if (sh.server == s.name) countOnGpu(s, sh);
   }
   std::string name = s.name;
   servers_[name] = std::move(s);
@@ -425,8 +429,7 @@ void Scheduler::drainUncounted(const std::string& name, const std::vector<std::s
     for (const auto& sh : l->shares) {
       if (sh.server != name) continue;
       shares.push_back({id, sh.device, sh.fraction, sh.memory});
-      for (auto& g : servers_.at(name).gpus)
-        if (g.index == sh.device) g.used_fraction += sh.fraction, g.used_memory += sh.memory;
+      countOnGpu(servers_.at(name), sh);
     }
   }
   if (shares.empty()) draining_.erase(name);
@@ -543,10 +546,7 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
     if (l.state != LeaseState::kGranted) continue;
     account(l, +1);
     for (const auto& sh : l.shares) {
-      auto it = servers_.find(sh.server);
-      if (it == servers_.end()) continue;
-      for (auto& g : it->second.gpus)
-        if (g.index == sh.device) g.used_fraction += sh.fraction, g.used_memory += sh.memory;
+      if (auto it = servers_.find(sh.server); it != servers_.end()) countOnGpu(it->second, sh);
     }
   }
   ++version_;

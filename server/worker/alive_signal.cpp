@@ -43,7 +43,6 @@ void AliveSignal::loop() {
     try {
       std::lock_guard send(send_mu_);
       proto::sendFrame(transport_, proto::kMsgAlive, 0, 0, nullptr, 0);
-      sent_.fetch_add(1);
     } catch (const std::exception& e) {
       spdlog::debug("stopped signalling liveness: {}", e.what());  // the dispatcher sees the broken connection
       break;

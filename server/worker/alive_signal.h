@@ -32,7 +32,6 @@ class AliveSignal {
   void end() { busy_.store(false, std::memory_order_relaxed); }
   // Held across every reply the dispatcher sends, so a kMsgAlive frame never lands inside one.
   std::unique_lock<std::mutex> replyLock() { return std::unique_lock(send_mu_); }
-  uint64_t sent() const { return sent_.load(); }
 
  private:
   void loop();
@@ -41,7 +40,6 @@ class AliveSignal {
   std::mutex send_mu_;
   std::atomic<bool> busy_{false};
   std::atomic<uint64_t> frames_{0};  // frames begun: progress since the last tick counts as work
-  std::atomic<uint64_t> sent_{0};
   std::mutex mu_;
   std::condition_variable wake_;
   std::chrono::milliseconds interval_{0};
