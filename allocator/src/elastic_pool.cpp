@@ -59,11 +59,6 @@ void ElasticPool::shutdown() {
   ended_.wait(lock, [this] { return threads_ == 0; });
 }
 
-size_t ElasticPool::held() {
-  std::lock_guard lock(mu_);
-  return jobs_.size() + running_;
-}
-
 size_t ElasticPool::waiting() {
   std::lock_guard lock(mu_);
   return jobs_.size();

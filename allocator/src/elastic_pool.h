@@ -37,7 +37,6 @@ class ElasticPool : public httplib::TaskQueue {
   static constexpr size_t kReservedDescriptors = 64 + 256, kMinBudget = 16;
 
   size_t waiting();  // jobs no thread has taken yet
-  size_t held();     // jobs running or waiting
 
  private:
   void run();
