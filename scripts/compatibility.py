@@ -60,8 +60,8 @@ REFUSED = [
     (r"^cuExternal|^cuImportExternal|^cuDestroyExternal|^cuSignalExternal|^cuWaitExternal", "external memory and semaphores (Vulkan/D3D) are not supported"),
     (r"^cuGreenCtx|^cuDevResource|^cuDeviceGetDevResource|^cuCtxGetDevResource|^cuStreamGetGreenCtx|^cuCtxFromGreenCtx", "green contexts are the lease's to set (issue 5), not the program's"),
     (r"^cuProfiler|^cuCheckpoint|^cuCoredump|^cuLogs|^cuLog", "tools interfaces (profiler, checkpoint, coredump, logs) are not forwarded"),
-    (r"^cuMulticast", "multicast objects need several GPUs of one lease (issue 12)"),
-    (r"^cuDeviceGetP2P|^cuCtxEnablePeer|^cuCtxDisablePeer|^cuDeviceCanAccessPeer", "peer access between GPUs needs several GPUs of one lease (issue 12)"),
+    (r"^cuMulticast", "multicast objects span GPUs that reach each other's memory; a lease's devices are separate workers that do not"),
+    (r"^cuDeviceGetP2P|^cuCtxEnablePeer|^cuCtxDisablePeer|^cuDeviceCanAccessPeer", "a lease's devices are separate workers: no peer access between them (docs/user.md, \"Several GPUs\")"),
 ]
 # Entry points the client library defines only to refuse, as CUDA itself does on the device gpool presents
 # (they log why and what to do instead).

@@ -81,6 +81,23 @@ echo "=== workloads through gpool ==="
 env $(gpool_env $port) GPOOL_LOG_LEVEL=info python3 "$workloads" run --out "$out/wl-gpool" "${only[@]}"
 cat "$out"/wl-gpool/*.log >> "$out/all-gpool.log" 2>/dev/null
 
+# --- two devices (issue 12): two shares of the one GPU, each its own worker, as `gpool run -n 2 -p 0.5` gives --
+start_server "$out/two-server.log" "$out/cache-two"
+two="GPOOL_SHARES=127.0.0.1:$port 0 -,127.0.0.1:$port 0 -"
+echo "=== two devices: the test program and NCCL through gpool ==="
+env $(gpool_env $port) "$two" GPOOL_TEST_EXPECT_COMPUTE=1 "$build/tests/cuda_multi_device" > "$out/multi_device.gpool" 2>&1; mdrc=$?
+env $(gpool_env $port) "$two" "$build/tests/cuda_nccl_all_reduce" > "$out/nccl.gpool" 2>&1; ncrc=$?
+cat "$out/multi_device.gpool" "$out/nccl.gpool"
+cat "$out/multi_device.gpool" "$out/nccl.gpool" >> "$out/all-gpool.log"
+rows+=("$(printf '%-18s %-62s %-6s %-6s %s' multi_device "two devices: copies both ways, kernels, cross-device waits" "-" "$([ $mdrc -eq 0 ] && echo PASS || echo FAIL)" "-")")
+grep -q "NCCL is not supported between gpool devices" "$out/nccl.gpool" && [ $ncrc -eq 0 ] && ncv=PASS || ncv=FAIL
+rows+=("$(printf '%-18s %-62s %-6s %-6s %s' nccl_two_devices "NCCL refused at set-up with gpool's line, CUDA goes on" "-" "$ncv" "-")")
+[ $mdrc -eq 0 ] && [ "$ncv" = PASS ] || status=1
+echo "=== two-device workloads natively (one GPU: both on cuda:0) and through gpool (cuda:0, cuda:1) ==="
+python3 "$workloads" run --out "$out/wl2-native" --only two_devices torchrun_two
+env $(gpool_env $port) "$two" GPOOL_LOG_LEVEL=info python3 "$workloads" run --out "$out/wl2-gpool" --only two_devices torchrun_two
+cat "$out"/wl2-gpool/*.log >> "$out/all-gpool.log" 2>/dev/null
+
 # --- module images cross the wire once per host: the same PyTorch script twice, one fresh cache -------
 start_server "$out/cache-server.log" "$out/cache-twice"
 for run in 1 2; do
@@ -109,5 +126,7 @@ printf '%-18s %-62s %-6s %-6s %s\n' program check native gpool result
 printf '%s\n' "${rows[@]}"
 echo
 python3 "$workloads" compare "$out/wl-native" "$out/wl-gpool" || status=1
+echo
+python3 "$workloads" compare "$out/wl2-native" "$out/wl2-gpool" || status=1
 echo "overall: $([ $status -eq 0 ] && echo 'gpool matches native' || echo 'DIFFERENCES FOUND')"
 exit $status

@@ -58,8 +58,11 @@ std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
     for (const auto& g : s.gpus) largest = std::max(largest, g.memory);
   }
   if (gpus == 0) return "pool '" + pool->name + "' has no GPUs (no gpool-server in it has registered)";
-  if (r.n > gpus)
-    return "asks for " + std::to_string(r.n) + " GPUs; pool '" + pool->name + "' has " + std::to_string(gpus);
+  // Shares of one request may share a GPU (two halves of one GPU are two devices).
+  int per_gpu = r.p <= kEps ? r.n : static_cast<int>(std::floor((1.0 + kEps) / r.p));
+  if (r.n > gpus * per_gpu)
+    return "asks for " + std::to_string(r.n) + " GPUs; pool '" + pool->name + "' has " + std::to_string(gpus) +
+           (per_gpu > 1 ? " (" + std::to_string(gpus * per_gpu) + " shares of " + formatNumber(r.p) + ")" : "");
   if (r.m > largest)
     return "asks for " + formatSize(r.m) + " per GPU; the largest GPU in pool '" + pool->name + "' has " + formatSize(largest);
   double gpu_total = r.n * r.p;
@@ -112,6 +115,13 @@ std::optional<std::string> Scheduler::quotaBlocks(const Lease& l) const {
   return std::nullopt;
 }
 
+// How many shares of `fraction` and `memory` the GPU has room for now, at most `n`.
+static int sharesThatFit(const Gpu& g, double fraction, uint64_t memory, int n) {
+  int by_fraction = fraction <= kEps ? n : static_cast<int>(std::floor((1.0 - g.used_fraction + kEps) / fraction));
+  int by_memory = memory == 0 ? n : static_cast<int>(std::min<uint64_t>((g.memory - std::min(g.memory, g.used_memory)) / memory, n));
+  return std::max(0, std::min({by_fraction, by_memory, n}));
+}
+
 // A gang of n shares on as few servers as it can: first a server that fits all n, else the servers that
 // fit the most; within a server, and between servers that rank alike, the order `fit` already has.
 template <typename Candidate>
@@ -137,9 +147,10 @@ bool Scheduler::tryGrant(Lease& l, int64_t now, std::string& why) {
     Server* server;
     Gpu* gpu;
     uint64_t memory;
+    int slot;  // this request's shares already placed on the GPU before this one
   };
   std::vector<Candidate> fit;
-  int in_pool = 0;
+  int in_pool = 0, gpus_fit = 0;
   for (auto& [name, s] : servers_) {
     const Pool* sp = policy_.poolOfServer(name);
     if (!sp || sp->name != pool->name || !s.up || s.drain) continue;
@@ -148,16 +159,21 @@ bool Scheduler::tryGrant(Lease& l, int64_t now, std::string& why) {
       ++in_pool;
       if (!heard) continue;
       uint64_t mem = l.req.m ? l.req.m : static_cast<uint64_t>(std::floor(l.req.p * static_cast<double>(g.memory)));
-      if (g.used_fraction + l.req.p <= 1.0 + kEps && g.used_memory + mem <= g.memory) fit.push_back({&s, &g, mem});
+      int slots = sharesThatFit(g, l.req.p, mem, l.req.n);
+      gpus_fit += slots > 0;
+      for (int j = 0; j < slots; ++j) fit.push_back({&s, &g, mem, j});
     }
   }
   if (static_cast<int>(fit.size()) < l.req.n) {
     why = "waiting for " + std::to_string(l.req.n) + " GPU(s) with " + formatNumber(l.req.p) + " free in pool '" +
-          pool->name + "' (" + std::to_string(fit.size()) + " of " + std::to_string(in_pool) + " available GPUs fit now)";
+          pool->name + "' (" + std::to_string(gpus_fit) + " of " + std::to_string(in_pool) + " available GPUs fit now)";
     return false;
   }
-  // pack: the fullest GPUs first (keeps whole GPUs free); spread: the emptiest first.
+  // A request's shares go to distinct GPUs where they can (each share's compute is its own), then several
+  // to one GPU (two halves of one GPU are two devices). Then pack: the fullest GPUs first (keeps whole GPUs
+  // free); spread: the emptiest first.
   std::stable_sort(fit.begin(), fit.end(), [&](const Candidate& a, const Candidate& b) {
+    if (a.slot != b.slot) return a.slot < b.slot;
     return pool->placement == "spread" ? a.gpu->used_fraction < b.gpu->used_fraction
                                        : a.gpu->used_fraction > b.gpu->used_fraction;
   });

@@ -7,6 +7,7 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -137,6 +138,36 @@ nvmlReturn_t copyString(const char* s, char* out, unsigned length) {
   if (std::strlen(s) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
   std::memcpy(out, s, std::strlen(s) + 1);
   return NVML_SUCCESS;
+}
+
+// NCCL cannot run between gpool devices: its kernels reach another GPU's memory (peer access) or host
+// memory mapped into the GPU, and each gpool device is a worker process that shares neither with anything.
+// Its communicator set-up asks NVML for devices by PCI bus id; asked so from NCCL in a process whose lease
+// has several devices, this library says why it cannot work, once, and refuses, so the set-up fails at
+// once rather than later or in a kernel. (One device alone, a communicator of one rank, is let through.)
+bool severalDevices() {
+  const char* shares = std::getenv("GPOOL_SHARES");
+  return g_device_count > 1 || (shares && std::strchr(shares, ','));
+}
+
+bool refuseNccl(void* caller) {
+  if (!severalDevices()) return false;
+  Dl_info info{};
+  if (!dladdr(caller, &info) || !info.dli_fname) return false;
+  bool nccl = std::strstr(info.dli_fname, "libnccl") != nullptr;
+  if (!nccl) {  // NCCL linked statically into a framework's library
+    void* h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    nccl = h && dlsym(h, "ncclGetVersion");
+    if (h) dlclose(h);
+  }
+  static std::once_flag told;
+  if (nccl)
+    std::call_once(told, [] {
+      warn("NCCL is not supported between gpool devices: NCCL's kernels need peer access between GPUs or host "
+           "memory mapped into the GPU, and each gpool device is a separate worker process with neither; communicate "
+           "through the host instead (torch.distributed's gloo backend)");
+    });
+  return nccl;
 }
 
 nvmlReturn_t status(nvmlDevice_t d, unsigned long long* free_bytes, unsigned long long* total, unsigned* gpu,
@@ -337,4 +368,50 @@ GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetCurrentClocksEventReasons)
 GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetArchitecture)
 GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetPowerState)
 GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetTotalEnergyConsumption)
+// Topology (NCCL asks these): a lease's devices have no NVLink, fabric or confidential-computing state
+// visible here.
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetNvLinkState)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetNvLinkCapability)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetNvLinkRemotePciInfo)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetNvLinkRemotePciInfo_v2)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetGpuFabricInfoV)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetPlatformInfo)
+GPOOL_NVML_NOT_SUPPORTED(nvmlDeviceGetFieldValues)
+GPOOL_NVML_NOT_SUPPORTED(nvmlSystemGetConfComputeState)
+GPOOL_NVML_NOT_SUPPORTED(nvmlSystemGetConfComputeSettings)
 #undef GPOOL_NVML_NOT_SUPPORTED
+
+// The device with this PCI bus id ("domain:bus:device.function", either width of domain). Two shares of
+// one GPU have the same id: the first is answered.
+static nvmlReturn_t handleByPciBusId(const char* bus_id, nvmlDevice_t* d, void* caller) {
+  if (!initialised()) return NVML_ERROR_UNINITIALIZED;
+  if (refuseNccl(caller)) return NVML_ERROR_NOT_SUPPORTED;
+  if (!bus_id || !d) return NVML_ERROR_INVALID_ARGUMENT;
+  unsigned domain = 0, bus = 0, dev = 0, fn = 0;
+  if (std::sscanf(bus_id, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) != 4) return NVML_ERROR_INVALID_ARGUMENT;
+  for (int i = 0; i < g_device_count; ++i) {
+    nvmlPciInfo_t pci;
+    if (nvmlDeviceGetPciInfo_v3(&g_devices[i], &pci) == NVML_SUCCESS && pci.domain == domain && pci.bus == bus && pci.device == dev) {
+      *d = &g_devices[i];
+      return NVML_SUCCESS;
+    }
+  }
+  return NVML_ERROR_NOT_FOUND;
+}
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, nvmlDevice_t* d) {
+  return handleByPciBusId(bus_id, d, __builtin_return_address(0));
+}
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char* bus_id, nvmlDevice_t* d) {
+  return handleByPciBusId(bus_id, d, __builtin_return_address(0));
+}
+
+// No two devices of a lease reach each other's memory (docs/user.md, "Several GPUs").
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, int /*caps index*/, int* status) {
+  int ia = 0, ib = 0;
+  if (nvmlReturn_t r = device(a, ia); r != NVML_SUCCESS) return r;
+  if (nvmlReturn_t r = device(b, ib); r != NVML_SUCCESS) return r;
+  if (!status) return NVML_ERROR_INVALID_ARGUMENT;
+  constexpr int kP2pNotSupported = 5;  // NVML_P2P_STATUS_NOT_SUPPORTED
+  *status = kP2pNotSupported;
+  return NVML_SUCCESS;
+}

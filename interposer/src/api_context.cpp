@@ -68,12 +68,14 @@ GPOOL_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice d, unsigned int fla
 
 GPOOL_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
   if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
+  CUresult gpool_err_ = CUDA_SUCCESS;
+  Connection* conn = State::get().readyForDevice(d, gpool_err_);
+  if (!conn) return gpool_err_;
   // Everything the client held on the device ends, on the worker and in this library's caches; the
   // lease's memory is all free again.
   if (int st = conn->call<gpool::proto::calls::CtxReset>(gpool::proto::ResetAll{})) return static_cast<CUresult>(st);
-  State::get().forgetDeviceState();
+  State::get().forgetDeviceState(conn->index());
   forgetVirtualMemory();
   forgetLinks();
   State::get().destroyLocalStorage(State::get().primary(d));
@@ -91,7 +93,7 @@ GPOOL_EXPORT CUresult cuCtxGetCurrent(CUcontext* pctx) {
 
 GPOOL_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
   GPOOL_TRY
-  auto& stack = State::ctx_stack;
+  auto& stack = State::ctxStack();
   if (ctx && !State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
   if (!ctx) {
     if (!stack.empty()) stack.pop_back();
@@ -106,14 +108,14 @@ GPOOL_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
 GPOOL_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
   GPOOL_TRY
   if (!ctx || !State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  State::ctx_stack.push_back(ctx);
+  State::ctxStack().push_back(ctx);
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }
 
 GPOOL_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
   GPOOL_TRY
-  auto& stack = State::ctx_stack;
+  auto& stack = State::ctxStack();
   if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
   if (pctx) *pctx = stack.back();
   stack.pop_back();
@@ -252,7 +254,7 @@ CUresult createContext(CUcontext* pctx, unsigned flags, CUdevice d) {
   if (!State::get().ready(err)) return err;
   if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
   *pctx = State::get().createContext(d, flags);
-  State::ctx_stack.push_back(*pctx);  // a new context is made current
+  State::ctxStack().push_back(*pctx);  // a new context is made current
   return CUDA_SUCCESS;
 }
 }  // namespace
@@ -279,13 +281,32 @@ GPOOL_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params,
 GPOOL_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   GPOOL_TRY
   if (!ctx || State::get().isPrimary(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  GPOOL_CONN(conn);
+  if (!State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  CUresult gpool_err_ = CUDA_SUCCESS;
+  Connection* conn = State::get().readyForDevice(reinterpret_cast<Context*>(ctx)->device, gpool_err_);
+  if (!conn) return gpool_err_;
   // As the driver does: the context's work finishes first.
   if (int st = conn->call<gpool::proto::calls::CtxSynchronize>()) return static_cast<CUresult>(st);
   if (!State::get().destroyContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  std::erase(State::ctx_stack, ctx);
+  std::erase(State::ctxStack(), ctx);
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice d) { return cuCtxCreate_v2(pctx, flags, d); }
 GPOOL_EXPORT CUresult cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
+
+// Peer access: a kernel on one device of the lease cannot read another's memory (two workers, two
+// processes, often two hosts). Copies between them work all the same (cross_device.h).
+GPOOL_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  GPOOL_TRY
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!State::get().isContext(peer)) return CUDA_ERROR_INVALID_CONTEXT;
+  return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) {
+  GPOOL_TRY
+  if (!State::get().isContext(peer)) return CUDA_ERROR_INVALID_CONTEXT;
+  return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+  GPOOL_CATCH
+}

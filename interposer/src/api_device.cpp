@@ -114,7 +114,7 @@ GPOOL_EXPORT CUresult cuDeviceCanAccessPeer(int* can, CUdevice d, CUdevice peer)
   if (!can) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = checkDevice(d)) return r;
   if (CUresult r = checkDevice(peer)) return r;
-  *can = 0;  // peers are separate workers; no peer access across the network
+  *can = 0;  // each device is its own worker process: a kernel cannot reach another's memory
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }
@@ -145,7 +145,9 @@ GPOOL_EXPORT CUresult gpool_nvml_device_status(int device, unsigned long long* f
                                                unsigned driver_len) {
   GPOOL_TRY
   if (device < 0 || device >= State::get().deviceCount()) return CUDA_ERROR_INVALID_DEVICE;
-  GPOOL_CONN(conn);
+  CUresult gpool_err_ = CUDA_SUCCESS;
+  auto* conn = State::get().readyForDevice(device, gpool_err_);
+  if (!conn) return gpool_err_;
   gpool::proto::calls::DeviceStatus::out::tuple r;
   int st = conn->call<gpool::proto::calls::DeviceStatus>(r);
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);

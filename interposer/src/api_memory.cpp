@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "cross_device.h"
 #include "state.h"
 
 using namespace gpool::client;
@@ -15,11 +16,25 @@ namespace {
 
 uint64_t dptr(CUdeviceptr p) { return static_cast<uint64_t>(p); }
 
+// A copy on another device's stream than the memory's: that stream's earlier work is waited for, and
+// the copy runs on the memory's device, complete before the call returns (so also before the stream's
+// later work).
+CUresult onMemoryDevice(Connection* conn, uint64_t& stream, bool& async) {
+  int owner = gpool::client::tags::owner(stream);
+  if (owner < 0 || owner == conn->index() || State::get().connections() < 2) return CUDA_SUCCESS;
+  GPOOL_CONN_OF_HANDLE(other, stream);
+  if (int st = other->call<calls::StreamSynchronize>(stream)) return static_cast<CUresult>(st);
+  stream = 0;
+  async = false;
+  return CUDA_SUCCESS;
+}
+
 // Host-to-device: chunks stream without replies; a synchronous copy waits for the last chunk's answer.
 CUresult copyDtoD(uint64_t dst, uint64_t src, size_t n, uint64_t stream, bool async);
 
 CUresult copyHtoD(uint64_t dst, const void* src, size_t n, uint64_t stream, bool async) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_POINTER(conn, dst);
+  if (CUresult r = onMemoryDevice(conn, stream, async)) return r;
   if (n == 0) return CUDA_SUCCESS;
   if (!src) return CUDA_ERROR_INVALID_VALUE;
   auto s = reinterpret_cast<uint64_t>(src);
@@ -40,7 +55,9 @@ CUresult copyHtoD(uint64_t dst, const void* src, size_t n, uint64_t stream, bool
 
 // Device-to-host: always completes before returning (an asynchronous copy may finish early).
 CUresult copyDtoH(void* dst, uint64_t src, size_t n, uint64_t stream) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_POINTER(conn, src);
+  bool async = false;
+  if (CUresult r = onMemoryDevice(conn, stream, async)) return r;
   if (n == 0) return CUDA_SUCCESS;
   if (!dst) return CUDA_ERROR_INVALID_VALUE;
   auto d = reinterpret_cast<uint64_t>(dst);
@@ -68,7 +85,11 @@ CUresult onManaged(uint64_t a, uint64_t b, bool async, Op op) {
 }
 
 CUresult copyDtoD(uint64_t dst, uint64_t src, size_t n, uint64_t stream, bool async) {
-  GPOOL_CONN(conn);
+  State& state = State::get();
+  if (int to = state.connectionOfPointer(dst), from = state.connectionOfPointer(src); to != from)
+    return copyAcrossDevices(dst, to, src, from, n, stream);
+  GPOOL_CONN_OF_POINTER(conn, dst);
+  if (CUresult r = onMemoryDevice(conn, stream, async)) return r;
   gpool::proto::DevCopy c{dst, src, uint64_t{n}};
   return onManaged(dst, src, async, [&] {
     return static_cast<CUresult>(async ? conn->post<calls::MemcpyDtoD>(c, stream, 1u) : conn->call<calls::MemcpyDtoD>(c, stream, 0u));
@@ -76,7 +97,8 @@ CUresult copyDtoD(uint64_t dst, uint64_t src, size_t n, uint64_t stream, bool as
 }
 
 CUresult memset(uint64_t dst, uint32_t value, uint32_t elem, size_t count, uint64_t stream, bool async) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_POINTER(conn, dst);
+  if (CUresult r = onMemoryDevice(conn, stream, async)) return r;
   gpool::proto::DevFill f{dst, elem, uint64_t{count}};
   return onManaged(dst, 0, async, [&] {
     return static_cast<CUresult>(async ? conn->post<calls::Memset>(f, value, stream, 1u) : conn->call<calls::Memset>(f, value, stream, 0u));
@@ -108,23 +130,39 @@ void* hostAlloc(size_t n) {
 
 }  // namespace
 
+// Allocates on the current device's worker. Two workers of a lease are two processes whose addresses may
+// coincide: an allocation that overlaps another device's memory is held while the worker allocates again,
+// then freed, so that every device address names one device (unified addressing, docs/architecture.md).
 GPOOL_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t bytes) {
   GPOOL_TRY
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
-  calls::MemAlloc::out::tuple r;
-  int st = conn->call<calls::MemAlloc>(r, uint64_t{bytes});
-  if (st) return static_cast<CUresult>(st);
-  *out = std::get<0>(r).ptr;
-  State::get().addAllocation(std::get<0>(r).ptr, bytes, true);
-  return CUDA_SUCCESS;
+  State& state = State::get();
+  std::vector<uint64_t> clashing;
+  int st = CUDA_SUCCESS;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    calls::MemAlloc::out::tuple r;
+    if ((st = conn->call<calls::MemAlloc>(r, uint64_t{bytes}))) break;
+    uint64_t p = std::get<0>(r).ptr;
+    if (state.connections() < 2 || !state.clashesAcrossDevices(p, bytes, conn->index())) {
+      *out = p;
+      state.addAllocation(p, bytes, true);
+      break;
+    }
+    clashing.push_back(p);
+    st = CUDA_ERROR_OUT_OF_MEMORY;  // should every attempt clash
+  }
+  for (uint64_t p : clashing) conn->post<calls::MemFree>(p);
+  if (!clashing.empty())
+    GPOOL_LOG(Level::kDebug, "%zu allocation(s) overlapped another device's memory and were made again", clashing.size());
+  return static_cast<CUresult>(st);
   GPOOL_CATCH
 }
 
 GPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
   GPOOL_TRY
   if (p == 0) return CUDA_SUCCESS;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_POINTER(conn, p);
   CUresult managed = CUDA_SUCCESS;
   if (freeManaged(p, managed)) return managed;
   // Refused here at once, as the driver refuses it, rather than later from the worker's latch.
@@ -146,7 +184,7 @@ GPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
 
 GPOOL_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_POINTER(conn, p);
   calls::PointerGetBase::out::tuple r;
   int st = conn->call<calls::PointerGetBase>(r, dptr(p));
   if (st) return static_cast<CUresult>(st);
@@ -278,8 +316,8 @@ GPOOL_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_
   GPOOL_TRY return copyAny(dst, src, n, streamArg(s, true), true); GPOOL_CATCH
 }
 
-// Peer copies. A lease's devices are one worker's, so a copy between two of its contexts is a
-// device-to-device copy on that worker (with -n > 1 across hosts, issue 12 routes it).
+// Peer copies: the pointers say which devices (unified addressing); between two devices of the lease
+// the copy is relayed (cross_device.h), within one it is a device-to-device copy on its worker.
 namespace {
 CUresult copyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n, uint64_t stream, bool async) {
   if (!State::get().isContext(dctx) || !State::get().isContext(sctx)) return CUDA_ERROR_INVALID_CONTEXT;

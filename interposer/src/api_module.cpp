@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "cross_device.h"
 #include "gpool/protocol/module_image.h"
 #include "state.h"
 
@@ -28,6 +29,7 @@ CUresult send(gpool::client::Connection* conn, const void* image, uint64_t size,
     unsigned int n = 0;
     EVP_Digest(image, size, reinterpret_cast<unsigned char*>(hash.data()), &n, EVP_sha256(), nullptr);
     st = conn->call<calls::ModuleLoadCached>(out, hash, kind);
+    if (st == CUDA_SUCCESS) std::get<0>(out) = conn->marked(std::get<0>(out));  // a plain number on the wire
   }
   if (st == CUDA_ERROR_NOT_FOUND) {
     calls::ModuleLoad::out::tuple loaded;
@@ -42,6 +44,13 @@ CUresult send(gpool::client::Connection* conn, const void* image, uint64_t size,
   return static_cast<CUresult>(st);
 }
 
+// The connection a module or library call goes to: a module's own device; for a library, the current
+// one (a library is every device's: its kernels and globals there are the current context's).
+gpool::client::Connection* connFor(uint64_t handle, uint32_t kind, CUresult& err) {
+  State& s = State::get();
+  return kind == kLibrary ? s.ready(err) : s.readyForHandle(handle, err);
+}
+
 CUresult load(const void* image, uint32_t kind, uint64_t& handle) {
   if (!image) return CUDA_ERROR_INVALID_VALUE;
   // The runtime hands over its registration wrapper as often as the bare fat binary.
@@ -54,20 +63,10 @@ CUresult load(const void* image, uint32_t kind, uint64_t& handle) {
     return CUDA_ERROR_INVALID_IMAGE;
   }
   GPOOL_CONN(conn);
-  // A fat binary carries a cubin per architecture (cuBLAS: six); the device loads only its own, so only
-  // that one travels. Should the worker's driver refuse the trimmed image, the whole one is sent.
-  State& state = State::get();
-  uint32_t arch = static_cast<uint32_t>(state.attribute(0, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 +
-                                        state.attribute(0, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
-  std::vector<uint8_t> trimmed = gpool::proto::fatbinForArch(image, size, arch);
-  if (!trimmed.empty()) {
-    CUresult r = send(conn, trimmed.data(), trimmed.size(), kind, handle);
-    if (r != CUDA_ERROR_INVALID_IMAGE && r != CUDA_ERROR_NO_BINARY_FOR_GPU) return r;
-    static int once;
-    if (!__atomic_exchange_n(&once, 1, __ATOMIC_RELAXED))
-      GPOOL_LOG(Level::kInfo, "the worker refused a fat binary trimmed to sm_%u (CUresult %d); sending whole images", arch, r);
-  }
-  return send(conn, image, size, kind, handle);
+  CUresult r = gpool::client::loadImageOn(conn, image, size, kind, handle);
+  // A library is loaded on the lease's other devices when one of its kernels is first used there.
+  if (r == CUDA_SUCCESS && kind == kLibrary && State::get().connections() > 1) crossDevice().noteLibrary(handle, image, size);
+  return r;
 }
 
 CUresult loadFile(const char* path, uint32_t kind, uint64_t& handle) {
@@ -81,17 +80,23 @@ CUresult loadFile(const char* path, uint32_t kind, uint64_t& handle) {
 
 CUresult getFunction(uint64_t handle, uint32_t kind, const char* name, uint64_t& out) {
   if (!name) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  CUresult err = CUDA_SUCCESS;
+  gpool::client::Connection* conn = connFor(handle, kind, err);
+  if (!conn) return err;
   calls::ModuleGetFunction::out::tuple r;
   int st = conn->call<calls::ModuleGetFunction>(r, gpool::proto::ModuleRef{handle, kind}, std::string(name));
   out = std::get<0>(r);
-  if (st == CUDA_SUCCESS) State::get().setFunctionName(out, name);
-  return static_cast<CUresult>(st);
+  if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
+  State::get().setFunctionName(out, name);
+  if (kind == kLibrary && State::get().connections() > 1) crossDevice().noteKernel(out, handle, name);
+  return CUDA_SUCCESS;
 }
 
 // The kernels of a module (kind 0: CUfunction handles) or library (kind 1: CUkernel handles), named.
 CUresult functions(uint64_t handle, uint32_t kind, std::vector<uint64_t>& out) {
-  GPOOL_CONN(conn);
+  CUresult err = CUDA_SUCCESS;
+  gpool::client::Connection* conn = connFor(handle, kind, err);
+  if (!conn) return err;
   calls::ModuleFunctions::out::tuple r;
   int st = conn->call<calls::ModuleFunctions>(r, gpool::proto::ModuleRef{handle, kind});
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
@@ -102,6 +107,7 @@ CUresult functions(uint64_t handle, uint32_t kind, std::vector<uint64_t>& out) {
     size_t end = names.find('\0', at);
     if (end == std::string::npos) return CUDA_ERROR_UNKNOWN;  // the worker sent fewer names than handles
     State::get().setFunctionName(f, names.substr(at, end - at));
+    if (kind == kLibrary && State::get().connections() > 1) crossDevice().noteKernel(f, handle, names.substr(at, end - at));
     at = end + 1;
   }
   return CUDA_SUCCESS;
@@ -133,7 +139,9 @@ CUresult name(const char** out, uint64_t f) {
 
 CUresult getGlobal(CUdeviceptr* dptr, size_t* bytes, uint64_t handle, uint32_t kind, const char* name) {
   if (!name) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  CUresult err = CUDA_SUCCESS;
+  gpool::client::Connection* conn = connFor(handle, kind, err);
+  if (!conn) return err;
   calls::ModuleGetGlobal::out::tuple r;
   int st = conn->call<calls::ModuleGetGlobal>(r, gpool::proto::ModuleRef{handle, kind}, std::string(name));
   if (st) return static_cast<CUresult>(st);
@@ -162,6 +170,23 @@ uint64_t raw(H h) { return reinterpret_cast<uint64_t>(h); }
 }  // namespace
 
 namespace gpool::client {
+// A fat binary carries a cubin per architecture (cuBLAS: six); the device loads only its own, so only
+// that one travels. Should the worker's driver refuse the trimmed image, the whole one is sent.
+CUresult loadImageOn(Connection* conn, const void* image, uint64_t size, uint32_t kind, uint64_t& handle) {
+  const auto& attrs = conn->hello().devices[0].attributes;
+  auto attr = [&](size_t a) { return a < attrs.size() ? static_cast<uint32_t>(attrs[a]) : 0u; };
+  uint32_t arch = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 + attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+  std::vector<uint8_t> trimmed = gpool::proto::fatbinForArch(image, size, arch);
+  if (!trimmed.empty()) {
+    CUresult r = send(conn, trimmed.data(), trimmed.size(), kind, handle);
+    if (r != CUDA_ERROR_INVALID_IMAGE && r != CUDA_ERROR_NO_BINARY_FOR_GPU) return r;
+    static int once;
+    if (!__atomic_exchange_n(&once, 1, __ATOMIC_RELAXED))
+      GPOOL_LOG(Level::kInfo, "the worker refused a fat binary trimmed to sm_%u (CUresult %d); sending whole images", arch, r);
+  }
+  return send(conn, image, size, kind, handle);
+}
+
 // Used by the runtime's private table (export_tables.cpp).
 CUresult loadModuleImage(CUmodule* out, const void* image) {
   uint64_t h = 0;
@@ -189,7 +214,7 @@ GPOOL_EXPORT CUresult cuModuleLoad(CUmodule* m, const char* path) {
 }
 GPOOL_EXPORT CUresult cuModuleUnload(CUmodule m) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(m));
   int st = conn->call<calls::ModuleUnload>(gpool::proto::ModuleRef{raw(m), kModule});
   if (st == CUDA_SUCCESS) State::get().forgetFunctions();  // their handles may be reused
   return static_cast<CUresult>(st);
@@ -219,7 +244,11 @@ GPOOL_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* lib, const char* path, CU
 }
 GPOOL_EXPORT CUresult cuLibraryUnload(CUlibrary lib) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(lib));
+  for (auto [connection, copy] : crossDevice().forgetLibrary(raw(lib))) {
+    CUresult err = CUDA_SUCCESS;
+    if (auto* there = State::get().readyOn(connection, err)) there->call<calls::ModuleUnload>(gpool::proto::ModuleRef{copy, kLibrary});
+  }
   int st = conn->call<calls::ModuleUnload>(gpool::proto::ModuleRef{raw(lib), kLibrary});
   if (st == CUDA_SUCCESS) State::get().forgetFunctions();  // their handles may be reused
   return static_cast<CUresult>(st);
@@ -240,6 +269,7 @@ GPOOL_EXPORT CUresult cuKernelGetFunction(CUfunction* f, CUkernel k) {
   uint64_t fn = std::get<0>(r);
   *f = as<CUfunction>(fn);
   if (const char* n = State::get().functionName(raw(k)); n && st == CUDA_SUCCESS) State::get().setFunctionName(fn, n);
+  if (st == CUDA_SUCCESS && State::get().connections() > 1) crossDevice().noteAlias(fn, raw(k));
   return static_cast<CUresult>(st);
   GPOOL_CATCH
 }

@@ -17,8 +17,11 @@ void put(void* data, T v) {
 // One attribute of a pointer this client knows (`base`, `a`). `plural`: cuPointerGetAttributes, which
 // answers NULL where the single query fails (a device pointer's host address).
 CUresult attribute(void* data, CUpointer_attribute attr, CUdeviceptr p, uint64_t base, const Allocation& a, bool plural) {
+  State& s = State::get();
+  // Device memory is its worker's device's; host memory, the current one's.
+  CUdevice device = a.device ? s.deviceOfConnection(a.owner) : s.deviceOfHandle(0);
   switch (attr) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT: put(data, reinterpret_cast<CUcontext>(State::get().primary(0))); break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT: put(data, reinterpret_cast<CUcontext>(s.primary(device))); break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: put<unsigned>(data, a.device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST); break;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: put<CUdeviceptr>(data, p); break;  // unified addressing, host memory too
     case CU_POINTER_ATTRIBUTE_HOST_POINTER: {
@@ -39,7 +42,7 @@ CUresult attribute(void* data, CUpointer_attribute attr, CUdeviceptr p, uint64_t
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: put<int>(data, 0); break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: put<int>(data, 0); break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: put<int>(data, device); break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: put<CUdeviceptr>(data, base); break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:

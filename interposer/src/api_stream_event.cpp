@@ -1,5 +1,6 @@
 // Streams and events. Creation and waits need replies; destruction, records and stream waits are
 // fire-and-forget. Stream flags and priorities are remembered locally.
+#include "cross_device.h"
 #include "state.h"
 
 using namespace gpool::client;
@@ -20,19 +21,20 @@ CUresult streamCreate(CUstream* s, unsigned flags, int priority) {
 }
 
 CUresult waitCall(uint64_t s, bool query) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, s);
   int st = query ? conn->call<calls::StreamQuery>(s) : conn->call<calls::StreamSynchronize>(s);
   if (st == CUDA_SUCCESS && !query) return managedAtSync();  // managed memory is the host's again
   return static_cast<CUresult>(st);
 }
 
 CUresult streamWait(uint64_t s, CUevent e, unsigned flags) {
-  GPOOL_CONN(conn);
+  if (CUresult r; waitAcrossDevices(s, raw(e), r)) return r;
+  GPOOL_CONN_OF_HANDLE(conn, s);
   return static_cast<CUresult>(conn->post<calls::StreamWaitEvent>(s, raw(e), uint32_t{flags}));
 }
 
 CUresult record(CUevent e, uint64_t s, unsigned flags) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(e));
   return static_cast<CUresult>(conn->post<calls::EventRecord>(raw(e), s, uint32_t{flags}));
 }
 
@@ -53,7 +55,7 @@ GPOOL_EXPORT CUresult cuStreamCreateWithPriority(CUstream* s, unsigned int flags
 }
 GPOOL_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(s));
   State::get().removeStream(raw(s));
   return static_cast<CUresult>(conn->post<calls::StreamDestroy>(raw(s)));
   GPOOL_CATCH
@@ -76,12 +78,12 @@ GPOOL_EXPORT CUresult cuStreamGetPriority(CUstream s, int* priority) {
   GPOOL_TRY if (!priority) return CUDA_ERROR_INVALID_VALUE; return streamFlags(raw(s), nullptr, priority); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuStreamGetPriority_ptsz(CUstream s, int* priority) { return cuStreamGetPriority(s, priority); }
-GPOOL_EXPORT CUresult cuStreamGetCtx(CUstream, CUcontext* ctx) {
+GPOOL_EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext* ctx) {
   GPOOL_TRY
   if (!ctx) return CUDA_ERROR_INVALID_VALUE;
   CUresult err;
-  if (!State::get().ready(err)) return err;
-  *ctx = reinterpret_cast<CUcontext>(State::get().primary(0));
+  if (!State::get().readyForHandle(raw(s), err)) return err;
+  *ctx = reinterpret_cast<CUcontext>(State::get().primary(State::get().deviceOfHandle(raw(s))));
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }
@@ -103,7 +105,7 @@ GPOOL_EXPORT CUresult cuEventCreate(CUevent* e, unsigned int flags) {
 }
 GPOOL_EXPORT CUresult cuEventDestroy_v2(CUevent e) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(e));
   return static_cast<CUresult>(conn->post<calls::EventDestroy>(raw(e)));
   GPOOL_CATCH
 }
@@ -117,21 +119,21 @@ GPOOL_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigne
 }
 GPOOL_EXPORT CUresult cuEventSynchronize(CUevent e) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(e));
   int st = conn->call<calls::EventSynchronize>(raw(e));
   return st == CUDA_SUCCESS ? managedAtSync() : static_cast<CUresult>(st);
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuEventQuery(CUevent e) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(e));
   return static_cast<CUresult>(conn->call<calls::EventQuery>(raw(e)));
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent start, CUevent end) {
   GPOOL_TRY
   if (!ms) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(start));
   std::tuple<float> r;
   int st = conn->call<calls::EventElapsedTime>(r, raw(start), raw(end));
   *ms = std::get<0>(r);
@@ -150,12 +152,12 @@ GPOOL_EXPORT CUresult cuStreamGetCtx_v2(CUstream s, CUcontext* ctx, CUgreenCtx* 
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuStreamGetCtx_v2_ptsz(CUstream s, CUcontext* ctx, CUgreenCtx* green) { return cuStreamGetCtx_v2(s, ctx, green); }
-GPOOL_EXPORT CUresult cuStreamGetDevice(CUstream, CUdevice* device) {
+GPOOL_EXPORT CUresult cuStreamGetDevice(CUstream s, CUdevice* device) {
   GPOOL_TRY
   if (!device) return CUDA_ERROR_INVALID_VALUE;
   CUresult err;
-  if (!State::get().ready(err)) return err;
-  *device = 0;  // a worker serves one device: every stream is on it
+  if (!State::get().readyForHandle(raw(s), err)) return err;
+  *device = State::get().deviceOfHandle(raw(s));
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }

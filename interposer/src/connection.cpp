@@ -159,6 +159,11 @@ int Connection::flush() {
 }
 
 int Connection::memcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) {
+  if (index_ >= 0) {
+    std::tuple<proto::Stream> s{stream};
+    if (int st = ownHandles(s)) return st;
+    stream = std::get<0>(s);
+  }
   std::lock_guard lock(mu_);
   if (lost_) return lost_;
   try {

@@ -16,12 +16,24 @@
 #include "gpool/protocol/frame_io.h"
 #include "gpool/protocol/handshake.h"
 #include "gpool/protocol/transport.h"
+#include "handle_tags.h"
 
 namespace gpool::client {
 
 // CUresult values the connection itself produces.
 inline constexpr int kErrNoDevice = proto::cu::kNoDevice;                    // never connected
 inline constexpr int kErrDeviceUnavailable = proto::cu::kDeviceUnavailable;  // connection lost
+
+class Connection;
+
+// Maps another device's context-independent handle (a library, or one of its kernels) to this
+// connection's copy of it, loading the library here first if need be (cross_device.h).
+class ForeignHandles {
+ public:
+  virtual ~ForeignHandles() = default;
+  // The handle on `here` (marked as its own), or 0 when `handle` has no copy there.
+  virtual uint64_t translate(Connection& here, uint64_t handle, tags::HandleClass what) = 0;
+};
 
 class Connection {
  public:
@@ -38,12 +50,22 @@ class Connection {
   ~Connection();
 
   const proto::HelloReply& hello() const { return hello_; }
+  // Makes this connection the `index`th of a lease of several: its handles are marked (handle_tags.h).
+  void joinLease(int index, ForeignHandles* foreign) {
+    index_ = index;
+    foreign_ = foreign;
+  }
+  int index() const { return index_ < 0 ? 0 : index_; }
+  // A handle this worker handed out, as the program sees it.
+  uint64_t marked(uint64_t handle) const { return index_ > 0 ? tags::mark(handle, index_) : handle; }
   const std::string& address() const { return address_; }
 
   // A call whose caller waits for status and reply fields.
   template <typename C, typename... A>
   int call(typename C::out::tuple& outs, A&&... args) {
     typename C::in::tuple ins{std::forward<A>(args)...};
+    if (index_ >= 0)
+      if (int st = ownHandles(ins)) return st;
     std::lock_guard lock(mu_);
     if (lost_) return lost_;
     try {
@@ -53,7 +75,7 @@ class Connection {
       proto::Reader r(reply_.data(), reply_.size());
       proto::Status st = 0;
       bool ok = r.get(st) && std::apply([&](auto&... o) { return r.getAll(o...); }, outs) && r.atEnd();
-      if (!ok) return fail("malformed reply to " + std::string(C::kName));
+      if (!ok || (index_ >= 0 && !markHandles(outs))) return fail("malformed reply to " + std::string(C::kName));
       return st;
     } catch (const std::exception& e) {
       return fail(e.what());
@@ -70,6 +92,8 @@ class Connection {
   template <typename C, typename... A>
   int post(A&&... args) {
     typename C::in::tuple ins{std::forward<A>(args)...};
+    if (index_ >= 0)
+      if (int st = ownHandles(ins)) return st;
     std::lock_guard lock(mu_);
     if (lost_) return lost_;
     try {
@@ -96,6 +120,32 @@ class Connection {
   bool watchesWorker() const { return watch_ms_ > 0; }
 
  private:
+  // In a lease of several: strips this connection's mark from a request's handles and maps foreign
+  // libraries and kernels; another device's handle of any other kind is refused (CUDA_ERROR_INVALID_HANDLE).
+  template <typename Tuple>
+  int ownHandles(Tuple& ins) {
+    int st = 0;
+    auto own = [&](uint64_t& h, tags::HandleClass what) {
+      int from = tags::owner(h);
+      if (st || from < 0) return;
+      if (from != index_ && what != tags::HandleClass::kContextBound && foreign_) h = foreign_->translate(*this, h, what);
+      if (tags::owner(h) == index_) h = tags::strip(h);
+      else st = proto::cu::kInvalidHandle;
+    };
+    tags::forEachHandleIn(ins, own);
+    return st;
+  }
+  // Marks a reply's handles as this connection's; false when the worker sent a value that is no handle.
+  template <typename Tuple>
+  bool markHandles(Tuple& outs) {
+    bool ok = true;
+    auto mark = [&](uint64_t& h, tags::HandleClass) {
+      if (tags::strip(h) != h) ok = false;
+      h = tags::mark(h, index_);
+    };
+    tags::forEachHandleIn(outs, mark);
+    return ok;
+  }
   static constexpr size_t kBatchBytes = 64 * 1024;      // flush when this much is batched
   static constexpr size_t kDirectBytes = 64 * 1024;     // larger blobs are sent from the caller's memory
   static constexpr auto kFlushDelay = std::chrono::microseconds(500);  // time bound on batching
@@ -154,6 +204,8 @@ class Connection {
   uint64_t writes_ = 0;
   uint64_t alive_frames_ = 0;
   int64_t watch_ms_ = 0;  // the worker's silence bound while a call waits; 0: none
+  int index_ = -1;        // this connection's place in a lease of several; -1: the only one
+  ForeignHandles* foreign_ = nullptr;
 };
 
 }  // namespace gpool::client

@@ -1,96 +1,15 @@
 // Client state: connecting at cuInit and the local caches (see state.h).
 #include "state.h"
 
-#include <dlfcn.h>
-#include <fcntl.h>
-#include <spawn.h>
-#include <unistd.h>
-
 #include <cstdlib>
-#include <filesystem>
-#include <nlohmann/json.hpp>
-#include <optional>
 #include <cstring>
+#include <future>
 
-extern char** environ;
+#include "cross_device.h"
+#include "lease_shares.h"
 
 namespace gpool::client {
 namespace {
-
-// A program started with only GPOOL_ALLOCATOR set gets its lease here, from a `gpool lease` helper: it
-// asks the allocator (showing queue progress on our stderr), prints the lease, and heartbeats it until
-// the pipe we hold closes — when this process ends, however it ends — then releases it.
-struct AllocatorLease {
-  std::string server, token;
-  uint32_t device = 0;
-};
-
-std::string gpoolBinary() {
-  if (const char* b = std::getenv("GPOOL_BIN"); b && *b) return b;
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&gpoolBinary), &info) && info.dli_fname) {
-    std::filesystem::path lib = std::filesystem::path(info.dli_fname).parent_path();  // .../lib/gpool
-    for (auto candidate : {lib / ".." / ".." / "bin" / "gpool", lib / ".." / ".." / "tools" / "gpool" / "gpool"}) {
-      std::error_code ec;
-      if (std::filesystem::exists(candidate, ec)) return candidate.lexically_normal().string();
-    }
-  }
-  return "gpool";  // on PATH
-}
-
-std::optional<AllocatorLease> leaseFromAllocator(std::string& why) {
-  std::vector<std::string> args{gpoolBinary(), "lease"};
-  for (auto [env, flag] : {std::pair{"GPOOL_GPUS", "-n"}, std::pair{"GPOOL_FRACTION", "-p"}, std::pair{"GPOOL_MEMORY", "-m"},
-                           std::pair{"GPOOL_WAIT", "--wait"}, std::pair{"GPOOL_POOL", "--pool"},
-                           std::pair{"GPOOL_PRIORITY", "--priority"}})
-    if (const char* v = std::getenv(env); v && *v) args.insert(args.end(), {flag, v});
-  int to_helper[2], from_helper[2];
-  if (::pipe2(to_helper, O_CLOEXEC) != 0 || ::pipe2(from_helper, O_CLOEXEC) != 0) {
-    why = "cannot create pipes for gpool lease";
-    return std::nullopt;
-  }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, to_helper[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, from_helper[1], 1);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);  // its own group: a Ctrl-C meant for us is not for it
-  posix_spawnattr_setpgroup(&attr, 0);
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  ::close(to_helper[0]);
-  ::close(from_helper[1]);
-  if (rc != 0) {
-    why = "cannot run " + args[0] + " (" + std::strerror(rc) + "); set GPOOL_BIN to gpool's path";
-    ::close(to_helper[1]);
-    ::close(from_helper[0]);
-    return std::nullopt;
-  }
-  // to_helper[1] stays open (close-on-exec) for the life of this process: its closing ends the lease.
-  std::string line;
-  char c;
-  while (::read(from_helper[0], &c, 1) == 1 && c != '\n') line += c;
-  ::close(from_helper[0]);
-  auto j = nlohmann::json::parse(line, nullptr, false);
-  if (!j.is_object() || !j.contains("GPOOL_SERVER") || !j.contains("GPOOL_TOKEN")) {
-    why = "gpool lease did not grant a lease (its message is above)";
-    ::close(to_helper[1]);
-    return std::nullopt;
-  }
-  AllocatorLease l;
-  l.server = j["GPOOL_SERVER"].get<std::string>();
-  l.token = j["GPOOL_TOKEN"].get<std::string>();
-  l.device = static_cast<uint32_t>(std::stoul(j.value("GPOOL_DEVICE", std::string("0"))));
-  GPOOL_LOG(Level::kInfo, "lease %s from %s: %s device %u", j.value("GPOOL_LEASE", std::string("?")).c_str(),
-            std::getenv("GPOOL_ALLOCATOR"), l.server.c_str(), l.device);
-  return l;
-}
 
 // GPOOL_WORKER_TIMEOUT: seconds a call may wait without a word from the worker (0: no bound).
 std::chrono::milliseconds workerTimeout() {
@@ -108,7 +27,11 @@ std::chrono::milliseconds workerTimeout() {
 
 }  // namespace
 
-thread_local std::vector<CUcontext> State::ctx_stack;
+std::vector<CUcontext>& State::ctxStack() {
+  // Never destroyed: the runtime calls in from exit handlers, after the thread's thread_locals are gone.
+  thread_local auto* stack = new std::vector<CUcontext>();
+  return *stack;
+}
 
 State& State::get() {
   static State* s = new State();  // never destroyed: the runtime calls in from atexit handlers
@@ -117,58 +40,112 @@ State& State::get() {
 
 CUresult State::init() {
   std::call_once(once_, [this] {
-    const char* env = std::getenv("GPOOL_SERVER");
-    std::string address = env && *env ? env : "127.0.0.1:" + std::to_string(proto::kDefaultPort);
-    const char* dev = std::getenv("GPOOL_DEVICE");
-    const char* tok = std::getenv("GPOOL_TOKEN");
-    std::string token = tok ? tok : "";
-    uint32_t device = dev ? static_cast<uint32_t>(std::strtoul(dev, nullptr, 10)) : 0;
-    const char* allocator = std::getenv("GPOOL_ALLOCATOR");
-    if (allocator && *allocator && token.empty()) {
-      std::string why;
-      auto lease = leaseFromAllocator(why);
-      if (!lease) {
-        GPOOL_LOG(Level::kError, "no lease from %s: %s; CUDA reports no device", allocator, why.c_str());
-        init_result_ = CUDA_ERROR_NO_DEVICE;
-        return;
-      }
-      address = lease->server;
-      device = lease->device;
-      token = lease->token;
-    }
-    try {
-      conn_ = std::make_unique<Connection>(proto::connectTcp(address), address, device, token, workerTimeout());
-      primary_.resize(conn_->hello().devices.size());
-      for (size_t i = 0; i < primary_.size(); ++i) {
-        primary_[i].device = static_cast<int>(i);
-        primary_[i].id = i + 1;
-      }
-      GPOOL_LOG(Level::kInfo, "connected to gpool-server at %s: %s (%s backend, driver %u)", address.c_str(),
-                conn_->hello().devices[0].name.c_str(), conn_->hello().backend.c_str(), conn_->hello().driver_version);
-      init_result_ = CUDA_SUCCESS;
-    } catch (const std::exception& e) {
-      GPOOL_LOG(Level::kError, "%s; CUDA reports no device (set GPOOL_SERVER=HOST:PORT to a running gpool-server)", e.what());
+    std::string why;
+    std::vector<Share> shares = leaseShares(why);
+    if (shares.empty()) {
+      GPOOL_LOG(Level::kError, "no lease: %s; CUDA reports no device", why.c_str());
       init_result_ = CUDA_ERROR_NO_DEVICE;
+      return;
     }
+    init_result_ = connectAll(shares);
   });
   return init_result_;
 }
 
-Connection* State::ready(CUresult& err) {
-  if (!conn_) {
+// Connects to every share at once (each server starts a worker that opens its device); any that fails
+// fails them all, as a machine missing a GPU it should have.
+CUresult State::connectAll(const std::vector<Share>& shares) {
+  std::vector<std::future<std::unique_ptr<Connection>>> pending;
+  for (const Share& s : shares)
+    pending.push_back(std::async(std::launch::async, [&s] {
+      return std::make_unique<Connection>(proto::connectTcp(s.address), s.address, s.device, s.token, workerTimeout());
+    }));
+  std::string failed;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    try {
+      conns_.push_back(pending[i].get());
+    } catch (const std::exception& e) {
+      failed += (failed.empty() ? "" : "; ") + std::string(e.what());
+    }
+  }
+  if (!failed.empty()) {
+    conns_.clear();
+    GPOOL_LOG(Level::kError, "%s; CUDA reports no device (set GPOOL_SERVER=HOST:PORT to a running gpool-server)", failed.c_str());
+    return CUDA_ERROR_NO_DEVICE;
+  }
+  for (size_t c = 0; c < conns_.size(); ++c) {
+    if (conns_.size() > 1) conns_[c]->joinLease(static_cast<int>(c), &crossDevice());
+    for (uint32_t local = 0; local < conns_[c]->hello().devices.size(); ++local) devices_.push_back({static_cast<int>(c), local});
+    GPOOL_LOG(Level::kInfo, "connected to gpool-server at %s: %s (%s backend, driver %u)", conns_[c]->address().c_str(),
+              conns_[c]->hello().devices[0].name.c_str(), conns_[c]->hello().backend.c_str(), conns_[c]->hello().driver_version);
+  }
+  primary_.resize(devices_.size());
+  for (size_t i = 0; i < primary_.size(); ++i) {
+    primary_[i].device = static_cast<int>(i);
+    primary_[i].id = i + 1;
+  }
+  return CUDA_SUCCESS;
+}
+
+Connection* State::readyOn(int connection, CUresult& err) {
+  if (conns_.empty()) {
     err = init_result_ == CUDA_SUCCESS ? CUDA_ERROR_NOT_INITIALIZED : init_result_;
     return nullptr;
   }
-  if (int lost = conn_->lost()) {
+  if (connection < 0 || static_cast<size_t>(connection) >= conns_.size()) {
+    err = CUDA_ERROR_INVALID_HANDLE;
+    return nullptr;
+  }
+  Connection* c = conns_[static_cast<size_t>(connection)].get();
+  if (int lost = c->lost()) {
     err = static_cast<CUresult>(lost);
     return nullptr;
   }
-  return conn_.get();
+  return c;
+}
+
+Connection* State::readyForHandle(uint64_t handle, CUresult& err) {
+  int owner = conns_.size() > 1 ? tags::owner(handle) : -1;
+  return readyOn(owner < 0 ? currentConnection() : owner, err);
+}
+
+CUdevice State::deviceOfHandle(uint64_t handle) const {
+  int owner = conns_.size() > 1 ? tags::owner(handle) : -1;
+  if (owner < 0) {
+    CUcontext c = current();
+    return c ? reinterpret_cast<const Context*>(c)->device : 0;
+  }
+  return deviceOfConnection(owner);
+}
+
+CUdevice State::deviceOfConnection(int connection) const {
+  for (size_t d = 0; d < devices_.size(); ++d)
+    if (devices_[d].connection == connection) return static_cast<CUdevice>(d);
+  return 0;
+}
+
+int State::connectionOf(CUdevice d) const {
+  if (d < 0 || static_cast<size_t>(d) >= devices_.size()) return -1;
+  return devices_[static_cast<size_t>(d)].connection;
+}
+
+int State::currentConnection() const {
+  if (conns_.size() < 2) return 0;
+  CUcontext c = current();
+  return c ? connectionOf(reinterpret_cast<const Context*>(c)->device) : 0;
+}
+
+int State::connectionOfPointer(uint64_t ptr) {
+  if (conns_.size() < 2) return 0;
+  uint64_t base;
+  Allocation a;
+  return findAllocation(ptr, base, a) && a.device ? a.owner : currentConnection();
 }
 
 const proto::DeviceInfo* State::device(CUdevice d) const {
-  if (!conn_ || d < 0 || static_cast<size_t>(d) >= conn_->hello().devices.size()) return nullptr;
-  return &conn_->hello().devices[static_cast<size_t>(d)];
+  if (d < 0 || static_cast<size_t>(d) >= devices_.size()) return nullptr;
+  const DeviceSlot& slot = devices_[static_cast<size_t>(d)];
+  return &conns_[static_cast<size_t>(slot.connection)]->hello().devices[slot.local];
 }
 
 int State::attribute(CUdevice d, int attr) const {
@@ -231,12 +208,13 @@ void State::forgetFunctions() {
   func_attrs_.clear();
 }
 
-void State::forgetDeviceState() {
+void State::forgetDeviceState(int connection) {
   std::lock_guard lock(mu);
-  for (auto it = allocations_.begin(); it != allocations_.end();) it = it->second.device ? eraseLocked(it) : std::next(it);
+  for (auto it = allocations_.begin(); it != allocations_.end();)
+    it = it->second.device && it->second.owner == connection ? eraseLocked(it) : std::next(it);
   layouts_.clear();
   func_attrs_.clear();
-  streams_.clear();
+  std::erase_if(streams_, [&](const auto& s) { return std::max(tags::owner(s.first), 0) == connection; });
   current_pool = 0;
 }
 
@@ -251,9 +229,14 @@ void State::destroyLocalStorage(Context* c) {
 }
 
 // With mu held: records an allocation; device memory's addresses are kept out of this process's own.
-void State::insertLocked(uint64_t base, const Allocation& a) {
+void State::insertLocked(uint64_t base, const Allocation& made) {
   auto it = allocations_.find(base);
   if (it != allocations_.end()) eraseLocked(it);
+  Allocation a = made;
+  a.owner = currentConnection();  // the call that made it went to the current device's worker
+  if (a.device && !a.managed && clashesLocked(base, a.size, a.owner))
+    GPOOL_LOG(Level::kWarn, "device memory at %#llx (%llu bytes) overlaps another device's: copies and pointer queries "
+              "may take it for the other device's", (unsigned long long)base, (unsigned long long)a.size);
   allocations_.emplace(base, a);
   if (a.managed) return;  // mapped here by api_managed.cpp
   if (!a.device) {
@@ -313,6 +296,22 @@ const Allocation* State::lookupLocked(uint64_t ptr, uint64_t& base) const {
   if (ptr - it->first >= std::max<uint64_t>(it->second.size, 1)) return nullptr;
   base = it->first;
   return &it->second;
+}
+
+bool State::clashesAcrossDevices(uint64_t base, uint64_t size, int owner) {
+  std::lock_guard lock(mu);
+  return clashesLocked(base, size, owner);
+}
+
+bool State::clashesLocked(uint64_t base, uint64_t size, int owner) const {
+  if (conns_.size() < 2) return false;
+  auto it = allocations_.lower_bound(base + size);  // the first that starts past the range
+  while (it != allocations_.begin()) {
+    --it;
+    if (it->first + std::max<uint64_t>(it->second.size, 1) <= base) break;  // ends before the range
+    if (it->second.device && it->second.owner != owner) return true;
+  }
+  return false;
 }
 
 bool State::findAllocation(uint64_t ptr, uint64_t& base, Allocation& a) {

@@ -49,22 +49,46 @@ struct Allocation {
   bool global = false;  // a module global: device memory that cuMemFree refuses
   uint64_t pool = 0;    // the memory pool a stream-ordered allocation came from
   bool managed = false;  // managed memory: host memory here and device memory there, same address
+  int owner = 0;          // device memory: the connection whose worker holds it
+};
+
+// One share of the lease: a worker's address, the device it serves and the token that admits to it.
+struct Share {
+  std::string address;
+  uint32_t device = 0;
+  std::string token;
 };
 
 class State {
  public:
   static State& get();
 
-  // Connects on first use (GPOOL_SERVER); the result is sticky, as cuInit's is.
+  // Connects on first use to every share of the lease (GPOOL_SHARES, else GPOOL_SERVER); the result is
+  // sticky, as cuInit's is. A lease of N shares is devices 0..N-1, in share order.
   CUresult init();
-  Connection* conn() { return conn_.get(); }
-  // The connection, or nullptr with `err` set (not initialised / lost).
-  Connection* ready(CUresult& err);
+  Connection* conn() { return conns_.empty() ? nullptr : conns_[0].get(); }
+  // The connection of the current context's device, or nullptr with `err` set (not initialised / lost).
+  Connection* ready(CUresult& err) { return readyOn(currentConnection(), err); }
+  // The connection of one device, of the device a handle came from, of the device a pointer's memory is on
+  // (the current one for anything else).
+  Connection* readyOn(int connection, CUresult& err);
+  Connection* readyForDevice(CUdevice d, CUresult& err) { return readyOn(connectionOf(d), err); }
+  Connection* readyForHandle(uint64_t handle, CUresult& err);
+  Connection* readyForPointer(uint64_t ptr, CUresult& err) { return readyOn(connectionOfPointer(ptr), err); }
+  // Which connection serves a device, the current context's, a pointer's memory (-1: none of them).
+  int connectionOf(CUdevice d) const;
+  int currentConnection() const;
+  int connectionOfPointer(uint64_t ptr);
+  int connections() const { return static_cast<int>(conns_.size()); }
+  // The device a handle belongs to (a default stream: the current context's).
+  CUdevice deviceOfHandle(uint64_t handle) const;
+  CUdevice deviceOfConnection(int connection) const;
+  Connection* connection(int i) { return conns_[static_cast<size_t>(i)].get(); }
 
-  int deviceCount() const { return conn_ ? static_cast<int>(conn_->hello().devices.size()) : 0; }
+  int deviceCount() const { return static_cast<int>(devices_.size()); }
   const proto::DeviceInfo* device(CUdevice d) const;
   int attribute(CUdevice d, int attr) const;
-  int driverVersion() const { return conn_ ? static_cast<int>(conn_->hello().driver_version) : CUDA_VERSION; }
+  int driverVersion() const { return conns_.empty() ? CUDA_VERSION : static_cast<int>(conns_[0]->hello().driver_version); }
 
   Context* primary(CUdevice d) { return &primary_[static_cast<size_t>(d)]; }
   bool isContext(CUcontext c) const;
@@ -72,8 +96,9 @@ class State {
   // Contexts made by cuCtxCreate. All of a device's contexts share the lease's worker context.
   CUcontext createContext(CUdevice d, unsigned flags);
   bool destroyContext(CUcontext c);  // false: not a created context
-  static thread_local std::vector<CUcontext> ctx_stack;  // current context per thread (top = back)
-  CUcontext current() const { return ctx_stack.empty() ? nullptr : ctx_stack.back(); }
+  // The calling thread's context stack (top = back): the current context.
+  static std::vector<CUcontext>& ctxStack();
+  CUcontext current() const { return ctxStack().empty() ? nullptr : ctxStack().back(); }
   // Runs the context-local storage destructors (context destroyed or primary context reset).
   void destroyLocalStorage(Context* c);
 
@@ -91,6 +116,9 @@ class State {
   // The device's current memory pool as this client last learnt or set it (0: not asked yet).
   std::atomic<uint64_t> current_pool{0};
   bool findAllocation(uint64_t ptr, uint64_t& base, Allocation& a);
+  // Whether [base, base+size) overlaps device memory of another connection's worker: two workers are two
+  // processes, and nothing but this check keeps their addresses apart (cuMemAlloc allocates again).
+  bool clashesAcrossDevices(uint64_t base, uint64_t size, int owner);
   // The first of `count` 8-byte words (at any alignment in `words`) that points into client host memory,
   // or 0; one lock for all of them (a launch's arguments are checked on the hot path).
   uint64_t firstHostPointer(const uint8_t* words, size_t count, size_t& index);
@@ -109,9 +137,9 @@ class State {
     unsigned flags;
     int priority;
   };
-  // A context reset: everything the worker held for this client is gone, and so are the caches of it
-  // (device allocations, functions, streams, the current pool). Client host memory stays.
-  void forgetDeviceState();
+  // A context reset: everything one connection's worker held for this client is gone, and so are the
+  // caches of it (its device allocations and streams, functions, the current pool). Host memory stays.
+  void forgetDeviceState(int connection);
   void addStream(uint64_t s, StreamInfo info);
   void removeStream(uint64_t s);
   bool streamInfo(uint64_t s, StreamInfo& info);
@@ -124,12 +152,19 @@ class State {
  private:
   State() = default;
   const Allocation* lookupLocked(uint64_t ptr, uint64_t& base) const;  // with mu held
+  bool clashesLocked(uint64_t base, uint64_t size, int owner) const;
   void insertLocked(uint64_t base, const Allocation& a);
   std::map<uint64_t, Allocation>::iterator eraseLocked(std::map<uint64_t, Allocation>::iterator it);
   AddressSpace address_space_;  // device allocations' pages, reserved in this process
   std::once_flag once_;
   CUresult init_result_ = CUDA_ERROR_NOT_INITIALIZED;
-  std::unique_ptr<Connection> conn_;
+  CUresult connectAll(const std::vector<Share>& shares);
+  std::vector<std::unique_ptr<Connection>> conns_;
+  struct DeviceSlot {
+    int connection;
+    uint32_t local;  // the device's index in its worker's handshake
+  };
+  std::vector<DeviceSlot> devices_;
   std::vector<Context> primary_;
   std::list<Context> created_;  // stable addresses: a CUcontext is a Context*
   unsigned long long next_context_id_ = 1000;
@@ -170,8 +205,17 @@ inline uint64_t streamArg(CUstream s, bool per_thread) {
 
 }  // namespace gpool::client
 
-// Declares `c`, the live connection, or returns the reason there is none.
+// Declares `c`, the live connection of the current context's device, or returns the reason there is none.
 #define GPOOL_CONN(c)                                                   \
   CUresult gpool_err_ = CUDA_SUCCESS;                                   \
   ::gpool::client::Connection* c = ::gpool::client::State::get().ready(gpool_err_); \
+  if (!c) return gpool_err_
+// The same for the device a handle (stream, event...) or a pointer's memory belongs to.
+#define GPOOL_CONN_OF_HANDLE(c, handle)                                  \
+  CUresult gpool_err_ = CUDA_SUCCESS;                                   \
+  ::gpool::client::Connection* c = ::gpool::client::State::get().readyForHandle(handle, gpool_err_); \
+  if (!c) return gpool_err_
+#define GPOOL_CONN_OF_POINTER(c, ptr)                                    \
+  CUresult gpool_err_ = CUDA_SUCCESS;                                   \
+  ::gpool::client::Connection* c = ::gpool::client::State::get().readyForPointer(ptr, gpool_err_); \
   if (!c) return gpool_err_

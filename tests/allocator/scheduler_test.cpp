@@ -230,7 +230,7 @@ TEST(Scheduler, AGangLandsOnOneServerWhenOneFitsIt) {
 TEST(Scheduler, AGangTooBigForOneServerTakesTheFewestServers) {
   Scheduler s = make();
   for (const char* name : {"a", "b", "c"}) s.registerServer(server(name, 2), 0);
-  for (const char* name : {"a", "b", "c"}) grantOn(s, name, std::string("half-") + name, 0.5);  // one GPU of each half used
+  for (const char* name : {"a", "b", "c"}) grantOn(s, name, std::string("whole-") + name, 1.0);  // one GPU of each used
   auto d = s.request(req("u", 0.5, 3), 1, "gang");
   ASSERT_EQ(d.kind, Decision::kGranted) << d.reason;
   EXPECT_EQ(serversOf(s, "gang").size(), 2u) << "three halves need two of these servers, not three";
@@ -377,4 +377,25 @@ TEST(Store, ForgetsEndedLeasesAfterTheRetentionPeriod) {
 TEST(Policy, RetentionOfEndedLeasesIsADuration) {
   EXPECT_EQ(Policy().ended_lease_retention, std::chrono::hours(24 * 7));
   EXPECT_THROW(parsePolicy("[settings]\nended_lease_retention = \"soon\"\n"), PolicyError);
+}
+
+TEST(Scheduler, TwoHalvesOfOneRequestShareAGpuOnlyWhenDistinctGpusDoNotFit) {
+  Scheduler s = make();
+  s.registerServer(server("a", 2), 0);
+  auto d = s.request(req("u", 0.5, 2), 1, "apart");
+  ASSERT_EQ(d.kind, Decision::kGranted) << d.reason;
+  const Lease* apart = &s.leases().at("apart");
+  EXPECT_NE(apart->shares[0].device, apart->shares[1].device) << "two free GPUs: one half on each";
+
+  Scheduler one = make();
+  one.registerServer(server("a", 1), 0);
+  one.registerServer(server("b", 1), 0);
+  auto both = one.request(req("u", 0.5, 2), 1, "both");
+  ASSERT_EQ(both.kind, Decision::kGranted) << both.reason;
+  EXPECT_EQ(serversOf(one, "both"), std::set<std::string>{"a"}) << "two halves of one GPU rather than two servers";
+  auto three = one.request(req("u", 0.5, 3), 1, "three");
+  EXPECT_EQ(three.kind, Decision::kQueued) << "one half is left: three halves wait";
+  auto five = one.request(req("u", 0.5, 5), 1, "five");
+  EXPECT_EQ(five.kind, Decision::kRefused);
+  EXPECT_NE(five.reason.find("has 2 (4 shares of 0.5)"), std::string::npos) << five.reason;
 }

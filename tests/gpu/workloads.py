@@ -296,11 +296,70 @@ def w_nccl():
     return {"values": {"all_reduce": values(t, "fp32")}}
 
 
+def second_device():
+    """cuda:1 where the process has two devices (through gpool: two shares of the one GPU), else cuda:0:
+    the same computation natively on the one GPU is the reference."""
+    import torch
+    return "cuda:1" if torch.cuda.device_count() > 1 else "cuda:0"
+
+
+def w_two_devices():
+    """Issue 12: tensors moved between cuda:0 and the second device, and a model split across both, trained."""
+    import torch
+    deterministic()
+    d0, d1 = "cuda:0", second_device()
+    x = torch.arange(1 << 20, dtype=torch.float32, device=d0)
+    moved = (x.to(d1) * 2).to(d0) + 1
+    first = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU()).to(d0)
+    second = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)).to(d1)
+    opt = torch.optim.SGD(list(first.parameters()) + list(second.parameters()), lr=0.01, momentum=0.9)
+    data = batches(8, (256, 512), 10, 5)
+    losses = []
+    for i in range(20):
+        xb, yb = data[i % len(data)]
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(second(first(xb).to(d1)), yb.to(d1))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return {"values": {"moved": values(moved, "fp32"), "losses": values(losses, "fp32")}}
+
+
+TORCHRUN_SCRIPT = """
+import os, sys, torch, torch.distributed as dist
+rank = int(os.environ["LOCAL_RANK"])
+dist.init_process_group("gloo")
+device = f"cuda:{rank}" if torch.cuda.device_count() > 1 else "cuda:0"
+torch.cuda.set_device(device)
+torch.manual_seed(7 + rank)
+a = torch.randn(512, 512, device=device)
+local = (a @ a).sum().double().cpu()
+dist.all_reduce(local)
+if rank == 0:
+    open(sys.argv[1], "w").write(f"{local.item()!r} {torch.cuda.current_device()}\n")
+dist.destroy_process_group()
+"""
+
+
+def w_torchrun_two():
+    """Issue 12: torchrun with two processes, one device each (gloo between them: NCCL cannot run on gpool)."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        script, result = os.path.join(d, "rank.py"), os.path.join(d, "result")
+        with open(script, "w") as f:
+            f.write(TORCHRUN_SCRIPT)
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", script, result],
+                       check=True, capture_output=True, text=True, timeout=240)
+        with open(result) as f:
+            total = f.read().split()[0]
+    return {"values": {"all_reduced": {"dtype": "fp32", "data": [float(total)]}}}
+
+
 WORKLOADS = {
     "tensors": w_tensors, "streams_events": w_streams_events, "device_info": w_device_info,
     "caching_allocator": w_caching_allocator, "matmul": w_matmul, "cudnn": w_cudnn, "mlp": w_mlp,
     "resnet18": w_resnet18, "compile": w_compile, "fft_sparse": w_fft_sparse, "cuda_graph": w_cuda_graph,
-    "cupy": w_cupy, "nccl": w_nccl,
+    "cupy": w_cupy, "nccl": w_nccl, "two_devices": w_two_devices, "torchrun_two": w_torchrun_two,
 }
 
 

@@ -190,13 +190,17 @@ class Heartbeat {
   std::thread thread_;
 };
 
-// The environment a program needs to use a lease's first share through gpool's client library.
+// The environment a program needs to use a lease through gpool's client library: every share in
+// GPOOL_SHARES ("ADDRESS DEVICE TOKEN", comma-separated; devices 0..N-1 in this order), and the first one
+// also as GPOOL_SERVER/GPOOL_DEVICE/GPOOL_TOKEN.
 std::vector<std::pair<std::string, std::string>> leaseEnv(const json& lease) {
   const json& share = lease.at("shares").at(0);
-  std::string servers;
-  for (const auto& s : lease.at("shares")) servers += (servers.empty() ? "" : ",") + s.at("address").get<std::string>();
+  std::string shares;
+  for (const auto& s : lease.at("shares"))
+    shares += (shares.empty() ? "" : ",") + s.at("address").get<std::string>() + " " + std::to_string(s.at("device").get<int>()) +
+              " " + s.at("token").get<std::string>();
   return {{"GPOOL_SERVER", share.at("address")}, {"GPOOL_DEVICE", std::to_string(share.at("device").get<int>())},
-          {"GPOOL_TOKEN", share.at("token")}, {"GPOOL_LEASE", lease.at("id")}, {"GPOOL_SERVERS", servers}};
+          {"GPOOL_TOKEN", share.at("token")}, {"GPOOL_LEASE", lease.at("id")}, {"GPOOL_SHARES", shares}};
 }
 
 int run(AllocatorClient& a, const json& request, double wait_s, std::vector<std::string> command) {
@@ -269,7 +273,7 @@ int status(AllocatorClient& a, bool as_json) {
                   show(g["model"]).c_str(), gib(g["memory"]).c_str(),
                   (std::to_string(static_cast<int>(std::lround(g["used_fraction"].get<double>() * 100))) + "%").c_str(),
                   gib(g["used_memory"]).c_str());
-  std::printf("\n%-26s %-10s %s\n", "LEASE", "USER", "SHARES (server:device x fraction of the GPU)");
+  std::printf("\n%-26s %-10s %s\n", "LEASE", "USER", "SHARES (its devices 0, 1...: server:GPU x fraction)");
   for (const auto& l : s["leases"]) {
     std::string shares;
     for (const auto& sh : l["shares"])

@@ -1,0 +1,140 @@
+// Devices of one lease working together (cross_device.h).
+#include "cross_device.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "state.h"
+
+namespace gpool::client {
+
+namespace calls = proto::calls;
+
+CrossDevice& crossDevice() {
+  static CrossDevice* c = new CrossDevice();  // never destroyed, as State
+  return *c;
+}
+
+void CrossDevice::noteLibrary(uint64_t library, const void* image, uint64_t size) {
+  auto lib = std::make_shared<Library>();
+  const auto* p = static_cast<const uint8_t*>(image);
+  lib->image.assign(p, p + size);
+  lib->on[tags::owner(library) < 0 ? 0 : tags::owner(library)] = library;
+  std::lock_guard lock(mu_);
+  libraries_[library] = std::move(lib);
+}
+
+void CrossDevice::noteKernel(uint64_t kernel, uint64_t library, const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto lib = libraries_.find(library);
+  if (lib == libraries_.end()) return;  // not a library's (a module's functions stay on their device)
+  auto k = std::make_shared<Kernel>();
+  k->library = lib->second;
+  k->name = name;
+  k->on[std::max(tags::owner(kernel), 0)] = kernel;
+  kernels_[kernel] = std::move(k);
+}
+
+void CrossDevice::noteAlias(uint64_t handle, uint64_t kernel) {
+  std::lock_guard lock(mu_);
+  if (auto k = kernels_.find(kernel); k != kernels_.end()) kernels_[handle] = k->second;
+}
+
+std::vector<std::pair<int, uint64_t>> CrossDevice::forgetLibrary(uint64_t library) {
+  std::lock_guard lock(mu_);
+  auto it = libraries_.find(library);
+  if (it == libraries_.end()) return {};
+  std::shared_ptr<Library> lib = it->second;
+  std::vector<std::pair<int, uint64_t>> copies;
+  for (auto [connection, handle] : lib->on) {
+    if (handle != library) copies.emplace_back(connection, handle);
+    libraries_.erase(handle);
+  }
+  std::erase_if(kernels_, [&](const auto& k) { return k.second->library == lib; });
+  return copies;
+}
+
+uint64_t CrossDevice::libraryOn(Connection& here, Library& lib) {
+  auto it = lib.on.find(here.index());
+  if (it != lib.on.end()) return it->second;
+  uint64_t handle = 0;
+  if (loadImageOn(&here, lib.image.data(), lib.image.size(), 1, handle) != CUDA_SUCCESS) return 0;
+  GPOOL_LOG(Level::kDebug, "library of %zu bytes loaded on the lease's worker %d", lib.image.size(), here.index());
+  lib.on[here.index()] = handle;
+  return handle;
+}
+
+uint64_t CrossDevice::translate(Connection& here, uint64_t handle, tags::HandleClass what) {
+  std::lock_guard lock(mu_);
+  if (what == tags::HandleClass::kLibrary) {
+    auto lib = libraries_.find(handle);
+    if (lib == libraries_.end()) return 0;
+    uint64_t there = libraryOn(here, *lib->second);
+    if (there) libraries_[there] = lib->second;
+    return there;
+  }
+  auto found = kernels_.find(handle);
+  if (found == kernels_.end()) return 0;
+  Kernel& k = *found->second;
+  if (auto it = k.on.find(here.index()); it != k.on.end()) return it->second;
+  uint64_t lib = libraryOn(here, *k.library);
+  if (!lib) return 0;
+  libraries_[lib] = k.library;
+  calls::ModuleGetFunction::out::tuple r;
+  if (here.call<calls::ModuleGetFunction>(r, proto::ModuleRef{lib, 1}, k.name) != CUDA_SUCCESS) return 0;
+  uint64_t there = std::get<0>(r);
+  k.on[here.index()] = there;
+  kernels_[there] = found->second;
+  State::get().setFunctionName(there, k.name);
+  return there;
+}
+
+namespace {
+
+// Waits for a stream's earlier work, on the device it belongs to (a default stream: the current one's).
+CUresult drain(uint64_t stream) {
+  GPOOL_CONN_OF_HANDLE(conn, stream);
+  return static_cast<CUresult>(conn->call<calls::StreamSynchronize>(stream));
+}
+
+}  // namespace
+
+CUresult copyAcrossDevices(uint64_t dst, int to, uint64_t src, int from, uint64_t bytes, uint64_t stream) {
+  if (CUresult r = drain(stream)) return r;
+  State& s = State::get();
+  CUresult err = CUDA_SUCCESS;
+  Connection* in = s.readyOn(from, err);
+  Connection* out = in ? s.readyOn(to, err) : nullptr;
+  if (!out) return err;
+  constexpr uint64_t kStage = 64ull << 20;  // relayed in pieces of this much
+  std::vector<uint8_t> stage(std::min(bytes, kStage));
+  for (uint64_t off = 0; off < bytes;) {
+    uint64_t n = std::min(bytes - off, kStage);
+    // The legacy streams order each piece after the devices' earlier work on their blocking streams.
+    if (int st = in->memcpyDtoH(stage.data(), src + off, n, 0)) return static_cast<CUresult>(st);
+    for (uint64_t done = 0; done < n;) {
+      uint64_t k = std::min<uint64_t>(n - done, proto::kBulkChunk);
+      proto::DevWrite w{dst + off + done, proto::Blob{stage.data() + done, k}};
+      bool last = done + k == n;
+      int st = last ? out->call<calls::MemcpyHtoD>(w, proto::Stream{0}, 0u) : out->post<calls::MemcpyHtoD>(w, proto::Stream{0}, 0u);
+      if (st) return static_cast<CUresult>(st);
+      done += k;
+    }
+    off += n;
+  }
+  return CUDA_SUCCESS;
+}
+
+bool waitAcrossDevices(uint64_t stream, uint64_t event, CUresult& result) {
+  State& s = State::get();
+  if (s.connections() < 2) return false;
+  int on = tags::owner(stream) < 0 ? s.currentConnection() : tags::owner(stream);
+  int from = tags::owner(event);
+  if (from < 0 || from == on) return false;
+  CUresult err = CUDA_SUCCESS;
+  Connection* c = s.readyOn(from, err);
+  result = c ? static_cast<CUresult>(c->call<calls::EventSynchronize>(event)) : err;
+  return true;
+}
+
+}  // namespace gpool::client

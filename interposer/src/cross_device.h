@@ -1,0 +1,61 @@
+// How the devices of one lease work together. Each device is another worker, often on another host, so
+// what CUDA does inside one driver is done here, between connections:
+// - a library (CUlibrary) is context-independent: loaded on one device, it is loaded on another the first
+//   time one of its kernels is used there, and its kernels map to that device's copies;
+// - a copy between two devices' memory is relayed through this process (each worker reads or writes
+//   only its own device);
+// - a stream that waits for another device's event waits here until the event has completed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "state.h"  // cuda.h as the library includes it, and the connection
+
+namespace gpool::client {
+
+class CrossDevice : public ForeignHandles {
+ public:
+  // A library loaded on some device (its image is kept, to load it on the others), one of its kernels
+  // (or a function got from one), and a library unloaded (its copies elsewhere: unload them too).
+  void noteLibrary(uint64_t library, const void* image, uint64_t size);
+  void noteKernel(uint64_t kernel, uint64_t library, const std::string& name);
+  void noteAlias(uint64_t handle, uint64_t kernel);
+  std::vector<std::pair<int, uint64_t>> forgetLibrary(uint64_t library);
+
+  uint64_t translate(Connection& here, uint64_t handle, tags::HandleClass what) override;
+
+ private:
+  struct Library {
+    std::vector<uint8_t> image;
+    std::map<int, uint64_t> on;  // connection -> the library's handle there
+  };
+  struct Kernel {
+    std::shared_ptr<Library> library;
+    std::string name;
+    std::map<int, uint64_t> on;
+  };
+  uint64_t libraryOn(Connection& here, Library& lib);
+  std::mutex mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<Library>> libraries_;  // by any of its handles
+  std::unordered_map<uint64_t, std::shared_ptr<Kernel>> kernels_;     // by any of its handles
+};
+
+CrossDevice& crossDevice();
+
+// A device-to-device copy between two connections' memory, after the stream's earlier work; it has
+// completed when this returns.
+CUresult copyAcrossDevices(uint64_t dst, int to, uint64_t src, int from, uint64_t bytes, uint64_t stream);
+// Whether `stream` and `event` are on two devices; if so, waits until the event has completed (the
+// stream's later work is then after it, as cuStreamWaitEvent orders it).
+bool waitAcrossDevices(uint64_t stream, uint64_t event, CUresult& result);
+
+// Loads an image on one connection (api_module.cpp).
+CUresult loadImageOn(Connection* conn, const void* image, uint64_t size, uint32_t kind, uint64_t& handle);
+
+}  // namespace gpool::client

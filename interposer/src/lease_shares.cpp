@@ -1,0 +1,162 @@
+// The lease's shares (lease_shares.h).
+#include "lease_shares.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "state.h"
+
+extern char** environ;
+
+namespace gpool::client {
+namespace {
+
+// A program started with only GPOOL_ALLOCATOR set gets its lease here, from a `gpool lease` helper: it
+// asks the allocator (showing queue progress on our stderr), prints the lease, and heartbeats it until
+// the pipe we hold closes — when this process ends, however it ends — then releases it.
+std::string gpoolBinary() {
+  if (const char* b = std::getenv("GPOOL_BIN"); b && *b) return b;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&gpoolBinary), &info) && info.dli_fname) {
+    std::filesystem::path lib = std::filesystem::path(info.dli_fname).parent_path();  // .../lib/gpool
+    for (auto candidate : {lib / ".." / ".." / "bin" / "gpool", lib / ".." / ".." / "tools" / "gpool" / "gpool"}) {
+      std::error_code ec;
+      if (std::filesystem::exists(candidate, ec)) return candidate.lexically_normal().string();
+    }
+  }
+  return "gpool";  // on PATH
+}
+
+std::vector<Share> leaseFromAllocator(std::string& why) {
+  std::vector<std::string> args{gpoolBinary(), "lease"};
+  for (auto [env, flag] : {std::pair{"GPOOL_GPUS", "-n"}, std::pair{"GPOOL_FRACTION", "-p"}, std::pair{"GPOOL_MEMORY", "-m"},
+                           std::pair{"GPOOL_WAIT", "--wait"}, std::pair{"GPOOL_POOL", "--pool"},
+                           std::pair{"GPOOL_PRIORITY", "--priority"}})
+    if (const char* v = std::getenv(env); v && *v) args.insert(args.end(), {flag, v});
+  int to_helper[2], from_helper[2];
+  if (::pipe2(to_helper, O_CLOEXEC) != 0 || ::pipe2(from_helper, O_CLOEXEC) != 0) {
+    why = "cannot create pipes for gpool lease";
+    return {};
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, to_helper[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, from_helper[1], 1);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);  // its own group: a Ctrl-C meant for us is not for it
+  posix_spawnattr_setpgroup(&attr, 0);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  ::close(to_helper[0]);
+  ::close(from_helper[1]);
+  if (rc != 0) {
+    why = "cannot run " + args[0] + " (" + std::strerror(rc) + "); set GPOOL_BIN to gpool's path";
+    ::close(to_helper[1]);
+    ::close(from_helper[0]);
+    return {};
+  }
+  // to_helper[1] stays open (close-on-exec) for the life of this process: its closing ends the lease.
+  std::string line;
+  char c;
+  while (::read(from_helper[0], &c, 1) == 1 && c != '\n') line += c;
+  ::close(from_helper[0]);
+  auto j = nlohmann::json::parse(line, nullptr, false);
+  if (!j.is_object() || !j.contains("GPOOL_SERVER") || !j.contains("GPOOL_TOKEN")) {
+    why = "gpool lease did not grant a lease (its message is above)";
+    ::close(to_helper[1]);
+    return {};
+  }
+  std::vector<Share> shares;
+  if (j.contains("GPOOL_SHARES")) shares = parseShares(j["GPOOL_SHARES"].get<std::string>(), why);
+  else shares.push_back({j["GPOOL_SERVER"].get<std::string>(), static_cast<uint32_t>(std::stoul(j.value("GPOOL_DEVICE", std::string("0")))),
+                         j["GPOOL_TOKEN"].get<std::string>()});
+  if (!shares.empty())
+    GPOOL_LOG(Level::kInfo, "lease %s from %s: %s device %u%s", j.value("GPOOL_LEASE", std::string("?")).c_str(),
+              std::getenv("GPOOL_ALLOCATOR"), shares[0].address.c_str(), shares[0].device,
+              shares.size() > 1 ? (" and " + std::to_string(shares.size() - 1) + " more share(s)").c_str() : "");
+  if (shares.empty()) ::close(to_helper[1]);
+  return shares;
+}
+
+}  // namespace
+
+std::vector<Share> parseShares(const std::string& text, std::string& why) {
+  std::vector<Share> shares;
+  std::stringstream in(text);
+  for (std::string entry; std::getline(in, entry, ',');) {
+    std::stringstream fields(entry);
+    Share s;
+    long long device = -1;
+    std::string rest;
+    if (!(fields >> s.address >> device >> s.token) || (fields >> rest) || device < 0 || device > 1023) {
+      why = "GPOOL_SHARES entry \"" + entry + "\" is not ADDRESS DEVICE TOKEN";
+      return {};
+    }
+    s.device = static_cast<uint32_t>(device);
+    shares.push_back(std::move(s));
+  }
+  if (shares.empty()) why = "GPOOL_SHARES names no share";
+  return shares;
+}
+
+std::vector<int> visibleDevices(const char* env, int count, std::string& ignored) {
+  std::vector<int> out;
+  if (!env) {
+    for (int i = 0; i < count; ++i) out.push_back(i);
+    return out;
+  }
+  std::stringstream in(env);
+  for (std::string entry; std::getline(in, entry, ',');) {
+    char* end = nullptr;
+    long v = std::strtol(entry.c_str(), &end, 10);
+    bool repeated = std::find(out.begin(), out.end(), static_cast<int>(v)) != out.end();
+    if (entry.empty() || *end || v < 0 || v >= count || repeated) {
+      ignored = entry;
+      break;
+    }
+    out.push_back(static_cast<int>(v));
+  }
+  return out;
+}
+
+std::vector<Share> leaseShares(std::string& why) {
+  std::vector<Share> all;
+  const char* tok = std::getenv("GPOOL_TOKEN");
+  const char* allocator = std::getenv("GPOOL_ALLOCATOR");
+  if (const char* list = std::getenv("GPOOL_SHARES"); list && *list) {
+    all = parseShares(list, why);
+  } else if (allocator && *allocator && !(tok && *tok)) {
+    all = leaseFromAllocator(why);
+  } else {
+    const char* env = std::getenv("GPOOL_SERVER");
+    const char* dev = std::getenv("GPOOL_DEVICE");
+    all.push_back({env && *env ? env : "127.0.0.1:" + std::to_string(proto::kDefaultPort),
+                   dev ? static_cast<uint32_t>(std::strtoul(dev, nullptr, 10)) : 0u, tok ? tok : ""});
+  }
+  if (all.empty()) return all;
+  std::string ignored;
+  std::vector<Share> visible;
+  for (int i : visibleDevices(std::getenv("CUDA_VISIBLE_DEVICES"), static_cast<int>(all.size()), ignored))
+    visible.push_back(all[static_cast<size_t>(i)]);
+  if (!ignored.empty())
+    GPOOL_LOG(Level::kWarn, "CUDA_VISIBLE_DEVICES entry \"%s\" is not one of the lease's devices 0..%zu; it and the entries "
+              "after it are ignored", ignored.c_str(), all.size() - 1);
+  if (visible.empty()) why = "CUDA_VISIBLE_DEVICES hides every device of the lease";
+  return visible;
+}
+
+}  // namespace gpool::client

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Multi-GPU leases end to end (issue 12): a real allocator, two sim gpool-servers, and `gpool run -n 2`
+running a CUDA program (tests/cuda_programs/multi_device.cu) that uses both devices together.
+usage: multi_gpu_test.py BUILD_DIR [unittest args]"""
+import json
+import os
+import re
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster import BUILD, GIB, Cluster, setUpModule, tearDownModule, wait_for  # noqa: E402,F401
+
+PROGRAM = os.path.join(BUILD, "tests", "cuda_multi_device")
+NCCL_PROGRAM = os.path.join(BUILD, "tests", "cuda_nccl_all_reduce")
+KERNELS = os.path.join(BUILD, "tests", "libgpool_test_sim_kernels.so")
+
+
+class MultiGpu(unittest.TestCase):
+    def setUp(self):
+        self.cluster = Cluster(servers=2, ttl="30s", memory=GIB, server_args=["--sim-kernels", KERNELS])
+
+    def tearDown(self):
+        self.cluster.close()
+
+    def run_program(self, *args):
+        p = self.cluster.gpool("run", *args, "--", PROGRAM)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, out + err)
+        self.assertIn("ALL PASSED", out, out + err)
+        self.assertNotIn("FAIL", out)
+        where = re.search(r"lease L[0-9a-f]+: 2 x [0-9.]+ GPU on (.*)", err)
+        self.assertIsNotNone(where, err)
+        return out, re.findall(r"(sim\d):\d+", where.group(1))
+
+    def test_two_halves_land_on_one_server_and_are_two_devices(self):
+        out, servers = self.run_program("-n", "2", "-p", "0.5")
+        self.assertEqual(len(servers), 2)
+        self.assertEqual(len(set(servers)), 1, "two halves fit one server's GPU: " + str(servers))
+        self.assertIn("PASS  cudaGetDeviceCount is the lease's 2 shares", out)
+        self.assertTrue(wait_for(lambda: self.cluster.status()["leases"] == [], timeout=5), "the lease was not released")
+
+    def test_two_whole_gpus_land_on_two_servers(self):
+        out, servers = self.run_program("-n", "2", "-p", "1")
+        self.assertEqual(sorted(servers), ["sim0", "sim1"], "each server has one GPU")
+        self.assertIn("PASS  device 1 waits for device 0's event, copies, launches: values in order", out)
+
+    def test_gpool_status_shows_a_leases_shares_together(self):
+        p = self.cluster.gpool("run", "-n", "2", "-p", "1", "--", "sleep", "30")
+        self.assertTrue(wait_for(lambda: len(self.cluster.status()["leases"]) == 1, timeout=10))
+        out, _ = self.cluster.gpool("status").communicate(timeout=10)
+        lease = json.loads(self.cluster.gpool("status", "--json").communicate(timeout=10)[0])["leases"][0]
+        p.kill()
+        p.communicate()
+        first, second = (f"{s['server']}:{s['device']}" for s in lease["shares"])
+        self.assertRegex(out, rf"{lease['id']}\s+\S+\s+{first} x 1, {second} x 1\n", "the lease's shares on its line:\n" + out)
+
+    def test_cuda_visible_devices_picks_among_the_lease_devices(self):
+        env = {"CUDA_VISIBLE_DEVICES": "1"}
+        p = self.cluster.gpool("run", "-n", "2", "-p", "1", "--", PROGRAM, env=env)
+        out, err = p.communicate(timeout=120)
+        self.assertIn("FAIL  cudaGetDeviceCount is the lease's 2 shares: 1 devices", out, out + err)
+
+    @unittest.skipUnless(os.path.exists(NCCL_PROGRAM), "NCCL is not installed (the CUDA toolkit's libnccl)")
+    def test_nccl_fails_at_once_with_one_line_saying_why(self):
+        p = self.cluster.gpool("run", "-n", "2", "-p", "1", "--", NCCL_PROGRAM, env={"NCCL_DEBUG": "WARN"})
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, out + err)
+        self.assertIn("ncclCommInitAll failed", out, out + err)
+        self.assertIn("CUDA works after NCCL's failure", out)
+        self.assertEqual(err.count("NCCL is not supported between gpool devices"), 1, err)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0]] + sys.argv[2:], verbosity=2)

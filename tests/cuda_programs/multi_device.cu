@@ -1,0 +1,114 @@
+// A program for two devices (`gpool run -n 2`): memory on each, copies between them both ways (peer
+// copies and cudaMemcpyDefault), a kernel on each, and a stream on one device that waits for an event
+// recorded on the other; every value is checked. Devices of a lease are separate workers, so kernels get
+// no peer access, and the program checks that it is told so. Prints one line per check and ALL PASSED.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "checks.h"
+
+extern "C" __global__ void gpool_test_increment(unsigned* p, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] += 1;
+}
+
+constexpr int kN = 1 << 20;  // 4 MiB per buffer: copies span more than one protocol chunk
+constexpr size_t kBytes = kN * sizeof(unsigned);
+
+static std::vector<unsigned> fetch(const unsigned* d) {
+  std::vector<unsigned> h(kN);
+  CK(cudaMemcpy(h.data(), d, kBytes, cudaMemcpyDefault));
+  return h;
+}
+
+static bool holds(const std::vector<unsigned>& h, unsigned base) {
+  for (int i = 0; i < kN; ++i)
+    if (h[i] != base + static_cast<unsigned>(i)) return false;
+  return true;
+}
+
+int main() {
+  int count = 0;
+  CK(cudaGetDeviceCount(&count));
+  char detail[256];
+  std::snprintf(detail, sizeof detail, "%d devices", count);
+  check(count == 2, "cudaGetDeviceCount is the lease's 2 shares", detail);
+  if (count < 2) return 1;
+
+  unsigned* buf[2];
+  cudaStream_t stream[2];
+  std::vector<unsigned> host(kN);
+  for (int d = 0; d < 2; ++d) {
+    CK(cudaSetDevice(d));
+    cudaDeviceProp prop{};
+    CK(cudaGetDeviceProperties(&prop, d));
+    std::snprintf(detail, sizeof detail, "device %d: %s", d, prop.name);
+    check(prop.totalGlobalMem > 0, "each device has its properties", detail);
+    CK(cudaMalloc(&buf[d], kBytes));
+    CK(cudaStreamCreateWithFlags(&stream[d], cudaStreamNonBlocking));
+    for (int i = 0; i < kN; ++i) host[i] = 1000000u * (d + 1) + i;
+    CK(cudaMemcpy(buf[d], host.data(), kBytes, cudaMemcpyHostToDevice));
+    gpool_test_increment<<<kN / 256, 256, 0, stream[d]>>>(buf[d], kN);
+    CK(cudaGetLastError());
+    CK(cudaStreamSynchronize(stream[d]));
+  }
+  check(holds(fetch(buf[0]), 1000001u) && holds(fetch(buf[1]), 2000001u), "a kernel on each device, values checked");
+
+  auto a = reinterpret_cast<uintptr_t>(buf[0]), b = reinterpret_cast<uintptr_t>(buf[1]);
+  check(a + kBytes <= b || b + kBytes <= a, "the two devices' allocations do not overlap");
+  for (int d = 0; d < 2; ++d) {
+    cudaPointerAttributes attr{};
+    CK(cudaPointerGetAttributes(&attr, buf[d]));
+    std::snprintf(detail, sizeof detail, "buffer of device %d says device %d", d, attr.device);
+    check(attr.type == cudaMemoryTypeDevice && attr.device == d, "a pointer names its device", detail);
+  }
+
+  // Device 1 -> device 0 with a peer copy, device 0 -> device 1 with cudaMemcpyDefault.
+  unsigned* copy[2];
+  for (int d = 0; d < 2; ++d) {
+    CK(cudaSetDevice(d));
+    CK(cudaMalloc(&copy[d], kBytes));
+  }
+  CK(cudaSetDevice(0));
+  CK(cudaMemcpyPeer(copy[0], 0, buf[1], 1, kBytes));
+  CK(cudaMemcpy(copy[1], buf[0], kBytes, cudaMemcpyDefault));
+  check(holds(fetch(copy[0]), 2000001u), "copy from device 1 to device 0 (cudaMemcpyPeer)");
+  check(holds(fetch(copy[1]), 1000001u), "copy from device 0 to device 1 (cudaMemcpyDefault)");
+
+  // A kernel on device 0, an event after it; device 1's stream waits for the event, then copies the
+  // result across: it must see the kernel's values, not the ones before it.
+  cudaEvent_t done;
+  CK(cudaSetDevice(0));
+  CK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  for (int k = 0; k < 5; ++k) gpool_test_increment<<<kN / 256, 256, 0, stream[0]>>>(buf[0], kN);
+  CK(cudaEventRecord(done, stream[0]));
+  CK(cudaSetDevice(1));
+  CK(cudaStreamWaitEvent(stream[1], done, 0));
+  CK(cudaMemcpyPeerAsync(copy[1], 1, buf[0], 0, kBytes, stream[1]));
+  gpool_test_increment<<<kN / 256, 256, 0, stream[1]>>>(copy[1], kN);
+  CK(cudaStreamSynchronize(stream[1]));
+  check(holds(fetch(copy[1]), 1000007u), "device 1 waits for device 0's event, copies, launches: values in order");
+
+  int can = -1;
+  CK(cudaDeviceCanAccessPeer(&can, 1, 0));
+  check(can == 0, "no peer access between two workers' devices (cudaDeviceCanAccessPeer 0)");
+  cudaError_t e = cudaDeviceEnablePeerAccess(0, 0);
+  std::snprintf(detail, sizeof detail, "%s", cudaGetErrorName(e));
+  check(e == cudaErrorPeerAccessUnsupported, "cudaDeviceEnablePeerAccess says it is unsupported", detail);
+  (void)cudaGetLastError();
+
+  for (int d = 0; d < 2; ++d) {
+    CK(cudaSetDevice(d));
+    CK(cudaFree(buf[d]));
+    CK(cudaFree(copy[d]));
+    CK(cudaStreamDestroy(stream[d]));
+    CK(cudaDeviceSynchronize());
+  }
+  CK(cudaEventDestroy(done));
+  if (failures == 0) std::printf("ALL PASSED\n");
+  return failures ? 1 : 0;
+}
