@@ -91,3 +91,64 @@ TEST(Connection, LossIsStickyAndReported) {
   EXPECT_EQ(r.conn->post<calls::MemFree>(uint64_t{1}), client::kErrDeviceUnavailable);
   EXPECT_EQ(r.conn->lost(), client::kErrDeviceUnavailable);
 }
+
+// A lease of several devices: each connection marks the handles its worker hands out (handle_tags.h).
+TEST(Connection, ALeaseOfTwoKeepsEachWorkersHandlesApart) {
+  Remote a, b;
+  a.conn->joinLease(0, nullptr);
+  b.conn->joinLease(1, nullptr);
+  calls::StreamCreate::out::tuple sa, sb;
+  ASSERT_EQ(a.conn->call<calls::StreamCreate>(sa, 0u, 0), 0);
+  ASSERT_EQ(b.conn->call<calls::StreamCreate>(sb, 0u, 0), 0);
+  uint64_t ha = std::get<0>(sa), hb = std::get<0>(sb);
+  ASSERT_EQ(client::tags::strip(ha), client::tags::strip(hb)) << "two sim workers hand out the same first stream";
+  EXPECT_NE(ha, hb);
+  EXPECT_EQ(client::tags::owner(ha), 0);
+  EXPECT_EQ(client::tags::owner(hb), 1);
+  EXPECT_EQ(b.conn->call<calls::StreamSynchronize>(hb), 0);
+  EXPECT_EQ(b.conn->call<calls::StreamSynchronize>(ha), proto::cu::kInvalidHandle) << "device 0's stream sent to device 1";
+  EXPECT_EQ(a.conn->call<calls::StreamSynchronize>(hb), proto::cu::kInvalidHandle) << "device 1's stream sent to device 0";
+  EXPECT_EQ(b.conn->post<calls::StreamDestroy>(ha), proto::cu::kInvalidHandle);
+  calls::MemAlloc::out::tuple p;
+  ASSERT_EQ(b.conn->call<calls::MemAlloc>(p, uint64_t{64}), 0);
+  uint8_t byte = 0;
+  EXPECT_EQ(b.conn->memcpyDtoH(&byte, std::get<0>(p).ptr, 1, ha), proto::cu::kInvalidHandle);
+  EXPECT_EQ(b.conn->memcpyDtoH(&byte, std::get<0>(p).ptr, 1, 0), 0) << "the default stream is every device's";
+  EXPECT_EQ(a.conn->lost() + b.conn->lost(), 0) << "a refused handle costs the call, not the connection";
+}
+
+// The attack: a worker that hands out a value with the mark byte set would make it pass for another
+// device's handle. Its reply is malformed, and the connection ends.
+TEST(Connection, AHandleUsingTheMarkByteIsAProtocolError) {
+  auto [client_end, server_end] = proto::makeLoopbackPair();
+  std::thread fake([&server = *server_end] {
+    try {
+      std::vector<uint8_t> p;
+      proto::FrameHeader h = proto::recvFrame(server, p, 1 << 16);
+      worker::SimBackend backend{worker::SimOptions{}};
+      proto::HelloReply hello;
+      backend.open(0, hello);
+      hello.features = 0;
+      auto reply = proto::encode(hello);
+      proto::sendFrame(server, proto::kMsgHello, proto::kIsReply, h.seq, reply.data(), reply.size());
+      do h = proto::recvFrame(server, p, 1 << 20);
+      while (h.msg != calls::StreamCreate::id);
+      std::vector<uint8_t> out;
+      proto::Writer w(out);
+      w.put(proto::Status{0});
+      w.put(uint64_t{0x0300000000001000});  // a "stream" of device 3
+      proto::sendFrame(server, h.msg, proto::kIsReply, h.seq, out.data(), out.size());
+      proto::recvFrame(server, p, 1 << 20);  // until the client hangs up
+    } catch (const std::exception&) {
+    }
+  });
+  {
+    client::Connection c(std::move(client_end), "loopback", 0, "");
+    c.joinLease(1, nullptr);
+    calls::StreamCreate::out::tuple s;
+    EXPECT_EQ(c.call<calls::StreamCreate>(s, 0u, 0), client::kErrDeviceUnavailable);
+    EXPECT_NE(c.lost(), 0);
+  }
+  server_end->shutdown();
+  fake.join();
+}
