@@ -1,6 +1,7 @@
 // Contexts, all local: every context of a client, primary or created, maps to its worker's context on
 // that device. Primary-context reference counts, created contexts, the per-thread current-context stack
 // and flags live here. A primary-context reset (cudaDeviceReset) resets the worker's context.
+#include "cross_device.h"
 #include "state.h"
 
 using namespace gpool::client;
@@ -76,6 +77,7 @@ GPOOL_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
   // lease's memory is all free again.
   if (int st = conn->call<gpool::proto::calls::CtxReset>(gpool::proto::ResetAll{})) return static_cast<CUresult>(st);
   State::get().forgetDeviceState(conn->index());
+  if (State::get().connections() > 1) crossDevice().forgetConnection(conn->index());
   forgetVirtualMemory();
   forgetLinks();
   State::get().destroyLocalStorage(State::get().primary(d));

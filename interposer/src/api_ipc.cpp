@@ -35,7 +35,7 @@ std::vector<uint8_t> handleIn(const Handle& h) {
 GPOOL_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr p) {
   GPOOL_TRY
   if (!handle) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_POINTER(conn, p);
   calls::IpcGetMemHandle::out::tuple out;
   if (int st = conn->call<calls::IpcGetMemHandle>(out, uint64_t{p})) return static_cast<CUresult>(st);
   return handleOut(handle, std::get<0>(out));
@@ -63,7 +63,7 @@ GPOOL_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr* p, CUipcMemHandle handle, 
 
 GPOOL_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_POINTER(conn, p);
   int st = conn->call<calls::IpcCloseMemHandle>(uint64_t{p});
   if (st == CUDA_SUCCESS) State::get().removeAllocation(p);
   return static_cast<CUresult>(st);
@@ -73,7 +73,7 @@ GPOOL_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
 GPOOL_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle* handle, CUevent e) {
   GPOOL_TRY
   if (!handle) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, reinterpret_cast<uint64_t>(e));
   calls::IpcGetEventHandle::out::tuple out;
   if (int st = conn->call<calls::IpcGetEventHandle>(out, reinterpret_cast<uint64_t>(e))) return static_cast<CUresult>(st);
   return handleOut(handle, std::get<0>(out));

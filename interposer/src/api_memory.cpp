@@ -87,7 +87,7 @@ CUresult onManaged(uint64_t a, uint64_t b, bool async, Op op) {
 CUresult copyDtoD(uint64_t dst, uint64_t src, size_t n, uint64_t stream, bool async) {
   State& state = State::get();
   if (int to = state.connectionOfPointer(dst), from = state.connectionOfPointer(src); to != from)
-    return copyAcrossDevices(dst, to, src, from, n, stream);
+    return copyAcrossDevices(dst, to, src, from, n, stream, async);
   GPOOL_CONN_OF_POINTER(conn, dst);
   if (CUresult r = onMemoryDevice(conn, stream, async)) return r;
   gpool::proto::DevCopy c{dst, src, uint64_t{n}};
@@ -167,6 +167,7 @@ GPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
   if (freeManaged(p, managed)) return managed;
   // Refused here at once, as the driver refuses it, rather than later from the worker's latch.
   if (!State::get().takeDeviceAllocation(p)) return CUDA_ERROR_INVALID_VALUE;
+  if (State::get().connections() > 1) crossDevice().forgetAllocation(conn->index(), p);  // its mappings elsewhere
   return static_cast<CUresult>(conn->post<calls::MemFree>(dptr(p)));
   GPOOL_CATCH
 }

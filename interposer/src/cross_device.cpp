@@ -89,6 +89,54 @@ uint64_t CrossDevice::translate(Connection& here, uint64_t handle, tags::HandleC
   return there;
 }
 
+uint64_t CrossDevice::openedIn(int from, uint64_t base, int to) {
+  std::lock_guard lock(mu_);
+  auto key = std::make_tuple(from, base, to);
+  if (auto it = opened_.find(key); it != opened_.end()) return it->second;
+  if (apart_.count({from, to})) return 0;
+  State& s = State::get();
+  CUresult err = CUDA_SUCCESS;
+  Connection* src = s.readyOn(from, err);
+  Connection* dst = src ? s.readyOn(to, err) : nullptr;
+  if (!dst) return 0;
+  uint64_t mapped = 0;
+  calls::IpcGetMemHandle::out::tuple handle;
+  if (src->call<calls::IpcGetMemHandle>(handle, proto::AllocBase{base}) == CUDA_SUCCESS) {
+    calls::IpcOpenMemHandle::out::tuple opened;
+    int st = dst->call<calls::IpcOpenMemHandle>(opened, std::get<0>(handle), uint32_t{CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS});
+    if (st == CUDA_SUCCESS) mapped = std::get<0>(opened).ptr;
+    else if (st == CUDA_ERROR_NOT_SUPPORTED) apart_.insert({from, to});  // handles of another host: never
+  }
+  // 0: this allocation cannot be shared (too small on sim, a pool's, another host's): relayed.
+  GPOOL_LOG(Level::kDebug, "copies from device %d's allocation at %#llx to device %d: %s", s.deviceOfConnection(from),
+            (unsigned long long)base, s.deviceOfConnection(to), mapped ? "direct, between the workers" : "relayed through this process");
+  opened_[key] = mapped;
+  return mapped;
+}
+
+void CrossDevice::closeLocked(int to, uint64_t mapped) {
+  CUresult err = CUDA_SUCCESS;
+  if (Connection* c = State::get().readyOn(to, err)) c->call<calls::IpcCloseMemHandle>(proto::IpcMapped{mapped});
+}
+
+void CrossDevice::forgetAllocation(int owner, uint64_t base) {
+  std::lock_guard lock(mu_);
+  for (auto it = opened_.lower_bound({owner, base, INT32_MIN}); it != opened_.end() && std::get<0>(it->first) == owner &&
+                                                                std::get<1>(it->first) == base;) {
+    if (it->second) closeLocked(std::get<2>(it->first), it->second);
+    it = opened_.erase(it);
+  }
+}
+
+void CrossDevice::forgetConnection(int connection) {
+  std::lock_guard lock(mu_);
+  for (auto it = opened_.begin(); it != opened_.end();) {
+    bool from = std::get<0>(it->first) == connection, to = std::get<2>(it->first) == connection;
+    if (from && !to && it->second) closeLocked(std::get<2>(it->first), it->second);  // its mappings elsewhere
+    it = from || to ? opened_.erase(it) : std::next(it);
+  }
+}
+
 namespace {
 
 // Waits for a stream's earlier work, on the device it belongs to (a default stream: the current one's).
@@ -99,18 +147,15 @@ CUresult drain(uint64_t stream) {
 
 }  // namespace
 
-CUresult copyAcrossDevices(uint64_t dst, int to, uint64_t src, int from, uint64_t bytes, uint64_t stream) {
-  if (CUresult r = drain(stream)) return r;
-  State& s = State::get();
-  CUresult err = CUDA_SUCCESS;
-  Connection* in = s.readyOn(from, err);
-  Connection* out = in ? s.readyOn(to, err) : nullptr;
-  if (!out) return err;
-  constexpr uint64_t kStage = 64ull << 20;  // relayed in pieces of this much
+namespace {
+
+// Relayed through this process, in pieces; the legacy streams order each piece after the devices'
+// earlier work on their blocking streams.
+CUresult relay(uint64_t dst, Connection* out, uint64_t src, Connection* in, uint64_t bytes) {
+  constexpr uint64_t kStage = 64ull << 20;
   std::vector<uint8_t> stage(std::min(bytes, kStage));
   for (uint64_t off = 0; off < bytes;) {
     uint64_t n = std::min(bytes - off, kStage);
-    // The legacy streams order each piece after the devices' earlier work on their blocking streams.
     if (int st = in->memcpyDtoH(stage.data(), src + off, n, 0)) return static_cast<CUresult>(st);
     for (uint64_t done = 0; done < n;) {
       uint64_t k = std::min<uint64_t>(n - done, proto::kBulkChunk);
@@ -123,6 +168,34 @@ CUresult copyAcrossDevices(uint64_t dst, int to, uint64_t src, int from, uint64_
     off += n;
   }
   return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult copyAcrossDevices(uint64_t dst, int to, uint64_t src, int from, uint64_t bytes, uint64_t stream, bool async) {
+  State& s = State::get();
+  CUresult err = CUDA_SUCCESS;
+  Connection* in = s.readyOn(from, err);
+  Connection* out = in ? s.readyOn(to, err) : nullptr;
+  if (!out) return err;
+  uint64_t base = 0;
+  Allocation a;
+  uint64_t mapped = s.findAllocation(src, base, a) && a.device && !a.managed && !a.global ? crossDevice().openedIn(from, base, to) : 0;
+  if (!mapped) {
+    if (CUresult r = drain(stream)) return r;
+    return relay(dst, out, src, in, bytes);
+  }
+  // Direct: the destination's worker copies from its mapping of the source. A synchronous copy first
+  // lets the source device's earlier work (on its legacy stream) finish, as a synchronous copy does.
+  bool own_stream = tags::owner(stream) < 0 || tags::owner(stream) == to;
+  if (!own_stream)
+    if (CUresult r = drain(stream)) return r;
+  if (!own_stream || !async)
+    if (int st = in->call<calls::StreamSynchronize>(proto::Stream{0})) return static_cast<CUresult>(st);
+  uint64_t on = own_stream ? stream : 0;
+  proto::DevCopy c{dst, mapped + (src - base), bytes};
+  return static_cast<CUresult>(async && own_stream ? out->post<calls::MemcpyDtoD>(c, proto::Stream{on}, 1u)
+                                                   : out->call<calls::MemcpyDtoD>(c, proto::Stream{on}, 0u));
 }
 
 bool waitAcrossDevices(uint64_t stream, uint64_t event, CUresult& result) {

@@ -2,8 +2,10 @@
 // what CUDA does inside one driver is done here, between connections:
 // - a library (CUlibrary) is context-independent: loaded on one device, it is loaded on another the first
 //   time one of its kernels is used there, and its kernels map to that device's copies;
-// - a copy between two devices' memory is relayed through this process (each worker reads or writes
-//   only its own device);
+// - a copy between two devices' memory goes directly between their workers when both are on one host:
+//   the source allocation is opened in the destination's worker through CUDA IPC, and that worker copies.
+//   Otherwise (other hosts, memory IPC cannot share, a driver that refuses) it is relayed through this
+//   process;
 // - a stream that waits for another device's event waits here until the event has completed.
 #pragma once
 
@@ -11,7 +13,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -30,6 +34,13 @@ class CrossDevice : public ForeignHandles {
 
   uint64_t translate(Connection& here, uint64_t handle, tags::HandleClass what) override;
 
+  // The address in `to`'s worker of `from`'s allocation at `base`, opened there through IPC (0: it cannot
+  // be, and the copy is relayed).
+  uint64_t openedIn(int from, uint64_t base, int to);
+  // Before an allocation is freed, or a device reset: the mappings of it elsewhere are closed.
+  void forgetAllocation(int owner, uint64_t base);
+  void forgetConnection(int connection);
+
  private:
   struct Library {
     std::vector<uint8_t> image;
@@ -41,16 +52,20 @@ class CrossDevice : public ForeignHandles {
     std::map<int, uint64_t> on;
   };
   uint64_t libraryOn(Connection& here, Library& lib);
+  void closeLocked(int to, uint64_t mapped);
   std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<Library>> libraries_;  // by any of its handles
   std::unordered_map<uint64_t, std::shared_ptr<Kernel>> kernels_;     // by any of its handles
+  std::map<std::tuple<int, uint64_t, int>, uint64_t> opened_;          // (from, base, to) -> mapped there, 0: refused
+  std::set<std::pair<int, int>> apart_;                                // (from, to): IPC refused, other hosts
 };
 
 CrossDevice& crossDevice();
 
-// A device-to-device copy between two connections' memory, after the stream's earlier work; it has
-// completed when this returns.
-CUresult copyAcrossDevices(uint64_t dst, int to, uint64_t src, int from, uint64_t bytes, uint64_t stream);
+// A device-to-device copy between two connections' memory, in the order of `stream`. Direct (same host):
+// on `stream` when it is the destination's (or a default stream), else after it; relayed: after the
+// stream's earlier work and complete when this returns.
+CUresult copyAcrossDevices(uint64_t dst, int to, uint64_t src, int from, uint64_t bytes, uint64_t stream, bool async);
 // Whether `stream` and `event` are on two devices; if so, waits until the event has completed (the
 // stream's later work is then after it, as cuStreamWaitEvent orders it).
 bool waitAcrossDevices(uint64_t stream, uint64_t event, CUresult& result);

@@ -23,25 +23,28 @@ class MultiGpu(unittest.TestCase):
     def tearDown(self):
         self.cluster.close()
 
-    def run_program(self, *args):
-        p = self.cluster.gpool("run", *args, "--", PROGRAM)
+    def run_program(self, *args, env=None):
+        p = self.cluster.gpool("run", *args, "--", PROGRAM, env=env or {})
         out, err = p.communicate(timeout=120)
         self.assertEqual(p.returncode, 0, out + err)
         self.assertIn("ALL PASSED", out, out + err)
         self.assertNotIn("FAIL", out)
         where = re.search(r"lease L[0-9a-f]+: 2 x [0-9.]+ GPU on (.*)", err)
         self.assertIsNotNone(where, err)
-        return out, re.findall(r"(sim\d):\d+", where.group(1))
+        return out, re.findall(r"(sim\d):\d+", where.group(1)), err
 
     def test_two_halves_land_on_one_server_and_are_two_devices(self):
-        out, servers = self.run_program("-n", "2", "-p", "0.5")
+        out, servers, err = self.run_program("-n", "2", "-p", "0.5", env={"GPOOL_LOG_LEVEL": "debug"})
         self.assertEqual(len(servers), 2)
         self.assertEqual(len(set(servers)), 1, "two halves fit one server's GPU: " + str(servers))
         self.assertIn("PASS  cudaGetDeviceCount is the lease's 2 shares", out)
+        # One host: large copies go between the workers; allocations sim cannot share are relayed.
+        self.assertRegex(err, r"copies from device 1's allocation at 0x[0-9a-f]+ to device 0: direct, between the workers")
+        self.assertRegex(err, r"copies from device 0's allocation at 0x[0-9a-f]+ to device 1: relayed through this process")
         self.assertTrue(wait_for(lambda: self.cluster.status()["leases"] == [], timeout=5), "the lease was not released")
 
     def test_two_whole_gpus_land_on_two_servers(self):
-        out, servers = self.run_program("-n", "2", "-p", "1")
+        out, servers, _ = self.run_program("-n", "2", "-p", "1")
         self.assertEqual(sorted(servers), ["sim0", "sim1"], "each server has one GPU")
         self.assertIn("PASS  device 1 waits for device 0's event, copies, launches: values in order", out)
 

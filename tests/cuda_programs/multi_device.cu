@@ -79,6 +79,19 @@ int main() {
   check(holds(fetch(copy[0]), 2000001u), "copy from device 1 to device 0 (cudaMemcpyPeer)");
   check(holds(fetch(copy[1]), 1000001u), "copy from device 0 to device 1 (cudaMemcpyDefault)");
 
+  // Small allocations too (on sim too small to share between workers: relayed through the client).
+  unsigned* small[2];
+  unsigned words[256], back[256];
+  for (int i = 0; i < 256; ++i) words[i] = 7u * i + 3u;
+  for (int d = 0; d < 2; ++d) {
+    CK(cudaSetDevice(d));
+    CK(cudaMalloc(&small[d], sizeof words));
+  }
+  CK(cudaMemcpy(small[0], words, sizeof words, cudaMemcpyHostToDevice));
+  CK(cudaMemcpyPeer(small[1], 1, small[0], 0, sizeof words));
+  CK(cudaMemcpy(back, small[1], sizeof back, cudaMemcpyDeviceToHost));
+  check(std::memcmp(words, back, sizeof words) == 0, "a 1 KiB copy from device 0 to device 1");
+
   // A kernel on device 0, an event after it; device 1's stream waits for the event, then copies the
   // result across: it must see the kernel's values, not the ones before it.
   cudaEvent_t done;
@@ -93,6 +106,15 @@ int main() {
   CK(cudaStreamSynchronize(stream[1]));
   check(holds(fetch(copy[1]), 1000007u), "device 1 waits for device 0's event, copies, launches: values in order");
 
+  // Memory freed and allocated again (often at the same address) is the new allocation's to copy from.
+  CK(cudaSetDevice(0));
+  CK(cudaFree(buf[0]));
+  CK(cudaMalloc(&buf[0], kBytes));
+  for (int i = 0; i < kN; ++i) host[i] = 3000000u + i;
+  CK(cudaMemcpy(buf[0], host.data(), kBytes, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(copy[1], buf[0], kBytes, cudaMemcpyDefault));
+  check(holds(fetch(copy[1]), 3000000u), "a copy from memory freed and allocated again has the new values");
+
   int can = -1;
   CK(cudaDeviceCanAccessPeer(&can, 1, 0));
   check(can == 0, "no peer access between two workers' devices (cudaDeviceCanAccessPeer 0)");
@@ -105,6 +127,7 @@ int main() {
     CK(cudaSetDevice(d));
     CK(cudaFree(buf[d]));
     CK(cudaFree(copy[d]));
+    CK(cudaFree(small[d]));
     CK(cudaStreamDestroy(stream[d]));
     CK(cudaDeviceSynchronize());
   }
