@@ -5,11 +5,13 @@ usage: multi_gpu_test.py BUILD_DIR [unittest args]"""
 import json
 import os
 import re
+import subprocess
 import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import BUILD, GIB, Cluster, setUpModule, tearDownModule, wait_for  # noqa: E402,F401
+import cluster  # noqa: E402
+from cluster import BUILD, GIB, GPOOL, LIB, Cluster, setUpModule, tearDownModule, wait_for  # noqa: E402,F401
 
 PROGRAM = os.path.join(BUILD, "tests", "cuda_multi_device")
 NCCL_PROGRAM = os.path.join(BUILD, "tests", "cuda_nccl_all_reduce")
@@ -57,6 +59,17 @@ class MultiGpu(unittest.TestCase):
         p.communicate()
         first, second = (f"{s['server']}:{s['device']}" for s in lease["shares"])
         self.assertRegex(out, rf"{lease['id']}\s+\S+\s+{first} x 1, {second} x 1\n", "the lease's shares on its line:\n" + out)
+
+    def test_a_program_with_only_the_allocator_address_gets_two_devices(self):
+        env = dict(os.environ, GPOOL_ALLOCATOR=self.cluster.url, GPOOL_GPUS="2", LD_LIBRARY_PATH=LIB, GPOOL_BIN=GPOOL,
+                   GPOOL_MUNGE_SOCKET=cluster.MUNGED.socket, GPOOL_LOG_LEVEL="info")
+        for name in ("GPOOL_SERVER", "GPOOL_TOKEN", "GPOOL_SHARES"):
+            env.pop(name, None)
+        run = subprocess.run([PROGRAM], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertIn("ALL PASSED", run.stdout)
+        self.assertRegex(run.stderr, r"lease L[0-9a-f]+ from http://127\.0\.0\.1:\d+: 127\.0\.0\.1:\d+ device 0 and 1 more share")
+        self.assertTrue(wait_for(lambda: self.cluster.status()["leases"] == [], timeout=5), "the lease was not released")
 
     def test_cuda_visible_devices_picks_among_the_lease_devices(self):
         env = {"CUDA_VISIBLE_DEVICES": "1"}
