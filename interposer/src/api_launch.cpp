@@ -71,6 +71,22 @@ CUresult gpool::client::packKernelCall(uint64_t f, const unsigned grid[3], const
 
 namespace {
 
+// In a lease of several devices, events named by launch attributes are marked with their device
+// (handle_tags.h): the worker gets its own values, and another device's event is refused.
+CUresult ownAttributeEvents(const Connection* conn, const CUlaunchAttribute* attrs, unsigned n, std::vector<CUlaunchAttribute>& own) {
+  own.assign(attrs, attrs + n);
+  for (CUlaunchAttribute& a : own) {
+    CUevent* e = a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT       ? &a.value.programmaticEvent.event
+                 : a.id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT ? &a.value.launchCompletionEvent.event
+                                                                       : nullptr;
+    if (!e) continue;
+    auto v = reinterpret_cast<uint64_t>(*e);
+    if (tags::owner(v) >= 0 && tags::owner(v) != conn->index()) return CUDA_ERROR_INVALID_HANDLE;
+    *e = reinterpret_cast<CUevent>(tags::strip(v));
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult launch(uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
                 uint64_t stream, void** params, void** extra, const CUlaunchAttribute* attrs, unsigned nattrs,
                 const char* call) {
@@ -80,6 +96,11 @@ CUresult launch(uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
   Blob packed;
   if (CUresult r = packParams(f, params, extra, packed)) return r;
   if (CUresult r = refuseHostPointers(call, f, packed)) return r;
+  std::vector<CUlaunchAttribute> own;
+  if (nattrs && State::get().connections() > 1) {
+    if (CUresult r = ownAttributeEvents(conn, attrs, nattrs, own)) return r;
+    attrs = own.data();
+  }
   Blob a{attrs, nattrs * sizeof(CUlaunchAttribute)};
   return static_cast<CUresult>(conn->post<calls::LaunchKernel>(f, gx, gy, gz, bx, by, bz, shared, stream, packed, a));
 }

@@ -106,6 +106,25 @@ int main() {
   CK(cudaStreamSynchronize(stream[1]));
   check(holds(fetch(copy[1]), 1000007u), "device 1 waits for device 0's event, copies, launches: values in order");
 
+  // A launch on device 1 that records one of device 1's events through a launch attribute.
+  cudaEvent_t launched;
+  CK(cudaSetDevice(1));
+  CK(cudaEventCreateWithFlags(&launched, cudaEventDisableTiming));
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeLaunchCompletionEvent;
+  attr.val.launchCompletionEvent.event = launched;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(kN / 256);
+  config.blockDim = dim3(256);
+  config.stream = stream[1];
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&config, gpool_test_increment, copy[1], kN));
+  CK(cudaEventSynchronize(launched));
+  CK(cudaStreamSynchronize(stream[1]));
+  check(holds(fetch(copy[1]), 1000008u), "a launch on device 1 with one of its events as a launch attribute");
+  CK(cudaEventDestroy(launched));
+
   // Memory freed and allocated again (often at the same address) is the new allocation's to copy from.
   CK(cudaSetDevice(0));
   CK(cudaFree(buf[0]));
