@@ -3,35 +3,13 @@
 // 256 MiB copies each way (pageable and pinned). Prints "name value unit" lines.
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
+#include "bench_timing.h"
+
 __global__ void empty_kernel() {}
-
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e = (x);                                                               \
-    if (e != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e));              \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
-
-using Clock = std::chrono::steady_clock;
-
-template <typename F>
-double bestSeconds(int reps, F f) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = Clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
 
 int main(int argc, char** argv) {
   int launches = argc > 1 ? std::atoi(argv[1]) : 20000;
