@@ -14,17 +14,17 @@ CUmemoryPool pool(uint64_t h) { return reinterpret_cast<CUmemoryPool>(h); }
 
 // The device's current pool, asked once and then followed through cuDeviceSetMemPool.
 uint64_t currentPool(Connection* conn) {
-  uint64_t p = State::get().current_pool.load();
+  uint64_t p = State::get().currentPool(conn->index());
   if (p) return p;
   calls::DeviceGetMemPool::out::tuple r;
   if (conn->call<calls::DeviceGetMemPool>(r, 0u) != CUDA_SUCCESS) return 0;
-  State::get().current_pool = std::get<0>(r).v;
+  State::get().setCurrentPool(conn->index(), std::get<0>(r).v);
   return std::get<0>(r).v;
 }
 
 CUresult allocAsync(CUdeviceptr* out, size_t bytes, uint64_t p, uint64_t stream, bool from_pool) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, from_pool ? p : stream);  // the pool's device, else the stream's
   if (!from_pool) p = currentPool(conn);
   calls::MemAllocAsync::out::tuple r;
   int st = from_pool ? conn->call<calls::MemAllocFromPoolAsync>(r, uint64_t{bytes}, p, stream)
@@ -36,7 +36,7 @@ CUresult allocAsync(CUdeviceptr* out, size_t bytes, uint64_t p, uint64_t stream,
 }
 
 CUresult freeAsync(CUdeviceptr p, uint64_t stream) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_POINTER(conn, p);
   if (p == 0) return CUDA_SUCCESS;
   if (!State::get().takeDeviceAllocation(p)) return CUDA_ERROR_INVALID_VALUE;
   return static_cast<CUresult>(conn->post<calls::MemFreeAsync>(uint64_t{p}, stream));
@@ -44,7 +44,9 @@ CUresult freeAsync(CUdeviceptr p, uint64_t stream) {
 
 CUresult getPool(CUmemoryPool* out, CUdevice d, uint32_t which) {
   if (!out || !State::get().device(d)) return out ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  CUresult err = CUDA_SUCCESS;
+  Connection* conn = State::get().readyForDevice(d, err);
+  if (!conn) return err;
   calls::DeviceGetMemPool::out::tuple r;
   int st = conn->call<calls::DeviceGetMemPool>(r, which);
   *out = st == CUDA_SUCCESS ? pool(std::get<0>(r).v) : nullptr;
@@ -79,7 +81,9 @@ GPOOL_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* out, const CUmemPoolProps* p
               static_cast<int>(props->location.type));
     return CUDA_ERROR_NOT_SUPPORTED;
   }
-  GPOOL_CONN(conn);
+  CUresult err = CUDA_SUCCESS;
+  Connection* conn = State::get().readyForDevice(props->location.id, err);  // the pool's device's worker
+  if (!conn) return err;
   calls::MemPoolCreate::out::tuple r;
   int st = conn->call<calls::MemPoolCreate>(r, static_cast<uint32_t>(props->allocType), static_cast<uint32_t>(props->handleTypes),
                                             uint64_t{props->maxSize}, uint32_t{props->usage});
@@ -88,26 +92,28 @@ GPOOL_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* out, const CUmemPoolProps* p
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool p) {
-  GPOOL_TRY GPOOL_CONN(conn); return static_cast<CUresult>(conn->call<calls::MemPoolDestroy>(raw(p))); GPOOL_CATCH
+  GPOOL_TRY GPOOL_CONN_OF_HANDLE(conn, raw(p)); return static_cast<CUresult>(conn->call<calls::MemPoolDestroy>(raw(p))); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* out, CUdevice d) { GPOOL_TRY return getPool(out, d, 1); GPOOL_CATCH }
 GPOOL_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool* out, CUdevice d) { GPOOL_TRY return getPool(out, d, 0); GPOOL_CATCH }
 GPOOL_EXPORT CUresult cuDeviceSetMemPool(CUdevice d, CUmemoryPool p) {
   GPOOL_TRY
   if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
-  GPOOL_CONN(conn);
+  CUresult err = CUDA_SUCCESS;
+  Connection* conn = State::get().readyForDevice(d, err);
+  if (!conn) return err;
   int st = conn->call<calls::DeviceSetMemPool>(raw(p));
-  if (st == CUDA_SUCCESS) State::get().current_pool = raw(p);
+  if (st == CUDA_SUCCESS) State::get().setCurrentPool(conn->index(), raw(p));
   return static_cast<CUresult>(st);
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool p, size_t keep) {
-  GPOOL_TRY GPOOL_CONN(conn); return static_cast<CUresult>(conn->post<calls::MemPoolTrimTo>(raw(p), uint64_t{keep})); GPOOL_CATCH
+  GPOOL_TRY GPOOL_CONN_OF_HANDLE(conn, raw(p)); return static_cast<CUresult>(conn->post<calls::MemPoolTrimTo>(raw(p), uint64_t{keep})); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool p, CUmemPool_attribute attr, void* value) {
   GPOOL_TRY
   if (!value) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(p));
   uint64_t v = intAttribute(attr) ? static_cast<uint64_t>(*static_cast<int*>(value)) : *static_cast<cuuint64_t*>(value);
   return static_cast<CUresult>(conn->call<calls::MemPoolSetAttribute>(raw(p), gpool::proto::PoolAttribute{static_cast<uint32_t>(attr), v}));
   GPOOL_CATCH
@@ -115,7 +121,7 @@ GPOOL_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool p, CUmemPool_attribute 
 GPOOL_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool p, CUmemPool_attribute attr, void* value) {
   GPOOL_TRY
   if (!value) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(p));
   calls::MemPoolGetAttribute::out::tuple r;
   int st = conn->call<calls::MemPoolGetAttribute>(r, raw(p), static_cast<uint32_t>(attr));
   if (st) return static_cast<CUresult>(st);

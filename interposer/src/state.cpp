@@ -79,6 +79,7 @@ CUresult State::connectAll(const std::vector<Share>& shares) {
     GPOOL_LOG(Level::kInfo, "connected to gpool-server at %s: %s (%s backend, driver %u)", conns_[c]->address().c_str(),
               conns_[c]->hello().devices[0].name.c_str(), conns_[c]->hello().backend.c_str(), conns_[c]->hello().driver_version);
   }
+  current_pools_ = std::make_unique<std::atomic<uint64_t>[]>(conns_.size());
   primary_.resize(devices_.size());
   for (size_t i = 0; i < primary_.size(); ++i) {
     primary_[i].device = static_cast<int>(i);
@@ -215,7 +216,7 @@ void State::forgetDeviceState(int connection) {
   layouts_.clear();
   func_attrs_.clear();
   std::erase_if(streams_, [&](const auto& s) { return std::max(tags::owner(s.first), 0) == connection; });
-  current_pool = 0;
+  current_pools_[static_cast<size_t>(connection)] = 0;
 }
 
 void State::destroyLocalStorage(Context* c) {

@@ -113,8 +113,9 @@ class State {
   // pointer, a module global, host memory, or nothing this client allocated).
   bool takeDeviceAllocation(uint64_t base);
   void addPoolAllocation(uint64_t base, uint64_t size, uint64_t pool);
-  // The device's current memory pool as this client last learnt or set it (0: not asked yet).
-  std::atomic<uint64_t> current_pool{0};
+  // A device's current memory pool as this client last learnt or set it (0: not asked yet), by connection.
+  uint64_t currentPool(int connection) const { return current_pools_[static_cast<size_t>(connection)].load(); }
+  void setCurrentPool(int connection, uint64_t pool) { current_pools_[static_cast<size_t>(connection)] = pool; }
   bool findAllocation(uint64_t ptr, uint64_t& base, Allocation& a);
   // Whether [base, base+size) overlaps device memory of another connection's worker: two workers are two
   // processes, and nothing but this check keeps their addresses apart (cuMemAlloc allocates again).
@@ -165,6 +166,7 @@ class State {
     uint32_t local;  // the device's index in its worker's handshake
   };
   std::vector<DeviceSlot> devices_;
+  std::unique_ptr<std::atomic<uint64_t>[]> current_pools_;
   std::vector<Context> primary_;
   std::list<Context> created_;  // stable addresses: a CUcontext is a Context*
   unsigned long long next_context_id_ = 1000;

@@ -125,6 +125,33 @@ int main() {
   check(holds(fetch(copy[1]), 1000008u), "a launch on device 1 with one of its events as a launch attribute");
   CK(cudaEventDestroy(launched));
 
+  // Stream-ordered allocation on each device from its own pool; device 1's pool is set up while device
+  // 0 is current, and what device 1 allocates is copied to device 0.
+  CK(cudaSetDevice(0));
+  unsigned* pooled = nullptr;
+  CK(cudaMallocAsync(&pooled, sizeof words, stream[0]));
+  CK(cudaFreeAsync(pooled, stream[0]));
+  cudaMemPool_t pool0, pool1;
+  CK(cudaDeviceGetDefaultMemPool(&pool0, 0));
+  CK(cudaDeviceGetDefaultMemPool(&pool1, 1));
+  check(pool0 != pool1, "each device has its own default pool");
+  uint64_t threshold = 1 << 20, read_back = 0;
+  CK(cudaMemPoolSetAttribute(pool1, cudaMemPoolAttrReleaseThreshold, &threshold));
+  CK(cudaMemPoolGetAttribute(pool1, cudaMemPoolAttrReleaseThreshold, &read_back));
+  check(read_back == threshold, "device 1's pool, set up while device 0 is current");
+  CK(cudaSetDevice(1));
+  CK(cudaMallocAsync(&pooled, sizeof words, stream[1]));
+  CK(cudaMemcpyAsync(pooled, words, sizeof words, cudaMemcpyHostToDevice, stream[1]));
+  CK(cudaStreamSynchronize(stream[1]));
+  CK(cudaSetDevice(0));
+  CK(cudaMemcpy(small[0], pooled, sizeof words, cudaMemcpyDefault));
+  std::memset(back, 0, sizeof back);
+  CK(cudaMemcpy(back, small[0], sizeof back, cudaMemcpyDeviceToHost));
+  check(std::memcmp(words, back, sizeof words) == 0, "memory from device 1's pool (cudaMallocAsync) copied to device 0");
+  CK(cudaSetDevice(1));
+  CK(cudaFreeAsync(pooled, stream[1]));
+  CK(cudaStreamSynchronize(stream[1]));
+
   // Memory freed and allocated again (often at the same address) is the new allocation's to copy from.
   CK(cudaSetDevice(0));
   CK(cudaFree(buf[0]));
