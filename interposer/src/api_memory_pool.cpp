@@ -31,7 +31,7 @@ CUresult allocAsync(CUdeviceptr* out, size_t bytes, uint64_t p, uint64_t stream,
                      : conn->call<calls::MemAllocAsync>(r, uint64_t{bytes}, stream);
   if (st) return static_cast<CUresult>(st);
   *out = std::get<0>(r).ptr;
-  State::get().addPoolAllocation(std::get<0>(r).ptr, bytes, p);
+  State::get().addPoolAllocation(std::get<0>(r).ptr, bytes, p, conn->index());
   return CUDA_SUCCESS;
 }
 

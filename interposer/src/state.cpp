@@ -230,11 +230,11 @@ void State::destroyLocalStorage(Context* c) {
 }
 
 // With mu held: records an allocation; device memory's addresses are kept out of this process's own.
-void State::insertLocked(uint64_t base, const Allocation& made) {
+void State::insertLocked(uint64_t base, const Allocation& made, int owner) {
   auto it = allocations_.find(base);
   if (it != allocations_.end()) eraseLocked(it);
   Allocation a = made;
-  a.owner = currentConnection();  // the call that made it went to the current device's worker
+  a.owner = owner >= 0 ? owner : currentConnection();  // by default the call went to the current device's worker
   if (a.device && !a.managed && clashesLocked(base, a.size, a.owner))
     GPOOL_LOG(Level::kWarn, "device memory at %#llx (%llu bytes) overlaps another device's: copies and pointer queries "
               "may take it for the other device's", (unsigned long long)base, (unsigned long long)a.size);
@@ -261,9 +261,9 @@ void State::addAllocation(uint64_t base, uint64_t size, bool device, unsigned fl
   insertLocked(base, Allocation{size, device, flags});
 }
 
-void State::addPoolAllocation(uint64_t base, uint64_t size, uint64_t pool) {
+void State::addPoolAllocation(uint64_t base, uint64_t size, uint64_t pool, int owner) {
   std::lock_guard lock(mu);
-  insertLocked(base, Allocation{size, true, 0, false, pool});
+  insertLocked(base, Allocation{size, true, 0, false, pool}, owner);
 }
 
 void State::addManaged(uint64_t base, uint64_t size) {
@@ -271,9 +271,9 @@ void State::addManaged(uint64_t base, uint64_t size) {
   insertLocked(base, Allocation{size, true, 0, false, 0, true});
 }
 
-void State::addGlobal(uint64_t base, uint64_t size) {
+void State::addGlobal(uint64_t base, uint64_t size, int owner) {
   std::lock_guard lock(mu);
-  insertLocked(base, Allocation{size, true, 0, true});
+  insertLocked(base, Allocation{size, true, 0, true}, owner);
 }
 
 bool State::takeDeviceAllocation(uint64_t base) {

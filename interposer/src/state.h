@@ -102,9 +102,10 @@ class State {
   // Runs the context-local storage destructors (context destroyed or primary context reset).
   void destroyLocalStorage(Context* c);
 
-  // Allocation tracking for direction inference and pointer queries.
+  // Allocation tracking for direction inference and pointer queries. Device memory is the current
+  // device's unless `owner` names the connection whose worker made it.
   void addAllocation(uint64_t base, uint64_t size, bool device, unsigned flags = 0);
-  void addGlobal(uint64_t base, uint64_t size);
+  void addGlobal(uint64_t base, uint64_t size, int owner);
   void addManaged(uint64_t base, uint64_t size);  // its host pages are api_managed.cpp's, not reserved
   // Host allocations live now: while there are none, launches skip the host-pointer check.
   std::atomic<int> host_allocations{0};
@@ -112,7 +113,7 @@ class State {
   // Forgets the device allocation that starts at `base`; false when there is none (an interior
   // pointer, a module global, host memory, or nothing this client allocated).
   bool takeDeviceAllocation(uint64_t base);
-  void addPoolAllocation(uint64_t base, uint64_t size, uint64_t pool);
+  void addPoolAllocation(uint64_t base, uint64_t size, uint64_t pool, int owner);
   // A device's current memory pool as this client last learnt or set it (0: not asked yet), by connection.
   uint64_t currentPool(int connection) const { return current_pools_[static_cast<size_t>(connection)].load(); }
   void setCurrentPool(int connection, uint64_t pool) { current_pools_[static_cast<size_t>(connection)] = pool; }
@@ -154,7 +155,7 @@ class State {
   State() = default;
   const Allocation* lookupLocked(uint64_t ptr, uint64_t& base) const;  // with mu held
   bool clashesLocked(uint64_t base, uint64_t size, int owner) const;
-  void insertLocked(uint64_t base, const Allocation& a);
+  void insertLocked(uint64_t base, const Allocation& a, int owner = -1);
   std::map<uint64_t, Allocation>::iterator eraseLocked(std::map<uint64_t, Allocation>::iterator it);
   AddressSpace address_space_;  // device allocations' pages, reserved in this process
   std::once_flag once_;

@@ -151,6 +151,20 @@ int main() {
   CK(cudaSetDevice(1));
   CK(cudaFreeAsync(pooled, stream[1]));
   CK(cudaStreamSynchronize(stream[1]));
+  // Allocated on device 1's stream while device 0 is current: the memory is device 1's.
+  CK(cudaSetDevice(0));
+  CK(cudaMallocAsync(&pooled, sizeof words, stream[1]));
+  CK(cudaMemcpyAsync(pooled, words, sizeof words, cudaMemcpyHostToDevice, stream[1]));
+  CK(cudaStreamSynchronize(stream[1]));
+  cudaPointerAttributes where{};
+  CK(cudaPointerGetAttributes(&where, pooled));
+  std::memset(back, 0, sizeof back);
+  CK(cudaMemcpy(back, pooled, sizeof back, cudaMemcpyDeviceToHost));
+  std::snprintf(detail, sizeof detail, "device %d", where.device);
+  check(where.device == 1 && std::memcmp(words, back, sizeof words) == 0,
+        "cudaMallocAsync on device 1's stream while device 0 is current", detail);
+  CK(cudaFreeAsync(pooled, stream[1]));
+  CK(cudaStreamSynchronize(stream[1]));
 
   // Memory freed and allocated again (often at the same address) is the new allocation's to copy from.
   CK(cudaSetDevice(0));
