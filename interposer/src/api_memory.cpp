@@ -130,32 +130,23 @@ void* hostAlloc(size_t n) {
 
 }  // namespace
 
-// Allocates on the current device's worker. Two workers of a lease are two processes whose addresses may
-// coincide: an allocation that overlaps another device's memory is held while the worker allocates again,
-// then freed, so that every device address names one device (unified addressing, docs/architecture.md).
+// Allocates on the current device's worker, apart from the other devices' memory (cross_device.h).
 GPOOL_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t bytes) {
   GPOOL_TRY
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
-  State& state = State::get();
-  std::vector<uint64_t> clashing;
-  int st = CUDA_SUCCESS;
-  for (int attempt = 0; attempt < 8; ++attempt) {
+  uint64_t p = 0, size = bytes;
+  auto allocate = [&](uint64_t& ptr, uint64_t&) {
     calls::MemAlloc::out::tuple r;
-    if ((st = conn->call<calls::MemAlloc>(r, uint64_t{bytes}))) break;
-    uint64_t p = std::get<0>(r).ptr;
-    if (state.connections() < 2 || !state.clashesAcrossDevices(p, bytes, conn->index())) {
-      *out = p;
-      state.addAllocation(p, bytes, true);
-      break;
-    }
-    clashing.push_back(p);
-    st = CUDA_ERROR_OUT_OF_MEMORY;  // should every attempt clash
-  }
-  for (uint64_t p : clashing) conn->post<calls::MemFree>(p);
-  if (!clashing.empty())
-    GPOOL_LOG(Level::kDebug, "%zu allocation(s) overlapped another device's memory and were made again", clashing.size());
-  return static_cast<CUresult>(st);
+    int st = conn->call<calls::MemAlloc>(r, uint64_t{bytes});
+    ptr = std::get<0>(r).ptr;
+    return static_cast<CUresult>(st);
+  };
+  CUresult st = allocateApart(conn, allocate, [&](uint64_t ptr) { conn->post<calls::MemFree>(ptr); }, p, size);
+  if (st) return st;
+  *out = p;
+  State::get().addAllocation(p, bytes, true);
+  return CUDA_SUCCESS;
   GPOOL_CATCH
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cross_device.h"
 #include "state.h"
 
 using namespace gpool::client;
@@ -137,12 +138,20 @@ GPOOL_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_
   GPOOL_TRY
   if (!dptr || !pitch) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
-  calls::MemAllocPitch::out::tuple r;
-  int st = conn->call<calls::MemAllocPitch>(r, gpool::proto::PitchedAlloc{width, height, elem});
-  if (st) return static_cast<CUresult>(st);
-  *dptr = std::get<0>(r).ptr;
-  *pitch = std::get<1>(r);
-  State::get().addAllocation(std::get<0>(r).ptr, std::get<0>(r).bytes, true);
+  uint64_t p = 0, bytes = 0, chosen = 0;
+  auto allocate = [&](uint64_t& ptr, uint64_t& size) {
+    calls::MemAllocPitch::out::tuple r;
+    int st = conn->call<calls::MemAllocPitch>(r, gpool::proto::PitchedAlloc{width, height, elem});
+    ptr = std::get<0>(r).ptr;
+    size = std::get<0>(r).bytes;
+    chosen = std::get<1>(r);
+    return static_cast<CUresult>(st);
+  };
+  CUresult st = allocateApart(conn, allocate, [&](uint64_t ptr) { conn->post<calls::MemFree>(ptr); }, p, bytes);
+  if (st) return st;
+  *dptr = p;
+  *pitch = chosen;
+  State::get().addAllocation(p, bytes, true);
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }

@@ -1,6 +1,7 @@
 // Stream-ordered allocation and memory pools (cudaMallocAsync and cudaMemPool*): forwarded to the worker,
 // whose pools live on its device; allocations are charged to the lease like cuMemAlloc. Pools are not
 // shared between processes here (export/import is IPC: not forwarded).
+#include "cross_device.h"
 #include "state.h"
 
 using namespace gpool::client;
@@ -26,12 +27,18 @@ CUresult allocAsync(CUdeviceptr* out, size_t bytes, uint64_t p, uint64_t stream,
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN_OF_HANDLE(conn, from_pool ? p : stream);  // the pool's device, else the stream's
   if (!from_pool) p = currentPool(conn);
-  calls::MemAllocAsync::out::tuple r;
-  int st = from_pool ? conn->call<calls::MemAllocFromPoolAsync>(r, uint64_t{bytes}, p, stream)
-                     : conn->call<calls::MemAllocAsync>(r, uint64_t{bytes}, stream);
-  if (st) return static_cast<CUresult>(st);
-  *out = std::get<0>(r).ptr;
-  State::get().addPoolAllocation(std::get<0>(r).ptr, bytes, p, conn->index());
+  uint64_t ptr = 0, size = bytes;
+  auto allocate = [&](uint64_t& made, uint64_t&) {
+    calls::MemAllocAsync::out::tuple r;
+    int st = from_pool ? conn->call<calls::MemAllocFromPoolAsync>(r, uint64_t{bytes}, p, stream)
+                       : conn->call<calls::MemAllocAsync>(r, uint64_t{bytes}, stream);
+    made = std::get<0>(r).ptr;
+    return static_cast<CUresult>(st);
+  };
+  auto release = [&](uint64_t made) { conn->post<calls::MemFreeAsync>(made, stream); };
+  if (CUresult st = allocateApart(conn, allocate, release, ptr, size)) return st;
+  *out = ptr;
+  State::get().addPoolAllocation(ptr, bytes, p, conn->index());
   return CUDA_SUCCESS;
 }
 

@@ -70,6 +70,26 @@ CUresult copyAcrossDevices(uint64_t dst, int to, uint64_t src, int from, uint64_
 // stream's later work is then after it, as cuStreamWaitEvent orders it).
 bool waitAcrossDevices(uint64_t stream, uint64_t event, CUresult& result);
 
+// Two workers of a lease are two processes whose addresses may coincide. Runs `allocate(ptr, bytes)` on
+// `conn` until what it makes overlaps no other device's memory (at most 8 times); each overlapping one is
+// held meanwhile, then handed to `release(ptr)`. So every device address names one device.
+template <typename Allocate, typename Release>
+CUresult allocateApart(Connection* conn, Allocate allocate, Release release, uint64_t& ptr, uint64_t& bytes) {
+  State& state = State::get();
+  std::vector<uint64_t> clashing;
+  CUresult st = CUDA_SUCCESS;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    if ((st = allocate(ptr, bytes))) break;
+    if (state.connections() < 2 || !state.clashesAcrossDevices(ptr, bytes, conn->index())) break;
+    clashing.push_back(ptr);
+    st = CUDA_ERROR_OUT_OF_MEMORY;  // should every attempt clash
+  }
+  for (uint64_t p : clashing) release(p);
+  if (!clashing.empty())
+    GPOOL_LOG(Level::kDebug, "%zu allocation(s) overlapped another device's memory and were made again", clashing.size());
+  return st;
+}
+
 // Loads an image on one connection (api_module.cpp).
 CUresult loadImageOn(Connection* conn, const void* image, uint64_t size, uint32_t kind, uint64_t& handle);
 

@@ -13,6 +13,7 @@ struct ServerOptions {
   std::string worker_path;  // empty: gpool-worker beside this executable
   std::vector<std::string> sim_kernels;
   uint64_t sim_memory = 16ull << 30;
+  bool sim_fixed_addresses = false;
   unsigned max_clients = 64;
   unsigned max_clients_per_lease = 16;  // connections one lease may hold at once (its processes)
   unsigned handshake_timeout_ms = 10000;

@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   app.add_option("--worker", opt.worker_path, "gpool-worker binary (default: beside gpool-server)");
   app.add_option("--sim-kernels", opt.sim_kernels, "sim backend: plugin(s) with host kernel implementations");
   app.add_option("--sim-memory", opt.sim_memory, "sim backend: device memory in bytes")->capture_default_str();
+  app.add_flag("--sim-fixed-addresses", opt.sim_fixed_addresses,
+               "sim backend: every worker hands out the same device addresses, as a driver may in every process");
   opt.module_cache = gpool::server::defaultModuleCacheDir();
   app.add_option("--module-cache", opt.module_cache,
                  "directory where this host's workers keep module images by SHA-256, so each image crosses the "

@@ -231,6 +231,19 @@ Status SimBackend::open(int device, proto::HelloReply& hello) {
   return CUDA_SUCCESS;
 }
 
+void* SimBackend::mapShared(int fd, uint64_t size) {
+  if (!options_.fixed_addresses) return mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  constexpr uint64_t kStep = 2 << 20;
+  for (int tries = 0; tries < 64; ++tries) {
+    void* want = reinterpret_cast<void*>(next_fixed_);
+    void* p = mmap(want, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+    next_fixed_ += (size + kStep - 1) / kStep * kStep;  // monotonic, as a driver's range allocator
+    if (p == want) return p;
+    if (p != MAP_FAILED) munmap(p, size);  // a kernel that took the address as a hint only
+  }
+  return MAP_FAILED;
+}
+
 Status SimBackend::MemAlloc(AllocBytes bytes, NewAlloc& out) {
   // The lease's limit was checked by the worker's MemoryLedger; this is the host's own limit.
   // Large allocations are memfd mappings, which another worker of this host can map too (IPC).
@@ -241,7 +254,7 @@ Status SimBackend::MemAlloc(AllocBytes bytes, NewAlloc& out) {
       if (fd >= 0) close(fd);
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void* p = mapShared(fd, size);
     if (p == MAP_FAILED) {
       close(fd);
       return CUDA_ERROR_OUT_OF_MEMORY;

@@ -23,6 +23,9 @@ namespace gpool::worker {
 struct SimOptions {
   uint64_t memory_bytes = 16ull << 30;  // what the device reports as total; allocations past it fail
   std::vector<std::string> kernel_plugins;
+  // Large allocations from kFixedBase up, the same in every worker: models a driver that hands out the
+  // same device addresses in every process, which a lease's devices must keep apart (issue 12).
+  bool fixed_addresses = false;
 };
 
 class SimBackend : public Backend {
@@ -94,6 +97,8 @@ class SimBackend : public Backend {
     uint64_t size = 0;
   };
   std::unordered_map<uint64_t, SharedMemory> shared_;  // large allocations: memfd mappings (sim_ipc.cpp)
+  void* mapShared(int fd, uint64_t size);  // where the next large allocation goes
+  uint64_t next_fixed_ = 0x300000000;       // SimOptions::fixed_addresses: the next address tried
   std::unordered_map<uint64_t, uint64_t> opened_;      // other workers' memory opened by IPC: base -> size
   std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, std::vector<uint8_t>>>> links_;  // sim_link.cpp
   uint64_t next_handle_ = 1;

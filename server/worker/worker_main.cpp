@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   app.add_option("--backend", backend_name, "cuda or sim")->check(CLI::IsMember({"cuda", "sim"}));
   app.add_option("--sim-kernels", sim.kernel_plugins, "sim backend: plugin(s) with host kernel implementations");
   app.add_option("--sim-memory", sim.memory_bytes, "sim backend: device memory in bytes");
+  app.add_flag("--sim-fixed-addresses", sim.fixed_addresses, "sim backend: large allocations from one fixed address up");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   app.add_option("--module-cache", module_cache_dir, "directory of the host's module image cache (none when empty)");

@@ -19,6 +19,11 @@ for _ in $(seq 100); do
   sleep 0.05
 done
 if [ -z "${port:-}" ]; then echo "gpool-server did not start:"; cat "$log"; exit 2; fi
+# GPOOL_TEST_SHARES=N: the program gets N shares of the server's device 0 (N devices, each its own worker).
+if [ -n "${GPOOL_TEST_SHARES:-}" ]; then
+  GPOOL_SHARES=$(for _ in $(seq "$GPOOL_TEST_SHARES"); do printf '127.0.0.1:%s 0 -,' "$port"; done)
+  export GPOOL_SHARES=${GPOOL_SHARES%,}
+fi
 GPOOL_SERVER=127.0.0.1:$port LD_LIBRARY_PATH="$build/lib/gpool:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
 rc=$?
 if [ $rc -ne 0 ]; then echo "--- gpool-server log ---"; cat "$log"; fi
