@@ -19,6 +19,6 @@ cp "$build"/tests/cuda_basic_static "$build"/tests/cuda_basic_shared "$build"/te
    "$build"/tests/cuda_host_functions "$build"/tests/cuda_graph_build "$build"/tests/cuda_managed "$build"/tests/cuda_ipc \
    "$build"/tests/cuda_multi_device "$build"/tests/cuda_nccl_all_reduce \
    "$build"/tests/libgpool_test_sim_kernels.so .gpu/tests/
-cp "$build"/bench/gpool_bench_call_costs "$build"/bench/gpool_bench_tcp_loopback .gpu/bench/
+cp "$build"/bench/gpool_bench_call_costs "$build"/bench/gpool_bench_tcp_loopback "$build"/bench/gpool_bench_peer_copy .gpu/bench/
 find .gpu -type f -exec strip --strip-debug {} +
 du -sh .gpu
