@@ -46,6 +46,7 @@ CUresult freeAsync(CUdeviceptr p, uint64_t stream) {
   GPOOL_CONN_OF_POINTER(conn, p);
   if (p == 0) return CUDA_SUCCESS;
   if (!State::get().takeDeviceAllocation(p)) return CUDA_ERROR_INVALID_VALUE;
+  if (State::get().connections() > 1) crossDevice().forgetAllocation(conn->index(), p);  // its mappings elsewhere
   return static_cast<CUresult>(conn->post<calls::MemFreeAsync>(uint64_t{p}, stream));
 }
 

@@ -145,10 +145,6 @@ CUresult drain(uint64_t stream) {
   return static_cast<CUresult>(conn->call<calls::StreamSynchronize>(stream));
 }
 
-}  // namespace
-
-namespace {
-
 // Relayed through this process, in pieces; the legacy streams order each piece after the devices'
 // earlier work on their blocking streams.
 CUresult relay(uint64_t dst, Connection* out, uint64_t src, Connection* in, uint64_t bytes) {

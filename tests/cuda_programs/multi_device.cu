@@ -175,6 +175,20 @@ int main() {
   CK(cudaMemcpy(copy[1], buf[0], kBytes, cudaMemcpyDefault));
   check(holds(fetch(copy[1]), 3000000u), "a copy from memory freed and allocated again has the new values");
 
+  // The same with stream-ordered memory: freed with cudaFreeAsync, allocated again, copied again.
+  for (unsigned round = 0; round < 2; ++round) {
+    unsigned* staged = nullptr;
+    CK(cudaMallocAsync(&staged, kBytes, stream[0]));
+    for (int i = 0; i < kN; ++i) host[i] = 4000000u + 1000000u * round + i;
+    CK(cudaMemcpyAsync(staged, host.data(), kBytes, cudaMemcpyHostToDevice, stream[0]));
+    CK(cudaStreamSynchronize(stream[0]));
+    CK(cudaMemcpy(copy[1], staged, kBytes, cudaMemcpyDefault));
+    std::snprintf(detail, sizeof detail, "round %u", round);
+    check(holds(fetch(copy[1]), 4000000u + 1000000u * round), "a copy from stream-ordered memory freed and allocated again", detail);
+    CK(cudaFreeAsync(staged, stream[0]));
+    CK(cudaStreamSynchronize(stream[0]));
+  }
+
   int can = -1;
   CK(cudaDeviceCanAccessPeer(&can, 1, 0));
   check(can == 0, "no peer access between two workers' devices (cudaDeviceCanAccessPeer 0)");
