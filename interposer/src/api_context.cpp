@@ -70,14 +70,12 @@ GPOOL_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice d, unsigned int fla
 GPOOL_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
   GPOOL_TRY
   if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
-  CUresult gpool_err_ = CUDA_SUCCESS;
-  Connection* conn = State::get().readyForDevice(d, gpool_err_);
-  if (!conn) return gpool_err_;
+  GPOOL_CONN_OF_DEVICE(conn, d);
   // Everything the client held on the device ends, on the worker and in this library's caches; the
   // lease's memory is all free again.
   if (int st = conn->call<gpool::proto::calls::CtxReset>(gpool::proto::ResetAll{})) return static_cast<CUresult>(st);
   State::get().forgetDeviceState(conn->index());
-  if (State::get().connections() > 1) crossDevice().forgetConnection(conn->index());
+  crossDevice().forgetConnection(conn->index());
   forgetVirtualMemory();
   forgetLinks();
   State::get().destroyLocalStorage(State::get().primary(d));
@@ -284,9 +282,7 @@ GPOOL_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   GPOOL_TRY
   if (!ctx || State::get().isPrimary(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
   if (!State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  CUresult gpool_err_ = CUDA_SUCCESS;
-  Connection* conn = State::get().readyForDevice(reinterpret_cast<Context*>(ctx)->device, gpool_err_);
-  if (!conn) return gpool_err_;
+  GPOOL_CONN_OF_DEVICE(conn, reinterpret_cast<Context*>(ctx)->device);
   // As the driver does: the context's work finishes first.
   if (int st = conn->call<gpool::proto::calls::CtxSynchronize>()) return static_cast<CUresult>(st);
   if (!State::get().destroyContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;

@@ -145,9 +145,7 @@ GPOOL_EXPORT CUresult gpool_nvml_device_status(int device, unsigned long long* f
                                                unsigned driver_len) {
   GPOOL_TRY
   if (device < 0 || device >= State::get().deviceCount()) return CUDA_ERROR_INVALID_DEVICE;
-  CUresult gpool_err_ = CUDA_SUCCESS;
-  auto* conn = State::get().readyForDevice(device, gpool_err_);
-  if (!conn) return gpool_err_;
+  GPOOL_CONN_OF_DEVICE(conn, device);
   gpool::proto::calls::DeviceStatus::out::tuple r;
   int st = conn->call<gpool::proto::calls::DeviceStatus>(r);
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);

@@ -22,8 +22,7 @@ uint64_t dptr(CUdeviceptr p) { return static_cast<uint64_t>(p); }
 CUresult onMemoryDevice(Connection* conn, uint64_t& stream, bool& async) {
   int owner = gpool::client::tags::owner(stream);
   if (owner < 0 || owner == conn->index() || State::get().connections() < 2) return CUDA_SUCCESS;
-  GPOOL_CONN_OF_HANDLE(other, stream);
-  if (int st = other->call<calls::StreamSynchronize>(stream)) return static_cast<CUresult>(st);
+  if (CUresult r = drainStream(stream)) return r;
   stream = 0;
   async = false;
   return CUDA_SUCCESS;
@@ -158,7 +157,7 @@ GPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
   if (freeManaged(p, managed)) return managed;
   // Refused here at once, as the driver refuses it, rather than later from the worker's latch.
   if (!State::get().takeDeviceAllocation(p)) return CUDA_ERROR_INVALID_VALUE;
-  if (State::get().connections() > 1) crossDevice().forgetAllocation(conn->index(), p);  // its mappings elsewhere
+  crossDevice().forgetAllocation(conn->index(), p);  // its mappings in the lease's other workers
   return static_cast<CUresult>(conn->post<calls::MemFree>(dptr(p)));
   GPOOL_CATCH
 }

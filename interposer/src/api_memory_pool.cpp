@@ -46,15 +46,13 @@ CUresult freeAsync(CUdeviceptr p, uint64_t stream) {
   GPOOL_CONN_OF_POINTER(conn, p);
   if (p == 0) return CUDA_SUCCESS;
   if (!State::get().takeDeviceAllocation(p)) return CUDA_ERROR_INVALID_VALUE;
-  if (State::get().connections() > 1) crossDevice().forgetAllocation(conn->index(), p);  // its mappings elsewhere
+  crossDevice().forgetAllocation(conn->index(), p);  // its mappings in the lease's other workers
   return static_cast<CUresult>(conn->post<calls::MemFreeAsync>(uint64_t{p}, stream));
 }
 
 CUresult getPool(CUmemoryPool* out, CUdevice d, uint32_t which) {
   if (!out || !State::get().device(d)) return out ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_INVALID_VALUE;
-  CUresult err = CUDA_SUCCESS;
-  Connection* conn = State::get().readyForDevice(d, err);
-  if (!conn) return err;
+  GPOOL_CONN_OF_DEVICE(conn, d);
   calls::DeviceGetMemPool::out::tuple r;
   int st = conn->call<calls::DeviceGetMemPool>(r, which);
   *out = st == CUDA_SUCCESS ? pool(std::get<0>(r).v) : nullptr;
@@ -89,9 +87,7 @@ GPOOL_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* out, const CUmemPoolProps* p
               static_cast<int>(props->location.type));
     return CUDA_ERROR_NOT_SUPPORTED;
   }
-  CUresult err = CUDA_SUCCESS;
-  Connection* conn = State::get().readyForDevice(props->location.id, err);  // the pool's device's worker
-  if (!conn) return err;
+  GPOOL_CONN_OF_DEVICE(conn, props->location.id);  // the pool's device's worker
   calls::MemPoolCreate::out::tuple r;
   int st = conn->call<calls::MemPoolCreate>(r, static_cast<uint32_t>(props->allocType), static_cast<uint32_t>(props->handleTypes),
                                             uint64_t{props->maxSize}, uint32_t{props->usage});
@@ -107,9 +103,7 @@ GPOOL_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool* out, CUdevice d) { GPOOL_
 GPOOL_EXPORT CUresult cuDeviceSetMemPool(CUdevice d, CUmemoryPool p) {
   GPOOL_TRY
   if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
-  CUresult err = CUDA_SUCCESS;
-  Connection* conn = State::get().readyForDevice(d, err);
-  if (!conn) return err;
+  GPOOL_CONN_OF_DEVICE(conn, d);
   int st = conn->call<calls::DeviceSetMemPool>(raw(p));
   if (st == CUDA_SUCCESS) State::get().setCurrentPool(conn->index(), raw(p));
   return static_cast<CUresult>(st);

@@ -65,7 +65,7 @@ CUresult load(const void* image, uint32_t kind, uint64_t& handle) {
   GPOOL_CONN(conn);
   CUresult r = gpool::client::loadImageOn(conn, image, size, kind, handle);
   // A library is loaded on the lease's other devices when one of its kernels is first used there.
-  if (r == CUDA_SUCCESS && kind == kLibrary && State::get().connections() > 1) crossDevice().noteLibrary(handle, image, size);
+  if (r == CUDA_SUCCESS && kind == kLibrary) crossDevice().noteLibrary(handle, image, size);
   return r;
 }
 
@@ -88,7 +88,7 @@ CUresult getFunction(uint64_t handle, uint32_t kind, const char* name, uint64_t&
   out = std::get<0>(r);
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
   State::get().setFunctionName(out, name);
-  if (kind == kLibrary && State::get().connections() > 1) crossDevice().noteKernel(out, handle, name);
+  if (kind == kLibrary) crossDevice().noteKernel(out, handle, name);
   return CUDA_SUCCESS;
 }
 
@@ -107,7 +107,7 @@ CUresult functions(uint64_t handle, uint32_t kind, std::vector<uint64_t>& out) {
     size_t end = names.find('\0', at);
     if (end == std::string::npos) return CUDA_ERROR_UNKNOWN;  // the worker sent fewer names than handles
     State::get().setFunctionName(f, names.substr(at, end - at));
-    if (kind == kLibrary && State::get().connections() > 1) crossDevice().noteKernel(f, handle, names.substr(at, end - at));
+    if (kind == kLibrary) crossDevice().noteKernel(f, handle, names.substr(at, end - at));
     at = end + 1;
   }
   return CUDA_SUCCESS;
@@ -269,7 +269,7 @@ GPOOL_EXPORT CUresult cuKernelGetFunction(CUfunction* f, CUkernel k) {
   uint64_t fn = std::get<0>(r);
   *f = as<CUfunction>(fn);
   if (const char* n = State::get().functionName(raw(k)); n && st == CUDA_SUCCESS) State::get().setFunctionName(fn, n);
-  if (st == CUDA_SUCCESS && State::get().connections() > 1) crossDevice().noteAlias(fn, raw(k));
+  if (st == CUDA_SUCCESS) crossDevice().noteAlias(fn, raw(k));
   return static_cast<CUresult>(st);
   GPOOL_CATCH
 }

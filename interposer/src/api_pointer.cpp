@@ -19,7 +19,7 @@ void put(void* data, T v) {
 CUresult attribute(void* data, CUpointer_attribute attr, CUdeviceptr p, uint64_t base, const Allocation& a, bool plural) {
   State& s = State::get();
   // Device memory is its worker's device's; host memory, the current one's.
-  CUdevice device = a.device ? s.deviceOfConnection(a.owner) : s.deviceOfHandle(0);
+  CUdevice device = a.device ? s.deviceOfConnection(a.owner) : s.currentDevice();
   switch (attr) {
     case CU_POINTER_ATTRIBUTE_CONTEXT: put(data, reinterpret_cast<CUcontext>(s.primary(device))); break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: put<unsigned>(data, a.device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST); break;

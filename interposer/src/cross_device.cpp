@@ -15,7 +15,11 @@ CrossDevice& crossDevice() {
   return *c;
 }
 
+// A one-device lease keeps none of this (nor a copy of any image).
+static bool severalDevices() { return State::get().connections() > 1; }
+
 void CrossDevice::noteLibrary(uint64_t library, const void* image, uint64_t size) {
+  if (!severalDevices()) return;
   auto lib = std::make_shared<Library>();
   const auto* p = static_cast<const uint8_t*>(image);
   lib->image.assign(p, p + size);
@@ -25,6 +29,7 @@ void CrossDevice::noteLibrary(uint64_t library, const void* image, uint64_t size
 }
 
 void CrossDevice::noteKernel(uint64_t kernel, uint64_t library, const std::string& name) {
+  if (!severalDevices()) return;
   std::lock_guard lock(mu_);
   auto lib = libraries_.find(library);
   if (lib == libraries_.end()) return;  // not a library's (a module's functions stay on their device)
@@ -36,6 +41,7 @@ void CrossDevice::noteKernel(uint64_t kernel, uint64_t library, const std::strin
 }
 
 void CrossDevice::noteAlias(uint64_t handle, uint64_t kernel) {
+  if (!severalDevices()) return;
   std::lock_guard lock(mu_);
   if (auto k = kernels_.find(kernel); k != kernels_.end()) kernels_[handle] = k->second;
 }
@@ -120,6 +126,7 @@ void CrossDevice::closeLocked(int to, uint64_t mapped) {
 }
 
 void CrossDevice::forgetAllocation(int owner, uint64_t base) {
+  if (!severalDevices()) return;
   std::lock_guard lock(mu_);
   for (auto it = opened_.lower_bound({owner, base, INT32_MIN}); it != opened_.end() && std::get<0>(it->first) == owner &&
                                                                 std::get<1>(it->first) == base;) {
@@ -129,6 +136,7 @@ void CrossDevice::forgetAllocation(int owner, uint64_t base) {
 }
 
 void CrossDevice::forgetConnection(int connection) {
+  if (!severalDevices()) return;
   std::lock_guard lock(mu_);
   for (auto it = opened_.begin(); it != opened_.end();) {
     bool from = std::get<0>(it->first) == connection, to = std::get<2>(it->first) == connection;
@@ -137,16 +145,16 @@ void CrossDevice::forgetConnection(int connection) {
   }
 }
 
-namespace {
-
-// Waits for a stream's earlier work, on the device it belongs to (a default stream: the current one's).
-CUresult drain(uint64_t stream) {
+CUresult drainStream(uint64_t stream) {
   GPOOL_CONN_OF_HANDLE(conn, stream);
   return static_cast<CUresult>(conn->call<calls::StreamSynchronize>(stream));
 }
 
+namespace {
+
 // Relayed through this process, in pieces; the legacy streams order each piece after the devices'
-// earlier work on their blocking streams.
+// earlier work on their blocking streams. Straight to the two connections: the worker's own bytes, with
+// none of the managed-memory handling the program's copies get.
 CUresult relay(uint64_t dst, Connection* out, uint64_t src, Connection* in, uint64_t bytes) {
   constexpr uint64_t kStage = 64ull << 20;
   std::vector<uint8_t> stage(std::min(bytes, kStage));
@@ -178,14 +186,14 @@ CUresult copyAcrossDevices(uint64_t dst, int to, uint64_t src, int from, uint64_
   Allocation a;
   uint64_t mapped = s.findAllocation(src, base, a) && a.device && !a.managed && !a.global ? crossDevice().openedIn(from, base, to) : 0;
   if (!mapped) {
-    if (CUresult r = drain(stream)) return r;
+    if (CUresult r = drainStream(stream)) return r;
     return relay(dst, out, src, in, bytes);
   }
   // Direct: the destination's worker copies from its mapping of the source. A synchronous copy first
   // lets the source device's earlier work (on its legacy stream) finish, as a synchronous copy does.
   bool own_stream = tags::owner(stream) < 0 || tags::owner(stream) == to;
   if (!own_stream)
-    if (CUresult r = drain(stream)) return r;
+    if (CUresult r = drainStream(stream)) return r;
   if (!own_stream || !async)
     if (int st = in->call<calls::StreamSynchronize>(proto::Stream{0})) return static_cast<CUresult>(st);
   uint64_t on = own_stream ? stream : 0;
@@ -195,8 +203,8 @@ CUresult copyAcrossDevices(uint64_t dst, int to, uint64_t src, int from, uint64_
 }
 
 bool waitAcrossDevices(uint64_t stream, uint64_t event, CUresult& result) {
+  if (!severalDevices()) return false;
   State& s = State::get();
-  if (s.connections() < 2) return false;
   int on = tags::owner(stream) < 0 ? s.currentConnection() : tags::owner(stream);
   int from = tags::owner(event);
   if (from < 0 || from == on) return false;

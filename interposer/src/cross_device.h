@@ -26,7 +26,8 @@ namespace gpool::client {
 class CrossDevice : public ForeignHandles {
  public:
   // A library loaded on some device (its image is kept, to load it on the others), one of its kernels
-  // (or a function got from one), and a library unloaded (its copies elsewhere: unload them too).
+  // (or a function got from one), and a library unloaded (its copies elsewhere: unload them too). Each
+  // does nothing in a lease of one device.
   void noteLibrary(uint64_t library, const void* image, uint64_t size);
   void noteKernel(uint64_t kernel, uint64_t library, const std::string& name);
   void noteAlias(uint64_t handle, uint64_t kernel);
@@ -89,6 +90,9 @@ CUresult allocateApart(Connection* conn, Allocate allocate, Release release, uin
     GPOOL_LOG(Level::kDebug, "%zu allocation(s) overlapped another device's memory and were made again", clashing.size());
   return st;
 }
+
+// Waits for a stream's earlier work, on the device it belongs to (a default stream: the current one's).
+CUresult drainStream(uint64_t stream);
 
 // Loads an image on one connection (api_module.cpp).
 CUresult loadImageOn(Connection* conn, const void* image, uint64_t size, uint32_t kind, uint64_t& handle);

@@ -112,11 +112,7 @@ Connection* State::readyForHandle(uint64_t handle, CUresult& err) {
 
 CUdevice State::deviceOfHandle(uint64_t handle) const {
   int owner = conns_.size() > 1 ? tags::owner(handle) : -1;
-  if (owner < 0) {
-    CUcontext c = current();
-    return c ? reinterpret_cast<const Context*>(c)->device : 0;
-  }
-  return deviceOfConnection(owner);
+  return owner < 0 ? currentDevice() : deviceOfConnection(owner);
 }
 
 CUdevice State::deviceOfConnection(int connection) const {
@@ -131,9 +127,7 @@ int State::connectionOf(CUdevice d) const {
 }
 
 int State::currentConnection() const {
-  if (conns_.size() < 2) return 0;
-  CUcontext c = current();
-  return c ? connectionOf(reinterpret_cast<const Context*>(c)->device) : 0;
+  return conns_.size() < 2 ? 0 : connectionOf(currentDevice());
 }
 
 int State::connectionOfPointer(uint64_t ptr) {

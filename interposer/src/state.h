@@ -99,6 +99,8 @@ class State {
   // The calling thread's context stack (top = back): the current context.
   static std::vector<CUcontext>& ctxStack();
   CUcontext current() const { return ctxStack().empty() ? nullptr : ctxStack().back(); }
+  // The current context's device (0 with no current context).
+  CUdevice currentDevice() const { return current() ? reinterpret_cast<const Context*>(current())->device : 0; }
   // Runs the context-local storage destructors (context destroyed or primary context reset).
   void destroyLocalStorage(Context* c);
 
@@ -213,10 +215,14 @@ inline uint64_t streamArg(CUstream s, bool per_thread) {
   CUresult gpool_err_ = CUDA_SUCCESS;                                   \
   ::gpool::client::Connection* c = ::gpool::client::State::get().ready(gpool_err_); \
   if (!c) return gpool_err_
-// The same for the device a handle (stream, event...) or a pointer's memory belongs to.
+// The same for one device, and for the device a handle (stream, event...) or a pointer's memory belongs to.
 #define GPOOL_CONN_OF_HANDLE(c, handle)                                  \
   CUresult gpool_err_ = CUDA_SUCCESS;                                   \
   ::gpool::client::Connection* c = ::gpool::client::State::get().readyForHandle(handle, gpool_err_); \
+  if (!c) return gpool_err_
+#define GPOOL_CONN_OF_DEVICE(c, d)                                       \
+  CUresult gpool_err_ = CUDA_SUCCESS;                                   \
+  ::gpool::client::Connection* c = ::gpool::client::State::get().readyForDevice(d, gpool_err_); \
   if (!c) return gpool_err_
 #define GPOOL_CONN_OF_POINTER(c, ptr)                                    \
   CUresult gpool_err_ = CUDA_SUCCESS;                                   \
