@@ -31,6 +31,12 @@ int Scheduler::priorityOf(const std::string& cls) const {
   return it == policy_.priorities.end() ? 0 : it->second;
 }
 
+// How many shares of `fraction` fit beside `used` of a GPU, at most `n`.
+static int sharesOfFraction(double used, double fraction, int n) {
+  if (fraction <= kEps) return n;
+  return std::min(n, static_cast<int>(std::floor((1.0 - used + kEps) / fraction)));
+}
+
 std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
   const Pool* pool = policy_.pool(r.pool);
   if (!pool) {
@@ -59,7 +65,7 @@ std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
   }
   if (gpus == 0) return "pool '" + pool->name + "' has no GPUs (no gpool-server in it has registered)";
   // Shares of one request may share a GPU (two halves of one GPU are two devices).
-  int per_gpu = r.p <= kEps ? r.n : static_cast<int>(std::floor((1.0 + kEps) / r.p));
+  int per_gpu = sharesOfFraction(0.0, r.p, r.n);
   if (r.n > gpus * per_gpu)
     return "asks for " + std::to_string(r.n) + " GPUs; pool '" + pool->name + "' has " + std::to_string(gpus) +
            (per_gpu > 1 ? " (" + std::to_string(gpus * per_gpu) + " shares of " + formatNumber(r.p) + ")" : "");
@@ -117,7 +123,7 @@ std::optional<std::string> Scheduler::quotaBlocks(const Lease& l) const {
 
 // How many shares of `fraction` and `memory` the GPU has room for now, at most `n`.
 static int sharesThatFit(const Gpu& g, double fraction, uint64_t memory, int n) {
-  int by_fraction = fraction <= kEps ? n : static_cast<int>(std::floor((1.0 - g.used_fraction + kEps) / fraction));
+  int by_fraction = sharesOfFraction(g.used_fraction, fraction, n);
   int by_memory = memory == 0 ? n : static_cast<int>(std::min<uint64_t>((g.memory - std::min(g.memory, g.used_memory)) / memory, n));
   return std::max(0, std::min({by_fraction, by_memory, n}));
 }
