@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "gpool/protocol/transport.h"
 #include "state.h"
 
 namespace gpool::client {
@@ -113,9 +114,9 @@ uint64_t CrossDevice::openedIn(int from, uint64_t base, int to) {
     if (st == CUDA_SUCCESS) mapped = std::get<0>(opened).ptr;
     else if (st == CUDA_ERROR_NOT_SUPPORTED) apart_.insert({from, to});  // handles of another host: never
   }
-  // 0: this allocation cannot be shared (too small on sim, a pool's, another host's): relayed.
+  // 0: this allocation cannot be shared (too small on sim, a pool's, another host's): sent over a link.
   GPOOL_LOG(Level::kDebug, "copies from device %d's allocation at %#llx to device %d: %s", s.deviceOfConnection(from),
-            (unsigned long long)base, s.deviceOfConnection(to), mapped ? "direct, between the workers" : "relayed through this process");
+            (unsigned long long)base, s.deviceOfConnection(to), mapped ? "direct, between the workers" : "not through CUDA IPC");
   opened_[key] = mapped;
   return mapped;
 }
@@ -138,11 +139,65 @@ void CrossDevice::forgetAllocation(int owner, uint64_t base) {
 void CrossDevice::forgetConnection(int connection) {
   if (!severalDevices()) return;
   std::lock_guard lock(mu_);
+  std::erase_if(links_, [&](const auto& l) { return l.first.first == connection || l.first.second == connection; });
   for (auto it = opened_.begin(); it != opened_.end();) {
     bool from = std::get<0>(it->first) == connection, to = std::get<2>(it->first) == connection;
     if (from && !to && it->second) closeLocked(std::get<2>(it->first), it->second);  // its mappings elsewhere
     it = from || to ? opened_.erase(it) : std::next(it);
   }
+}
+
+namespace {
+
+bool isLoopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
+
+// Where `from`'s worker reaches `to`'s server: the host this process reached it at, unless that is a
+// loopback address and `from`'s server is elsewhere ("" then: the servers cannot tell each other apart).
+std::string hostFor(const Connection& from, const Connection& to) {
+  std::string host, other;
+  uint16_t port = 0;
+  if (!proto::parseHostPort(to.address(), host, port) || !proto::parseHostPort(from.address(), other, port)) return "";
+  return isLoopback(host) && !isLoopback(other) ? "" : host;
+}
+
+// Sets a link up: the receiver listens, the sender connects with the key, the receiver accepts.
+std::shared_ptr<CrossDevice::PeerLink> connectLink(Connection& from, Connection& to, std::string& why) {
+  std::string host = hostFor(from, to);
+  if (host.empty()) {
+    why = "the destination's server is on loopback, the source's elsewhere";
+    return nullptr;
+  }
+  calls::PeerListen::out::tuple listening;
+  calls::PeerConnect::out::tuple sending;
+  int st = to.call<calls::PeerListen>(listening);
+  if (st == 0) st = from.call<calls::PeerConnect>(sending, host, std::get<0>(listening), std::get<1>(listening));
+  if (st == 0) st = to.call<calls::PeerAccept>(std::get<2>(listening));
+  if (st != 0) {
+    why = "no link between the servers (" + std::to_string(st) + ")";
+    return nullptr;
+  }
+  auto link = std::make_shared<CrossDevice::PeerLink>();
+  link->send = std::get<0>(sending);
+  link->receive = std::get<2>(listening);
+  why = "between the servers, to " + host;
+  return link;
+}
+
+}  // namespace
+
+std::shared_ptr<CrossDevice::PeerLink> CrossDevice::linkBetween(int from, int to) {
+  std::lock_guard lock(mu_);
+  auto [it, fresh] = links_.try_emplace({from, to});
+  if (!fresh) return it->second;
+  State& s = State::get();
+  CUresult err = CUDA_SUCCESS;
+  Connection* src = s.readyOn(from, err);
+  Connection* dst = src ? s.readyOn(to, err) : nullptr;
+  std::string why = "a device is gone";
+  if (dst) it->second = connectLink(*src, *dst, why);
+  GPOOL_LOG(Level::kDebug, "copies from device %d to device %d that CUDA IPC cannot make: %s%s", s.deviceOfConnection(from),
+            s.deviceOfConnection(to), it->second ? "" : "relayed through this process; ", why.c_str());
+  return it->second;
 }
 
 CUresult drainStream(uint64_t stream) {
@@ -174,6 +229,22 @@ CUresult relay(uint64_t dst, Connection* out, uint64_t src, Connection* in, uint
   return CUDA_SUCCESS;
 }
 
+// Sent by `from`'s worker straight to `to`'s, over their link; false when they have none, or it broke (it
+// is then not used again, and the caller relays).
+bool sendOverLink(uint64_t dst, int to, Connection* out, uint64_t src, int from, Connection* in, uint64_t bytes) {
+  std::shared_ptr<CrossDevice::PeerLink> link = crossDevice().linkBetween(from, to);
+  if (!link) return false;
+  std::lock_guard lock(link->mu);
+  if (link->broken) return false;
+  int st = in->post<calls::PeerSend>(link->send, proto::DevRange{src, bytes});
+  if (st == 0) st = out->call<calls::PeerReceive>(link->receive, proto::DevRange{dst, bytes});
+  if (st == 0) return true;
+  link->broken = true;
+  GPOOL_LOG(Level::kWarn, "a copy from device %d to device %d between their servers failed (%d); copies between them are relayed through this process from now on",
+            State::get().deviceOfConnection(from), State::get().deviceOfConnection(to), st);
+  return false;
+}
+
 }  // namespace
 
 CUresult copyAcrossDevices(uint64_t dst, int to, uint64_t src, int from, uint64_t bytes, uint64_t stream, bool async) {
@@ -187,6 +258,7 @@ CUresult copyAcrossDevices(uint64_t dst, int to, uint64_t src, int from, uint64_
   uint64_t mapped = s.findAllocation(src, base, a) && a.device && !a.managed && !a.global ? crossDevice().openedIn(from, base, to) : 0;
   if (!mapped) {
     if (CUresult r = drainStream(stream)) return r;
+    if (sendOverLink(dst, to, out, src, from, in, bytes)) return CUDA_SUCCESS;
     return relay(dst, out, src, in, bytes);
   }
   // Direct: the destination's worker copies from its mapping of the source. A synchronous copy first

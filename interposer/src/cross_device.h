@@ -4,8 +4,9 @@
 //   time one of its kernels is used there, and its kernels map to that device's copies;
 // - a copy between two devices' memory goes directly between their workers when both are on one host:
 //   the source allocation is opened in the destination's worker through CUDA IPC, and that worker copies.
-//   Otherwise (other hosts, memory IPC cannot share, a driver that refuses) it is relayed through this
-//   process;
+//   Otherwise (other hosts, memory IPC cannot share, a driver that refuses) the source's worker sends the
+//   bytes straight to the destination's over a link between the two (server/worker/peer_links.h), and
+//   where the servers cannot reach each other the copy is relayed through this process;
 // - a stream that waits for another device's event waits here until the event has completed.
 #pragma once
 
@@ -42,6 +43,16 @@ class CrossDevice : public ForeignHandles {
   void forgetAllocation(int owner, uint64_t base);
   void forgetConnection(int connection);
 
+  // A server-to-server link from `from`'s worker to `to`'s, set up the first time (null: there is none,
+  // and copies between them are relayed through this process). Copies over it take its lock: it carries
+  // one at a time.
+  struct PeerLink {
+    std::mutex mu;
+    uint32_t send = 0, receive = 0;  // the link's number in each worker
+    bool broken = false;
+  };
+  std::shared_ptr<PeerLink> linkBetween(int from, int to);
+
  private:
   struct Library {
     std::vector<uint8_t> image;
@@ -59,6 +70,7 @@ class CrossDevice : public ForeignHandles {
   std::unordered_map<uint64_t, std::shared_ptr<Kernel>> kernels_;     // by any of its handles
   std::map<std::tuple<int, uint64_t, int>, uint64_t> opened_;          // (from, base, to) -> mapped there, 0: refused
   std::set<std::pair<int, int>> apart_;                                // (from, to): IPC refused, other hosts
+  std::map<std::pair<int, int>, std::shared_ptr<PeerLink>> links_;      // (from, to) -> link; null: none
 };
 
 CrossDevice& crossDevice();

@@ -348,7 +348,9 @@ class Server {
       args.insert(args.end(), {"--sim-memory", std::to_string(opt_.sim_memory)});
       for (const auto& k : opt_.sim_kernels) args.insert(args.end(), {"--sim-kernels", k});
       if (opt_.sim_fixed_addresses) args.push_back("--sim-fixed-addresses");
+      if (opt_.sim_separate_host) args.push_back("--sim-separate-host");
     }
+    if (!opt_.peer_links) args.push_back("--no-peer-links");
     if (opt_.module_cache != "none")
       args.insert(args.end(), {"--module-cache", opt_.module_cache, "--module-cache-max", std::to_string(opt_.module_cache_max)});
     int slot = freeSlot();

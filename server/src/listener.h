@@ -14,6 +14,8 @@ struct ServerOptions {
   std::vector<std::string> sim_kernels;
   uint64_t sim_memory = 16ull << 30;
   bool sim_fixed_addresses = false;
+  bool sim_separate_host = false;
+  bool peer_links = true;  // workers copy straight to other servers' workers of the same lease
   unsigned max_clients = 64;
   unsigned max_clients_per_lease = 16;  // connections one lease may hold at once (its processes)
   unsigned handshake_timeout_ms = 10000;

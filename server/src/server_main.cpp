@@ -23,6 +23,12 @@ int main(int argc, char** argv) {
   app.add_option("--sim-memory", opt.sim_memory, "sim backend: device memory in bytes")->capture_default_str();
   app.add_flag("--sim-fixed-addresses", opt.sim_fixed_addresses,
                "sim backend: every worker hands out the same device addresses, as a driver may in every process");
+  app.add_flag("--sim-separate-host", opt.sim_separate_host,
+               "sim backend: CUDA IPC between this server's workers and another server's fails as between two hosts, "
+               "so two servers on one machine stand for two GPU hosts");
+  app.add_flag("!--no-peer-links", opt.peer_links,
+               "workers neither listen for nor open connections to other servers' workers: copies between this "
+               "server's devices and another server's, in a lease of several, are relayed by the client instead");
   opt.module_cache = gpool::server::defaultModuleCacheDir();
   app.add_option("--module-cache", opt.module_cache,
                  "directory where this host's workers keep module images by SHA-256, so each image crosses the "

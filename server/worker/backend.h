@@ -3,6 +3,7 @@
 // The dispatcher has checked every typed field (request_checks.h) before a backend sees a call.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -13,6 +14,7 @@
 #include "gpool/protocol/handshake.h"
 #include "host_callbacks.h"
 #include "ipc_registry.h"
+#include "peer_links.h"
 
 namespace gpool::worker {
 
@@ -53,6 +55,27 @@ class Backend {
   // The host-function channel is the worker's, whatever the backend (host_callbacks.h).
   Status HostFuncChannel(uint32_t& port, std::vector<uint8_t>& token) { return callbacks_.open(port, token); }
 
+  // Server-to-server copies are the worker's too (peer_links.h). Data moves on the legacy stream, through
+  // the staging buffer, synchronously, as a relayed copy does.
+  void refusePeerLinks() { peers_.refuse(); }
+  Status PeerListen(uint32_t& port, std::vector<uint8_t>& key, uint32_t& link) { return peers_.listen(port, key, link); }
+  Status PeerConnect(std::string host, uint32_t port, std::vector<uint8_t> key, uint32_t& link) {
+    return peers_.connect(host, port, key, link);
+  }
+  Status PeerAccept(uint32_t link) { return peers_.accept(link); }
+  Status PeerSend(uint32_t link, DevRange src) {
+    auto read = [&](uint8_t* staging, uint64_t off, uint64_t n) { return MemcpyDtoH(staging, src.ptr + off, n, 0); };
+    return peers_.send(link, src.bytes, peerStaging(src.bytes), proto::kBulkChunk, read);
+  }
+  Status PeerReceive(uint32_t link, DevRange dst) {
+    auto write = [&](uint8_t* staging, uint64_t off, uint64_t n) {
+      proto::calls::MemcpyHtoD::in::tuple in{DevWrite{dst.ptr + off, Blob{staging, n}}, Stream{0}, 0u};
+      proto::calls::MemcpyHtoD::out::tuple out;
+      return run(proto::calls::MemcpyHtoD{}, in, out);
+    };
+    return peers_.receive(link, dst.bytes, peerStaging(dst.bytes), proto::kBulkChunk, write);
+  }
+
   // Copies `bytes` from device memory to host memory, in stream order; the copy has completed when
   // this returns (the dispatcher sends the data right after). Range and stream are checked.
   virtual Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) = 0;
@@ -73,9 +96,11 @@ class Backend {
  protected:
   HostCallbacks callbacks_;
   IpcRegistry ipc_;
+  PeerLinks peers_;
   const HandleTable* memory_ = nullptr;
 
  private:
+  uint8_t* peerStaging(uint64_t bytes) { return static_cast<uint8_t*>(stagingBuffer(std::min<uint64_t>(bytes, proto::kBulkChunk))); }
   std::vector<uint8_t> staging_;
   std::vector<uint8_t> frame_;
 };

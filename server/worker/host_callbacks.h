@@ -11,12 +11,12 @@
 
 #include "gpool/protocol/status.h"
 #include "gpool/protocol/transport.h"
+#include "token_listener.h"
 
 namespace gpool::worker {
 
 class HostCallbacks {
  public:
-  ~HostCallbacks();
   // Listens on a new port (any address of this host); the client must connect within the accept timeout
   // and send `token` (16 random bytes) first. Once per worker.
   proto::Status open(uint32_t& port, std::vector<uint8_t>& token);
@@ -29,8 +29,8 @@ class HostCallbacks {
  private:
   bool accept();  // with mu_ held
   std::mutex mu_;
-  int listen_fd_ = -1;
-  std::vector<uint8_t> token_;
+  TokenListener listener_;
+  bool opened_ = false;
   std::unique_ptr<proto::Transport> channel_;
 };
 

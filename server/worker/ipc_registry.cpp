@@ -30,6 +30,16 @@ std::array<uint8_t, 16> hostId() {
   return id;
 }
 
+}  // namespace
+
+std::array<uint8_t, 16> IpcRegistry::host() const {
+  std::array<uint8_t, 16> id = hostId();
+  for (size_t i = 0; i < sizeof salt_; ++i) id[i] ^= static_cast<uint8_t>(salt_ >> (8 * i));
+  return id;
+}
+
+namespace {
+
 std::string hex(const uint8_t* p, size_t n) {
   static const char* digits = "0123456789abcdef";
   std::string s;
@@ -55,7 +65,7 @@ proto::Status IpcRegistry::publish(Kind kind, const std::vector<uint8_t>& record
   handle.assign(kHandleBytes, 0);
   uint32_t words[2] = {kMagic, static_cast<uint32_t>(kind)};
   std::memcpy(handle.data(), words, sizeof words);
-  auto host = hostId();
+  auto host = this->host();
   std::memcpy(handle.data() + kHostAt, host.data(), host.size());
   if (RAND_bytes(handle.data() + kKeyAt, kKeyBytes) != 1) return proto::cu::kNotInitialized;
   std::string dir = directory();
@@ -78,7 +88,7 @@ proto::Status IpcRegistry::lookup(Kind kind, const std::vector<uint8_t>& handle,
   uint32_t words[2];
   std::memcpy(words, handle.data(), sizeof words);
   if (words[0] != kMagic || words[1] != static_cast<uint32_t>(kind)) return proto::cu::kInvalidValue;
-  auto host = hostId();
+  auto host = this->host();
   if (std::memcmp(handle.data() + kHostAt, host.data(), host.size()) != 0) return proto::cu::kNotSupported;
   std::ifstream in(directory() + "/" + hex(handle.data() + kKeyAt, kKeyBytes), std::ios::binary);
   if (!in) return proto::cu::kInvalidValue;

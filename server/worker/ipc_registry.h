@@ -28,9 +28,14 @@ class IpcRegistry {
   proto::Status lookup(Kind kind, const std::vector<uint8_t>& handle, std::vector<uint8_t>& record) const;
 
   static std::string directory();  // /dev/shm/gpool-ipc-<uid>
+  // Makes this worker's handles name a host of their own, shared with every worker salted alike (sim:
+  // two gpool-servers on one machine stand for two GPU hosts).
+  void saltHost(uint64_t salt) { salt_ = salt; }
 
  private:
+  std::array<uint8_t, 16> host() const;
   std::vector<std::string> filed_;
+  uint64_t salt_ = 0;
 };
 
 }  // namespace gpool::worker

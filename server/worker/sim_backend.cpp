@@ -112,6 +112,7 @@ void fill(uint8_t* p, uint32_t elem, uint64_t count, uint32_t value) {
 }  // namespace
 
 SimBackend::SimBackend(SimOptions options) : options_(std::move(options)) {
+  ipc_.saltHost(options_.host_salt);
   // Each large allocation holds a memfd (sim_ipc.cpp): allow as many open files as the host lets us.
   rlimit files{};
   if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
@@ -404,6 +405,15 @@ bool waitSatisfied(const void* p, uint32_t bytes, uint64_t value, uint32_t flags
 Status SimBackend::HostFuncChannel(uint32_t& port, std::vector<uint8_t>& token) {
   return Backend::HostFuncChannel(port, token);  // the worker's, whatever the backend
 }
+
+// Server-to-server copies: the worker's, whatever the backend.
+Status SimBackend::PeerListen(uint32_t& port, std::vector<uint8_t>& key, uint32_t& link) { return Backend::PeerListen(port, key, link); }
+Status SimBackend::PeerConnect(std::string host, uint32_t port, std::vector<uint8_t> key, uint32_t& link) {
+  return Backend::PeerConnect(std::move(host), port, std::move(key), link);
+}
+Status SimBackend::PeerAccept(uint32_t link) { return Backend::PeerAccept(link); }
+Status SimBackend::PeerSend(uint32_t link, DevRange src) { return Backend::PeerSend(link, src); }
+Status SimBackend::PeerReceive(uint32_t link, DevRange dst) { return Backend::PeerReceive(link, dst); }
 
 Status SimBackend::LaunchHostFunc(Stream stream, uint64_t id) {
   // Work runs in issue order: the worker waits here until the client's function has returned.

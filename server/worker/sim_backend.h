@@ -26,6 +26,9 @@ struct SimOptions {
   // Large allocations from kFixedBase up, the same in every worker: models a driver that hands out the
   // same device addresses in every process, which a lease's devices must keep apart (issue 12).
   bool fixed_addresses = false;
+  // Non-zero: CUDA IPC sees this worker on a host of its own, shared by the workers of the same salt
+  // (gpool-server --sim-separate-host: its pid), so a lease's copies across two servers go as between hosts.
+  uint64_t host_salt = 0;
 };
 
 class SimBackend : public Backend {

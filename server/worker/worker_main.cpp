@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   uint64_t hello_seq = 0;
   std::string backend_name = "sim";
   std::string log_level = "info";
-  bool probe = false, inventory = false;
+  bool probe = false, inventory = false, peer_links = true;
   uint64_t memory_cap = 0;
   pid_t server_pid = 0;
   std::string module_cache_dir;
@@ -64,8 +64,12 @@ int main(int argc, char** argv) {
   app.add_option("--budget-slot", budget_slot, "this worker's slot in the shared budgets");
   app.add_option("--server-pid", server_pid, "the gpool-server that started this worker: the worker ends with it");
   app.add_flag("--inventory", inventory, "print this host's devices as JSON for the allocator, then exit");
+  bool separate_host = false;
+  app.add_flag("--sim-separate-host", separate_host, "sim backend: this server's workers count as another host's for CUDA IPC");
+  app.add_flag("!--no-peer-links", peer_links, "refuse links with other servers' workers (gpool-server --no-peer-links)");
   app.add_flag("--probe", probe, "exit 0 when the real CUDA driver has a usable device (used by --backend auto)");
   CLI11_PARSE(app, argc, argv);
+  if (separate_host) sim.host_salt = static_cast<uint64_t>(server_pid) | (1ull << 63);
 
   auto logger = spdlog::stderr_color_mt("gpool-worker");
   spdlog::set_default_logger(logger);
@@ -132,6 +136,7 @@ int main(int argc, char** argv) {
     else
       backend = std::make_unique<gpool::worker::SimBackend>(sim);
     if (memory_cap) backend->setMemoryCap(memory_cap);
+    if (!peer_links) backend->refusePeerLinks();
     hello.status = backend->open(device, hello);
     if (hello.status != 0) hello.error = "device " + std::to_string(device) + " cannot be opened on the " + backend_name + " backend (CUresult " + std::to_string(hello.status) + ")";
   } catch (const std::exception& e) {

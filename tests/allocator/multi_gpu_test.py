@@ -40,15 +40,25 @@ class MultiGpu(unittest.TestCase):
         self.assertEqual(len(servers), 2)
         self.assertEqual(len(set(servers)), 1, "two halves fit one server's GPU: " + str(servers))
         self.assertIn("PASS  cudaGetDeviceCount is the lease's 2 shares", out)
-        # One host: large copies go between the workers; allocations sim cannot share are relayed.
+        # One host: large copies go between the workers through CUDA IPC; the workers send what IPC cannot
+        # share (small allocations on sim) to each other over a link.
         self.assertRegex(err, r"copies from device 1's allocation at 0x[0-9a-f]+ to device 0: direct, between the workers")
-        self.assertRegex(err, r"copies from device 0's allocation at 0x[0-9a-f]+ to device 1: relayed through this process")
+        self.assertRegex(err, r"copies from device 0's allocation at 0x[0-9a-f]+ to device 1: not through CUDA IPC")
+        self.assertIn("copies from device 0 to device 1 that CUDA IPC cannot make: between the servers", err)
+        self.assertIn("copies from device 1 to device 0 that CUDA IPC cannot make: between the servers", err)
         self.assertTrue(wait_for(lambda: self.cluster.status()["leases"] == [], timeout=5), "the lease was not released")
 
     def test_two_whole_gpus_land_on_two_servers(self):
         out, servers, _ = self.run_program("-n", "2", "-p", "1")
         self.assertEqual(sorted(servers), ["sim0", "sim1"], "each server has one GPU")
         self.assertIn("PASS  device 1 waits for device 0's event, copies, launches: values in order", out)
+
+    def test_servers_that_make_no_links_leave_copies_to_the_client(self):
+        self.cluster.close()
+        self.cluster = Cluster(servers=2, ttl="30s", memory=GIB, server_args=["--sim-kernels", KERNELS, "--no-peer-links"])
+        out, servers, err = self.run_program("-n", "2", "-p", "1", env={"GPOOL_LOG_LEVEL": "debug"})
+        self.assertEqual(sorted(servers), ["sim0", "sim1"])
+        self.assertRegex(err, r"copies from device 0 to device 1 that CUDA IPC cannot make: relayed through this process; no link between the servers \(801\)")
 
     def test_gpool_status_shows_a_leases_shares_together(self):
         p = self.cluster.gpool("run", "-n", "2", "-p", "1", "--", "sleep", "30")

@@ -6,9 +6,8 @@
 
 #include "dispatcher.h"
 #include "host_callbacks.h"
-#include "gpool/protocol/loopback_transport.h"
-#include "sim_backend.h"
 #include "test_client.h"
+#include "worker_harness.h"
 
 using namespace gpool;
 using namespace gpool::proto;
@@ -17,28 +16,7 @@ namespace calls = gpool::proto::calls;
 namespace {
 
 using cu::kInvalidHandle, cu::kInvalidValue, cu::kNotSupported, cu::kOutOfMemory;
-
-struct Harness {
-  std::unique_ptr<Transport> client, server;
-  worker::SimBackend backend{worker::SimOptions{}};
-  worker::ServeResult result;
-  std::thread thread;
-  explicit Harness(FaultPlan faults = {}) {
-    std::tie(client, server) = makeLoopbackPair(faults);
-    HelloReply hello;
-    backend.open(0, hello);
-    uint64_t limit = hello.devices.at(0).total_mem;
-    thread = std::thread([this, limit] { result = worker::Dispatcher(backend, *server, limit).serve(); });
-  }
-  worker::ServeResult finish() {
-    client->shutdown();
-    thread.join();
-    return result;
-  }
-  ~Harness() {
-    if (thread.joinable()) finish();
-  }
-};
+using test::Harness;
 
 }  // namespace
 

@@ -1,0 +1,38 @@
+// A one-shot listening socket that hands over the first connection to present a random token: the
+// channels a worker opens beside its request connection (host functions, peer links) are reached this way.
+// The token travels over the client's authenticated request connection, so only that client (or whom it
+// tells) can connect.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gpool/protocol/status.h"
+#include "gpool/protocol/transport.h"
+
+namespace gpool::worker {
+
+class TokenListener {
+ public:
+  TokenListener() = default;
+  TokenListener(const TokenListener&) = delete;
+  TokenListener& operator=(const TokenListener&) = delete;
+  ~TokenListener();
+
+  // Listens on a free port of every address of this host and makes a fresh token of `bytes` random bytes.
+  proto::Status open(uint32_t& port, std::vector<uint8_t>& token, size_t bytes = 16);
+  bool isOpen() const { return fd_ >= 0; }
+  // The first connection within `timeout_ms` whose first bytes are the token (others are closed, and logged
+  // as `what`'s); null when none came. The listener is closed either way.
+  std::unique_ptr<proto::Transport> accept(int timeout_ms, const char* what);
+
+  static constexpr int kTokenWaitMs = 5000;  // a connection sends its token at once, or it is not ours
+
+ private:
+  void close();
+  int fd_ = -1;
+  std::vector<uint8_t> token_;
+};
+
+}  // namespace gpool::worker
