@@ -50,6 +50,8 @@ class Connection {
   ~Connection();
 
   const proto::HelloReply& hello() const { return hello_; }
+  // The UUID this process shows for one of the worker's devices (State::connect keeps a lease's apart).
+  void showUuid(uint32_t local, const std::array<uint8_t, 16>& uuid) { hello_.devices.at(local).uuid = uuid; }
   // Makes this connection the `index`th of a lease of several: its handles are marked (handle_tags.h).
   void joinLease(int index, ForeignHandles* foreign) {
     index_ = index;

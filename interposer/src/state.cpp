@@ -79,6 +79,7 @@ CUresult State::connectAll(const std::vector<Share>& shares) {
     GPOOL_LOG(Level::kInfo, "connected to gpool-server at %s: %s (%s backend, driver %u)", conns_[c]->address().c_str(),
               conns_[c]->hello().devices[0].name.c_str(), conns_[c]->hello().backend.c_str(), conns_[c]->hello().driver_version);
   }
+  keepUuidsApart();
   current_pools_ = std::make_unique<std::atomic<uint64_t>[]>(conns_.size());
   primary_.resize(devices_.size());
   for (size_t i = 0; i < primary_.size(); ++i) {
@@ -135,6 +136,25 @@ int State::connectionOfPointer(uint64_t ptr) {
   uint64_t base;
   Allocation a;
   return findAllocation(ptr, base, a) && a.device ? a.owner : currentConnection();
+}
+
+// CUDA's devices have distinct UUIDs, and frameworks and NVML tell devices apart by them, but two shares of
+// one GPU report the GPU's. A device whose UUID an earlier one already shows gets it with the device's
+// number folded into its last byte and the version nibble set to 8 (a derived UUID, RFC 9562).
+void State::keepUuidsApart() {
+  for (size_t d = 1; d < devices_.size(); ++d) {
+    std::array<uint8_t, 16> uuid = device(static_cast<CUdevice>(d))->uuid;
+    auto taken = [&](const std::array<uint8_t, 16>& u) {
+      for (size_t e = 0; e < d; ++e)
+        if (device(static_cast<CUdevice>(e))->uuid == u) return true;
+      return false;
+    };
+    if (!taken(uuid)) continue;
+    uuid[6] = static_cast<uint8_t>((uuid[6] & 0x0f) | 0x80);
+    const uint8_t last = uuid[15];
+    for (unsigned k = 0; k < 256 && taken(uuid); ++k) uuid[15] = static_cast<uint8_t>(last ^ (d + k));
+    conns_[static_cast<size_t>(devices_[d].connection)]->showUuid(devices_[d].local, uuid);
+  }
 }
 
 const proto::DeviceInfo* State::device(CUdevice d) const {

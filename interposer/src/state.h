@@ -164,6 +164,7 @@ class State {
   CUresult init_result_ = CUDA_ERROR_NOT_INITIALIZED;
   CUresult connectAll(const std::vector<Share>& shares);
   std::vector<std::unique_ptr<Connection>> conns_;
+  void keepUuidsApart();
   struct DeviceSlot {
     int connection;
     uint32_t local;  // the device's index in its worker's handshake

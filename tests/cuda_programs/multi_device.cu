@@ -39,6 +39,13 @@ int main() {
   check(count == 2, "cudaGetDeviceCount is the lease's 2 shares", detail);
   if (count < 2) return 1;
 
+  // Two shares of one GPU are two devices, and devices have distinct UUIDs (frameworks and NVML tell
+  // them apart by UUID).
+  cudaDeviceProp props[2]{};
+  CK(cudaGetDeviceProperties(&props[0], 0));
+  CK(cudaGetDeviceProperties(&props[1], 1));
+  check(std::memcmp(&props[0].uuid, &props[1].uuid, sizeof props[0].uuid) != 0, "the two devices have distinct UUIDs");
+
   unsigned* buf[2];
   cudaStream_t stream[2];
   std::vector<unsigned> host(kN);
