@@ -1,0 +1,40 @@
+// The shared-memory transport, for a client on its worker's host (issue 13). One segment (a memfd, never
+// a name in a file system) holds two byte rings, one per direction; a side that must wait (nothing to
+// read, no room to write) spins briefly, then sleeps on its eventfd, which the other side writes only when
+// it sees the sleeper's flag set. A connected Unix socket between the two is the connection itself: its end
+// means the peer has gone (as TCP's does), and it carries the segment and eventfds from the worker, which
+// makes them all, to the client (SCM_RIGHTS). docs/protocol.md, "Shared memory".
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "gpool/protocol/transport.h"
+
+namespace gpool::proto {
+
+// The descriptors of one shared-memory connection: the segment and each side's eventfd.
+struct ShmParts {
+  int segment = -1;
+  std::array<int, 2> wake{-1, -1};  // [kWorkerSide], [kClientSide]
+  void close();
+};
+inline constexpr int kWorkerSide = 0, kClientSide = 1;
+
+// Makes a segment with two rings of `ring_bytes` (a power of two, at least 64 KiB) and the two eventfds;
+// throws TransportError when the host refuses.
+ShmParts createShmParts(size_t ring_bytes);
+// A transport for `side` over `parts`, with `link` the Unix socket to the other side. Takes ownership of
+// every descriptor (also when it throws: a segment that is not gpool's, or of the wrong size).
+std::unique_ptr<Transport> openShmTransport(ShmParts parts, int side, int link, std::string peer);
+
+// Passing the parts over a Unix socket: false when the socket failed, or (receiving) within `timeout_ms`
+// nothing came, or what came is not three descriptors.
+bool sendShmParts(int socket, const ShmParts& parts);
+bool recvShmParts(int socket, ShmParts& parts, int timeout_ms);
+
+inline constexpr size_t kShmRingBytes = 8u << 20;
+
+}  // namespace gpool::proto
