@@ -26,6 +26,9 @@ constexpr uint16_t kEntryElf = 2;
 constexpr uint64_t kEntryLz4 = 0x2000;
 constexpr uint64_t kEntryZstd = 0x8000;
 constexpr uint64_t kMaxCubin = 1ull << 30;  // refuse to inflate anything larger
+// Nor more than this many times the compressed bytes: LZ4 cannot expand further, and no real cubin
+// compresses better with ZSTD. A few kilobytes that claim a gigabyte would otherwise cost a gigabyte.
+constexpr uint64_t kMaxInflation = 255;
 
 // .nv.info record formats and the attribute that describes one kernel parameter.
 constexpr uint8_t kFmtNval = 1, kFmtBval = 2, kFmtHval = 3, kFmtSval = 4;
@@ -92,7 +95,7 @@ CubinIndex CubinIndex::build(const uint8_t* image, uint64_t size, uint32_t arch)
     index.indexElf(best, best_size);
     return index;
   }
-  if (best_raw == 0 || best_raw > kMaxCubin) {
+  if (best_raw == 0 || best_raw > kMaxCubin || best_raw > best_size * kMaxInflation + 64) {
     index.why_ = "compressed cubin with an implausible size";
     return index;
   }

@@ -278,4 +278,20 @@ TEST(CubinIndex, OutOfRangeHeadersGiveAnEmptyIndex) {
   fat[24] = 0xff;   // payload far past the end
   fat[31] = 0x7f;
   EXPECT_TRUE(worker::CubinIndex::build(fat, sizeof fat).empty());
+  // A compressed entry of 64 bytes that claims to inflate to 1 GiB is refused before anything is
+  // allocated (the fuzzer found such images costing seconds and a gigabyte each).
+  uint8_t bomb[16 + 64 + 64] = {};
+  std::memcpy(bomb, &magic, 4);
+  bomb[6] = 16;
+  body = 128;
+  std::memcpy(bomb + 8, &body, 8);
+  bomb[16] = 2;  // ELF entry
+  bomb[20] = 64;
+  uint64_t payload = 64, flags = 0x8000 /*zstd*/, raw = 1ull << 30;
+  std::memcpy(bomb + 16 + 8, &payload, 8);
+  std::memcpy(bomb + 16 + 40, &flags, 8);
+  std::memcpy(bomb + 16 + 56, &raw, 8);
+  auto refused = worker::CubinIndex::build(bomb, sizeof bomb);
+  EXPECT_TRUE(refused.empty());
+  EXPECT_EQ(refused.why(), "compressed cubin with an implausible size");
 }
