@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Runs the call-cost benchmark natively (when a GPU is present) and through gpool over loopback TCP, plus
-# the loopback TCP limit, in one run, and prints a table with the ratios the issue sets targets for.
+# Runs the call-cost benchmark natively (when a GPU is present) and through gpool over each transport
+# (loopback TCP, shared memory), plus the loopback TCP limit, in one run, and prints a table with the
+# ratios the issues set targets for.
 # usage: bench/run.sh [BUILD_DIR]   (BUILD_DIR defaults to ./build)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-"$build/bench/gpool_bench_tcp_loopback" > "$out/tcp" || exit 1
+"$build/bench/gpool_bench_tcp_loopback" > "$out/tcp_limit" || exit 1
 if nvidia-smi >/dev/null 2>&1; then
   backend=cuda
   "$build/bench/gpool_bench_call_costs" > "$out/native" || exit 1
@@ -15,24 +16,26 @@ else
   backend=sim
   : > "$out/native"
 fi
-"$here/../tests/cuda_programs/run_through_gpool.sh" "$build" "$backend" "$build/bench/gpool_bench_call_costs" > "$out/gpool" || exit 1
+# Through gpool over each transport, one after the other in this run (shm: the worker on this host).
+for t in tcp shm; do
+  GPOOL_TRANSPORT=$t "$here/../tests/cuda_programs/run_through_gpool.sh" "$build" "$backend" "$build/bench/gpool_bench_call_costs" > "$out/$t" || exit 1
+done
 get() { awk -v k="$2" '$1==k {print $2}' "$out/$1"; }
-tcp=$(get tcp tcp_stream)
+tcp=$(get tcp_limit tcp_stream)
 echo "gpool call costs — backend: $backend$( [ $backend = sim ] && echo ' (no GPU: through-gpool overheads only, no native column)')"
-echo "loopback TCP: $(get tcp tcp_stream) GB/s one stream, $(get tcp tcp_roundtrip_8B) us 8-byte round trip"
-printf '%-22s %12s %12s %10s  %s\n' metric native gpool ratio target
-row() {  # name unit target-description ratio-kind
-  local n g r
-  n=$(get native "$1"); g=$(get gpool "$1")
-  if [ -n "$n" ] && [ -n "$g" ]; then r=$(awk -v a="$g" -v b="$n" 'BEGIN{printf "%.2fx", a/b}'); else r=-; fi
-  printf '%-22s %12s %12s %10s  %s\n' "$1" "${n:--} $2" "${g:--} $2" "$r" "$3"
+echo "loopback TCP: $(get tcp_limit tcp_stream) GB/s one stream, $(get tcp_limit tcp_roundtrip_8B) us 8-byte round trip"
+printf '%-22s %12s %12s %12s %9s %9s  %s\n' metric native "gpool tcp" "gpool shm" "tcp/nat" "shm/tcp" target
+row() {  # name unit target-description
+  local n t m
+  n=$(get native "$1"); t=$(get tcp "$1"); m=$(get shm "$1")
+  ratio() { if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2fx", a/b}'; else echo -; fi; }
+  printf '%-22s %12s %12s %12s %9s %9s  %s\n' "$1" "${n:--} $2" "${t:--} $2" "${m:--} $2" "$(ratio "$t" "$n")" "$(ratio "$m" "$t")" "$3"
 }
-row async_launch us "gpool <= 1.5x native"
-row launch_sync us "gpool <= 30 us"
+row async_launch us "tcp <= 1.5x native"
+row launch_sync us "tcp <= 30 us; shm <= 1/5 of tcp (0.20x)"
 row dtoh_4B us ""
 for k in htod_256MiB_pageable dtoh_256MiB_pageable; do
-  g=$(get gpool $k)
-  row $k GB/s "gpool >= 80% of TCP: $(awk -v a="$g" -v b="$tcp" 'BEGIN{printf "%.0f%%", 100*a/b}')"
+  row $k GB/s "tcp >= 80% of TCP: $(awk -v a="$(get tcp $k)" -v b="$tcp" 'BEGIN{printf "%.0f%%", 100*a/b}'); shm >= 2x tcp"
 done
 row htod_256MiB_pinned GB/s ""
 row dtoh_256MiB_pinned GB/s ""

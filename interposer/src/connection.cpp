@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "log.h"
+#include "transport_choice.h"
 
 namespace gpool::client {
 namespace {
@@ -43,6 +44,15 @@ Connection::Connection(std::unique_ptr<proto::Transport> transport, std::string 
     throw proto::TransportError("gpool-server at " + address_ + " refused the connection: " + hello->error);
   if (hello->devices.empty()) throw proto::TransportError("gpool-server at " + address_ + " offers no device");
   hello_ = std::move(*hello);
+  std::string why;
+  if (auto moved = moveFromTcp(*transport_, address_, hello_.features, why)) {
+    tcp_ = std::move(transport_);  // kept open, unused: the worker reads the new transport only
+    transport_ = std::move(moved);
+    transport_->setStallTimeout(static_cast<int>(kHandshakeTimeout.count()));
+    kind_ = "shared memory";
+  } else {
+    GPOOL_LOG(Level::kDebug, "worker at %s: over TCP (%s)", address_.c_str(), why.c_str());
+  }
   watchWorker(worker_timeout);
   flusher_ = std::thread([this] { flusherLoop(); });
 }

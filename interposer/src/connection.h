@@ -50,6 +50,8 @@ class Connection {
   ~Connection();
 
   const proto::HelloReply& hello() const { return hello_; }
+  // "TCP" or "shared memory" (transport_choice.h).
+  const char* transportKind() const { return kind_; }
   // The UUID this process shows for one of the worker's devices (State::connect keeps a lease's apart).
   void showUuid(uint32_t local, const std::array<uint8_t, 16>& uuid) { hello_.devices.at(local).uuid = uuid; }
   // Makes this connection the `index`th of a lease of several: its handles are marked (handle_tags.h).
@@ -191,6 +193,8 @@ class Connection {
 
   std::mutex mu_;
   std::unique_ptr<proto::Transport> transport_;
+  std::unique_ptr<proto::Transport> tcp_;  // the handshake's, once the connection moved off it
+  const char* kind_ = "TCP";
   std::string address_;
   proto::HelloReply hello_;
   std::vector<uint8_t> batch_;

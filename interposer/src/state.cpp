@@ -76,8 +76,9 @@ CUresult State::connectAll(const std::vector<Share>& shares) {
   for (size_t c = 0; c < conns_.size(); ++c) {
     if (conns_.size() > 1) conns_[c]->joinLease(static_cast<int>(c), &crossDevice());
     for (uint32_t local = 0; local < conns_[c]->hello().devices.size(); ++local) devices_.push_back({static_cast<int>(c), local});
-    GPOOL_LOG(Level::kInfo, "connected to gpool-server at %s: %s (%s backend, driver %u)", conns_[c]->address().c_str(),
-              conns_[c]->hello().devices[0].name.c_str(), conns_[c]->hello().backend.c_str(), conns_[c]->hello().driver_version);
+    GPOOL_LOG(Level::kInfo, "connected to gpool-server at %s: %s (%s backend, driver %u, over %s)", conns_[c]->address().c_str(),
+              conns_[c]->hello().devices[0].name.c_str(), conns_[c]->hello().backend.c_str(), conns_[c]->hello().driver_version,
+              conns_[c]->transportKind());
   }
   keepUuidsApart();
   current_pools_ = std::make_unique<std::atomic<uint64_t>[]>(conns_.size());

@@ -13,7 +13,9 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <thread>
 
 namespace gpool::proto {
 
@@ -125,8 +127,11 @@ class ShmTransport final : public Transport {
   void wait(Ready ready, bool idle_ok, const char* stall_what) {
     if (ready()) return;
     auto start = std::chrono::steady_clock::now();
+    // Spin briefly, yielding the core: on a host with few cores the peer may need this one to answer.
     while (std::chrono::steady_clock::now() - start < kSpin) {
-      for (int i = 0; i < 64; ++i) cpuRelax();
+      for (int i = 0; i < 16; ++i) cpuRelax();
+      if (ready()) return;
+      std::this_thread::yield();
       if (ready()) return;
     }
     Word& sleeping = h_->sleeping[side_];
@@ -232,6 +237,19 @@ std::unique_ptr<Transport> openShmTransport(ShmParts parts, int side, int link, 
   void* base = ::mmap(nullptr, segmentBytes(ring), PROT_READ | PROT_WRITE, MAP_SHARED, parts.segment, 0);
   if (base == MAP_FAILED) return fail(std::string("cannot map the segment: ") + std::strerror(errno));
   return std::make_unique<ShmTransport>(parts, side, link, base, ring, std::move(peer));
+}
+
+std::string shmHostIdentity() {
+  std::string boot;
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char line[64] = {};
+    if (std::fgets(line, sizeof line, f)) boot = line;
+    std::fclose(f);
+  }
+  while (!boot.empty() && (boot.back() == '\n' || boot.back() == ' ')) boot.pop_back();
+  char ns[128] = {};
+  ssize_t n = ::readlink("/proc/self/ns/net", ns, sizeof ns - 1);
+  return boot.empty() ? "" : boot + " " + (n > 0 ? std::string(ns, static_cast<size_t>(n)) : "net:?");
 }
 
 bool sendShmParts(int socket, const ShmParts& parts) {

@@ -42,7 +42,7 @@ void AliveSignal::loop() {
     seen = now;
     try {
       std::lock_guard send(send_mu_);
-      proto::sendFrame(transport_, proto::kMsgAlive, 0, 0, nullptr, 0);
+      proto::sendFrame(*transport_, proto::kMsgAlive, 0, 0, nullptr, 0);
     } catch (const std::exception& e) {
       spdlog::debug("stopped signalling liveness: {}", e.what());  // the dispatcher sees the broken connection
       break;

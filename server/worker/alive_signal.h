@@ -17,7 +17,7 @@ namespace gpool::worker {
 
 class AliveSignal {
  public:
-  explicit AliveSignal(proto::Transport& transport) : transport_(transport) {}
+  explicit AliveSignal(proto::Transport& transport) : transport_(&transport) {}
   ~AliveSignal();
   AliveSignal(const AliveSignal&) = delete;
   AliveSignal& operator=(const AliveSignal&) = delete;
@@ -32,11 +32,16 @@ class AliveSignal {
   void end() { busy_.store(false, std::memory_order_relaxed); }
   // Held across every reply the dispatcher sends, so a kMsgAlive frame never lands inside one.
   std::unique_lock<std::mutex> replyLock() { return std::unique_lock(send_mu_); }
+  // The connection moved to another transport (transport_switch.h): frames go there from now on.
+  void use(proto::Transport& transport) {
+    std::lock_guard lock(send_mu_);
+    transport_ = &transport;
+  }
 
  private:
   void loop();
 
-  proto::Transport& transport_;
+  proto::Transport* transport_;  // guarded by send_mu_
   std::mutex send_mu_;
   std::atomic<bool> busy_{false};
   std::atomic<uint64_t> frames_{0};  // frames begun: progress since the last tick counts as work

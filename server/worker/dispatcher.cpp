@@ -69,12 +69,12 @@ void Dispatcher::dispatch(const proto::FrameHeader& h) {
 
 void Dispatcher::reply(const proto::FrameHeader& h, const std::vector<uint8_t>& payload) {
   auto lock = alive_.replyLock();
-  proto::sendFrame(transport_, h.msg, proto::kIsReply, h.seq, payload.data(), payload.size());
+  proto::sendFrame(*transport_, h.msg, proto::kIsReply, h.seq, payload.data(), payload.size());
 }
 
 void Dispatcher::replyStatus(const proto::FrameHeader& h, Status st) {
   auto lock = alive_.replyLock();
-  proto::sendFrame(transport_, h.msg, proto::kIsReply, h.seq, &st, sizeof st);
+  proto::sendFrame(*transport_, h.msg, proto::kIsReply, h.seq, &st, sizeof st);
 }
 
 // Reply layout: `bytes` of data then the status (4 bytes) when the copy runs; the status alone when it
@@ -109,17 +109,17 @@ void Dispatcher::memcpyDtoH(const proto::FrameHeader& h) {
   auto lock = alive_.replyLock();
   proto::FrameHeader rh{static_cast<uint32_t>(bytes + sizeof(Status)), h.msg, proto::kIsReply, h.seq};
   std::array<proto::ConstBuffer, 2> first{proto::ConstBuffer{&rh, sizeof rh}, proto::ConstBuffer{staging, chunk}};
-  transport_.send(first);
+  transport_->send(first);
   for (uint64_t off = chunk; off < bytes;) {
     uint64_t n = std::min<uint64_t>(bytes - off, chunk);
     if (st == 0) st = backend_.MemcpyDtoH(staging, src + off, n, stream);
     if (st != 0) std::memset(staging, 0, n);  // keep the promised length
     proto::ConstBuffer b{staging, n};
-    transport_.send(std::span(&b, 1));
+    transport_->send(std::span(&b, 1));
     off += n;
   }
   proto::ConstBuffer sb{&st, sizeof st};
-  transport_.send(std::span(&sb, 1));
+  transport_->send(std::span(&sb, 1));
 }
 
 // The client asks for liveness frames (protocol 2.2): payload u32 interval in ms, no reply.
@@ -163,6 +163,32 @@ void Dispatcher::moduleLoadCached(const proto::FrameHeader& h) {
   reply(h, out_);
 }
 
+// The client asks to move to shared memory (transport_switch.h). Answered on TCP; then, if the client
+// comes, every later frame both ways goes over the new transport.
+void Dispatcher::switchTransport(const proto::FrameHeader& h) {
+  uint32_t kind = 0;
+  std::string host;
+  proto::Reader r(payload_.data(), payload_.size());
+  if (!r.getAll(kind, host) || !r.atEnd() || !(h.flags & proto::kWantsReply))
+    throw Violation{"malformed SwitchTransport request (" + std::to_string(h.length) + " bytes)"};
+  TransportSwitch move;
+  std::string name;
+  std::vector<uint8_t> token;
+  Status st = moved_ ? cu::kIllegalState : move.offer(kind, host, name, token);
+  out_.clear();
+  proto::Writer w(out_);
+  w.putAll(st, name, token);
+  reply(h, out_);
+  if (st != cu::kSuccess) return;
+  std::unique_ptr<proto::Transport> next = move.complete(transport_->peer());
+  if (!next) return;
+  next->setStallTimeout(stall_ms_);
+  spdlog::info("client {} moved to shared memory ({})", transport_->peer(), next->peer());
+  moved_ = std::move(next);
+  transport_ = moved_.get();
+  alive_.use(*transport_);
+}
+
 void Dispatcher::handle(const proto::FrameHeader& h) {
   switch (h.msg) {
 #define X(name, number, mode, ins, outs) \
@@ -175,8 +201,10 @@ void Dispatcher::handle(const proto::FrameHeader& h) {
       return alive(h);
     case proto::calls::ModuleLoadCached::id:
       return moduleLoadCached(h);
+    case proto::kMsgSwitchTransport:
+      return switchTransport(h);
     default:
-      spdlog::warn("unknown message number {:#06x} ({} bytes) from {}", h.msg, h.length, transport_.peer());
+      spdlog::warn("unknown message number {:#06x} ({} bytes) from {}", h.msg, h.length, transport_->peer());
       if (h.flags & proto::kWantsReply) replyStatus(h, cu::kNotSupported);
   }
 }
@@ -185,9 +213,9 @@ ServeResult Dispatcher::serve() {
   ServeResult& result = stats_;
   try {
     for (;;) {
-      proto::FrameHeader h = proto::recvHeader(transport_, proto::kMaxRequestPayload);
+      proto::FrameHeader h = proto::recvHeader(*transport_, proto::kMaxRequestPayload);
       uint8_t* buffer = backend_.frameBuffer(h.length);
-      if (h.length) transport_.recv(buffer, h.length);
+      if (h.length) transport_->recv(buffer, h.length);
       payload_ = {buffer, h.length};
       if (h.flags & proto::kIsReply) throw Violation{"client sent a reply frame"};
       ++result.frames;
@@ -205,7 +233,7 @@ ServeResult Dispatcher::serve() {
   } catch (const Violation& v) {
     result.reason = "protocol violation: " + v.what;
   }
-  if (!result.clean) transport_.shutdown();  // a violator loses its connection
+  if (!result.clean) transport_->shutdown();  // a violator loses its connection
   return result;
 }
 

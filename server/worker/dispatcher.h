@@ -13,6 +13,7 @@
 #include "memory_ledger.h"
 #include "module_cache.h"
 #include "request_checks.h"
+#include "transport_switch.h"
 #include "gpool/protocol/frame_io.h"
 #include "gpool/protocol/transport.h"
 
@@ -35,9 +36,11 @@ class Dispatcher {
       : Dispatcher(backend, transport, MemoryLedger(memory_limit), cache) {}
   // `ledger`: the lease's memory, possibly shared with its other workers (memory_ledger.h).
   Dispatcher(Backend& backend, proto::Transport& transport, MemoryLedger ledger, ModuleCache* cache = nullptr)
-      : backend_(backend), transport_(transport), ledger_(std::move(ledger)), cache_(cache) {
+      : backend_(backend), transport_(&transport), ledger_(std::move(ledger)), cache_(cache) {
     backend_.watchMemory(&table_);
   }
+  // The stall timeout a transport the client moves to gets (gpool-worker --stall-timeout).
+  void setStallTimeout(int ms) { stall_ms_ = ms; }
   // Runs until the client disconnects or violates the protocol.
   ServeResult serve();
 
@@ -49,6 +52,7 @@ class Dispatcher {
   void memcpyDtoH(const proto::FrameHeader& h);
   void alive(const proto::FrameHeader& h);
   void moduleLoadCached(const proto::FrameHeader& h);
+  void switchTransport(const proto::FrameHeader& h);
   template <typename C>
   void dispatch(const proto::FrameHeader& h);
   // Checks the request's fields, runs it on the backend and records what its reply hands out.
@@ -56,16 +60,18 @@ class Dispatcher {
   Status execute(typename C::in::tuple& ins, typename C::out::tuple& outs);
 
   Backend& backend_;
-  proto::Transport& transport_;
+  proto::Transport* transport_;  // the TCP connection, or what it moved to (moved_)
+  std::unique_ptr<proto::Transport> moved_;
   HandleTable table_;    // what this worker handed out
   MemoryLedger ledger_;  // the lease's memory
   RequestChecks checks_{table_, ledger_};
   std::span<const uint8_t> payload_;  // the current request's payload, in the backend's frame buffer
   std::vector<uint8_t> out_;
-  Status latched_ = 0;  // first failure of a call nobody waited for
+  Status latched_ = 0;
+  int stall_ms_ = 0;  // first failure of a call nobody waited for
   ModuleCache* cache_;
   ServeResult stats_;
-  AliveSignal alive_{transport_};  // last: its thread stops before anything it reads goes
+  AliveSignal alive_{*transport_};  // last: its thread stops before anything it reads goes
 };
 
 }  // namespace gpool::worker

@@ -7,9 +7,12 @@
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
+#include <cstring>
 
 namespace gpool::worker {
 
@@ -79,8 +82,34 @@ proto::Status TokenListener::open(uint32_t& port, std::vector<uint8_t>& token, s
   return proto::cu::kSuccess;
 }
 
+proto::Status TokenListener::openLocal(std::string& name, std::vector<uint8_t>& token) {
+  close();
+  token_.resize(16);
+  std::vector<uint8_t> random(16);
+  if (RAND_bytes(token_.data(), 16) != 1 || RAND_bytes(random.data(), 16) != 1) return proto::cu::kNotInitialized;
+  static const char* digits = "0123456789abcdef";
+  name = "gpool-";
+  for (uint8_t b : random) name += {digits[b >> 4], digits[b & 15]};
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: the abstract namespace
+  auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd_, 4) != 0) {
+    close();
+    return proto::cu::kNotSupported;
+  }
+  token = token_;
+  return proto::cu::kSuccess;
+}
+
 std::unique_ptr<proto::Transport> TokenListener::accept(int timeout_ms, const char* what) {
-  if (fd_ < 0) return nullptr;
+  int fd = acceptFd(timeout_ms, what);
+  return fd < 0 ? nullptr : proto::adoptTcpSocket(fd);
+}
+
+int TokenListener::acceptFd(int timeout_ms, const char* what) {
+  if (fd_ < 0) return -1;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
@@ -94,11 +123,11 @@ std::unique_ptr<proto::Transport> TokenListener::accept(int timeout_ms, const ch
       continue;
     }
     close();
-    return proto::adoptTcpSocket(fd);
+    return fd;
   }
   spdlog::warn("{}: nobody connected with the token within {} ms", what, timeout_ms);
   close();
-  return nullptr;
+  return -1;
 }
 
 }  // namespace gpool::worker

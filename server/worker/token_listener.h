@@ -22,10 +22,15 @@ class TokenListener {
 
   // Listens on a free port of every address of this host and makes a fresh token of `bytes` random bytes.
   proto::Status open(uint32_t& port, std::vector<uint8_t>& token, size_t bytes = 16);
+  // Listens on a Unix socket of a random name in the abstract namespace (`name` without its leading NUL),
+  // reachable only from this host's network namespace, with a fresh 16-byte token.
+  proto::Status openLocal(std::string& name, std::vector<uint8_t>& token);
   bool isOpen() const { return fd_ >= 0; }
   // The first connection within `timeout_ms` whose first bytes are the token (others are closed, and logged
   // as `what`'s); null when none came. The listener is closed either way.
   std::unique_ptr<proto::Transport> accept(int timeout_ms, const char* what);
+  // The same, as the connected socket's descriptor (-1: none came).
+  int acceptFd(int timeout_ms, const char* what);
 
   static constexpr int kTokenWaitMs = 5000;  // a connection sends its token at once, or it is not ours
 

@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
     hello.status = 999;  // CUDA_ERROR_UNKNOWN
     hello.error = e.what();
   }
-  hello.features |= gpool::proto::kFeatureAlive;
+  hello.features |= gpool::proto::kFeatureAlive | gpool::proto::kFeatureShm;
   std::unique_ptr<gpool::worker::ModuleCache> cache;
   if (!module_cache_dir.empty()) {
     cache = std::make_unique<gpool::worker::ModuleCache>(module_cache_dir, module_cache_max);
@@ -164,6 +164,7 @@ int main(int argc, char** argv) {
   // The lease may hold up to its cap, and never more than the device has (both are total_mem).
   gpool::worker::Dispatcher dispatcher(*backend, *transport,
                                        gpool::worker::MemoryLedger(hello.devices[0].total_mem, shared), cache.get());
+  dispatcher.setStallTimeout(stall_timeout_ms);
   auto result = dispatcher.serve();
   if (result.clean)
     spdlog::info("client {} disconnected after {} messages; releasing its resources", transport->peer(), result.frames);

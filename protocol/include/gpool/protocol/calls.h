@@ -56,6 +56,12 @@ inline constexpr uint16_t kMsgMemcpyDtoH = 0x0105;
 // stopped one. The client skips these frames wherever it reads.
 inline constexpr uint16_t kMsgAlive = 0x0002;
 inline constexpr uint32_t kMinAliveIntervalMs = 50, kMaxAliveIntervalMs = 60000;
+// Moving to another transport (protocol 2.3, workers with kFeatureShm), right after the handshake, with
+// WANTS_REPLY: payload u32 kind (kTransportShm), string the client's host identity (shmHostIdentity). Reply:
+// i32 status, string a Unix socket name (abstract namespace), vector<u8> 16-byte token. docs/protocol.md,
+// "Shared memory".
+inline constexpr uint16_t kMsgSwitchTransport = 0x0003;
+inline constexpr uint32_t kTransportShm = 1;
 // On the host-function channel only: the worker says callback `seq` is due (payload: u64 id); the client
 // answers with a reply frame carrying the same id once the function has returned.
 inline constexpr uint16_t kMsgHostFuncDue = 0x01c2;

@@ -40,6 +40,7 @@ struct HelloReply {
 
 inline constexpr uint32_t kFeatureModuleCache = 1;  // ModuleLoadCached can succeed: send hashes first
 inline constexpr uint32_t kFeatureAlive = 2;        // the worker answers kMsgAlive (calls.h): it can prove it runs
+inline constexpr uint32_t kFeatureShm = 4;          // the worker moves a client of its host to shared memory (kMsgSwitchTransport)
 
 std::vector<uint8_t> encode(const HelloRequest& h);
 std::vector<uint8_t> encode(const HelloReply& h);

@@ -37,4 +37,8 @@ bool recvShmParts(int socket, ShmParts& parts, int timeout_ms);
 
 inline constexpr size_t kShmRingBytes = 8u << 20;
 
+// Which processes can share memory and reach each other's abstract Unix sockets: the kernel's boot id and
+// the process's network namespace, as text. Equal identities: one host, one namespace.
+std::string shmHostIdentity();
+
 }  // namespace gpool::proto

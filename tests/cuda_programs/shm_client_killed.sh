@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# A client over shared memory killed (SIGKILL) in the middle of 256 MiB copies leaves nothing behind on the
+# GPU host: its worker ends, and no process of the server holds a gpool segment or its Unix socket.
+# usage: shm_client_killed.sh BUILD_DIR PROGRAM (one that copies large buffers for a while)
+set -u
+build=$1; prog=$2
+dir=$(mktemp -d)
+trap 'kill -9 -- -$server 2>/dev/null; rm -rf "$dir"' EXIT
+setsid "$build/server/gpool-server" --listen 127.0.0.1:0 --backend sim --module-cache none 2>"$dir/log" &
+server=$!
+for _ in $(seq 100); do
+  port=$(grep -oE 'listening on 127\.0\.0\.1:[0-9]+' "$dir/log" | grep -oE '[0-9]+$'); [ -n "$port" ] && break; sleep 0.05
+done
+[ -n "${port:-}" ] || { echo "FAIL: gpool-server did not start"; cat "$dir/log"; exit 1; }
+# What the server's processes hold: gpool segments (memfd:gpool-shm) and shared-memory sockets.
+held() {
+  local n=0 p
+  for p in $(pgrep -g "$server"); do
+    n=$((n + $(ls -l "/proc/$p/fd" 2>/dev/null | grep -c 'memfd:gpool-shm')))
+  done
+  echo $((n + $(grep -c '@gpool-' /proc/net/unix)))
+}
+GPOOL_TRANSPORT=shm GPOOL_SERVER=127.0.0.1:$port LD_LIBRARY_PATH="$build/lib/gpool" "$prog" >"$dir/out" 2>&1 &
+client=$!
+for _ in $(seq 200); do grep -q "moved to shared memory" "$dir/log" && break; sleep 0.05; done
+grep -q "moved to shared memory" "$dir/log" || { echo "FAIL: the client did not move to shared memory"; cat "$dir/log" "$dir/out"; exit 1; }
+sleep 1  # into the copies
+during=$(held)
+kill -9 $client
+wait $client 2>/dev/null
+for _ in $(seq 100); do [ "$(pgrep -g "$server" | wc -l)" -le 1 ] && [ "$(held)" -eq 0 ] && break; sleep 0.05; done
+echo "segments and sockets held while the client ran: $during; after it was killed: $(held)"
+echo "processes of the server left: $(pgrep -g "$server" | wc -l) (the server itself)"
+[ "$during" -gt 0 ] || { echo "FAIL: nothing was seen while the client ran (the check sees nothing)"; exit 1; }
+[ "$(held)" -eq 0 ] || { echo "FAIL: a segment or socket outlived its client"; exit 1; }
+[ "$(pgrep -g "$server" | wc -l)" -le 1 ] || { echo "FAIL: the worker outlived its client"; exit 1; }
+grep -E "client .* (disconnected|closing)" "$dir/log" | tail -1
+echo PASSED
