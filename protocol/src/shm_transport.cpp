@@ -135,12 +135,20 @@ class ShmTransport final : public Transport {
       if (ready()) return;
     }
     Word& sleeping = h_->sleeping[side_];
+    // A peer too busy to read that still writes to us (a worker's Alive frames) is alive: what it wrote
+    // restarts the stall timeout of a send, as on TCP.
+    uint64_t heard = h_->tail[1 - side_].v.load(std::memory_order_acquire);
     for (;;) {
       if (closed_.load()) throw TransportError("connection to " + peer_ + " was shut down");
       sleeping.v.store(1, std::memory_order_seq_cst);  // then look again: a writer after this sees the flag
       if (ready()) break;
       int timeout = stall_ms_ > 0 && !idle_ok ? stall_ms_ - static_cast<int>(elapsedMs(start)) : -1;
       if (stall_ms_ > 0 && !idle_ok && timeout <= 0) {
+        if (uint64_t now = h_->tail[1 - side_].v.load(std::memory_order_acquire); now != heard) {
+          heard = now;
+          start = std::chrono::steady_clock::now();
+          continue;
+        }
         sleeping.v.store(0);
         throw TransportStalled(peer_ + " " + stall_what + " for " + std::to_string(stall_ms_) + " ms (the stall timeout)");
       }

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <thread>
 
+#include "gpool/protocol/calls.h"
 #include "gpool/protocol/frame_io.h"
 #include "gpool/protocol/shm_transport.h"
 
@@ -110,6 +111,29 @@ TEST(Shm, StallsEndAfterTheStallTimeout) {
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(190));
   std::vector<uint8_t> big(1u << 20);
   EXPECT_THROW(sendBytes(*p.worker, big.data(), big.size()), TransportStalled);  // nobody reads
+}
+
+TEST(Shm, APeerThatReadsNothingButKeepsWritingIsNotStalled) {
+  Pair p;  // the worker busy with a long call: it reads nothing, and says it is alive
+  p.client->setStallTimeout(200);
+  p.worker->setStallTimeout(2000);  // a failure here ends the reader too, rather than hanging it
+  std::atomic<bool> done{false};
+  std::thread alive([&] {
+    while (!done) {
+      sendFrame(*p.worker, kMsgAlive, 0, 0, nullptr, 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  std::vector<uint8_t> big(1u << 20);  // far more than the 64 KiB ring
+  std::thread reader([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));  // then the worker reads it all
+    std::vector<uint8_t> got(big.size());
+    EXPECT_NO_THROW(p.worker->recv(got.data(), got.size()));
+  });
+  EXPECT_NO_THROW(sendBytes(*p.client, big.data(), big.size()));
+  reader.join();
+  done = true;
+  alive.join();
 }
 
 TEST(Shm, CountersThePeerCorruptsNeverMoveACopyOutsideTheRing) {
