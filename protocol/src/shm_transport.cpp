@@ -120,6 +120,7 @@ class ShmTransport final : public Transport {
  private:
   static constexpr size_t kPublishEvery = 256u << 10;  // the reader starts on a large write's first part
   static constexpr auto kSpin = std::chrono::microseconds(50);
+  static constexpr int kSafetyMs = 1000;
 
   // Waits until `ready()`, spinning first, then sleeping on this side's eventfd and the link. Throws when
   // the connection ended, or nothing moved for the stall timeout (unless `idle_ok`).
@@ -141,6 +142,7 @@ class ShmTransport final : public Transport {
     for (;;) {
       if (closed_.load()) throw TransportError("connection to " + peer_ + " was shut down");
       sleeping.v.store(1, std::memory_order_seq_cst);  // then look again: a writer after this sees the flag
+      std::atomic_thread_fence(std::memory_order_seq_cst);   // (the flag's store before the counters' loads)
       if (ready()) break;
       int timeout = stall_ms_ > 0 && !idle_ok ? stall_ms_ - static_cast<int>(elapsedMs(start)) : -1;
       if (stall_ms_ > 0 && !idle_ok && timeout <= 0) {
@@ -153,7 +155,8 @@ class ShmTransport final : public Transport {
         throw TransportStalled(peer_ + " " + stall_what + " for " + std::to_string(stall_ms_) + " ms (the stall timeout)");
       }
       pollfd p[2] = {{parts_.wake[side_], POLLIN, 0}, {link_, POLLIN, 0}};
-      int r = ::poll(p, 2, timeout);
+      // Bounded even when idle: a wake-up lost to a peer that wrote nonsense costs a second, not the process.
+      int r = ::poll(p, 2, timeout < 0 || timeout > kSafetyMs ? kSafetyMs : timeout);
       if (r < 0 && errno != EINTR) throw TransportError("waiting on " + peer_ + " failed: " + std::strerror(errno));
       if (p[0].revents & POLLIN) {
         uint64_t count = 0;
@@ -169,6 +172,7 @@ class ShmTransport final : public Transport {
   }
 
   void wakePeer() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // the counter's store before the flag's load
     if (h_->sleeping[1 - side_].v.load(std::memory_order_seq_cst) == 0) return;
     uint64_t one = 1;
     [[maybe_unused]] ssize_t w = ::write(parts_.wake[1 - side_], &one, sizeof one);
