@@ -186,6 +186,7 @@ void Dispatcher::switchTransport(const proto::FrameHeader& h) {
   spdlog::info("client {} moved to shared memory ({})", transport_->peer(), next->peer());
   moved_ = std::move(next);
   transport_ = moved_.get();
+  stats_.transport = "over shared memory";
   alive_.use(*transport_);
 }
 

@@ -167,7 +167,8 @@ int main(int argc, char** argv) {
   dispatcher.setStallTimeout(stall_timeout_ms);
   auto result = dispatcher.serve();
   if (result.clean)
-    spdlog::info("client {} disconnected after {} messages; releasing its resources", transport->peer(), result.frames);
+    spdlog::info("client {} disconnected after {} messages ({}); releasing its resources", transport->peer(), result.frames,
+                 result.transport);
   else
     spdlog::warn("closing connection to {}: {}", transport->peer(), result.reason);
   spdlog::info("module images: {} received ({} bytes), {} loaded from the host cache ({} bytes not sent)",

@@ -105,7 +105,7 @@ TEST(Server, WorkerExitsWhenItsClientDisconnects) {
     test::RawClient c(*t);
     ASSERT_EQ(c.call<calls::MemAlloc>(uint64_t{1 << 20}).first, 0);
   }
-  EXPECT_TRUE(server.waitForLog("disconnected after \\d+ messages; releasing its resources"));
+  EXPECT_TRUE(server.waitForLog("disconnected after \\d+ messages \\(over TCP\\); releasing its resources"));
   EXPECT_TRUE(server.waitForLog("worker \\d+ exited with 0"));
 }
 
