@@ -39,7 +39,7 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "the rings' counters a
 struct Header {
   uint64_t magic;
   uint64_t ring_bytes;
-  Word sleeping[2];  // side s sleeps on its eventfd: the other side writes it
+  Word sleeping[2];  // threads of side s asleep on its eventfd: the other side writes it when not 0
   Word head[2];      // ring r: bytes its reader consumed
   Word tail[2];      // ring r: bytes its writer published
 };
@@ -139,10 +139,16 @@ class ShmTransport final : public Transport {
     // A peer too busy to read that still writes to us (a worker's Alive frames) is alive: what it wrote
     // restarts the stall timeout of a send, as on TCP.
     uint64_t heard = h_->tail[1 - side_].v.load(std::memory_order_acquire);
+    // A count, not a flag: a thread sending and one receiving on this side may both sleep, and one that
+    // wakes must not clear what the other still waits for.
+    sleeping.v.fetch_add(1, std::memory_order_seq_cst);  // then look again: a writer after this sees it
+    struct Awake {
+      Word& w;
+      ~Awake() { w.v.fetch_sub(1, std::memory_order_seq_cst); }
+    } awake{sleeping};
     for (;;) {
       if (closed_.load()) throw TransportError("connection to " + peer_ + " was shut down");
-      sleeping.v.store(1, std::memory_order_seq_cst);  // then look again: a writer after this sees the flag
-      std::atomic_thread_fence(std::memory_order_seq_cst);   // (the flag's store before the counters' loads)
+      std::atomic_thread_fence(std::memory_order_seq_cst);  // (the count's store before the counters' loads)
       if (ready()) break;
       int timeout = stall_ms_ > 0 && !idle_ok ? stall_ms_ - static_cast<int>(elapsedMs(start)) : -1;
       if (stall_ms_ > 0 && !idle_ok && timeout <= 0) {
@@ -151,7 +157,6 @@ class ShmTransport final : public Transport {
           start = std::chrono::steady_clock::now();
           continue;
         }
-        sleeping.v.store(0);
         throw TransportStalled(peer_ + " " + stall_what + " for " + std::to_string(stall_ms_) + " ms (the stall timeout)");
       }
       pollfd p[2] = {{parts_.wake[side_], POLLIN, 0}, {link_, POLLIN, 0}};
@@ -163,12 +168,8 @@ class ShmTransport final : public Transport {
         [[maybe_unused]] ssize_t rd = ::read(parts_.wake[side_], &count, sizeof count);
       }
       if (ready()) break;
-      if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
-        sleeping.v.store(0);
-        throw TransportError("connection closed by " + peer_);
-      }
+      if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) throw TransportError("connection closed by " + peer_);
     }
-    sleeping.v.store(0, std::memory_order_relaxed);
   }
 
   void wakePeer() {

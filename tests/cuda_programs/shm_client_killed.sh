@@ -22,13 +22,13 @@ held() {
 }
 GPOOL_TRANSPORT=shm GPOOL_SERVER=127.0.0.1:$port LD_LIBRARY_PATH="$build/lib/gpool" "$prog" >"$dir/out" 2>&1 &
 client=$!
-for _ in $(seq 200); do grep -q "moved to shared memory" "$dir/log" && break; sleep 0.05; done
+for _ in $(seq 600); do grep -q "moved to shared memory" "$dir/log" && break; sleep 0.05; done
 grep -q "moved to shared memory" "$dir/log" || { echo "FAIL: the client did not move to shared memory"; cat "$dir/log" "$dir/out"; exit 1; }
 sleep 1  # into the copies
 during=$(held)
 kill -9 $client
 wait $client 2>/dev/null
-for _ in $(seq 100); do [ "$(pgrep -g "$server" | wc -l)" -le 1 ] && [ "$(held)" -eq 0 ] && break; sleep 0.05; done
+for _ in $(seq 300); do [ "$(pgrep -g "$server" | wc -l)" -le 1 ] && [ "$(held)" -eq 0 ] && break; sleep 0.05; done
 echo "segments and sockets held while the client ran: $during; after it was killed: $(held)"
 echo "processes of the server left: $(pgrep -g "$server" | wc -l) (the server itself)"
 [ "$during" -gt 0 ] || { echo "FAIL: nothing was seen while the client ran (the check sees nothing)"; exit 1; }
