@@ -2,14 +2,11 @@
 #include "transport_choice.h"
 
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
 #include "gpool/protocol/calls.h"
 #include "gpool/protocol/frame_io.h"
@@ -38,25 +35,6 @@ TransportChoice transportChoice() {
 
 namespace {
 
-// A Unix socket connected to `name` in the abstract namespace (-1 with `why` set).
-int connectLocal(const std::string& name, std::string& why) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (name.empty() || name.size() + 1 > sizeof addr.sun_path) {
-    why = "the worker named no usable socket";
-    return -1;
-  }
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());
-  auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-    why = std::string("cannot reach the worker's socket: ") + std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 std::unique_ptr<proto::Transport> toSharedMemory(proto::Transport& tcp, const std::string& address, std::string& why) {
   std::string host = proto::shmHostIdentity();
   std::vector<uint8_t> payload;
@@ -74,8 +52,11 @@ std::unique_ptr<proto::Transport> toSharedMemory(proto::Transport& tcp, const st
     why = st == proto::cu::kNotSupported ? "the worker is on another host" : "the worker refused (" + std::to_string(st) + ")";
     return nullptr;
   }
-  int link = connectLocal(name, why);
-  if (link < 0) return nullptr;
+  int link = proto::connectAbstractSocket(name);
+  if (link < 0) {
+    why = std::string("cannot reach the worker's socket: ") + std::strerror(errno);
+    return nullptr;
+  }
   proto::ShmParts parts;
   if (::send(link, token.data(), token.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(token.size()) || !proto::recvShmParts(link, parts, 5000)) {
     ::close(link);

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -263,6 +264,32 @@ std::string shmHostIdentity() {
   char ns[128] = {};
   ssize_t n = ::readlink("/proc/self/ns/net", ns, sizeof ns - 1);
   return boot.empty() ? "" : boot + " " + (n > 0 ? std::string(ns, static_cast<size_t>(n)) : "net:?");
+}
+
+bool abstractSocketAddress(const std::string& name, sockaddr_un& addr, socklen_t& len) {
+  addr = sockaddr_un{};
+  addr.sun_family = AF_UNIX;
+  if (name.empty() || name.size() + 1 > sizeof addr.sun_path) return false;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: the abstract namespace
+  len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return true;
+}
+
+int connectAbstractSocket(const std::string& name) {
+  sockaddr_un addr;
+  socklen_t len = 0;
+  if (!abstractSocketAddress(name, addr, len)) {
+    errno = EINVAL;
+    return -1;
+  }
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    int saved = errno;
+    ::close(fd);
+    errno = saved;
+    return -1;
+  }
+  return fd;
 }
 
 bool sendShmParts(int socket, const ShmParts& parts) {

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstddef>
-#include <cstring>
+
+#include "gpool/protocol/shm_transport.h"
 
 namespace gpool::worker {
 
@@ -90,10 +90,9 @@ proto::Status TokenListener::openLocal(std::string& name, std::vector<uint8_t>& 
   static const char* digits = "0123456789abcdef";
   name = "gpool-";
   for (uint8_t b : random) name += {digits[b >> 4], digits[b & 15]};
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: the abstract namespace
-  auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  sockaddr_un addr;
+  socklen_t len = 0;
+  proto::abstractSocketAddress(name, addr, len);  // 38 characters: always fits
   fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd_, 4) != 0) {
     close();

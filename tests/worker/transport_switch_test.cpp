@@ -2,10 +2,8 @@
 // client library does after the handshake (docs/protocol.md, "Shared memory").
 #include <gtest/gtest.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include <cstddef>
 #include <cstring>
 
 #include "gpool/protocol/calls.h"
@@ -40,12 +38,8 @@ Offer askToMove(Transport& tcp, const std::string& host, uint64_t seq) {
 }
 
 int connectLocal(const std::string& name) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), len), 0) << std::strerror(errno);
+  int fd = connectAbstractSocket(name);
+  EXPECT_GE(fd, 0) << std::strerror(errno);
   return fd;
 }
 

@@ -6,6 +6,9 @@
 // makes them all, to the client (SCM_RIGHTS). docs/protocol.md, "Shared memory".
 #pragma once
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include <array>
 #include <cstddef>
 #include <memory>
@@ -40,5 +43,11 @@ inline constexpr size_t kShmRingBytes = 8u << 20;
 // Which processes can share memory and reach each other's abstract Unix sockets: the kernel's boot id and
 // the process's network namespace, as text. Equal identities: one host, one namespace.
 std::string shmHostIdentity();
+
+// A Unix socket address named `name` in the abstract namespace (no file; reachable within one network
+// namespace), and its length; false when the name is empty or does not fit.
+bool abstractSocketAddress(const std::string& name, sockaddr_un& addr, socklen_t& len);
+// A Unix socket connected to `name` there: its descriptor, or -1 with errno set.
+int connectAbstractSocket(const std::string& name);
 
 }  // namespace gpool::proto
