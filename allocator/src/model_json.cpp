@@ -162,7 +162,7 @@ json toJson(const ServiceAccount& a) {
 
 ServiceAccount serviceAccountFromJson(const json& j) {
   return {j.at("name").get<std::string>(), j.at("groups").get<std::vector<std::string>>(), j.at("key_hash").get<std::string>(),
-          j.value("created_unix_s", int64_t{0})};
+          j.contains("created_unix_s") ? integer<int64_t>(j.at("created_unix_s")) : int64_t{0}};
 }
 
 }  // namespace gpool::allocator
