@@ -39,18 +39,20 @@ CUresult packParams(uint64_t f, void** params, void** extra, Blob& out) {
 }
 
 // A kernel that received a pointer into the client's host memory (cuMemHostAlloc, cuMemHostRegister,
-// cuMemHostGetDevicePointer) would dereference it on a GPU in another machine. Refuse the launch and say
-// why, instead of letting the kernel fault or read the wrong memory.
-CUresult refuseHostPointers(const char* call, uint64_t f, Blob packed) {
+// cuMemHostGetDevicePointer) would dereference it on a GPU in another process, maybe another machine.
+// Memory in the pool the worker of connection `reaching` shares (host_pool.h) is its to reach; for any
+// other, refuse the launch and say why, instead of letting the kernel fault or read the wrong memory.
+CUresult refuseHostPointers(const char* call, uint64_t f, Blob packed, int reaching) {
   State& st = State::get();
   if (st.host_allocations == 0) return CUDA_SUCCESS;
   size_t word = 0;
-  uint64_t v = st.firstHostPointer(static_cast<const uint8_t*>(packed.data), packed.size / 8, word);
+  uint64_t v = st.firstHostPointer(static_cast<const uint8_t*>(packed.data), packed.size / 8, word, reaching);
   if (v == 0) return CUDA_SUCCESS;
   GPOOL_LOG(Level::kError,
             "%s: kernel %#llx was given host memory %#llx (parameter bytes %zu..%zu, from cuMemHostAlloc or "
-            "cuMemHostRegister): a GPU reached through gpool cannot read or write this machine's memory; copy "
-            "the data to device memory first (returning CUDA_ERROR_NOT_SUPPORTED)",
+            "cuMemHostRegister) that its GPU cannot reach: only cuMemHostAlloc memory of a client on the GPU's "
+            "own host (shared memory) is mapped for kernels; copy the data to device memory first (returning "
+            "CUDA_ERROR_NOT_SUPPORTED)",
             call, (unsigned long long)f, (unsigned long long)v, 8 * word, 8 * word + 7);
   return CUDA_ERROR_NOT_SUPPORTED;
 }
@@ -63,7 +65,7 @@ CUresult gpool::client::packKernelCall(uint64_t f, const unsigned grid[3], const
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
   Blob packed;
   if (CUresult r = packParams(f, params, extra, packed)) return r;
-  if (CUresult r = refuseHostPointers("a kernel graph node", f, packed)) return r;
+  if (CUresult r = refuseHostPointers("a kernel graph node", f, packed, State::get().currentConnection())) return r;
   storage.assign(static_cast<const uint8_t*>(packed.data), static_cast<const uint8_t*>(packed.data) + packed.size);
   out = gpool::proto::KernelCall{f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, Blob{storage.data(), storage.size()}};
   return CUDA_SUCCESS;
@@ -95,7 +97,7 @@ CUresult launch(uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
   if (CUresult r = managedBeforeDeviceWork()) return r;
   Blob packed;
   if (CUresult r = packParams(f, params, extra, packed)) return r;
-  if (CUresult r = refuseHostPointers(call, f, packed)) return r;
+  if (CUresult r = refuseHostPointers(call, f, packed, conn->index())) return r;
   std::vector<CUlaunchAttribute> own;
   if (nattrs && State::get().connections() > 1) {
     if (CUresult r = ownAttributeEvents(conn, attrs, nattrs, own)) return r;

@@ -28,6 +28,14 @@ CUresult onMemoryDevice(Connection* conn, uint64_t& stream, bool& async) {
   return CUDA_SUCCESS;
 }
 
+// Between device memory and page-locked host memory the worker shares (host_pool.h): the worker's own
+// copy, direct DMA, as asynchronous as the program asked.
+CUresult sharedCopy(Connection* conn, uint64_t dst, uint64_t src, size_t n, uint64_t stream, bool async) {
+  gpool::proto::DevCopy c{dst, src, uint64_t{n}};
+  return static_cast<CUresult>(async ? conn->post<calls::MemcpyDtoD>(c, stream, 1u) : conn->call<calls::MemcpyDtoD>(c, stream, 0u));
+}
+bool shared(Connection* conn, uint64_t host, size_t n) { return State::get().sharedHostOwner(host, n) == conn->index(); }
+
 // Host-to-device: chunks stream without replies; a synchronous copy waits for the last chunk's answer.
 CUresult copyDtoD(uint64_t dst, uint64_t src, size_t n, uint64_t stream, bool async);
 
@@ -38,6 +46,7 @@ CUresult copyHtoD(uint64_t dst, const void* src, size_t n, uint64_t stream, bool
   if (!src) return CUDA_ERROR_INVALID_VALUE;
   auto s = reinterpret_cast<uint64_t>(src);
   if (isManaged(s) || isManaged(dst)) return copyDtoD(dst, s, n, stream, async);  // managed: the device's copy
+  if (shared(conn, s, n)) return sharedCopy(conn, dst, s, n, stream, async);
   const auto* p = static_cast<const uint8_t*>(src);
   for (size_t off = 0; off < n;) {
     size_t k = std::min<size_t>(n - off, gpool::proto::kBulkChunk);
@@ -52,15 +61,16 @@ CUresult copyHtoD(uint64_t dst, const void* src, size_t n, uint64_t stream, bool
   return CUDA_SUCCESS;
 }
 
-// Device-to-host: always completes before returning (an asynchronous copy may finish early).
-CUresult copyDtoH(void* dst, uint64_t src, size_t n, uint64_t stream) {
+// Device-to-host: completes before returning (an asynchronous copy may finish early), but for an
+// asynchronous copy into shared page-locked memory, which the worker makes as asynchronous as CUDA does.
+CUresult copyDtoH(void* dst, uint64_t src, size_t n, uint64_t stream, bool async = false) {
   GPOOL_CONN_OF_POINTER(conn, src);
-  bool async = false;
   if (CUresult r = onMemoryDevice(conn, stream, async)) return r;
   if (n == 0) return CUDA_SUCCESS;
   if (!dst) return CUDA_ERROR_INVALID_VALUE;
   auto d = reinterpret_cast<uint64_t>(dst);
   if (isManaged(d) || isManaged(src)) return copyDtoD(d, src, n, stream, false);  // managed: the device's copy
+  if (shared(conn, d, n)) return sharedCopy(conn, d, src, n, stream, async);
   constexpr size_t kMaxReply = 1u << 30;
   auto* p = static_cast<uint8_t*>(dst);
   for (size_t off = 0; off < n;) {
@@ -115,7 +125,7 @@ CUresult copyAny(uint64_t dst, uint64_t src, size_t n, uint64_t stream, bool asy
   bool d_dev = isDevice(dst), s_dev = isDevice(src);
   if (d_dev && s_dev) return copyDtoD(dst, src, n, stream, async);
   if (d_dev) return copyHtoD(dst, reinterpret_cast<const void*>(src), n, stream, async);
-  if (s_dev) return copyDtoH(reinterpret_cast<void*>(dst), src, n, stream);
+  if (s_dev) return copyDtoH(reinterpret_cast<void*>(dst), src, n, stream, async);
   if (n) std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
   return CUDA_SUCCESS;
 }
@@ -185,15 +195,26 @@ GPOOL_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, C
   GPOOL_CATCH
 }
 
-// Page-locked host memory, emulated. With unified addressing a host allocation's device pointer is its
-// own address: copies through it work as CUDA documents; a kernel cannot reach it (see api_launch.cpp).
+// Page-locked host memory. With unified addressing a host allocation's device pointer is its own address.
+// On a connection that shares memory with its worker it comes from the worker's pool (host_pool.h): truly
+// page-locked there, and kernels reach it. Otherwise it is emulated: copies through it work as CUDA
+// documents; a kernel cannot reach it (see api_launch.cpp).
 GPOOL_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
   GPOOL_TRY
   if (!pp || (flags & ~(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED)))
     return CUDA_ERROR_INVALID_VALUE;
+  State& state = State::get();
+  CUresult err = CUDA_SUCCESS;
+  Connection* conn = state.ready(err);
+  HostPool* pool = conn ? conn->hostPool() : nullptr;
+  if (void* p = pool ? pool->allocate(*conn, bytes) : nullptr) {
+    state.addSharedHost(reinterpret_cast<uint64_t>(p), bytes, flags | CU_MEMHOSTALLOC_DEVICEMAP, conn->index());
+    *pp = p;
+    return CUDA_SUCCESS;
+  }
   void* p = hostAlloc(bytes);
   if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
-  State::get().addAllocation(reinterpret_cast<uint64_t>(p), bytes, false, flags | CU_MEMHOSTALLOC_DEVICEMAP);
+  state.addAllocation(reinterpret_cast<uint64_t>(p), bytes, false, flags | CU_MEMHOSTALLOC_DEVICEMAP);
   *pp = p;
   return CUDA_SUCCESS;
   GPOOL_CATCH
@@ -207,6 +228,11 @@ GPOOL_EXPORT CUresult cuMemFreeHost(void* p) {
   if (!State::get().findAllocation(reinterpret_cast<uint64_t>(p), base, a) || a.device || base != reinterpret_cast<uint64_t>(p))
     return CUDA_ERROR_INVALID_VALUE;
   State::get().removeAllocation(base);
+  if (a.shared) {  // the worker's pool's pages, never the heap's
+    Connection* conn = State::get().connection(a.owner);
+    conn->hostPool()->release(*conn, p);
+    return CUDA_SUCCESS;
+  }
   std::free(p);
   return CUDA_SUCCESS;
   GPOOL_CATCH
@@ -241,7 +267,8 @@ GPOOL_EXPORT CUresult cuMemHostUnregister(void* p) {
   GPOOL_TRY
   uint64_t base;
   Allocation a;
-  if (!State::get().findAllocation(reinterpret_cast<uint64_t>(p), base, a) || a.device) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  if (!State::get().findAllocation(reinterpret_cast<uint64_t>(p), base, a) || a.device || a.shared)  // cuMemHostAlloc's
+    return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
   State::get().removeAllocation(base);
   return CUDA_SUCCESS;
   GPOOL_CATCH
@@ -277,10 +304,10 @@ GPOOL_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t n)
   GPOOL_TRY return copyDtoH(dst, src, n, streamArg(nullptr, true)); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
-  GPOOL_TRY return copyDtoH(dst, src, n, streamArg(s, false)); GPOOL_CATCH
+  GPOOL_TRY return copyDtoH(dst, src, n, streamArg(s, false), true); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t n, CUstream s) {
-  GPOOL_TRY return copyDtoH(dst, src, n, streamArg(s, true)); GPOOL_CATCH
+  GPOOL_TRY return copyDtoH(dst, src, n, streamArg(s, true), true); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   GPOOL_TRY return copyDtoD(dst, src, n, 0, false); GPOOL_CATCH

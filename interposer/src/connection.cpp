@@ -45,7 +45,8 @@ Connection::Connection(std::unique_ptr<proto::Transport> transport, std::string 
   if (hello->devices.empty()) throw proto::TransportError("gpool-server at " + address_ + " offers no device");
   hello_ = std::move(*hello);
   std::string why;
-  if (auto moved = moveFromTcp(*transport_, address_, hello_.features, why)) {
+  int pool = -1;
+  if (auto moved = moveFromTcp(*transport_, address_, hello_.features, why, pool)) {
     tcp_ = std::move(transport_);  // kept open, unused: the worker reads the new transport only
     transport_ = std::move(moved);
     transport_->setStallTimeout(static_cast<int>(kHandshakeTimeout.count()));
@@ -55,6 +56,20 @@ Connection::Connection(std::unique_ptr<proto::Transport> transport, std::string 
   }
   watchWorker(worker_timeout);
   flusher_ = std::thread([this] { flusherLoop(); });
+  if (pool >= 0) attachHostPool(pool);
+}
+
+// Page-locked memory in the worker's pool (host_pool.h); without it, host memory stays emulated.
+void Connection::attachHostPool(int fd) {
+  auto pool = std::make_unique<HostPool>();
+  std::string why;
+  if (pool->attach(*this, fd, why)) {
+    host_pool_ = std::move(pool);
+    GPOOL_LOG(Level::kDebug, "worker at %s: page-locked host memory is shared with it", address_.c_str());
+  } else {
+    GPOOL_LOG(Level::kInfo, "worker at %s: page-locked host memory stays this process's (%s): kernels cannot use it, and "
+              "copies from it go through the connection", address_.c_str(), why.c_str());
+  }
 }
 
 // A worker that offers liveness frames is asked for one every quarter of the bound, and every wait on it

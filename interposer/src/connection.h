@@ -17,6 +17,7 @@
 #include "gpool/protocol/handshake.h"
 #include "gpool/protocol/transport.h"
 #include "handle_tags.h"
+#include "host_pool.h"
 
 namespace gpool::client {
 
@@ -110,6 +111,9 @@ class Connection {
     }
   }
 
+  // Page-locked host memory shared with the worker (host_pool.h); null without (TCP, or no address suited).
+  HostPool* hostPool() { return host_pool_.get(); }
+
   // Device-to-host copy: the data streams straight into dst (custom message, docs/protocol.md).
   int memcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream);
   // Sends whatever is batched now.
@@ -190,6 +194,7 @@ class Connection {
   void markPending();
   int fail(const std::string& why);
   void flusherLoop();
+  void attachHostPool(int fd);
 
   std::mutex mu_;
   std::unique_ptr<proto::Transport> transport_;
@@ -212,6 +217,7 @@ class Connection {
   int64_t watch_ms_ = 0;  // the worker's silence bound while a call waits; 0: none
   int index_ = -1;        // this connection's place in a lease of several; -1: the only one
   ForeignHandles* foreign_ = nullptr;
+  std::unique_ptr<HostPool> host_pool_;  // destroyed before the transport: its unmapping needs no call
 };
 
 }  // namespace gpool::client

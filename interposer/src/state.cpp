@@ -281,6 +281,21 @@ void State::addPoolAllocation(uint64_t base, uint64_t size, uint64_t pool, int o
   insertLocked(base, Allocation{size, true, 0, false, pool}, owner);
 }
 
+void State::addSharedHost(uint64_t base, uint64_t size, unsigned flags, int owner) {
+  Allocation a{size, false, flags};
+  a.shared = true;
+  std::lock_guard lock(mu);
+  insertLocked(base, a, owner);
+}
+
+int State::sharedHostOwner(uint64_t ptr, uint64_t size) {
+  std::lock_guard lock(mu);
+  uint64_t base;
+  const Allocation* a = lookupLocked(ptr, base);
+  if (!a || !a->shared || size > a->size - (ptr - base)) return -1;
+  return a->owner;
+}
+
 void State::addManaged(uint64_t base, uint64_t size) {
   std::lock_guard lock(mu);
   insertLocked(base, Allocation{size, true, 0, false, 0, true});
@@ -351,13 +366,13 @@ const char* State::functionName(uint64_t f) {
   return it == function_names_.end() ? nullptr : it->second->c_str();
 }
 
-uint64_t State::firstHostPointer(const uint8_t* words, size_t count, size_t& index) {
+uint64_t State::firstHostPointer(const uint8_t* words, size_t count, size_t& index, int reaching) {
   std::lock_guard lock(mu);
   for (size_t i = 0; i < count; ++i) {
     uint64_t v, base;
     std::memcpy(&v, words + 8 * i, 8);
     if (v == 0) continue;
-    if (const Allocation* a = lookupLocked(v, base); a && !a->device) {
+    if (const Allocation* a = lookupLocked(v, base); a && !a->device && !(a->shared && a->owner == reaching)) {
       index = i;
       return v;
     }

@@ -49,7 +49,8 @@ struct Allocation {
   bool global = false;  // a module global: device memory that cuMemFree refuses
   uint64_t pool = 0;    // the memory pool a stream-ordered allocation came from
   bool managed = false;  // managed memory: host memory here and device memory there, same address
-  int owner = 0;          // device memory: the connection whose worker holds it
+  int owner = 0;          // device memory: the connection whose worker holds it; shared host memory: whose pool
+  bool shared = false;    // host memory in the owner's pool (host_pool.h): its worker reaches it at this address
 };
 
 // One share of the lease: a worker's address, the device it serves and the token that admits to it.
@@ -109,6 +110,9 @@ class State {
   void addAllocation(uint64_t base, uint64_t size, bool device, unsigned flags = 0);
   void addGlobal(uint64_t base, uint64_t size, int owner);
   void addManaged(uint64_t base, uint64_t size);  // its host pages are api_managed.cpp's, not reserved
+  void addSharedHost(uint64_t base, uint64_t size, unsigned flags, int owner);  // page-locked, in owner's pool
+  // The connection whose worker reaches all of [ptr, ptr+size) (shared host memory), or -1.
+  int sharedHostOwner(uint64_t ptr, uint64_t size);
   // Host allocations live now: while there are none, launches skip the host-pointer check.
   std::atomic<int> host_allocations{0};
   void removeAllocation(uint64_t base);
@@ -123,9 +127,10 @@ class State {
   // Whether [base, base+size) overlaps device memory of another connection's worker: two workers are two
   // processes, and nothing but this check keeps their addresses apart (cuMemAlloc allocates again).
   bool clashesAcrossDevices(uint64_t base, uint64_t size, int owner);
-  // The first of `count` 8-byte words (at any alignment in `words`) that points into client host memory,
-  // or 0; one lock for all of them (a launch's arguments are checked on the hot path).
-  uint64_t firstHostPointer(const uint8_t* words, size_t count, size_t& index);
+  // The first of `count` 8-byte words (at any alignment in `words`) that points into client host memory
+  // that connection `reaching`'s worker cannot reach, or 0; one lock for all of them (a launch's arguments
+  // are checked on the hot path).
+  uint64_t firstHostPointer(const uint8_t* words, size_t count, size_t& index, int reaching);
 
   // Per function/kernel caches. forgetFunctions drops them (a module was unloaded: the worker's driver
   // may give a new function the handle of an old one).

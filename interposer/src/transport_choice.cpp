@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "gpool/protocol/calls.h"
 #include "gpool/protocol/frame_io.h"
@@ -35,7 +36,7 @@ TransportChoice transportChoice() {
 
 namespace {
 
-std::unique_ptr<proto::Transport> toSharedMemory(proto::Transport& tcp, const std::string& address, std::string& why) {
+std::unique_ptr<proto::Transport> toSharedMemory(proto::Transport& tcp, const std::string& address, std::string& why, int& pool) {
   std::string host = proto::shmHostIdentity();
   std::vector<uint8_t> payload;
   proto::Writer(payload).putAll(proto::kTransportShm, host);
@@ -63,17 +64,21 @@ std::unique_ptr<proto::Transport> toSharedMemory(proto::Transport& tcp, const st
     why = "the worker sent no segment";
     return nullptr;
   }
+  pool = std::exchange(parts.pool, -1);  // not the transport's
   try {
     return proto::openShmTransport(parts, proto::kClientSide, link, "shm " + address);
   } catch (const proto::TransportError& e) {
     why = e.what();
+    if (pool >= 0) ::close(std::exchange(pool, -1));
     return nullptr;
   }
 }
 
 }  // namespace
 
-std::unique_ptr<proto::Transport> moveFromTcp(proto::Transport& tcp, const std::string& address, uint32_t features, std::string& why) {
+std::unique_ptr<proto::Transport> moveFromTcp(proto::Transport& tcp, const std::string& address, uint32_t features, std::string& why,
+                                              int& pool) {
+  pool = -1;
   TransportChoice want = transportChoice();
   if (want == TransportChoice::kTcp || want == TransportChoice::kRdma) {
     why = "GPOOL_TRANSPORT";
@@ -81,7 +86,7 @@ std::unique_ptr<proto::Transport> moveFromTcp(proto::Transport& tcp, const std::
   }
   std::unique_ptr<proto::Transport> moved;
   if (!(features & proto::kFeatureShm)) why = "the worker offers no shared memory (gpool before protocol 2.3)";
-  else moved = toSharedMemory(tcp, address, why);
+  else moved = toSharedMemory(tcp, address, why, pool);
   if (!moved && want == TransportChoice::kShm)
     throw proto::TransportError("GPOOL_TRANSPORT=shm, but the worker at " + address + " cannot be reached through shared memory: " + why);
   return moved;

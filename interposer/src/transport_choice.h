@@ -17,8 +17,10 @@ enum class TransportChoice { kAuto, kTcp, kShm, kRdma };
 TransportChoice transportChoice();
 
 // Asks the worker behind `tcp` (just after the handshake; `features` from its Hello) to move to shared
-// memory. Returns the new transport, or null with `why` set (the connection stays on TCP). Throws
+// memory. Returns the new transport, with `pool` the worker's pool segment for page-locked memory
+// (host_pool.h; -1: none), or null with `why` set (the connection stays on TCP). Throws
 // proto::TransportError when the choice demands a transport this connection cannot have.
-std::unique_ptr<proto::Transport> moveFromTcp(proto::Transport& tcp, const std::string& address, uint32_t features, std::string& why);
+std::unique_ptr<proto::Transport> moveFromTcp(proto::Transport& tcp, const std::string& address, uint32_t features, std::string& why,
+                                              int& pool);
 
 }  // namespace gpool::client

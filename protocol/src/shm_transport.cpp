@@ -21,7 +21,7 @@
 namespace gpool::proto {
 
 void ShmParts::close() {
-  for (int* fd : {&segment, &wake[0], &wake[1]}) {
+  for (int* fd : {&segment, &wake[0], &wake[1], &pool}) {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
   }
@@ -293,7 +293,8 @@ int connectAbstractSocket(const std::string& name) {
 }
 
 bool sendShmParts(int socket, const ShmParts& parts) {
-  int fds[3] = {parts.segment, parts.wake[0], parts.wake[1]};
+  int fds[4] = {parts.segment, parts.wake[0], parts.wake[1], parts.pool};
+  size_t n = parts.pool >= 0 ? 4 : 3;
   char byte = 'S';
   iovec iov{&byte, 1};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
@@ -301,12 +302,12 @@ bool sendShmParts(int socket, const ShmParts& parts) {
   m.msg_iov = &iov;
   m.msg_iovlen = 1;
   m.msg_control = control;
-  m.msg_controllen = sizeof control;
+  m.msg_controllen = CMSG_SPACE(n * sizeof(int));
   cmsghdr* c = CMSG_FIRSTHDR(&m);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof fds);
-  std::memcpy(CMSG_DATA(c), fds, sizeof fds);
+  c->cmsg_len = CMSG_LEN(n * sizeof(int));
+  std::memcpy(CMSG_DATA(c), fds, n * sizeof(int));
   return ::sendmsg(socket, &m, MSG_NOSIGNAL) == 1;
 }
 
@@ -315,7 +316,7 @@ bool recvShmParts(int socket, ShmParts& parts, int timeout_ms) {
   if (::poll(&p, 1, timeout_ms) != 1) return false;
   char byte = 0;
   iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
   msghdr m{};
   m.msg_iov = &iov;
   m.msg_iovlen = 1;
@@ -323,19 +324,18 @@ bool recvShmParts(int socket, ShmParts& parts, int timeout_ms) {
   m.msg_controllen = sizeof control;
   if (::recvmsg(socket, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT) != 1) return false;
   cmsghdr* c = CMSG_FIRSTHDR(&m);
-  bool three = c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(3 * sizeof(int)) &&
-               !(m.msg_flags & MSG_CTRUNC);
   if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) return false;
-  int fds[3] = {-1, -1, -1};
-  size_t n = std::min<size_t>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int), 3);
+  int fds[4] = {-1, -1, -1, -1};
+  size_t n = std::min<size_t>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int), 4);
   std::memcpy(fds, CMSG_DATA(c), n * sizeof(int));
-  if (!three) {
+  if (n < 3 || (m.msg_flags & MSG_CTRUNC) || byte != 'S') {
     for (size_t i = 0; i < n; ++i) ::close(fds[i]);
     return false;
   }
   parts.segment = fds[0];
   parts.wake = {fds[1], fds[2]};
-  return byte == 'S';
+  parts.pool = fds[3];
+  return true;
 }
 
 }  // namespace gpool::proto

@@ -13,6 +13,7 @@
 #include "gpool/protocol/calls.h"
 #include "gpool/protocol/handshake.h"
 #include "host_callbacks.h"
+#include "host_pool.h"
 #include "ipc_registry.h"
 #include "peer_links.h"
 
@@ -25,7 +26,7 @@ using proto::AllocBase, proto::AllocBytes, proto::IpcMapped, proto::IpcMapping, 
     proto::DevFillRect, proto::DevRange, proto::DevWord, proto::DevRect, proto::DevWrite, proto::DevWriteRect, proto::PitchedAlloc, proto::Physical, proto::PoolAttribute, proto::ResetAll, proto::VaMap, proto::VaMapped, proto::VaRange, proto::VaUnmap, proto::ChildGraph, proto::Event, proto::FreedAlloc, proto::Graph, proto::GraphExec, proto::GraphNode,
     proto::GraphNodes, proto::LaunchAttrs, proto::Conditional, proto::BodyGraphs, proto::Kernel, proto::KernelCall,
     proto::JitOptions, proto::Launchable, proto::LaunchableList, proto::LinkState, proto::MemPool, proto::MemView, proto::ModuleGlobal, proto::ModuleRef,
-    proto::NewAlloc, proto::RangeOf, proto::Released, proto::Stream;
+    proto::NewAlloc, proto::RangeOf, proto::HostWindow, proto::HostRange, proto::HostRangeBase, proto::Released, proto::Stream;
 
 class HandleTable;
 
@@ -76,6 +77,16 @@ class Backend {
     return peers_.receive(link, dst.bytes, peerStaging(dst.bytes), proto::kBulkChunk, write);
   }
 
+  // Shared page-locked host memory (host_pool.h) is the worker's too; backends only pin and unpin it.
+  int makeHostPool() { return host_pool_.create(); }
+  Status HostPoolAttach(HostWindow w) { return host_pool_.attach(w.base, w.bytes); }
+  Status HostPoolRegister(HostRange r) {
+    return host_pool_.add(r.ptr, r.bytes, [this](uint64_t p, uint64_t n) { return pinHost(p, n); });
+  }
+  Status HostPoolUnregister(HostRangeBase r) {
+    return host_pool_.remove(r.ptr, [this](uint64_t p) { return unpinHost(p); });
+  }
+
   // Copies `bytes` from device memory to host memory, in stream order; the copy has completed when
   // this returns (the dispatcher sends the data right after). Range and stream are checked.
   virtual Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) = 0;
@@ -94,6 +105,11 @@ class Backend {
   }
 
  protected:
+  // Registers [ptr, ptr+bytes) of the shared pool with the device, mapped at the same address for kernels;
+  // and ends that. The sim backend reaches host memory as it is.
+  virtual Status pinHost(uint64_t, uint64_t) { return proto::cu::kSuccess; }
+  virtual Status unpinHost(uint64_t) { return proto::cu::kSuccess; }
+  HostPool host_pool_;
   HostCallbacks callbacks_;
   IpcRegistry ipc_;
   PeerLinks peers_;

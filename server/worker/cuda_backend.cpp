@@ -33,7 +33,7 @@ constexpr const char* kGraphMemory =
   F(cuDeviceGetUuid) F(cuDeviceTotalMem) F(cuDeviceGetAttribute) F(cuDevicePrimaryCtxRetain)            \
   F(cuDevicePrimaryCtxRelease) F(cuCtxSetCurrent) F(cuMemAlloc) F(cuMemFree) F(cuMemGetInfo)            \
   F(cuMemcpyHtoD) F(cuMemcpyHtoDAsync) F(cuMemcpyDtoH) F(cuMemcpyDtoHAsync) F(cuMemcpyDtoD)             \
-  F(cuMemcpyDtoDAsync) F(cuMemsetD8) F(cuMemsetD16) F(cuMemsetD32) F(cuMemsetD8Async)                   \
+  F(cuMemcpyDtoDAsync) F(cuMemcpy) F(cuMemcpyAsync) F(cuMemHostRegister) F(cuMemHostUnregister) F(cuMemHostGetDevicePointer) F(cuMemsetD8) F(cuMemsetD16) F(cuMemsetD32) F(cuMemsetD8Async)                   \
   F(cuMemsetD16Async) F(cuMemsetD32Async) F(cuMemGetAddressRange) F(cuStreamCreateWithPriority)         \
   F(cuStreamDestroy) F(cuStreamSynchronize) F(cuStreamQuery) F(cuStreamWaitEvent) F(cuEventCreate)      \
   F(cuEventDestroy) F(cuEventRecordWithFlags) F(cuEventSynchronize) F(cuEventQuery)                     \
@@ -692,8 +692,25 @@ class CudaBackend final : public Backend {
     links_.clear();
     layouts_.clear();
     if ((r = d_.cuDevicePrimaryCtxReset_(dev_)) != CUDA_SUCCESS) return r;
-    return d_.cuCtxSetCurrent_(ctx_);
+    if ((r = d_.cuCtxSetCurrent_(ctx_)) != CUDA_SUCCESS) return r;
+    host_pool_.repin([this](uint64_t p, uint64_t n) { return pinHost(p, n); });  // the client's host memory stays
+    return CUDA_SUCCESS;
   }
+
+  // The shared pool's pages: registered for every context, and mapped for kernels at the address the
+  // client holds (what CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM promises); where the
+  // device would see them elsewhere they are refused, and the client keeps the memory to itself.
+  Status pinHost(uint64_t ptr, uint64_t bytes) override {
+    void* h = reinterpret_cast<void*>(ptr);
+    CUresult r = d_.cuMemHostRegister_(h, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+    if (r != CUDA_SUCCESS) return r;
+    CUdeviceptr d = 0;
+    if (d_.cuMemHostGetDevicePointer_(&d, h, 0) == CUDA_SUCCESS && d == ptr) return CUDA_SUCCESS;
+    d_.cuMemHostUnregister_(h);
+    spdlog::warn("host pool: the device maps registered host memory at another address; shared page-locked memory is off");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  Status unpinHost(uint64_t ptr) override { return d_.cuMemHostUnregister_(reinterpret_cast<void*>(ptr)); }
 
   Status MemAllocAsync(AllocBytes bytes, Stream stream, NewAlloc& out) {
     if (capturing(stream)) return refuseInCapture(stream, "a stream-ordered allocation", kGraphMemory);
@@ -828,7 +845,8 @@ class CudaBackend final : public Backend {
     return r != CUDA_SUCCESS ? r : d_.cuStreamSynchronize_(stream_(stream));
   }
   Status MemcpyDtoD(DevCopy c, Stream stream, uint32_t async) {
-    return async ? d_.cuMemcpyDtoDAsync_(c.dst, c.src, c.bytes, stream_(stream)) : d_.cuMemcpyDtoD_(c.dst, c.src, c.bytes);
+    // Unified addressing: either end may be the client's page-locked memory in the shared pool.
+    return async ? d_.cuMemcpyAsync_(c.dst, c.src, c.bytes, stream_(stream)) : d_.cuMemcpy_(c.dst, c.src, c.bytes);
   }
   Status Memset(DevFill f, uint32_t value, Stream stream, uint32_t async) {
     CUstream s = stream_(stream);

@@ -180,7 +180,7 @@ void Dispatcher::switchTransport(const proto::FrameHeader& h) {
   w.putAll(st, name, token);
   reply(h, out_);
   if (st != cu::kSuccess) return;
-  std::unique_ptr<proto::Transport> next = move.complete(transport_->peer());
+  std::unique_ptr<proto::Transport> next = move.complete(transport_->peer(), backend_.makeHostPool());
   if (!next) return;
   next->setStallTimeout(stall_ms_);
   spdlog::info("client {} moved to shared memory ({})", transport_->peer(), next->peer());

@@ -16,7 +16,9 @@ namespace gpool::worker {
 
 using proto::HandleKind;
 
-enum class RangeKind { kAllocation, kGlobal, kMapping, kIpc };
+// kSharedHost: page-locked host memory of the client's in the shared pool (host_pool.h), which copies and
+// kernels may name like device memory; it survives a context reset, as the client's host memory does.
+enum class RangeKind { kAllocation, kGlobal, kMapping, kIpc, kSharedHost };
 
 struct DeviceRange {
   uint64_t base = 0, bytes = 0;
@@ -53,7 +55,7 @@ class HandleTable {
   // (a library is loaded into each context as it is used; the runtime keeps using its kernels).
   void resetContext() {
     std::erase_if(handles_, [](const auto& e) { return e.first.kind != HandleKind::kLibrary && e.first.kind != HandleKind::kKernel; });
-    ranges_.clear();
+    std::erase_if(ranges_, [](const auto& e) { return e.second.kind != RangeKind::kSharedHost; });
     reservations_.clear();
     physical_.clear();
     bodies_.clear();
@@ -69,6 +71,19 @@ class HandleTable {
   // Whether [ptr, ptr+bytes) is the client's device memory: inside one allocation or global, or across
   // mappings that sit next to each other (virtual memory is contiguous across them, as on the device).
   bool containsRange(uint64_t ptr, uint64_t bytes) const;
+  // Whether any range overlaps [ptr, ptr+bytes).
+  bool overlapsRange(uint64_t ptr, uint64_t bytes) const {
+    auto it = ranges_.lower_bound(ptr + bytes);
+    if (it == ranges_.begin()) return false;
+    --it;
+    return it->second.base + it->second.bytes > ptr;
+  }
+  // The shared pool's window (host_pool.h): where the client mapped it, set once; bytes 0 before.
+  void setHostWindow(uint64_t base, uint64_t bytes) { window_ = {base, bytes}; }
+  bool inHostWindow(uint64_t ptr, uint64_t bytes) const {
+    return window_.second && ptr >= window_.first && bytes <= window_.second && ptr - window_.first <= window_.second - bytes;
+  }
+  bool hasHostWindow() const { return window_.second != 0; }
   // Virtual memory. A reservation is an address range; mappings inside it are device ranges.
   void addReservation(uint64_t base, uint64_t size) { reservations_[base] = size; }
   bool isReservation(uint64_t base, uint64_t size) const {
@@ -119,6 +134,7 @@ class HandleTable {
   std::unordered_map<Key, uint64_t, KeyHash> handles_;  // -> owner
   std::map<uint64_t, DeviceRange> ranges_;
   std::map<uint64_t, uint64_t> reservations_;  // base -> size
+  std::pair<uint64_t, uint64_t> window_{0, 0};  // the host pool's base and bytes
   std::unordered_map<uint64_t, PhysicalMemory> physical_;
   std::unordered_map<uint64_t, std::vector<uint64_t>> bodies_;  // conditional node -> its body graphs
   void removeBodies(uint64_t node);

@@ -12,6 +12,10 @@ namespace gpool::worker {
 using proto::Status;
 namespace cu = proto::cu;
 
+namespace {
+constexpr uint64_t kPage = 4096;  // the smallest page a host has: shared host memory comes in whole ones
+}  // namespace
+
 Status RequestChecks::admit(proto::Launchable& f, CallScope& s) {
   if (table_.has(HandleKind::kFunction, f.v)) {
     f.is_kernel = false;
@@ -197,6 +201,33 @@ Status RequestChecks::admit(proto::AllocBytes& a, CallScope& s) {
 Status RequestChecks::admit(proto::FreedAlloc& f, CallScope& s) {
   s.freed = table_.allocationAt(f.ptr);  // a global or an interior pointer is not an allocation
   return s.freed ? cu::kSuccess : cu::kInvalidValue;
+}
+
+// Shared page-locked host memory (host_pool.h). The window: page-aligned, inside the lower half of a
+// 64-bit address space (where a process's memory lives), set once.
+Status RequestChecks::admit(proto::HostWindow& w, CallScope& s) {
+  constexpr uint64_t kUserTop = 1ull << 47;
+  if (table_.hasHostWindow()) return cu::kIllegalState;
+  if (w.base == 0 || w.bytes == 0 || w.base % kPage || w.bytes % kPage || w.base >= kUserTop || w.bytes > kUserTop - w.base)
+    return cu::kInvalidValue;
+  s.effects.push_back([this, w] { table_.setHostWindow(w.base, w.bytes); });
+  return cu::kSuccess;
+}
+
+// A range to register: whole pages of the window, overlapping no range the client has.
+Status RequestChecks::admit(proto::HostRange& r, CallScope& s) {
+  if (!table_.hasHostWindow()) return cu::kIllegalState;
+  if (r.bytes == 0 || r.ptr % kPage || r.bytes % kPage || !table_.inHostWindow(r.ptr, r.bytes) || table_.overlapsRange(r.ptr, r.bytes))
+    return cu::kInvalidValue;
+  s.effects.push_back([this, r] { table_.addRange(DeviceRange{r.ptr, r.bytes, RangeKind::kSharedHost, 0}); });
+  return cu::kSuccess;
+}
+
+Status RequestChecks::admit(proto::HostRangeBase& r, CallScope& s) {
+  const DeviceRange* found = table_.findRange(r.ptr);
+  if (!found || found->base != r.ptr || found->kind != RangeKind::kSharedHost) return cu::kInvalidValue;
+  s.effects.push_back([this, p = r.ptr] { table_.removeRange(p); });
+  return cu::kSuccess;
 }
 
 void RequestChecks::record(proto::Created<proto::Launchable>& f, CallScope& s) {

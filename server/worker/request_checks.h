@@ -111,6 +111,9 @@ class RequestChecks {
     });
     return proto::cu::kSuccess;
   }
+  proto::Status admit(proto::HostWindow& w, CallScope& s);
+  proto::Status admit(proto::HostRange& r, CallScope& s);
+  proto::Status admit(proto::HostRangeBase& r, CallScope& s);
   proto::Status freeReservation(const proto::VaRange& r, CallScope& s);
   proto::Status admit(proto::AllocBytes& a, CallScope& s);
   proto::Status admit(proto::FreedAlloc& f, CallScope& s);

@@ -415,6 +415,11 @@ Status SimBackend::PeerAccept(uint32_t link) { return Backend::PeerAccept(link);
 Status SimBackend::PeerSend(uint32_t link, DevRange src) { return Backend::PeerSend(link, src); }
 Status SimBackend::PeerReceive(uint32_t link, DevRange dst) { return Backend::PeerReceive(link, dst); }
 
+// Shared page-locked host memory: the worker's; the sim reaches it at its address, with nothing to pin.
+Status SimBackend::HostPoolAttach(HostWindow w) { return Backend::HostPoolAttach(w); }
+Status SimBackend::HostPoolRegister(HostRange r) { return Backend::HostPoolRegister(r); }
+Status SimBackend::HostPoolUnregister(HostRangeBase r) { return Backend::HostPoolUnregister(r); }
+
 Status SimBackend::LaunchHostFunc(Stream stream, uint64_t id) {
   // Work runs in issue order: the worker waits here until the client's function has returned.
   issue(stream, [this, id] { callbacks_.run(id); }, CU_GRAPH_NODE_TYPE_HOST);

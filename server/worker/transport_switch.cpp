@@ -17,7 +17,7 @@ proto::Status TransportSwitch::offer(uint32_t kind, const std::string& client_ho
   return listener_.openLocal(name, token);
 }
 
-std::unique_ptr<proto::Transport> TransportSwitch::complete(const std::string& peer) {
+std::unique_ptr<proto::Transport> TransportSwitch::complete(const std::string& peer, int pool) {
   int link = listener_.acceptFd(kAcceptTimeoutMs, "shared-memory connection");
   if (link < 0) return nullptr;
   ucred cred{};
@@ -25,7 +25,9 @@ std::unique_ptr<proto::Transport> TransportSwitch::complete(const std::string& p
   int pid = ::getsockopt(link, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? cred.pid : 0;
   try {
     proto::ShmParts parts = proto::createShmParts(proto::kShmRingBytes);
+    parts.pool = pool;
     bool sent = proto::sendShmParts(link, parts);
+    parts.pool = -1;  // the pool's owner keeps it
     if (!sent) {
       parts.close();
       throw proto::TransportError("the client took no descriptors");

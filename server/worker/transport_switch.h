@@ -23,8 +23,9 @@ class TransportSwitch {
   // the host refused a socket; the client then stays on TCP.
   proto::Status offer(uint32_t kind, const std::string& client_host, std::string& name, std::vector<uint8_t>& token);
   // After the answer went out: the new transport once the client came (null: it did not, within the
-  // timeout, and stays on TCP).
-  std::unique_ptr<proto::Transport> complete(const std::string& peer);
+  // timeout, and stays on TCP). `pool` (-1: none) goes with the transport's descriptors; it stays the
+  // caller's (host_pool.h).
+  std::unique_ptr<proto::Transport> complete(const std::string& peer, int pool);
 
   static constexpr int kAcceptTimeoutMs = 3000;
 

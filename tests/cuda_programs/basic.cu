@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "checks.h"
@@ -243,8 +244,9 @@ int main() {
     CK(cudaFree(b));
   }
 
-  // mapped host memory: copies through its device pointer work; a kernel reading it natively works, and
-  // through gpool (where the GPU is on another machine) is refused with cudaErrorNotSupported
+  // mapped host memory: copies through its device pointer work; a kernel reading it works natively and
+  // through gpool over shared memory (the worker maps it, host_pool.h); over TCP (where the GPU may be on
+  // another machine) it is refused with cudaErrorNotSupported
   {
     const int n = 4096;
     float* h = nullptr;
@@ -265,15 +267,20 @@ int main() {
     check(same, "copy from a mapped host pointer");
     gpool_test_saxpy<<<(n + 255) / 256, 256>>>(n, 1.0f, hd, d);  // reads host memory from the kernel
     cudaError_t e = cudaGetLastError();
-    if (std::getenv("GPOOL_SERVER")) {
+    const char* transport = std::getenv("GPOOL_TRANSPORT");
+    if (std::getenv("GPOOL_SERVER") && transport && std::strcmp(transport, "tcp") == 0) {
       // The same check name natively and through gpool, so gpu_check.sh compares them as one check.
-      check(e == cudaErrorNotSupported, "kernel given mapped host memory (native: reads it; gpool: refused)",
+      check(e == cudaErrorNotSupported, "kernel given mapped host memory (native and shm: reads it; tcp: refused)",
             cudaGetErrorName(e));
     } else {
       CK(e);
       CK(cudaDeviceSynchronize());
       CK(cudaMemcpy(back.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
-      check(back[7] == 14.0f, "kernel given mapped host memory (native: reads it; gpool: refused)");
+      check(back[7] == 14.0f, "kernel given mapped host memory (native and shm: reads it; tcp: refused)");
+      // ...and writes it: the kernel's output lands in the host's own pages.
+      gpool_test_saxpy<<<(n + 255) / 256, 256>>>(n, 2.0f, d, hd);
+      CK(cudaDeviceSynchronize());
+      check(h[7] == 14.0f * 2.0f + 7.0f, "kernel writes mapped host memory the program then reads", std::to_string(h[7]).c_str());
     }
     CK(cudaFree(d));
     CK(cudaFreeHost(h));

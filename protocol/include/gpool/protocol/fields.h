@@ -214,6 +214,25 @@ struct VaMapped {
   GPOOL_WIRE_FIELDS(ptr, size)
 };
 
+// Shared page-locked host memory (issue 13; server/worker/host_pool.h), on a shared-memory connection.
+// The window: where the client mapped the worker's pool segment, all of it; the worker maps it at the same
+// address, so a kernel and a copy reach the client's bytes there. Set once per connection.
+struct HostWindow {
+  uint64_t base = 0, bytes = 0;
+  GPOOL_WIRE_FIELDS(base, bytes)
+};
+// Pages of the window the client allocated as page-locked memory: page-aligned, inside the window, apart
+// from every other range; once registered they are memory the client's copies and kernels may name.
+struct HostRange {
+  uint64_t ptr = 0, bytes = 0;
+  GPOOL_WIRE_FIELDS(ptr, bytes)
+};
+// A registered HostRange, by its start, that the call ends.
+struct HostRangeBase {
+  uint64_t ptr = 0;
+  GPOOL_WIRE_FIELDS(ptr)
+};
+
 // JIT options (CUjit_option) with their values. Only options whose value is a number are accepted:
 // an option the driver reads as a pointer would have it read the worker's memory at a client's address.
 struct JitOptions {

@@ -18,10 +18,12 @@
 
 namespace gpool::proto {
 
-// The descriptors of one shared-memory connection: the segment and each side's eventfd.
+// The descriptors of one shared-memory connection: the segment and each side's eventfd, and the worker's
+// pool of shared page-locked host memory when it has one (server/worker/host_pool.h; not the transport's).
 struct ShmParts {
   int segment = -1;
   std::array<int, 2> wake{-1, -1};  // [kWorkerSide], [kClientSide]
+  int pool = -1;
   void close();
 };
 inline constexpr int kWorkerSide = 0, kClientSide = 1;
@@ -34,7 +36,7 @@ ShmParts createShmParts(size_t ring_bytes);
 std::unique_ptr<Transport> openShmTransport(ShmParts parts, int side, int link, std::string peer);
 
 // Passing the parts over a Unix socket: false when the socket failed, or (receiving) within `timeout_ms`
-// nothing came, or what came is not three descriptors.
+// nothing came, or what came is not three descriptors (four with a pool).
 bool sendShmParts(int socket, const ShmParts& parts);
 bool recvShmParts(int socket, ShmParts& parts, int timeout_ms);
 
