@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the call-cost benchmark natively (when a GPU is present) and through gpool over each transport
-# (loopback TCP, shared memory), plus the loopback TCP limit, in one run, and prints a table with the
-# ratios the issues set targets for.
+# (loopback TCP, shared memory, and UCX where it loads: with no RDMA device, over UCX's own shared
+# memory or TCP), plus the loopback TCP limit, in one run, and prints a table with the ratios the issues
+# set targets for.
 # usage: bench/run.sh [BUILD_DIR]   (BUILD_DIR defaults to ./build)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -17,19 +18,21 @@ else
   : > "$out/native"
 fi
 # Through gpool over each transport, one after the other in this run (shm: the worker on this host).
-for t in tcp shm; do
-  GPOOL_TRANSPORT=$t "$here/../tests/cuda_programs/run_through_gpool.sh" "$build" "$backend" "$build/bench/gpool_bench_call_costs" > "$out/$t" || exit 1
+for t in tcp shm rdma; do
+  GPOOL_TRANSPORT=$t "$here/../tests/cuda_programs/run_through_gpool.sh" "$build" "$backend" "$build/bench/gpool_bench_call_costs" > "$out/$t" 2>&1 || exit 1
 done
+grep -q "moved to RDMA" "$out/rdma" || : > "$out/rdma"  # no UCX here: no column
 get() { awk -v k="$2" '$1==k {print $2}' "$out/$1"; }
 tcp=$(get tcp_limit tcp_stream)
 echo "gpool call costs — backend: $backend$( [ $backend = sim ] && echo ' (no GPU: through-gpool overheads only, no native column)')"
 echo "loopback TCP: $(get tcp_limit tcp_stream) GB/s one stream, $(get tcp_limit tcp_roundtrip_8B) us 8-byte round trip"
-printf '%-22s %12s %12s %12s %9s %9s  %s\n' metric native "gpool tcp" "gpool shm" "tcp/nat" "shm/tcp" target
+printf '%-22s %12s %12s %12s %12s %9s %9s %9s  %s\n' metric native "gpool tcp" "gpool shm" "gpool rdma" "tcp/nat" "shm/tcp" "rdma/tcp" target
 row() {  # name unit target-description
-  local n t m
-  n=$(get native "$1"); t=$(get tcp "$1"); m=$(get shm "$1")
+  local n t m r
+  n=$(get native "$1"); t=$(get tcp "$1"); m=$(get shm "$1"); r=$(get rdma "$1")
   ratio() { if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2fx", a/b}'; else echo -; fi; }
-  printf '%-22s %12s %12s %12s %9s %9s  %s\n' "$1" "${n:--} $2" "${t:--} $2" "${m:--} $2" "$(ratio "$t" "$n")" "$(ratio "$m" "$t")" "$3"
+  printf '%-22s %12s %12s %12s %12s %9s %9s %9s  %s\n' "$1" "${n:--} $2" "${t:--} $2" "${m:--} $2" "${r:--} $2" \
+    "$(ratio "$t" "$n")" "$(ratio "$m" "$t")" "$(ratio "$r" "$t")" "$3"
 }
 row async_launch us "tcp <= 1.5x native"
 row launch_sync us "tcp <= 30 us; shm <= 1/5 of tcp (0.20x)"

@@ -44,19 +44,18 @@ Connection::Connection(std::unique_ptr<proto::Transport> transport, std::string 
     throw proto::TransportError("gpool-server at " + address_ + " refused the connection: " + hello->error);
   if (hello->devices.empty()) throw proto::TransportError("gpool-server at " + address_ + " offers no device");
   hello_ = std::move(*hello);
-  std::string why;
-  int pool = -1;
-  if (auto moved = moveFromTcp(*transport_, address_, hello_.features, why, pool)) {
+  Move moved = moveFromTcp(*transport_, address_, hello_.features);
+  if (moved.transport) {
     tcp_ = std::move(transport_);  // kept open, unused: the worker reads the new transport only
-    transport_ = std::move(moved);
+    transport_ = std::move(moved.transport);
     transport_->setStallTimeout(static_cast<int>(kHandshakeTimeout.count()));
-    kind_ = "shared memory";
+    kind_ = moved.kind;
   } else {
-    GPOOL_LOG(Level::kDebug, "worker at %s: over TCP (%s)", address_.c_str(), why.c_str());
+    GPOOL_LOG(Level::kDebug, "worker at %s: over TCP (%s)", address_.c_str(), moved.why.c_str());
   }
   watchWorker(worker_timeout);
   flusher_ = std::thread([this] { flusherLoop(); });
-  if (pool >= 0) attachHostPool(pool);
+  if (moved.pool >= 0) attachHostPool(moved.pool);
 }
 
 // Page-locked memory in the worker's pool (host_pool.h); without it, host memory stays emulated.

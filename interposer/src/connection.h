@@ -51,7 +51,7 @@ class Connection {
   ~Connection();
 
   const proto::HelloReply& hello() const { return hello_; }
-  // "TCP" or "shared memory" (transport_choice.h).
+  // "TCP", "shared memory" or "RDMA (UCX)" (transport_choice.h).
   const char* transportKind() const { return kind_; }
   // The UUID this process shows for one of the worker's devices (State::connect keeps a lease's apart).
   void showUuid(uint32_t local, const std::array<uint8_t, 16>& uuid) { hello_.devices.at(local).uuid = uuid; }

@@ -60,6 +60,8 @@ bool HostPool::agree(Connection& conn, void* at) {
   int st = conn.call<calls::HostPoolAttach>(proto::HostWindow{base, bytes_});
   if (st == 0) {
     base_ = base;
+    // As CUDA does with page-locked memory: a forked child does not inherit it (here it would share it).
+    ::madvise(got, bytes_, MADV_DONTFORK);
     return true;
   }
   ::munmap(got, bytes_);

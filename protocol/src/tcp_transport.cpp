@@ -106,6 +106,7 @@ class TcpTransport final : public Transport {
   }
 
   std::string peer() const override { return peer_; }
+  int liveness() const override { return const_cast<asio::ip::tcp::socket&>(socket_).native_handle(); }
 
  private:
   // Bytes received and not yet read.

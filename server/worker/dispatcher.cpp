@@ -180,13 +180,15 @@ void Dispatcher::switchTransport(const proto::FrameHeader& h) {
   w.putAll(st, name, token);
   reply(h, out_);
   if (st != cu::kSuccess) return;
-  std::unique_ptr<proto::Transport> next = move.complete(transport_->peer(), backend_.makeHostPool());
+  bool shm = kind == proto::kTransportShm;
+  std::unique_ptr<proto::Transport> next = move.complete(*transport_, shm ? backend_.makeHostPool() : -1);
   if (!next) return;
   next->setStallTimeout(stall_ms_);
-  spdlog::info("client {} moved to shared memory ({})", transport_->peer(), next->peer());
+  const char* where = shm ? "shared memory" : "RDMA (UCX)";
+  spdlog::info("client {} moved to {} ({})", transport_->peer(), where, next->peer());
   moved_ = std::move(next);
   transport_ = moved_.get();
-  stats_.transport = "over shared memory";
+  stats_.transport = shm ? "over shared memory" : "over RDMA (UCX)";
   alive_.use(*transport_);
 }
 

@@ -22,7 +22,7 @@ namespace gpool::worker {
 struct ServeResult {
   bool clean = false;  // the client closed the connection
   std::string reason;  // why serving stopped, for the log
-  const char* transport = "over TCP";  // or "over shared memory", once the client moved
+  const char* transport = "over TCP";  // or "over shared memory" or "over RDMA (UCX)", once the client moved
   uint64_t frames = 0;
   // Module images: sent by the client, and loaded from the host's cache instead.
   uint64_t images_received = 0, image_bytes_received = 0;

@@ -18,6 +18,7 @@
 #include "gpool/protocol/frame_io.h"
 #include "gpool/protocol/gpu_uuid.h"
 #include "gpool/protocol/handshake.h"
+#include "gpool/protocol/ucx_transport.h"
 #include "sim_backend.h"
 
 namespace {
@@ -144,6 +145,8 @@ int main(int argc, char** argv) {
     hello.error = e.what();
   }
   hello.features |= gpool::proto::kFeatureAlive | gpool::proto::kFeatureShm;
+  if (std::string why; gpool::proto::ucxAvailable(why)) hello.features |= gpool::proto::kFeatureRdma;
+  if (gpool::proto::hostHasRdmaDevice()) hello.features |= gpool::proto::kFeatureRdmaDevice;
   std::unique_ptr<gpool::worker::ModuleCache> cache;
   if (!module_cache_dir.empty()) {
     cache = std::make_unique<gpool::worker::ModuleCache>(module_cache_dir, module_cache_max);

@@ -268,15 +268,16 @@ int main() {
     gpool_test_saxpy<<<(n + 255) / 256, 256>>>(n, 1.0f, hd, d);  // reads host memory from the kernel
     cudaError_t e = cudaGetLastError();
     const char* transport = std::getenv("GPOOL_TRANSPORT");
-    if (std::getenv("GPOOL_SERVER") && transport && std::strcmp(transport, "tcp") == 0) {
+    bool apart = transport && (std::strcmp(transport, "tcp") == 0 || std::strcmp(transport, "rdma") == 0);
+    if (std::getenv("GPOOL_SERVER") && apart) {  // no memory shared with the worker
       // The same check name natively and through gpool, so gpu_check.sh compares them as one check.
-      check(e == cudaErrorNotSupported, "kernel given mapped host memory (native and shm: reads it; tcp: refused)",
+      check(e == cudaErrorNotSupported, "kernel given mapped host memory (native and shm: reads it; tcp, rdma: refused)",
             cudaGetErrorName(e));
     } else {
       CK(e);
       CK(cudaDeviceSynchronize());
       CK(cudaMemcpy(back.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
-      check(back[7] == 14.0f, "kernel given mapped host memory (native and shm: reads it; tcp: refused)");
+      check(back[7] == 14.0f, "kernel given mapped host memory (native and shm: reads it; tcp, rdma: refused)");
       // ...and writes it: the kernel's output lands in the host's own pages.
       gpool_test_saxpy<<<(n + 255) / 256, 256>>>(n, 2.0f, d, hd);
       CK(cudaDeviceSynchronize());

@@ -56,12 +56,20 @@ struct Moved {
   }
 };
 
-// An address where this process has nothing for `bytes`.
+// An address where this process has nothing for `bytes`, far from where the kernel places mappings by
+// itself (so no thread of this process takes it before the worker maps it, as the client library does).
 uint64_t freeAddress(uint64_t bytes) {
-  void* p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  EXPECT_NE(p, MAP_FAILED);
-  ::munmap(p, bytes);
-  return reinterpret_cast<uint64_t>(p);
+  static uint64_t next = 16ull << 40;
+  for (;; next += 1ull << 40) {
+    void* want = reinterpret_cast<void*>(next);
+    void* p = ::mmap(want, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == MAP_FAILED) continue;
+    ::munmap(p, bytes);
+    if (p != want) continue;
+    uint64_t at = next;
+    next += 1ull << 40;
+    return at;
+  }
 }
 
 }  // namespace

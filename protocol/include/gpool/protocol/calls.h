@@ -59,9 +59,11 @@ inline constexpr uint32_t kMinAliveIntervalMs = 50, kMaxAliveIntervalMs = 60000;
 // Moving to another transport (protocol 2.3, workers with kFeatureShm), right after the handshake, with
 // WANTS_REPLY: payload u32 kind (kTransportShm), string the client's host identity (shmHostIdentity). Reply:
 // i32 status, string a Unix socket name (abstract namespace), vector<u8> 16-byte token. docs/protocol.md,
-// "Shared memory".
+// "Shared memory". kTransportRdma (protocol 2.4, workers with kFeatureRdma): the string is the client's UCX
+// worker address; the reply's string is the worker's, its token empty. docs/protocol.md, "RDMA".
 inline constexpr uint16_t kMsgSwitchTransport = 0x0003;
 inline constexpr uint32_t kTransportShm = 1;
+inline constexpr uint32_t kTransportRdma = 2;
 // On the host-function channel only: the worker says callback `seq` is due (payload: u64 id); the client
 // answers with a reply frame carrying the same id once the function has returned.
 inline constexpr uint16_t kMsgHostFuncDue = 0x01c2;

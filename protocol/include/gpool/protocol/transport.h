@@ -42,6 +42,9 @@ class Transport {
   virtual void shutdown() = 0;
   // Human-readable peer, for log lines ("tcp 10.0.0.5:7420").
   virtual std::string peer() const = 0;
+  // A descriptor that turns readable or hangs up once the peer has gone, for a transport that moved off
+  // this one and keeps it open only for that (ucx_transport.h); -1 when there is none.
+  virtual int liveness() const { return -1; }
 };
 
 // Connects over TCP to "HOST:PORT" (throws TransportError with a message naming the address).
