@@ -178,16 +178,34 @@ class UcxTransport final : public Transport {
     complete(r, "send to", false);
   }
 
+  // A whole message the caller asks for lands in its buffer directly; a larger one is kept for the reads
+  // that follow.
   void recv(void* data, size_t n, bool idle_ok = false) override {
     auto* out = static_cast<uint8_t*>(data);
     while (n > 0) {
-      if (at_ == inbox_.size()) takeMessage(idle_ok);
-      size_t k = std::min(n, inbox_.size() - at_);
-      std::memcpy(out, inbox_.data() + at_, k);
+      if (at_ == len_) {
+        ucp_tag_recv_info_t info{};
+        ucp_tag_message_h msg = probe(idle_ok, info);
+        idle_ok = false;
+        if (info.length <= n) {
+          receive(msg, out, info.length);
+          out += info.length;
+          n -= info.length;
+          continue;
+        }
+        if (cap_ < info.length) {
+          inbox_ = std::make_unique<uint8_t[]>(info.length);  // not zeroed: the message fills it
+          cap_ = info.length;
+        }
+        receive(msg, inbox_.get(), info.length);
+        len_ = info.length;
+        at_ = 0;
+      }
+      size_t k = std::min(n, len_ - at_);
+      std::memcpy(out, inbox_.get() + at_, k);
       at_ += k;
       out += k;
       n -= k;
-      idle_ok = false;
     }
   }
 
@@ -200,18 +218,18 @@ class UcxTransport final : public Transport {
   std::string peer() const override { return peer_; }
 
  private:
-  // The next whole message into inbox_.
-  void takeMessage(bool idle_ok) {
+  // The next message, once it has arrived (its bytes not yet taken).
+  ucp_tag_message_h probe(bool idle_ok, ucp_tag_recv_info_t& info) {
     ucp_tag_message_h msg = nullptr;
-    ucp_tag_recv_info_t info{};
     waitUntil(idle_ok, [&] { return (msg = u_.ucp_tag_probe_nb(local_->worker, kTag, ~ucp_tag_t{0}, 1, &info)) != nullptr; });
-    inbox_.resize(info.length);
-    at_ = 0;
+    return msg;
+  }
+  void receive(ucp_tag_message_h msg, uint8_t* into, size_t bytes) {
     ucp_request_param_t p{};
     void* r;
     {
       std::lock_guard lock(mu_);
-      r = u_.ucp_tag_msg_recv_nbx(local_->worker, inbox_.data(), inbox_.size(), msg, &p);
+      r = u_.ucp_tag_msg_recv_nbx(local_->worker, into, bytes, msg, &p);
     }
     complete(r, "receive from", false);
   }
@@ -270,8 +288,8 @@ class UcxTransport final : public Transport {
   int link_;
   std::string peer_;
   std::mutex mu_;
-  std::vector<uint8_t> inbox_;
-  size_t at_ = 0;
+  std::unique_ptr<uint8_t[]> inbox_;  // the rest of a message larger than a read
+  size_t cap_ = 0, len_ = 0, at_ = 0;
   int stall_ms_ = 0;
   std::atomic<ucs_status_t> failed_{UCS_OK};
   std::atomic<bool> down_{false};
