@@ -18,6 +18,8 @@
 #include <cstring>
 #include <thread>
 
+#include "gpool/protocol/host_identity.h"
+
 namespace gpool::proto {
 
 void ShmParts::close() {
@@ -254,13 +256,7 @@ std::unique_ptr<Transport> openShmTransport(ShmParts parts, int side, int link, 
 }
 
 std::string shmHostIdentity() {
-  std::string boot;
-  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
-    char line[64] = {};
-    if (std::fgets(line, sizeof line, f)) boot = line;
-    std::fclose(f);
-  }
-  while (!boot.empty() && (boot.back() == '\n' || boot.back() == ' ')) boot.pop_back();
+  std::string boot = kernelBootId();
   char ns[128] = {};
   ssize_t n = ::readlink("/proc/self/ns/net", ns, sizeof ns - 1);
   return boot.empty() ? "" : boot + " " + (n > 0 ? std::string(ns, static_cast<size_t>(n)) : "net:?");

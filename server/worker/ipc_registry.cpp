@@ -10,30 +10,17 @@
 #include <fstream>
 #include <iterator>
 
+#include "gpool/protocol/host_identity.h"
+
 namespace gpool::worker {
 namespace {
 
 constexpr uint32_t kMagic = 0x50495047;  // "GPIP"
 
-// 16 bytes that differ between hosts (and boots): the kernel's boot id.
-std::array<uint8_t, 16> hostId() {
-  std::array<uint8_t, 16> id{};
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string text;
-  std::getline(in, text);
-  size_t k = 0;
-  for (size_t i = 0; i + 1 < text.size() && k < id.size(); ++i) {
-    if (!isxdigit(static_cast<unsigned char>(text[i])) || !isxdigit(static_cast<unsigned char>(text[i + 1]))) continue;
-    id[k++] = static_cast<uint8_t>(std::stoi(text.substr(i, 2), nullptr, 16));
-    ++i;
-  }
-  return id;
-}
-
 }  // namespace
 
 std::array<uint8_t, 16> IpcRegistry::host() const {
-  std::array<uint8_t, 16> id = hostId();
+  std::array<uint8_t, 16> id = proto::kernelBootIdBytes();  // differs between hosts and boots
   for (size_t i = 0; i < sizeof salt_; ++i) id[i] ^= static_cast<uint8_t>(salt_ >> (8 * i));
   return id;
 }
