@@ -180,6 +180,75 @@ const Pool* Policy::poolOfServer(const std::string& server) const {
   return nullptr;
 }
 
+const Queue* Policy::queueOf(const std::string& user, const std::vector<std::string>& groups) const {
+  for (const auto& q : queues)
+    if (std::find(q.members.begin(), q.members.end(), user) != q.members.end()) return &q;
+  for (const auto& q : queues)
+    if (Access::isMember(q.members, "", groups)) return &q;
+  return nullptr;
+}
+
+namespace {
+
+Queue queue(const std::string& name, const toml::node& n) {
+  std::string where = "queues." + name;
+  const toml::table* t = n.as_table();
+  if (!t) fail(where + " must be a table");
+  checkKeys(*t, {"parent", "guarantee", "limit", "weight", "members"}, where);
+  Queue q;
+  q.name = name;
+  if (auto v = t->get("parent")) q.parent = text(*v, where + ".parent");
+  if (auto v = t->get("guarantee")) q.guarantee = quota(*v, where + ".guarantee");
+  if (auto v = t->get("limit")) q.limit = quota(*v, where + ".limit");
+  if (auto v = t->get("weight")) q.weight = number(*v, where + ".weight");
+  if (!(q.weight > 0 && q.weight <= 1e6)) fail(where + ".weight must be in (0, 1e6]");
+  if (auto v = t->get("members")) q.members = members(*v, where + ".members");
+  if (q.guarantee.gpus && q.limit.gpus && *q.guarantee.gpus > *q.limit.gpus)
+    fail(where + ": the guarantee of " + formatNumber(*q.guarantee.gpus) + " GPUs exceeds the limit of " + formatNumber(*q.limit.gpus));
+  if (q.guarantee.memory && q.limit.memory && *q.guarantee.memory > *q.limit.memory)
+    fail(where + ": the guaranteed memory exceeds the memory limit");
+  return q;
+}
+
+// Parents before children, each parent defined, no cycle, and the children's guarantees within their
+// parent's.
+void orderQueues(std::vector<Queue>& queues) {
+  std::vector<Queue> ordered;
+  std::set<std::string> placed;
+  while (ordered.size() < queues.size()) {
+    size_t before = ordered.size();
+    for (const auto& q : queues)
+      if (!placed.count(q.name) && (q.parent.empty() || placed.count(q.parent))) {
+        ordered.push_back(q);
+        placed.insert(q.name);
+      }
+    if (ordered.size() == before) {
+      for (const auto& q : queues)
+        if (!placed.count(q.name))
+          fail("queues." + q.name + ".parent '" + q.parent + "' is not a queue, or the queues' parents form a cycle");
+    }
+  }
+  for (const auto& parent : ordered) {
+    double gpus = 0;
+    uint64_t memory = 0;
+    for (const auto& c : ordered)
+      if (c.parent == parent.name) gpus += c.guarantee.gpus.value_or(0), memory += c.guarantee.memory.value_or(0);
+    if (gpus > parent.guarantee.gpus.value_or(0) + 1e-9 && gpus > 0)
+      fail("queues." + parent.name + ": its children are guaranteed " + formatNumber(gpus) + " GPUs, more than its own " +
+           formatNumber(parent.guarantee.gpus.value_or(0)));
+    if (memory > parent.guarantee.memory.value_or(0) && memory > 0)
+      fail("queues." + parent.name + ": its children are guaranteed more memory than it is");
+  }
+  std::map<std::string, std::string> listed;  // member -> queue
+  for (const auto& q : ordered)
+    for (const auto& m : q.members)
+      if (auto [it, fresh] = listed.emplace(m, q.name); !fresh)
+        fail("'" + m + "' is a member of both queues." + it->second + " and queues." + q.name);
+  queues = std::move(ordered);
+}
+
+}  // namespace
+
 Policy parsePolicy(const std::string& toml_text) {
   toml::table root;
   try {
@@ -190,7 +259,7 @@ Policy parsePolicy(const std::string& toml_text) {
       << e.description();
     fail(o.str());
   }
-  checkKeys(root, {"settings", "priorities", "pools", "quotas", "access"}, "the policy");
+  checkKeys(root, {"settings", "priorities", "pools", "quotas", "queues", "access"}, "the policy");
   Policy p;
   p.source = toml_text;
 
@@ -267,6 +336,10 @@ Policy parsePolicy(const std::string& toml_text) {
         for (const auto& [k, v] : *t)
           (*map)[std::string(k.str())] = quota(v, "quotas." + std::string(kind) + "." + std::string(k.str()));
     }
+  }
+  if (auto qs = root["queues"].as_table()) {
+    for (const auto& [k, v] : *qs) p.queues.push_back(queue(std::string(k.str()), v));
+    orderQueues(p.queues);
   }
   if (auto a = root["access"].as_table()) p.access = access(*a, p);
   return p;

@@ -31,6 +31,20 @@ struct Quota {
   std::optional<uint64_t> memory;  // bytes held at once
 };
 
+// A queue with a guaranteed share (issue 14): requests of its members are granted up to the guarantee
+// ahead of anything over its own queue's guarantee; beyond it a queue borrows idle capacity, divided among
+// queues by weight; the limit caps what it holds at all. Queues nest (`parent`): a child's guarantee is
+// part of its parent's, and a parent's limit caps its children together. A requester belongs to the first
+// queue (in the policy's order) that lists them or one of their groups; others are in no queue (no
+// guarantee, no limit, weight 1).
+struct Queue {
+  std::string name, parent;  // parent "": a top-level queue
+  Quota guarantee;           // absent: none
+  Quota limit;               // absent: none
+  double weight = 1.0;
+  std::vector<std::string> members;  // user names and @groups
+};
+
 // Who may do what beyond their own leases. A member is a user name or "@group".
 struct Access {
   std::vector<std::string> admins;  // may read and end any lease, request for others, change policies
@@ -46,6 +60,7 @@ struct Policy {
   std::map<std::string, int> priorities{{"high", 100}, {"normal", 50}, {"low", 10}};
   std::string default_priority = "normal";
   std::map<std::string, Quota> user_quotas, group_quotas;
+  std::vector<Queue> queues;  // parents before their children
   Access access;
   std::chrono::milliseconds lease_ttl{15000};      // a lease ends this long after its last heartbeat
   std::chrono::milliseconds server_timeout{15000}; // a server is down this long after its last heartbeat
@@ -56,6 +71,8 @@ struct Policy {
   // The pool a server belongs to: the first naming it, else the first with "*", else none.
   const Pool* poolOfServer(const std::string& server) const;
   const Pool* pool(const std::string& name) const;
+  // The queue of a requester (see Queue), or null.
+  const Queue* queueOf(const std::string& user, const std::vector<std::string>& groups) const;
 };
 
 // Parses and checks a policy; throws PolicyError naming the problem.

@@ -24,7 +24,9 @@ const char* stateName(LeaseState s) {
 }
 
 Scheduler::Scheduler(Policy policy, Signer signer, std::function<int64_t()> unix_seconds)
-    : policy_(std::move(policy)), sign_(std::move(signer)), unix_seconds_(std::move(unix_seconds)) {}
+    : policy_(std::move(policy)), sign_(std::move(signer)), unix_seconds_(std::move(unix_seconds)) {
+  fair_.reset(policy_.queues);
+}
 
 int Scheduler::priorityOf(const std::string& cls) const {
   auto it = policy_.priorities.find(cls.empty() ? policy_.default_priority : cls);
@@ -113,12 +115,17 @@ std::optional<std::string> Scheduler::quotaBlocks(const Lease& l) const {
     if (q->second.gpus && gpus + l.req.n * l.req.p > *q->second.gpus + kEps)
       return std::string("quota: ") + kind + " '" + who + "' holds " + formatNumber(gpus) + " of " +
              formatNumber(*q->second.gpus) + " GPUs";
-    uint64_t asks = l.req.m ? l.req.m : static_cast<uint64_t>(l.req.p * static_cast<double>(largestGpu(l.req.pool)));
+    uint64_t asks = asksMemory(l.req);
     if (q->second.memory && mem + asks * static_cast<uint64_t>(l.req.n) > *q->second.memory)
       return std::string("quota: ") + kind + " '" + who + "' holds " + formatSize(mem) + " of " +
              formatSize(*q->second.memory) + " of GPU memory";
   }
-  return std::nullopt;
+  int queue = fair_.queueOf(policy_, l.req.user, l.req.chargedGroups());
+  return fair_.limitBlocks(queue, l.req.n * l.req.p, asksMemory(l.req) * static_cast<uint64_t>(l.req.n));
+}
+
+uint64_t Scheduler::asksMemory(const LeaseRequest& r) const {
+  return r.m ? r.m : static_cast<uint64_t>(r.p * static_cast<double>(largestGpu(r.pool)));
 }
 
 // How many shares of `fraction` and `memory` the GPU has room for now, at most `n`.
@@ -214,6 +221,8 @@ void Scheduler::account(const Lease& l, int sign) {
       u->gpus = std::max(0.0, u->gpus + sign * s.fraction);
       u->memory = sign > 0 ? u->memory + s.memory : u->memory - std::min(u->memory, s.memory);
     }
+  int queue = fair_.queueOf(policy_, l.req.user, l.req.chargedGroups());
+  for (const auto& s : l.shares) fair_.charge(queue, s.fraction, s.memory, sign);
 }
 
 // Counts a share on its GPU of `s` (a grant, a restored lease, a share found still running there).
@@ -278,17 +287,35 @@ int Scheduler::position(const std::string& id) const {
   return 0;
 }
 
+// Grant order among queues: within guarantee first (by priority, then arrival), then the queue least
+// beyond its guarantee for its weight. Without queues, queue() is the order.
+void Scheduler::fairOrder(std::vector<const Lease*>& order, size_t from) const {
+  if (!fair_.active() || from >= order.size()) return;
+  std::vector<std::pair<double, const Lease*>> keyed;
+  for (size_t i = from; i < order.size(); ++i) {
+    const LeaseRequest& r = order[i]->req;
+    keyed.emplace_back(fair_.beyondGuarantee(fair_.queueOf(policy_, r.user, r.chargedGroups()), r.n * r.p), order[i]);
+  }
+  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < keyed.size(); ++i) order[from + i] = keyed[i].second;
+}
+
 void Scheduler::schedule(int64_t now) {
   std::set<std::string> held;  // pools whose queue head waits for capacity
-  for (const Lease* c : queue()) {
-    Lease& l = leases_.at(c->id);
+  std::vector<const Lease*> order = queue();
+  fairOrder(order, 0);
+  for (size_t i = 0; i < order.size(); ++i) {
+    Lease& l = leases_.at(order[i]->id);
     if (l.req.wait_ms >= 0 && now - l.created_ms > l.req.wait_ms) {
       end(l.id, "the wait ran out (" + std::to_string(l.req.wait_ms / 1000) + " s) while " + l.wait_reason, now);
       continue;
     }
     std::string why;
     if (held.count(l.req.pool)) why = "behind an earlier request in pool '" + l.req.pool + "'";
-    else if (tryGrant(l, now, why)) continue;
+    else if (tryGrant(l, now, why)) {
+      fairOrder(order, i + 1);  // the granted queue now holds more
+      continue;
+    }
     else if (why.rfind("quota", 0) != 0) held.insert(l.req.pool);
     if (why != l.wait_reason) {
       l.wait_reason = why;
@@ -477,7 +504,12 @@ bool Scheduler::setDrain(const std::string& name, bool drain) {
 }
 
 void Scheduler::setPolicy(Policy p, int64_t now) {
+  for (const auto& id : live_)
+    if (const Lease& l = leases_.at(id); l.state == LeaseState::kGranted) account(l, -1);
   policy_ = std::move(p);
+  fair_.reset(policy_.queues);
+  for (const auto& id : live_)
+    if (const Lease& l = leases_.at(id); l.state == LeaseState::kGranted) account(l, +1);
   for (const Lease* q : queue()) {
     Lease& l = leases_.at(q->id);
     dequeue(l);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "fair_share.h"
 #include "policy.h"
 
 namespace gpool::allocator {
@@ -120,6 +121,7 @@ class Scheduler {
   const std::map<std::string, Server>& servers() const { return servers_; }
   const std::map<std::string, Lease>& leases() const { return leases_; }
   const std::set<std::string>& live() const { return live_; }  // ids of queued and granted leases
+  const FairShare& fairShare() const { return fair_; }          // the queues and what each holds
   std::vector<const Lease*> queue() const;  // in grant order
   uint64_t version() const { return version_; }  // bumps on every change (long-poll waiters watch it)
   // Ids changed since the caller last took them (for persistence).
@@ -177,7 +179,11 @@ class Scheduler {
     uint64_t memory = 0;
   };
   std::map<std::string, Use> user_use_, group_use_;  // what granted leases hold, for quotas
+  FairShare fair_;                                    // what queues hold, and the grant order among them
   void account(const Lease& l, int sign);             // adds (+1) or removes (-1) a granted lease's shares
+  uint64_t asksMemory(const LeaseRequest& r) const;   // memory per GPU a request counts against quotas
+  // Sorts order[from..] into grant order among queues (fair_share.h); the plain order without queues.
+  void fairOrder(std::vector<const Lease*>& order, size_t from) const;
 };
 
 }  // namespace gpool::allocator

@@ -587,6 +587,25 @@ void Service::adminRoutes(httplib::Server& s) {
   });
 }
 
+// The policy's queues (fair_share.h): guarantee, limit, weight, what each holds and borrows beyond its
+// guarantee, and how many requests of its members wait. With mu_ held.
+json Service::queuesJson() const {
+  json out = json::array();
+  const FairShare& fair = sched_->fairShare();
+  std::map<std::string, int> waiting;  // queue name -> requests of its members that wait
+  for (const Lease* l : sched_->queue())
+    if (const Queue* q = sched_->policy().queueOf(l->req.user, l->req.chargedGroups())) ++waiting[q->name];
+  for (const auto& v : fair.view()) {
+    const Queue& q = *v.queue;
+    double guaranteed = q.guarantee.gpus.value_or(0);
+    json j{{"name", q.name}, {"parent", q.parent}, {"weight", q.weight}, {"guarantee_gpus", guaranteed}, {"held_gpus", v.gpus},
+           {"held_memory", v.memory}, {"borrowed_gpus", std::max(0.0, v.gpus - guaranteed)}, {"waiting", waiting[q.name]}};
+    j["limit_gpus"] = q.limit.gpus ? json(*q.limit.gpus) : json(nullptr);
+    out.push_back(j);
+  }
+  return out;
+}
+
 // Reads anyone may make: status (without tokens), the policy, metrics.
 void Service::readRoutes(httplib::Server& s) {
   s.Get("/v1/status", [this](const httplib::Request&, httplib::Response& res) {
@@ -609,7 +628,7 @@ void Service::readRoutes(httplib::Server& s) {
     for (const auto& p : sched_->policy().pools)
       pools.push_back({{"name", p.name}, {"servers", p.servers}, {"fractions", p.fractions}, {"isolation", p.isolation},
                        {"placement", p.placement}});
-    reply(res, 200, {{"servers", servers}, {"leases", leases}, {"queue", queue}, {"pools", pools}});
+    reply(res, 200, {{"servers", servers}, {"leases", leases}, {"queue", queue}, {"pools", pools}, {"queues", queuesJson()}});
   });
 
   s.Get("/v1/policy", [this](const httplib::Request&, httplib::Response& res) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <thread>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "authenticator.h"
 #include "elastic_pool.h"
 #include "local_socket.h"
@@ -43,6 +45,7 @@ class Service {
   void leaseRoutes(httplib::Server& s);
   void adminRoutes(httplib::Server& s);
   void readRoutes(httplib::Server& s);
+  nlohmann::json queuesJson() const;
   struct Caller {
     Authenticator::Outcome outcome = Authenticator::Outcome::kAnonymous;
     Identity who;

@@ -149,6 +149,21 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual((q1["state"], q2["state"], other["state"]), ("granted", "queued", "granted"))
         self.assertIn("quota: user 'capped' holds 0.5 of 0.5 GPUs", q2["waiting_for"])
 
+    def test_queues_show_guarantee_use_borrowing_and_their_limit(self):
+        policy = POLICY + '\n[queues.vision]\nguarantee = {{ gpus = 0.5 }}\nlimit = {{ gpus = 1 }}\nweight = 2\nmembers = ["ann"]\n'
+        c = self.make(ttl="30s", policy=policy)
+        states = [c.http("POST", "/v1/leases", {"user": "ann", "p": p, "wait": 60})[1] for p in (0.5, 0.5, 0.25)]
+        self.assertEqual([s["state"] for s in states], ["granted", "granted", "queued"])
+        self.assertIn("quota: queue 'vision' holds 1 of its limit of 1 GPUs", states[2]["waiting_for"])
+        q = c.status()["queues"]
+        self.assertEqual(len(q), 1, q)
+        self.assertEqual((q[0]["name"], q[0]["guarantee_gpus"], q[0]["limit_gpus"], q[0]["weight"]), ("vision", 0.5, 1, 2))
+        self.assertEqual((q[0]["held_gpus"], q[0]["borrowed_gpus"], q[0]["waiting"]), (1, 0.5, 1))
+        out, err = c.gpool("status").communicate(timeout=10)
+        line = [ln for ln in out.splitlines() if ln.startswith("vision")]
+        self.assertTrue(line, out + err)
+        self.assertEqual(line[0].split()[1:], ["0.5", "1", "2", "1", "0.5", "1"], line)  # no parent: its column is empty
+
     def test_requests_that_can_never_fit_are_refused_with_the_reason(self):
         c = self.make()
         for args, reason in [(["-p", "0.3"], "offers fractions 1, 0.5, 0.25 of a GPU, not 0.3"),

@@ -281,6 +281,15 @@ int status(AllocatorClient& a, bool as_json) {
                 gpool::allocator::formatNumber(sh["fraction"].get<double>());
     std::printf("%-26s %-10s %s\n", show(l["id"]).c_str(), show(l["request"]["user"]).c_str(), shares.c_str());
   }
+  if (s.contains("queues") && !s["queues"].empty()) {  // guaranteed shares (the policy's [queues])
+    std::printf("\n%-20s %-14s %10s %8s %6s %8s %8s %7s\n", "QUEUE", "PARENT", "GUARANTEE", "LIMIT", "WEIGHT", "HOLDS", "BORROWS", "WAITING");
+    for (const auto& q : s["queues"]) {
+      auto gpus = [](const json& v) { return v.is_null() ? std::string("-") : gpool::allocator::formatNumber(v.get<double>()); };
+      std::printf("%-20s %-14s %10s %8s %6s %8s %8s %7d\n", show(q["name"]).c_str(), show(q["parent"]).c_str(),
+                  gpus(q["guarantee_gpus"]).c_str(), gpus(q["limit_gpus"]).c_str(), gpus(q["weight"]).c_str(),
+                  gpus(q["held_gpus"]).c_str(), gpus(q["borrowed_gpus"]).c_str(), q["waiting"].get<int>());
+    }
+  }
   std::printf("\n%-4s %-26s %-10s %-14s %s\n", "POS", "REQUEST", "USER", "ASKS", "WAITING FOR");
   for (const auto& q : s["queue"]) {
     const json& r = q["request"];
