@@ -67,6 +67,12 @@ double FairShare::beyondGuarantee(int q, double gpus) const {
   return std::max(kEps, (n.gpus + gpus - n.queue->guarantee.gpus.value_or(0)) / n.queue->weight);
 }
 
+double FairShare::borrowed(int q) const {
+  if (q < 0) return none_gpus_;
+  const Node& n = nodes_[static_cast<size_t>(q)];
+  return std::max(0.0, n.gpus - n.queue->guarantee.gpus.value_or(0));
+}
+
 std::vector<FairShare::View> FairShare::view() const {
   std::vector<View> out;
   for (const auto& n : nodes_) out.push_back(View{n.queue, n.gpus, n.memory});

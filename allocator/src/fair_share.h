@@ -34,6 +34,8 @@ class FairShare {
   // guarantee of q and every ancestor; else how far beyond its queue's guarantee the queue would be, over
   // its weight (smaller: granted earlier).
   double beyondGuarantee(int q, double gpus) const;
+  // What queue q holds beyond its guarantee (for q -1, requesters in no queue: all they hold).
+  double borrowed(int q) const;
 
   // For status and metrics.
   struct View {

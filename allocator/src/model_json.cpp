@@ -58,7 +58,7 @@ Server serverFromJson(const json& j) {
 
 json toJson(const LeaseRequest& r) {
   return {{"n", r.n}, {"p", r.p}, {"m", r.m}, {"user", r.user}, {"group", r.group}, {"pool", r.pool},
-          {"priority", r.priority}, {"wait_ms", r.wait_ms}, {"member_of", r.member_of}};
+          {"priority", r.priority}, {"wait_ms", r.wait_ms}, {"member_of", r.member_of}, {"preemptible", r.preemptible}};
 }
 
 json toJson(const Lease& l, LeaseView view) {
@@ -74,6 +74,10 @@ json toJson(const Lease& l, LeaseView view) {
             {"token_expiry", l.token_expiry_s}, {"ended_unix_s", l.ended_unix_s}, {"shares", shares}};
   if (!l.end_reason.empty()) j["end_reason"] = l.end_reason;
   if (!l.wait_reason.empty()) j["waiting_for"] = l.wait_reason;
+  if (l.preempt_at_ms) {  // notice: the share is revoked at preempt_at_ms (the allocator's clock), for preempted_for
+    j["preempt_at_ms"] = l.preempt_at_ms;
+    j["preempted_for"] = l.preempted_for;
+  }
   if (view == LeaseView::kRecord) j["owner_key_hash"] = l.owner_key_hash;
   return j;
 }
@@ -93,6 +97,9 @@ Lease leaseFromJson(const json& j) {
   l.req.priority = r.at("priority").get<std::string>();
   l.req.wait_ms = integer<int64_t>(r.at("wait_ms"));
   l.req.member_of = r.value("member_of", std::vector<std::string>{});
+  l.req.preemptible = r.value("preemptible", true);
+  l.preempt_at_ms = j.contains("preempt_at_ms") ? integer<int64_t>(j.at("preempt_at_ms")) : 0;
+  l.preempted_for = j.value("preempted_for", "");
   l.priority = integer<int>(j.at("priority"));
   l.seq = integer<uint64_t>(j.at("seq"));
   l.created_ms = integer<int64_t>(j.at("created_ms"));
@@ -114,8 +121,9 @@ LeaseRequest requestFromJson(const json& j) {
   if (!j.is_object()) throw std::invalid_argument("the request body must be a JSON object");
   for (const auto& [k, v] : j.items()) {
     (void)v;
-    if (k != "n" && k != "p" && k != "m" && k != "user" && k != "group" && k != "pool" && k != "priority" && k != "wait")
-      throw std::invalid_argument("unknown field '" + k + "' (fields: n, p, m, user, group, pool, priority, wait)");
+    if (k != "n" && k != "p" && k != "m" && k != "user" && k != "group" && k != "pool" && k != "priority" && k != "wait" &&
+        k != "preemptible")
+      throw std::invalid_argument("unknown field '" + k + "' (fields: n, p, m, user, group, pool, priority, wait, preemptible)");
   }
   LeaseRequest r;
   auto field = [&](const char* name) -> const json* { return j.contains(name) ? &j.at(name) : nullptr; };
@@ -141,6 +149,10 @@ LeaseRequest requestFromJson(const json& j) {
       *out = v->get<std::string>();
       if (!gpool::isPrintable(*out)) throw std::invalid_argument(std::string(name) + " must be printable ASCII, without control characters");
     }
+  }
+  if (auto pr = field("preemptible")) {
+    if (!pr->is_boolean()) throw std::invalid_argument("preemptible must be true or false");
+    r.preemptible = pr->get<bool>();
   }
   if (auto w = field("wait")) {
     if (w->is_number()) {

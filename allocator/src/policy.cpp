@@ -3,6 +3,8 @@
 
 #include <toml++/toml.h>
 
+#include "gpool/printable.h"
+
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -195,6 +197,9 @@ Queue queue(const std::string& name, const toml::node& n) {
   const toml::table* t = n.as_table();
   if (!t) fail(where + " must be a table");
   checkKeys(*t, {"parent", "guarantee", "limit", "weight", "members"}, where);
+  bool plain = !name.empty() && name.size() <= 64 &&
+               std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'; });
+  if (!plain) fail("queue names are 1-64 letters, digits, '.', '_' or '-' (not '" + gpool::printable(name) + "')");
   Queue q;
   q.name = name;
   if (auto v = t->get("parent")) q.parent = text(*v, where + ".parent");
@@ -264,7 +269,9 @@ Policy parsePolicy(const std::string& toml_text) {
   p.source = toml_text;
 
   if (auto s = root["settings"].as_table()) {
-    checkKeys(*s, {"lease_ttl", "server_timeout", "token_ttl", "default_priority", "ended_lease_retention"}, "[settings]");
+    checkKeys(*s, {"lease_ttl", "server_timeout", "token_ttl", "default_priority", "ended_lease_retention", "preemption_grace"},
+              "[settings]");
+    if (auto n = s->get("preemption_grace")) p.preemption_grace = duration(*n, "settings.preemption_grace");
     if (auto n = s->get("lease_ttl")) p.lease_ttl = duration(*n, "settings.lease_ttl");
     if (auto n = s->get("server_timeout")) p.server_timeout = duration(*n, "settings.server_timeout");
     if (auto n = s->get("token_ttl")) p.token_ttl = duration(*n, "settings.token_ttl");

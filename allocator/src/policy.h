@@ -65,6 +65,7 @@ struct Policy {
   std::chrono::milliseconds lease_ttl{15000};      // a lease ends this long after its last heartbeat
   std::chrono::milliseconds server_timeout{15000}; // a server is down this long after its last heartbeat
   std::chrono::milliseconds token_ttl{600000};     // how long a lease token admits a connection
+  std::chrono::milliseconds preemption_grace{30000};  // notice a preempted lease gets before its share is revoked
   std::chrono::milliseconds ended_lease_retention{std::chrono::hours(24 * 7)};  // ended leases then leave the database
   std::string source;                              // the TOML text it was read from ("" = defaults)
 

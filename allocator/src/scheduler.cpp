@@ -316,7 +316,12 @@ void Scheduler::schedule(int64_t now) {
       fairOrder(order, i + 1);  // the granted queue now holds more
       continue;
     }
-    else if (why.rfind("quota", 0) != 0) held.insert(l.req.pool);
+    else if (why.rfind("quota", 0) != 0) {
+      held.insert(l.req.pool);
+      if (fair_.active() && withinGuarantee(l))  // take borrowed capacity back
+        if (int n = preemptFor(l, now))
+          why += "; within its queue's guarantee, so " + std::to_string(n) + " borrowing lease(s) are being preempted for it";
+    }
     if (why != l.wait_reason) {
       l.wait_reason = why;
       touch(l);
@@ -365,12 +370,19 @@ Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id
   live_.insert(id);
   enqueue(stored);
   touch(stored);
-  // Granted now only if nothing of equal or higher priority waits in its pool.
+  // Granted now only if nothing of equal or higher priority waits in its pool; with queues, if the fair
+  // order reaches it now (which may also give borrowing leases notice for it).
   bool waiting_ahead = false;
-  for (const Lease* q : queue())
-    if (q != &stored && q->req.pool == stored.req.pool && q->priority >= stored.priority && !quotaBlocks(*q)) waiting_ahead = true;
   std::string why;
-  if (!waiting_ahead && tryGrant(stored, now, why)) {
+  if (fair_.active()) {
+    schedule(now);
+    why = stored.wait_reason;
+  } else {
+    for (const Lease* q : queue())
+      if (q != &stored && q->req.pool == stored.req.pool && q->priority >= stored.priority && !quotaBlocks(*q)) waiting_ahead = true;
+    if (!waiting_ahead) tryGrant(stored, now, why);
+  }
+  if (stored.state == LeaseState::kGranted) {
     d.kind = Decision::kGranted;
   } else {
     if (waiting_ahead && why.empty()) why = "behind an earlier request in pool '" + stored.req.pool + "'";
@@ -550,6 +562,7 @@ bool Scheduler::tick(int64_t now, bool judge) {
   for (const auto& id : silent)
     end(id, std::string("expired: no heartbeat for ") + std::to_string(policy_.lease_ttl.count()) + " ms while " +
                 stateName(leases_.at(id).state), now);
+  revokePreempted(now);
   schedule(now);
   return version_ != before;
 }

@@ -53,6 +53,7 @@ struct LeaseRequest {
   // one, escapes none of them. Set by the allocator from the caller's identity, never from the request.
   std::vector<std::string> member_of;
   int64_t wait_ms = 0;  // how long the client will wait in the queue (0: not at all)
+  bool preemptible = true;  // false: never preempted to give a queue its guarantee back
 
   std::vector<std::string> chargedGroups() const;  // `group` and `member_of`, each once
 };
@@ -68,6 +69,10 @@ struct Lease {
   std::string end_reason;   // released, expired, server down, cancelled, wait ran out, disconnected
   std::string wait_reason;  // why it is queued
   std::string owner_key_hash;  // hex SHA-256 of the lease key its requester got (who may heartbeat, read, release it)
+  // Preemption (preemption.cpp): notice was given; the lease ends at preempt_at_ms (0: none) unless the
+  // request it makes room for (preempted_for) no longer waits by then.
+  int64_t preempt_at_ms = 0;
+  std::string preempted_for;
   std::vector<Share> shares;
 };
 
@@ -182,6 +187,12 @@ class Scheduler {
   FairShare fair_;                                    // what queues hold, and the grant order among them
   void account(const Lease& l, int sign);             // adds (+1) or removes (-1) a granted lease's shares
   uint64_t asksMemory(const LeaseRequest& r) const;   // memory per GPU a request counts against quotas
+  // Preemption (preemption.cpp): whether a request stays within its queue's guarantee; notice to enough
+  // borrowing leases to make room for `l` (returns how many have notice for it); ending those whose grace
+  // ran out (or withdrawing the notice).
+  bool withinGuarantee(const Lease& l) const;
+  int preemptFor(const Lease& l, int64_t now);
+  void revokePreempted(int64_t now);
   // Sorts order[from..] into grant order among queues (fair_share.h); the plain order without queues.
   void fairOrder(std::vector<const Lease*>& order, size_t from) const;
 };

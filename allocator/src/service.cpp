@@ -592,6 +592,7 @@ void Service::adminRoutes(httplib::Server& s) {
 json Service::queuesJson() const {
   json out = json::array();
   const FairShare& fair = sched_->fairShare();
+  if (!fair.active()) return out;
   std::map<std::string, int> waiting;  // queue name -> requests of its members that wait
   for (const Lease* l : sched_->queue())
     if (const Queue* q = sched_->policy().queueOf(l->req.user, l->req.chargedGroups())) ++waiting[q->name];
@@ -604,6 +605,20 @@ json Service::queuesJson() const {
     out.push_back(j);
   }
   return out;
+}
+
+// The queues' gauges, from what /v1/status shows of them. With mu_ held.
+void Service::queueMetrics(std::ostream& o) const {
+  json queues = queuesJson();
+  if (queues.empty()) return;
+  for (const auto& [key, help] : {std::pair{"guarantee_gpus", "GPUs guaranteed to the queue."},
+                                  std::pair{"held_gpus", "GPUs (sums of fractions) the queue's leases hold."},
+                                  std::pair{"borrowed_gpus", "GPUs the queue holds beyond its guarantee."},
+                                  std::pair{"waiting", "Requests of the queue's members that wait."}}) {
+    std::string name = std::string("gpool_queue_") + key;
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n";
+    for (const auto& q : queues) o << name << "{queue=\"" << q["name"].get<std::string>() << "\"} " << q[key].dump() << "\n";
+  }
 }
 
 // Reads anyone may make: status (without tokens), the policy, metrics.
@@ -681,7 +696,7 @@ void Service::readRoutes(httplib::Server& s) {
       if (!recent.empty())
         o << "gpool_grant_decision_recent_seconds{quantile=\"" << q << "\"} "
           << recent[std::min(recent.size() - 1, static_cast<size_t>(q * static_cast<double>(recent.size())))] << "\n";
-
+    queueMetrics(o);
     res.set_content(o.str(), "text/plain; version=0.0.4");
   });
 

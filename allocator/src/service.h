@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <thread>
 
@@ -46,6 +47,7 @@ class Service {
   void adminRoutes(httplib::Server& s);
   void readRoutes(httplib::Server& s);
   nlohmann::json queuesJson() const;
+  void queueMetrics(std::ostream& o) const;
   struct Caller {
     Authenticator::Outcome outcome = Authenticator::Outcome::kAnonymous;
     Identity who;

@@ -73,6 +73,7 @@ TEST(Queues, PolicyErrorsNameTheQueue) {
             std::string::npos);
   EXPECT_NE(error("[queues.a]\nmembers = [\"ann\"]\n[queues.b]\nmembers = [\"ann\"]\n").find("'ann' is a member of both"), std::string::npos);
   EXPECT_NE(error("[queues.a]\ncolour = 1\n").find("unknown key 'colour' in queues.a"), std::string::npos);
+  EXPECT_NE(error("[queues.\"a\\\"} 1\\n\"]\n").find("queue names are 1-64 letters"), std::string::npos);  // no metrics injection
   Policy p = parsePolicy("[queues.child]\nparent = \"top\"\nmembers = [\"@g\"]\n[queues.top]\nmembers = [\"ann\"]\n");
   ASSERT_EQ(p.queues.size(), 2u);
   EXPECT_EQ(p.queues[0].name, "top");  // parents first
@@ -165,4 +166,99 @@ TEST(Queues, ANewPolicyCountsWhatIsHeldUnderItsQueues) {
   auto views = s.fairShare().view();
   ASSERT_EQ(views.size(), 1u);
   EXPECT_DOUBLE_EQ(views[0].gpus, 2.0);
+}
+
+namespace {
+
+// Vision borrows the whole server; speech is guaranteed 2 GPUs of it. 10 s of notice.
+const char* kPreempt = R"(
+[settings]
+preemption_grace = "10s"
+lease_ttl = "1h"
+server_timeout = "1h"
+[queues.vision]
+guarantee = { gpus = 1 }
+members = ["ann", "amy"]
+[queues.speech]
+guarantee = { gpus = 2 }
+members = ["bob"]
+)";
+
+int preempting(const Scheduler& s) {
+  int n = 0;
+  for (const auto& [id, l] : s.leases()) n += l.state == LeaseState::kGranted && l.preempt_at_ms != 0;
+  return n;
+}
+
+}  // namespace
+
+TEST(Preemption, ExactlyEnoughBorrowedLeasesGetNoticeThenGoAndTheRequestIsGranted) {
+  Scheduler s = make(kPreempt);
+  s.registerServer(server("a", 4), 0);
+  auto low = req("amy");
+  low.priority = "low";
+  ASSERT_EQ(s.request(req("ann"), 0, "V0").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(low, 1, "V1").kind, Decision::kGranted);   // lowest priority: first to go
+  ASSERT_EQ(s.request(req("ann"), 2, "V2").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(req("ann"), 3, "V3").kind, Decision::kGranted);  // most recent of the rest: next
+  auto d = s.request(req("bob", 1.0, 2), 4, "S0");  // within speech's guarantee
+  ASSERT_EQ(d.kind, Decision::kQueued);
+  EXPECT_NE(d.reason.find("2 borrowing lease(s) are being preempted for it"), std::string::npos) << d.reason;
+  EXPECT_EQ(preempting(s), 2);
+  EXPECT_EQ(s.lease("V1")->preempt_at_ms, 4 + 10000);
+  EXPECT_EQ(s.lease("V3")->preempt_at_ms, 4 + 10000);
+  EXPECT_EQ(s.lease("V3")->preempted_for, "S0");
+  s.tick(5000);  // within the grace period: nothing is revoked, and no more notice is given
+  EXPECT_EQ(s.lease("V1")->state, LeaseState::kGranted);
+  EXPECT_EQ(preempting(s), 2);
+  s.tick(10004);
+  EXPECT_EQ(s.lease("V1")->state, LeaseState::kEnded);
+  EXPECT_EQ(s.lease("V3")->state, LeaseState::kEnded);
+  EXPECT_NE(s.lease("V3")->end_reason.find("preempted: queue 'speech' took back its guarantee"), std::string::npos);
+  EXPECT_EQ(s.lease("S0")->state, LeaseState::kGranted);  // in the same tick
+  EXPECT_EQ(s.lease("V0")->state, LeaseState::kGranted);  // vision keeps its guarantee and one more
+  EXPECT_EQ(s.lease("V2")->state, LeaseState::kGranted);
+}
+
+TEST(Preemption, ANonPreemptibleLeaseIsNeverTouched) {
+  Scheduler s = make(kPreempt);
+  s.registerServer(server("a", 3), 0);
+  auto fixed = req("ann");
+  fixed.preemptible = false;
+  ASSERT_EQ(s.request(fixed, 0, "V0").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(req("ann"), 1, "V1").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(fixed, 2, "V2").kind, Decision::kGranted);  // the most recent, but not to be taken back
+  ASSERT_EQ(s.request(req("bob"), 3, "S0").kind, Decision::kQueued);
+  EXPECT_EQ(preempting(s), 1);
+  EXPECT_NE(s.lease("V1")->preempt_at_ms, 0);  // the one preemptible lease goes, though granted earlier
+  ASSERT_EQ(s.request(req("bob"), 4, "S1").kind, Decision::kQueued);
+  EXPECT_EQ(preempting(s), 1);  // what is left of vision beyond its guarantee is not preemptible
+  s.tick(20000);
+  EXPECT_EQ(s.lease("V0")->state, LeaseState::kGranted);
+  EXPECT_EQ(s.lease("V2")->state, LeaseState::kGranted);
+  EXPECT_EQ(s.lease("S0")->state, LeaseState::kGranted);
+  EXPECT_EQ(s.lease("S1")->state, LeaseState::kQueued);
+}
+
+TEST(Preemption, NoticeIsWithdrawnWhenTheRequestNoLongerWaits) {
+  Scheduler s = make(kPreempt);
+  s.registerServer(server("a", 2), 0);
+  ASSERT_EQ(s.request(req("ann"), 0, "V0").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(req("ann"), 1, "V1").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(req("bob"), 2, "S0").kind, Decision::kQueued);
+  EXPECT_EQ(preempting(s), 1);
+  EXPECT_TRUE(s.end("S0", "cancelled", 3));
+  s.tick(20000);
+  EXPECT_EQ(preempting(s), 0);
+  EXPECT_EQ(s.lease("V1")->state, LeaseState::kGranted);
+}
+
+TEST(Preemption, ARequestBeyondItsGuaranteeTakesNothing) {
+  Scheduler s = make(kPreempt);
+  s.registerServer(server("a", 3), 0);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(s.request(req("ann"), i, "V" + std::to_string(i)).kind, Decision::kGranted);
+  ASSERT_EQ(s.request(req("bob", 1.0, 2), 3, "S0").kind, Decision::kQueued);
+  EXPECT_EQ(preempting(s), 2);  // all vision has beyond its guarantee
+  ASSERT_EQ(s.request(req("bob"), 4, "S1").kind, Decision::kQueued);  // would be speech's third GPU
+  EXPECT_EQ(preempting(s), 2);
 }

@@ -163,6 +163,10 @@ class LeaseFlow(unittest.TestCase):
         line = [ln for ln in out.splitlines() if ln.startswith("vision")]
         self.assertTrue(line, out + err)
         self.assertEqual(line[0].split()[1:], ["0.5", "1", "2", "1", "0.5", "1"], line)  # no parent: its column is empty
+        metrics = urllib.request.urlopen(c.url + "/metrics").read().decode()
+        for gauge in ('gpool_queue_guarantee_gpus{queue="vision"} 0.5', 'gpool_queue_held_gpus{queue="vision"} 1.0',
+                      'gpool_queue_borrowed_gpus{queue="vision"} 0.5', 'gpool_queue_waiting{queue="vision"} 1'):
+            self.assertIn(gauge, metrics)
 
     def test_requests_that_can_never_fit_are_refused_with_the_reason(self):
         c = self.make()
