@@ -175,7 +175,7 @@ class UcxTransport final : public Transport {
       std::lock_guard lock(mu_);
       r = u_.ucp_tag_send_nbx(ep_, iov.data(), iov.size(), kTag, &p);
     }
-    complete(r, "send to", false);
+    complete(r, "send to");
   }
 
   // A whole message the caller asks for lands in its buffer directly; a larger one is kept for the reads
@@ -231,16 +231,17 @@ class UcxTransport final : public Transport {
       std::lock_guard lock(mu_);
       r = u_.ucp_tag_msg_recv_nbx(local_->worker, into, bytes, msg, &p);
     }
-    complete(r, "receive from", false);
+    complete(r, "receive from");
   }
 
-  // Waits for an operation UCX returned: done at once (null), failed, or a request to progress.
-  void complete(void* r, const char* what, bool idle_ok) {
+  // Waits for an operation UCX returned: done at once (null), failed, or a request to progress (bounded
+  // by the stall timeout: its peer has started it).
+  void complete(void* r, const char* what) {
     if (r == nullptr) return;
     if (UCS_PTR_IS_ERR(r)) throw TransportError(std::string(what) + " " + peer_ + " failed: " + u_.ucs_status_string(UCS_PTR_STATUS(r)));
     ucs_status_t st = UCS_INPROGRESS;
     try {
-      waitUntil(idle_ok, [&] { return (st = u_.ucp_request_check_status(r)) != UCS_INPROGRESS; });
+      waitUntil(false, [&] { return (st = u_.ucp_request_check_status(r)) != UCS_INPROGRESS; });
     } catch (...) {
       std::lock_guard lock(mu_);
       u_.ucp_request_free(r);  // UCX completes it when the endpoint closes
