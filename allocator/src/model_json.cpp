@@ -58,7 +58,8 @@ Server serverFromJson(const json& j) {
 
 json toJson(const LeaseRequest& r) {
   return {{"n", r.n}, {"p", r.p}, {"m", r.m}, {"user", r.user}, {"group", r.group}, {"pool", r.pool},
-          {"priority", r.priority}, {"wait_ms", r.wait_ms}, {"member_of", r.member_of}, {"preemptible", r.preemptible}};
+          {"priority", r.priority}, {"wait_ms", r.wait_ms}, {"member_of", r.member_of}, {"preemptible", r.preemptible},
+          {"min_p", r.min_p}};
 }
 
 json toJson(const Lease& l, LeaseView view) {
@@ -98,6 +99,7 @@ Lease leaseFromJson(const json& j) {
   l.req.wait_ms = integer<int64_t>(r.at("wait_ms"));
   l.req.member_of = r.value("member_of", std::vector<std::string>{});
   l.req.preemptible = r.value("preemptible", true);
+  l.req.min_p = r.value("min_p", 0.0);
   l.preempt_at_ms = j.contains("preempt_at_ms") ? integer<int64_t>(j.at("preempt_at_ms")) : 0;
   l.preempted_for = j.value("preempted_for", "");
   l.priority = integer<int>(j.at("priority"));
@@ -122,8 +124,8 @@ LeaseRequest requestFromJson(const json& j) {
   for (const auto& [k, v] : j.items()) {
     (void)v;
     if (k != "n" && k != "p" && k != "m" && k != "user" && k != "group" && k != "pool" && k != "priority" && k != "wait" &&
-        k != "preemptible")
-      throw std::invalid_argument("unknown field '" + k + "' (fields: n, p, m, user, group, pool, priority, wait, preemptible)");
+        k != "preemptible" && k != "min_p")
+      throw std::invalid_argument("unknown field '" + k + "' (fields: n, p, m, user, group, pool, priority, wait, preemptible, min_p)");
   }
   LeaseRequest r;
   auto field = [&](const char* name) -> const json* { return j.contains(name) ? &j.at(name) : nullptr; };
@@ -136,6 +138,11 @@ LeaseRequest requestFromJson(const json& j) {
     if (!p->is_number() || !(p->get<double>() > 0 && p->get<double>() <= 1))
       throw std::invalid_argument("p must be a number in (0, 1]");
     r.p = p->get<double>();
+  }
+  if (auto mp = field("min_p")) {  // elastic: any offered fraction from min_p to p
+    if (!mp->is_number() || !(mp->get<double>() > 0 && mp->get<double>() <= r.p))
+      throw std::invalid_argument("min_p must be a number in (0, p]");
+    r.min_p = mp->get<double>();
   }
   if (auto m = field("m")) {
     if (m->is_number_unsigned()) r.m = m->get<uint64_t>();

@@ -300,7 +300,7 @@ Policy parsePolicy(const std::string& toml_text) {
       std::string where = "pools." + std::string(k.str());
       const toml::table* t = v.as_table();
       if (!t) fail(where + " must be a table");
-      checkKeys(*t, {"servers", "fractions", "isolation", "placement"}, where);
+      checkKeys(*t, {"servers", "fractions", "isolation", "placement", "elastic_after"}, where);
       Pool pool;
       pool.name = std::string(k.str());
       if (auto s = t->get("servers")) {
@@ -327,6 +327,10 @@ Policy parsePolicy(const std::string& toml_text) {
       if (auto pl = t->get("placement")) pool.placement = text(*pl, where + ".placement");
       if (pool.placement != "pack" && pool.placement != "spread")
         fail(where + ".placement must be pack or spread (not '" + pool.placement + "')");
+      if (auto e = t->get("elastic_after")) {
+        if (e->value<std::string>() == "never") pool.elastic_after.reset();
+        else pool.elastic_after = duration(*e, where + ".elastic_after");
+      }
       p.pools.push_back(std::move(pool));
     }
     if (p.pools.empty()) fail("[pools] must define at least one pool");

@@ -24,6 +24,9 @@ struct Pool {
   std::vector<double> fractions{1.0, 0.5, 0.25};
   std::string isolation = "process";  // exclusive | process | spatial
   std::string placement = "pack";     // pack (fill a GPU before the next) | spread
+  // Elastic requests (--min-fraction): how long one waits for its whole fraction before it takes a smaller
+  // one this pool offers (0: at once); absent ("never"): always the whole fraction.
+  std::optional<std::chrono::milliseconds> elastic_after{std::chrono::milliseconds(0)};
 };
 
 struct Quota {

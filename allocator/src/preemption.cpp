@@ -1,9 +1,9 @@
 // Preemption (issue 14): a queued request within its queue's guarantee that does not fit takes borrowed
 // capacity back. Leases that hold their queue beyond its guarantee are chosen, the lowest priority and the
 // most recently granted first, never a non-preemptible one, never so many that a queue falls below its own
-// guarantee, and only until what they hold covers what the request asks. Each gets notice (preempt_at_ms,
-// which the launcher reads with its heartbeats) and keeps its share for the policy's grace period; then it
-// ends, and the same tick grants the request. A notice is withdrawn when the request stops waiting first.
+// guarantee, and only until what they hold covers what the request asks beyond what is free now. Each gets
+// notice (preempt_at_ms, which the launcher reads with its long polls) and keeps its share for the policy's
+// grace period; then it ends, and the same tick grants the request. A notice is withdrawn when the request stops waiting first.
 #include <algorithm>
 #include <map>
 
@@ -27,7 +27,8 @@ bool Scheduler::withinGuarantee(const Lease& l) const {
 }
 
 int Scheduler::preemptFor(const Lease& l, int64_t now) {
-  double need = l.req.n * l.req.p, noticed = 0;
+  // What already fits now is not taken from anyone.
+  double need = (l.req.n - freeSlots(l.req)) * l.req.p, noticed = 0;
   int leases = 0;
   struct Candidate {
     Lease* lease;
@@ -45,6 +46,10 @@ int Scheduler::preemptFor(const Lease& l, int64_t now) {
     int q = fair_.queueOf(policy_, v.req.user, v.req.chargedGroups());
     if (v.req.preemptible && fair_.borrowed(q) > kEps) candidates.push_back({&v, q, heldGpus(v)});
   }
+  // Leases already revoked for it whose servers still drain them: their room is on its way.
+  for (const auto& [server, shares] : draining_)
+    for (const auto& d : shares)
+      if (auto it = leases_.find(d.lease); it != leases_.end() && it->second.preempted_for == l.id) noticed += d.fraction;
   if (noticed + kEps >= need) return leases;  // enough has notice already
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     if (a.lease->priority != b.lease->priority) return a.lease->priority < b.lease->priority;

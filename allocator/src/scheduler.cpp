@@ -73,9 +73,10 @@ std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
            (per_gpu > 1 ? " (" + std::to_string(gpus * per_gpu) + " shares of " + formatNumber(r.p) + ")" : "");
   if (r.m > largest)
     return "asks for " + formatSize(r.m) + " per GPU; the largest GPU in pool '" + pool->name + "' has " + formatSize(largest);
-  double gpu_total = r.n * r.p;
-  // Without m, each share takes p of its GPU's memory: count the largest GPU's (the most it can be).
-  uint64_t mem_total = (r.m ? r.m : static_cast<uint64_t>(r.p * static_cast<double>(largest))) * static_cast<uint64_t>(r.n);
+  const double least = r.min_p > 0 ? r.min_p : r.p;  // an elastic request may take less than p
+  double gpu_total = r.n * least;
+  // Without m, each share takes its fraction of its GPU's memory: count the largest GPU's (the most it can be).
+  uint64_t mem_total = (r.m ? r.m : static_cast<uint64_t>(least * static_cast<double>(largest))) * static_cast<uint64_t>(r.n);
   std::vector<std::tuple<std::string, const std::map<std::string, Quota>*, const char*>> holders{{r.user, &policy_.user_quotas, "user"}};
   for (const auto& g : r.chargedGroups()) holders.emplace_back(g, &policy_.group_quotas, "group");
   for (const auto& [who, map, kind] : holders) {
@@ -101,7 +102,10 @@ uint64_t Scheduler::largestGpu(const std::string& pool) const {
   return largest;
 }
 
-std::optional<std::string> Scheduler::quotaBlocks(const Lease& l) const {
+std::optional<std::string> Scheduler::quotaBlocks(const Lease& l, double p) const {
+  if (p <= 0) p = l.req.p;
+  const double gpus_asked = l.req.n * p;
+  const uint64_t asks = asksMemory(l.req, p);
   std::vector<std::tuple<std::string, const std::map<std::string, Quota>*, const char*, bool>> holders{
       {l.req.user, &policy_.user_quotas, "user", true}};
   for (const auto& g : l.req.chargedGroups()) holders.emplace_back(g, &policy_.group_quotas, "group", false);
@@ -112,20 +116,22 @@ std::optional<std::string> Scheduler::quotaBlocks(const Lease& l) const {
     auto held = uses.find(who);
     double gpus = held == uses.end() ? 0 : held->second.gpus;
     uint64_t mem = held == uses.end() ? 0 : held->second.memory;
-    if (q->second.gpus && gpus + l.req.n * l.req.p > *q->second.gpus + kEps)
+    if (q->second.gpus && gpus + gpus_asked > *q->second.gpus + kEps)
       return std::string("quota: ") + kind + " '" + who + "' holds " + formatNumber(gpus) + " of " +
              formatNumber(*q->second.gpus) + " GPUs";
-    uint64_t asks = asksMemory(l.req);
     if (q->second.memory && mem + asks * static_cast<uint64_t>(l.req.n) > *q->second.memory)
       return std::string("quota: ") + kind + " '" + who + "' holds " + formatSize(mem) + " of " +
              formatSize(*q->second.memory) + " of GPU memory";
   }
   int queue = fair_.queueOf(policy_, l.req.user, l.req.chargedGroups());
-  return fair_.limitBlocks(queue, l.req.n * l.req.p, asksMemory(l.req) * static_cast<uint64_t>(l.req.n));
+  if (fair_.active() && !l.req.preemptible && fair_.beyondGuarantee(queue, gpus_asked) > 0)
+    return std::string("quota: a non-preemptible request is granted only within its queue's guarantee (") +
+           (queue < 0 ? "user '" + l.req.user + "' is in no queue" : "this would take its queue beyond it") + ")";
+  return fair_.limitBlocks(queue, gpus_asked, asks * static_cast<uint64_t>(l.req.n));
 }
 
-uint64_t Scheduler::asksMemory(const LeaseRequest& r) const {
-  return r.m ? r.m : static_cast<uint64_t>(r.p * static_cast<double>(largestGpu(r.pool)));
+uint64_t Scheduler::asksMemory(const LeaseRequest& r, double p) const {
+  return r.m ? r.m : static_cast<uint64_t>((p > 0 ? p : r.p) * static_cast<double>(largestGpu(r.pool)));
 }
 
 // How many shares of `fraction` and `memory` the GPU has room for now, at most `n`.
@@ -133,6 +139,18 @@ static int sharesThatFit(const Gpu& g, double fraction, uint64_t memory, int n) 
   int by_fraction = sharesOfFraction(g.used_fraction, fraction, n);
   int by_memory = memory == 0 ? n : static_cast<int>(std::min<uint64_t>((g.memory - std::min(g.memory, g.used_memory)) / memory, n));
   return std::max(0, std::min({by_fraction, by_memory, n}));
+}
+
+int Scheduler::freeSlots(const LeaseRequest& r) const {
+  const Pool* pool = policy_.pool(r.pool);
+  int slots = 0;
+  for (const auto& [name, s] : servers_) {
+    const Pool* sp = policy_.poolOfServer(name);
+    if (!pool || !sp || sp->name != pool->name || !s.up || s.drain || !serving_.count(name)) continue;
+    for (const auto& g : s.gpus)
+      slots += sharesThatFit(g, r.p, r.m ? r.m : static_cast<uint64_t>(std::floor(r.p * static_cast<double>(g.memory))), r.n);
+  }
+  return std::min(slots, r.n);
 }
 
 // A gang of n shares on as few servers as it can: first a server that fits all n, else the servers that
@@ -150,8 +168,25 @@ static void onFewestServers(std::vector<Candidate>& fit, int n) {
   });
 }
 
+// An elastic request (min_p) whose whole fraction does not fit takes the largest smaller one its pool
+// offers that fits now, never below min_p, once the pool's elastic_after has passed since it asked.
 bool Scheduler::tryGrant(Lease& l, int64_t now, std::string& why) {
-  if (auto q = quotaBlocks(l)) {
+  if (tryPlace(l, l.req.p, now, why)) return true;
+  const Pool* pool = policy_.pool(l.req.pool);
+  if (l.req.min_p <= 0 || !pool || !pool->elastic_after || now - l.created_ms < pool->elastic_after->count()) return false;
+  std::vector<double> smaller;
+  for (double f : pool->fractions)
+    if (f < l.req.p - kEps && f + kEps >= l.req.min_p) smaller.push_back(f);
+  std::sort(smaller.rbegin(), smaller.rend());
+  for (double f : smaller) {
+    std::string ignored;
+    if (tryPlace(l, f, now, ignored)) return true;
+  }
+  return false;
+}
+
+bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
+  if (auto q = quotaBlocks(l, p)) {
     why = *q;
     return false;
   }
@@ -171,14 +206,14 @@ bool Scheduler::tryGrant(Lease& l, int64_t now, std::string& why) {
     for (auto& g : s.gpus) {
       ++in_pool;
       if (!heard) continue;
-      uint64_t mem = l.req.m ? l.req.m : static_cast<uint64_t>(std::floor(l.req.p * static_cast<double>(g.memory)));
-      int slots = sharesThatFit(g, l.req.p, mem, l.req.n);
+      uint64_t mem = l.req.m ? l.req.m : static_cast<uint64_t>(std::floor(p * static_cast<double>(g.memory)));
+      int slots = sharesThatFit(g, p, mem, l.req.n);
       gpus_fit += slots > 0;
       for (int j = 0; j < slots; ++j) fit.push_back({&s, &g, mem, j});
     }
   }
   if (static_cast<int>(fit.size()) < l.req.n) {
-    why = "waiting for " + std::to_string(l.req.n) + " GPU(s) with " + formatNumber(l.req.p) + " free in pool '" +
+    why = "waiting for " + std::to_string(l.req.n) + " GPU(s) with " + formatNumber(p) + " free in pool '" +
           pool->name + "' (" + std::to_string(gpus_fit) + " of " + std::to_string(in_pool) + " available GPUs fit now)";
     return false;
   }
@@ -195,9 +230,9 @@ bool Scheduler::tryGrant(Lease& l, int64_t now, std::string& why) {
   int64_t expiry = unix_seconds_() + std::chrono::duration_cast<std::chrono::seconds>(policy_.token_ttl).count();
   for (int i = 0; i < l.req.n; ++i) {
     Candidate& c = fit[static_cast<size_t>(i)];
-    c.gpu->used_fraction += l.req.p;
+    c.gpu->used_fraction += p;
     c.gpu->used_memory += c.memory;
-    Share s{c.server->name, c.server->address, c.gpu->uuid, "", c.gpu->index, l.req.p, c.memory};
+    Share s{c.server->name, c.server->address, c.gpu->uuid, "", c.gpu->index, p, c.memory};
     s.token = sign_(l, s, expiry);
     l.shares.push_back(std::move(s));
     touch(*c.server);
@@ -345,6 +380,10 @@ Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id
   }
   if (!(req.p > 0 && req.p <= 1)) {
     d.reason = "p must be a fraction in (0, 1]";
+    return d;
+  }
+  if (req.min_p < 0 || req.min_p > req.p) {
+    d.reason = "min_p (the least fraction an elastic request takes) must be in (0, p]";
     return d;
   }
   if (req.m > (1ull << 50)) {

@@ -53,7 +53,11 @@ struct LeaseRequest {
   // one, escapes none of them. Set by the allocator from the caller's identity, never from the request.
   std::vector<std::string> member_of;
   int64_t wait_ms = 0;  // how long the client will wait in the queue (0: not at all)
-  bool preemptible = true;  // false: never preempted to give a queue its guarantee back
+  bool preemptible = true;  // false: never preempted to give a queue its guarantee back (and, with queues,
+                            // granted only within the requester's queue's guarantee)
+  // Elastic (gpool run --min-fraction): when p does not fit, any fraction the pool offers down to min_p
+  // (0: not elastic), after the pool's elastic_after. The shares say what was granted.
+  double min_p = 0;
 
   std::vector<std::string> chargedGroups() const;  // `group` and `member_of`, each once
 };
@@ -142,9 +146,12 @@ class Scheduler {
     uint64_t memory;  // 0: fraction × the GPU's memory
   };
   std::optional<std::string> neverFits(const LeaseRequest& r) const;  // why, if it never can
-  std::optional<std::string> quotaBlocks(const Lease& l) const;       // why, if quota blocks it now
+  // Why, if a quota (or a queue's limit) keeps `l` out now, asking `p` of each GPU (default: l.req.p).
+  std::optional<std::string> quotaBlocks(const Lease& l, double p = 0) const;
   uint64_t largestGpu(const std::string& pool) const;                 // memory of the pool's largest GPU
-  bool tryGrant(Lease& l, int64_t now, std::string& why);
+  bool tryGrant(Lease& l, int64_t now, std::string& why);  // l.req.p, else an elastic request's smaller fraction
+  bool tryPlace(Lease& l, double p, int64_t now, std::string& why);  // grants shares of `p` if they fit now
+  int freeSlots(const LeaseRequest& r) const;  // how many of r's n shares fit now, each on its own
   void release(Lease& l);
   // Frees the GPU usage of `server`'s draining shares whose leases it no longer serves; true if any.
   bool settleDraining(const std::string& server);
@@ -186,7 +193,7 @@ class Scheduler {
   std::map<std::string, Use> user_use_, group_use_;  // what granted leases hold, for quotas
   FairShare fair_;                                    // what queues hold, and the grant order among them
   void account(const Lease& l, int sign);             // adds (+1) or removes (-1) a granted lease's shares
-  uint64_t asksMemory(const LeaseRequest& r) const;   // memory per GPU a request counts against quotas
+  uint64_t asksMemory(const LeaseRequest& r, double p = 0) const;  // memory per GPU a request counts against quotas
   // Preemption (preemption.cpp): whether a request stays within its queue's guarantee; notice to enough
   // borrowing leases to make room for `l` (returns how many have notice for it); ending those whose grace
   // ran out (or withdrawing the notice).

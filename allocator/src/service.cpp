@@ -434,9 +434,11 @@ void Service::leaseRoutes(httplib::Server& s) {
     LeaseState was = l->state;
     std::string reason = l->wait_reason;
     int pos = sched_->position(id);
+    int64_t notice = l->preempt_at_ms;
     changed_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] {
       const Lease* x = sched_->lease(id);
-      return stopping_ || !x || x->state != was || sched_->position(id) != pos || x->wait_reason != reason;
+      return stopping_ || !x || x->state != was || sched_->position(id) != pos || x->wait_reason != reason ||
+             x->preempt_at_ms != notice;
     });
     l = sched_->lease(id);
     if (!l) return error(res, 404, "no lease " + id);
@@ -444,6 +446,7 @@ void Service::leaseRoutes(httplib::Server& s) {
     json out = toJson(*l, owner ? LeaseView::kOwner : LeaseView::kPublic);
     out["heartbeat_ms"] = sched_->policy().lease_ttl.count() / 3;
     if (l->state == LeaseState::kQueued) out["position"] = sched_->position(id);
+    if (l->preempt_at_ms) out["preempt_in_ms"] = std::max<int64_t>(0, l->preempt_at_ms - now());
     reply(res, 200, out);
   });
 
@@ -466,7 +469,10 @@ void Service::leaseRoutes(httplib::Server& s) {
     if (!l) return;
     if (!sched_->heartbeatLease(l->id, now()))
       return reply(res, 410, {{"error", "lease " + l->id + " has ended: " + l->end_reason}, {"state", "ended"}});
-    reply(res, 200, {{"state", stateName(l->state)}});
+    json out = {{"state", stateName(l->state)}};
+    if (l->preempt_at_ms)  // notice: the launcher tells the program, which has this long to stop
+      out.update({{"preempt_in_ms", std::max<int64_t>(0, l->preempt_at_ms - now())}, {"preempted_for", l->preempted_for}});
+    reply(res, 200, out);
   });
 
   s.Delete(R"(/v1/leases/([^/]+))", [this, owned](const httplib::Request& req, httplib::Response& res) {

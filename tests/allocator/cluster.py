@@ -275,6 +275,10 @@ class Cluster:
                     GPOOL_TOKEN=share["token"] if token is None else token, LD_LIBRARY_PATH=LIB)
 
     def close(self):
+        if os.environ.get("GPOOL_KEEP_LOGS"):
+            for name in os.listdir(self.dir):
+                if name.endswith(".log"):
+                    shutil.copy(os.path.join(self.dir, name), os.environ["GPOOL_KEEP_LOGS"])
         for p in self.procs:
             if p.poll() is None:
                 try:

@@ -2,35 +2,12 @@
 // limits, and the grant order among them: within guarantee first, then leftover capacity by weight.
 #include <gtest/gtest.h>
 
-#include "policy.h"
-#include "scheduler.h"
+#include "scheduler_fixtures.h"
 
 using namespace gpool::allocator;
+using namespace gpool::allocator::fixtures;
 
 namespace {
-
-constexpr uint64_t kGiB = 1ull << 30;
-
-Server server(const std::string& name, int gpus) {
-  Server s;
-  s.name = name;
-  s.address = "10.0.0.1:7420";
-  for (int i = 0; i < gpus; ++i) s.gpus.push_back(Gpu{i, "GPU-" + name + std::to_string(i), "H100", 80 * kGiB, 132});
-  return s;
-}
-
-Scheduler make(const std::string& toml) {
-  return Scheduler(parsePolicy(toml), [](const Lease& l, const Share&, int64_t) { return "tok-" + l.id; }, [] { return int64_t{1000}; });
-}
-
-LeaseRequest req(const std::string& user, double p = 1.0, int n = 1) {
-  LeaseRequest r;
-  r.user = user;
-  r.p = p;
-  r.n = n;
-  r.wait_ms = -1;
-  return r;
-}
 
 double held(const Scheduler& s, const std::string& user) {
   double gpus = 0;
@@ -216,28 +193,83 @@ TEST(Preemption, ExactlyEnoughBorrowedLeasesGetNoticeThenGoAndTheRequestIsGrante
   EXPECT_EQ(s.lease("V3")->state, LeaseState::kEnded);
   EXPECT_NE(s.lease("V3")->end_reason.find("preempted: queue 'speech' took back its guarantee"), std::string::npos);
   EXPECT_EQ(s.lease("S0")->state, LeaseState::kGranted);  // in the same tick
+  EXPECT_EQ(preempting(s), 0);  // the first revocation did not make it give notice to a third lease
   EXPECT_EQ(s.lease("V0")->state, LeaseState::kGranted);  // vision keeps its guarantee and one more
   EXPECT_EQ(s.lease("V2")->state, LeaseState::kGranted);
 }
 
 TEST(Preemption, ANonPreemptibleLeaseIsNeverTouched) {
-  Scheduler s = make(kPreempt);
+  std::string policy = kPreempt;
+  policy.replace(policy.find("guarantee = { gpus = 1 }"), 24, "guarantee = { gpus = 2 }");
+  Scheduler s = make(policy);
   s.registerServer(server("a", 3), 0);
   auto fixed = req("ann");
   fixed.preemptible = false;
+  fixed.priority = "low";  // the first to go, were it preemptible
   ASSERT_EQ(s.request(fixed, 0, "V0").kind, Decision::kGranted);
-  ASSERT_EQ(s.request(req("ann"), 1, "V1").kind, Decision::kGranted);
-  ASSERT_EQ(s.request(fixed, 2, "V2").kind, Decision::kGranted);  // the most recent, but not to be taken back
+  ASSERT_EQ(s.request(fixed, 1, "V1").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(req("ann"), 2, "V2").kind, Decision::kGranted);
   ASSERT_EQ(s.request(req("bob"), 3, "S0").kind, Decision::kQueued);
   EXPECT_EQ(preempting(s), 1);
-  EXPECT_NE(s.lease("V1")->preempt_at_ms, 0);  // the one preemptible lease goes, though granted earlier
+  EXPECT_NE(s.lease("V2")->preempt_at_ms, 0);  // the one preemptible lease goes
   ASSERT_EQ(s.request(req("bob"), 4, "S1").kind, Decision::kQueued);
-  EXPECT_EQ(preempting(s), 1);  // what is left of vision beyond its guarantee is not preemptible
+  EXPECT_EQ(preempting(s), 1);  // nothing else of vision may be taken
   s.tick(20000);
   EXPECT_EQ(s.lease("V0")->state, LeaseState::kGranted);
-  EXPECT_EQ(s.lease("V2")->state, LeaseState::kGranted);
+  EXPECT_EQ(s.lease("V1")->state, LeaseState::kGranted);
   EXPECT_EQ(s.lease("S0")->state, LeaseState::kGranted);
   EXPECT_EQ(s.lease("S1")->state, LeaseState::kQueued);
+}
+
+// Otherwise a queue could borrow for good by marking its work non-preemptible.
+TEST(Preemption, ANonPreemptibleRequestStaysWithinItsQueuesGuarantee) {
+  Scheduler s = make(kPreempt);
+  s.registerServer(server("a", 4), 0);
+  auto fixed = req("ann");
+  fixed.preemptible = false;
+  ASSERT_EQ(s.request(fixed, 0, "V0").kind, Decision::kGranted);  // vision's guarantee is 1 GPU
+  auto d = s.request(fixed, 1, "V1");
+  ASSERT_EQ(d.kind, Decision::kQueued);
+  EXPECT_NE(d.reason.find("non-preemptible request is granted only within its queue's guarantee"), std::string::npos) << d.reason;
+  EXPECT_EQ(s.request(req("ann"), 2, "V2").kind, Decision::kGranted);  // a preemptible one borrows
+  auto outsider = req("zoe");
+  outsider.preemptible = false;
+  d = s.request(outsider, 3, "Z0");
+  ASSERT_EQ(d.kind, Decision::kQueued);
+  EXPECT_NE(d.reason.find("user 'zoe' is in no queue"), std::string::npos) << d.reason;
+}
+
+TEST(Preemption, WhatIsFreeIsNotTakenFromAnyone) {
+  Scheduler s = make(kPreempt);
+  s.registerServer(server("a", 4), 0);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(s.request(req("ann"), i, "V" + std::to_string(i)).kind, Decision::kGranted);
+  auto d = s.request(req("bob", 1.0, 2), 3, "S0");  // one GPU is free: one more is needed
+  ASSERT_EQ(d.kind, Decision::kQueued);
+  EXPECT_EQ(preempting(s), 1);
+  s.tick(10003);
+  EXPECT_EQ(s.lease("S0")->state, LeaseState::kGranted);
+  EXPECT_EQ(s.lease("V1")->state, LeaseState::kGranted);
+}
+
+// A revoked lease's share counts on its GPU until its server says the worker is gone: meanwhile the
+// request it was revoked for must not take more borrowed leases for the same room.
+TEST(Preemption, RoomThatIsStillDrainingIsNotTakenTwice) {
+  Scheduler s = make(kPreempt);
+  s.registerServer(server("a", 4), 0);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(s.request(req("ann"), i, "V" + std::to_string(i)).kind, Decision::kGranted);
+  std::vector<std::string> revoked;
+  ASSERT_TRUE(s.heartbeatServer("a", 5, {"V0", "V1", "V2", "V3"}, revoked));  // it runs workers for all four
+  ASSERT_EQ(s.request(req("bob", 1.0, 2), 6, "S0").kind, Decision::kQueued);
+  EXPECT_EQ(preempting(s), 2);
+  s.tick(10006);  // V2 and V3 are revoked; their workers still run
+  EXPECT_EQ(s.lease("V3")->state, LeaseState::kEnded);
+  EXPECT_EQ(s.lease("S0")->state, LeaseState::kQueued);
+  s.tick(10007);
+  EXPECT_EQ(preempting(s), 0);  // V1 borrows too, but its room is not needed
+  ASSERT_TRUE(s.heartbeatServer("a", 10008, {"V0", "V1"}, revoked));
+  s.tick(10009);
+  EXPECT_EQ(s.lease("S0")->state, LeaseState::kGranted);
+  EXPECT_EQ(s.lease("V1")->state, LeaseState::kGranted);
 }
 
 TEST(Preemption, NoticeIsWithdrawnWhenTheRequestNoLongerWaits) {

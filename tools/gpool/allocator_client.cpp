@@ -46,7 +46,7 @@ bool waitFor(int fd, short events) {
 
 }  // namespace
 
-AllocatorClient::AllocatorClient(std::string url, const std::string& ca_file) : url_(std::move(url)) {
+AllocatorClient::AllocatorClient(std::string url, const std::string& ca_file) : url_(std::move(url)), ca_file_(ca_file) {
   if (url_.empty())
     throw std::invalid_argument("no allocator: set GPOOL_ALLOCATOR=http(s)://HOST:PORT or unix:PATH (or pass --allocator)");
   if (url_.rfind("unix:", 0) == 0) {
@@ -56,6 +56,15 @@ AllocatorClient::AllocatorClient(std::string url, const std::string& ca_file) : 
     return;
   }
   http_ = token::allocatorClient(url_, ca_file, kTimeoutMs / 1000);
+}
+
+std::unique_ptr<AllocatorClient> AllocatorClient::another() const {
+  auto c = std::make_unique<AllocatorClient>(url_, ca_file_);
+  c->admin_key = admin_key;
+  c->service_key = service_key;
+  c->munge_socket = munge_socket;
+  c->lease_key = lease_key;
+  return c;
 }
 
 bool AllocatorClient::proofHeaders(const std::string& method, const std::string& path, const std::string& body, Proof proof,

@@ -33,13 +33,16 @@ class AllocatorClient {
   std::pair<int, std::string> call(const std::string& method, const std::string& path, Proof proof,
                                    const std::string& body = "", const char* type = "application/json");
   const std::string& url() const { return url_; }
+  // A second client with the same allocator and proofs, for a thread of its own (one client's connection
+  // serves one request at a time).
+  std::unique_ptr<AllocatorClient> another() const;
 
  private:
   bool proofHeaders(const std::string& method, const std::string& path, const std::string& body, Proof proof,
                     httplib::Headers& h, std::string& why);
   std::pair<int, std::string> overUnixSocket(const std::string& method, const std::string& path, const httplib::Headers& h,
                                              const std::string& body, const char* type);
-  std::string url_, socket_path_;
+  std::string url_, ca_file_, socket_path_;
   std::unique_ptr<httplib::Client> http_;
 };
 

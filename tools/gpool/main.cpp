@@ -1,31 +1,23 @@
-// gpool: the command users and admins type. `gpool run` leases GPUs from gpool-allocator, waits (with
-// back-off) while they are short, runs a command with gpool's client library and the lease in its
-// environment, heartbeats, forwards signals, and releases the lease however the command ends.
-// `gpool status` shows servers, GPUs, leases and the queue; `gpool admin` changes policies and drains.
+// gpool: the command users and admins type. `gpool run` and `gpool lease` (launcher.h) lease GPUs from
+// gpool-allocator and run a command on them; `gpool status` shows servers, GPUs, leases, queues and the
+// wait queue; `gpool admin` changes policies and queues, drains servers, manages keys.
 #include <CLI/CLI.hpp>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <mutex>
-#include <random>
 #include <sstream>
-#include <thread>
 
 #include "allocator_client.h"
+#include "cli_common.h"
+#include "launcher.h"
 #include "gpool/printable.h"
 #include "lease_token.h"
 #include "signed_request.h"
@@ -36,215 +28,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Exit statuses of gpool itself (the command's own status is passed through otherwise).
-constexpr int kExitUsage = 2, kExitRefused = 3, kExitWaitRanOut = 4, kExitAllocator = 5;
-
-[[noreturn]] void die(int code, const std::string& msg) {
-  std::fprintf(stderr, "gpool: %s\n", msg.c_str());
-  std::exit(code);
-}
-
 using gpool::cli::AllocatorClient;
+using gpool::cli::die;
+using gpool::cli::env;
+using gpool::cli::kExitAllocator;
+using gpool::cli::kExitUsage;
+using gpool::cli::must;
 using gpool::cli::Proof;
-
-// The answer as JSON; dies with the allocator's message on an error.
-json must(AllocatorClient& a, const std::string& method, const std::string& path, Proof proof, const std::string& body = "") {
-  auto [status, text] = a.call(method, path, proof, body);
-  if (status == 0) die(kExitAllocator, text);
-  json j = json::parse(text, nullptr, false);
-  if (status >= 400) die(kExitAllocator, j.is_object() && j.contains("error") ? j["error"].get<std::string>() : text);
-  if (j.is_discarded()) die(kExitAllocator, "unexpected answer from the allocator: " + text.substr(0, 200));
-  return j;
-}
-
-std::string env(const char* name, const std::string& fallback = "") {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
-
-std::string fmtDuration(double s) {
-  std::ostringstream o;
-  if (s < 120) o << static_cast<int>(s) << "s";
-  else o << static_cast<int>(s / 60) << "m" << static_cast<int>(s) % 60 << "s";
-  return o.str();
-}
-
-// gpool's client library directory: GPOOL_LIB_DIR, else beside this program (installed: bin/../lib/gpool;
-// build tree: tools/gpool/../../lib/gpool).
-std::string clientLibDir() {
-  if (auto d = env("GPOOL_LIB_DIR"); !d.empty()) return d;
-  std::error_code ec;
-  fs::path self = fs::read_symlink("/proc/self/exe", ec).parent_path();
-  for (fs::path c : {self / ".." / "lib" / "gpool", self / ".." / ".." / "lib" / "gpool"})
-    if (fs::exists(c / "libcuda.so.1", ec)) return fs::canonical(c, ec).string();
-  die(kExitUsage, "cannot find gpool's client library (libcuda.so.1) beside " + self.string() + "; set GPOOL_LIB_DIR");
-}
-
-std::atomic<pid_t> g_child{0};
-// Signals sent to gpool (kill, a job scheduler) go on to the command. One the terminal sent (Ctrl-C) has
-// reached the command already, as they share the process group: not sent twice.
-void forward(int sig, siginfo_t* info, void*) {
-  if (info && info->si_code == SI_KERNEL) return;
-  if (pid_t c = g_child.load()) ::kill(c, sig);
-}
-
-// --- gpool run ---------------------------------------------------------------------------------------
-// Requests a lease and waits for it (queue progress on stderr); dies with a clear message on refusal,
-// when --wait runs out, or when the allocator stays unreachable past it.
-json acquire(AllocatorClient& a, const json& request, double wait_s) {
-  auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  std::mt19937 rng(std::random_device{}());
-  // Submit, retrying with back-off while the allocator cannot be reached.
-  json lease;
-  for (double delay = 0.2;; delay = std::min(delay * 2, 5.0)) {
-    auto [status, text] = a.call("POST", "/v1/leases", Proof::kIdentity, request.dump());
-    if (status == 0) {
-      if (wait_s >= 0 && elapsed() > wait_s) die(kExitAllocator, text);
-      double d = delay * std::uniform_real_distribution<double>(0.8, 1.2)(rng);
-      std::fprintf(stderr, "gpool: %s; retrying in %.1fs\n", text.c_str(), d);
-      std::this_thread::sleep_for(std::chrono::duration<double>(d));
-      continue;
-    }
-    lease = json::parse(text, nullptr, false);
-    if (status == 409 || status == 422 || status == 400 || status == 401 || status == 403) {
-      std::string why = lease.is_object() ? lease.value("error", text) : text;
-      die(kExitRefused, "refused: " + why);
-    }
-    if (status != 201 && status != 202) die(kExitAllocator, "unexpected answer " + std::to_string(status) + ": " + text);
-    break;
-  }
-  std::string id = lease.at("id");
-  a.lease_key = lease.value("lease_key", "");
-  // Queued: long-poll (each poll is also a heartbeat); the back-off spaces the polls when nothing changes.
-  std::string last_note;
-  double last_print = -100, delay = 0.1;
-  while (lease.at("state") == "queued") {
-    std::string note = lease.value("waiting_for", std::string("waiting for capacity")) + "; position " +
-                       std::to_string(lease.value("position", 0)) + " in the queue";
-    if (note != last_note || elapsed() - last_print >= 30) {
-      std::fprintf(stderr, "gpool: %s (waited %s)\n", note.c_str(), fmtDuration(elapsed()).c_str());
-      last_note = note;
-      last_print = elapsed();
-    }
-    if (wait_s >= 0 && elapsed() > wait_s) {
-      a.call("DELETE", "/v1/leases/" + id, Proof::kLease);
-      die(kExitWaitRanOut, "gave up after --wait " + fmtDuration(wait_s) + ": " + note);
-    }
-    int wait_ms = static_cast<int>(delay * 1000 * std::uniform_real_distribution<double>(0.8, 1.2)(rng));
-    auto [status, text] = a.call("GET", "/v1/leases/" + id + "?wait_ms=" + std::to_string(wait_ms), Proof::kLease);
-    if (status == 0) {
-      std::fprintf(stderr, "gpool: %s; retrying\n", text.c_str());
-      std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
-    } else if (status != 200) {
-      die(kExitAllocator, "lost lease request " + id + ": " + text);
-    } else {
-      lease = json::parse(text);
-    }
-    delay = std::min(delay * 2, 2.0);
-  }
-  if (lease.at("state") != "granted") die(kExitWaitRanOut, "lease request ended: " + lease.value("end_reason", std::string("?")));
-
-  if (elapsed() > 1) std::fprintf(stderr, "gpool: granted after %s\n", fmtDuration(elapsed()).c_str());
-  return lease;
-}
-
-// Heartbeats a granted lease on a thread until stopped; says so once if the allocator ended it.
-class Heartbeat {
- public:
-  Heartbeat(AllocatorClient& a, std::string id, int every_ms) : a_(a), id_(std::move(id)), every_ms_(std::max(100, every_ms)) {
-    thread_ = std::thread([this] { loop(); });
-  }
-  ~Heartbeat() {
-    {
-      std::lock_guard lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  void loop() {
-    std::unique_lock lock(mu_);
-    bool told = false;
-    while (!cv_.wait_for(lock, std::chrono::milliseconds(every_ms_), [&] { return done_; })) {
-      lock.unlock();
-      auto [status, text] = a_.call("POST", "/v1/leases/" + id_ + "/heartbeat", Proof::kLease);
-      if (status == 410 && !told) {
-        json j = json::parse(text, nullptr, false);
-        std::fprintf(stderr, "gpool: %s\n", j.is_object() ? j.value("error", text).c_str() : text.c_str());
-        told = true;
-      } else if (status == 0) {
-        std::fprintf(stderr, "gpool: heartbeat: %s\n", text.c_str());
-      }
-      lock.lock();
-    }
-  }
-  AllocatorClient& a_;
-  std::string id_;
-  int every_ms_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
-
-// The environment a program needs to use a lease through gpool's client library: every share in
-// GPOOL_SHARES ("ADDRESS DEVICE TOKEN", comma-separated; devices 0..N-1 in this order), and the first one
-// also as GPOOL_SERVER/GPOOL_DEVICE/GPOOL_TOKEN.
-std::vector<std::pair<std::string, std::string>> leaseEnv(const json& lease) {
-  const json& share = lease.at("shares").at(0);
-  std::string shares;
-  for (const auto& s : lease.at("shares"))
-    shares += (shares.empty() ? "" : ",") + s.at("address").get<std::string>() + " " + std::to_string(s.at("device").get<int>()) +
-              " " + s.at("token").get<std::string>();
-  return {{"GPOOL_SERVER", share.at("address")}, {"GPOOL_DEVICE", std::to_string(share.at("device").get<int>())},
-          {"GPOOL_TOKEN", share.at("token")}, {"GPOOL_LEASE", lease.at("id")}, {"GPOOL_SHARES", shares}};
-}
-
-int run(AllocatorClient& a, const json& request, double wait_s, std::vector<std::string> command) {
-  json lease = acquire(a, request, wait_s);
-  std::string id = lease.at("id");
-  std::string where;
-  for (const auto& sh : lease.at("shares"))
-    where += (where.empty() ? "" : ", ") + sh.at("server").get<std::string>() + ":" + std::to_string(sh.at("device").get<int>()) +
-             " (" + sh.at("address").get<std::string>() + ")";
-  std::fprintf(stderr, "gpool: lease %s: %zu x %g GPU on %s\n", id.c_str(), lease.at("shares").size(),
-               lease.at("shares").at(0).at("fraction").get<double>(), where.c_str());
-
-  auto beat = std::make_unique<Heartbeat>(a, id, lease.value("heartbeat_ms", 5000));
-
-  struct sigaction sa {};
-  sa.sa_sigaction = forward;
-  sa.sa_flags = SA_SIGINFO;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGINT, SIGQUIT}) sigaction(sig, &sa, nullptr);
-
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    for (int sig : {SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGINT, SIGQUIT}) signal(sig, SIG_DFL);
-    std::string lib = clientLibDir(), ld = env("LD_LIBRARY_PATH");
-    setenv("LD_LIBRARY_PATH", (lib + (ld.empty() ? "" : ":" + ld)).c_str(), 1);
-    for (const auto& [k, v] : leaseEnv(lease)) setenv(k.c_str(), v.c_str(), 1);
-    unsetenv("GPOOL_ALLOCATOR");  // the lease is already held: the library must not ask for another
-    std::vector<char*> argv;
-    for (auto& c : command) argv.push_back(c.data());
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    std::fprintf(stderr, "gpool: cannot run %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
-  }
-  g_child = pid;
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  beat.reset();
-  auto [st, text] = a.call("DELETE", "/v1/leases/" + id, Proof::kLease);
-  if (st != 200) std::fprintf(stderr, "gpool: releasing lease %s: %s\n", id.c_str(), text.c_str());
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return WEXITSTATUS(status);
-}
 
 // --- gpool status --------------------------------------------------------------------------------------
 std::string gib(uint64_t b) {
@@ -366,7 +156,8 @@ int main(int argc, char** argv) {
                "it until standard input closes, then release it. gpool's client library runs this when a program "
                "starts with GPOOL_ALLOCATOR set and no lease.");
   int n = 1;
-  double p = 1.0;
+  double p = 1.0, min_fraction = 0;
+  bool requeue = false, non_preemptible = false;
   std::string m, wait = "1h", pool = "default", priority, user, group;
   std::vector<std::string> command;
   for (CLI::App* sub : {run_cmd, lease_cmd}) {
@@ -383,7 +174,18 @@ int main(int argc, char** argv) {
     sub->add_option("--priority", priority, "priority class (default: the policy's default; the policy says who may use which)");
     sub->add_option("--group", group, "one of your groups to charge the lease to (quotas; default: your primary group)");
     sub->add_option("--user", user, "request the lease for another user (admins only; default: you)");
+    sub->add_option("--min-fraction", min_fraction,
+                    "elastic: when -p is not free, take any smaller fraction the pool offers down to this one (the "
+                    "program reads what it got from GPOOL_FRACTION and cuMemGetInfo)")
+        ->check(CLI::Range(0.0, 1.0));
+    sub->add_flag("--non-preemptible", non_preemptible,
+                  "never preempt this lease to give a queue its guarantee back (it is then granted only within your "
+                  "queue's guarantee)");
   }
+  run_cmd->add_flag("--requeue", requeue,
+                    "when the command is preempted (SIGTERM, then the policy's grace period), wait for GPUs again and "
+                    "rerun it (GPOOL_RESTARTS counts the runs before, GPOOL_LAST_EXIT is the last one's status); "
+                    "without it gpool exits with status 75");
   run_cmd->add_option("command", command, "the command and its arguments, after --")->required();
 
   auto* status_cmd = app.add_subcommand("status", "servers, GPUs, shares, leases and the queue");
@@ -453,6 +255,11 @@ int main(int argc, char** argv) {
     if (!user.empty()) req["user"] = user;
     if (!group.empty()) req["group"] = group;
     if (!priority.empty()) req["priority"] = priority;
+    if (min_fraction > 0) {
+      if (min_fraction > p) die(kExitUsage, "--min-fraction must not be more than -p (" + gpool::allocator::formatNumber(p) + ")");
+      req["min_p"] = min_fraction;
+    }
+    if (non_preemptible) req["preemptible"] = false;
     if (!m.empty()) {
       try {
         req["m"] = gpool::allocator::parseSize(m);
@@ -469,20 +276,8 @@ int main(int argc, char** argv) {
       }
     }
     req["wait"] = wait_s;
-    if (*run_cmd) return run(a, req, wait_s, command);
-    json lease = acquire(a, req, wait_s);
-    json out = json::object();
-    for (const auto& [k, v] : leaseEnv(lease)) out[k] = v;
-    std::printf("%s\n", out.dump().c_str());
-    std::fflush(stdout);
-    {
-      Heartbeat beat(a, lease.at("id"), lease.value("heartbeat_ms", 5000));
-      char buf[256];
-      while (::read(0, buf, sizeof buf) > 0) {  // until the process it holds the lease for is gone
-      }
-    }
-    a.call("DELETE", "/v1/leases/" + lease.at("id").get<std::string>(), Proof::kLease);
-    return 0;
+    if (*run_cmd) return gpool::cli::run(a, {req, wait_s, requeue, command});
+    return gpool::cli::holdLease(a, req, wait_s);
   }
   if (*status_cmd) return status(a, as_json);
   if (*whoami) {

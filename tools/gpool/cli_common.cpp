@@ -1,0 +1,35 @@
+#include "cli_common.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace gpool::cli {
+
+void die(int code, const std::string& msg) {
+  std::fprintf(stderr, "gpool: %s\n", msg.c_str());
+  std::exit(code);
+}
+
+std::string env(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+std::string fmtDuration(double s) {
+  std::ostringstream o;
+  if (s < 120) o << static_cast<int>(s) << "s";
+  else o << static_cast<int>(s / 60) << "m" << static_cast<int>(s) % 60 << "s";
+  return o.str();
+}
+
+nlohmann::json must(AllocatorClient& a, const std::string& method, const std::string& path, Proof proof, const std::string& body) {
+  auto [status, text] = a.call(method, path, proof, body);
+  if (status == 0) die(kExitAllocator, text);
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (status >= 400) die(kExitAllocator, j.is_object() && j.contains("error") ? j["error"].get<std::string>() : text);
+  if (j.is_discarded()) die(kExitAllocator, "unexpected answer from the allocator: " + text.substr(0, 200));
+  return j;
+}
+
+}  // namespace gpool::cli

@@ -1,0 +1,26 @@
+// What every part of the gpool command shares: its own exit statuses, dying with a message, reading the
+// environment, and the allocator's answers as JSON.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "allocator_client.h"
+
+namespace gpool::cli {
+
+// Exit statuses of gpool itself (the command's own status is passed through otherwise).
+constexpr int kExitUsage = 2, kExitRefused = 3, kExitWaitRanOut = 4, kExitAllocator = 5;
+// The command was preempted (its GPUs went to a queue's guarantee) and --requeue was not given:
+// EX_TEMPFAIL of sysexits.h, "try again later".
+constexpr int kExitPreempted = 75;
+
+[[noreturn]] void die(int code, const std::string& msg);
+std::string env(const char* name, const std::string& fallback = "");
+std::string fmtDuration(double seconds);  // "42s", "3m07s"
+// The answer as JSON; dies with the allocator's message on an error.
+nlohmann::json must(AllocatorClient& a, const std::string& method, const std::string& path, Proof proof,
+                    const std::string& body = "");
+
+}  // namespace gpool::cli

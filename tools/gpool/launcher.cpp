@@ -1,0 +1,283 @@
+#include "launcher.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "cli_common.h"
+#include "lease_watch.h"
+
+namespace gpool::cli {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// gpool's client library directory: GPOOL_LIB_DIR, else beside this program (installed: bin/../lib/gpool;
+// build tree: tools/gpool/../../lib/gpool).
+std::string clientLibDir() {
+  if (auto d = env("GPOOL_LIB_DIR"); !d.empty()) return d;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  for (fs::path c : {self / ".." / "lib" / "gpool", self / ".." / ".." / "lib" / "gpool"})
+    if (fs::exists(c / "libcuda.so.1", ec)) return fs::canonical(c, ec).string();
+  die(kExitUsage, "cannot find gpool's client library (libcuda.so.1) beside " + self.string() + "; set GPOOL_LIB_DIR");
+}
+
+std::atomic<pid_t> g_child{0};
+// Signals sent to gpool (kill, a job scheduler) go on to the command. One the terminal sent (Ctrl-C) has
+// reached the command already, as they share the process group: not sent twice.
+void forward(int sig, siginfo_t* info, void*) {
+  if (info && info->si_code == SI_KERNEL) return;
+  if (pid_t c = g_child.load()) ::kill(c, sig);
+}
+constexpr int kForwarded[] = {SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGINT, SIGQUIT};
+
+// Requests a lease and waits for it (queue progress on stderr); dies with a clear message on refusal,
+// when --wait runs out, or when the allocator stays unreachable past it.
+json acquire(AllocatorClient& a, const json& request, double wait_s) {
+  auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  std::mt19937 rng(std::random_device{}());
+  // Submit, retrying with back-off while the allocator cannot be reached.
+  json lease;
+  for (double delay = 0.2;; delay = std::min(delay * 2, 5.0)) {
+    auto [status, text] = a.call("POST", "/v1/leases", Proof::kIdentity, request.dump());
+    if (status == 0) {
+      if (wait_s >= 0 && elapsed() > wait_s) die(kExitAllocator, text);
+      double d = delay * std::uniform_real_distribution<double>(0.8, 1.2)(rng);
+      std::fprintf(stderr, "gpool: %s; retrying in %.1fs\n", text.c_str(), d);
+      std::this_thread::sleep_for(std::chrono::duration<double>(d));
+      continue;
+    }
+    lease = json::parse(text, nullptr, false);
+    if (status == 409 || status == 422 || status == 400 || status == 401 || status == 403) {
+      std::string why = lease.is_object() ? lease.value("error", text) : text;
+      die(kExitRefused, "refused: " + why);
+    }
+    if (status != 201 && status != 202) die(kExitAllocator, "unexpected answer " + std::to_string(status) + ": " + text);
+    break;
+  }
+  std::string id = lease.at("id");
+  a.lease_key = lease.value("lease_key", "");
+  // Queued: long-poll (each poll is also a heartbeat); the back-off spaces the polls when nothing changes.
+  std::string last_note;
+  double last_print = -100, delay = 0.1;
+  while (lease.at("state") == "queued") {
+    std::string note = lease.value("waiting_for", std::string("waiting for capacity")) + "; position " +
+                       std::to_string(lease.value("position", 0)) + " in the queue";
+    if (note != last_note || elapsed() - last_print >= 30) {
+      std::fprintf(stderr, "gpool: %s (waited %s)\n", note.c_str(), fmtDuration(elapsed()).c_str());
+      last_note = note;
+      last_print = elapsed();
+    }
+    if (wait_s >= 0 && elapsed() > wait_s) {
+      a.call("DELETE", "/v1/leases/" + id, Proof::kLease);
+      die(kExitWaitRanOut, "gave up after --wait " + fmtDuration(wait_s) + ": " + note);
+    }
+    int wait_ms = static_cast<int>(delay * 1000 * std::uniform_real_distribution<double>(0.8, 1.2)(rng));
+    auto [status, text] = a.call("GET", "/v1/leases/" + id + "?wait_ms=" + std::to_string(wait_ms), Proof::kLease);
+    if (status == 0) {
+      std::fprintf(stderr, "gpool: %s; retrying\n", text.c_str());
+      std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+    } else if (status != 200) {
+      die(kExitAllocator, "lost lease request " + id + ": " + text);
+    } else {
+      lease = json::parse(text);
+    }
+    delay = std::min(delay * 2, 2.0);
+  }
+  if (lease.at("state") != "granted") die(kExitWaitRanOut, "lease request ended: " + lease.value("end_reason", std::string("?")));
+
+  if (elapsed() > 1) std::fprintf(stderr, "gpool: granted after %s\n", fmtDuration(elapsed()).c_str());
+  return lease;
+}
+
+// The environment a program needs to use a lease through gpool's client library: every share in
+// GPOOL_SHARES ("ADDRESS DEVICE TOKEN", comma-separated; devices 0..N-1 in this order), the first one also
+// as GPOOL_SERVER/GPOOL_DEVICE/GPOOL_TOKEN, and what each share is (GPOOL_FRACTION, GPOOL_MEMORY in bytes:
+// an elastic request learns here what it got).
+std::vector<std::pair<std::string, std::string>> leaseEnv(const json& lease) {
+  const json& share = lease.at("shares").at(0);
+  std::string shares;
+  for (const auto& s : lease.at("shares"))
+    shares += (shares.empty() ? "" : ",") + s.at("address").get<std::string>() + " " + std::to_string(s.at("device").get<int>()) +
+              " " + s.at("token").get<std::string>();
+  std::ostringstream fraction;
+  fraction << share.at("fraction").get<double>();
+  return {{"GPOOL_SERVER", share.at("address")}, {"GPOOL_DEVICE", std::to_string(share.at("device").get<int>())},
+          {"GPOOL_TOKEN", share.at("token")}, {"GPOOL_LEASE", lease.at("id")}, {"GPOOL_SHARES", shares},
+          {"GPOOL_FRACTION", fraction.str()}, {"GPOOL_MEMORY", std::to_string(share.at("memory").get<uint64_t>())}};
+}
+
+void describe(const json& lease, const json& request) {
+  std::string where;
+  for (const auto& sh : lease.at("shares"))
+    where += (where.empty() ? "" : ", ") + sh.at("server").get<std::string>() + ":" + std::to_string(sh.at("device").get<int>()) +
+             " (" + sh.at("address").get<std::string>() + ")";
+  double got = lease.at("shares").at(0).at("fraction").get<double>(), asked = request.value("p", 1.0);
+  std::ostringstream elastic;
+  if (got + 1e-9 < asked) elastic << " (elastic: asked for " << asked << ", took what was free)";
+  std::fprintf(stderr, "gpool: lease %s: %zu x %g GPU on %s%s\n", lease.at("id").get<std::string>().c_str(), lease.at("shares").size(),
+               got, where.c_str(), elastic.str().c_str());
+}
+
+// A private directory for the run's preemption file, removed however gpool exits.
+std::string g_run_dir;
+const std::string& runDir() {
+  if (g_run_dir.empty()) {
+    std::string tmpl = env("TMPDIR", "/tmp") + "/gpool-run.XXXXXX";
+    if (!::mkdtemp(tmpl.data())) die(kExitUsage, "cannot make a directory in " + env("TMPDIR", "/tmp") + ": " + std::strerror(errno));
+    g_run_dir = tmpl;
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(g_run_dir, ec);
+    });
+  }
+  return g_run_dir;
+}
+
+// How a run passes preemption notice on: the file GPOOL_PREEMPT_FILE names appears (one line of JSON: the
+// lease, the request it makes room for, the seconds left and the deadline in unix seconds), then the
+// command gets SIGTERM. When the allocator revokes the shares at the end of the grace period, the command
+// gets SIGKILL: its GPUs are gone.
+class Notice {
+ public:
+  explicit Notice(std::string file) : file_(std::move(file)) {}
+  const std::string& file() const { return file_; }
+  bool given() const { return given_; }
+  void reset() {
+    given_ = false;
+    ::unlink(file_.c_str());
+  }
+  LeaseWatch::Events events(const std::string& lease) {
+    return {[this, lease](int64_t in_ms, const std::string& for_request) { give(lease, in_ms, for_request); },
+            [this, lease] {
+              ::unlink(file_.c_str());
+              std::fprintf(stderr, "gpool: lease %s: preemption notice withdrawn (the request it made room for stopped waiting)\n",
+                           lease.c_str());
+            },
+            [this, lease](const std::string& reason) {
+              pid_t c = g_child.load();
+              if (!c) return;  // released after the command ended
+              std::fprintf(stderr, "gpool: lease %s ended: %s\n", lease.c_str(), reason.c_str());
+              if (given_) {
+                std::fprintf(stderr, "gpool: its GPUs are revoked: stopping the command (SIGKILL)\n");
+                ::kill(c, SIGKILL);
+              }
+            }};
+  }
+
+ private:
+  void give(const std::string& lease, int64_t in_ms, const std::string& for_request) {
+    double grace = static_cast<double>(in_ms) / 1000;
+    auto deadline = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() + grace;
+    json j = {{"lease", lease}, {"for", for_request}, {"grace_s", grace}, {"deadline_unix", deadline}};
+    std::string tmp = file_ + ".tmp";
+    std::ofstream(tmp) << j.dump() << "\n";
+    std::rename(tmp.c_str(), file_.c_str());
+    given_ = true;
+    std::fprintf(stderr, "gpool: lease %s is being preempted for request %s: SIGTERM to the command; its GPUs are revoked in %.1fs\n",
+                 lease.c_str(), for_request.c_str(), grace);
+    if (pid_t c = g_child.load()) ::kill(c, SIGTERM);
+  }
+  std::string file_;
+  std::atomic<bool> given_{false};
+};
+
+// Runs the command once on a granted lease; its exit status (128 + the signal when a signal ended it).
+int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string>& command, Notice& notice, int restarts,
+            int last_exit) {
+  std::string id = lease.at("id");
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    for (int sig : kForwarded) signal(sig, SIG_DFL);
+    std::string lib = clientLibDir(), ld = env("LD_LIBRARY_PATH");
+    setenv("LD_LIBRARY_PATH", (lib + (ld.empty() ? "" : ":" + ld)).c_str(), 1);
+    for (const auto& [k, v] : leaseEnv(lease)) setenv(k.c_str(), v.c_str(), 1);
+    setenv("GPOOL_PREEMPT_FILE", notice.file().c_str(), 1);
+    setenv("GPOOL_RESTARTS", std::to_string(restarts).c_str(), 1);
+    if (restarts > 0) setenv("GPOOL_LAST_EXIT", std::to_string(last_exit).c_str(), 1);
+    unsetenv("GPOOL_ALLOCATOR");  // the lease is already held: the library must not ask for another
+    std::vector<char*> argv;
+    for (const auto& c : command) argv.push_back(const_cast<char*>(c.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::fprintf(stderr, "gpool: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  g_child = pid;
+  auto watch = std::make_unique<LeaseWatch>(a.another(), id, lease.value("heartbeat_ms", 5000), notice.events(id));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = 0;
+  auto [st, text] = a.call("DELETE", "/v1/leases/" + id, Proof::kLease);  // ends the watch's long poll too
+  if (st != 200 && !notice.given()) std::fprintf(stderr, "gpool: releasing lease %s: %s\n", id.c_str(), text.c_str());
+  watch.reset();
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+}  // namespace
+
+int run(AllocatorClient& a, const RunOptions& o) {
+  struct sigaction sa {};
+  sa.sa_sigaction = forward;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : kForwarded) sigaction(sig, &sa, nullptr);
+  Notice notice(runDir() + "/preempted");
+  int last_exit = 0;
+  for (int restarts = 0;; ++restarts) {
+    json lease = acquire(a, o.request, o.wait_s);
+    describe(lease, o.request);
+    int status = runOnce(a, lease, o.command, notice, restarts, last_exit);
+    if (!notice.given()) return status;
+    if (!o.requeue) {
+      std::fprintf(stderr, "gpool: the command was preempted (it exited with status %d); gpool exits with %d. "
+                           "With --requeue, gpool would have run it again once granted\n", status, kExitPreempted);
+      return kExitPreempted;
+    }
+    std::fprintf(stderr, "gpool: the command was preempted (it exited with status %d): requeued, restart %d\n", status, restarts + 1);
+    last_exit = status;
+    notice.reset();
+  }
+}
+
+int holdLease(AllocatorClient& a, const json& request, double wait_s) {
+  json lease = acquire(a, request, wait_s);
+  std::string id = lease.at("id");
+  json out = json::object();
+  for (const auto& [k, v] : leaseEnv(lease)) out[k] = v;
+  std::printf("%s\n", out.dump().c_str());
+  std::fflush(stdout);
+  LeaseWatch::Events events;
+  events.notice = [id](int64_t in_ms, const std::string& for_request) {
+    std::fprintf(stderr, "gpool: lease %s is being preempted for request %s: its GPUs are revoked in %.1fs\n", id.c_str(),
+                 for_request.c_str(), static_cast<double>(in_ms) / 1000);
+  };
+  events.ended = [id](const std::string& reason) { std::fprintf(stderr, "gpool: lease %s ended: %s\n", id.c_str(), reason.c_str()); };
+  auto watch = std::make_unique<LeaseWatch>(a.another(), id, lease.value("heartbeat_ms", 5000), events);
+  char buf[256];
+  while (::read(0, buf, sizeof buf) > 0) {  // until the process it holds the lease for is gone
+  }
+  a.call("DELETE", "/v1/leases/" + id, Proof::kLease);
+  watch.reset();
+  return 0;
+}
+
+}  // namespace gpool::cli

@@ -1,0 +1,48 @@
+// Keeps a granted lease alive and watches it, on a thread with a client of its own: heartbeats when they
+// are due and, between them, a long poll on the lease, so preemption notice reaches the launcher within
+// moments of the allocator giving it. Reports notice, its withdrawal, and the lease's end.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "allocator_client.h"
+
+namespace gpool::cli {
+
+class LeaseWatch {
+ public:
+  struct Events {
+    // The lease is being preempted: its shares are revoked in `in_ms`, for request `for_request`.
+    std::function<void(int64_t in_ms, const std::string& for_request)> notice;
+    std::function<void()> withdrawn;                        // the notice was withdrawn
+    std::function<void(const std::string& reason)> ended;  // the allocator ended the lease
+  };
+  LeaseWatch(std::unique_ptr<AllocatorClient> client, std::string id, int heartbeat_ms, Events events);
+  // Stops watching. Release the lease first: that ends a long poll at once.
+  ~LeaseWatch();
+  LeaseWatch(const LeaseWatch&) = delete;
+  LeaseWatch& operator=(const LeaseWatch&) = delete;
+
+ private:
+  void loop();
+  bool see(int status, const std::string& text);  // reads an answer; false once the lease has ended
+  bool pause(int ms);                              // sleeps unless stopped; false when stopped
+
+  std::unique_ptr<AllocatorClient> a_;
+  std::string id_;
+  int every_ms_;
+  Events events_;
+  bool noticed_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+}  // namespace gpool::cli
