@@ -357,3 +357,30 @@ Policy parsePolicy(const std::string& toml_text) {
 }
 
 }  // namespace gpool::allocator
+
+namespace gpool::allocator {
+
+std::string withQueue(const std::string& source, const std::string& name, const std::string* changes) {
+  toml::table root, change;
+  try {
+    root = toml::parse(source);
+    if (changes) change = toml::parse(*changes);
+  } catch (const toml::parse_error& e) {
+    fail(std::string(changes ? "the queue's settings" : "the policy") + " are not TOML: " + std::string(e.description()));
+  }
+  if (!root["queues"].as_table()) root.insert_or_assign("queues", toml::table{});
+  toml::table& queues = *root["queues"].as_table();
+  if (!changes) {
+    if (!queues.contains(name)) fail("there is no queue '" + name + "'");
+    queues.erase(name);
+  } else {
+    if (!queues[name].as_table()) queues.insert_or_assign(name, toml::table{});
+    toml::table& q = *queues[name].as_table();
+    for (const auto& [k, v] : change) q.insert_or_assign(k, v);
+  }
+  std::ostringstream out;
+  out << root;
+  return out.str();
+}
+
+}  // namespace gpool::allocator

@@ -81,6 +81,10 @@ struct Policy {
 
 // Parses and checks a policy; throws PolicyError naming the problem.
 Policy parsePolicy(const std::string& toml_text);
+// The policy text `source` with queue `name` changed at run time (gpool admin queue): the keys of the
+// TOML table `changes` set on it (the queue is made when new), or, with no changes, the queue removed.
+// Throws PolicyError; parse the result to check it. Comments in `source` are not kept.
+std::string withQueue(const std::string& source, const std::string& name, const std::string* changes);
 // "15s", "500ms", "2m", "1h" → milliseconds; "80GiB", "512MiB", "1e9", "4096" → bytes. Throw on junk.
 std::chrono::milliseconds parseDuration(const std::string& text);
 uint64_t parseSize(const std::string& text);

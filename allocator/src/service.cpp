@@ -527,6 +527,31 @@ void Service::adminRoutes(httplib::Server& s) {
     reply(res, 200, {{"pools", sched_->policy().pools.size()}});
   });
 
+  // Queues changed at run time (gpool admin queue): PUT sets the keys of a TOML table on queue NAME (made
+  // when new), DELETE removes it. The policy in force is rewritten, checked like any other, and applied.
+  auto changeQueue = [this](const httplib::Request& req, httplib::Response& res, bool remove) {
+    auto who = admin(req, res);
+    if (!who) return;
+    std::string name = req.matches[1];
+    std::lock_guard lock(mu_);
+    const auto& queues = sched_->policy().queues;
+    if (remove && std::none_of(queues.begin(), queues.end(), [&](const Queue& q) { return q.name == name; }))
+      return error(res, 404, "there is no queue '" + name + "'");
+    Policy p;
+    try {
+      p = parsePolicy(withQueue(sched_->policy().source, name, remove ? nullptr : &req.body));
+    } catch (const PolicyError& e) {
+      return error(res, 400, e.what());
+    }
+    std::string text = p.source;
+    sched_->setPolicy(std::move(p), now());
+    persist(&text);
+    spdlog::info("queue {} {} by {}", gpool::printable(name), remove ? "removed" : "changed", gpool::printable(who->who.user));
+    reply(res, 200, {{"queue", name}, {"removed", remove}, {"queues", queuesJson()}});
+  };
+  s.Put(R"(/v1/queues/([^/]+))", [changeQueue](const httplib::Request& req, httplib::Response& res) { changeQueue(req, res, false); });
+  s.Delete(R"(/v1/queues/([^/]+))", [changeQueue](const httplib::Request& req, httplib::Response& res) { changeQueue(req, res, true); });
+
   // Enrolling a server: the public key its requests are verified with (PEM text).
   s.Put(R"(/v1/servers/([^/]+)/key)", [this](const httplib::Request& req, httplib::Response& res) {
     auto who = admin(req, res);

@@ -204,6 +204,43 @@ class FairShareFlow(unittest.TestCase):
         self.assertGreater(ratio, 2.4, held)  # weights 3 : 1
         self.assertLess(ratio, 3.6, held)
         print(f"speech/vision held over the run: {ratio:.2f} (weights 3/1)", file=sys.stderr)
+    def test_admins_change_queues_at_run_time(self):
+        c = self.make(servers=2)
+
+        def admin(*args):
+            p = c.gpool("admin", "queue", *args)
+            out, err = p.communicate(timeout=10)
+            return p.returncode, out, err
+
+        rc, out, err = admin("set", "research", "--guarantee", "0.5", "--weight", "2", "--member", "carol", "--member", "@lab")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("queue research set", out)
+        row = [ln.split() for ln in out.splitlines() if ln.startswith("research")]
+        self.assertEqual(row, [["research", "0.5", "-", "2", "0", "0", "0"]], out)
+        rc, out, err = admin("set", "research", "--weight", "5")  # the other settings stay
+        q = {q["name"]: q for q in c.status()["queues"]}["research"]
+        self.assertEqual((q["guarantee_gpus"], q["weight"]), (0.5, 5))
+        self.assertIn("members = [ 'carol', '@lab' ]", c.http("GET", "/v1/policy")[1])  # the policy in force says so
+        _, lease = c.http("POST", "/v1/leases", {"user": "carol", "p": 1.0})
+        q = {q["name"]: q for q in c.status()["queues"]}["research"]
+        self.assertEqual((q["held_gpus"], q["borrowed_gpus"]), (1, 0.5))  # charged to it at once
+        rc, _, err = admin("set", "team", "--parent", "nowhere")
+        self.assertEqual(rc, 5, err)
+        self.assertIn("queues.team.parent 'nowhere' is not a queue", err)
+        rc, _, err = admin("set", "bad", "--guarantee", "2", "--limit", "1")
+        self.assertIn("exceeds the limit", err)
+        rc, out, err = admin("delete", "research")
+        self.assertEqual(rc, 0, err)
+        self.assertNotIn("research", [q["name"] for q in c.status()["queues"]])
+        rc, _, err = admin("delete", "research")
+        self.assertEqual(rc, 5)
+        self.assertIn("there is no queue 'research'", err)
+        p = c.gpool("admin", "queue", "set", "x", "--weight", "2", user="ann", env={"GPOOL_KEY_FILE": ""})  # not an admin
+        _, err = p.communicate(timeout=10)
+        self.assertEqual(p.returncode, 5, err)
+        self.assertIn("admin", err)
+        self.assertNotIn("x", [q["name"] for q in c.status()["queues"]])
+
 
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0]] + sys.argv[2:], verbosity=2)

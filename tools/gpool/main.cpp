@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "allocator_client.h"
@@ -44,6 +45,46 @@ std::string gib(uint64_t b) {
   return o.str();
 }
 
+// The QUEUE table: each queue's guarantee, limit, weight, what it holds, borrows, and its waiting requests.
+void printQueues(const json& queues) {
+  auto show = [](const json& v) { return gpool::printable(v.get<std::string>()); };
+  auto gpus = [](const json& v) { return v.is_null() ? std::string("-") : gpool::allocator::formatNumber(v.get<double>()); };
+  std::printf("%-20s %-14s %10s %8s %6s %8s %8s %7s\n", "QUEUE", "PARENT", "GUARANTEE", "LIMIT", "WEIGHT", "HOLDS", "BORROWS", "WAITING");
+  for (const auto& q : queues)
+    std::printf("%-20s %-14s %10s %8s %6s %8s %8s %7d\n", show(q["name"]).c_str(), show(q["parent"]).c_str(),
+                gpus(q["guarantee_gpus"]).c_str(), gpus(q["limit_gpus"]).c_str(), gpus(q["weight"]).c_str(),
+                gpus(q["held_gpus"]).c_str(), gpus(q["borrowed_gpus"]).c_str(), q["waiting"].get<int>());
+}
+
+// gpool admin queue set: the settings given, as the TOML keys of a [queues.NAME] table (strings quoted
+// as JSON writes them, which TOML reads alike).
+struct QueueFlags {
+  std::string name, parent, guarantee_memory, limit_memory;
+  std::optional<double> guarantee, limit, weight;
+  std::vector<std::string> members;
+
+  std::string toml() const {
+    auto quoted = [](const std::string& v) { return json(v).dump(); };
+    auto quota = [&](const std::optional<double>& gpus, const std::string& memory) {
+      std::string parts;
+      if (gpus) parts += "gpus = " + json(*gpus).dump();
+      if (!memory.empty()) parts += (parts.empty() ? "" : ", ") + std::string("memory = ") + quoted(memory);
+      return "{ " + parts + " }";
+    };
+    std::string out;
+    if (!parent.empty()) out += "parent = " + quoted(parent) + "\n";
+    if (guarantee || !guarantee_memory.empty()) out += "guarantee = " + quota(guarantee, guarantee_memory) + "\n";
+    if (limit || !limit_memory.empty()) out += "limit = " + quota(limit, limit_memory) + "\n";
+    if (weight) out += "weight = " + json(*weight).dump() + "\n";
+    if (!members.empty()) {
+      std::string list;
+      for (const auto& m : members) list += (list.empty() ? "" : ", ") + quoted(m);
+      out += "members = [" + list + "]\n";
+    }
+    return out;
+  }
+};
+
 int status(AllocatorClient& a, bool as_json) {
   json s = must(a, "GET", "/v1/status", Proof::kNone);
   if (as_json) {
@@ -72,13 +113,8 @@ int status(AllocatorClient& a, bool as_json) {
     std::printf("%-26s %-10s %s\n", show(l["id"]).c_str(), show(l["request"]["user"]).c_str(), shares.c_str());
   }
   if (s.contains("queues") && !s["queues"].empty()) {  // guaranteed shares (the policy's [queues])
-    std::printf("\n%-20s %-14s %10s %8s %6s %8s %8s %7s\n", "QUEUE", "PARENT", "GUARANTEE", "LIMIT", "WEIGHT", "HOLDS", "BORROWS", "WAITING");
-    for (const auto& q : s["queues"]) {
-      auto gpus = [](const json& v) { return v.is_null() ? std::string("-") : gpool::allocator::formatNumber(v.get<double>()); };
-      std::printf("%-20s %-14s %10s %8s %6s %8s %8s %7d\n", show(q["name"]).c_str(), show(q["parent"]).c_str(),
-                  gpus(q["guarantee_gpus"]).c_str(), gpus(q["limit_gpus"]).c_str(), gpus(q["weight"]).c_str(),
-                  gpus(q["held_gpus"]).c_str(), gpus(q["borrowed_gpus"]).c_str(), q["waiting"].get<int>());
-    }
+    std::printf("\n");
+    printQueues(s["queues"]);
   }
   std::printf("\n%-4s %-26s %-10s %-14s %s\n", "POS", "REQUEST", "USER", "ASKS", "WAITING FOR");
   for (const auto& q : s["queue"]) {
@@ -231,6 +267,22 @@ int main(int argc, char** argv) {
     c->add_option("-g,--group", account_groups, "a group it belongs to (repeat; the first is charged for its leases)");
     c->add_option("-o,--output", key_out, "write the key to FILE (mode 0600) instead of printing it");
   }
+  auto* queues = admin->add_subcommand("queue", "change the policy's queues at run time (guarantees, limits, weights, members; "
+                                               "see docs/admin.md); the policy in force is rewritten without its comments");
+  queues->require_subcommand(1);
+  QueueFlags qf;
+  auto* queue_set = queues->add_subcommand("set", "create queue NAME, or change the settings given (the others stay)");
+  queue_set->add_option("name", qf.name, "queue name")->required();
+  queue_set->add_option("--parent", qf.parent, "the queue it is part of");
+  queue_set->add_option("--guarantee", qf.guarantee, "GPUs guaranteed (a sum of fractions)");
+  queue_set->add_option("--guarantee-memory", qf.guarantee_memory, "GPU memory guaranteed, e.g. 160GiB");
+  queue_set->add_option("--limit", qf.limit, "the most GPUs it may hold, borrowing included");
+  queue_set->add_option("--limit-memory", qf.limit_memory, "the most GPU memory it may hold");
+  queue_set->add_option("--weight", qf.weight, "its share of idle capacity beyond guarantees, relative to other queues");
+  queue_set->add_option("--member", qf.members, "a user, or @group, whose requests it takes (repeat; replaces the members)");
+  queues->add_subcommand("delete", "remove queue NAME (its members' requests then belong to no queue)")
+      ->add_option("name", qf.name, "queue name")
+      ->required();
   accounts->add_subcommand("delete", "delete NAME: its key stops working")->add_option("name", account, "service account name")->required();
   accounts->add_subcommand("list", "list service accounts and their groups (never their keys)");
 
@@ -312,6 +364,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*accounts) return serviceAccount(a, *accounts, account, account_groups, key_out);
+  if (*queues) {
+    bool remove = queues->got_subcommand("delete");
+    json r = remove ? must(a, "DELETE", "/v1/queues/" + qf.name, Proof::kIdentity)
+                    : must(a, "PUT", "/v1/queues/" + qf.name, Proof::kIdentity, qf.toml());
+    std::printf("queue %s %s\n", qf.name.c_str(), remove ? "removed" : "set");
+    printQueues(r["queues"]);
+    return 0;
+  }
   if (*servers) {
     if (*enroll) {
       must(a, "PUT", "/v1/servers/" + server + "/key", Proof::kIdentity, readFile(server_pub));
