@@ -26,8 +26,8 @@ int main(int argc, char** argv) {
   CLI::App app{"gpool_bench_allocator: load for gpool-allocator (see bench/allocator.sh)"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later flags override the script's
   std::string url = "http://127.0.0.1:7430", key_file;
-  int servers = 125, gpus = 8, threads = 4, rate = 1000, seconds = 10;
-  double hold_s = 1.0;
+  int servers = 125, gpus = 8, threads = 4, rate = 1000, seconds = 10, queues = 0;
+  double hold_s = 1.0, wait_s = 0;
   app.add_option("--allocator", url)->capture_default_str();
   app.add_option("--key-file", key_file, "the allocator's admin key (to enroll the simulated servers and their accounts)")->required();
   app.add_option("--servers", servers)->capture_default_str();
@@ -36,6 +36,11 @@ int main(int argc, char** argv) {
   app.add_option("--rate", rate, "lease requests per second, all threads together")->capture_default_str();
   app.add_option("--seconds", seconds, "measured duration")->capture_default_str();
   app.add_option("--hold", hold_s, "seconds a granted lease is held before its release")->capture_default_str();
+  app.add_option("--queues", queues, "queues with guarantees (0: none): q0 is guaranteed half the GPUs, the others 40% "
+                                     "together; weights 1, 2, ...; users spread evenly over them, so q0 takes back what "
+                                     "the others borrow (preemption grace 1 s)")
+      ->capture_default_str();
+  app.add_option("--wait", wait_s, "seconds a request waits in the queue (0: refused when nothing fits)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   std::string key = gpool::token::loadKey(key_file, false);
 
@@ -87,6 +92,23 @@ int main(int argc, char** argv) {
       user_keys.push_back(json::parse(r->body)["key"].get<std::string>());
     }
   }
+  if (queues > 0) {  // guarantees, borrowing and preemption (issue 14)
+    std::string policy = "[settings]\npreemption_grace = \"1s\"\nlease_ttl = \"5s\"\n";
+    for (int q = 0; q < queues; ++q) {
+      std::string members;
+      for (int u = q; u < 50; u += queues) members += (members.empty() ? "\"u" : ", \"u") + std::to_string(u) + "\"";
+      double share = queues == 1 ? 0.9 : q == 0 ? 0.5 : 0.4 / (queues - 1);  // q0 asks less than its guarantee
+      policy += "[queues.q" + std::to_string(q) + "]\nguarantee = { gpus = " + std::to_string(share * servers * gpus) +
+                " }\nweight = " + std::to_string(q + 1) + "\nmembers = [" + members + "]\n";
+    }
+    httplib::Client c(url);
+    httplib::Headers h;
+    for (auto& [name, value] : gpool::token::signRequest(key, "PUT", "/v1/policy", policy)) h.emplace(name, value);
+    if (auto r = c.Put("/v1/policy", h, policy, "application/toml"); !r || r->status != 200) {
+      std::fprintf(stderr, "setting the queues failed: %s\n", r ? r->body.c_str() : httplib::to_string(r.error()).c_str());
+      return 1;
+    }
+  }
   std::atomic<bool> stop{false};
   std::thread heartbeats([&] {  // every server, every second
     httplib::Client c(url);
@@ -125,7 +147,7 @@ int main(int argc, char** argv) {
           held.pop_front();
         }
         std::this_thread::sleep_until(next);
-        json req = {{"p", fractions[rng() % 3]}, {"n", 1 + (rng() % 8 == 0)}, {"wait", 0}};
+        json req = {{"p", fractions[rng() % 3]}, {"n", 1 + (rng() % 8 == 0)}, {"wait", wait_s}};
         httplib::Headers as_user{{"Authorization", "Bearer " + user_keys[rng() % user_keys.size()]}};
         auto sent = Clock::now();
         auto r = c.Post("/v1/leases", as_user, req.dump(), "application/json");
@@ -166,7 +188,9 @@ int main(int argc, char** argv) {
     std::printf("--- allocator's own grant-or-queue decision histogram (includes the database write) ---\n");
     std::istringstream in(m->body);
     for (std::string line; std::getline(in, line);)
-      if (line.rfind("gpool_grant_decision", 0) == 0) std::printf("%s\n", line.c_str());
+      if (line.rfind("gpool_grant_decision", 0) == 0 || line.rfind("gpool_leases_preempted_total", 0) == 0 ||
+          line.rfind("gpool_lease_requests_total", 0) == 0)
+        std::printf("%s\n", line.c_str());
   }
   return errors ? 1 : 0;
 }

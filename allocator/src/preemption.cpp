@@ -22,7 +22,7 @@ double heldGpus(const Lease& l) {
 }  // namespace
 
 bool Scheduler::withinGuarantee(const Lease& l) const {
-  int q = fair_.queueOf(policy_, l.req.user, l.req.chargedGroups());
+  int q = l.queue;
   return q >= 0 && fair_.beyondGuarantee(q, l.req.n * l.req.p) == 0;
 }
 
@@ -36,14 +36,14 @@ int Scheduler::preemptFor(const Lease& l, int64_t now) {
     double gpus;
   };
   std::vector<Candidate> candidates;
-  for (const auto& id : live_) {
-    Lease& v = leases_.at(id);
+  for (const auto& [id, lp] : live_) {
+    Lease& v = *lp;
     if (v.state != LeaseState::kGranted || v.req.pool != l.req.pool) continue;
     if (v.preempt_at_ms) {
       if (v.preempted_for == l.id) noticed += heldGpus(v), ++leases;
       continue;
     }
-    int q = fair_.queueOf(policy_, v.req.user, v.req.chargedGroups());
+    int q = v.queue;
     if (v.req.preemptible && fair_.borrowed(q) > kEps) candidates.push_back({&v, q, heldGpus(v)});
   }
   // Leases already revoked for it whose servers still drain them: their room is on its way.
@@ -72,8 +72,8 @@ int Scheduler::preemptFor(const Lease& l, int64_t now) {
 
 void Scheduler::revokePreempted(int64_t now) {
   std::vector<std::string> due;
-  for (const auto& id : live_) {
-    Lease& v = leases_.at(id);
+  for (const auto& [id, lp] : live_) {
+    Lease& v = *lp;
     if (v.state != LeaseState::kGranted || !v.preempt_at_ms) continue;
     const Lease* waiting = lease(v.preempted_for);
     if (!waiting || waiting->state != LeaseState::kQueued) {  // it no longer needs the room: notice withdrawn
@@ -87,6 +87,7 @@ void Scheduler::revokePreempted(int64_t now) {
   for (const auto& id : due) {
     const Lease& waiting = *lease(leases_.at(id).preempted_for);
     const Queue* q = policy_.queueOf(waiting.req.user, waiting.req.chargedGroups());
+    ++preempted_;
     end(id, "preempted: queue '" + (q ? q->name : std::string("?")) + "' took back its guarantee (for request " + waiting.id + ")", now);
   }
 }

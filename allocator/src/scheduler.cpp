@@ -123,7 +123,7 @@ std::optional<std::string> Scheduler::quotaBlocks(const Lease& l, double p) cons
       return std::string("quota: ") + kind + " '" + who + "' holds " + formatSize(mem) + " of " +
              formatSize(*q->second.memory) + " of GPU memory";
   }
-  int queue = fair_.queueOf(policy_, l.req.user, l.req.chargedGroups());
+  const int queue = l.queue;
   if (fair_.active() && !l.req.preemptible && fair_.beyondGuarantee(queue, gpus_asked) > 0)
     return std::string("quota: a non-preemptible request is granted only within its queue's guarantee (") +
            (queue < 0 ? "user '" + l.req.user + "' is in no queue" : "this would take its queue beyond it") + ")";
@@ -256,8 +256,7 @@ void Scheduler::account(const Lease& l, int sign) {
       u->gpus = std::max(0.0, u->gpus + sign * s.fraction);
       u->memory = sign > 0 ? u->memory + s.memory : u->memory - std::min(u->memory, s.memory);
     }
-  int queue = fair_.queueOf(policy_, l.req.user, l.req.chargedGroups());
-  for (const auto& s : l.shares) fair_.charge(queue, s.fraction, s.memory, sign);
+  for (const auto& s : l.shares) fair_.charge(l.queue, s.fraction, s.memory, sign);
 }
 
 // Counts a share on its GPU of `s` (a grant, a restored lease, a share found still running there).
@@ -306,7 +305,15 @@ bool Scheduler::settleDraining(const std::string& server) {
 
 std::vector<const Lease*> Scheduler::queue() const {
   std::vector<const Lease*> q;
-  for (const auto& entry : queue_) q.push_back(&leases_.at(std::get<2>(entry)));
+  q.reserve(queue_.size());
+  for (const auto& entry : queue_) q.push_back(std::get<2>(entry));
+  return q;
+}
+
+std::vector<Lease*> Scheduler::waiting() {
+  std::vector<Lease*> q;
+  q.reserve(queue_.size());
+  for (const auto& entry : queue_) q.push_back(std::get<2>(entry));
   return q;
 }
 
@@ -314,7 +321,8 @@ int Scheduler::position(const std::string& id) const {
   const Lease* l = lease(id);
   if (!l || l->state != LeaseState::kQueued) return 0;
   int pos = 0;
-  for (const Lease* q : queue()) {
+  for (const auto& entry : queue_) {  // up to it only, without a copy: asked for every queued answer
+    const Lease* q = std::get<2>(entry);
     if (q->req.pool != l->req.pool) continue;
     ++pos;
     if (q == l) return pos;
@@ -324,39 +332,44 @@ int Scheduler::position(const std::string& id) const {
 
 // Grant order among queues: within guarantee first (by priority, then arrival), then the queue least
 // beyond its guarantee for its weight. Without queues, queue() is the order.
-void Scheduler::fairOrder(std::vector<const Lease*>& order, size_t from) const {
+void Scheduler::fairOrder(std::vector<Lease*>& order, size_t from) const {
   if (!fair_.active() || from >= order.size()) return;
-  std::vector<std::pair<double, const Lease*>> keyed;
+  std::vector<std::pair<double, Lease*>> keyed;
+  keyed.reserve(order.size() - from);
   for (size_t i = from; i < order.size(); ++i) {
     const LeaseRequest& r = order[i]->req;
-    keyed.emplace_back(fair_.beyondGuarantee(fair_.queueOf(policy_, r.user, r.chargedGroups()), r.n * r.p), order[i]);
+    keyed.emplace_back(fair_.beyondGuarantee(order[i]->queue, r.n * r.p), order[i]);
   }
   std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (size_t i = 0; i < keyed.size(); ++i) order[from + i] = keyed[i].second;
 }
 
-void Scheduler::schedule(int64_t now) {
-  std::set<std::string> held;  // pools whose queue head waits for capacity
-  std::vector<const Lease*> order = queue();
+void Scheduler::schedule(int64_t now, bool preempt) {
+  std::map<std::string, std::string> held;  // pools whose queue head waits for capacity → why the rest wait
+  std::vector<Lease*> order = waiting();
   fairOrder(order, 0);
   for (size_t i = 0; i < order.size(); ++i) {
-    Lease& l = leases_.at(order[i]->id);
+    Lease& l = *order[i];
     if (l.req.wait_ms >= 0 && now - l.created_ms > l.req.wait_ms) {
       end(l.id, "the wait ran out (" + std::to_string(l.req.wait_ms / 1000) + " s) while " + l.wait_reason, now);
       continue;
     }
+    if (auto h = held.find(l.req.pool); h != held.end()) {  // the common case with a long queue: kept cheap
+      if (preempt && l.wait_reason != h->second) l.wait_reason = h->second, touch(l);  // (ticks say why)
+      continue;
+    }
     std::string why;
-    if (held.count(l.req.pool)) why = "behind an earlier request in pool '" + l.req.pool + "'";
-    else if (tryGrant(l, now, why)) {
+    if (tryGrant(l, now, why)) {
       fairOrder(order, i + 1);  // the granted queue now holds more
       continue;
     }
-    else if (why.rfind("quota", 0) != 0) {
-      held.insert(l.req.pool);
-      if (fair_.active() && withinGuarantee(l))  // take borrowed capacity back
+    if (why.rfind("quota", 0) != 0) {
+      held.emplace(l.req.pool, "behind an earlier request in pool '" + l.req.pool + "'");
+      if (preempt && fair_.active() && withinGuarantee(l))  // take borrowed capacity back
         if (int n = preemptFor(l, now))
           why += "; within its queue's guarantee, so " + std::to_string(n) + " borrowing lease(s) are being preempted for it";
     }
+    if (!preempt && l.wait_reason.rfind(why, 0) == 0) continue;  // what the last tick added about preemption stays
     if (why != l.wait_reason) {
       l.wait_reason = why;
       touch(l);
@@ -403,24 +416,32 @@ Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id
   l.req = std::move(req);
   l.owner_key_hash = owner_key_hash;
   l.priority = priorityOf(l.req.priority);
+  l.queue = fair_.queueOf(policy_, l.req.user, l.req.chargedGroups());
   l.seq = next_seq_++;
   l.created_ms = l.heartbeat_ms = now;
   Lease& stored = leases_[id] = std::move(l);
-  live_.insert(id);
+  live_.emplace(id, &stored);
   enqueue(stored);
   touch(stored);
-  // Granted now only if nothing of equal or higher priority waits in its pool; with queues, if the fair
-  // order reaches it now (which may also give borrowing leases notice for it).
+  // Granted now only if no request of its pool that quota does not block comes before it: of equal or
+  // higher priority; with queues, earlier in the fair order (fairOrder). Notice for it, where it is within
+  // its queue's guarantee, comes with the next tick.
+  const double mine = fair_.active() ? fair_.beyondGuarantee(stored.queue, stored.req.n * stored.req.p) : 0;
+  auto comesFirst = [&](const Lease& q) {
+    if (!fair_.active()) return q.priority >= stored.priority;
+    double theirs = fair_.beyondGuarantee(q.queue, q.req.n * q.req.p);
+    return theirs < mine || (theirs == mine && q.priority >= stored.priority);
+  };
   bool waiting_ahead = false;
-  std::string why;
-  if (fair_.active()) {
-    schedule(now);
-    why = stored.wait_reason;
-  } else {
-    for (const Lease* q : queue())
-      if (q != &stored && q->req.pool == stored.req.pool && q->priority >= stored.priority && !quotaBlocks(*q)) waiting_ahead = true;
-    if (!waiting_ahead) tryGrant(stored, now, why);
+  for (const auto& entry : queue_) {
+    const Lease& q = *std::get<2>(entry);
+    if (&q != &stored && q.req.pool == stored.req.pool && comesFirst(q) && !quotaBlocks(q)) {
+      waiting_ahead = true;
+      break;
+    }
   }
+  std::string why;
+  if (!waiting_ahead) tryGrant(stored, now, why);
   if (stored.state == LeaseState::kGranted) {
     d.kind = Decision::kGranted;
   } else {
@@ -482,8 +503,8 @@ void Scheduler::registerServer(Server s, int64_t now) {
   for (auto& g : s.gpus) g.used_fraction = 0, g.used_memory = 0;
   serving_[s.name].clear();  // a server (re)starting runs no worker: they end with it
   draining_.erase(s.name);
-  for (const auto& id : live_) {
-    const Lease& l = leases_.at(id);
+  for (const auto& [id, lp] : live_) {
+    const Lease& l = *lp;
     if (l.state != LeaseState::kGranted) continue;
     for (const auto& sh : l.shares)
       if (sh.server == s.name) countOnGpu(s, sh);
@@ -537,8 +558,8 @@ void Scheduler::drainUncounted(const std::string& name, const std::vector<std::s
 
 std::vector<std::string> Scheduler::liveLeasesOn(const std::string& server) const {
   std::vector<std::string> out;
-  for (const std::string& id : live_) {
-    const Lease& l = leases_.at(id);
+  for (const auto& [id, lp] : live_) {
+    const Lease& l = *lp;
     if (l.state == LeaseState::kGranted &&
         std::any_of(l.shares.begin(), l.shares.end(), [&server](const Share& s) { return s.server == server; }))
       out.push_back(id);
@@ -555,12 +576,15 @@ bool Scheduler::setDrain(const std::string& name, bool drain) {
 }
 
 void Scheduler::setPolicy(Policy p, int64_t now) {
-  for (const auto& id : live_)
-    if (const Lease& l = leases_.at(id); l.state == LeaseState::kGranted) account(l, -1);
+  for (const auto& [id, lp] : live_)
+    if (lp->state == LeaseState::kGranted) account(*lp, -1);
   policy_ = std::move(p);
   fair_.reset(policy_.queues);
-  for (const auto& id : live_)
-    if (const Lease& l = leases_.at(id); l.state == LeaseState::kGranted) account(l, +1);
+  for (const auto& [id, lp] : live_) {
+    Lease& l = *lp;
+    l.queue = fair_.queueOf(policy_, l.req.user, l.req.chargedGroups());
+    if (l.state == LeaseState::kGranted) account(l, +1);
+  }
   for (const Lease* q : queue()) {
     Lease& l = leases_.at(q->id);
     dequeue(l);
@@ -574,8 +598,9 @@ void Scheduler::setPolicy(Policy p, int64_t now) {
 
 bool Scheduler::tick(int64_t now, bool judge) {
   uint64_t before = version_;
-  if (!judge) {
-    schedule(now);
+  if (!judge) {  // preemption's deadlines are the allocator's own: kept even while it is backlogged
+    revokePreempted(now);
+    schedule(now, true);
     return version_ != before;
   }
   for (auto& [name, s] : servers_) {
@@ -589,26 +614,26 @@ bool Scheduler::tick(int64_t now, bool judge) {
     }
     std::vector<std::string> on_it;
     const std::string& down = name;  // (a structured binding: lambdas capture it only from C++20 compilers on)
-    for (const auto& id : live_)
-      if (const Lease& l = leases_.at(id); l.state == LeaseState::kGranted &&
+    for (const auto& [id, lp] : live_)
+      if (const Lease& l = *lp; l.state == LeaseState::kGranted &&
           std::any_of(l.shares.begin(), l.shares.end(), [&](const Share& sh) { return sh.server == down; }))
         on_it.push_back(id);
     for (const auto& id : on_it) end(id, "server " + name + " stopped heartbeating; its GPUs were withdrawn", now);
   }
   std::vector<std::string> silent;
-  for (const auto& id : live_)
-    if (now - leases_.at(id).heartbeat_ms > policy_.lease_ttl.count()) silent.push_back(id);
+  for (const auto& [id, lp] : live_)
+    if (now - lp->heartbeat_ms > policy_.lease_ttl.count()) silent.push_back(id);
   for (const auto& id : silent)
     end(id, std::string("expired: no heartbeat for ") + std::to_string(policy_.lease_ttl.count()) + " ms while " +
                 stateName(leases_.at(id).state), now);
   revokePreempted(now);
-  schedule(now);
+  schedule(now, true);
   return version_ != before;
 }
 
 void Scheduler::forgive(int64_t ms) {
   for (auto& [name, s] : servers_) s.heartbeat_ms += ms;
-  for (const auto& id : live_) leases_.at(id).heartbeat_ms += ms;
+  for (const auto& [id, lp] : live_) lp->heartbeat_ms += ms;
 }
 
 const Lease* Scheduler::lease(const std::string& id) const {
@@ -646,9 +671,10 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
       ended_.emplace_back(now, id);
       continue;
     }
-    live_.insert(id);
+    live_.emplace(id, &l);
     if (l.state == LeaseState::kQueued) enqueue(l);
     l.heartbeat_ms = now;
+    l.queue = fair_.queueOf(policy_, l.req.user, l.req.chargedGroups());
     if (l.state != LeaseState::kGranted) continue;
     account(l, +1);
     for (const auto& sh : l.shares) {

@@ -77,6 +77,7 @@ struct Lease {
   // request it makes room for (preempted_for) no longer waits by then.
   int64_t preempt_at_ms = 0;
   std::string preempted_for;
+  int queue = -1;  // the policy queue it charges (FairShare's index; -1: none), kept by the scheduler
   std::vector<Share> shares;
 };
 
@@ -129,9 +130,11 @@ class Scheduler {
   int position(const std::string& id) const;
   const std::map<std::string, Server>& servers() const { return servers_; }
   const std::map<std::string, Lease>& leases() const { return leases_; }
-  const std::set<std::string>& live() const { return live_; }  // ids of queued and granted leases
+  // Queued and granted leases, by id.
+  const std::map<std::string, Lease*>& live() const { return live_; }
   const FairShare& fairShare() const { return fair_; }          // the queues and what each holds
   std::vector<const Lease*> queue() const;  // in grant order
+  uint64_t preempted() const { return preempted_; }  // leases revoked to give a queue its guarantee back
   uint64_t version() const { return version_; }  // bumps on every change (long-poll waiters watch it)
   // Ids changed since the caller last took them (for persistence).
   std::vector<std::string> takeDirtyLeases();
@@ -158,10 +161,12 @@ class Scheduler {
   // Counts as draining the ended leases `name` reports serving that have no draining share yet.
   void drainUncounted(const std::string& name, const std::vector<std::string>& serving);
   void freeOnGpu(const std::string& server, int device, double fraction, uint64_t memory);
-  void schedule(int64_t now);
+  // Grants what fits, in grant order. `preempt`: also gives notice for the queue head's guarantee (each
+  // tick does; the request path, which runs it on every request, leaves that to the next tick).
+  void schedule(int64_t now, bool preempt = false);
   void touch(Lease& l) { dirty_leases_.push_back(l.id), ++version_; }
-  void enqueue(const Lease& l) { queue_.emplace(-l.priority, l.seq, l.id); }
-  void dequeue(const Lease& l) { queue_.erase({-l.priority, l.seq, l.id}); }
+  void enqueue(Lease& l) { queue_.emplace(-l.priority, l.seq, &l); }
+  void dequeue(Lease& l) { queue_.erase({-l.priority, l.seq, &l}); }
   void touch(Server& s) { dirty_servers_.push_back(s.name), ++version_; }
   int priorityOf(const std::string& cls) const;
 
@@ -170,11 +175,14 @@ class Scheduler {
   std::function<int64_t()> unix_seconds_;
   std::map<std::string, Server> servers_;
   std::map<std::string, Lease> leases_;  // live, and ended ones until prune() (lookups only: hot paths use the sets below)
-  std::set<std::string> live_;           // queued or granted
-  std::set<std::tuple<int, uint64_t, std::string>> queue_;  // (-priority, arrival, id): grant order
+  std::map<std::string, Lease*> live_;   // queued or granted (into leases_)
+  // (-priority, arrival, the lease in leases_): grant order. Arrival is unique, so the order never
+  // compares the pointers; a queued lease stays in leases_ (only ended ones are pruned).
+  std::set<std::tuple<int, uint64_t, Lease*>> queue_;
   std::deque<std::pair<int64_t, std::string>> ended_;      // (when, id), for prune()
   uint64_t next_seq_ = 1;
   uint64_t version_ = 0;
+  uint64_t preempted_ = 0;
   std::vector<std::string> dirty_leases_, dirty_servers_;
   // server → leases it runs workers for (its reports). A server with no entry has not reported since this
   // allocator started (or since it went down): its GPUs take no new share until it does.
@@ -201,7 +209,8 @@ class Scheduler {
   int preemptFor(const Lease& l, int64_t now);
   void revokePreempted(int64_t now);
   // Sorts order[from..] into grant order among queues (fair_share.h); the plain order without queues.
-  void fairOrder(std::vector<const Lease*>& order, size_t from) const;
+  void fairOrder(std::vector<Lease*>& order, size_t from) const;
+  std::vector<Lease*> waiting();  // queue(), to change
 };
 
 }  // namespace gpool::allocator

@@ -663,8 +663,8 @@ void Service::readRoutes(httplib::Server& s) {
       j["pool"] = p ? p->name : "";
       servers.push_back(j);
     }
-    for (const auto& id : sched_->live())
-      if (const Lease* l = sched_->lease(id); l->state == LeaseState::kGranted) leases.push_back(toJson(*l, LeaseView::kPublic));
+    for (const auto& [id, l] : sched_->live())
+      if (l->state == LeaseState::kGranted) leases.push_back(toJson(*l, LeaseView::kPublic));
     int pos = 0;
     for (const Lease* l : sched_->queue()) {
       json j = toJson(*l, LeaseView::kPublic);
@@ -692,8 +692,8 @@ void Service::readRoutes(httplib::Server& s) {
       if (srv.up && !srv.drain) up += srv.gpus.size();
       for (const auto& g : srv.gpus) used += g.used_fraction;
     }
-    for (const auto& id : sched_->live())
-      if (const Lease* l = sched_->lease(id); l->state == LeaseState::kGranted) shares += l->shares.size();
+    for (const auto& [id, l] : sched_->live())
+      if (l->state == LeaseState::kGranted) shares += l->shares.size();
     o << "# HELP gpool_gpus GPUs registered.\n# TYPE gpool_gpus gauge\ngpool_gpus " << gpus << "\n"
       << "# HELP gpool_gpus_available GPUs on servers that are up and not drained.\n# TYPE gpool_gpus_available gauge\n"
       << "gpool_gpus_available " << up << "\n"
@@ -707,6 +707,9 @@ void Service::readRoutes(httplib::Server& s) {
       << "gpool_lease_requests_total{outcome=\"granted\"} " << grants_ << "\n"
       << "gpool_lease_requests_total{outcome=\"queued\"} " << queued_ << "\n"
       << "gpool_lease_requests_total{outcome=\"refused\"} " << refusals_ << "\n"
+      << "# HELP gpool_leases_preempted_total Leases revoked to give a queue its guarantee back.\n"
+      << "# TYPE gpool_leases_preempted_total counter\n"
+      << "gpool_leases_preempted_total " << sched_->preempted() << "\n"
       << "# HELP gpool_grant_decision_seconds Time to grant, queue or refuse a request (including the database write).\n"
       << "# TYPE gpool_grant_decision_seconds histogram\n";
     uint64_t cum = 0;

@@ -178,9 +178,11 @@ TEST(Preemption, ExactlyEnoughBorrowedLeasesGetNoticeThenGoAndTheRequestIsGrante
   ASSERT_EQ(s.request(low, 1, "V1").kind, Decision::kGranted);   // lowest priority: first to go
   ASSERT_EQ(s.request(req("ann"), 2, "V2").kind, Decision::kGranted);
   ASSERT_EQ(s.request(req("ann"), 3, "V3").kind, Decision::kGranted);  // most recent of the rest: next
-  auto d = s.request(req("bob", 1.0, 2), 4, "S0");  // within speech's guarantee
-  ASSERT_EQ(d.kind, Decision::kQueued);
-  EXPECT_NE(d.reason.find("2 borrowing lease(s) are being preempted for it"), std::string::npos) << d.reason;
+  ASSERT_EQ(s.request(req("bob", 1.0, 2), 4, "S0").kind, Decision::kQueued);  // within speech's guarantee
+  EXPECT_EQ(preempting(s), 0);  // the allocator's next tick gives notice
+  s.tick(4);
+  const std::string& why = s.lease("S0")->wait_reason;
+  EXPECT_NE(why.find("2 borrowing lease(s) are being preempted for it"), std::string::npos) << why;
   EXPECT_EQ(preempting(s), 2);
   EXPECT_EQ(s.lease("V1")->preempt_at_ms, 4 + 10000);
   EXPECT_EQ(s.lease("V3")->preempt_at_ms, 4 + 10000);
@@ -210,9 +212,11 @@ TEST(Preemption, ANonPreemptibleLeaseIsNeverTouched) {
   ASSERT_EQ(s.request(fixed, 1, "V1").kind, Decision::kGranted);
   ASSERT_EQ(s.request(req("ann"), 2, "V2").kind, Decision::kGranted);
   ASSERT_EQ(s.request(req("bob"), 3, "S0").kind, Decision::kQueued);
+  s.tick(3);
   EXPECT_EQ(preempting(s), 1);
   EXPECT_NE(s.lease("V2")->preempt_at_ms, 0);  // the one preemptible lease goes
   ASSERT_EQ(s.request(req("bob"), 4, "S1").kind, Decision::kQueued);
+  s.tick(4);
   EXPECT_EQ(preempting(s), 1);  // nothing else of vision may be taken
   s.tick(20000);
   EXPECT_EQ(s.lease("V0")->state, LeaseState::kGranted);
@@ -243,8 +247,8 @@ TEST(Preemption, WhatIsFreeIsNotTakenFromAnyone) {
   Scheduler s = make(kPreempt);
   s.registerServer(server("a", 4), 0);
   for (int i = 0; i < 3; ++i) ASSERT_EQ(s.request(req("ann"), i, "V" + std::to_string(i)).kind, Decision::kGranted);
-  auto d = s.request(req("bob", 1.0, 2), 3, "S0");  // one GPU is free: one more is needed
-  ASSERT_EQ(d.kind, Decision::kQueued);
+  ASSERT_EQ(s.request(req("bob", 1.0, 2), 3, "S0").kind, Decision::kQueued);  // one GPU is free: one more is needed
+  s.tick(3);
   EXPECT_EQ(preempting(s), 1);
   s.tick(10003);
   EXPECT_EQ(s.lease("S0")->state, LeaseState::kGranted);
@@ -260,6 +264,7 @@ TEST(Preemption, RoomThatIsStillDrainingIsNotTakenTwice) {
   std::vector<std::string> revoked;
   ASSERT_TRUE(s.heartbeatServer("a", 5, {"V0", "V1", "V2", "V3"}, revoked));  // it runs workers for all four
   ASSERT_EQ(s.request(req("bob", 1.0, 2), 6, "S0").kind, Decision::kQueued);
+  s.tick(6);
   EXPECT_EQ(preempting(s), 2);
   s.tick(10006);  // V2 and V3 are revoked; their workers still run
   EXPECT_EQ(s.lease("V3")->state, LeaseState::kEnded);
@@ -278,6 +283,7 @@ TEST(Preemption, NoticeIsWithdrawnWhenTheRequestNoLongerWaits) {
   ASSERT_EQ(s.request(req("ann"), 0, "V0").kind, Decision::kGranted);
   ASSERT_EQ(s.request(req("ann"), 1, "V1").kind, Decision::kGranted);
   ASSERT_EQ(s.request(req("bob"), 2, "S0").kind, Decision::kQueued);
+  s.tick(2);
   EXPECT_EQ(preempting(s), 1);
   EXPECT_TRUE(s.end("S0", "cancelled", 3));
   s.tick(20000);
@@ -290,7 +296,9 @@ TEST(Preemption, ARequestBeyondItsGuaranteeTakesNothing) {
   s.registerServer(server("a", 3), 0);
   for (int i = 0; i < 3; ++i) ASSERT_EQ(s.request(req("ann"), i, "V" + std::to_string(i)).kind, Decision::kGranted);
   ASSERT_EQ(s.request(req("bob", 1.0, 2), 3, "S0").kind, Decision::kQueued);
+  s.tick(3);
   EXPECT_EQ(preempting(s), 2);  // all vision has beyond its guarantee
   ASSERT_EQ(s.request(req("bob"), 4, "S1").kind, Decision::kQueued);  // would be speech's third GPU
+  s.tick(4);
   EXPECT_EQ(preempting(s), 2);
 }
