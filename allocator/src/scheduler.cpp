@@ -320,14 +320,20 @@ std::vector<Lease*> Scheduler::waiting() {
 int Scheduler::position(const std::string& id) const {
   const Lease* l = lease(id);
   if (!l || l->state != LeaseState::kQueued) return 0;
-  int pos = 0;
-  for (const auto& entry : queue_) {  // up to it only, without a copy: asked for every queued answer
-    const Lease* q = std::get<2>(entry);
-    if (q->req.pool != l->req.pool) continue;
-    ++pos;
-    if (q == l) return pos;
+  // Asked for every queued answer, mostly for the newest request: walked from both ends at once, so it
+  // costs as many steps as the request is from the nearer end.
+  int before = 0, after = 0;
+  auto front = queue_.begin();
+  auto back = queue_.rbegin();
+  for (;;) {
+    const Lease* f = std::get<2>(*front++);
+    if (f == l) return before + 1;
+    before += f->req.pool == l->req.pool;
+    const Lease* r = std::get<2>(*back++);
+    if (r == l) break;
+    after += r->req.pool == l->req.pool;
   }
-  return 0;
+  return queuedIn(l->req.pool) - after;
 }
 
 // Grant order among queues: within guarantee first (by priority, then arrival), then the queue least
@@ -662,6 +668,7 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
   }
   live_.clear();
   queue_.clear();
+  queued_in_.clear();
   ended_.clear();
   user_use_.clear();
   group_use_.clear();

@@ -165,8 +165,16 @@ class Scheduler {
   // tick does; the request path, which runs it on every request, leaves that to the next tick).
   void schedule(int64_t now, bool preempt = false);
   void touch(Lease& l) { dirty_leases_.push_back(l.id), ++version_; }
-  void enqueue(Lease& l) { queue_.emplace(-l.priority, l.seq, &l); }
-  void dequeue(Lease& l) { queue_.erase({-l.priority, l.seq, &l}); }
+  void enqueue(Lease& l) {
+    if (queue_.emplace(-l.priority, l.seq, &l).second) ++queued_in_[l.req.pool];
+  }
+  void dequeue(Lease& l) {
+    if (queue_.erase({-l.priority, l.seq, &l})) --queued_in_[l.req.pool];
+  }
+  int queuedIn(const std::string& pool) const {
+    auto it = queued_in_.find(pool);
+    return it == queued_in_.end() ? 0 : it->second;
+  }
   void touch(Server& s) { dirty_servers_.push_back(s.name), ++version_; }
   int priorityOf(const std::string& cls) const;
 
@@ -179,6 +187,7 @@ class Scheduler {
   // (-priority, arrival, the lease in leases_): grant order. Arrival is unique, so the order never
   // compares the pointers; a queued lease stays in leases_ (only ended ones are pruned).
   std::set<std::tuple<int, uint64_t, Lease*>> queue_;
+  std::map<std::string, int> queued_in_;  // pool → how many of queue_ are its
   std::deque<std::pair<int64_t, std::string>> ended_;      // (when, id), for prune()
   uint64_t next_seq_ = 1;
   uint64_t version_ = 0;

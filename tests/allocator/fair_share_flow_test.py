@@ -38,7 +38,8 @@ members = ["bob"]
 # A command that, on SIGTERM, keeps the notice file and the time, then keeps running (stamping `alive`)
 # until gpool stops it when its GPUs are revoked.
 STUBBORN = ("trap 'cat \"$GPOOL_PREEMPT_FILE\" > {d}/notice-$GPOOL_LEASE; date +%s.%N > {d}/term-$GPOOL_LEASE' TERM; "
-            "while :; do date +%s.%N > {d}/alive-$GPOOL_LEASE; sleep 0.05; done")
+            "while :; do date +%s.%N > {d}/.alive-$GPOOL_LEASE; mv {d}/.alive-$GPOOL_LEASE {d}/alive-$GPOOL_LEASE; "
+            "sleep 0.05; done")  # (renamed into place: SIGKILL never leaves it half written)
 
 
 def read(path):

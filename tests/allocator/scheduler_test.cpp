@@ -399,3 +399,32 @@ TEST(Scheduler, TwoHalvesOfOneRequestShareAGpuOnlyWhenDistinctGpusDoNotFit) {
   EXPECT_EQ(five.kind, Decision::kRefused);
   EXPECT_NE(five.reason.find("has 2 (4 shares of 0.5)"), std::string::npos) << five.reason;
 }
+
+TEST(Scheduler, QueuePositionsCountOnlyTheirPoolAndMoveUp) {
+  Scheduler s = make("[pools.a]\nservers = [\"sa\"]\n[pools.b]\nservers = [\"sb\"]\n");
+  s.registerServer(server("sa", 1), 0);
+  s.registerServer(server("sb", 1), 0);
+  auto in = [](const std::string& pool) {
+    LeaseRequest r = req("u");
+    r.pool = pool;
+    return r;
+  };
+  ASSERT_EQ(s.request(in("a"), 0, "A0").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(in("b"), 0, "B0").kind, Decision::kGranted);
+  for (int i = 1; i <= 5; ++i) {
+    ASSERT_EQ(s.request(in("a"), i, "A" + std::to_string(i)).kind, Decision::kQueued);
+    ASSERT_EQ(s.request(in("b"), i, "B" + std::to_string(i)).kind, Decision::kQueued);
+  }
+  for (int i = 1; i <= 5; ++i) {
+    EXPECT_EQ(s.position("A" + std::to_string(i)), i);
+    EXPECT_EQ(s.position("B" + std::to_string(i)), i);
+  }
+  EXPECT_TRUE(s.end("A2", "cancelled", 6));
+  EXPECT_TRUE(s.end("B0", "released", 6));  // B1 is granted
+  EXPECT_EQ(s.position("A1"), 1);
+  EXPECT_EQ(s.position("A3"), 2);
+  EXPECT_EQ(s.position("A5"), 4);
+  EXPECT_EQ(s.position("B1"), 0);  // not queued
+  EXPECT_EQ(s.position("B2"), 1);
+  EXPECT_EQ(s.position("B5"), 4);
+}
