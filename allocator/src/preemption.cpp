@@ -88,7 +88,7 @@ void Scheduler::revokePreempted(int64_t now) {
     const Lease& waiting = *lease(leases_.at(id).preempted_for);
     const Queue* q = policy_.queueOf(waiting.req.user, waiting.req.chargedGroups());
     ++preempted_;
-    end(id, "preempted: queue '" + (q ? q->name : std::string("?")) + "' took back its guarantee (for request " + waiting.id + ")", now);
+    finish(id, "preempted: queue '" + (q ? q->name : std::string("?")) + "' took back its guarantee (for request " + waiting.id + ")", now);
   }
 }
 

@@ -475,10 +475,17 @@ bool Scheduler::heartbeatLease(const std::string& id, int64_t now) {
 }
 
 bool Scheduler::end(const std::string& id, const std::string& reason, int64_t now) {
+  const Lease* l = lease(id);
+  bool was_granted = l && l->state == LeaseState::kGranted;
+  if (!finish(id, reason, now)) return false;
+  if (was_granted) schedule(now);
+  return true;
+}
+
+bool Scheduler::finish(const std::string& id, const std::string& reason, int64_t now) {
   auto it = leases_.find(id);
   if (it == leases_.end() || it->second.state == LeaseState::kEnded) return false;
   Lease& l = it->second;
-  bool was_granted = l.state == LeaseState::kGranted;
   release(l);
   if (l.state == LeaseState::kQueued) dequeue(l);
   live_.erase(id);
@@ -488,7 +495,6 @@ bool Scheduler::end(const std::string& id, const std::string& reason, int64_t no
   l.ended_ms = now;
   l.ended_unix_s = unix_seconds_();
   touch(l);
-  if (was_granted) schedule(now);
   return true;
 }
 
@@ -624,13 +630,13 @@ bool Scheduler::tick(int64_t now, bool judge) {
       if (const Lease& l = *lp; l.state == LeaseState::kGranted &&
           std::any_of(l.shares.begin(), l.shares.end(), [&](const Share& sh) { return sh.server == down; }))
         on_it.push_back(id);
-    for (const auto& id : on_it) end(id, "server " + name + " stopped heartbeating; its GPUs were withdrawn", now);
+    for (const auto& id : on_it) finish(id, "server " + name + " stopped heartbeating; its GPUs were withdrawn", now);
   }
   std::vector<std::string> silent;
   for (const auto& [id, lp] : live_)
     if (now - lp->heartbeat_ms > policy_.lease_ttl.count()) silent.push_back(id);
   for (const auto& id : silent)
-    end(id, std::string("expired: no heartbeat for ") + std::to_string(policy_.lease_ttl.count()) + " ms while " +
+    finish(id, std::string("expired: no heartbeat for ") + std::to_string(policy_.lease_ttl.count()) + " ms while " +
                 stateName(leases_.at(id).state), now);
   revokePreempted(now);
   schedule(now, true);

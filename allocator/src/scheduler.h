@@ -152,6 +152,8 @@ class Scheduler {
   // Why, if a quota (or a queue's limit) keeps `l` out now, asking `p` of each GPU (default: l.req.p).
   std::optional<std::string> quotaBlocks(const Lease& l, double p = 0) const;
   uint64_t largestGpu(const std::string& pool) const;                 // memory of the pool's largest GPU
+  // end() without scheduling what the room lets in: for the tick, which ends many and then schedules once.
+  bool finish(const std::string& id, const std::string& reason, int64_t now);
   bool tryGrant(Lease& l, int64_t now, std::string& why);  // l.req.p, else an elastic request's smaller fraction
   bool tryPlace(Lease& l, double p, int64_t now, std::string& why);  // grants shares of `p` if they fit now
   int freeSlots(const LeaseRequest& r) const;  // how many of r's n shares fit now, each on its own
