@@ -2,11 +2,12 @@
 # Starts gpool-allocator on a fresh database and drives it with gpool_bench_allocator: 125 simulated
 # servers x 8 GPUs (1,000 GPUs) heartbeating every second, and lease requests at 1,000/s for 20 s.
 # usage: bench/allocator.sh [BUILD_DIR] [extra gpool_bench_allocator flags]
+# GPOOL_BENCH_LOG=FILE keeps the allocator's log (warnings and errors) in FILE.
 set -u
 build=$(cd "${1:-$(dirname "$0")/../build}" && pwd); shift || true
 dir=$(mktemp -d)
 trap 'kill $alloc 2>/dev/null; wait $alloc 2>/dev/null; rm -rf "$dir"' EXIT
-"$build/allocator/gpool-allocator" --listen 127.0.0.1:0 --db "$dir/bench.db" --log-level warn 2>"$dir/log" &
+"$build/allocator/gpool-allocator" --listen 127.0.0.1:0 --db "$dir/bench.db" --log-level warn 2>"${GPOOL_BENCH_LOG:-$dir/log}" &
 alloc=$!
 for _ in $(seq 100); do [ -f "$dir/bench.db.key" ] && break; sleep 0.05; done
 sleep 0.3

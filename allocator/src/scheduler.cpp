@@ -237,7 +237,7 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
     l.shares.push_back(std::move(s));
     touch(*c.server);
   }
-  if (l.state == LeaseState::kQueued) dequeue(l);
+  if (l.state == LeaseState::kQueued) queue_.remove(l);
   l.state = LeaseState::kGranted;
   account(l, +1);
   l.granted_ms = now;
@@ -306,56 +306,26 @@ bool Scheduler::settleDraining(const std::string& server) {
 std::vector<const Lease*> Scheduler::queue() const {
   std::vector<const Lease*> q;
   q.reserve(queue_.size());
-  for (const auto& entry : queue_) q.push_back(std::get<2>(entry));
-  return q;
-}
-
-std::vector<Lease*> Scheduler::waiting() {
-  std::vector<Lease*> q;
-  q.reserve(queue_.size());
-  for (const auto& entry : queue_) q.push_back(std::get<2>(entry));
+  for (const auto& entry : queue_.entries()) q.push_back(std::get<2>(entry));
   return q;
 }
 
 int Scheduler::position(const std::string& id) const {
   const Lease* l = lease(id);
-  if (!l || l->state != LeaseState::kQueued) return 0;
-  // Asked for every queued answer, mostly for the newest request: walked from both ends at once, so it
-  // costs as many steps as the request is from the nearer end.
-  int before = 0, after = 0;
-  auto front = queue_.begin();
-  auto back = queue_.rbegin();
-  for (;;) {
-    const Lease* f = std::get<2>(*front++);
-    if (f == l) return before + 1;
-    before += f->req.pool == l->req.pool;
-    const Lease* r = std::get<2>(*back++);
-    if (r == l) break;
-    after += r->req.pool == l->req.pool;
-  }
-  return queuedIn(l->req.pool) - after;
+  return l && l->state == LeaseState::kQueued ? queue_.position(*l) : 0;
 }
 
-// Grant order among queues: within guarantee first (by priority, then arrival), then the queue least
-// beyond its guarantee for its weight. Without queues, queue() is the order.
-void Scheduler::fairOrder(std::vector<Lease*>& order, size_t from) const {
-  if (!fair_.active() || from >= order.size()) return;
-  std::vector<std::pair<double, Lease*>> keyed;
-  keyed.reserve(order.size() - from);
-  for (size_t i = from; i < order.size(); ++i) {
-    const LeaseRequest& r = order[i]->req;
-    keyed.emplace_back(fair_.beyondGuarantee(order[i]->queue, r.n * r.p), order[i]);
-  }
-  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (size_t i = 0; i < keyed.size(); ++i) order[from + i] = keyed[i].second;
-}
-
+// Tries queued requests in grant order (wait_queue.h). Within a pool the queue is strict: the first that
+// waits for capacity holds back the rest of its pool. Once every pool is held back, the request path
+// stops; the tick goes on through the rest (the wait that ran out, why each waits).
 void Scheduler::schedule(int64_t now, bool preempt) {
   std::map<std::string, std::string> held;  // pools whose queue head waits for capacity → why the rest wait
-  std::vector<Lease*> order = waiting();
-  fairOrder(order, 0);
-  for (size_t i = 0; i < order.size(); ++i) {
-    Lease& l = *order[i];
+  auto allHeld = [&] {
+    return std::all_of(queue_.pools().begin(), queue_.pools().end(), [&](const auto& p) { return held.count(p.first) > 0; });
+  };
+  WaitQueue::GrantOrder order(queue_, fair_);
+  while (Lease* next = order.next()) {
+    Lease& l = *next;
     if (l.req.wait_ms >= 0 && now - l.created_ms > l.req.wait_ms) {
       end(l.id, "the wait ran out (" + std::to_string(l.req.wait_ms / 1000) + " s) while " + l.wait_reason, now);
       continue;
@@ -366,7 +336,7 @@ void Scheduler::schedule(int64_t now, bool preempt) {
     }
     std::string why;
     if (tryGrant(l, now, why)) {
-      fairOrder(order, i + 1);  // the granted queue now holds more
+      order.regrade();  // the granted queue now holds more
       continue;
     }
     if (why.rfind("quota", 0) != 0) {
@@ -375,11 +345,10 @@ void Scheduler::schedule(int64_t now, bool preempt) {
         if (int n = preemptFor(l, now))
           why += "; within its queue's guarantee, so " + std::to_string(n) + " borrowing lease(s) are being preempted for it";
     }
-    if (!preempt && l.wait_reason.rfind(why, 0) == 0) continue;  // what the last tick added about preemption stays
-    if (why != l.wait_reason) {
-      l.wait_reason = why;
-      touch(l);
+    if (preempt || l.wait_reason.rfind(why, 0) != 0) {  // what the last tick added about preemption stays
+      if (why != l.wait_reason) l.wait_reason = why, touch(l);
     }
+    if (!preempt && held.count(l.req.pool) && allHeld()) break;
   }
 }
 
@@ -427,7 +396,7 @@ Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id
   l.created_ms = l.heartbeat_ms = now;
   Lease& stored = leases_[id] = std::move(l);
   live_.emplace(id, &stored);
-  enqueue(stored);
+  queue_.add(stored);
   touch(stored);
   // Granted now only if no request of its pool that quota does not block comes before it: of equal or
   // higher priority; with queues, earlier in the fair order (fairOrder). Notice for it, where it is within
@@ -439,7 +408,7 @@ Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id
     return theirs < mine || (theirs == mine && q.priority >= stored.priority);
   };
   bool waiting_ahead = false;
-  for (const auto& entry : queue_) {
+  for (const auto& entry : queue_.entries()) {
     const Lease& q = *std::get<2>(entry);
     if (&q != &stored && q.req.pool == stored.req.pool && comesFirst(q) && !quotaBlocks(q)) {
       waiting_ahead = true;
@@ -487,7 +456,7 @@ bool Scheduler::finish(const std::string& id, const std::string& reason, int64_t
   if (it == leases_.end() || it->second.state == LeaseState::kEnded) return false;
   Lease& l = it->second;
   release(l);
-  if (l.state == LeaseState::kQueued) dequeue(l);
+  if (l.state == LeaseState::kQueued) queue_.remove(l);
   live_.erase(id);
   ended_.emplace_back(now, id);
   l.state = LeaseState::kEnded;
@@ -588,6 +557,9 @@ bool Scheduler::setDrain(const std::string& name, bool drain) {
 }
 
 void Scheduler::setPolicy(Policy p, int64_t now) {
+  std::vector<Lease*> queued;  // they leave the queue while their priority and queue change
+  for (const auto& entry : queue_.entries()) queued.push_back(std::get<2>(entry));
+  queue_.clear();
   for (const auto& [id, lp] : live_)
     if (lp->state == LeaseState::kGranted) account(*lp, -1);
   policy_ = std::move(p);
@@ -597,12 +569,10 @@ void Scheduler::setPolicy(Policy p, int64_t now) {
     l.queue = fair_.queueOf(policy_, l.req.user, l.req.chargedGroups());
     if (l.state == LeaseState::kGranted) account(l, +1);
   }
-  for (const Lease* q : queue()) {
-    Lease& l = leases_.at(q->id);
-    dequeue(l);
-    l.priority = priorityOf(l.req.priority);
-    enqueue(l);
-    if (auto why = neverFits(l.req)) end(l.id, "refused under the new policy: " + *why, now);
+  for (Lease* l : queued) {
+    l->priority = priorityOf(l->req.priority);
+    queue_.add(*l);
+    if (auto why = neverFits(l->req)) end(l->id, "refused under the new policy: " + *why, now);
   }
   ++version_;
   schedule(now);
@@ -674,7 +644,6 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
   }
   live_.clear();
   queue_.clear();
-  queued_in_.clear();
   ended_.clear();
   user_use_.clear();
   group_use_.clear();
@@ -685,9 +654,9 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
       continue;
     }
     live_.emplace(id, &l);
-    if (l.state == LeaseState::kQueued) enqueue(l);
     l.heartbeat_ms = now;
     l.queue = fair_.queueOf(policy_, l.req.user, l.req.chargedGroups());
+    if (l.state == LeaseState::kQueued) queue_.add(l);
     if (l.state != LeaseState::kGranted) continue;
     account(l, +1);
     for (const auto& sh : l.shares) {

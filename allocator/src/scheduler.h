@@ -5,9 +5,8 @@
 
 #include <cstdint>
 #include <deque>
-#include <set>
-#include <tuple>
 #include <functional>
+#include <set>
 #include <map>
 #include <optional>
 #include <string>
@@ -15,6 +14,7 @@
 
 #include "fair_share.h"
 #include "policy.h"
+#include "wait_queue.h"
 
 namespace gpool::allocator {
 
@@ -133,7 +133,8 @@ class Scheduler {
   // Queued and granted leases, by id.
   const std::map<std::string, Lease*>& live() const { return live_; }
   const FairShare& fairShare() const { return fair_; }          // the queues and what each holds
-  std::vector<const Lease*> queue() const;  // in grant order
+  std::vector<const Lease*> queue() const;  // in priority order (then arrival)
+  size_t queued() const { return queue_.size(); }
   uint64_t preempted() const { return preempted_; }  // leases revoked to give a queue its guarantee back
   uint64_t version() const { return version_; }  // bumps on every change (long-poll waiters watch it)
   // Ids changed since the caller last took them (for persistence).
@@ -167,16 +168,6 @@ class Scheduler {
   // tick does; the request path, which runs it on every request, leaves that to the next tick).
   void schedule(int64_t now, bool preempt = false);
   void touch(Lease& l) { dirty_leases_.push_back(l.id), ++version_; }
-  void enqueue(Lease& l) {
-    if (queue_.emplace(-l.priority, l.seq, &l).second) ++queued_in_[l.req.pool];
-  }
-  void dequeue(Lease& l) {
-    if (queue_.erase({-l.priority, l.seq, &l})) --queued_in_[l.req.pool];
-  }
-  int queuedIn(const std::string& pool) const {
-    auto it = queued_in_.find(pool);
-    return it == queued_in_.end() ? 0 : it->second;
-  }
   void touch(Server& s) { dirty_servers_.push_back(s.name), ++version_; }
   int priorityOf(const std::string& cls) const;
 
@@ -186,10 +177,7 @@ class Scheduler {
   std::map<std::string, Server> servers_;
   std::map<std::string, Lease> leases_;  // live, and ended ones until prune() (lookups only: hot paths use the sets below)
   std::map<std::string, Lease*> live_;   // queued or granted (into leases_)
-  // (-priority, arrival, the lease in leases_): grant order. Arrival is unique, so the order never
-  // compares the pointers; a queued lease stays in leases_ (only ended ones are pruned).
-  std::set<std::tuple<int, uint64_t, Lease*>> queue_;
-  std::map<std::string, int> queued_in_;  // pool → how many of queue_ are its
+  WaitQueue queue_;  // the queued leases (in leases_, which prunes only ended ones)
   std::deque<std::pair<int64_t, std::string>> ended_;      // (when, id), for prune()
   uint64_t next_seq_ = 1;
   uint64_t version_ = 0;
@@ -219,9 +207,6 @@ class Scheduler {
   bool withinGuarantee(const Lease& l) const;
   int preemptFor(const Lease& l, int64_t now);
   void revokePreempted(int64_t now);
-  // Sorts order[from..] into grant order among queues (fair_share.h); the plain order without queues.
-  void fairOrder(std::vector<Lease*>& order, size_t from) const;
-  std::vector<Lease*> waiting();  // queue(), to change
 };
 
 }  // namespace gpool::allocator

@@ -702,7 +702,7 @@ void Service::readRoutes(httplib::Server& s) {
       << "# HELP gpool_shares_in_use Shares (one GPU or fraction each) held by leases.\n# TYPE gpool_shares_in_use gauge\n"
       << "gpool_shares_in_use " << shares << "\n"
       << "# HELP gpool_queue_length Requests waiting.\n# TYPE gpool_queue_length gauge\n"
-      << "gpool_queue_length " << sched_->queue().size() << "\n"
+      << "gpool_queue_length " << sched_->queued() << "\n"
       << "# HELP gpool_lease_requests_total Lease requests, by outcome.\n# TYPE gpool_lease_requests_total counter\n"
       << "gpool_lease_requests_total{outcome=\"granted\"} " << grants_ << "\n"
       << "gpool_lease_requests_total{outcome=\"queued\"} " << queued_ << "\n"
