@@ -317,8 +317,11 @@ int Scheduler::position(const std::string& id) const {
 
 // Tries queued requests in grant order (wait_queue.h). Within a pool the queue is strict: the first that
 // waits for capacity holds back the rest of its pool. Once every pool is held back, the request path
-// stops; the tick goes on through the rest (the wait that ran out, why each waits).
+// stops; the tick goes on through the rest (the wait that ran out, why each waits). A pass grants at most
+// kGrantsPerPass, then leaves the rest to grantMore().
 void Scheduler::schedule(int64_t now, bool preempt) {
+  more_to_grant_ = false;
+  int grants = 0;
   std::map<std::string, std::string> held;  // pools whose queue head waits for capacity → why the rest wait
   auto allHeld = [&] {
     return std::all_of(queue_.pools().begin(), queue_.pools().end(), [&](const auto& p) { return held.count(p.first) > 0; });
@@ -336,6 +339,10 @@ void Scheduler::schedule(int64_t now, bool preempt) {
     }
     std::string why;
     if (tryGrant(l, now, why)) {
+      if (++grants == kGrantsPerPass) {
+        more_to_grant_ = true;
+        return;
+      }
       order.regrade();  // the granted queue now holds more
       continue;
     }
@@ -609,6 +616,12 @@ bool Scheduler::tick(int64_t now, bool judge) {
     finish(id, std::string("expired: no heartbeat for ") + std::to_string(policy_.lease_ttl.count()) + " ms while " +
                 stateName(leases_.at(id).state), now);
   revokePreempted(now);
+  schedule(now, true);
+  return version_ != before;
+}
+
+bool Scheduler::grantMore(int64_t now) {
+  uint64_t before = version_;
   schedule(now, true);
   return version_ != before;
 }

@@ -121,6 +121,12 @@ class Scheduler {
   // leases), then grants what now fits. Returns true when anything changed. `judge` false: the caller
   // has heartbeats it has not read yet (it is overloaded), so silence proves nothing: nothing is ended.
   bool tick(int64_t now, bool judge = true);
+  // Grants per pass over the wait queue, at most: where a tick (or a release) frees room for more, the
+  // rest is granted by further passes, grantMore(), so no pass holds the caller's lock for long and
+  // requests are answered between them.
+  static constexpr int kGrantsPerPass = 16;
+  bool moreToGrant() const { return more_to_grant_; }
+  bool grantMore(int64_t now);  // true when anything changed
   // The allocator itself could not run for `ms` (stopped, starved of CPU): that time does not count
   // against any server's or lease's heartbeats, so it ends nothing because of its own stall.
   void forgive(int64_t ms);
@@ -182,6 +188,7 @@ class Scheduler {
   uint64_t next_seq_ = 1;
   uint64_t version_ = 0;
   uint64_t preempted_ = 0;
+  bool more_to_grant_ = false;  // the last pass stopped at kGrantsPerPass
   std::vector<std::string> dirty_leases_, dirty_servers_;
   // server → leases it runs workers for (its reports). A server with no entry has not reported since this
   // allocator started (or since it went down): its GPUs take no new share until it does.

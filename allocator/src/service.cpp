@@ -191,6 +191,19 @@ void Service::forgetEndedLeases() {
   }
 }
 
+// Where a tick freed room for more than one pass grants, the rest is granted pass by pass, and requests
+// waiting for the lock are let in between.
+void Service::grantTheRest() {
+  while (!stopping_) {
+    {
+      std::lock_guard lock(mu_);
+      if (!sched_->moreToGrant()) return;
+      if (sched_->grantMore(now())) persist();
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 bool Service::backlogged() {
   if (ElasticPool* pool = pool_.load(); pool && pool->waiting() > 0) return true;
   tcp_info info{};
@@ -222,6 +235,7 @@ void Service::tickLoop() {
         spdlog::error("tick: {}", e.what());
       }
     }
+    grantTheRest();
     if (++ticks % 10 == 0) store_->checkpoint();  // once a second, without the state lock
     if (ticks % 600 == 0) forgetEndedLeases();     // once a minute
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -62,6 +62,7 @@ class Service {
   std::optional<Caller> admin(const httplib::Request& req, httplib::Response& res);
   void persist(const std::string* policy_text = nullptr);  // with mu_ held
   void tickLoop();
+  void grantTheRest();  // what the last tick left to grantMore()
   // Whether requests wait unread: connections not yet accepted, or accepted and waiting for a thread.
   bool backlogged();
   void forgetEndedLeases();  // those that ended longer ago than the policy's retention

@@ -47,6 +47,7 @@ Store::Store(const std::string& path) : path_(path) {
 }
 
 Store::~Store() {
+  for (sqlite3_stmt* st : {begin_, commit_, upsert_server_, upsert_lease_}) sqlite3_finalize(st);
   sqlite3_close(checkpointer_);
   sqlite3_close(db_);
 }
@@ -60,6 +61,19 @@ void Store::exec(const char* sql) {
     sqlite3_free(err);
     throw StoreError("database " + path_ + ": " + why + " (in: " + sql + ")");
   }
+}
+
+sqlite3_stmt* Store::prepared(sqlite3_stmt*& slot, const char* sql) {
+  if (!slot && sqlite3_prepare_v2(db_, sql, -1, &slot, nullptr) != SQLITE_OK)
+    throw StoreError(std::string("database: cannot prepare '") + sql + "': " + sqlite3_errmsg(db_));
+  return slot;
+}
+
+void Store::run(sqlite3_stmt* st) {
+  int rc = sqlite3_step(st);
+  sqlite3_reset(st);
+  sqlite3_clear_bindings(st);
+  if (rc != SQLITE_DONE) throw StoreError("database " + path_ + ": " + sqlite3_errmsg(db_));
 }
 
 std::optional<std::string> Store::policyText() {
@@ -129,34 +143,35 @@ int Store::forgetEndedBefore(int64_t cutoff_unix_s) {
 void Store::save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
                  const std::string* policy_text) {
   if (servers.empty() && leases.empty() && !policy_text) return;
-  exec("BEGIN IMMEDIATE");
+  auto bind = [](sqlite3_stmt* st, int i, const std::string& v) {
+    sqlite3_bind_text(st, i, v.c_str(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  };
+  run(prepared(begin_, "BEGIN IMMEDIATE"));
   try {
     if (policy_text) {
       Stmt p(db_, "INSERT INTO policy (id, toml) VALUES (1, ?1) ON CONFLICT(id) DO UPDATE SET toml = excluded.toml");
       p.text(1, *policy_text);
       if (sqlite3_step(p.s) != SQLITE_DONE) throw StoreError(std::string("database: ") + sqlite3_errmsg(db_));
     }
-    Stmt ps(db_, "INSERT INTO servers (name, doc) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET doc = excluded.doc");
     for (const auto& name : servers) {
       auto it = s.servers().find(name);
       if (it == s.servers().end()) continue;
-      sqlite3_reset(ps.s);
-      ps.text(1, name);
-      ps.text(2, toJson(it->second).dump());
-      if (sqlite3_step(ps.s) != SQLITE_DONE) throw StoreError(std::string("database: ") + sqlite3_errmsg(db_));
+      sqlite3_stmt* st = prepared(upsert_server_, "INSERT INTO servers (name, doc) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET doc = excluded.doc");
+      bind(st, 1, name);
+      bind(st, 2, toJson(it->second).dump());
+      run(st);
     }
-    Stmt pl(db_, "INSERT INTO leases (id, state, doc) VALUES (?1, ?2, ?3) "
-                 "ON CONFLICT(id) DO UPDATE SET state = excluded.state, doc = excluded.doc");
     for (const auto& id : leases) {
       const Lease* l = s.lease(id);
       if (!l) continue;
-      sqlite3_reset(pl.s);
-      pl.text(1, id);
-      pl.text(2, stateName(l->state));
-      pl.text(3, toJson(*l, LeaseView::kRecord).dump());
-      if (sqlite3_step(pl.s) != SQLITE_DONE) throw StoreError(std::string("database: ") + sqlite3_errmsg(db_));
+      sqlite3_stmt* st = prepared(upsert_lease_, "INSERT INTO leases (id, state, doc) VALUES (?1, ?2, ?3) "
+                                                 "ON CONFLICT(id) DO UPDATE SET state = excluded.state, doc = excluded.doc");
+      bind(st, 1, id);
+      bind(st, 2, stateName(l->state));
+      bind(st, 3, toJson(*l, LeaseView::kRecord).dump());
+      run(st);
     }
-    exec("COMMIT");
+    run(prepared(commit_, "COMMIT"));
   } catch (...) {
     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
     throw;

@@ -50,6 +50,13 @@ class Store {
 
  private:
   void exec(const char* sql);
+  // save()'s statements, prepared once (parsing them cost as much as the writes on the request path).
+  sqlite3_stmt* prepared(sqlite3_stmt*& slot, const char* sql);
+  void run(sqlite3_stmt* s);  // steps a statement that returns no rows, then resets it
+  sqlite3_stmt* begin_ = nullptr;
+  sqlite3_stmt* commit_ = nullptr;
+  sqlite3_stmt* upsert_server_ = nullptr;
+  sqlite3_stmt* upsert_lease_ = nullptr;
   sqlite3* db_ = nullptr;
   sqlite3* checkpointer_ = nullptr;
   std::string path_;

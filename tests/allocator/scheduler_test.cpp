@@ -428,3 +428,27 @@ TEST(Scheduler, QueuePositionsCountOnlyTheirPoolAndMoveUp) {
   EXPECT_EQ(s.position("B2"), 1);
   EXPECT_EQ(s.position("B5"), 4);
 }
+
+TEST(Scheduler, ATickThatFreesMuchRoomGrantsItInShortPasses) {
+  Scheduler s = make("[settings]\nlease_ttl = \"1s\"\n");
+  s.registerServer(server("a", 40), 0);
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(s.request(req("u"), 0, "U" + std::to_string(i)).kind, Decision::kGranted);
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(s.request(req("v"), 0, "V" + std::to_string(i)).kind, Decision::kQueued);
+  for (int i = 0; i < 40; ++i) s.heartbeatLease("V" + std::to_string(i), 900);
+  std::vector<std::string> revoked;
+  s.heartbeatServer("a", 900, {}, revoked);
+  auto granted = [&] {
+    int n = 0;
+    for (int i = 0; i < 40; ++i) n += s.lease("V" + std::to_string(i))->state == LeaseState::kGranted;
+    return n;
+  };
+  s.tick(1500);  // every U lease expires at once: room for all 40
+  EXPECT_EQ(granted(), Scheduler::kGrantsPerPass);
+  EXPECT_TRUE(s.moreToGrant());
+  int passes = 1;
+  while (s.moreToGrant() && passes < 10) s.grantMore(1500), ++passes;
+  EXPECT_EQ(granted(), 40);
+  EXPECT_EQ(passes, (40 + Scheduler::kGrantsPerPass - 1) / Scheduler::kGrantsPerPass);
+  EXPECT_EQ(s.queued(), 0u);
+  EXPECT_EQ(s.lease("V0")->granted_ms, 1500);
+}
