@@ -140,6 +140,16 @@ uint64_t parseSize(const std::string& s) {
   return static_cast<uint64_t>(bytes);
 }
 
+const char* isolationName(Isolation i) {
+  switch (i) {
+    case Isolation::kExclusive: return "exclusive";
+    case Isolation::kSpatial: return "spatial";
+    default: return "process";
+  }
+}
+
+const char* placementName(Placement p) { return p == Placement::kSpread ? "spread" : "pack"; }
+
 std::string formatNumber(double v) {
   std::ostringstream o;
   o << v;
@@ -319,14 +329,21 @@ Policy parsePolicy(const std::string& toml_text) {
           pool.fractions.push_back(x);
         }
       }
-      if (auto i = t->get("isolation")) pool.isolation = text(*i, where + ".isolation");
-      if (pool.isolation != "exclusive" && pool.isolation != "process" && pool.isolation != "spatial")
-        fail(where + ".isolation must be exclusive, process or spatial (not '" + pool.isolation + "')");
-      if (pool.isolation == "exclusive" && (pool.fractions.size() != 1 || pool.fractions[0] != 1.0))
+      if (auto i = t->get("isolation")) {
+        std::string name = text(*i, where + ".isolation");
+        bool known = false;
+        for (Isolation x : {Isolation::kExclusive, Isolation::kProcess, Isolation::kSpatial})
+          if (name == isolationName(x)) pool.isolation = x, known = true;
+        if (!known) fail(where + ".isolation must be exclusive, process or spatial (not '" + name + "')");
+      }
+      if (pool.isolation == Isolation::kExclusive && (pool.fractions.size() != 1 || pool.fractions[0] != 1.0))
         fail(where + ": an exclusive pool offers whole GPUs only (fractions = [1.0])");
-      if (auto pl = t->get("placement")) pool.placement = text(*pl, where + ".placement");
-      if (pool.placement != "pack" && pool.placement != "spread")
-        fail(where + ".placement must be pack or spread (not '" + pool.placement + "')");
+      if (auto pl = t->get("placement")) {
+        std::string name = text(*pl, where + ".placement");
+        if (name == placementName(Placement::kPack)) pool.placement = Placement::kPack;
+        else if (name == placementName(Placement::kSpread)) pool.placement = Placement::kSpread;
+        else fail(where + ".placement must be pack or spread (not '" + name + "')");
+      }
       if (auto e = t->get("elastic_after")) {
         if (e->value<std::string>() == "never") pool.elastic_after.reset();
         else pool.elastic_after = duration(*e, where + ".elastic_after");

@@ -18,12 +18,20 @@ class PolicyError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// How a pool's GPUs are shared: whole GPUs only; shares as processes beside each other; shares on
+// partitions of the GPU's SMs.
+enum class Isolation { kExclusive, kProcess, kSpatial };
+// Where shares go: the fullest GPU that fits (keeps whole GPUs free), or the emptiest.
+enum class Placement { kPack, kSpread };
+const char* isolationName(Isolation i);
+const char* placementName(Placement p);
+
 struct Pool {
   std::string name;
   std::vector<std::string> servers{"*"};  // server names; "*" matches every server no other pool names
   std::vector<double> fractions{1.0, 0.5, 0.25};
-  std::string isolation = "process";  // exclusive | process | spatial
-  std::string placement = "pack";     // pack (fill a GPU before the next) | spread
+  Isolation isolation = Isolation::kProcess;
+  Placement placement = Placement::kPack;
   // Elastic requests (--min-fraction): how long one waits for its whole fraction before it takes a smaller
   // one this pool offers (0: at once); absent ("never"): always the whole fraction.
   std::optional<std::chrono::milliseconds> elastic_after{std::chrono::milliseconds(0)};

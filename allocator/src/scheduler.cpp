@@ -141,15 +141,30 @@ static int sharesThatFit(const Gpu& g, double fraction, uint64_t memory, int n) 
   return std::max(0, std::min({by_fraction, by_memory, n}));
 }
 
-int Scheduler::freeSlots(const LeaseRequest& r) const {
-  const Pool* pool = policy_.pool(r.pool);
-  int slots = 0;
-  for (const auto& [name, s] : servers_) {
-    const Pool* sp = policy_.poolOfServer(name);
-    if (!pool || !sp || sp->name != pool->name || !s.up || s.drain || !serving_.count(name)) continue;
-    for (const auto& g : s.gpus)
-      slots += sharesThatFit(g, r.p, r.m ? r.m : static_cast<uint64_t>(std::floor(r.p * static_cast<double>(g.memory))), r.n);
+// The memory of one share of `p` of GPU g that request r takes.
+static uint64_t shareMemory(const LeaseRequest& r, double p, const Gpu& g) {
+  return r.m ? r.m : static_cast<uint64_t>(std::floor(p * static_cast<double>(g.memory)));
+}
+
+// Calls fn(server, gpu, heard) for each GPU of the servers in `pool` that take new shares (up, not
+// draining). heard: the server has said which leases it serves; until it has, its GPUs may still hold
+// ended ones, so they take no new share.
+template <typename Servers, typename Fn>
+static void forEachOpenGpu(Servers& servers, const Policy& policy, const std::map<std::string, std::set<std::string>>& serving,
+                           const std::string& pool, Fn fn) {
+  for (auto& [name, s] : servers) {
+    const Pool* sp = policy.poolOfServer(name);
+    if (!sp || sp->name != pool || !s.up || s.drain) continue;
+    const bool heard = serving.count(name) > 0;
+    for (auto& g : s.gpus) fn(s, g, heard);
   }
+}
+
+int Scheduler::freeSlots(const LeaseRequest& r) const {
+  int slots = 0;
+  forEachOpenGpu(servers_, policy_, serving_, r.pool, [&](const Server&, const Gpu& g, bool heard) {
+    if (heard) slots += sharesThatFit(g, r.p, shareMemory(r, r.p, g), r.n);
+  });
   return std::min(slots, r.n);
 }
 
@@ -199,19 +214,14 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
   };
   std::vector<Candidate> fit;
   int in_pool = 0, gpus_fit = 0;
-  for (auto& [name, s] : servers_) {
-    const Pool* sp = policy_.poolOfServer(name);
-    if (!sp || sp->name != pool->name || !s.up || s.drain) continue;
-    bool heard = serving_.count(name) > 0;  // until it says which leases it serves, its GPUs may hold ended ones
-    for (auto& g : s.gpus) {
-      ++in_pool;
-      if (!heard) continue;
-      uint64_t mem = l.req.m ? l.req.m : static_cast<uint64_t>(std::floor(p * static_cast<double>(g.memory)));
-      int slots = sharesThatFit(g, p, mem, l.req.n);
-      gpus_fit += slots > 0;
-      for (int j = 0; j < slots; ++j) fit.push_back({&s, &g, mem, j});
-    }
-  }
+  forEachOpenGpu(servers_, policy_, serving_, pool->name, [&](Server& s, Gpu& g, bool heard) {
+    ++in_pool;
+    if (!heard) return;
+    uint64_t mem = shareMemory(l.req, p, g);
+    int slots = sharesThatFit(g, p, mem, l.req.n);
+    gpus_fit += slots > 0;
+    for (int j = 0; j < slots; ++j) fit.push_back({&s, &g, mem, j});
+  });
   if (static_cast<int>(fit.size()) < l.req.n) {
     why = "waiting for " + std::to_string(l.req.n) + " GPU(s) with " + formatNumber(p) + " free in pool '" +
           pool->name + "' (" + std::to_string(gpus_fit) + " of " + std::to_string(in_pool) + " available GPUs fit now)";
@@ -222,7 +232,7 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
   // free); spread: the emptiest first.
   std::stable_sort(fit.begin(), fit.end(), [&](const Candidate& a, const Candidate& b) {
     if (a.slot != b.slot) return a.slot < b.slot;
-    return pool->placement == "spread" ? a.gpu->used_fraction < b.gpu->used_fraction
+    return pool->placement == Placement::kSpread ? a.gpu->used_fraction < b.gpu->used_fraction
                                        : a.gpu->used_fraction > b.gpu->used_fraction;
   });
   onFewestServers(fit, l.req.n);

@@ -686,8 +686,8 @@ void Service::readRoutes(httplib::Server& s) {
       queue.push_back(j);
     }
     for (const auto& p : sched_->policy().pools)
-      pools.push_back({{"name", p.name}, {"servers", p.servers}, {"fractions", p.fractions}, {"isolation", p.isolation},
-                       {"placement", p.placement}});
+      pools.push_back({{"name", p.name}, {"servers", p.servers}, {"fractions", p.fractions}, {"isolation", isolationName(p.isolation)},
+                       {"placement", placementName(p.placement)}});
     reply(res, 200, {{"servers", servers}, {"leases", leases}, {"queue", queue}, {"pools", pools}, {"queues", queuesJson()}});
   });
 
