@@ -322,7 +322,8 @@ std::vector<const Lease*> Scheduler::queue() const {
 
 int Scheduler::position(const std::string& id) const {
   const Lease* l = lease(id);
-  return l && l->state == LeaseState::kQueued ? queue_.position(*l) : 0;
+  if (!l || l->state != LeaseState::kQueued) return 0;
+  return fair_.active() && l->grant_position > 0 ? l->grant_position : queue_.position(*l);
 }
 
 // Tries queued requests in grant order (wait_queue.h). Within a pool the queue is strict: the first that
@@ -333,6 +334,7 @@ void Scheduler::schedule(int64_t now, bool preempt) {
   more_to_grant_ = false;
   int grants = 0;
   std::map<std::string, std::string> held;  // pools whose queue head waits for capacity → why the rest wait
+  std::map<std::string, int> placed;        // pool → how many it has passed that still wait (grant_position)
   auto allHeld = [&] {
     return std::all_of(queue_.pools().begin(), queue_.pools().end(), [&](const auto& p) { return held.count(p.first) > 0; });
   };
@@ -344,6 +346,7 @@ void Scheduler::schedule(int64_t now, bool preempt) {
       continue;
     }
     if (auto h = held.find(l.req.pool); h != held.end()) {  // the common case with a long queue: kept cheap
+      l.grant_position = ++placed[l.req.pool];
       if (preempt && l.wait_reason != h->second) l.wait_reason = h->second, touch(l);  // (ticks say why)
       continue;
     }
@@ -356,6 +359,7 @@ void Scheduler::schedule(int64_t now, bool preempt) {
       order.regrade();  // the granted queue now holds more
       continue;
     }
+    l.grant_position = ++placed[l.req.pool];
     if (why.rfind("quota", 0) != 0) {
       held.emplace(l.req.pool, "behind an earlier request in pool '" + l.req.pool + "'");
       if (preempt && fair_.active() && withinGuarantee(l))  // take borrowed capacity back
@@ -588,6 +592,7 @@ void Scheduler::setPolicy(Policy p, int64_t now) {
   }
   for (Lease* l : queued) {
     l->priority = priorityOf(l->req.priority);
+    l->grant_position = 0;  // the next pass places it
     queue_.add(*l);
     if (auto why = neverFits(l->req)) end(l->id, "refused under the new policy: " + *why, now);
   }

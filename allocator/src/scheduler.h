@@ -78,6 +78,9 @@ struct Lease {
   int64_t preempt_at_ms = 0;
   std::string preempted_for;
   int queue = -1;  // the policy queue it charges (FairShare's index; -1: none), kept by the scheduler
+  // With queues: its place among its pool's queued requests in grant order, as the last pass over the
+  // wait queue that reached it found it (0: none has yet). Not persisted.
+  int grant_position = 0;
   std::vector<Share> shares;
 };
 
@@ -132,7 +135,9 @@ class Scheduler {
   void forgive(int64_t ms);
 
   const Lease* lease(const std::string& id) const;
-  // 1-based position in its pool's queue, 0 when not queued.
+  // 1-based position in its pool's queue, 0 when not queued: in grant order. Without queues that is the
+  // priority order, exact at any moment; with queues, the place the last pass over the queue found (each
+  // tick makes one), or its place in priority order until a pass has reached it.
   int position(const std::string& id) const;
   const std::map<std::string, Server>& servers() const { return servers_; }
   const std::map<std::string, Lease>& leases() const { return leases_; }

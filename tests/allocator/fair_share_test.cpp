@@ -81,6 +81,24 @@ TEST(Queues, WithinGuaranteeIsGrantedBeforeBorrowing) {
   EXPECT_EQ(s.lease("A2")->state, LeaseState::kQueued);
 }
 
+TEST(Queues, QueuePositionsFollowTheGrantOrder) {
+  Scheduler s = make(kTwoTeams);
+  s.registerServer(server("a", 2), 0);
+  ASSERT_EQ(s.request(req("ann"), 0, "A0").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(req("ann"), 0, "A1").kind, Decision::kGranted);  // borrowed
+  auto bob = req("bob");
+  bob.member_of = {"speech"};
+  ASSERT_EQ(s.request(req("ann"), 1, "A2").kind, Decision::kQueued);
+  ASSERT_EQ(s.request(bob, 2, "B0").kind, Decision::kQueued);
+  EXPECT_EQ(s.position("B0"), 2);  // by arrival, until a pass has placed it
+  s.tick(3);
+  EXPECT_EQ(s.position("B0"), 1);  // within its queue's guarantee: granted first
+  EXPECT_EQ(s.position("A2"), 2);
+  EXPECT_TRUE(s.end("A0", "released", 4));
+  EXPECT_EQ(s.position("B0"), 0);  // granted
+  EXPECT_EQ(s.position("A2"), 1);
+}
+
 TEST(Queues, WeightsDivideLeftoverCapacityInProportion) {
   const char* toml = R"(
 [pools.default]
