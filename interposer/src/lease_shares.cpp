@@ -36,10 +36,12 @@ std::string gpoolBinary() {
 }
 
 std::vector<Share> leaseFromAllocator(std::string& why) {
-  std::vector<std::string> args{gpoolBinary(), "lease"};
+  // Preemption notice reaches this process as it reaches gpool run's command: GPOOL_PREEMPT_FILE (when
+  // set), SIGTERM, then SIGKILL when the GPUs are revoked.
+  std::vector<std::string> args{gpoolBinary(), "lease", "--notify-pid", std::to_string(::getpid())};
   for (auto [env, flag] : {std::pair{"GPOOL_GPUS", "-n"}, std::pair{"GPOOL_FRACTION", "-p"}, std::pair{"GPOOL_MEMORY", "-m"},
                            std::pair{"GPOOL_WAIT", "--wait"}, std::pair{"GPOOL_POOL", "--pool"},
-                           std::pair{"GPOOL_PRIORITY", "--priority"}})
+                           std::pair{"GPOOL_PRIORITY", "--priority"}, std::pair{"GPOOL_MIN_FRACTION", "--min-fraction"}})
     if (const char* v = std::getenv(env); v && *v) args.insert(args.end(), {flag, v});
   int to_helper[2], from_helper[2];
   if (::pipe2(to_helper, O_CLOEXEC) != 0 || ::pipe2(from_helper, O_CLOEXEC) != 0) {

@@ -12,7 +12,9 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import GIB, MEMCAP, Cluster, setUpModule, tearDownModule, wait_for  # noqa: F401,E402
+import subprocess  # noqa: E402
+
+from cluster import GIB, GPOOL, LIB, MEMCAP, Cluster, setUpModule, tearDownModule, wait_for  # noqa: F401,E402
 
 GRACE_S = 2.0
 POLICY = """
@@ -127,6 +129,39 @@ class FairShareFlow(unittest.TestCase):
         self.assertEqual(read(c.dir + "/runs").splitlines(), ["0 none", "1 7"])
         self.assertIn("requeued, restart 1", err)
         self.assertIsNone(first.poll())  # within vision's guarantee: untouched
+
+    def test_a_program_that_leased_through_the_client_library_gets_notice_too(self):
+        # Only GPOOL_ALLOCATOR set: the library's `gpool lease` helper holds the lease for the program, and
+        # passes notice on to it as gpool run does (the file, SIGTERM, SIGKILL when the GPUs are revoked).
+        c = self.make(servers=2, vision=1, speech=1)
+        first = self.launch("--", "sleep", "60", user="ann")  # within vision's guarantee
+        self.assertTrue(wait_for(lambda: len(self.granted("ann")) == 1))
+        program = ("import ctypes, signal, sys, time\n"
+                   "assert ctypes.CDLL('libcuda.so.1').cuInit(0) == 0\n"
+                   "def term(*_):\n"
+                   "    open(sys.argv[1] + '/term', 'w').write(open(sys.argv[1] + '/notice').read())\n"
+                   "signal.signal(signal.SIGTERM, term)\n"
+                   "open(sys.argv[1] + '/started', 'w').close()\n"
+                   "while True: time.sleep(0.05)\n")
+        env = dict(os.environ, GPOOL_ALLOCATOR=c.url, GPOOL_BIN=GPOOL, LD_LIBRARY_PATH=LIB, GPOOL_PREEMPT_FILE=c.dir + "/notice",
+                   GPOOL_SERVICE_KEY_FILE=c.account("ann"))
+        for name in ("GPOOL_SERVER", "GPOOL_TOKEN", "GPOOL_SHARES", "GPOOL_CA_FILE"):
+            env.pop(name, None)
+        borrower = subprocess.Popen([sys.executable, "-c", program, c.dir], env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.children.append(borrower)
+        self.assertTrue(wait_for(lambda: os.path.exists(c.dir + "/started"), timeout=20), c.status())
+        self.assertEqual(len(self.granted("ann")), 2)  # the second one borrowed
+        bob = self.launch("--", "true", user="bob")  # within speech's guarantee: takes the borrowed GPU back
+        _, err = bob.communicate(timeout=30)
+        self.assertEqual(bob.returncode, 0, err)
+        _, err = borrower.communicate(timeout=10)
+        self.assertEqual(borrower.returncode, -signal.SIGKILL, err)  # stopped when its GPUs were revoked
+        notice = json.loads(read(c.dir + "/term"))  # the file was there when SIGTERM came
+        self.assertEqual(notice["grace_s"], GRACE_S)
+        self.assertIn("is being preempted for request", err)
+        self.assertIn("SIGTERM to process %d" % borrower.pid, err)
+        self.assertIsNone(first.poll())
 
     def test_a_non_preemptible_lease_is_never_touched(self):
         c = self.make(servers=2, vision=1, speech=2)

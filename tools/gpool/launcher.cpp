@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -150,13 +151,14 @@ const std::string& runDir() {
   return g_run_dir;
 }
 
-// How a run passes preemption notice on: the file GPOOL_PREEMPT_FILE names appears (one line of JSON: the
-// lease, the request it makes room for, the seconds left and the deadline in unix seconds), then the
-// command gets SIGTERM. When the allocator revokes the shares at the end of the grace period, the command
-// gets SIGKILL: its GPUs are gone.
+// How preemption notice reaches the leaseholder (the command of `gpool run`, or the program a `gpool lease`
+// helper holds its lease for): the file GPOOL_PREEMPT_FILE names appears (one line of JSON: the lease, the
+// request it makes room for, the seconds left and the deadline in unix seconds; no file when the name is
+// empty), then the leaseholder gets SIGTERM. When the allocator revokes the shares at the end of the grace
+// period, it gets SIGKILL: its GPUs are gone. `holder` says who it is now (0: nobody).
 class Notice {
  public:
-  explicit Notice(std::string file) : file_(std::move(file)) {}
+  Notice(std::string file, std::function<pid_t()> holder) : file_(std::move(file)), holder_(std::move(holder)) {}
   const std::string& file() const { return file_; }
   bool given() const { return given_; }
   void reset() {
@@ -171,11 +173,11 @@ class Notice {
                            lease.c_str());
             },
             [this, lease](const std::string& reason) {
-              pid_t c = g_child.load();
+              pid_t c = holder_();
               if (!c) return;  // released after the command ended
               std::fprintf(stderr, "gpool: lease %s ended: %s\n", lease.c_str(), reason.c_str());
               if (given_) {
-                std::fprintf(stderr, "gpool: its GPUs are revoked: stopping the command (SIGKILL)\n");
+                std::fprintf(stderr, "gpool: its GPUs are revoked: stopping process %d (SIGKILL)\n", static_cast<int>(c));
                 ::kill(c, SIGKILL);
               }
             }};
@@ -186,15 +188,20 @@ class Notice {
     double grace = static_cast<double>(in_ms) / 1000;
     auto deadline = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() + grace;
     json j = {{"lease", lease}, {"for", for_request}, {"grace_s", grace}, {"deadline_unix", deadline}};
-    std::string tmp = file_ + ".tmp";
-    std::ofstream(tmp) << j.dump() << "\n";
-    std::rename(tmp.c_str(), file_.c_str());
+    if (!file_.empty()) {
+      std::string tmp = file_ + ".tmp";
+      std::ofstream(tmp) << j.dump() << "\n";
+      std::rename(tmp.c_str(), file_.c_str());
+    }
     given_ = true;
-    std::fprintf(stderr, "gpool: lease %s is being preempted for request %s: SIGTERM to the command; its GPUs are revoked in %.1fs\n",
-                 lease.c_str(), for_request.c_str(), grace);
-    if (pid_t c = g_child.load()) ::kill(c, SIGTERM);
+    pid_t c = holder_();
+    std::string told = c ? "SIGTERM to process " + std::to_string(c) : std::string("no process to tell");
+    std::fprintf(stderr, "gpool: lease %s is being preempted for request %s: %s; its GPUs are revoked in %.1fs\n", lease.c_str(),
+                 for_request.c_str(), told.c_str(), grace);
+    if (c) ::kill(c, SIGTERM);
   }
   std::string file_;
+  std::function<pid_t()> holder_;
   std::atomic<bool> given_{false};
 };
 
@@ -240,7 +247,7 @@ int run(AllocatorClient& a, const RunOptions& o) {
   sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   for (int sig : kForwarded) sigaction(sig, &sa, nullptr);
-  Notice notice(runDir() + "/preempted");
+  Notice notice(runDir() + "/preempted", [] { return g_child.load(); });
   int last_exit = 0;
   for (int restarts = 0;; ++restarts) {
     json lease = acquire(a, o.request, o.wait_s);
@@ -258,23 +265,24 @@ int run(AllocatorClient& a, const RunOptions& o) {
   }
 }
 
-int holdLease(AllocatorClient& a, const json& request, double wait_s) {
+int holdLease(AllocatorClient& a, const json& request, double wait_s, pid_t holder) {
   json lease = acquire(a, request, wait_s);
   std::string id = lease.at("id");
   json out = json::object();
   for (const auto& [k, v] : leaseEnv(lease)) out[k] = v;
   std::printf("%s\n", out.dump().c_str());
   std::fflush(stdout);
-  LeaseWatch::Events events;
-  events.notice = [id](int64_t in_ms, const std::string& for_request) {
-    std::fprintf(stderr, "gpool: lease %s is being preempted for request %s: its GPUs are revoked in %.1fs\n", id.c_str(),
-                 for_request.c_str(), static_cast<double>(in_ms) / 1000);
-  };
-  events.ended = [id](const std::string& reason) { std::fprintf(stderr, "gpool: lease %s ended: %s\n", id.c_str(), reason.c_str()); };
+  std::atomic<bool> holding{true};  // until stdin closes: then the holder is gone, and no signal may reach its pid
+  Notice notice(env("GPOOL_PREEMPT_FILE"), [&] { return holding ? holder : 0; });
+  LeaseWatch::Events events = notice.events(id);
+  if (holder == 0) {  // nobody to tell but the terminal
+    events.ended = [id](const std::string& reason) { std::fprintf(stderr, "gpool: lease %s ended: %s\n", id.c_str(), reason.c_str()); };
+  }
   auto watch = std::make_unique<LeaseWatch>(a.another(), id, lease.value("heartbeat_ms", 5000), events);
   char buf[256];
   while (::read(0, buf, sizeof buf) > 0) {  // until the process it holds the lease for is gone
   }
+  holding = false;
   a.call("DELETE", "/v1/leases/" + id, Proof::kLease);
   watch.reset();
   return 0;

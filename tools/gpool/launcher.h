@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/types.h>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,7 +25,9 @@ struct RunOptions {
 
 // gpool run: the command's exit status, or one of gpool's (cli_common.h).
 int run(AllocatorClient& a, const RunOptions& o);
-// gpool lease: prints the lease's environment as one line of JSON, keeps it until stdin closes.
-int holdLease(AllocatorClient& a, const nlohmann::json& request, double wait_s);
+// gpool lease: prints the lease's environment as one line of JSON, keeps it until stdin closes. `holder`
+// (0: none) is the process it holds the lease for: preemption notice reaches it as it reaches the command
+// of gpool run (GPOOL_PREEMPT_FILE when set, SIGTERM, SIGKILL when the GPUs are revoked).
+int holdLease(AllocatorClient& a, const nlohmann::json& request, double wait_s, pid_t holder);
 
 }  // namespace gpool::cli

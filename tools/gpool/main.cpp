@@ -223,6 +223,12 @@ int main(int argc, char** argv) {
                     "rerun it (GPOOL_RESTARTS counts the runs before, GPOOL_LAST_EXIT is the last one's status); "
                     "without it gpool exits with status 75");
   run_cmd->add_option("command", command, "the command and its arguments, after --")->required();
+  int notify_pid = 0;
+  lease_cmd->add_option("--notify-pid", notify_pid,
+                        "the process the lease is held for: on preemption notice it gets SIGTERM (after the file "
+                        "$GPOOL_PREEMPT_FILE names is written), and SIGKILL when the GPUs are revoked (the client "
+                        "library passes its own pid)")
+      ->check(CLI::PositiveNumber);
 
   auto* status_cmd = app.add_subcommand("status", "servers, GPUs, shares, leases and the queue");
   bool as_json = false;
@@ -329,7 +335,7 @@ int main(int argc, char** argv) {
     }
     req["wait"] = wait_s;
     if (*run_cmd) return gpool::cli::run(a, {req, wait_s, requeue, command});
-    return gpool::cli::holdLease(a, req, wait_s);
+    return gpool::cli::holdLease(a, req, wait_s, static_cast<pid_t>(notify_pid));
   }
   if (*status_cmd) return status(a, as_json);
   if (*whoami) {
