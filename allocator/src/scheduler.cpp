@@ -3,6 +3,7 @@
 // priority class and arrival. Within a pool the queue is strict: a request that waits for capacity holds
 // back the ones behind it, so large requests are not starved; one held back by its owner's quota does not.
 #include "scheduler.h"
+#include "gpu_fit.h"
 
 #include <algorithm>
 #include <cmath>
@@ -31,12 +32,6 @@ Scheduler::Scheduler(Policy policy, Signer signer, std::function<int64_t()> unix
 int Scheduler::priorityOf(const std::string& cls) const {
   auto it = policy_.priorities.find(cls.empty() ? policy_.default_priority : cls);
   return it == policy_.priorities.end() ? 0 : it->second;
-}
-
-// How many shares of `fraction` fit beside `used` of a GPU, at most `n`.
-static int sharesOfFraction(double used, double fraction, int n) {
-  if (fraction <= kEps) return n;
-  return std::min(n, static_cast<int>(std::floor((1.0 - used + kEps) / fraction)));
 }
 
 std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
@@ -134,38 +129,12 @@ uint64_t Scheduler::asksMemory(const LeaseRequest& r, double p) const {
   return r.m ? r.m : static_cast<uint64_t>((p > 0 ? p : r.p) * static_cast<double>(largestGpu(r.pool)));
 }
 
-// How many shares of `fraction` and `memory` the GPU has room for now, at most `n`.
-static int sharesThatFit(const Gpu& g, double fraction, uint64_t memory, int n) {
-  int by_fraction = sharesOfFraction(g.used_fraction, fraction, n);
-  int by_memory = memory == 0 ? n : static_cast<int>(std::min<uint64_t>((g.memory - std::min(g.memory, g.used_memory)) / memory, n));
-  return std::max(0, std::min({by_fraction, by_memory, n}));
-}
-
-// The memory of one share of `p` of GPU g that request r takes.
-static uint64_t shareMemory(const LeaseRequest& r, double p, const Gpu& g) {
-  return r.m ? r.m : static_cast<uint64_t>(std::floor(p * static_cast<double>(g.memory)));
-}
-
-// Calls fn(server, gpu, heard) for each GPU of the servers in `pool` that take new shares (up, not
-// draining). heard: the server has said which leases it serves; until it has, its GPUs may still hold
-// ended ones, so they take no new share.
-template <typename Servers, typename Fn>
-static void forEachOpenGpu(Servers& servers, const Policy& policy, const std::map<std::string, std::set<std::string>>& serving,
-                           const std::string& pool, Fn fn) {
-  for (auto& [name, s] : servers) {
-    const Pool* sp = policy.poolOfServer(name);
-    if (!sp || sp->name != pool || !s.up || s.drain) continue;
-    const bool heard = serving.count(name) > 0;
-    for (auto& g : s.gpus) fn(s, g, heard);
-  }
-}
-
-int Scheduler::freeSlots(const LeaseRequest& r) const {
-  int slots = 0;
-  forEachOpenGpu(servers_, policy_, serving_, r.pool, [&](const Server&, const Gpu& g, bool heard) {
-    if (heard) slots += sharesThatFit(g, r.p, shareMemory(r, r.p, g), r.n);
+std::map<std::pair<std::string, int>, Gpu> Scheduler::openGpus(const std::string& pool) const {
+  std::map<std::pair<std::string, int>, Gpu> out;
+  forEachOpenGpu(servers_, policy_, serving_, pool, [&](const Server& s, const Gpu& g, bool heard) {
+    if (heard) out.emplace(std::pair{s.name, g.index}, g);
   });
-  return std::min(slots, r.n);
+  return out;
 }
 
 // A gang of n shares on as few servers as it can: first a server that fits all n, else the servers that

@@ -168,7 +168,9 @@ class Scheduler {
   bool finish(const std::string& id, const std::string& reason, int64_t now);
   bool tryGrant(Lease& l, int64_t now, std::string& why);  // l.req.p, else an elastic request's smaller fraction
   bool tryPlace(Lease& l, double p, int64_t now, std::string& why);  // grants shares of `p` if they fit now
-  int freeSlots(const LeaseRequest& r) const;  // how many of r's n shares fit now, each on its own
+  // Copies of the GPUs of `pool` that take new shares now, by (server, index): what preemption counts
+  // room on (preemption.cpp).
+  std::map<std::pair<std::string, int>, Gpu> openGpus(const std::string& pool) const;
   void release(Lease& l);
   // Frees the GPU usage of `server`'s draining shares whose leases it no longer serves; true if any.
   bool settleDraining(const std::string& server);

@@ -295,6 +295,58 @@ TEST(Preemption, RoomThatIsStillDrainingIsNotTakenTwice) {
   EXPECT_EQ(s.lease("V1")->state, LeaseState::kGranted);
 }
 
+TEST(Preemption, RoomIsTakenWhereItMakesAWholeShareNotInPiecesOnManyGpus) {
+  Scheduler s = make(kPreempt);
+  s.registerServer(server("a", 2), 0);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(s.request(req("ann", 0.5), i, "V" + std::to_string(i)).kind, Decision::kGranted);
+  ASSERT_EQ(s.lease("V0")->shares[0].device, s.lease("V1")->shares[0].device);  // halves packed two to a GPU
+  ASSERT_TRUE(s.end("V1", "released", 4));
+  ASSERT_EQ(s.request(req("ann", 0.5), 5, "V4").kind, Decision::kGranted);  // beside V0
+  ASSERT_EQ(s.lease("V4")->shares[0].device, s.lease("V0")->shares[0].device);
+  // Vision borrows 1 GPU in halves: V4 and V3 are the most recently granted, but on two GPUs they free no
+  // whole GPU. V3 and V2 share one.
+  ASSERT_EQ(s.request(req("bob"), 6, "S0").kind, Decision::kQueued);
+  s.tick(6);
+  EXPECT_EQ(preempting(s), 2);
+  EXPECT_NE(s.lease("V3")->preempt_at_ms, 0);
+  EXPECT_NE(s.lease("V2")->preempt_at_ms, 0);
+  EXPECT_EQ(s.lease("V4")->preempt_at_ms, 0);
+  s.tick(10006);
+  EXPECT_EQ(s.lease("S0")->state, LeaseState::kGranted);
+  EXPECT_EQ(s.lease("S0")->shares[0].device, s.lease("V3")->shares[0].device);
+  EXPECT_EQ(s.lease("V4")->state, LeaseState::kGranted);
+}
+
+TEST(Preemption, NobodyIsPreemptedWhenNoChoiceMakesRoom) {
+  Scheduler s = make(R"(
+[settings]
+preemption_grace = "10s"
+[queues.vision]
+members = ["ann"]
+[queues.ops]
+guarantee = { gpus = 1 }
+members = ["oz"]
+[queues.speech]
+guarantee = { gpus = 2 }
+members = ["bob"]
+)");
+  s.registerServer(server("a", 2), 0);
+  auto pinned = req("oz", 0.5);
+  pinned.preemptible = false;
+  // Each GPU: one half that may not be taken (ops, within its guarantee), one that vision borrows.
+  ASSERT_EQ(s.request(pinned, 0, "N0").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(req("ann", 0.5), 1, "V0").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(pinned, 2, "N1").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(req("ann", 0.5), 3, "V1").kind, Decision::kGranted);
+  ASSERT_NE(s.lease("V0")->shares[0].device, s.lease("V1")->shares[0].device);
+  ASSERT_EQ(s.request(req("bob"), 4, "S0").kind, Decision::kQueued);  // a whole GPU, within speech's guarantee
+  s.tick(4);
+  EXPECT_EQ(preempting(s), 0);  // the two borrowed halves would free no whole GPU
+  EXPECT_EQ(s.request(req("bob", 0.5), 5, "S1").kind, Decision::kQueued);
+  s.tick(5);
+  EXPECT_EQ(preempting(s), 0);  // S0 comes first and still cannot be helped; S1 waits behind it
+}
+
 TEST(Preemption, NoticeIsWithdrawnWhenTheRequestNoLongerWaits) {
   Scheduler s = make(kPreempt);
   s.registerServer(server("a", 2), 0);
