@@ -84,6 +84,26 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual(c.status()["leases"], [])
 
     @unittest.skipUnless(os.path.exists(SERVER_LOSS), "cuda_server_loss is built only with nvcc")
+    def test_a_signal_while_waiting_withdraws_the_request(self):
+        # Ctrl-C (or SIGTERM from a job scheduler) while gpool waits in the queue: no command runs, the
+        # request leaves the queue at once, and gpool exits with 128 + the signal.
+        c = self.make(ttl="30s")
+        holder = c.gpool("run", "--", "sleep", "30", start_new_session=True)
+        self.children.append(holder)
+        self.assertTrue(wait_for(lambda: len(c.status()["leases"]) == 1))
+        marker = os.path.join(c.dir, "ran")
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            waiting = c.gpool("run", "--", "touch", marker)
+            self.children.append(waiting)
+            self.assertTrue(wait_for(lambda: len(c.status()["queue"]) == 1), "it did not queue")
+            waiting.send_signal(sig)
+            _, err = waiting.communicate(timeout=10)
+            self.assertEqual(waiting.returncode, 128 + sig, err)
+            self.assertIn("while waiting for GPUs: request L", err)
+            self.assertEqual(c.status()["queue"], [])
+            self.assertFalse(os.path.exists(marker))
+        os.killpg(holder.pid, signal.SIGKILL)
+
     def test_an_expired_lease_stops_the_worker_of_a_client_still_connected(self):
         c = self.make(ttl="1s")
         _, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})  # and never heartbeated

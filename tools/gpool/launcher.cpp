@@ -39,11 +39,27 @@ std::string clientLibDir() {
 }
 
 std::atomic<pid_t> g_child{0};
+std::atomic<int> g_stop{0};  // a signal that came while no command ran: gpool stops waiting (acquire)
 // Signals sent to gpool (kill, a job scheduler) go on to the command. One the terminal sent (Ctrl-C) has
-// reached the command already, as they share the process group: not sent twice.
+// reached the command already, as they share the process group: not sent twice. While gpool waits for
+// GPUs (no command runs), SIGINT, SIGTERM, SIGHUP and SIGQUIT stop it: the request is withdrawn.
 void forward(int sig, siginfo_t* info, void*) {
+  pid_t c = g_child.load();
+  if (!c) {
+    if (sig != SIGUSR1 && sig != SIGUSR2) g_stop = sig;
+    return;
+  }
   if (info && info->si_code == SI_KERNEL) return;
-  if (pid_t c = g_child.load()) ::kill(c, sig);
+  ::kill(c, sig);
+}
+
+// Dies with 128 + the signal when one came while gpool waited, withdrawing the request `id` (if any).
+void stopIfSignalled(AllocatorClient& a, const std::string& id) {
+  int sig = g_stop.load();
+  if (!sig) return;
+  if (!id.empty()) a.call("DELETE", "/v1/leases/" + id, Proof::kLease);
+  die(128 + sig, std::string("stopped by SIG") + sigabbrev_np(sig) + " while waiting for GPUs" +
+                     (id.empty() ? "" : ": request " + id + " withdrawn"));
 }
 constexpr int kForwarded[] = {SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGINT, SIGQUIT};
 
@@ -56,6 +72,7 @@ json acquire(AllocatorClient& a, const json& request, double wait_s) {
   // Submit, retrying with back-off while the allocator cannot be reached.
   json lease;
   for (double delay = 0.2;; delay = std::min(delay * 2, 5.0)) {
+    stopIfSignalled(a, "");
     auto [status, text] = a.call("POST", "/v1/leases", Proof::kIdentity, request.dump());
     if (status == 0) {
       if (wait_s >= 0 && elapsed() > wait_s) die(kExitAllocator, text);
@@ -78,6 +95,7 @@ json acquire(AllocatorClient& a, const json& request, double wait_s) {
   std::string last_note;
   double last_print = -100, delay = 0.1;
   while (lease.at("state") == "queued") {
+    stopIfSignalled(a, id);
     std::string note = lease.value("waiting_for", std::string("waiting for capacity")) + "; position " +
                        std::to_string(lease.value("position", 0)) + " in the queue";
     if (note != last_note || elapsed() - last_print >= 30) {
@@ -251,6 +269,7 @@ int run(AllocatorClient& a, const RunOptions& o) {
   int last_exit = 0;
   for (int restarts = 0;; ++restarts) {
     json lease = acquire(a, o.request, o.wait_s);
+    stopIfSignalled(a, lease.at("id"));  // (granted as the signal came)
     describe(lease, o.request);
     int status = runOnce(a, lease, o.command, notice, restarts, last_exit);
     if (!notice.given()) return status;
