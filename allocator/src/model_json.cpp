@@ -2,6 +2,8 @@
 
 #include "gpool/printable.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -30,7 +32,7 @@ T integer(const json& v) {
 json toJson(const Server& s) {
   json gpus = json::array();
   for (const auto& g : s.gpus)
-    gpus.push_back({{"index", g.index}, {"uuid", g.uuid}, {"model", g.model}, {"memory", g.memory}, {"sms", g.sms},
+    gpus.push_back({{"index", g.index}, {"uuid", g.uuid}, {"model", g.model}, {"type", g.type}, {"memory", g.memory}, {"sms", g.sms},
                     {"used_fraction", g.used_fraction}, {"used_memory", g.used_memory}});
   return {{"name", s.name}, {"address", s.address}, {"up", s.up}, {"drain", s.drain}, {"gpus", gpus}};
 }
@@ -59,7 +61,7 @@ Server serverFromJson(const json& j) {
 json toJson(const LeaseRequest& r) {
   return {{"n", r.n}, {"p", r.p}, {"m", r.m}, {"user", r.user}, {"group", r.group}, {"pool", r.pool},
           {"priority", r.priority}, {"wait_ms", r.wait_ms}, {"member_of", r.member_of}, {"preemptible", r.preemptible},
-          {"min_p", r.min_p}};
+          {"min_p", r.min_p}, {"gpu_types", r.gpu_types}};
 }
 
 json toJson(const Lease& l, LeaseView view) {
@@ -100,6 +102,7 @@ Lease leaseFromJson(const json& j) {
   l.req.member_of = r.value("member_of", std::vector<std::string>{});
   l.req.preemptible = r.value("preemptible", true);
   l.req.min_p = r.value("min_p", 0.0);
+  l.req.gpu_types = r.value("gpu_types", std::vector<std::string>{});
   l.preempt_at_ms = j.contains("preempt_at_ms") ? integer<int64_t>(j.at("preempt_at_ms")) : 0;
   l.preempted_for = j.value("preempted_for", "");
   l.priority = integer<int>(j.at("priority"));
@@ -124,8 +127,9 @@ LeaseRequest requestFromJson(const json& j) {
   for (const auto& [k, v] : j.items()) {
     (void)v;
     if (k != "n" && k != "p" && k != "m" && k != "user" && k != "group" && k != "pool" && k != "priority" && k != "wait" &&
-        k != "preemptible" && k != "min_p")
-      throw std::invalid_argument("unknown field '" + k + "' (fields: n, p, m, user, group, pool, priority, wait, preemptible, min_p)");
+        k != "preemptible" && k != "min_p" && k != "gpu_types")
+      throw std::invalid_argument("unknown field '" + k +
+                                  "' (fields: n, p, m, user, group, pool, priority, wait, preemptible, min_p, gpu_types)");
   }
   LeaseRequest r;
   auto field = [&](const char* name) -> const json* { return j.contains(name) ? &j.at(name) : nullptr; };
@@ -156,6 +160,18 @@ LeaseRequest requestFromJson(const json& j) {
       *out = v->get<std::string>();
       if (!gpool::isPrintable(*out)) throw std::invalid_argument(std::string(name) + " must be printable ASCII, without control characters");
     }
+  }
+  if (auto t = field("gpu_types")) {  // the GPU types it may run on (any of them)
+    auto plain = [](const json& x) {
+      if (!x.is_string()) return false;
+      const auto& s = x.get_ref<const std::string&>();
+      return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+      });
+    };
+    if (!t->is_array() || t->size() > 16 || !std::all_of(t->begin(), t->end(), plain))
+      throw std::invalid_argument("gpu_types must be a list of at most 16 GPU type names (letters, digits, '.', '_', '-')");
+    r.gpu_types = t->get<std::vector<std::string>>();
   }
   if (auto pr = field("preemptible")) {
     if (!pr->is_boolean()) throw std::invalid_argument("preemptible must be true or false");

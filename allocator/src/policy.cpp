@@ -5,6 +5,8 @@
 
 #include "gpool/printable.h"
 
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -192,6 +194,26 @@ const Pool* Policy::poolOfServer(const std::string& server) const {
   return nullptr;
 }
 
+std::string Policy::gpuTypeOf(const std::string& model) const {
+  for (const auto& [type, patterns] : gpu_types)
+    for (const auto& pattern : patterns)
+      if (::fnmatch(pattern.c_str(), model.c_str(), FNM_CASEFOLD) == 0) return type;
+  if (model.rfind("gpool sim", 0) == 0) return "sim";  // gpool-server --backend sim
+  std::vector<std::string> words;
+  std::string word;
+  for (char c : model + " ") {
+    if (c != ' ' && c != '-') {
+      word += c;
+    } else if (!word.empty()) {
+      if (word != "NVIDIA" && word != "Tesla" && word != "GeForce" && word != "Quadro") words.push_back(word);
+      word.clear();
+    }
+  }
+  if (words.empty()) return "unknown";
+  if ((words[0] == "RTX" || words[0] == "GTX") && words.size() > 1) return words[0] + words[1];  // RTX4090
+  return words[0];
+}
+
 const Queue* Policy::queueOf(const std::string& user, const std::vector<std::string>& groups) const {
   for (const auto& q : queues)
     if (std::find(q.members.begin(), q.members.end(), user) != q.members.end()) return &q;
@@ -202,14 +224,30 @@ const Queue* Policy::queueOf(const std::string& user, const std::vector<std::str
 
 namespace {
 
+// 1-64 letters, digits, '.', '_' or '-': names that go into metrics, status and command lines unquoted.
+bool plainName(const std::string& name) {
+  return !name.empty() && name.size() <= 64 &&
+         std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'; });
+}
+
+std::map<std::string, std::vector<std::string>> gpuTypes(const toml::table& t) {
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& [k, v] : t) {
+    std::string name(k.str()), where = "gpu_types." + name;
+    if (!plainName(name)) fail("GPU type names are 1-64 letters, digits, '.', '_' or '-' (not '" + gpool::printable(name) + "')");
+    const toml::array* a = v.as_array();
+    if (!a || a->empty()) fail(where + " must be a list of model patterns, e.g. [\"NVIDIA H100*\"]");
+    for (const auto& e : *a) out[name].push_back(text(e, where + "[]"));
+  }
+  return out;
+}
+
 Queue queue(const std::string& name, const toml::node& n) {
   std::string where = "queues." + name;
   const toml::table* t = n.as_table();
   if (!t) fail(where + " must be a table");
   checkKeys(*t, {"parent", "guarantee", "limit", "weight", "members"}, where);
-  bool plain = !name.empty() && name.size() <= 64 &&
-               std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'; });
-  if (!plain) fail("queue names are 1-64 letters, digits, '.', '_' or '-' (not '" + gpool::printable(name) + "')");
+  if (!plainName(name)) fail("queue names are 1-64 letters, digits, '.', '_' or '-' (not '" + gpool::printable(name) + "')");
   Queue q;
   q.name = name;
   if (auto v = t->get("parent")) q.parent = text(*v, where + ".parent");
@@ -274,7 +312,7 @@ Policy parsePolicy(const std::string& toml_text) {
       << e.description();
     fail(o.str());
   }
-  checkKeys(root, {"settings", "priorities", "pools", "quotas", "queues", "access"}, "the policy");
+  checkKeys(root, {"settings", "priorities", "pools", "quotas", "queues", "gpu_types", "access"}, "the policy");
   Policy p;
   p.source = toml_text;
 
@@ -369,6 +407,7 @@ Policy parsePolicy(const std::string& toml_text) {
     for (const auto& [k, v] : *qs) p.queues.push_back(queue(std::string(k.str()), v));
     orderQueues(p.queues);
   }
+  if (auto t = root["gpu_types"].as_table()) p.gpu_types = gpuTypes(*t);
   if (auto a = root["access"].as_table()) p.access = access(*a, p);
   return p;
 }

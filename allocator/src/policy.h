@@ -72,6 +72,8 @@ struct Policy {
   std::string default_priority = "normal";
   std::map<std::string, Quota> user_quotas, group_quotas;
   std::vector<Queue> queues;  // parents before their children
+  // GPU types ([gpu_types]): type name → model patterns (shell globs, any case) of the GPUs of that type.
+  std::map<std::string, std::vector<std::string>> gpu_types;
   Access access;
   std::chrono::milliseconds lease_ttl{15000};      // a lease ends this long after its last heartbeat
   std::chrono::milliseconds server_timeout{15000}; // a server is down this long after its last heartbeat
@@ -83,6 +85,9 @@ struct Policy {
   // The pool a server belongs to: the first naming it, else the first with "*", else none.
   const Pool* poolOfServer(const std::string& server) const;
   const Pool* pool(const std::string& name) const;
+  // The type of a GPU model: the first type in gpu_types with a pattern the model matches, else the family
+  // the model's name says ("NVIDIA H100 80GB HBM3" → "H100", "Tesla V100-SXM2-16GB" → "V100").
+  std::string gpuTypeOf(const std::string& model) const;
   // The queue of a requester (see Queue), or null.
   const Queue* queueOf(const std::string& user, const std::vector<std::string>& groups) const;
 };

@@ -127,7 +127,7 @@ bool Scheduler::withinGuarantee(const Lease& l) const {
 }
 
 int Scheduler::preemptFor(const Lease& l, int64_t now) {
-  Room room(openGpus(l.req.pool), l.req);  // what is free now is not taken from anyone
+  Room room(openGpus(l.req), l.req);  // what is free now is not taken from anyone
   int leases = 0;
   std::vector<Candidate> candidates;
   for (const auto& [id, lp] : live_) {

@@ -6,6 +6,7 @@
 #include "gpu_fit.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <set>
 
@@ -52,19 +53,32 @@ std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
     for (double f : pool->fractions) fr += (fr.empty() ? "" : ", ") + formatNumber(f);
     return "pool '" + pool->name + "' offers fractions " + fr + " of a GPU, not " + formatNumber(r.p);
   }
-  int gpus = 0;
+  int gpus = 0, in_pool = 0;
   uint64_t largest = 0;
+  std::set<std::string> types;  // of the pool's GPUs
   for (const auto& [name, s] : servers_) {
     const Pool* sp = policy_.poolOfServer(name);
     if (!sp || sp->name != pool->name) continue;
-    gpus += static_cast<int>(s.gpus.size());
-    for (const auto& g : s.gpus) largest = std::max(largest, g.memory);
+    for (const auto& g : s.gpus) {
+      ++in_pool;
+      types.insert(g.type);
+      if (!r.accepts(g)) continue;
+      ++gpus;
+      largest = std::max(largest, g.memory);
+    }
   }
-  if (gpus == 0) return "pool '" + pool->name + "' has no GPUs (no gpool-server in it has registered)";
+  if (in_pool == 0) return "pool '" + pool->name + "' has no GPUs (no gpool-server in it has registered)";
+  if (gpus == 0) {
+    std::string asked, here;
+    for (const auto& t : r.gpu_types) asked += (asked.empty() ? "" : ", ") + t;
+    for (const auto& t : types) here += (here.empty() ? "" : ", ") + t;
+    return "pool '" + pool->name + "' has no GPU of type " + asked + " (its types: " + here + ")";
+  }
   // Shares of one request may share a GPU (two halves of one GPU are two devices).
   int per_gpu = sharesOfFraction(0.0, r.p, r.n);
   if (r.n > gpus * per_gpu)
     return "asks for " + std::to_string(r.n) + " GPUs; pool '" + pool->name + "' has " + std::to_string(gpus) +
+           (r.gpu_types.empty() ? "" : " of the types it accepts") +
            (per_gpu > 1 ? " (" + std::to_string(gpus * per_gpu) + " shares of " + formatNumber(r.p) + ")" : "");
   if (r.m > largest)
     return "asks for " + formatSize(r.m) + " per GPU; the largest GPU in pool '" + pool->name + "' has " + formatSize(largest);
@@ -129,10 +143,10 @@ uint64_t Scheduler::asksMemory(const LeaseRequest& r, double p) const {
   return r.m ? r.m : static_cast<uint64_t>((p > 0 ? p : r.p) * static_cast<double>(largestGpu(r.pool)));
 }
 
-std::map<std::pair<std::string, int>, Gpu> Scheduler::openGpus(const std::string& pool) const {
+std::map<std::pair<std::string, int>, Gpu> Scheduler::openGpus(const LeaseRequest& r) const {
   std::map<std::pair<std::string, int>, Gpu> out;
-  forEachOpenGpu(servers_, policy_, serving_, pool, [&](const Server& s, const Gpu& g, bool heard) {
-    if (heard) out.emplace(std::pair{s.name, g.index}, g);
+  forEachOpenGpu(servers_, policy_, serving_, r.pool, [&](const Server& s, const Gpu& g, bool heard) {
+    if (heard && r.accepts(g)) out.emplace(std::pair{s.name, g.index}, g);
   });
   return out;
 }
@@ -184,6 +198,7 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
   std::vector<Candidate> fit;
   int in_pool = 0, gpus_fit = 0;
   forEachOpenGpu(servers_, policy_, serving_, pool->name, [&](Server& s, Gpu& g, bool heard) {
+    if (!l.req.accepts(g)) return;
     ++in_pool;
     if (!heard) return;
     uint64_t mem = shareMemory(l.req, p, g);
@@ -295,6 +310,40 @@ int Scheduler::position(const std::string& id) const {
   return fair_.active() && l->grant_position > 0 ? l->grant_position : queue_.position(*l);
 }
 
+// Whether two requests may want the same GPUs: one takes any type, or they name a type in common.
+static bool typesOverlap(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  if (a.empty() || b.empty()) return true;
+  auto same = [](const std::string& x, const std::string& y) {
+    return x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin(), [](char c, char d) { return std::tolower(c) == std::tolower(d); });
+  };
+  return std::any_of(a.begin(), a.end(), [&](const std::string& x) {
+    return std::any_of(b.begin(), b.end(), [&](const std::string& y) { return same(x, y); });
+  });
+}
+
+namespace {
+// Requests waiting for capacity hold back the later ones of their pool that want the same GPUs (any GPU,
+// or a type in common): one waiting for an H100 does not hold back one that may take an A100.
+class HeldBack {
+ public:
+  bool holds(const LeaseRequest& r) const {
+    auto it = by_pool_.find(r.pool);
+    return it != by_pool_.end() &&
+           std::any_of(it->second.begin(), it->second.end(), [&](const auto* types) { return typesOverlap(*types, r.gpu_types); });
+  }
+  void add(const LeaseRequest& r) { by_pool_[r.pool].push_back(&r.gpu_types); }
+  // Every GPU of the pool is waited for: nothing later in it can be granted.
+  bool whole(const std::string& pool) const {
+    auto it = by_pool_.find(pool);
+    return it != by_pool_.end() && std::any_of(it->second.begin(), it->second.end(), [](const auto* t) { return t->empty(); });
+  }
+  static std::string why(const std::string& pool) { return "behind an earlier request in pool '" + pool + "'"; }
+
+ private:
+  std::map<std::string, std::vector<const std::vector<std::string>*>> by_pool_;  // pool → the types each waits for
+};
+}  // namespace
+
 // Tries queued requests in grant order (wait_queue.h). Within a pool the queue is strict: the first that
 // waits for capacity holds back the rest of its pool. Once every pool is held back, the request path
 // stops; the tick goes on through the rest (the wait that ran out, why each waits). A pass grants at most
@@ -302,10 +351,10 @@ int Scheduler::position(const std::string& id) const {
 void Scheduler::schedule(int64_t now, bool preempt) {
   more_to_grant_ = false;
   int grants = 0;
-  std::map<std::string, std::string> held;  // pools whose queue head waits for capacity → why the rest wait
-  std::map<std::string, int> placed;        // pool → how many it has passed that still wait (grant_position)
+  HeldBack held;
+  std::map<std::string, int> placed;  // pool → how many it has passed that still wait (grant_position)
   auto allHeld = [&] {
-    return std::all_of(queue_.pools().begin(), queue_.pools().end(), [&](const auto& p) { return held.count(p.first) > 0; });
+    return std::all_of(queue_.pools().begin(), queue_.pools().end(), [&](const auto& p) { return held.whole(p.first); });
   };
   WaitQueue::GrantOrder order(queue_, fair_);
   while (Lease* next = order.next()) {
@@ -314,9 +363,9 @@ void Scheduler::schedule(int64_t now, bool preempt) {
       end(l.id, "the wait ran out (" + std::to_string(l.req.wait_ms / 1000) + " s) while " + l.wait_reason, now);
       continue;
     }
-    if (auto h = held.find(l.req.pool); h != held.end()) {  // the common case with a long queue: kept cheap
+    if (held.holds(l.req)) {  // the common case with a long queue: kept cheap
       l.grant_position = ++placed[l.req.pool];
-      if (preempt && l.wait_reason != h->second) l.wait_reason = h->second, touch(l);  // (ticks say why)
+      if (preempt && l.wait_reason != held.why(l.req.pool)) l.wait_reason = held.why(l.req.pool), touch(l);  // (ticks say why)
       continue;
     }
     std::string why;
@@ -330,7 +379,7 @@ void Scheduler::schedule(int64_t now, bool preempt) {
     }
     l.grant_position = ++placed[l.req.pool];
     if (why.rfind("quota", 0) != 0) {
-      held.emplace(l.req.pool, "behind an earlier request in pool '" + l.req.pool + "'");
+      held.add(l.req);
       if (preempt && fair_.active() && withinGuarantee(l))  // take borrowed capacity back
         if (int n = preemptFor(l, now))
           why += "; within its queue's guarantee, so " + std::to_string(n) + " borrowing lease(s) are being preempted for it";
@@ -338,8 +387,20 @@ void Scheduler::schedule(int64_t now, bool preempt) {
     if (preempt || l.wait_reason.rfind(why, 0) != 0) {  // what the last tick added about preemption stays
       if (why != l.wait_reason) l.wait_reason = why, touch(l);
     }
-    if (!preempt && held.count(l.req.pool) && allHeld()) break;
+    if (!preempt && held.whole(l.req.pool) && allHeld()) break;
   }
+}
+
+bool LeaseRequest::accepts(const Gpu& g) const {
+  if (gpu_types.empty()) return true;
+  return std::any_of(gpu_types.begin(), gpu_types.end(), [&](const std::string& t) {
+    return t.size() == g.type.size() &&
+           std::equal(t.begin(), t.end(), g.type.begin(), [](char a, char b) { return std::tolower(a) == std::tolower(b); });
+  });
+}
+
+void Scheduler::typeGpus(Server& s) const {
+  for (auto& g : s.gpus) g.type = policy_.gpuTypeOf(g.model);
 }
 
 std::vector<std::string> LeaseRequest::chargedGroups() const {
@@ -400,7 +461,8 @@ Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id
   bool waiting_ahead = false;
   for (const auto& entry : queue_.entries()) {
     const Lease& q = *std::get<2>(entry);
-    if (&q != &stored && q.req.pool == stored.req.pool && comesFirst(q) && !quotaBlocks(q)) {
+    if (&q != &stored && q.req.pool == stored.req.pool && typesOverlap(q.req.gpu_types, stored.req.gpu_types) && comesFirst(q) &&
+        !quotaBlocks(q)) {
       waiting_ahead = true;
       break;
     }
@@ -472,6 +534,7 @@ void Scheduler::registerServer(Server s, int64_t now) {
   auto old = servers_.find(s.name);
   if (old != servers_.end()) s.drain = old->second.drain;
   for (auto& g : s.gpus) g.used_fraction = 0, g.used_memory = 0;
+  typeGpus(s);
   serving_[s.name].clear();  // a server (re)starting runs no worker: they end with it
   draining_.erase(s.name);
   for (const auto& [id, lp] : live_) {
@@ -554,6 +617,7 @@ void Scheduler::setPolicy(Policy p, int64_t now) {
     if (lp->state == LeaseState::kGranted) account(*lp, -1);
   policy_ = std::move(p);
   fair_.reset(policy_.queues);
+  for (auto& [name, s] : servers_) typeGpus(s);
   for (const auto& [id, lp] : live_) {
     Lease& l = *lp;
     l.queue = fair_.queueOf(policy_, l.req.user, l.req.chargedGroups());
@@ -638,6 +702,7 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
   for (auto& [name, s] : servers_) {
     s.heartbeat_ms = now;  // a grace period to heartbeat again
     for (auto& g : s.gpus) g.used_fraction = 0, g.used_memory = 0;
+    typeGpus(s);
   }
   live_.clear();
   queue_.clear();

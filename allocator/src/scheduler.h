@@ -25,6 +25,7 @@ struct Gpu {
   int sms = 0;
   double used_fraction = 0;
   uint64_t used_memory = 0;
+  std::string type;  // its GPU type (Policy::gpuTypeOf its model), kept by the scheduler
 };
 
 struct Server {
@@ -58,8 +59,11 @@ struct LeaseRequest {
   // Elastic (gpool run --min-fraction): when p does not fit, any fraction the pool offers down to min_p
   // (0: not elastic), after the pool's elastic_after. The shares say what was granted.
   double min_p = 0;
+  // GPU types it may run on (gpool run --gpu-type), any case; empty: any.
+  std::vector<std::string> gpu_types;
 
   std::vector<std::string> chargedGroups() const;  // `group` and `member_of`, each once
+  bool accepts(const Gpu& g) const;                 // g is of a type it may run on
 };
 
 struct Lease {
@@ -168,9 +172,9 @@ class Scheduler {
   bool finish(const std::string& id, const std::string& reason, int64_t now);
   bool tryGrant(Lease& l, int64_t now, std::string& why);  // l.req.p, else an elastic request's smaller fraction
   bool tryPlace(Lease& l, double p, int64_t now, std::string& why);  // grants shares of `p` if they fit now
-  // Copies of the GPUs of `pool` that take new shares now, by (server, index): what preemption counts
+  // Copies of the GPUs that take new shares of r now, by (server, index): what preemption counts
   // room on (preemption.cpp).
-  std::map<std::pair<std::string, int>, Gpu> openGpus(const std::string& pool) const;
+  std::map<std::pair<std::string, int>, Gpu> openGpus(const LeaseRequest& r) const;  // (of its pool and types)
   void release(Lease& l);
   // Frees the GPU usage of `server`'s draining shares whose leases it no longer serves; true if any.
   bool settleDraining(const std::string& server);
@@ -183,6 +187,7 @@ class Scheduler {
   void touch(Lease& l) { dirty_leases_.push_back(l.id), ++version_; }
   void touch(Server& s) { dirty_servers_.push_back(s.name), ++version_; }
   int priorityOf(const std::string& cls) const;
+  void typeGpus(Server& s) const;  // sets each GPU's type from the policy
 
   Policy policy_;
   Signer sign_;

@@ -33,14 +33,7 @@ members = ["@speech"]
 }  // namespace
 
 TEST(Queues, PolicyErrorsNameTheQueue) {
-  auto error = [](const std::string& toml) {
-    try {
-      parsePolicy(toml);
-    } catch (const PolicyError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto error = policyError;
   EXPECT_NE(error("[queues.a]\nparent = \"b\"\n").find("queues.a.parent 'b' is not a queue"), std::string::npos);
   EXPECT_NE(error("[queues.a]\nparent = \"b\"\n[queues.b]\nparent = \"a\"\n").find("form a cycle"), std::string::npos);
   EXPECT_NE(error("[queues.a]\nweight = 0\n").find("queues.a.weight must be in (0, 1e6]"), std::string::npos);

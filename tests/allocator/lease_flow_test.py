@@ -84,6 +84,18 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual(c.status()["leases"], [])
 
     @unittest.skipUnless(os.path.exists(SERVER_LOSS), "cuda_server_loss is built only with nvcc")
+    def test_gpu_types_are_shown_and_requests_run_only_on_theirs(self):
+        c = self.make(ttl="30s")
+        out, err = c.gpool("status").communicate(timeout=10)
+        self.assertRegex(out, r"sim0:0\s+sim\s+gpool sim device", out + err)
+        ok = c.gpool("run", "--gpu-type", "H100,SIM", "--", "true")  # any of them, in any case
+        _, err = ok.communicate(timeout=20)
+        self.assertEqual(ok.returncode, 0, err)
+        refused = c.gpool("run", "--gpu-type", "H100", "--", "true")
+        _, err = refused.communicate(timeout=20)
+        self.assertEqual(refused.returncode, 3, err)
+        self.assertIn("pool 'default' has no GPU of type H100 (its types: sim)", err)
+
     def test_a_signal_while_waiting_withdraws_the_request(self):
         # Ctrl-C (or SIGTERM from a job scheduler) while gpool waits in the queue: no command runs, the
         # request leaves the queue at once, and gpool exits with 128 + the signal.

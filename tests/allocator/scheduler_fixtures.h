@@ -24,6 +24,16 @@ inline Scheduler make(const std::string& toml) {
   return Scheduler(parsePolicy(toml), [](const Lease& l, const Share&, int64_t) { return "tok-" + l.id; }, [] { return int64_t{1000}; });
 }
 
+// What parsePolicy says about `toml`: its error, or "accepted".
+inline std::string policyError(const std::string& toml) {
+  try {
+    parsePolicy(toml);
+  } catch (const PolicyError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
 inline LeaseRequest req(const std::string& user, double p = 1.0, int n = 1) {
   LeaseRequest r;
   r.user = user;

@@ -7,6 +7,7 @@
 #include "lease_token.h"
 #include "policy.h"
 #include "scheduler.h"
+#include "scheduler_fixtures.h"
 #include "store.h"
 
 using namespace gpool::allocator;
@@ -251,14 +252,7 @@ TEST(Scheduler, DrainStopsNewSharesAndAWaitRunsOut) {
 }
 
 TEST(Policy, BadFilesGiveClearErrors) {
-  auto err = [](const std::string& t) {
-    try {
-      parsePolicy(t);
-    } catch (const PolicyError& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
+  auto err = fixtures::policyError;
   EXPECT_NE(err("[pools.a\n").find("TOML syntax error at line 1"), std::string::npos);
   EXPECT_NE(err("[pools.a]\nfractions = [1.5]\n").find("pools.a.fractions: 1.5"), std::string::npos);
   EXPECT_NE(err("[pools.a]\nisolation = \"loose\"\n").find("exclusive, process or spatial"), std::string::npos);

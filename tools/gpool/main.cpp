@@ -97,11 +97,11 @@ int status(AllocatorClient& a, bool as_json) {
   for (const auto& srv : s["servers"])
     std::printf("%-16s %-22s %-10s %-6s %zu\n", show(srv["name"]).c_str(), show(srv["address"]).c_str(), show(srv["pool"]).c_str(),
                 !srv["up"].get<bool>() ? "down" : srv["drain"].get<bool>() ? "drain" : "up", srv["gpus"].size());
-  std::printf("\n%-20s %-28s %-10s %-8s %s\n", "GPU", "MODEL", "MEMORY", "IN USE", "MEMORY LEASED");
+  std::printf("\n%-20s %-10s %-28s %-10s %-8s %s\n", "GPU", "TYPE", "MODEL", "MEMORY", "IN USE", "MEMORY LEASED");
   for (const auto& srv : s["servers"])
     for (const auto& g : srv["gpus"])
-      std::printf("%-20s %-28s %-10s %-8s %s\n", (show(srv["name"]) + ":" + std::to_string(g["index"].get<int>())).c_str(),
-                  show(g["model"]).c_str(), gib(g["memory"]).c_str(),
+      std::printf("%-20s %-10s %-28s %-10s %-8s %s\n", (show(srv["name"]) + ":" + std::to_string(g["index"].get<int>())).c_str(),
+                  show(g.value("type", json(""))).c_str(), show(g["model"]).c_str(), gib(g["memory"]).c_str(),
                   (std::to_string(static_cast<int>(std::lround(g["used_fraction"].get<double>() * 100))) + "%").c_str(),
                   gib(g["used_memory"]).c_str());
   std::printf("\n%-26s %-10s %s\n", "LEASE", "USER", "SHARES (its devices 0, 1...: server:GPU x fraction)");
@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
   int n = 1;
   double p = 1.0, min_fraction = 0;
   bool requeue = false, non_preemptible = false;
-  std::string m, wait = "1h", pool = "default", priority, user, group;
+  std::string m, wait = "1h", pool = "default", priority, user, group, gpu_types;
   std::vector<std::string> command;
   for (CLI::App* sub : {run_cmd, lease_cmd}) {
     sub->add_option("-n,--gpus", n, "number of GPUs")->capture_default_str()->check(CLI::Range(1, 1024));
@@ -214,6 +214,9 @@ int main(int argc, char** argv) {
                     "elastic: when -p is not free, take any smaller fraction the pool offers down to this one (the "
                     "program reads what it got from GPOOL_FRACTION and cuMemGetInfo)")
         ->check(CLI::Range(0.0, 1.0));
+    sub->add_option("--gpu-type", gpu_types,
+                    "GPU types the command may run on, comma-separated (e.g. H100,A100; `gpool status` lists each GPU's "
+                    "type; default: any)");
     sub->add_flag("--non-preemptible", non_preemptible,
                   "never preempt this lease to give a queue its guarantee back (it is then granted only within your "
                   "queue's guarantee)");
@@ -318,6 +321,13 @@ int main(int argc, char** argv) {
       req["min_p"] = min_fraction;
     }
     if (non_preemptible) req["preemptible"] = false;
+    if (!gpu_types.empty()) {
+      std::vector<std::string> types;
+      std::stringstream in(gpu_types);
+      for (std::string t; std::getline(in, t, ',');)
+        if (!t.empty()) types.push_back(t);
+      req["gpu_types"] = types;
+    }
     if (!m.empty()) {
       try {
         req["m"] = gpool::allocator::parseSize(m);

@@ -1,0 +1,87 @@
+// GPU types (issue 15): each GPU's type from its model (or the policy's [gpu_types]), and requests that
+// name the types they may run on.
+#include <gtest/gtest.h>
+
+#include "scheduler_fixtures.h"
+
+using namespace gpool::allocator;
+using namespace gpool::allocator::fixtures;
+
+namespace {
+
+Server typed(const std::string& name, int gpus, const std::string& model) {
+  Server s = server(name, gpus);
+  for (auto& g : s.gpus) g.model = model;
+  return s;
+}
+
+LeaseRequest on(const std::vector<std::string>& types, double p = 1.0, int n = 1) {
+  LeaseRequest r = req("u", p, n);
+  r.gpu_types = types;
+  return r;
+}
+
+}  // namespace
+
+TEST(GpuTypes, TheModelNamesItsFamily) {
+  Policy p;
+  EXPECT_EQ(p.gpuTypeOf("NVIDIA H100 80GB HBM3"), "H100");
+  EXPECT_EQ(p.gpuTypeOf("NVIDIA A100-SXM4-80GB"), "A100");
+  EXPECT_EQ(p.gpuTypeOf("Tesla V100-SXM2-16GB"), "V100");
+  EXPECT_EQ(p.gpuTypeOf("NVIDIA L4"), "L4");
+  EXPECT_EQ(p.gpuTypeOf("NVIDIA GeForce RTX 4090"), "RTX4090");
+  EXPECT_EQ(p.gpuTypeOf(""), "unknown");
+  EXPECT_EQ(p.gpuTypeOf("gpool sim device (no GPU)"), "sim");
+  Policy q = parsePolicy("[gpu_types]\nH100-NVL = [\"*H100 NVL*\"]\nsim = [\"gpool sim*\"]\n");
+  EXPECT_EQ(q.gpuTypeOf("NVIDIA H100 NVL"), "H100-NVL");  // the policy's patterns first, in any case
+  EXPECT_EQ(q.gpuTypeOf("GPOOL SIM device (no GPU)"), "sim");
+  EXPECT_EQ(q.gpuTypeOf("NVIDIA H100 80GB HBM3"), "H100");
+  auto error = policyError;
+  EXPECT_NE(error("[gpu_types]\nH100 = []\n").find("gpu_types.H100 must be a list of model patterns"), std::string::npos);
+  EXPECT_NE(error("[gpu_types]\n\"a b\" = [\"x\"]\n").find("GPU type names are 1-64"), std::string::npos);
+}
+
+TEST(GpuTypes, ARequestRunsOnlyOnTheTypesItNames) {
+  Scheduler s = make("");
+  s.registerServer(typed("a100s", 2, "NVIDIA A100-SXM4-80GB"), 0);
+  s.registerServer(typed("h100s", 1, "NVIDIA H100 80GB HBM3"), 0);
+  EXPECT_EQ(s.servers().at("h100s").gpus[0].type, "H100");
+  Decision d = s.request(on({"h100"}), 0, "H0");  // any case
+  ASSERT_EQ(d.kind, Decision::kGranted);
+  EXPECT_EQ(s.lease("H0")->shares[0].server, "h100s");
+  d = s.request(on({"H100"}), 0, "H1");  // the only H100 is taken: it waits, though A100s are free
+  ASSERT_EQ(d.kind, Decision::kQueued);
+  EXPECT_NE(d.reason.find("(0 of 1 available GPUs fit now)"), std::string::npos) << d.reason;
+  // An A100 request does not wait behind it; one that could take an H100 too, or any GPU, does.
+  ASSERT_EQ(s.request(on({"A100"}), 0, "A0").kind, Decision::kGranted);
+  EXPECT_EQ(s.lease("A0")->shares[0].server, "a100s");
+  EXPECT_EQ(s.request(on({"H100", "A100"}), 0, "X0").kind, Decision::kQueued);
+  EXPECT_EQ(s.request(on({}), 0, "Y0").kind, Decision::kQueued);
+  EXPECT_TRUE(s.end("H0", "released", 1));  // H1 first, then X0 on the last A100; Y0 waits
+  EXPECT_EQ(s.lease("H1")->state, LeaseState::kGranted);
+  EXPECT_EQ(s.lease("H1")->shares[0].server, "h100s");
+  EXPECT_EQ(s.lease("X0")->state, LeaseState::kGranted);
+  EXPECT_EQ(s.lease("X0")->shares[0].server, "a100s");
+  EXPECT_EQ(s.lease("Y0")->state, LeaseState::kQueued);
+}
+
+TEST(GpuTypes, ATypeThePoolLacksIsRefusedWithTheTypesItHas) {
+  Scheduler s = make("");
+  s.registerServer(typed("a100s", 2, "NVIDIA A100-SXM4-80GB"), 0);
+  s.registerServer(typed("l4s", 1, "NVIDIA L4"), 0);
+  Decision d = s.request(on({"H100"}), 0, "L0");
+  EXPECT_EQ(d.kind, Decision::kRefused);
+  EXPECT_NE(d.reason.find("pool 'default' has no GPU of type H100 (its types: A100, L4)"), std::string::npos) << d.reason;
+  d = s.request(on({"L4"}, 1.0, 2), 0, "L1");
+  EXPECT_EQ(d.kind, Decision::kRefused);
+  EXPECT_NE(d.reason.find("asks for 2 GPUs; pool 'default' has 1 of the types it accepts"), std::string::npos) << d.reason;
+}
+
+TEST(GpuTypes, APolicyChangeRetypesTheGpus) {
+  Scheduler s = make("");
+  s.registerServer(typed("big", 1, "NVIDIA H100 NVL"), 0);
+  EXPECT_EQ(s.request(on({"H100-NVL"}), 0, "S0").kind, Decision::kRefused);
+  s.setPolicy(parsePolicy("[gpu_types]\nH100-NVL = [\"*H100 NVL\"]\n"), 1);
+  EXPECT_EQ(s.servers().at("big").gpus[0].type, "H100-NVL");
+  EXPECT_EQ(s.request(on({"H100-NVL"}), 1, "S1").kind, Decision::kGranted);
+}
