@@ -37,9 +37,12 @@ GPOOL_TRANSPORT=shm GPOOL_SERVER=127.0.0.1:$port LD_LIBRARY_PATH="$build/lib/gpo
 client=$!
 for _ in $(seq 600); do grep -q "moved to shared memory" "$dir/log" && break; sleep 0.05; done
 grep -q "moved to shared memory" "$dir/log" || { echo "FAIL: the client did not move to shared memory"; cat "$dir/log" "$dir/out"; exit 1; }
-sleep 1  # into the copies
+# Into the pinned copies: once the worker maps the client's page-locked pool (not after a fixed time,
+# which a fast machine outran: the program had ended before the kill).
+for _ in $(seq 1500); do [ "$(pool_mapped)" -gt 0 ] && break; kill -0 $client 2>/dev/null || break; sleep 0.02; done
 during=$(held)
 pool_during=$(pool_mapped)
+kill -0 $client 2>/dev/null || { echo "FAIL: the client ended before it could be killed"; cat "$dir/out"; exit 1; }
 kill -9 $client
 wait $client 2>/dev/null
 for _ in $(seq 300); do [ "$(pgrep -g "$server" | wc -l)" -le 1 ] && [ "$(held)" -eq 0 ] && break; sleep 0.05; done
