@@ -158,7 +158,7 @@ class FairShareFlow(unittest.TestCase):
         _, err = borrower.communicate(timeout=10)
         self.assertEqual(borrower.returncode, -signal.SIGKILL, err)  # stopped when its GPUs were revoked
         notice = json.loads(read(c.dir + "/term"))  # the file was there when SIGTERM came
-        self.assertEqual(notice["grace_s"], GRACE_S)
+        self.assertAlmostEqual(notice["grace_s"], GRACE_S, delta=0.5)  # what was left when the notice was read
         self.assertIn("is being preempted for request", err)
         self.assertIn("SIGTERM to process %d" % borrower.pid, err)
         self.assertIsNone(first.poll())
