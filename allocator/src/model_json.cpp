@@ -61,7 +61,7 @@ Server serverFromJson(const json& j) {
 json toJson(const LeaseRequest& r) {
   return {{"n", r.n}, {"p", r.p}, {"m", r.m}, {"user", r.user}, {"group", r.group}, {"pool", r.pool},
           {"priority", r.priority}, {"wait_ms", r.wait_ms}, {"member_of", r.member_of}, {"preemptible", r.preemptible},
-          {"min_p", r.min_p}, {"gpu_types", r.gpu_types}};
+          {"min_p", r.min_p}, {"gpu_types", r.gpu_types}, {"kind", r.kind}};
 }
 
 json toJson(const Lease& l, LeaseView view) {
@@ -103,6 +103,7 @@ Lease leaseFromJson(const json& j) {
   l.req.preemptible = r.value("preemptible", true);
   l.req.min_p = r.value("min_p", 0.0);
   l.req.gpu_types = r.value("gpu_types", std::vector<std::string>{});
+  l.req.kind = r.value("kind", std::string());
   l.preempt_at_ms = j.contains("preempt_at_ms") ? integer<int64_t>(j.at("preempt_at_ms")) : 0;
   l.preempted_for = j.value("preempted_for", "");
   l.priority = integer<int>(j.at("priority"));
@@ -127,9 +128,9 @@ LeaseRequest requestFromJson(const json& j) {
   for (const auto& [k, v] : j.items()) {
     (void)v;
     if (k != "n" && k != "p" && k != "m" && k != "user" && k != "group" && k != "pool" && k != "priority" && k != "wait" &&
-        k != "preemptible" && k != "min_p" && k != "gpu_types")
+        k != "preemptible" && k != "min_p" && k != "gpu_types" && k != "kind")
       throw std::invalid_argument("unknown field '" + k +
-                                  "' (fields: n, p, m, user, group, pool, priority, wait, preemptible, min_p, gpu_types)");
+                                  "' (fields: n, p, m, user, group, pool, priority, wait, preemptible, min_p, gpu_types, kind)");
   }
   LeaseRequest r;
   auto field = [&](const char* name) -> const json* { return j.contains(name) ? &j.at(name) : nullptr; };
@@ -154,7 +155,7 @@ LeaseRequest requestFromJson(const json& j) {
     else throw std::invalid_argument("m must be a number of bytes or a size such as \"16GiB\"");
   }
   for (auto [name, out] : {std::pair{"user", &r.user}, std::pair{"group", &r.group}, std::pair{"pool", &r.pool},
-                           std::pair{"priority", &r.priority}}) {
+                           std::pair{"priority", &r.priority}, std::pair{"kind", &r.kind}}) {
     if (auto v = field(name)) {
       if (!v->is_string()) throw std::invalid_argument(std::string(name) + " must be a string");
       *out = v->get<std::string>();

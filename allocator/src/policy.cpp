@@ -214,6 +214,16 @@ std::string Policy::gpuTypeOf(const std::string& model) const {
   return words[0];
 }
 
+double Policy::relativeSpeed(const std::string& kind, const std::string& type) const {
+  auto k = job_kinds.find(kind);
+  if (k == job_kinds.end()) return 1;
+  auto t = k->second.find(type);
+  if (t == k->second.end()) return 1;
+  double best = 0;
+  for (const auto& [ty, x] : k->second) best = std::max(best, x);
+  return best > 0 ? t->second / best : 1;
+}
+
 const Queue* Policy::queueOf(const std::string& user, const std::vector<std::string>& groups) const {
   for (const auto& q : queues)
     if (std::find(q.members.begin(), q.members.end(), user) != q.members.end()) return &q;
@@ -223,6 +233,22 @@ const Queue* Policy::queueOf(const std::string& user, const std::vector<std::str
 }
 
 namespace {
+
+std::map<std::string, std::map<std::string, double>> jobKinds(const toml::table& t) {
+  std::map<std::string, std::map<std::string, double>> out;
+  for (const auto& [k, v] : t) {
+    std::string kind(k.str()), where = "job_kinds." + kind;
+    if (kind.empty() || kind.size() > 64 || !gpool::isPrintable(kind)) fail("job kind names are 1-64 printable characters");
+    const toml::table* speeds = v.as_table();
+    if (!speeds || speeds->empty()) fail(where + " must be a table of GPU type = throughput, e.g. { H100 = 3.1, A100 = 1.7 }");
+    for (const auto& [ty, x] : *speeds) {
+      double rate = number(x, where + "." + std::string(ty.str()));
+      if (!(rate >= 0) || rate > 1e12) fail(where + "." + std::string(ty.str()) + " must be a throughput >= 0");
+      out[kind][std::string(ty.str())] = rate;
+    }
+  }
+  return out;
+}
 
 // 1-64 letters, digits, '.', '_' or '-': names that go into metrics, status and command lines unquoted.
 bool plainName(const std::string& name) {
@@ -312,7 +338,7 @@ Policy parsePolicy(const std::string& toml_text) {
       << e.description();
     fail(o.str());
   }
-  checkKeys(root, {"settings", "priorities", "pools", "quotas", "queues", "gpu_types", "access"}, "the policy");
+  checkKeys(root, {"settings", "priorities", "pools", "quotas", "queues", "gpu_types", "job_kinds", "access"}, "the policy");
   Policy p;
   p.source = toml_text;
 
@@ -348,7 +374,7 @@ Policy parsePolicy(const std::string& toml_text) {
       std::string where = "pools." + std::string(k.str());
       const toml::table* t = v.as_table();
       if (!t) fail(where + " must be a table");
-      checkKeys(*t, {"servers", "fractions", "isolation", "placement", "elastic_after"}, where);
+      checkKeys(*t, {"servers", "fractions", "isolation", "placement", "heterogeneity", "elastic_after"}, where);
       Pool pool;
       pool.name = std::string(k.str());
       if (auto s = t->get("servers")) {
@@ -382,6 +408,12 @@ Policy parsePolicy(const std::string& toml_text) {
         else if (name == placementName(Placement::kSpread)) pool.placement = Placement::kSpread;
         else fail(where + ".placement must be pack or spread (not '" + name + "')");
       }
+      if (auto h = t->get("heterogeneity")) {
+        std::string name = text(*h, where + ".heterogeneity");
+        if (name == "aware") pool.heterogeneity = Heterogeneity::kAware;
+        else if (name == "agnostic") pool.heterogeneity = Heterogeneity::kAgnostic;
+        else fail(where + ".heterogeneity must be aware or agnostic (not '" + name + "')");
+      }
       if (auto e = t->get("elastic_after")) {
         if (e->value<std::string>() == "never") pool.elastic_after.reset();
         else pool.elastic_after = duration(*e, where + ".elastic_after");
@@ -408,6 +440,7 @@ Policy parsePolicy(const std::string& toml_text) {
     orderQueues(p.queues);
   }
   if (auto t = root["gpu_types"].as_table()) p.gpu_types = gpuTypes(*t);
+  if (auto t = root["job_kinds"].as_table()) p.job_kinds = jobKinds(*t);
   if (auto a = root["access"].as_table()) p.access = access(*a, p);
   return p;
 }

@@ -23,6 +23,9 @@ class PolicyError : public std::runtime_error {
 enum class Isolation { kExclusive, kProcess, kSpatial };
 // Where shares go: the fullest GPU that fits (keeps whole GPUs free), or the emptiest.
 enum class Placement { kPack, kSpread };
+// Whether placement looks at GPU types' speed for the job (the policy's [job_kinds]): a request of a known
+// kind goes to the type where it runs fastest among those with room; or not (any type alike).
+enum class Heterogeneity { kAware, kAgnostic };
 const char* isolationName(Isolation i);
 const char* placementName(Placement p);
 
@@ -32,6 +35,7 @@ struct Pool {
   std::vector<double> fractions{1.0, 0.5, 0.25};
   Isolation isolation = Isolation::kProcess;
   Placement placement = Placement::kPack;
+  Heterogeneity heterogeneity = Heterogeneity::kAware;
   // Elastic requests (--min-fraction): how long one waits for its whole fraction before it takes a smaller
   // one this pool offers (0: at once); absent ("never"): always the whole fraction.
   std::optional<std::chrono::milliseconds> elastic_after{std::chrono::milliseconds(0)};
@@ -74,6 +78,8 @@ struct Policy {
   std::vector<Queue> queues;  // parents before their children
   // GPU types ([gpu_types]): type name → model patterns (shell globs, any case) of the GPUs of that type.
   std::map<std::string, std::vector<std::string>> gpu_types;
+  // Job kinds ([job_kinds]): kind → GPU type → its throughput there (any unit, e.g. steps per second).
+  std::map<std::string, std::map<std::string, double>> job_kinds;
   Access access;
   std::chrono::milliseconds lease_ttl{15000};      // a lease ends this long after its last heartbeat
   std::chrono::milliseconds server_timeout{15000}; // a server is down this long after its last heartbeat
@@ -88,6 +94,10 @@ struct Policy {
   // The type of a GPU model: the first type in gpu_types with a pattern the model matches, else the family
   // the model's name says ("NVIDIA H100 80GB HBM3" → "H100", "Tesla V100-SXM2-16GB" → "V100").
   std::string gpuTypeOf(const std::string& model) const;
+  // How fast a job of `kind` runs on `type`, against the fastest type the table names for it (0 to 1): 1
+  // for a kind or a type the table does not know (nothing known, nothing preferred), 0 where it names a
+  // throughput of 0 (it cannot run there).
+  double relativeSpeed(const std::string& kind, const std::string& type) const;
   // The queue of a requester (see Queue), or null.
   const Queue* queueOf(const std::string& user, const std::vector<std::string>& groups) const;
 };

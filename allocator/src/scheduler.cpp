@@ -62,7 +62,7 @@ std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
     for (const auto& g : s.gpus) {
       ++in_pool;
       types.insert(g.type);
-      if (!r.accepts(g)) continue;
+      if (!mayRunOn(r, g)) continue;
       ++gpus;
       largest = std::max(largest, g.memory);
     }
@@ -146,7 +146,7 @@ uint64_t Scheduler::asksMemory(const LeaseRequest& r, double p) const {
 std::map<std::pair<std::string, int>, Gpu> Scheduler::openGpus(const LeaseRequest& r) const {
   std::map<std::pair<std::string, int>, Gpu> out;
   forEachOpenGpu(servers_, policy_, serving_, r.pool, [&](const Server& s, const Gpu& g, bool heard) {
-    if (heard && r.accepts(g)) out.emplace(std::pair{s.name, g.index}, g);
+    if (heard && mayRunOn(r, g)) out.emplace(std::pair{s.name, g.index}, g);
   });
   return out;
 }
@@ -193,18 +193,20 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
     Server* server;
     Gpu* gpu;
     uint64_t memory;
-    int slot;  // this request's shares already placed on the GPU before this one
+    int slot;      // this request's shares already placed on the GPU before this one
+    double speed;  // how fast its kind runs on the GPU's type (Policy::relativeSpeed)
   };
   std::vector<Candidate> fit;
   int in_pool = 0, gpus_fit = 0;
   forEachOpenGpu(servers_, policy_, serving_, pool->name, [&](Server& s, Gpu& g, bool heard) {
-    if (!l.req.accepts(g)) return;
+    if (!mayRunOn(l.req, g)) return;
     ++in_pool;
     if (!heard) return;
     uint64_t mem = shareMemory(l.req, p, g);
     int slots = sharesThatFit(g, p, mem, l.req.n);
     gpus_fit += slots > 0;
-    for (int j = 0; j < slots; ++j) fit.push_back({&s, &g, mem, j});
+    double speed = pool->heterogeneity == Heterogeneity::kAware ? policy_.relativeSpeed(l.req.kind, g.type) : 1.0;
+    for (int j = 0; j < slots; ++j) fit.push_back({&s, &g, mem, j, speed});
   });
   if (static_cast<int>(fit.size()) < l.req.n) {
     why = "waiting for " + std::to_string(l.req.n) + " GPU(s) with " + formatNumber(p) + " free in pool '" +
@@ -212,10 +214,11 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
     return false;
   }
   // A request's shares go to distinct GPUs where they can (each share's compute is its own), then several
-  // to one GPU (two halves of one GPU are two devices). Then pack: the fullest GPUs first (keeps whole GPUs
-  // free); spread: the emptiest first.
+  // to one GPU (two halves of one GPU are two devices); to the type its kind runs fastest on (heterogeneity
+  // aware). Then pack: the fullest GPUs first (keeps whole GPUs free); spread: the emptiest first.
   std::stable_sort(fit.begin(), fit.end(), [&](const Candidate& a, const Candidate& b) {
     if (a.slot != b.slot) return a.slot < b.slot;
+    if (a.speed != b.speed) return a.speed > b.speed;
     return pool->placement == Placement::kSpread ? a.gpu->used_fraction < b.gpu->used_fraction
                                        : a.gpu->used_fraction > b.gpu->used_fraction;
   });
@@ -429,8 +432,9 @@ Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id
     d.reason = "m is larger than any GPU";
     return d;
   }
-  if (req.user.empty() || req.user.size() > 64 || req.group.size() > 64 || req.pool.size() > 64 || req.priority.size() > 64) {
-    d.reason = "user (1-64 characters), group, pool and priority must be short names";
+  if (req.user.empty() || req.user.size() > 64 || req.group.size() > 64 || req.pool.size() > 64 || req.priority.size() > 64 ||
+      req.kind.size() > 64) {
+    d.reason = "user (1-64 characters), group, pool, priority and kind must be short names";
     return d;
   }
   if (auto why = neverFits(req)) {

@@ -61,6 +61,8 @@ struct LeaseRequest {
   double min_p = 0;
   // GPU types it may run on (gpool run --gpu-type), any case; empty: any.
   std::vector<std::string> gpu_types;
+  // What kind of job it is (gpool run --kind): the policy's [job_kinds] says how fast it runs on each type.
+  std::string kind;
 
   std::vector<std::string> chargedGroups() const;  // `group` and `member_of`, each once
   bool accepts(const Gpu& g) const;                 // g is of a type it may run on
@@ -188,6 +190,10 @@ class Scheduler {
   void touch(Server& s) { dirty_servers_.push_back(s.name), ++version_; }
   int priorityOf(const std::string& cls) const;
   void typeGpus(Server& s) const;  // sets each GPU's type from the policy
+  // r may take a share of g: a type it accepts, and one its kind can run on.
+  bool mayRunOn(const LeaseRequest& r, const Gpu& g) const {
+    return r.accepts(g) && policy_.relativeSpeed(r.kind, g.type) > 0;
+  }
 
   Policy policy_;
   Signer sign_;

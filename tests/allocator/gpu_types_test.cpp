@@ -85,3 +85,55 @@ TEST(GpuTypes, APolicyChangeRetypesTheGpus) {
   EXPECT_EQ(s.servers().at("big").gpus[0].type, "H100-NVL");
   EXPECT_EQ(s.request(on({"H100-NVL"}), 1, "S1").kind, Decision::kGranted);
 }
+
+TEST(JobKinds, AKnownKindGoesToItsFastestTypeWithRoom) {
+  const char* toml = R"(
+[job_kinds.recommendation]
+K80 = 32.9
+V100 = 23.3
+[job_kinds.cyclegan]
+K80 = 0.5
+V100 = 4.4
+[job_kinds.cpu-only-here]
+K80 = 0
+V100 = 1
+)";
+  Policy p = parsePolicy(toml);
+  EXPECT_DOUBLE_EQ(p.relativeSpeed("cyclegan", "V100"), 1.0);
+  EXPECT_NEAR(p.relativeSpeed("cyclegan", "K80"), 0.5 / 4.4, 1e-12);
+  EXPECT_DOUBLE_EQ(p.relativeSpeed("unknown", "K80"), 1.0);   // nothing known: no preference
+  EXPECT_DOUBLE_EQ(p.relativeSpeed("cyclegan", "H100"), 1.0);  // a type the table does not name
+  Scheduler s = make(toml);
+  s.registerServer(typed("k80s", 2, "Tesla K80"), 0);
+  s.registerServer(typed("v100s", 2, "Tesla V100-SXM2-16GB"), 0);
+  auto of = [](const std::string& kind) {
+    LeaseRequest r = req("u");
+    r.kind = kind;
+    return r;
+  };
+  ASSERT_EQ(s.request(of("recommendation"), 0, "R0").kind, Decision::kGranted);
+  EXPECT_EQ(s.lease("R0")->shares[0].server, "k80s");  // faster on a K80 than on a V100
+  ASSERT_EQ(s.request(of("cyclegan"), 0, "C0").kind, Decision::kGranted);
+  EXPECT_EQ(s.lease("C0")->shares[0].server, "v100s");
+  ASSERT_EQ(s.request(of("cyclegan"), 0, "C1").kind, Decision::kGranted);
+  EXPECT_EQ(s.lease("C1")->shares[0].server, "v100s");
+  ASSERT_EQ(s.request(of("cyclegan"), 0, "C2").kind, Decision::kGranted);  // V100s full: a K80 is still a GPU
+  EXPECT_EQ(s.lease("C2")->shares[0].server, "k80s");
+  EXPECT_TRUE(s.end("C0", "released", 1));
+  Decision d = s.request(of("cpu-only-here"), 1, "X0");  // a throughput of 0 on K80: only the V100 will do
+  ASSERT_EQ(d.kind, Decision::kGranted);
+  EXPECT_EQ(s.lease("X0")->shares[0].server, "v100s");
+  EXPECT_EQ(s.request(of("cpu-only-here"), 1, "X1").kind, Decision::kQueued);  // a K80 is free, but useless to it
+}
+
+TEST(JobKinds, AnAgnosticPoolIgnoresTheTable) {
+  Scheduler s = make("[job_kinds.cyclegan]\nK80 = 0.5\nV100 = 4.4\n[pools.default]\nheterogeneity = \"agnostic\"\n");
+  s.registerServer(typed("k80s", 1, "Tesla K80"), 0);
+  s.registerServer(typed("v100s", 1, "Tesla V100-SXM2-16GB"), 0);
+  LeaseRequest r = req("u");
+  r.kind = "cyclegan";
+  ASSERT_EQ(s.request(r, 0, "C0").kind, Decision::kGranted);
+  EXPECT_EQ(s.lease("C0")->shares[0].server, "k80s");  // the first that fits, as without the table
+  EXPECT_NE(policyError("[pools.default]\nheterogeneity = \"smart\"\n").find("aware or agnostic"), std::string::npos);
+  EXPECT_NE(policyError("[job_kinds.x]\nV100 = -1\n").find("job_kinds.x.V100 must be a throughput >= 0"), std::string::npos);
+}

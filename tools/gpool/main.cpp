@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
   int n = 1;
   double p = 1.0, min_fraction = 0;
   bool requeue = false, non_preemptible = false;
-  std::string m, wait = "1h", pool = "default", priority, user, group, gpu_types;
+  std::string m, wait = "1h", pool = "default", priority, user, group, gpu_types, kind;
   std::vector<std::string> command;
   for (CLI::App* sub : {run_cmd, lease_cmd}) {
     sub->add_option("-n,--gpus", n, "number of GPUs")->capture_default_str()->check(CLI::Range(1, 1024));
@@ -217,6 +217,9 @@ int main(int argc, char** argv) {
     sub->add_option("--gpu-type", gpu_types,
                     "GPU types the command may run on, comma-separated (e.g. H100,A100; `gpool status` lists each GPU's "
                     "type; default: any)");
+    sub->add_option("--kind", kind,
+                    "what kind of job this is (a name in the policy's [job_kinds], which says how fast each kind runs on "
+                    "each GPU type): it is placed on the fastest type with room");
     sub->add_flag("--non-preemptible", non_preemptible,
                   "never preempt this lease to give a queue its guarantee back (it is then granted only within your "
                   "queue's guarantee)");
@@ -321,6 +324,7 @@ int main(int argc, char** argv) {
       req["min_p"] = min_fraction;
     }
     if (non_preemptible) req["preemptible"] = false;
+    if (!kind.empty()) req["kind"] = kind;
     if (!gpu_types.empty()) {
       std::vector<std::string> types;
       std::stringstream in(gpu_types);

@@ -17,8 +17,10 @@ constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
 int64_t toMs(double s) { return static_cast<int64_t>(std::llround(s * 1000)); }
 
-// The replay's clock never lets a heartbeat lapse: leases and servers live until the trace ends them.
-allocator::Policy timeless(allocator::Policy p) {
+// The replay's clock never lets a heartbeat lapse: leases and servers live until the trace ends them. The
+// scheduler knows the trace's job kinds unless the policy has a table of its own.
+allocator::Policy timeless(allocator::Policy p, const Trace& t) {
+  if (p.job_kinds.empty()) p.job_kinds = t.kinds;  // what the trace knows of its kinds, as an admin's table
   const auto forever = std::chrono::hours(24 * 365 * 100);
   p.lease_ttl = p.server_timeout = p.token_ttl = std::chrono::duration_cast<std::chrono::milliseconds>(forever);
   return p;
@@ -29,7 +31,7 @@ allocator::Policy timeless(allocator::Policy p) {
 Replay::Replay(const Trace& trace, allocator::Policy policy, ReplayOptions options)
     : trace_(trace),
       options_(options),
-      sched_(timeless(std::move(policy)), [](const Lease&, const allocator::Share&, int64_t) { return std::string(); },
+      sched_(timeless(std::move(policy), trace), [](const Lease&, const allocator::Share&, int64_t) { return std::string(); },
              [this] { return now_ms_ / 1000; }) {
   for (const auto& [type, count] : trace_.cluster)
     for (int first = 0, s = 0; first < count; first += trace_.gpus_per_server, ++s) {
@@ -61,6 +63,7 @@ void Replay::arrive(size_t i) {
   r.wait_ms = -1;
   r.gpu_types = job.types;
   r.preemptible = job.preemptible;
+  r.kind = job.kind;
   std::string id = job.id + "#" + std::to_string(++attempts_[i]);
   job_of_[id] = i;
   Decision d = sched_.request(r, now_ms_, id);
