@@ -25,6 +25,19 @@ SERVER_LOSS = os.path.join(BUILD, "tests", "cuda_server_loss")
 LIB = os.path.join(BUILD, "lib", "gpool")
 GIB = 1 << 30
 
+
+def _sanitized():
+    try:
+        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+            return any(line.startswith("GPOOL_SANITIZE:") and line.strip().split("=", 1)[1] for line in f)
+    except OSError:
+        return False
+
+
+# Built with sanitizers (scripts/test.sh's second pass): an uninstrumented program (Python) cannot load
+# the client library, whose sanitizer runtime must come first.
+SANITIZED = _sanitized()
+
 POLICY = """
 [settings]
 lease_ttl = "{ttl}"

@@ -83,7 +83,6 @@ class LeaseFlow(unittest.TestCase):
         self.assertTrue(os.path.exists(marker))
         self.assertEqual(c.status()["leases"], [])
 
-    @unittest.skipUnless(os.path.exists(SERVER_LOSS), "cuda_server_loss is built only with nvcc")
     def test_gpu_types_are_shown_and_requests_run_only_on_theirs(self):
         c = self.make(ttl="30s")
         out, err = c.gpool("status").communicate(timeout=10)
@@ -116,6 +115,7 @@ class LeaseFlow(unittest.TestCase):
             self.assertFalse(os.path.exists(marker))
         os.killpg(holder.pid, signal.SIGKILL)
 
+    @unittest.skipUnless(os.path.exists(SERVER_LOSS), "cuda_server_loss is built only with nvcc")
     def test_an_expired_lease_stops_the_worker_of_a_client_still_connected(self):
         c = self.make(ttl="1s")
         _, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})  # and never heartbeated
