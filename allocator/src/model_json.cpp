@@ -61,7 +61,8 @@ Server serverFromJson(const json& j) {
 json toJson(const LeaseRequest& r) {
   return {{"n", r.n}, {"p", r.p}, {"m", r.m}, {"user", r.user}, {"group", r.group}, {"pool", r.pool},
           {"priority", r.priority}, {"wait_ms", r.wait_ms}, {"member_of", r.member_of}, {"preemptible", r.preemptible},
-          {"min_p", r.min_p}, {"gpu_types", r.gpu_types}, {"kind", r.kind}};
+          {"min_p", r.min_p}, {"gpu_types", r.gpu_types}, {"kind", r.kind},
+          {"restartable", r.restartable}};
 }
 
 json toJson(const Lease& l, LeaseView view) {
@@ -104,6 +105,7 @@ Lease leaseFromJson(const json& j) {
   l.req.min_p = r.value("min_p", 0.0);
   l.req.gpu_types = r.value("gpu_types", std::vector<std::string>{});
   l.req.kind = r.value("kind", std::string());
+  l.req.restartable = r.value("restartable", false);
   l.preempt_at_ms = j.contains("preempt_at_ms") ? integer<int64_t>(j.at("preempt_at_ms")) : 0;
   l.preempted_for = j.value("preempted_for", "");
   l.priority = integer<int>(j.at("priority"));
@@ -128,9 +130,9 @@ LeaseRequest requestFromJson(const json& j) {
   for (const auto& [k, v] : j.items()) {
     (void)v;
     if (k != "n" && k != "p" && k != "m" && k != "user" && k != "group" && k != "pool" && k != "priority" && k != "wait" &&
-        k != "preemptible" && k != "min_p" && k != "gpu_types" && k != "kind")
-      throw std::invalid_argument("unknown field '" + k +
-                                  "' (fields: n, p, m, user, group, pool, priority, wait, preemptible, min_p, gpu_types, kind)");
+        k != "preemptible" && k != "min_p" && k != "gpu_types" && k != "kind" && k != "restartable")
+      throw std::invalid_argument("unknown field '" + k + "' (fields: n, p, m, user, group, pool, priority, wait, preemptible, "
+                                  "min_p, gpu_types, kind, restartable)");
   }
   LeaseRequest r;
   auto field = [&](const char* name) -> const json* { return j.contains(name) ? &j.at(name) : nullptr; };
@@ -177,6 +179,10 @@ LeaseRequest requestFromJson(const json& j) {
   if (auto pr = field("preemptible")) {
     if (!pr->is_boolean()) throw std::invalid_argument("preemptible must be true or false");
     r.preemptible = pr->get<bool>();
+  }
+  if (auto rs = field("restartable")) {
+    if (!rs->is_boolean()) throw std::invalid_argument("restartable must be true or false");
+    r.restartable = rs->get<bool>();
   }
   if (auto w = field("wait")) {
     if (w->is_number()) {

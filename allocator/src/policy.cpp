@@ -374,7 +374,7 @@ Policy parsePolicy(const std::string& toml_text) {
       std::string where = "pools." + std::string(k.str());
       const toml::table* t = v.as_table();
       if (!t) fail(where + " must be a table");
-      checkKeys(*t, {"servers", "fractions", "isolation", "placement", "heterogeneity", "elastic_after"}, where);
+      checkKeys(*t, {"servers", "fractions", "isolation", "placement", "heterogeneity", "moves_per_hour", "elastic_after"}, where);
       Pool pool;
       pool.name = std::string(k.str());
       if (auto s = t->get("servers")) {
@@ -413,6 +413,11 @@ Policy parsePolicy(const std::string& toml_text) {
         if (name == "aware") pool.heterogeneity = Heterogeneity::kAware;
         else if (name == "agnostic") pool.heterogeneity = Heterogeneity::kAgnostic;
         else fail(where + ".heterogeneity must be aware or agnostic (not '" + name + "')");
+      }
+      if (auto m = t->get("moves_per_hour")) {
+        double x = number(*m, where + ".moves_per_hour");
+        if (x != std::floor(x) || x < 0 || x > 1e6) fail(where + ".moves_per_hour must be a whole number >= 0");
+        pool.moves_per_hour = static_cast<int>(x);
       }
       if (auto e = t->get("elastic_after")) {
         if (e->value<std::string>() == "never") pool.elastic_after.reset();

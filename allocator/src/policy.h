@@ -36,6 +36,8 @@ struct Pool {
   Isolation isolation = Isolation::kProcess;
   Placement placement = Placement::kPack;
   Heterogeneity heterogeneity = Heterogeneity::kAware;
+  // Moves to a faster type (heterogeneity aware): at most this many notices per hour (0: none).
+  int moves_per_hour = 0;
   // Elastic requests (--min-fraction): how long one waits for its whole fraction before it takes a smaller
   // one this pool offers (0: at once); absent ("never"): always the whole fraction.
   std::optional<std::chrono::milliseconds> elastic_after{std::chrono::milliseconds(0)};

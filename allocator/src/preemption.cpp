@@ -174,8 +174,11 @@ void Scheduler::revokePreempted(int64_t now) {
   for (const auto& [id, lp] : live_) {
     Lease& v = *lp;
     if (v.state != LeaseState::kGranted || !v.preempt_at_ms) continue;
+    const bool move = v.preempted_for.rfind(kMovePrefix, 0) == 0;
     const Lease* waiting = lease(v.preempted_for);
-    if (!waiting || waiting->state != LeaseState::kQueued) {  // it no longer needs the room: notice withdrawn
+    if (move) {
+      if (now >= v.preempt_at_ms) due.push_back(id);
+    } else if (!waiting || waiting->state != LeaseState::kQueued) {  // it no longer needs the room: notice withdrawn
       v.preempt_at_ms = 0;
       v.preempted_for.clear();
       touch(v);
@@ -184,7 +187,13 @@ void Scheduler::revokePreempted(int64_t now) {
     }
   }
   for (const auto& id : due) {
-    const Lease& waiting = *lease(leases_.at(id).preempted_for);
+    const std::string& why = leases_.at(id).preempted_for;
+    if (why.rfind(kMovePrefix, 0) == 0) {
+      ++moved_;
+      finish(id, "moved: its job runs faster elsewhere (" + why + ", where it was free)", now);
+      continue;
+    }
+    const Lease& waiting = *lease(why);
     const Queue* q = policy_.queueOf(waiting.req.user, waiting.req.chargedGroups());
     ++preempted_;
     finish(id, "preempted: queue '" + (q ? q->name : std::string("?")) + "' took back its guarantee (for request " + waiting.id + ")", now);

@@ -669,6 +669,7 @@ bool Scheduler::tick(int64_t now, bool judge) {
                 stateName(leases_.at(id).state), now);
   revokePreempted(now);
   schedule(now, true);
+  planMoves(now);
   return version_ != before;
 }
 

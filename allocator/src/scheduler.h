@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fair_share.h"
@@ -43,6 +44,8 @@ struct Share {
 };
 
 enum class LeaseState { kQueued, kGranted, kEnded };
+// A lease's preempted_for when the notice moves its job to a faster GPU type ("move to V100").
+inline constexpr std::string_view kMovePrefix = "move to ";
 const char* stateName(LeaseState s);
 
 struct LeaseRequest {
@@ -63,6 +66,9 @@ struct LeaseRequest {
   std::vector<std::string> gpu_types;
   // What kind of job it is (gpool run --kind): the policy's [job_kinds] says how fast it runs on each type.
   std::string kind;
+  // Its command runs again after preemption (gpool run --requeue): the allocator may move it to a faster
+  // GPU type (moves.cpp) by preempting it.
+  bool restartable = false;
 
   std::vector<std::string> chargedGroups() const;  // `group` and `member_of`, each once
   bool accepts(const Gpu& g) const;                 // g is of a type it may run on
@@ -153,6 +159,7 @@ class Scheduler {
   std::vector<const Lease*> queue() const;  // in priority order (then arrival)
   size_t queued() const { return queue_.size(); }
   uint64_t preempted() const { return preempted_; }  // leases revoked to give a queue its guarantee back
+  uint64_t moved() const { return moved_; }          // leases revoked to move their jobs to a faster type
   uint64_t version() const { return version_; }  // bumps on every change (long-poll waiters watch it)
   // Ids changed since the caller last took them (for persistence).
   std::vector<std::string> takeDirtyLeases();
@@ -207,6 +214,8 @@ class Scheduler {
   uint64_t version_ = 0;
   uint64_t preempted_ = 0;
   bool more_to_grant_ = false;  // the last pass stopped at kGrantsPerPass
+  uint64_t moved_ = 0;
+  std::map<std::string, std::deque<int64_t>> moves_;  // pool → when its recent moves were noticed (rate cap)
   std::vector<std::string> dirty_leases_, dirty_servers_;
   // server → leases it runs workers for (its reports). A server with no entry has not reported since this
   // allocator started (or since it went down): its GPUs take no new share until it does.
@@ -232,6 +241,10 @@ class Scheduler {
   bool withinGuarantee(const Lease& l) const;
   int preemptFor(const Lease& l, int64_t now);
   void revokePreempted(int64_t now);
+  // Moves (moves.cpp): where a pool allows them and nothing of it waits, notice to restartable leases of
+  // known kinds on a type much slower for them than one with room now (kMovePrefix in preempted_for).
+  void planMoves(int64_t now);
+  double speedOn(const Lease& l) const;  // its kind's relative speed where it runs (the slowest share)
 };
 
 }  // namespace gpool::allocator

@@ -724,6 +724,9 @@ void Service::readRoutes(httplib::Server& s) {
       << "# HELP gpool_leases_preempted_total Leases revoked to give a queue its guarantee back.\n"
       << "# TYPE gpool_leases_preempted_total counter\n"
       << "gpool_leases_preempted_total " << sched_->preempted() << "\n"
+      << "# HELP gpool_leases_moved_total Leases revoked to move their jobs to a faster GPU type (moves_per_hour).\n"
+      << "# TYPE gpool_leases_moved_total counter\n"
+      << "gpool_leases_moved_total " << sched_->moved() << "\n"
       << "# HELP gpool_grant_decision_seconds Time to grant, queue or refuse a request (including the database write).\n"
       << "# TYPE gpool_grant_decision_seconds histogram\n";
     uint64_t cum = 0;

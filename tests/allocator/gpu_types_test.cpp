@@ -137,3 +137,77 @@ TEST(JobKinds, AnAgnosticPoolIgnoresTheTable) {
   EXPECT_NE(policyError("[pools.default]\nheterogeneity = \"smart\"\n").find("aware or agnostic"), std::string::npos);
   EXPECT_NE(policyError("[job_kinds.x]\nV100 = -1\n").find("job_kinds.x.V100 must be a throughput >= 0"), std::string::npos);
 }
+
+namespace {
+
+const char* kMoves = R"(
+[settings]
+preemption_grace = "10s"
+lease_ttl = "100h"
+server_timeout = "100h"
+[job_kinds.cyclegan]
+K80 = 0.5
+V100 = 4.4
+[pools.default]
+moves_per_hour = 1
+)";
+
+LeaseRequest restartable(const std::string& kind, bool yes = true) {
+  LeaseRequest r = req("u");
+  r.kind = kind;
+  r.restartable = yes;
+  return r;
+}
+
+}  // namespace
+
+TEST(Moves, AJobOnASlowTypeMovesWhenAFastOneFrees) {
+  Scheduler s = make(kMoves);
+  s.registerServer(typed("k80s", 2, "Tesla K80"), 0);
+  s.registerServer(typed("v100s", 1, "Tesla V100-SXM2-16GB"), 0);
+  ASSERT_EQ(s.request(req("other"), 0, "X").kind, Decision::kGranted);  // no kind: the first that fits
+  ASSERT_EQ(s.lease("X")->shares[0].server, "k80s");
+  ASSERT_EQ(s.request(restartable("cyclegan"), 0, "C0").kind, Decision::kGranted);
+  ASSERT_EQ(s.lease("C0")->shares[0].server, "v100s");  // its fastest type with room
+  ASSERT_EQ(s.request(restartable("cyclegan"), 0, "C1").kind, Decision::kGranted);
+  ASSERT_EQ(s.lease("C1")->shares[0].server, "k80s");   // the V100 is taken: a K80 runs it at a ninth
+  ASSERT_EQ(s.request(restartable("cyclegan", false), 0, "N0").kind, Decision::kQueued);
+  s.tick(1);
+  EXPECT_EQ(s.lease("C1")->preempt_at_ms, 0);  // nothing free to move to
+  EXPECT_TRUE(s.end("N0", "cancelled", 2));
+  EXPECT_TRUE(s.end("C0", "released", 2));  // the V100 frees, and nothing waits
+  s.tick(3);
+  EXPECT_EQ(s.lease("C1")->preempt_at_ms, 3 + 10000);
+  EXPECT_EQ(s.lease("C1")->preempted_for, "move to V100");
+  s.tick(10003);
+  EXPECT_EQ(s.lease("C1")->state, LeaseState::kEnded);
+  EXPECT_NE(s.lease("C1")->end_reason.find("moved: its job runs faster elsewhere (move to V100"), std::string::npos);
+  EXPECT_EQ(s.moved(), 1u);
+  EXPECT_EQ(s.preempted(), 0u);
+  ASSERT_EQ(s.request(restartable("cyclegan"), 10003, "C1b").kind, Decision::kGranted);  // its launcher asks again
+  EXPECT_EQ(s.lease("C1b")->shares[0].server, "v100s");
+}
+
+TEST(Moves, OnlyRestartableJobsMoveAndNoFasterThanTheCap) {
+  Scheduler s = make(kMoves);
+  s.registerServer(typed("k80s", 3, "Tesla K80"), 0);
+  s.registerServer(typed("v100s", 2, "Tesla V100-SXM2-16GB"), 0);
+  ASSERT_EQ(s.request(restartable("cyclegan"), 0, "V0").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(restartable("cyclegan"), 0, "V1").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(restartable("cyclegan", false), 0, "K0").kind, Decision::kGranted);  // on a K80, not restartable
+  ASSERT_EQ(s.request(restartable("cyclegan"), 0, "K1").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(restartable("cyclegan"), 0, "K2").kind, Decision::kGranted);
+  ASSERT_EQ(s.lease("K2")->shares[0].server, "k80s");
+  EXPECT_TRUE(s.end("V0", "released", 1));
+  EXPECT_TRUE(s.end("V1", "released", 1));
+  s.tick(2);
+  EXPECT_EQ(s.lease("K0")->preempt_at_ms, 0);  // it would not run again
+  int noticed = (s.lease("K1")->preempt_at_ms != 0) + (s.lease("K2")->preempt_at_ms != 0);
+  EXPECT_EQ(noticed, 1);  // moves_per_hour = 1
+  s.tick(10002);
+  s.tick(3600 * 1000 + 10);  // an hour later the other may move
+  noticed = (s.lease("K1")->state == LeaseState::kGranted && s.lease("K1")->preempt_at_ms != 0) +
+            (s.lease("K2")->state == LeaseState::kGranted && s.lease("K2")->preempt_at_ms != 0);
+  EXPECT_EQ(noticed, 1);
+  EXPECT_NE(policyError("[pools.default]\nmoves_per_hour = -1\n").find("moves_per_hour must be a whole number"), std::string::npos);
+}

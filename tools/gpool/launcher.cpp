@@ -214,8 +214,11 @@ class Notice {
     given_ = true;
     pid_t c = holder_();
     std::string told = c ? "SIGTERM to process " + std::to_string(c) : std::string("no process to tell");
-    std::fprintf(stderr, "gpool: lease %s is being preempted for request %s: %s; its GPUs are revoked in %.1fs\n", lease.c_str(),
-                 for_request.c_str(), told.c_str(), grace);
+    std::string what = for_request.rfind("move to ", 0) == 0
+                           ? "moved to a faster GPU type (" + for_request.substr(8) + ", free now)"
+                           : "preempted for request " + for_request;
+    std::fprintf(stderr, "gpool: lease %s is being %s: %s; its GPUs are revoked in %.1fs\n", lease.c_str(), what.c_str(),
+                 told.c_str(), grace);
     if (c) ::kill(c, SIGTERM);
   }
   std::string file_;

@@ -325,6 +325,7 @@ int main(int argc, char** argv) {
     }
     if (non_preemptible) req["preemptible"] = false;
     if (!kind.empty()) req["kind"] = kind;
+    if (*run_cmd && requeue) req["restartable"] = true;  // the allocator may move it to a faster GPU type
     if (!gpu_types.empty()) {
       std::vector<std::string> types;
       std::stringstream in(gpu_types);

@@ -6,10 +6,16 @@ completion times, one curve each; needs gnuplot, Debian's gnuplot-nox).
 usage: compare.py BUILD_DIR TRACE OUT 'NAME=gpool-replay flags' ['NAME=flags' ...]
 example: compare.py build trace.json out 'packed=' 'whole GPUs=--whole-gpus'"""
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
+
+
+def stem(name):
+    """A file name for a run's name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
 
 
 def jct_hours(csv_path):
@@ -20,8 +26,8 @@ def jct_hours(csv_path):
 def plot(out, runs):
     data = []
     for name, _ in runs:
-        path = os.path.join(out, name.replace(" ", "_") + ".cdf")
-        jct = jct_hours(os.path.join(out, name.replace(" ", "_") + ".csv"))
+        path = os.path.join(out, stem(name) + ".cdf")
+        jct = jct_hours(os.path.join(out, stem(name) + ".csv"))
         with open(path, "w") as f:
             for i, c in enumerate(jct):
                 f.write("%g %g\n" % (max(c, 1e-3), (i + 1) / len(jct)))
@@ -44,7 +50,7 @@ def main():
     replay = os.path.join(build, "tools", "replay", "gpool-replay")
     lines = []
     for i, (name, flags) in enumerate(runs):
-        csv = os.path.join(out, name.replace(" ", "_") + ".csv")
+        csv = os.path.join(out, stem(name) + ".csv")
         cmd = [replay, trace, "--label", name, "--csv", csv] + shlex.split(flags) + (["--header"] if i == 0 else [])
         run = subprocess.run(cmd, capture_output=True, text=True)
         if run.returncode != 0:

@@ -27,6 +27,7 @@ std::string readFile(const std::string& path) {
 
 void writeCsv(const std::string& path, const std::vector<JobResult>& results) {
   std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write " + path);
   out.precision(12);
   out << "job,arrival_s,start_s,finish_s,isolated_s,gpu_seconds,work_seconds,preemptions\n";
   for (const auto& r : results)
@@ -41,9 +42,13 @@ int main(int argc, char** argv) {
                "allocator's invariants at every step, and print one row of figures (docs/scheduling.md)"};
   std::string trace_path, policy_path, csv, label;
   bool whole = false, header = false;
+  double restart_s = 60;
   app.add_option("trace", trace_path, "the trace (JSON; tools/replay/make_trace.py writes them)")->required();
   app.add_option("--policy", policy_path, "the allocator policy to replay under (TOML, docs/admin.md; default: the defaults)");
   app.add_flag("--whole-gpus", whole, "every job asks for whole GPUs, whatever fraction its trace says");
+  app.add_option("--restart", restart_s, "seconds a preempted or moved job spends restarting, without progress")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--csv", csv, "also write each job's figures to this file");
   app.add_option("--label", label, "the row's name (default: the policy file's name)");
   app.add_flag("--header", header, "print the table's header first");
@@ -52,7 +57,7 @@ int main(int argc, char** argv) {
     Trace trace = loadTrace(trace_path);
     gpool::allocator::Policy policy = policy_path.empty() ? gpool::allocator::Policy{} : gpool::allocator::parsePolicy(readFile(policy_path));
     auto t0 = std::chrono::steady_clock::now();
-    Replay replay(trace, policy, {whole});
+    Replay replay(trace, policy, {whole, restart_s});
     std::vector<JobResult> results = replay.run();
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!csv.empty()) writeCsv(csv, results);

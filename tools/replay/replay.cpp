@@ -64,6 +64,7 @@ void Replay::arrive(size_t i) {
   r.gpu_types = job.types;
   r.preemptible = job.preemptible;
   r.kind = job.kind;
+  r.restartable = job.preemptible;  // a preempted job asks again (requeue)
   std::string id = job.id + "#" + std::to_string(++attempts_[i]);
   job_of_[id] = i;
   Decision d = sched_.request(r, now_ms_, id);
@@ -82,11 +83,12 @@ double Replay::rateOf(const Lease& l, const TraceJob& job) const {
 
 void Replay::start(const Lease& l) {
   size_t i = job_of_.at(l.id);
-  Running r{i, rateOf(l, trace_.jobs[i]), now_ms_, 0, trace_.jobs[i].n * trace_.jobs[i].p};
+  const int64_t restart = attempts_[i] > 1 ? toMs(options_.restart_s) : 0;  // it ran before: it restarts
+  Running r{i, rateOf(l, trace_.jobs[i]), now_ms_ + restart, now_ms_, 0, trace_.jobs[i].n * trace_.jobs[i].p};
   for (const auto& sh : l.shares) r.fraction += sh.fraction;
   if (r.rate <= 0) throw InvariantError("job " + trace_.jobs[i].id + " was placed on a GPU type it cannot run on");
   if (results_[i].start_s < 0) results_[i].start_s = static_cast<double>(now_ms_) / 1000;
-  r.done_ms = now_ms_ + static_cast<int64_t>(std::ceil(remaining_[i] / r.rate * 1000));
+  r.done_ms = r.since_ms + static_cast<int64_t>(std::ceil(remaining_[i] / r.rate * 1000));
   done_at_.insert({r.done_ms, l.id});
   running_[l.id] = r;
 }
@@ -97,10 +99,10 @@ void Replay::stop(const std::string& lease, bool done) {
   running_.erase(it);
   done_at_.erase({r.done_ms, lease});
   JobResult& res = results_[r.job];
-  double secs = static_cast<double>(now_ms_ - r.since_ms) / 1000;
-  res.gpu_seconds += r.fraction * secs;
-  res.work_seconds += r.uses * secs;
-  remaining_[r.job] = done ? 0 : std::max(0.0, remaining_[r.job] - r.rate * secs);
+  double held = static_cast<double>(now_ms_ - r.held_ms) / 1000, worked = std::max<double>(0, now_ms_ - r.since_ms) / 1000;
+  res.gpu_seconds += r.fraction * held;
+  res.work_seconds += r.uses * worked;
+  remaining_[r.job] = done ? 0 : std::max(0.0, remaining_[r.job] - r.rate * worked);
   if (!done) {
     ++res.preemptions;
     if (!trace_.jobs[r.job].preemptible)

@@ -33,6 +33,7 @@ struct JobResult {
 
 struct ReplayOptions {
   bool whole_gpus = false;  // every job asks for whole GPUs (p = 1), whatever its trace says
+  double restart_s = 60;    // a preempted (or moved) job's restart makes no progress for this long
 };
 
 class Replay {
@@ -46,7 +47,8 @@ class Replay {
   struct Running {
     size_t job;
     double rate = 0;         // steps per second where it runs
-    int64_t since_ms = 0;
+    int64_t since_ms = 0;    // progress from here (a restart first spends restart_s)
+    int64_t held_ms = 0;     // granted at
     double fraction = 0;     // of GPUs held, summed over its shares
     double uses = 0;         // of GPUs it uses: n × the fraction it asked for
     int64_t done_ms = 0;     // when its work is done, if it keeps running
