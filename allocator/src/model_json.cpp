@@ -62,7 +62,7 @@ json toJson(const LeaseRequest& r) {
   return {{"n", r.n}, {"p", r.p}, {"m", r.m}, {"user", r.user}, {"group", r.group}, {"pool", r.pool},
           {"priority", r.priority}, {"wait_ms", r.wait_ms}, {"member_of", r.member_of}, {"preemptible", r.preemptible},
           {"min_p", r.min_p}, {"gpu_types", r.gpu_types}, {"kind", r.kind},
-          {"restartable", r.restartable}};
+          {"restartable", r.restartable}, {"job", r.job}, {"estimate_s", r.estimate_s}};
 }
 
 json toJson(const Lease& l, LeaseView view) {
@@ -106,6 +106,8 @@ Lease leaseFromJson(const json& j) {
   l.req.gpu_types = r.value("gpu_types", std::vector<std::string>{});
   l.req.kind = r.value("kind", std::string());
   l.req.restartable = r.value("restartable", false);
+  l.req.job = r.value("job", std::string());
+  l.req.estimate_s = r.value("estimate_s", 0.0);
   l.preempt_at_ms = j.contains("preempt_at_ms") ? integer<int64_t>(j.at("preempt_at_ms")) : 0;
   l.preempted_for = j.value("preempted_for", "");
   l.priority = integer<int>(j.at("priority"));
@@ -130,9 +132,10 @@ LeaseRequest requestFromJson(const json& j) {
   for (const auto& [k, v] : j.items()) {
     (void)v;
     if (k != "n" && k != "p" && k != "m" && k != "user" && k != "group" && k != "pool" && k != "priority" && k != "wait" &&
-        k != "preemptible" && k != "min_p" && k != "gpu_types" && k != "kind" && k != "restartable")
+        k != "preemptible" && k != "min_p" && k != "gpu_types" && k != "kind" && k != "restartable" && k != "job" &&
+        k != "estimate_s")
       throw std::invalid_argument("unknown field '" + k + "' (fields: n, p, m, user, group, pool, priority, wait, preemptible, "
-                                  "min_p, gpu_types, kind, restartable)");
+                                  "min_p, gpu_types, kind, restartable, job, estimate_s)");
   }
   LeaseRequest r;
   auto field = [&](const char* name) -> const json* { return j.contains(name) ? &j.at(name) : nullptr; };
@@ -157,7 +160,8 @@ LeaseRequest requestFromJson(const json& j) {
     else throw std::invalid_argument("m must be a number of bytes or a size such as \"16GiB\"");
   }
   for (auto [name, out] : {std::pair{"user", &r.user}, std::pair{"group", &r.group}, std::pair{"pool", &r.pool},
-                           std::pair{"priority", &r.priority}, std::pair{"kind", &r.kind}}) {
+                           std::pair{"priority", &r.priority}, std::pair{"kind", &r.kind},
+                           std::pair{"job", &r.job}}) {
     if (auto v = field(name)) {
       if (!v->is_string()) throw std::invalid_argument(std::string(name) + " must be a string");
       *out = v->get<std::string>();
@@ -179,6 +183,11 @@ LeaseRequest requestFromJson(const json& j) {
   if (auto pr = field("preemptible")) {
     if (!pr->is_boolean()) throw std::invalid_argument("preemptible must be true or false");
     r.preemptible = pr->get<bool>();
+  }
+  if (auto e = field("estimate_s")) {  // shortest-first pools
+    if (!e->is_number() || !(e->get<double>() >= 0 && e->get<double>() <= 1e9))
+      throw std::invalid_argument("estimate_s must be seconds, from 0 to 1e9");
+    r.estimate_s = e->get<double>();
   }
   if (auto rs = field("restartable")) {
     if (!rs->is_boolean()) throw std::invalid_argument("restartable must be true or false");

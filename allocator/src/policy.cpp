@@ -152,6 +152,14 @@ const char* isolationName(Isolation i) {
 
 const char* placementName(Placement p) { return p == Placement::kSpread ? "spread" : "pack"; }
 
+const char* orderName(Order o) {
+  switch (o) {
+    case Order::kShortestFirst: return "shortest-first";
+    case Order::kLeastAttained: return "least-attained";
+    default: return "fifo";
+  }
+}
+
 std::string formatNumber(double v) {
   std::ostringstream o;
   o << v;
@@ -374,7 +382,8 @@ Policy parsePolicy(const std::string& toml_text) {
       std::string where = "pools." + std::string(k.str());
       const toml::table* t = v.as_table();
       if (!t) fail(where + " must be a table");
-      checkKeys(*t, {"servers", "fractions", "isolation", "placement", "heterogeneity", "moves_per_hour", "elastic_after"}, where);
+      checkKeys(*t, {"servers", "fractions", "isolation", "placement", "heterogeneity", "moves_per_hour", "order", "elastic_after"},
+                where);
       Pool pool;
       pool.name = std::string(k.str());
       if (auto s = t->get("servers")) {
@@ -413,6 +422,13 @@ Policy parsePolicy(const std::string& toml_text) {
         if (name == "aware") pool.heterogeneity = Heterogeneity::kAware;
         else if (name == "agnostic") pool.heterogeneity = Heterogeneity::kAgnostic;
         else fail(where + ".heterogeneity must be aware or agnostic (not '" + name + "')");
+      }
+      if (auto o = t->get("order")) {
+        std::string name = text(*o, where + ".order");
+        bool known = false;
+        for (Order x : {Order::kFifo, Order::kShortestFirst, Order::kLeastAttained})
+          if (name == orderName(x)) pool.order = x, known = true;
+        if (!known) fail(where + ".order must be fifo, shortest-first or least-attained (not '" + name + "')");
       }
       if (auto m = t->get("moves_per_hour")) {
         double x = number(*m, where + ".moves_per_hour");

@@ -26,6 +26,11 @@ enum class Placement { kPack, kSpread };
 // Whether placement looks at GPU types' speed for the job (the policy's [job_kinds]): a request of a known
 // kind goes to the type where it runs fastest among those with room; or not (any type alike).
 enum class Heterogeneity { kAware, kAgnostic };
+// The order of a pool's queued requests within a priority class: first come first served; shortest first
+// by their estimates (none: after every estimate); least attained service first (the GPU time their jobs
+// have had, counted at its speed there where heterogeneity is aware).
+enum class Order { kFifo, kShortestFirst, kLeastAttained };
+const char* orderName(Order o);
 const char* isolationName(Isolation i);
 const char* placementName(Placement p);
 
@@ -36,6 +41,7 @@ struct Pool {
   Isolation isolation = Isolation::kProcess;
   Placement placement = Placement::kPack;
   Heterogeneity heterogeneity = Heterogeneity::kAware;
+  Order order = Order::kFifo;
   // Moves to a faster type (heterogeneity aware): at most this many notices per hour (0: none).
   int moves_per_hour = 0;
   // Elastic requests (--min-fraction): how long one waits for its whole fraction before it takes a smaller

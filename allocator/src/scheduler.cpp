@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <set>
 
 namespace gpool::allocator {
@@ -303,7 +304,7 @@ bool Scheduler::settleDraining(const std::string& server) {
 std::vector<const Lease*> Scheduler::queue() const {
   std::vector<const Lease*> q;
   q.reserve(queue_.size());
-  for (const auto& entry : queue_.entries()) q.push_back(std::get<2>(entry));
+  for (const auto& entry : queue_.entries()) q.push_back(WaitQueue::leaseOf(entry));
   return q;
 }
 
@@ -433,8 +434,8 @@ Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id
     return d;
   }
   if (req.user.empty() || req.user.size() > 64 || req.group.size() > 64 || req.pool.size() > 64 || req.priority.size() > 64 ||
-      req.kind.size() > 64) {
-    d.reason = "user (1-64 characters), group, pool, priority and kind must be short names";
+      req.kind.size() > 64 || req.job.size() > 64) {
+    d.reason = "user (1-64 characters), group, pool, priority, kind and job must be short names";
     return d;
   }
   if (auto why = neverFits(req)) {
@@ -451,20 +452,23 @@ Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id
   l.created_ms = l.heartbeat_ms = now;
   Lease& stored = leases_[id] = std::move(l);
   live_.emplace(id, &stored);
-  queue_.add(stored);
+  enqueue(stored);
   touch(stored);
   // Granted now only if no request of its pool that quota does not block comes before it: of equal or
   // higher priority; with queues, earlier in the fair order (fairOrder). Notice for it, where it is within
   // its queue's guarantee, comes with the next tick.
   const double mine = fair_.active() ? fair_.beyondGuarantee(stored.queue, stored.req.n * stored.req.p) : 0;
+  auto ahead = [&](const Lease& q) {  // in priority class, then the pool's order
+    return q.priority > stored.priority || (q.priority == stored.priority && q.order_key <= stored.order_key);
+  };
   auto comesFirst = [&](const Lease& q) {
-    if (!fair_.active()) return q.priority >= stored.priority;
+    if (!fair_.active()) return ahead(q);
     double theirs = fair_.beyondGuarantee(q.queue, q.req.n * q.req.p);
-    return theirs < mine || (theirs == mine && q.priority >= stored.priority);
+    return theirs < mine || (theirs == mine && ahead(q));
   };
   bool waiting_ahead = false;
   for (const auto& entry : queue_.entries()) {
-    const Lease& q = *std::get<2>(entry);
+    const Lease& q = *WaitQueue::leaseOf(entry);
     if (&q != &stored && q.req.pool == stored.req.pool && typesOverlap(q.req.gpu_types, stored.req.gpu_types) && comesFirst(q) &&
         !quotaBlocks(q)) {
       waiting_ahead = true;
@@ -511,6 +515,15 @@ bool Scheduler::finish(const std::string& id, const std::string& reason, int64_t
   auto it = leases_.find(id);
   if (it == leases_.end() || it->second.state == LeaseState::kEnded) return false;
   Lease& l = it->second;
+  if (l.state == LeaseState::kGranted) {  // the service its job had (least-attained-service pools)
+    const Pool* pool = policy_.pool(l.req.pool);
+    double held = 0;
+    for (const auto& sh : l.shares) held += sh.fraction;
+    double speed = pool && pool->heterogeneity == Heterogeneity::kAware ? speedOn(l) : 1.0;
+    Attained& a = attained_[jobOf(l)];
+    a.seconds += held * speed * static_cast<double>(std::max<int64_t>(0, now - l.granted_ms)) / 1000;
+    a.last_ms = now;
+  }
   release(l);
   if (l.state == LeaseState::kQueued) queue_.remove(l);
   live_.erase(id);
@@ -615,7 +628,7 @@ bool Scheduler::setDrain(const std::string& name, bool drain) {
 
 void Scheduler::setPolicy(Policy p, int64_t now) {
   std::vector<Lease*> queued;  // they leave the queue while their priority and queue change
-  for (const auto& entry : queue_.entries()) queued.push_back(std::get<2>(entry));
+  for (const auto& entry : queue_.entries()) queued.push_back(WaitQueue::leaseOf(entry));
   queue_.clear();
   for (const auto& [id, lp] : live_)
     if (lp->state == LeaseState::kGranted) account(*lp, -1);
@@ -630,7 +643,7 @@ void Scheduler::setPolicy(Policy p, int64_t now) {
   for (Lease* l : queued) {
     l->priority = priorityOf(l->req.priority);
     l->grant_position = 0;  // the next pass places it
-    queue_.add(*l);
+    enqueue(*l);
     if (auto why = neverFits(l->req)) end(l->id, "refused under the new policy: " + *why, now);
   }
   ++version_;
@@ -723,7 +736,7 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
     live_.emplace(id, &l);
     l.heartbeat_ms = now;
     l.queue = fair_.queueOf(policy_, l.req.user, l.req.chargedGroups());
-    if (l.state == LeaseState::kQueued) queue_.add(l);
+    if (l.state == LeaseState::kQueued) enqueue(l);
     if (l.state != LeaseState::kGranted) continue;
     account(l, +1);
     for (const auto& sh : l.shares) {
@@ -733,7 +746,26 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
   ++version_;
 }
 
+std::string Scheduler::jobOf(const Lease& l) { return l.req.job.empty() ? "lease " + l.id : l.req.user + "/" + l.req.job; }
+
+double Scheduler::orderKey(const Lease& l) const {
+  const Pool* pool = policy_.pool(l.req.pool);
+  if (!pool) return 0;
+  switch (pool->order) {
+    case Order::kShortestFirst:
+      return l.req.estimate_s > 0 ? l.req.estimate_s : std::numeric_limits<double>::max();
+    case Order::kLeastAttained: {
+      auto a = attained_.find(jobOf(l));
+      return a == attained_.end() ? 0 : a->second.seconds;
+    }
+    default:
+      return 0;
+  }
+}
+
 void Scheduler::prune(int64_t now, int64_t keep_ms) {
+  for (auto a = attained_.begin(); a != attained_.end();)  // a job's service is forgotten a day after its last lease
+    a = now - a->second.last_ms > 24 * 3600 * 1000 ? attained_.erase(a) : std::next(a);
   while (!ended_.empty() && now - ended_.front().first > keep_ms) {
     auto it = leases_.find(ended_.front().second);
     if (it != leases_.end() && it->second.state == LeaseState::kEnded) leases_.erase(it);

@@ -69,6 +69,10 @@ struct LeaseRequest {
   // Its command runs again after preemption (gpool run --requeue): the allocator may move it to a faster
   // GPU type (moves.cpp) by preempting it.
   bool restartable = false;
+  // The job it is for, the same across its requeues (gpool run sets one per run): the service it has
+  // attained counts for least-attained-service pools. Empty: the lease alone.
+  std::string job;
+  double estimate_s = 0;  // its run time alone on its fastest GPU type, if known (shortest-first pools)
 
   std::vector<std::string> chargedGroups() const;  // `group` and `member_of`, each once
   bool accepts(const Gpu& g) const;                 // g is of a type it may run on
@@ -90,6 +94,7 @@ struct Lease {
   int64_t preempt_at_ms = 0;
   std::string preempted_for;
   int queue = -1;  // the policy queue it charges (FairShare's index; -1: none), kept by the scheduler
+  double order_key = 0;  // its place in its pool's order while queued (Scheduler::orderKey), kept by the scheduler
   // With queues: its place among its pool's queued requests in grant order, as the last pass over the
   // wait queue that reached it found it (0: none has yet). Not persisted.
   int grant_position = 0;
@@ -245,6 +250,18 @@ class Scheduler {
   // known kinds on a type much slower for them than one with room now (kMovePrefix in preempted_for).
   void planMoves(int64_t now);
   double speedOn(const Lease& l) const;  // its kind's relative speed where it runs (the slowest share)
+  // The pool's order (Policy Order): where a request stands within its priority class (Lease::order_key).
+  double orderKey(const Lease& l) const;
+  static std::string jobOf(const Lease& l);  // whose attained service a lease counts to
+  void enqueue(Lease& l) {
+    l.order_key = orderKey(l);
+    queue_.add(l);
+  }
+  struct Attained {
+    double seconds = 0;  // GPU time held (fractions × seconds), at its speed there where heterogeneity is aware
+    int64_t last_ms = 0;
+  };
+  std::map<std::string, Attained> attained_;  // job → service it has had (forgotten a day after its last lease)
 };
 
 }  // namespace gpool::allocator

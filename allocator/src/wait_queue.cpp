@@ -11,14 +11,14 @@ namespace gpool::allocator {
 WaitQueue::Bucket WaitQueue::bucketOf(const Lease& l) { return {l.req.pool, l.queue, l.req.n * l.req.p}; }
 
 void WaitQueue::add(Lease& l) {
-  Entry e{-l.priority, l.seq, &l};
+  Entry e{-l.priority, l.order_key, l.seq, &l};
   if (!all_.insert(e).second) return;
   buckets_[bucketOf(l)].insert(e);
   ++in_pool_[l.req.pool];
 }
 
 void WaitQueue::remove(Lease& l) {
-  Entry e{-l.priority, l.seq, &l};
+  Entry e{-l.priority, l.order_key, l.seq, &l};
   if (!all_.erase(e)) return;
   // A bucket left empty goes: no GrantOrder walks it (its last lease was the one returned).
   if (auto b = buckets_.find(bucketOf(l)); b != buckets_.end() && b->second.erase(e) && b->second.empty()) buckets_.erase(b);
@@ -37,17 +37,17 @@ int WaitQueue::queuedIn(const std::string& pool) const {
 }
 
 int WaitQueue::position(const Lease& l) const {
-  if (!all_.count({-l.priority, l.seq, const_cast<Lease*>(&l)})) return 0;
+  if (!all_.count({-l.priority, l.order_key, l.seq, const_cast<Lease*>(&l)})) return 0;
   // Asked for every queued answer, mostly for the newest request: walked from both ends at once, so it
   // costs as many steps as the request is from the nearer end.
   int before = 0, after = 0;
   auto front = all_.begin();
   auto back = all_.rbegin();
   for (;;) {
-    const Lease* f = std::get<2>(*front++);
+    const Lease* f = leaseOf(*front++);
     if (f == &l) return before + 1;
     before += f->req.pool == l.req.pool;
-    const Lease* r = std::get<2>(*back++);
+    const Lease* r = leaseOf(*back++);
     if (r == &l) break;
     after += r->req.pool == l.req.pool;
   }
@@ -76,7 +76,7 @@ Lease* WaitQueue::GrantOrder::next() {
   if (heap_.empty()) return nullptr;
   std::pop_heap(heap_.begin(), heap_.end(), after);
   Head& h = heap_.back();
-  Lease* l = std::get<2>(*h.at);
+  Lease* l = leaseOf(*h.at);
   if (++h.at == h.end) heap_.pop_back();  // moved past it first, so it may leave its bucket
   else std::push_heap(heap_.begin(), heap_.end(), after);
   return l;

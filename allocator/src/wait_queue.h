@@ -19,11 +19,14 @@ class FairShare;
 
 class WaitQueue {
  public:
-  using Entry = std::tuple<int, uint64_t, Lease*>;  // (-priority, arrival, the lease): priority order
-  using Entries = std::set<Entry>;                  // arrival is unique: the pointers are never compared
+  // (-priority, the pool's order key (Lease::order_key), arrival, the lease): priority order, then the
+  // pool's order (first come, shortest first, least attained service first), then arrival.
+  using Entry = std::tuple<int, double, uint64_t, Lease*>;
+  using Entries = std::set<Entry>;  // arrival is unique: the pointers are never compared
+  static Lease* leaseOf(const Entry& e) { return std::get<3>(e); }
 
-  // A lease enters with its priority, seq, pool, queue and size as they are; it must leave before any
-  // of them changes (and enter again after).
+  // A lease enters with its priority, order key, seq, pool, queue and size as they are; it must leave
+  // before any of them changes (and enter again after).
   void add(Lease& l);
   void remove(Lease& l);
   void clear();

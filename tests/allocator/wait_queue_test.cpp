@@ -36,7 +36,7 @@ members = ["c"]
 // The reference: a stable sort of the priority order by rank.
 std::vector<Lease*> sortedOrder(const WaitQueue& q, const FairShare& fair) {
   std::vector<Lease*> order;
-  for (const auto& e : q.entries()) order.push_back(std::get<2>(e));
+  for (const auto& e : q.entries()) order.push_back(WaitQueue::leaseOf(e));
   if (!fair.active()) return order;
   std::stable_sort(order.begin(), order.end(), [&](const Lease* x, const Lease* y) {
     return fair.beyondGuarantee(x->queue, x->req.n * x->req.p) < fair.beyondGuarantee(y->queue, y->req.n * y->req.p);
@@ -128,7 +128,7 @@ TEST(WaitQueue, PositionCountsTheLeasesOfItsPoolAhead) {
   for (const auto& l : f.leases) {
     int ahead = 0;
     for (const auto& e : f.q.entries()) {
-      const Lease* x = std::get<2>(e);
+      const Lease* x = WaitQueue::leaseOf(e);
       if (x == &l) break;
       ahead += x->req.pool == l.req.pool;
     }

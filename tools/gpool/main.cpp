@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
   int n = 1;
   double p = 1.0, min_fraction = 0;
   bool requeue = false, non_preemptible = false;
-  std::string m, wait = "1h", pool = "default", priority, user, group, gpu_types, kind;
+  std::string m, wait = "1h", pool = "default", priority, user, group, gpu_types, kind, estimate;
   std::vector<std::string> command;
   for (CLI::App* sub : {run_cmd, lease_cmd}) {
     sub->add_option("-n,--gpus", n, "number of GPUs")->capture_default_str()->check(CLI::Range(1, 1024));
@@ -220,6 +220,9 @@ int main(int argc, char** argv) {
     sub->add_option("--kind", kind,
                     "what kind of job this is (a name in the policy's [job_kinds], which says how fast each kind runs on "
                     "each GPU type): it is placed on the fastest type with room");
+    sub->add_option("--estimate", estimate,
+                    "how long the job runs alone on its fastest GPU type (e.g. 2h): pools ordered shortest-first grant "
+                    "shorter jobs first");
     sub->add_flag("--non-preemptible", non_preemptible,
                   "never preempt this lease to give a queue its guarantee back (it is then granted only within your "
                   "queue's guarantee)");
@@ -326,6 +329,14 @@ int main(int argc, char** argv) {
     if (non_preemptible) req["preemptible"] = false;
     if (!kind.empty()) req["kind"] = kind;
     if (*run_cmd && requeue) req["restartable"] = true;  // the allocator may move it to a faster GPU type
+    if (*run_cmd) req["job"] = gpool::token::randomHex(8);  // one job across its requeues (least-attained pools)
+    if (!estimate.empty()) {
+      try {
+        req["estimate_s"] = static_cast<double>(gpool::allocator::parseDuration(estimate).count()) / 1000;
+      } catch (const std::exception& e) {
+        die(kExitUsage, std::string("--estimate: ") + e.what());
+      }
+    }
     if (!gpu_types.empty()) {
       std::vector<std::string> types;
       std::stringstream in(gpu_types);

@@ -65,6 +65,8 @@ void Replay::arrive(size_t i) {
   r.preemptible = job.preemptible;
   r.kind = job.kind;
   r.restartable = job.preemptible;  // a preempted job asks again (requeue)
+  r.job = job.id;
+  r.estimate_s = results_[i].isolated_s;  // what the trace knows; only shortest-first pools look
   std::string id = job.id + "#" + std::to_string(++attempts_[i]);
   job_of_[id] = i;
   Decision d = sched_.request(r, now_ms_, id);
