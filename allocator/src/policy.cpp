@@ -152,6 +152,8 @@ const char* isolationName(Isolation i) {
 
 const char* placementName(Placement p) { return p == Placement::kSpread ? "spread" : "pack"; }
 
+const char* heterogeneityName(Heterogeneity h) { return h == Heterogeneity::kAgnostic ? "agnostic" : "aware"; }
+
 const char* orderName(Order o) {
   switch (o) {
     case Order::kShortestFirst: return "shortest-first";
@@ -262,6 +264,17 @@ std::map<std::string, std::map<std::string, double>> jobKinds(const toml::table&
 bool plainName(const std::string& name) {
   return !name.empty() && name.size() <= 64 &&
          std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'; });
+}
+
+// The value among `values` whose name (nameOf) the node holds; fails listing the names otherwise.
+template <typename E>
+E oneOf(const toml::node& n, const std::string& where, std::initializer_list<E> values, const char* (*nameOf)(E)) {
+  std::string name = text(n, where), names;
+  for (E x : values) {
+    if (name == nameOf(x)) return x;
+    names += std::string(names.empty() ? "" : ", ") + nameOf(x);
+  }
+  fail(where + " must be one of " + names + " (not '" + name + "')");
 }
 
 std::map<std::string, std::vector<std::string>> gpuTypes(const toml::table& t) {
@@ -402,34 +415,16 @@ Policy parsePolicy(const std::string& toml_text) {
           pool.fractions.push_back(x);
         }
       }
-      if (auto i = t->get("isolation")) {
-        std::string name = text(*i, where + ".isolation");
-        bool known = false;
-        for (Isolation x : {Isolation::kExclusive, Isolation::kProcess, Isolation::kSpatial})
-          if (name == isolationName(x)) pool.isolation = x, known = true;
-        if (!known) fail(where + ".isolation must be exclusive, process or spatial (not '" + name + "')");
-      }
+      if (auto i = t->get("isolation"))
+        pool.isolation = oneOf(*i, where + ".isolation", {Isolation::kExclusive, Isolation::kProcess, Isolation::kSpatial}, isolationName);
       if (pool.isolation == Isolation::kExclusive && (pool.fractions.size() != 1 || pool.fractions[0] != 1.0))
         fail(where + ": an exclusive pool offers whole GPUs only (fractions = [1.0])");
-      if (auto pl = t->get("placement")) {
-        std::string name = text(*pl, where + ".placement");
-        if (name == placementName(Placement::kPack)) pool.placement = Placement::kPack;
-        else if (name == placementName(Placement::kSpread)) pool.placement = Placement::kSpread;
-        else fail(where + ".placement must be pack or spread (not '" + name + "')");
-      }
-      if (auto h = t->get("heterogeneity")) {
-        std::string name = text(*h, where + ".heterogeneity");
-        if (name == "aware") pool.heterogeneity = Heterogeneity::kAware;
-        else if (name == "agnostic") pool.heterogeneity = Heterogeneity::kAgnostic;
-        else fail(where + ".heterogeneity must be aware or agnostic (not '" + name + "')");
-      }
-      if (auto o = t->get("order")) {
-        std::string name = text(*o, where + ".order");
-        bool known = false;
-        for (Order x : {Order::kFifo, Order::kShortestFirst, Order::kLeastAttained})
-          if (name == orderName(x)) pool.order = x, known = true;
-        if (!known) fail(where + ".order must be fifo, shortest-first or least-attained (not '" + name + "')");
-      }
+      if (auto pl = t->get("placement"))
+        pool.placement = oneOf(*pl, where + ".placement", {Placement::kPack, Placement::kSpread}, placementName);
+      if (auto h = t->get("heterogeneity"))
+        pool.heterogeneity = oneOf(*h, where + ".heterogeneity", {Heterogeneity::kAware, Heterogeneity::kAgnostic}, heterogeneityName);
+      if (auto o = t->get("order"))
+        pool.order = oneOf(*o, where + ".order", {Order::kFifo, Order::kShortestFirst, Order::kLeastAttained}, orderName);
       if (auto m = t->get("moves_per_hour")) {
         double x = number(*m, where + ".moves_per_hour");
         if (x != std::floor(x) || x < 0 || x > 1e6) fail(where + ".moves_per_hour must be a whole number >= 0");

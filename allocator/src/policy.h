@@ -31,6 +31,7 @@ enum class Heterogeneity { kAware, kAgnostic };
 // have had, counted at its speed there where heterogeneity is aware).
 enum class Order { kFifo, kShortestFirst, kLeastAttained };
 const char* orderName(Order o);
+const char* heterogeneityName(Heterogeneity h);
 const char* isolationName(Isolation i);
 const char* placementName(Placement p);
 

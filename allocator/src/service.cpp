@@ -688,7 +688,7 @@ void Service::readRoutes(httplib::Server& s) {
     for (const auto& p : sched_->policy().pools)
       pools.push_back({{"name", p.name}, {"servers", p.servers}, {"fractions", p.fractions}, {"isolation", isolationName(p.isolation)},
                        {"placement", placementName(p.placement)},
-                       {"order", orderName(p.order)}, {"heterogeneity", p.heterogeneity == Heterogeneity::kAware ? "aware" : "agnostic"},
+                       {"order", orderName(p.order)}, {"heterogeneity", heterogeneityName(p.heterogeneity)},
                        {"moves_per_hour", p.moves_per_hour}});
     reply(res, 200, {{"servers", servers}, {"leases", leases}, {"queue", queue}, {"pools", pools}, {"queues", queuesJson()}});
   });

@@ -134,7 +134,7 @@ TEST(JobKinds, AnAgnosticPoolIgnoresTheTable) {
   r.kind = "cyclegan";
   ASSERT_EQ(s.request(r, 0, "C0").kind, Decision::kGranted);
   EXPECT_EQ(s.lease("C0")->shares[0].server, "k80s");  // the first that fits, as without the table
-  EXPECT_NE(policyError("[pools.default]\nheterogeneity = \"smart\"\n").find("aware or agnostic"), std::string::npos);
+  EXPECT_NE(policyError("[pools.default]\nheterogeneity = \"smart\"\n").find("must be one of aware, agnostic"), std::string::npos);
   EXPECT_NE(policyError("[job_kinds.x]\nV100 = -1\n").find("job_kinds.x.V100 must be a throughput >= 0"), std::string::npos);
 }
 

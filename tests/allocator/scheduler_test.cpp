@@ -255,7 +255,7 @@ TEST(Policy, BadFilesGiveClearErrors) {
   auto err = fixtures::policyError;
   EXPECT_NE(err("[pools.a\n").find("TOML syntax error at line 1"), std::string::npos);
   EXPECT_NE(err("[pools.a]\nfractions = [1.5]\n").find("pools.a.fractions: 1.5"), std::string::npos);
-  EXPECT_NE(err("[pools.a]\nisolation = \"loose\"\n").find("exclusive, process or spatial"), std::string::npos);
+  EXPECT_NE(err("[pools.a]\nisolation = \"loose\"\n").find("pools.a.isolation must be one of exclusive, process, spatial (not 'loose')"), std::string::npos);
   EXPECT_NE(err("[pools.a]\nisolation = \"exclusive\"\nfractions = [0.5]\n").find("whole GPUs only"), std::string::npos);
   EXPECT_NE(err("[settings]\nlease_ttl = \"soon\"\n").find("settings.lease_ttl"), std::string::npos);
   EXPECT_NE(err("[quotas.users.x]\nmemory = \"12 parsecs\"\n").find("quotas.users.x.memory"), std::string::npos);
