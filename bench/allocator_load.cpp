@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
                                      "together; weights 1, 2, ...; users spread evenly over them, so q0 takes back what "
                                      "the others borrow (preemption grace 1 s)")
       ->capture_default_str();
+  std::string order;
+  app.add_option("--order", order, "the pool's order (issue 15): fifo, shortest-first or least-attained; requests then "
+                                   "carry estimates and job names, and the pool moves jobs (moves_per_hour = 60)");
   app.add_option("--wait", wait_s, "seconds a request waits in the queue (0: refused when nothing fits)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   std::string key = gpool::token::loadKey(key_file, false);
@@ -92,8 +95,9 @@ int main(int argc, char** argv) {
       user_keys.push_back(json::parse(r->body)["key"].get<std::string>());
     }
   }
-  if (queues > 0) {  // guarantees, borrowing and preemption (issue 14)
+  if (queues > 0 || !order.empty()) {  // guarantees, borrowing and preemption (issue 14); orders (issue 15)
     std::string policy = "[settings]\npreemption_grace = \"1s\"\nlease_ttl = \"5s\"\n";
+    if (!order.empty()) policy += "[pools.default]\norder = \"" + order + "\"\nmoves_per_hour = 60\n";
     for (int q = 0; q < queues; ++q) {
       std::string members;
       for (int u = q; u < 50; u += queues) members += (members.empty() ? "\"u" : ", \"u") + std::to_string(u) + "\"";
@@ -148,6 +152,7 @@ int main(int argc, char** argv) {
         }
         std::this_thread::sleep_until(next);
         json req = {{"p", fractions[rng() % 3]}, {"n", 1 + (rng() % 8 == 0)}, {"wait", wait_s}};
+        if (!order.empty()) req["estimate_s"] = 60.0 * (1 + rng() % 600), req["job"] = "j" + std::to_string(rng() % 2000);
         httplib::Headers as_user{{"Authorization", "Bearer " + user_keys[rng() % user_keys.size()]}};
         auto sent = Clock::now();
         auto r = c.Post("/v1/leases", as_user, req.dump(), "application/json");

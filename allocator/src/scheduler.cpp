@@ -515,7 +515,7 @@ bool Scheduler::finish(const std::string& id, const std::string& reason, int64_t
   auto it = leases_.find(id);
   if (it == leases_.end() || it->second.state == LeaseState::kEnded) return false;
   Lease& l = it->second;
-  if (l.state == LeaseState::kGranted) {  // the service its job had (least-attained-service pools)
+  if (l.state == LeaseState::kGranted && !l.req.job.empty()) {  // the service its job had (least-attained pools)
     const Pool* pool = policy_.pool(l.req.pool);
     double held = 0;
     for (const auto& sh : l.shares) held += sh.fraction;
@@ -746,7 +746,7 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
   ++version_;
 }
 
-std::string Scheduler::jobOf(const Lease& l) { return l.req.job.empty() ? "lease " + l.id : l.req.user + "/" + l.req.job; }
+std::string Scheduler::jobOf(const Lease& l) { return l.req.user + "/" + l.req.job; }
 
 double Scheduler::orderKey(const Lease& l) const {
   const Pool* pool = policy_.pool(l.req.pool);
@@ -755,6 +755,7 @@ double Scheduler::orderKey(const Lease& l) const {
     case Order::kShortestFirst:
       return l.req.estimate_s > 0 ? l.req.estimate_s : std::numeric_limits<double>::max();
     case Order::kLeastAttained: {
+      if (l.req.job.empty()) return 0;  // a lease of its own: nothing attained before it
       auto a = attained_.find(jobOf(l));
       return a == attained_.end() ? 0 : a->second.seconds;
     }

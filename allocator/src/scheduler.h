@@ -252,7 +252,7 @@ class Scheduler {
   double speedOn(const Lease& l) const;  // its kind's relative speed where it runs (the slowest share)
   // The pool's order (Policy Order): where a request stands within its priority class (Lease::order_key).
   double orderKey(const Lease& l) const;
-  static std::string jobOf(const Lease& l);  // whose attained service a lease counts to
+  static std::string jobOf(const Lease& l);  // whose attained service a lease with a job counts to (user/job)
   void enqueue(Lease& l) {
     l.order_key = orderKey(l);
     queue_.add(l);
