@@ -237,6 +237,7 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
   }
   if (l.state == LeaseState::kQueued) queue_.remove(l);
   l.state = LeaseState::kGranted;
+  placedOn(l, true);
   account(l, +1);
   l.granted_ms = now;
   l.heartbeat_ms = now;
@@ -524,6 +525,7 @@ bool Scheduler::finish(const std::string& id, const std::string& reason, int64_t
     a.seconds += held * speed * static_cast<double>(std::max<int64_t>(0, now - l.granted_ms)) / 1000;
     a.last_ms = now;
   }
+  if (l.state == LeaseState::kGranted) placedOn(l, false);
   release(l);
   if (l.state == LeaseState::kQueued) queue_.remove(l);
   live_.erase(id);
@@ -608,14 +610,19 @@ void Scheduler::drainUncounted(const std::string& name, const std::vector<std::s
 }
 
 std::vector<std::string> Scheduler::liveLeasesOn(const std::string& server) const {
-  std::vector<std::string> out;
-  for (const auto& [id, lp] : live_) {
-    const Lease& l = *lp;
-    if (l.state == LeaseState::kGranted &&
-        std::any_of(l.shares.begin(), l.shares.end(), [&server](const Share& s) { return s.server == server; }))
-      out.push_back(id);
+  auto it = granted_on_.find(server);
+  return it == granted_on_.end() ? std::vector<std::string>{} : std::vector<std::string>(it->second.begin(), it->second.end());
+}
+
+void Scheduler::placedOn(const Lease& l, bool granted) {
+  for (const auto& sh : l.shares) {
+    if (granted) {
+      granted_on_[sh.server].insert(l.id);
+    } else if (auto it = granted_on_.find(sh.server); it != granted_on_.end()) {
+      it->second.erase(l.id);
+      if (it->second.empty()) granted_on_.erase(it);
+    }
   }
-  return out;
 }
 
 bool Scheduler::setDrain(const std::string& name, bool drain) {
@@ -666,13 +673,7 @@ bool Scheduler::tick(int64_t now, bool judge) {
       for (const auto& share : d->second) freeOnGpu(name, share.device, share.fraction, share.memory);
       draining_.erase(d);
     }
-    std::vector<std::string> on_it;
-    const std::string& down = name;  // (a structured binding: lambdas capture it only from C++20 compilers on)
-    for (const auto& [id, lp] : live_)
-      if (const Lease& l = *lp; l.state == LeaseState::kGranted &&
-          std::any_of(l.shares.begin(), l.shares.end(), [&](const Share& sh) { return sh.server == down; }))
-        on_it.push_back(id);
-    for (const auto& id : on_it) finish(id, "server " + name + " stopped heartbeating; its GPUs were withdrawn", now);
+    for (const auto& id : liveLeasesOn(name)) finish(id, "server " + name + " stopped heartbeating; its GPUs were withdrawn", now);
   }
   std::vector<std::string> silent;
   for (const auto& [id, lp] : live_)
@@ -723,6 +724,7 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
     typeGpus(s);
   }
   live_.clear();
+  granted_on_.clear();
   queue_.clear();
   ended_.clear();
   user_use_.clear();
@@ -739,6 +741,7 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
     if (l.state == LeaseState::kQueued) enqueue(l);
     if (l.state != LeaseState::kGranted) continue;
     account(l, +1);
+    placedOn(l, true);
     for (const auto& sh : l.shares) {
       if (auto it = servers_.find(sh.server); it != servers_.end()) countOnGpu(it->second, sh);
     }

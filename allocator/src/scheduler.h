@@ -232,6 +232,8 @@ class Scheduler {
     uint64_t memory;
   };
   std::map<std::string, std::vector<Draining>> draining_;  // server → shares of ended leases it still serves
+  std::map<std::string, std::set<std::string>> granted_on_;  // server → granted leases with a share there
+  void placedOn(const Lease& l, bool granted);               // keeps granted_on_ as l is granted or ends
   struct Use {
     double gpus = 0;
     uint64_t memory = 0;

@@ -160,18 +160,23 @@ std::vector<JobResult> Replay::run() {
 
 void Replay::check() const {
   std::map<std::pair<std::string, int>, double> held;  // what the granted leases hold on each GPU
+  std::map<std::string, std::set<std::string>> on;      // the granted leases with a share on each server
   size_t granted = 0;
   for (const auto& [id, l] : sched_.live()) {
     if (l->state != LeaseState::kGranted) continue;
     ++granted;
     for (const auto& sh : l->shares) {
       held[{sh.server, sh.device}] += sh.fraction;
+      on[sh.server].insert(id);
       const auto& gpus = sched_.servers().at(sh.server).gpus;
       auto g = std::find_if(gpus.begin(), gpus.end(), [&](const allocator::Gpu& x) { return x.index == sh.device; });
       if (g == gpus.end() || !l->req.accepts(*g)) throw InvariantError("lease " + id + " holds a GPU of a type it did not ask for");
     }
   }
-  for (const auto& [name, s] : sched_.servers())
+  for (const auto& [name, s] : sched_.servers()) {
+    std::vector<std::string> live = sched_.liveLeasesOn(name);  // what a server is told it may serve
+    if (std::set<std::string>(live.begin(), live.end()) != on[name])
+      throw InvariantError("server " + name + " would be told to serve other leases than those granted on it");
     for (const auto& g : s.gpus) {
       double h = held.count({name, g.index}) ? held.at({name, g.index}) : 0.0;
       if (g.used_fraction > 1 + 1e-9 || h > 1 + 1e-9 || g.used_memory > g.memory)
@@ -180,6 +185,7 @@ void Replay::check() const {
         throw InvariantError("GPU " + name + ":" + std::to_string(g.index) + " counts " + std::to_string(g.used_fraction) +
                              " in use, but its leases hold " + std::to_string(h));
     }
+  }
   if (granted != running_.size()) throw InvariantError("the allocator's granted leases and the running jobs differ");
 }
 
