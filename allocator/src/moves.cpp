@@ -18,12 +18,8 @@ constexpr int64_t kHourMs = 3600 * 1000;
 
 double Scheduler::speedOn(const Lease& l) const {
   double speed = 1;
-  for (const auto& sh : l.shares) {
-    auto s = servers_.find(sh.server);
-    if (s == servers_.end()) continue;
-    for (const auto& g : s->second.gpus)
-      if (g.index == sh.device) speed = std::min(speed, policy_.relativeSpeed(l.req.kind, g.type));
-  }
+  for (const auto& sh : l.shares)
+    if (const Gpu* g = gpuOf(sh)) speed = std::min(speed, policy_.relativeSpeed(l.req.kind, g->type));
   return speed;
 }
 

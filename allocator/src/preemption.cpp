@@ -16,12 +16,6 @@ namespace gpool::allocator {
 namespace {
 constexpr double kEps = 1e-9;
 
-double heldGpus(const Lease& l) {
-  double gpus = 0;
-  for (const auto& s : l.shares) gpus += s.fraction;
-  return gpus;
-}
-
 // The room a request would have on its pool's GPUs if some leases gave theirs back: counted per GPU, in
 // whole shares of the request, so room scattered in pieces too small for a share counts for nothing.
 class Room {
@@ -138,7 +132,7 @@ int Scheduler::preemptFor(const Lease& l, int64_t now) {
       continue;
     }
     int q = v.queue;
-    if (v.req.preemptible && fair_.borrowed(q) > kEps) candidates.push_back({&v, q, heldGpus(v)});
+    if (v.req.preemptible && fair_.borrowed(q) > kEps) candidates.push_back({&v, q, v.heldGpus()});
   }
   // Leases already revoked for it whose servers still drain them: their room is on its way.
   for (const auto& [server, shares] : draining_)

@@ -315,14 +315,16 @@ int Scheduler::position(const std::string& id) const {
   return fair_.active() && l->grant_position > 0 ? l->grant_position : queue_.position(*l);
 }
 
+// GPU type names match in any case.
+static bool sameType(const std::string& x, const std::string& y) {
+  return x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin(), [](char c, char d) { return std::tolower(c) == std::tolower(d); });
+}
+
 // Whether two requests may want the same GPUs: one takes any type, or they name a type in common.
 static bool typesOverlap(const std::vector<std::string>& a, const std::vector<std::string>& b) {
   if (a.empty() || b.empty()) return true;
-  auto same = [](const std::string& x, const std::string& y) {
-    return x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin(), [](char c, char d) { return std::tolower(c) == std::tolower(d); });
-  };
   return std::any_of(a.begin(), a.end(), [&](const std::string& x) {
-    return std::any_of(b.begin(), b.end(), [&](const std::string& y) { return same(x, y); });
+    return std::any_of(b.begin(), b.end(), [&](const std::string& y) { return sameType(x, y); });
   });
 }
 
@@ -334,18 +336,26 @@ class HeldBack {
   bool holds(const LeaseRequest& r) const {
     auto it = by_pool_.find(r.pool);
     return it != by_pool_.end() &&
-           std::any_of(it->second.begin(), it->second.end(), [&](const auto* types) { return typesOverlap(*types, r.gpu_types); });
+           std::any_of(it->second.types.begin(), it->second.types.end(), [&](const auto* t) { return typesOverlap(*t, r.gpu_types); });
   }
-  void add(const LeaseRequest& r) { by_pool_[r.pool].push_back(&r.gpu_types); }
+  void add(const LeaseRequest& r) {
+    auto [it, first] = by_pool_.try_emplace(r.pool);
+    if (first) it->second.why = "behind an earlier request in pool '" + r.pool + "'";
+    it->second.types.push_back(&r.gpu_types);
+  }
   // Every GPU of the pool is waited for: nothing later in it can be granted.
   bool whole(const std::string& pool) const {
     auto it = by_pool_.find(pool);
-    return it != by_pool_.end() && std::any_of(it->second.begin(), it->second.end(), [](const auto* t) { return t->empty(); });
+    return it != by_pool_.end() && std::any_of(it->second.types.begin(), it->second.types.end(), [](const auto* t) { return t->empty(); });
   }
-  static std::string why(const std::string& pool) { return "behind an earlier request in pool '" + pool + "'"; }
+  const std::string& why(const std::string& pool) const { return by_pool_.at(pool).why; }  // of a pool that holds
 
  private:
-  std::map<std::string, std::vector<const std::vector<std::string>*>> by_pool_;  // pool → the types each waits for
+  struct Held {
+    std::vector<const std::vector<std::string>*> types;  // what each request waiting for capacity waits for
+    std::string why;                                     // what the ones it holds back are told
+  };
+  std::map<std::string, Held> by_pool_;
 };
 }  // namespace
 
@@ -370,7 +380,8 @@ void Scheduler::schedule(int64_t now, bool preempt) {
     }
     if (held.holds(l.req)) {  // the common case with a long queue: kept cheap
       l.grant_position = ++placed[l.req.pool];
-      if (preempt && l.wait_reason != held.why(l.req.pool)) l.wait_reason = held.why(l.req.pool), touch(l);  // (ticks say why)
+      if (preempt)  // (ticks say why)
+        if (const std::string& why = held.why(l.req.pool); l.wait_reason != why) l.wait_reason = why, touch(l);
       continue;
     }
     std::string why;
@@ -397,11 +408,21 @@ void Scheduler::schedule(int64_t now, bool preempt) {
 }
 
 bool LeaseRequest::accepts(const Gpu& g) const {
-  if (gpu_types.empty()) return true;
-  return std::any_of(gpu_types.begin(), gpu_types.end(), [&](const std::string& t) {
-    return t.size() == g.type.size() &&
-           std::equal(t.begin(), t.end(), g.type.begin(), [](char a, char b) { return std::tolower(a) == std::tolower(b); });
-  });
+  return gpu_types.empty() || std::any_of(gpu_types.begin(), gpu_types.end(), [&](const std::string& t) { return sameType(t, g.type); });
+}
+
+double Lease::heldGpus() const {
+  double gpus = 0;
+  for (const auto& s : shares) gpus += s.fraction;
+  return gpus;
+}
+
+const Gpu* Scheduler::gpuOf(const Share& sh) const {
+  auto s = servers_.find(sh.server);
+  if (s == servers_.end()) return nullptr;
+  for (const auto& g : s->second.gpus)
+    if (g.index == sh.device) return &g;
+  return nullptr;
 }
 
 void Scheduler::typeGpus(Server& s) const {
@@ -518,12 +539,12 @@ bool Scheduler::finish(const std::string& id, const std::string& reason, int64_t
   Lease& l = it->second;
   if (l.state == LeaseState::kGranted && !l.req.job.empty()) {  // the service its job had (least-attained pools)
     const Pool* pool = policy_.pool(l.req.pool);
-    double held = 0;
-    for (const auto& sh : l.shares) held += sh.fraction;
     double speed = pool && pool->heterogeneity == Heterogeneity::kAware ? speedOn(l) : 1.0;
-    Attained& a = attained_[jobOf(l)];
-    a.seconds += held * speed * static_cast<double>(std::max<int64_t>(0, now - l.granted_ms)) / 1000;
+    std::string job = jobOf(l);
+    Attained& a = attained_[job];
+    a.seconds += l.heldGpus() * speed * static_cast<double>(std::max<int64_t>(0, now - l.granted_ms)) / 1000;
     a.last_ms = now;
+    attained_at_.emplace_back(now, std::move(job));
   }
   if (l.state == LeaseState::kGranted) placedOn(l, false);
   release(l);
@@ -768,8 +789,11 @@ double Scheduler::orderKey(const Lease& l) const {
 }
 
 void Scheduler::prune(int64_t now, int64_t keep_ms) {
-  for (auto a = attained_.begin(); a != attained_.end();)  // a job's service is forgotten a day after its last lease
-    a = now - a->second.last_ms > 24 * 3600 * 1000 ? attained_.erase(a) : std::next(a);
+  // A job's service is forgotten a day after its last lease ended (not before: a later lease renewed it).
+  for (constexpr int64_t kDayMs = 24 * 3600 * 1000; !attained_at_.empty() && now - attained_at_.front().first > kDayMs;
+       attained_at_.pop_front())
+    if (auto a = attained_.find(attained_at_.front().second); a != attained_.end() && now - a->second.last_ms > kDayMs)
+      attained_.erase(a);
   while (!ended_.empty() && now - ended_.front().first > keep_ms) {
     auto it = leases_.find(ended_.front().second);
     if (it != leases_.end() && it->second.state == LeaseState::kEnded) leases_.erase(it);

@@ -99,6 +99,8 @@ struct Lease {
   // wait queue that reached it found it (0: none has yet). Not persisted.
   int grant_position = 0;
   std::vector<Share> shares;
+
+  double heldGpus() const;  // the fractions of GPUs its shares hold, summed
 };
 
 struct Decision {
@@ -157,6 +159,7 @@ class Scheduler {
   // tick makes one), or its place in priority order until a pass has reached it.
   int position(const std::string& id) const;
   const std::map<std::string, Server>& servers() const { return servers_; }
+  const Gpu* gpuOf(const Share& s) const;  // the GPU a share is on (null: its server is gone)
   const std::map<std::string, Lease>& leases() const { return leases_; }
   // Queued and granted leases, by id.
   const std::map<std::string, Lease*>& live() const { return live_; }
@@ -264,6 +267,7 @@ class Scheduler {
     int64_t last_ms = 0;
   };
   std::map<std::string, Attained> attained_;  // job → service it has had (forgotten a day after its last lease)
+  std::deque<std::pair<int64_t, std::string>> attained_at_;  // (when, job) each was charged, for prune()
 };
 
 }  // namespace gpool::allocator

@@ -76,9 +76,8 @@ void Replay::arrive(size_t i) {
 double Replay::rateOf(const Lease& l, const TraceJob& job) const {
   double rate = std::numeric_limits<double>::infinity();
   for (const auto& sh : l.shares) {
-    const auto& gpus = sched_.servers().at(sh.server).gpus;
-    auto g = std::find_if(gpus.begin(), gpus.end(), [&](const allocator::Gpu& x) { return x.index == sh.device; });
-    rate = std::min(rate, g == gpus.end() ? 0.0 : trace_.rate(job.kind, g->type));
+    const allocator::Gpu* g = sched_.gpuOf(sh);
+    rate = std::min(rate, g ? trace_.rate(job.kind, g->type) : 0.0);
   }
   return l.shares.empty() ? 0 : rate;  // a gang moves at its slowest share's pace
 }
@@ -86,8 +85,7 @@ double Replay::rateOf(const Lease& l, const TraceJob& job) const {
 void Replay::start(const Lease& l) {
   size_t i = job_of_.at(l.id);
   const int64_t restart = attempts_[i] > 1 ? toMs(options_.restart_s) : 0;  // it ran before: it restarts
-  Running r{i, rateOf(l, trace_.jobs[i]), now_ms_ + restart, now_ms_, 0, trace_.jobs[i].n * trace_.jobs[i].p};
-  for (const auto& sh : l.shares) r.fraction += sh.fraction;
+  Running r{i, rateOf(l, trace_.jobs[i]), now_ms_ + restart, now_ms_, l.heldGpus(), trace_.jobs[i].n * trace_.jobs[i].p};
   if (r.rate <= 0) throw InvariantError("job " + trace_.jobs[i].id + " was placed on a GPU type it cannot run on");
   if (results_[i].start_s < 0) results_[i].start_s = static_cast<double>(now_ms_) / 1000;
   r.done_ms = r.since_ms + static_cast<int64_t>(std::ceil(remaining_[i] / r.rate * 1000));
@@ -168,9 +166,8 @@ void Replay::check() const {
     for (const auto& sh : l->shares) {
       held[{sh.server, sh.device}] += sh.fraction;
       on[sh.server].insert(id);
-      const auto& gpus = sched_.servers().at(sh.server).gpus;
-      auto g = std::find_if(gpus.begin(), gpus.end(), [&](const allocator::Gpu& x) { return x.index == sh.device; });
-      if (g == gpus.end() || !l->req.accepts(*g)) throw InvariantError("lease " + id + " holds a GPU of a type it did not ask for");
+      const allocator::Gpu* g = sched_.gpuOf(sh);
+      if (!g || !l->req.accepts(*g)) throw InvariantError("lease " + id + " holds a GPU of a type it did not ask for");
     }
   }
   for (const auto& [name, s] : sched_.servers()) {
