@@ -169,13 +169,7 @@ LeaseRequest requestFromJson(const json& j) {
     }
   }
   if (auto t = field("gpu_types")) {  // the GPU types it may run on (any of them)
-    auto plain = [](const json& x) {
-      if (!x.is_string()) return false;
-      const auto& s = x.get_ref<const std::string&>();
-      return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
-      });
-    };
+    auto plain = [](const json& x) { return x.is_string() && gpool::isPlainName(x.get_ref<const std::string&>()); };
     if (!t->is_array() || t->size() > 16 || !std::all_of(t->begin(), t->end(), plain))
       throw std::invalid_argument("gpu_types must be a list of at most 16 GPU type names (letters, digits, '.', '_', '-')");
     r.gpu_types = t->get<std::vector<std::string>>();

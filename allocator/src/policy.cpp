@@ -260,12 +260,6 @@ std::map<std::string, std::map<std::string, double>> jobKinds(const toml::table&
   return out;
 }
 
-// 1-64 letters, digits, '.', '_' or '-': names that go into metrics, status and command lines unquoted.
-bool plainName(const std::string& name) {
-  return !name.empty() && name.size() <= 64 &&
-         std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'; });
-}
-
 // The value among `values` whose name (nameOf) the node holds; fails listing the names otherwise.
 template <typename E>
 E oneOf(const toml::node& n, const std::string& where, std::initializer_list<E> values, const char* (*nameOf)(E)) {
@@ -281,7 +275,7 @@ std::map<std::string, std::vector<std::string>> gpuTypes(const toml::table& t) {
   std::map<std::string, std::vector<std::string>> out;
   for (const auto& [k, v] : t) {
     std::string name(k.str()), where = "gpu_types." + name;
-    if (!plainName(name)) fail("GPU type names are 1-64 letters, digits, '.', '_' or '-' (not '" + gpool::printable(name) + "')");
+    if (!gpool::isPlainName(name)) fail("GPU type names are 1-64 letters, digits, '.', '_' or '-' (not '" + gpool::printable(name) + "')");
     const toml::array* a = v.as_array();
     if (!a || a->empty()) fail(where + " must be a list of model patterns, e.g. [\"NVIDIA H100*\"]");
     for (const auto& e : *a) out[name].push_back(text(e, where + "[]"));
@@ -294,7 +288,7 @@ Queue queue(const std::string& name, const toml::node& n) {
   const toml::table* t = n.as_table();
   if (!t) fail(where + " must be a table");
   checkKeys(*t, {"parent", "guarantee", "limit", "weight", "members"}, where);
-  if (!plainName(name)) fail("queue names are 1-64 letters, digits, '.', '_' or '-' (not '" + gpool::printable(name) + "')");
+  if (!gpool::isPlainName(name)) fail("queue names are 1-64 letters, digits, '.', '_' or '-' (not '" + gpool::printable(name) + "')");
   Queue q;
   q.name = name;
   if (auto v = t->get("parent")) q.parent = text(*v, where + ".parent");

@@ -255,13 +255,6 @@ bool parseBody(const httplib::Request& req, httplib::Response& res, json& out) {
   }
 }
 
-// A server's name: 1-64 letters, digits, '-', '_' or '.' (it appears in paths, tokens and logs).
-bool plainServerName(const std::string& name) {
-  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-  });
-}
-
 json identityJson(const Identity& who, bool admin) {
   return {{"user", who.user}, {"group", who.group}, {"groups", who.groups}, {"via", viaName(who.via)}, {"admin", admin}};
 }
@@ -316,7 +309,7 @@ void Service::serverRoutes(httplib::Server& s) {
     Server srv;
     try {
       srv = serverFromJson(j);
-      if (!plainServerName(srv.name) || srv.gpus.size() > 64 || srv.address.empty() || srv.address.size() > 256)
+      if (!gpool::isPlainName(srv.name) || srv.gpus.size() > 64 || srv.address.empty() || srv.address.size() > 256)
         throw std::invalid_argument("a name of 1-64 letters, digits, '-', '_' or '.', an address and at most 64 GPUs are required");
       for (const auto& g : srv.gpus)
         if (g.memory == 0 || g.index < 0) throw std::invalid_argument("every GPU needs an index and its memory");
@@ -571,7 +564,7 @@ void Service::adminRoutes(httplib::Server& s) {
     auto who = admin(req, res);
     if (!who) return;
     std::string name = req.matches[1];
-    if (!plainServerName(name)) return error(res, 400, "a server name is 1-64 letters, digits, '-', '_' or '.'");
+    if (!gpool::isPlainName(name)) return error(res, 400, "a server name is 1-64 letters, digits, '-', '_' or '.'");
     try {
       auth_.enrollServer(name, req.body);
     } catch (const std::exception& e) {

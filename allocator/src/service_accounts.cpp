@@ -4,16 +4,14 @@
 #include <cctype>
 #include <stdexcept>
 
+#include "gpool/printable.h"
 #include "lease_token.h"
 
 namespace gpool::allocator {
 namespace {
 
 // Names as POSIX user and group names are: letters, digits, '.', '_', '-'; not starting with '-'.
-bool plainName(const std::string& s) {
-  return !s.empty() && s.size() <= 64 && s[0] != '-' &&
-         std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'; });
-}
+bool plainName(const std::string& s) { return gpool::isPlainName(s) && s[0] != '-'; }
 
 }  // namespace
 

@@ -5,6 +5,10 @@
 namespace gpool::allocator {
 namespace {
 
+void bindText(sqlite3_stmt* s, int i, const std::string& v) {
+  sqlite3_bind_text(s, i, v.c_str(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+}
+
 struct Stmt {
   sqlite3_stmt* s = nullptr;
   Stmt(sqlite3* db, const char* sql) {
@@ -12,7 +16,7 @@ struct Stmt {
       throw StoreError(std::string("database: cannot prepare '") + sql + "': " + sqlite3_errmsg(db));
   }
   ~Stmt() { sqlite3_finalize(s); }
-  void text(int i, const std::string& v) { sqlite3_bind_text(s, i, v.c_str(), static_cast<int>(v.size()), SQLITE_TRANSIENT); }
+  void text(int i, const std::string& v) { bindText(s, i, v); }
   std::string column(int i) {
     const unsigned char* t = sqlite3_column_text(s, i);
     return t ? reinterpret_cast<const char*>(t) : "";
@@ -143,9 +147,6 @@ int Store::forgetEndedBefore(int64_t cutoff_unix_s) {
 void Store::save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
                  const std::string* policy_text) {
   if (servers.empty() && leases.empty() && !policy_text) return;
-  auto bind = [](sqlite3_stmt* st, int i, const std::string& v) {
-    sqlite3_bind_text(st, i, v.c_str(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-  };
   run(prepared(begin_, "BEGIN IMMEDIATE"));
   try {
     if (policy_text) {
@@ -157,8 +158,8 @@ void Store::save(const Scheduler& s, const std::vector<std::string>& servers, co
       auto it = s.servers().find(name);
       if (it == s.servers().end()) continue;
       sqlite3_stmt* st = prepared(upsert_server_, "INSERT INTO servers (name, doc) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET doc = excluded.doc");
-      bind(st, 1, name);
-      bind(st, 2, toJson(it->second).dump());
+      bindText(st, 1, name);
+      bindText(st, 2, toJson(it->second).dump());
       run(st);
     }
     for (const auto& id : leases) {
@@ -166,9 +167,9 @@ void Store::save(const Scheduler& s, const std::vector<std::string>& servers, co
       if (!l) continue;
       sqlite3_stmt* st = prepared(upsert_lease_, "INSERT INTO leases (id, state, doc) VALUES (?1, ?2, ?3) "
                                                  "ON CONFLICT(id) DO UPDATE SET state = excluded.state, doc = excluded.doc");
-      bind(st, 1, id);
-      bind(st, 2, stateName(l->state));
-      bind(st, 3, toJson(*l, LeaseView::kRecord).dump());
+      bindText(st, 1, id);
+      bindText(st, 2, stateName(l->state));
+      bindText(st, 3, toJson(*l, LeaseView::kRecord).dump());
       run(st);
     }
     run(prepared(commit_, "COMMIT"));

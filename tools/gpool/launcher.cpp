@@ -19,6 +19,7 @@
 
 #include "cli_common.h"
 #include "lease_watch.h"
+#include "scheduler.h"
 
 namespace gpool::cli {
 
@@ -214,8 +215,9 @@ class Notice {
     given_ = true;
     pid_t c = holder_();
     std::string told = c ? "SIGTERM to process " + std::to_string(c) : std::string("no process to tell");
-    std::string what = for_request.rfind("move to ", 0) == 0
-                           ? "moved to a faster GPU type (" + for_request.substr(8) + ", free now)"
+    const auto move = gpool::allocator::kMovePrefix;
+    std::string what = for_request.rfind(move, 0) == 0
+                           ? "moved to a faster GPU type (" + for_request.substr(move.size()) + ", free now)"
                            : "preempted for request " + for_request;
     std::fprintf(stderr, "gpool: lease %s is being %s: %s; its GPUs are revoked in %.1fs\n", lease.c_str(), what.c_str(),
                  told.c_str(), grace);

@@ -3,6 +3,7 @@
 // backslash as \\), so nobody can forge log lines or send a terminal escape sequence.
 #pragma once
 
+#include <cctype>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -24,6 +25,15 @@ inline std::string printable(std::string_view text) {
     }
   }
   return out;
+}
+
+// Whether a name is 1-64 letters, digits, '.', '_' or '-': names (servers, queues, GPU types) that go into
+// metrics, status and command lines unquoted.
+inline bool isPlainName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (unsigned char c : name)
+    if (!std::isalnum(c) && c != '.' && c != '_' && c != '-') return false;
+  return true;
 }
 
 // Whether text is printable ASCII only (what names such as users and groups must be).
