@@ -59,23 +59,11 @@ TEST(Queues, AQueueBorrowsIdleGpusBeyondItsGuarantee) {
   EXPECT_DOUBLE_EQ(held(s, "ann"), 4.0);  // guaranteed 1, borrowing 3 that nobody else wants
 }
 
-TEST(Queues, WithinGuaranteeIsGrantedBeforeBorrowing) {
-  Scheduler s = make(kTwoTeams);
-  s.registerServer(server("a", 2), 0);
-  ASSERT_EQ(s.request(req("ann"), 0, "A0").kind, Decision::kGranted);
-  ASSERT_EQ(s.request(req("ann"), 0, "A1").kind, Decision::kGranted);  // borrowed
-  // Both wait: ann beyond her guarantee first in time, bob (speech) within his.
-  auto bob = req("bob");
-  bob.member_of = {"speech"};
-  EXPECT_EQ(s.request(req("ann"), 1, "A2").kind, Decision::kQueued);
-  EXPECT_EQ(s.request(bob, 2, "B0").kind, Decision::kQueued);
-  EXPECT_TRUE(s.end("A0", "released", 3));
-  EXPECT_EQ(s.lease("B0")->state, LeaseState::kGranted);  // within guarantee goes first, though later
-  EXPECT_EQ(s.lease("A2")->state, LeaseState::kQueued);
-}
+namespace {
 
-TEST(Queues, QueuePositionsFollowTheGrantOrder) {
-  Scheduler s = make(kTwoTeams);
+// Two GPUs, both held by vision's ann (A0, A1: one borrowed). Then both wait: ann beyond her guarantee
+// (A2) first in time, bob of speech within his (B0).
+void borrowedThenBothWait(Scheduler& s) {
   s.registerServer(server("a", 2), 0);
   ASSERT_EQ(s.request(req("ann"), 0, "A0").kind, Decision::kGranted);
   ASSERT_EQ(s.request(req("ann"), 0, "A1").kind, Decision::kGranted);  // borrowed
@@ -83,6 +71,21 @@ TEST(Queues, QueuePositionsFollowTheGrantOrder) {
   bob.member_of = {"speech"};
   ASSERT_EQ(s.request(req("ann"), 1, "A2").kind, Decision::kQueued);
   ASSERT_EQ(s.request(bob, 2, "B0").kind, Decision::kQueued);
+}
+
+}  // namespace
+
+TEST(Queues, WithinGuaranteeIsGrantedBeforeBorrowing) {
+  Scheduler s = make(kTwoTeams);
+  ASSERT_NO_FATAL_FAILURE(borrowedThenBothWait(s));
+  EXPECT_TRUE(s.end("A0", "released", 3));
+  EXPECT_EQ(s.lease("B0")->state, LeaseState::kGranted);  // within guarantee goes first, though later
+  EXPECT_EQ(s.lease("A2")->state, LeaseState::kQueued);
+}
+
+TEST(Queues, QueuePositionsFollowTheGrantOrder) {
+  Scheduler s = make(kTwoTeams);
+  ASSERT_NO_FATAL_FAILURE(borrowedThenBothWait(s));
   EXPECT_EQ(s.position("B0"), 2);  // by arrival, until a pass has placed it
   s.tick(3);
   EXPECT_EQ(s.position("B0"), 1);  // within its queue's guarantee: granted first
