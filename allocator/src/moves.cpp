@@ -25,7 +25,7 @@ double Scheduler::speedOn(const Lease& l) const {
 
 void Scheduler::planMoves(int64_t now) {
   for (const Pool& pool : policy_.pools) {
-    if (pool.moves_per_hour <= 0 || pool.heterogeneity != Heterogeneity::kAware || queue_.queuedIn(pool.name) > 0) continue;
+    if (pool.moves_per_hour <= 0 || pool.round.count() > 0 || pool.heterogeneity != Heterogeneity::kAware || queue_.queuedIn(pool.name) > 0) continue;
     auto& recent = moves_[pool.name];
     while (!recent.empty() && now - recent.front() >= kHourMs) recent.pop_front();
     struct Move {

@@ -158,6 +158,7 @@ const char* orderName(Order o) {
   switch (o) {
     case Order::kShortestFirst: return "shortest-first";
     case Order::kLeastAttained: return "least-attained";
+    case Order::kMaxMin: return "max-min";
     default: return "fifo";
   }
 }
@@ -389,7 +390,7 @@ Policy parsePolicy(const std::string& toml_text) {
       std::string where = "pools." + std::string(k.str());
       const toml::table* t = v.as_table();
       if (!t) fail(where + " must be a table");
-      checkKeys(*t, {"servers", "fractions", "isolation", "placement", "heterogeneity", "moves_per_hour", "order", "elastic_after"},
+      checkKeys(*t, {"servers", "fractions", "isolation", "placement", "heterogeneity", "moves_per_hour", "order", "round", "elastic_after"},
                 where);
       Pool pool;
       pool.name = std::string(k.str());
@@ -418,7 +419,15 @@ Policy parsePolicy(const std::string& toml_text) {
       if (auto h = t->get("heterogeneity"))
         pool.heterogeneity = oneOf(*h, where + ".heterogeneity", {Heterogeneity::kAware, Heterogeneity::kAgnostic}, heterogeneityName);
       if (auto o = t->get("order"))
-        pool.order = oneOf(*o, where + ".order", {Order::kFifo, Order::kShortestFirst, Order::kLeastAttained}, orderName);
+        pool.order = oneOf(*o, where + ".order", {Order::kFifo, Order::kShortestFirst, Order::kLeastAttained, Order::kMaxMin}, orderName);
+      if (pool.order == Order::kMaxMin) pool.round = std::chrono::minutes(6);  // Gavel's round
+      if (auto r = t->get("round")) {
+        pool.round = duration(*r, where + ".round");
+        if (pool.round != std::chrono::milliseconds(0) && pool.round < std::chrono::seconds(10))
+          fail(where + ".round must be 0 (no rounds) or at least 10s: each round may restart jobs");
+        if (pool.round == std::chrono::milliseconds(0) && pool.order == Order::kMaxMin)
+          fail(where + ": order \"max-min\" divides time in rounds; round must not be 0");
+      }
       if (auto m = t->get("moves_per_hour")) {
         double x = number(*m, where + ".moves_per_hour");
         if (x != std::floor(x) || x < 0 || x > 1e6) fail(where + ".moves_per_hour must be a whole number >= 0");

@@ -28,8 +28,9 @@ enum class Placement { kPack, kSpread };
 enum class Heterogeneity { kAware, kAgnostic };
 // The order of a pool's queued requests within a priority class: first come first served; shortest first
 // by their estimates (none: after every estimate); least attained service first (the GPU time their jobs
-// have had, counted at its speed there where heterogeneity is aware).
-enum class Order { kFifo, kShortestFirst, kLeastAttained };
+// have had, counted at its speed there where heterogeneity is aware); max-min fairness, Gavel's division of
+// each GPU type's time among the jobs (rounds.cpp; always in rounds).
+enum class Order { kFifo, kShortestFirst, kLeastAttained, kMaxMin };
 const char* orderName(Order o);
 const char* heterogeneityName(Heterogeneity h);
 const char* isolationName(Isolation i);
@@ -45,6 +46,10 @@ struct Pool {
   Order order = Order::kFifo;
   // Moves to a faster type (heterogeneity aware): at most this many notices per hour (0: none).
   int moves_per_hour = 0;
+  // Rounds (rounds.cpp): every `round`, which jobs run, and on which GPU type, is decided again in the
+  // pool's order, and restartable jobs that lose their place are preempted (they run again later). 0: no
+  // rounds (a running job keeps its GPUs). Order max-min always runs in rounds (6 minutes unless set).
+  std::chrono::milliseconds round{0};
   // Elastic requests (--min-fraction): how long one waits for its whole fraction before it takes a smaller
   // one this pool offers (0: at once); absent ("never"): always the whole fraction.
   std::optional<std::chrono::milliseconds> elastic_after{std::chrono::milliseconds(0)};

@@ -168,7 +168,7 @@ void Scheduler::revokePreempted(int64_t now) {
   for (const auto& [id, lp] : live_) {
     Lease& v = *lp;
     if (v.state != LeaseState::kGranted || !v.preempt_at_ms) continue;
-    const bool move = v.preempted_for.rfind(kMovePrefix, 0) == 0;
+    const bool move = v.preempted_for.rfind(kMovePrefix, 0) == 0 || v.preempted_for.rfind(kRoundPrefix, 0) == 0;
     const Lease* waiting = lease(v.preempted_for);
     if (move) {
       if (now >= v.preempt_at_ms) due.push_back(id);
@@ -182,6 +182,11 @@ void Scheduler::revokePreempted(int64_t now) {
   }
   for (const auto& id : due) {
     const std::string& why = leases_.at(id).preempted_for;
+    if (why.rfind(kRoundPrefix, 0) == 0) {
+      ++rotated_;
+      finish(id, "preempted by its pool's round: " + why.substr(kRoundPrefix.size()), now);
+      continue;
+    }
     if (why.rfind(kMovePrefix, 0) == 0) {
       ++moved_;
       finish(id, "moved: its job runs faster elsewhere (" + why + ", where it was free)", now);

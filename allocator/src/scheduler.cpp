@@ -167,6 +167,11 @@ static void onFewestServers(std::vector<Candidate>& fit, int n) {
   });
 }
 
+// GPU type names match in any case.
+static bool sameType(const std::string& x, const std::string& y) {
+  return x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin(), [](char c, char d) { return std::tolower(c) == std::tolower(d); });
+}
+
 // An elastic request (min_p) whose whole fraction does not fit takes the largest smaller one its pool
 // offers that fits now, never below min_p, once the pool's elastic_after has passed since it asked.
 bool Scheduler::tryGrant(Lease& l, int64_t now, std::string& why) {
@@ -196,11 +201,14 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
     uint64_t memory;
     int slot;      // this request's shares already placed on the GPU before this one
     double speed;  // how fast its kind runs on the GPU's type (Policy::relativeSpeed)
+    double type_free = 0;  // the free fractions of its type's GPUs in the pool, summed
   };
   std::vector<Candidate> fit;
   int in_pool = 0, gpus_fit = 0;
+  std::map<std::string, double> type_free;
   forEachOpenGpu(servers_, policy_, serving_, pool->name, [&](Server& s, Gpu& g, bool heard) {
-    if (!mayRunOn(l.req, g)) return;
+    if (heard) type_free[g.type] += std::max(0.0, 1.0 - g.used_fraction);
+    if (!mayRunOn(l.req, g) || (!l.round_type.empty() && !sameType(l.round_type, g.type))) return;  // (a round's choice)
     ++in_pool;
     if (!heard) return;
     uint64_t mem = shareMemory(l.req, p, g);
@@ -216,12 +224,16 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
   }
   // A request's shares go to distinct GPUs where they can (each share's compute is its own), then several
   // to one GPU (two halves of one GPU are two devices); to the type its kind runs fastest on (heterogeneity
-  // aware). Then pack: the fullest GPUs first (keeps whole GPUs free); spread: the emptiest first.
+  // aware). Then pack: the fullest GPUs first (keeps whole GPUs free); spread: the emptiest first. Between
+  // GPUs alike in all that, the type with the most room (no type is filled first for its name).
+  for (Candidate& c : fit) c.type_free = type_free[c.gpu->type];
   std::stable_sort(fit.begin(), fit.end(), [&](const Candidate& a, const Candidate& b) {
     if (a.slot != b.slot) return a.slot < b.slot;
     if (a.speed != b.speed) return a.speed > b.speed;
-    return pool->placement == Placement::kSpread ? a.gpu->used_fraction < b.gpu->used_fraction
-                                       : a.gpu->used_fraction > b.gpu->used_fraction;
+    if (a.gpu->used_fraction != b.gpu->used_fraction)
+      return pool->placement == Placement::kSpread ? a.gpu->used_fraction < b.gpu->used_fraction
+                                                   : a.gpu->used_fraction > b.gpu->used_fraction;
+    return a.type_free > b.type_free;
   });
   onFewestServers(fit, l.req.n);
   l.shares.clear();
@@ -315,11 +327,6 @@ int Scheduler::position(const std::string& id) const {
   return fair_.active() && l->grant_position > 0 ? l->grant_position : queue_.position(*l);
 }
 
-// GPU type names match in any case.
-static bool sameType(const std::string& x, const std::string& y) {
-  return x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin(), [](char c, char d) { return std::tolower(c) == std::tolower(d); });
-}
-
 // Whether two requests may want the same GPUs: one takes any type, or they name a type in common.
 static bool typesOverlap(const std::vector<std::string>& a, const std::vector<std::string>& b) {
   if (a.empty() || b.empty()) return true;
@@ -333,26 +340,28 @@ namespace {
 // or a type in common): one waiting for an H100 does not hold back one that may take an A100.
 class HeldBack {
  public:
-  bool holds(const LeaseRequest& r) const {
-    auto it = by_pool_.find(r.pool);
-    return it != by_pool_.end() &&
-           std::any_of(it->second.types.begin(), it->second.types.end(), [&](const auto* t) { return typesOverlap(*t, r.gpu_types); });
+  bool holds(const Lease& l) const {
+    auto it = by_pool_.find(l.req.pool);
+    if (it == by_pool_.end()) return false;
+    const std::vector<std::string> round{l.round_type};
+    const auto& mine = l.round_type.empty() ? l.req.gpu_types : round;
+    return std::any_of(it->second.types.begin(), it->second.types.end(), [&](const auto& t) { return typesOverlap(t, mine); });
   }
-  void add(const LeaseRequest& r) {
-    auto [it, first] = by_pool_.try_emplace(r.pool);
-    if (first) it->second.why = "behind an earlier request in pool '" + r.pool + "'";
-    it->second.types.push_back(&r.gpu_types);
+  void add(const Lease& l) {  // a round's choice of type stands for the types it accepts
+    auto [it, first] = by_pool_.try_emplace(l.req.pool);
+    if (first) it->second.why = "behind an earlier request in pool '" + l.req.pool + "'";
+    it->second.types.push_back(l.round_type.empty() ? l.req.gpu_types : std::vector<std::string>{l.round_type});
   }
   // Every GPU of the pool is waited for: nothing later in it can be granted.
   bool whole(const std::string& pool) const {
     auto it = by_pool_.find(pool);
-    return it != by_pool_.end() && std::any_of(it->second.types.begin(), it->second.types.end(), [](const auto* t) { return t->empty(); });
+    return it != by_pool_.end() && std::any_of(it->second.types.begin(), it->second.types.end(), [](const auto& t) { return t.empty(); });
   }
   const std::string& why(const std::string& pool) const { return by_pool_.at(pool).why; }  // of a pool that holds
 
  private:
   struct Held {
-    std::vector<const std::vector<std::string>*> types;  // what each request waiting for capacity waits for
+    std::vector<std::vector<std::string>> types;  // what each request waiting for capacity waits for
     std::string why;                                     // what the ones it holds back are told
   };
   std::map<std::string, Held> by_pool_;
@@ -378,7 +387,7 @@ void Scheduler::schedule(int64_t now, bool preempt) {
       end(l.id, "the wait ran out (" + std::to_string(l.req.wait_ms / 1000) + " s) while " + l.wait_reason, now);
       continue;
     }
-    if (held.holds(l.req)) {  // the common case with a long queue: kept cheap
+    if (held.holds(l)) {  // the common case with a long queue: kept cheap
       l.grant_position = ++placed[l.req.pool];
       if (preempt)  // (ticks say why)
         if (const std::string& why = held.why(l.req.pool); l.wait_reason != why) l.wait_reason = why, touch(l);
@@ -395,7 +404,7 @@ void Scheduler::schedule(int64_t now, bool preempt) {
     }
     l.grant_position = ++placed[l.req.pool];
     if (why.rfind("quota", 0) != 0) {
-      held.add(l.req);
+      held.add(l);
       if (preempt && fair_.active() && withinGuarantee(l))  // take borrowed capacity back
         if (int n = preemptFor(l, now))
           why += "; within its queue's guarantee, so " + std::to_string(n) + " borrowing lease(s) are being preempted for it";
@@ -537,15 +546,7 @@ bool Scheduler::finish(const std::string& id, const std::string& reason, int64_t
   auto it = leases_.find(id);
   if (it == leases_.end() || it->second.state == LeaseState::kEnded) return false;
   Lease& l = it->second;
-  if (l.state == LeaseState::kGranted && !l.req.job.empty()) {  // the service its job had (least-attained pools)
-    const Pool* pool = policy_.pool(l.req.pool);
-    double speed = pool && pool->heterogeneity == Heterogeneity::kAware ? speedOn(l) : 1.0;
-    std::string job = jobOf(l);
-    Attained& a = attained_[job];
-    a.seconds += l.heldGpus() * speed * static_cast<double>(std::max<int64_t>(0, now - l.granted_ms)) / 1000;
-    a.last_ms = now;
-    attained_at_.emplace_back(now, std::move(job));
-  }
+  chargeAttained(l, now);  // the service its job had (least-attained pools, rounds)
   if (l.state == LeaseState::kGranted) placedOn(l, false);
   release(l);
   if (l.state == LeaseState::kQueued) queue_.remove(l);
@@ -703,6 +704,7 @@ bool Scheduler::tick(int64_t now, bool judge) {
     finish(id, std::string("expired: no heartbeat for ") + std::to_string(policy_.lease_ttl.count()) + " ms while " +
                 stateName(leases_.at(id).state), now);
   revokePreempted(now);
+  planRounds(now);
   schedule(now, true);
   planMoves(now);
   return version_ != before;
@@ -770,16 +772,19 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
   ++version_;
 }
 
-std::string Scheduler::jobOf(const Lease& l) { return l.req.user + "/" + l.req.job; }
-
 double Scheduler::orderKey(const Lease& l) const {
+  constexpr double kBehindChosen = 1e15;  // a round chose requests 0, 1, 2, ...
+  const Pool* pool = policy_.pool(l.req.pool);
+  return (pool && pool->round.count() > 0 ? kBehindChosen : 0) + orderValue(l);
+}
+
+double Scheduler::orderValue(const Lease& l) const {
   const Pool* pool = policy_.pool(l.req.pool);
   if (!pool) return 0;
   switch (pool->order) {
     case Order::kShortestFirst:
       return l.req.estimate_s > 0 ? l.req.estimate_s : std::numeric_limits<double>::max();
     case Order::kLeastAttained: {
-      if (l.req.job.empty()) return 0;  // a lease of its own: nothing attained before it
       auto a = attained_.find(jobOf(l));
       return a == attained_.end() ? 0 : a->second.seconds;
     }
@@ -789,11 +794,15 @@ double Scheduler::orderKey(const Lease& l) const {
 }
 
 void Scheduler::prune(int64_t now, int64_t keep_ms) {
-  // A job's service is forgotten a day after its last lease ended (not before: a later lease renewed it).
+  // A job's service is forgotten a day after it was last charged or seen in a round (not before: it is
+  // looked at again then).
   for (constexpr int64_t kDayMs = 24 * 3600 * 1000; !attained_at_.empty() && now - attained_at_.front().first > kDayMs;
-       attained_at_.pop_front())
-    if (auto a = attained_.find(attained_at_.front().second); a != attained_.end() && now - a->second.last_ms > kDayMs)
-      attained_.erase(a);
+       attained_at_.pop_front()) {
+    auto a = attained_.find(attained_at_.front().second);
+    if (a == attained_.end()) continue;
+    if (now - a->second.last_ms > kDayMs) attained_.erase(a);
+    else attained_at_.emplace_back(a->second.last_ms, a->first);
+  }
   while (!ended_.empty() && now - ended_.front().first > keep_ms) {
     auto it = leases_.find(ended_.front().second);
     if (it != leases_.end() && it->second.state == LeaseState::kEnded) leases_.erase(it);

@@ -46,6 +46,8 @@ struct Share {
 enum class LeaseState { kQueued, kGranted, kEnded };
 // A lease's preempted_for when the notice moves its job to a faster GPU type ("move to V100").
 inline constexpr std::string_view kMovePrefix = "move to ";
+// ... when its pool's round (rounds.cpp) gives its GPUs to other jobs ("round: ...").
+inline constexpr std::string_view kRoundPrefix = "round: ";
 const char* stateName(LeaseState s);
 
 struct LeaseRequest {
@@ -98,6 +100,10 @@ struct Lease {
   // With queues: its place among its pool's queued requests in grant order, as the last pass over the
   // wait queue that reached it found it (0: none has yet). Not persisted.
   int grant_position = 0;
+  // Rounds (rounds.cpp): while queued, the GPU type its pool's last round chose for it ("": none; it waits
+  // behind those chosen). Not persisted.
+  std::string round_type;
+  int64_t attained_to_ms = 0;  // its job's attained service is counted up to here (0: from granted_ms)
   std::vector<Share> shares;
 
   double heldGpus() const;  // the fractions of GPUs its shares hold, summed
@@ -108,6 +114,8 @@ struct Decision {
   std::string reason;  // refused: why it can never be granted; queued: what it waits for
   const Lease* lease = nullptr;
 };
+
+struct RoundJob;  // a candidate of a pool's round (rounds.cpp)
 
 class Scheduler {
  public:
@@ -168,6 +176,9 @@ class Scheduler {
   size_t queued() const { return queue_.size(); }
   uint64_t preempted() const { return preempted_; }  // leases revoked to give a queue its guarantee back
   uint64_t moved() const { return moved_; }          // leases revoked to move their jobs to a faster type
+  uint64_t rotated() const { return rotated_; }      // leases revoked by their pool's rounds (rounds.cpp)
+  // When the next round of a pool with rounds is due (a tick then decides it); INT64_MAX: no pool has rounds.
+  int64_t nextRound() const;
   uint64_t version() const { return version_; }  // bumps on every change (long-poll waiters watch it)
   // Ids changed since the caller last took them (for persistence).
   std::vector<std::string> takeDirtyLeases();
@@ -223,6 +234,7 @@ class Scheduler {
   uint64_t preempted_ = 0;
   bool more_to_grant_ = false;  // the last pass stopped at kGrantsPerPass
   uint64_t moved_ = 0;
+  uint64_t rotated_ = 0;
   std::map<std::string, std::deque<int64_t>> moves_;  // pool → when its recent moves were noticed (rate cap)
   std::vector<std::string> dirty_leases_, dirty_servers_;
   // server → leases it runs workers for (its reports). A server with no entry has not reported since this
@@ -255,17 +267,38 @@ class Scheduler {
   // known kinds on a type much slower for them than one with room now (kMovePrefix in preempted_for).
   void planMoves(int64_t now);
   double speedOn(const Lease& l) const;  // its kind's relative speed where it runs (the slowest share)
-  // The pool's order (Policy Order): where a request stands within its priority class (Lease::order_key).
+  // The pool's order (Policy Order): where a request stands within its priority class (Lease::order_key):
+  // its value in the order, behind every request a round chose where the pool has rounds.
   double orderKey(const Lease& l) const;
+  double orderValue(const Lease& l) const;  // by the order alone
   static std::string jobOf(const Lease& l);  // whose attained service a lease with a job counts to (user/job)
-  void enqueue(Lease& l) {
-    l.order_key = orderKey(l);
-    queue_.add(l);
-  }
+  void enqueue(Lease& l);  // into the wait queue, at orderKey, or where its pool's round chose its job
   struct Attained {
     double seconds = 0;  // GPU time held (fractions × seconds), at its speed there where heterogeneity is aware
-    int64_t last_ms = 0;
+    int64_t last_ms = 0;                     // when it was last charged or seen in a round
+    int64_t first_ms = 0;                    // when a round first saw the job (0: none has)
+    std::map<std::string, double> on_type;   // wall seconds it ran on each GPU type (max-min rounds)
   };
+  void chargeAttained(Lease& l, int64_t now);  // counts a granted lease's service up to now
+  Attained& attainedOf(const std::string& job, int64_t now);  // the job's record, seen now
+  // Rounds (rounds.cpp): for each pool with rounds whose round is due, which jobs run this round and
+  // where; notice to running ones that lose their place (kRoundPrefix), the chosen queued ones first in
+  // the order and kept to their type (Lease::round_type).
+  void planRounds(int64_t now);
+  void planRound(const Pool& pool, int64_t now);
+  std::vector<RoundJob> roundCandidates(const Pool& pool, int64_t now, std::map<std::string, double>& capacity);
+  void chooseByOrder(const Pool& pool, std::vector<RoundJob>& jobs, const std::vector<double>& capacity);
+  void chooseByMaxMin(const Pool& pool, std::vector<RoundJob>& jobs, const std::vector<std::string>& types,
+                      const std::vector<double>& capacity, int64_t now);
+  void applyRound(const Pool& pool, std::vector<RoundJob>& jobs, const std::vector<std::string>& types, int64_t now);
+  std::map<std::string, int64_t> next_round_;  // pool → when its next round is due
+  struct RoundChoice {
+    std::string pool, type;
+    int pick = 0;  // its place among the chosen
+  };
+  // job → where its pool's last round runs it: a job preempted to move comes back as a new request, which
+  // takes the choice made for its job.
+  std::map<std::string, RoundChoice> round_choice_;
   std::map<std::string, Attained> attained_;  // job → service it has had (forgotten a day after its last lease)
   std::deque<std::pair<int64_t, std::string>> attained_at_;  // (when, job) each was charged, for prune()
 };

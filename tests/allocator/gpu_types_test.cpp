@@ -9,12 +9,6 @@ using namespace gpool::allocator::fixtures;
 
 namespace {
 
-Server typed(const std::string& name, int gpus, const std::string& model) {
-  Server s = server(name, gpus);
-  for (auto& g : s.gpus) g.model = model;
-  return s;
-}
-
 LeaseRequest on(const std::vector<std::string>& types, double p = 1.0, int n = 1) {
   LeaseRequest r = req("u", p, n);
   r.gpu_types = types;

@@ -61,5 +61,5 @@ TEST(Order, LeastAttainedServiceGrantsTheJobThatHadLeastFirst) {
   EXPECT_TRUE(s.end("O", "released", 3600 * 1000 + 4));
   EXPECT_EQ(s.lease("N")->state, LeaseState::kGranted);
   EXPECT_EQ(s.lease("V2")->state, LeaseState::kQueued);
-  EXPECT_NE(policyError("[pools.default]\norder = \"random\"\n").find("pools.default.order must be one of fifo, shortest-first, least-attained (not 'random')"), std::string::npos);
+  EXPECT_NE(policyError("[pools.default]\norder = \"random\"\n").find("pools.default.order must be one of fifo, shortest-first, least-attained, max-min (not 'random')"), std::string::npos);
 }

@@ -20,6 +20,13 @@ inline Server server(const std::string& name, int gpus, uint64_t memory = 80 * k
   return s;
 }
 
+// A server of `gpus` GPUs of one model (its GPU type follows from it).
+inline Server typed(const std::string& name, int gpus, const std::string& model) {
+  Server s = server(name, gpus);
+  for (auto& g : s.gpus) g.model = model;
+  return s;
+}
+
 inline Scheduler make(const std::string& toml) {
   return Scheduler(parsePolicy(toml), [](const Lease& l, const Share&, int64_t) { return "tok-" + l.id; }, [] { return int64_t{1000}; });
 }

@@ -215,10 +215,10 @@ class Notice {
     given_ = true;
     pid_t c = holder_();
     std::string told = c ? "SIGTERM to process " + std::to_string(c) : std::string("no process to tell");
-    const auto move = gpool::allocator::kMovePrefix;
-    std::string what = for_request.rfind(move, 0) == 0
-                           ? "moved to a faster GPU type (" + for_request.substr(move.size()) + ", free now)"
-                           : "preempted for request " + for_request;
+    const auto move = gpool::allocator::kMovePrefix, round = gpool::allocator::kRoundPrefix;
+    std::string what = for_request.rfind(move, 0) == 0    ? "moved to a faster GPU type (" + for_request.substr(move.size()) + ", free now)"
+                       : for_request.rfind(round, 0) == 0 ? "preempted by its pool's round: " + for_request.substr(round.size())
+                                                          : "preempted for request " + for_request;
     std::fprintf(stderr, "gpool: lease %s is being %s: %s; its GPUs are revoked in %.1fs\n", lease.c_str(), what.c_str(),
                  told.c_str(), grace);
     if (c) ::kill(c, SIGTERM);

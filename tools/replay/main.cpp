@@ -52,6 +52,16 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv, "also write each job's figures to this file");
   app.add_option("--label", label, "the row's name (default: the policy file's name)");
   app.add_flag("--header", header, "print the table's header first");
+  std::string window;
+  app.add_option("--window", window,
+                 "report only jobs FROM to TO-1 in arrival order (FROM:TO), as Gavel measures a steady state; all are "
+                 "replayed and checked")
+      ->check([](const std::string& w) {
+        size_t from = 0, to = 0;
+        char colon = 0;
+        std::istringstream in(w);
+        return (in >> from >> colon >> to) && colon == ':' && from < to && in.eof() ? "" : "must be FROM:TO with FROM < TO";
+      });
   CLI11_PARSE(app, argc, argv);
   try {
     Trace trace = loadTrace(trace_path);
@@ -61,6 +71,11 @@ int main(int argc, char** argv) {
     std::vector<JobResult> results = replay.run();
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!csv.empty()) writeCsv(csv, results);
+    if (!window.empty()) {
+      size_t from = std::stoul(window), to = std::stoul(window.substr(window.find(':') + 1));
+      if (to > results.size()) throw std::runtime_error("--window " + window + ": the trace has " + std::to_string(results.size()) + " jobs");
+      results = std::vector<JobResult>(results.begin() + static_cast<std::ptrdiff_t>(from), results.begin() + static_cast<std::ptrdiff_t>(to));
+    }
     int gpus = std::accumulate(trace.cluster.begin(), trace.cluster.end(), 0, [](int a, const auto& kv) { return a + kv.second; });
     Summary s = summarize(results, gpus);
     if (label.empty()) label = std::string(policy_path.empty() ? "defaults" : policy_path) + (whole ? " (whole GPUs)" : "");

@@ -127,6 +127,7 @@ int64_t Replay::nextEvent(size_t next_arrival) {
   int64_t t = next_arrival < trace_.jobs.size() ? toMs(trace_.jobs[next_arrival].arrival_s) : kNever;
   if (!done_at_.empty()) t = std::min(t, done_at_.begin()->first);
   if (!wakes_.empty()) t = std::min(t, *wakes_.begin());
+  if (t != kNever || !running_.empty() || sched_.queued() > 0) t = std::min(t, sched_.nextRound());  // (rounds end with the work)
   return t;
 }
 
