@@ -41,8 +41,13 @@ int main(int argc, char** argv) {
                                      "the others borrow (preemption grace 1 s)")
       ->capture_default_str();
   std::string order;
-  app.add_option("--order", order, "the pool's order (issue 15): fifo, shortest-first or least-attained; requests then "
-                                   "carry estimates and job names, and the pool moves jobs (moves_per_hour = 60)");
+  app.add_option("--order", order, "the pool's order (issue 15): fifo, shortest-first, least-attained or max-min; requests "
+                                   "then carry estimates and job names, and the pool moves jobs (moves_per_hour = 60)");
+  int round_s = 0;
+  app.add_option("--round", round_s, "the pool's rounds, in seconds (issue 15; 0: none, or max-min's 6 minutes): every "
+                                     "round decides again which leases run, and requests are restartable")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600));
   app.add_option("--wait", wait_s, "seconds a request waits in the queue (0: refused when nothing fits)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   std::string key = gpool::token::loadKey(key_file, false);
@@ -95,9 +100,11 @@ int main(int argc, char** argv) {
       user_keys.push_back(json::parse(r->body)["key"].get<std::string>());
     }
   }
+  if (round_s > 0 && order.empty()) order = "fifo";
   if (queues > 0 || !order.empty()) {  // guarantees, borrowing and preemption (issue 14); orders (issue 15)
     std::string policy = "[settings]\npreemption_grace = \"1s\"\nlease_ttl = \"5s\"\n";
     if (!order.empty()) policy += "[pools.default]\norder = \"" + order + "\"\nmoves_per_hour = 60\n";
+    if (round_s > 0) policy += "round = \"" + std::to_string(round_s) + "s\"\n";
     for (int q = 0; q < queues; ++q) {
       std::string members;
       for (int u = q; u < 50; u += queues) members += (members.empty() ? "\"u" : ", \"u") + std::to_string(u) + "\"";
@@ -153,6 +160,7 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_until(next);
         json req = {{"p", fractions[rng() % 3]}, {"n", 1 + (rng() % 8 == 0)}, {"wait", wait_s}};
         if (!order.empty()) req["estimate_s"] = 60.0 * (1 + rng() % 600), req["job"] = "j" + std::to_string(rng() % 2000);
+        if (round_s > 0) req["restartable"] = true;
         httplib::Headers as_user{{"Authorization", "Bearer " + user_keys[rng() % user_keys.size()]}};
         auto sent = Clock::now();
         auto r = c.Post("/v1/leases", as_user, req.dump(), "application/json");

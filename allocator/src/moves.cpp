@@ -19,7 +19,7 @@ constexpr int64_t kHourMs = 3600 * 1000;
 double Scheduler::speedOn(const Lease& l) const {
   double speed = 1;
   for (const auto& sh : l.shares)
-    if (const Gpu* g = gpuOf(sh)) speed = std::min(speed, policy_.relativeSpeed(l.req.kind, g->type));
+    if (const Gpu* g = gpuOf(sh)) speed = std::min(speed, speedOf(l.req.kind, g->type));
   return speed;
 }
 
@@ -37,12 +37,12 @@ void Scheduler::planMoves(int64_t now) {
     for (const auto& [id, lp] : live_) {
       Lease& l = *lp;
       if (l.state != LeaseState::kGranted || l.preempt_at_ms || !l.req.restartable || !l.req.preemptible || l.req.n != 1 ||
-          l.req.pool != pool.name || !policy_.job_kinds.count(l.req.kind))
+          l.req.pool != pool.name || !throughputs_.knows(policy_, l.req.kind))
         continue;
       double here = speedOn(l), best = here;
       std::string to;
       forEachOpenGpu(servers_, policy_, serving_, pool.name, [&](const Server&, const Gpu& g, bool heard) {
-        double speed = policy_.relativeSpeed(l.req.kind, g.type);
+        double speed = speedOf(l.req.kind, g.type);
         if (heard && mayRunOn(l.req, g) && speed > best && sharesThatFit(g, l.shares[0].fraction, l.shares[0].memory, 1) > 0)
           best = speed, to = g.type;
       });

@@ -183,7 +183,6 @@ void Scheduler::revokePreempted(int64_t now) {
   for (const auto& id : due) {
     const std::string& why = leases_.at(id).preempted_for;
     if (why.rfind(kRoundPrefix, 0) == 0) {
-      ++rotated_;
       finish(id, "preempted by its pool's round: " + why.substr(kRoundPrefix.size()), now);
       continue;
     }

@@ -126,7 +126,7 @@ void Scheduler::planRound(const Pool& pool, int64_t now) {
     for (const auto& type : types) {
       Gpu probe;
       probe.type = type;
-      double speed = l.req.accepts(probe) ? policy_.relativeSpeed(l.req.kind, type) : 0.0;
+      double speed = l.req.accepts(probe) ? speedOf(l.req.kind, type) : 0.0;
       j.speed.push_back(aware || speed <= 0 ? speed : 1.0);
     }
   }
@@ -272,6 +272,7 @@ void Scheduler::applyRound(const Pool& pool, std::vector<RoundJob>& jobs, const 
       queue_.remove(l);
       enqueue(l);
     } else if (j.chosen < 0 || j.chosen != j.current) {
+      ++rotated_;
       l.preempt_at_ms = now + policy_.preemption_grace.count();
       l.preempted_for = std::string(kRoundPrefix) +
                         (j.chosen < 0 ? "other jobs' turn in pool '" + pool.name + "'" : "it moves to " + types[static_cast<size_t>(j.chosen)]) + policy;

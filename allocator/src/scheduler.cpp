@@ -200,7 +200,7 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
     Gpu* gpu;
     uint64_t memory;
     int slot;      // this request's shares already placed on the GPU before this one
-    double speed;  // how fast its kind runs on the GPU's type (Policy::relativeSpeed)
+    double speed;  // how fast its kind runs on the GPU's type (speedOf)
     double type_free = 0;  // the free fractions of its type's GPUs in the pool, summed
   };
   std::vector<Candidate> fit;
@@ -214,7 +214,7 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
     uint64_t mem = shareMemory(l.req, p, g);
     int slots = sharesThatFit(g, p, mem, l.req.n);
     gpus_fit += slots > 0;
-    double speed = pool->heterogeneity == Heterogeneity::kAware ? policy_.relativeSpeed(l.req.kind, g.type) : 1.0;
+    double speed = pool->heterogeneity == Heterogeneity::kAware ? speedOf(l.req.kind, g.type) : 1.0;
     for (int j = 0; j < slots; ++j) fit.push_back({&s, &g, mem, j, speed});
   });
   if (static_cast<int>(fit.size()) < l.req.n) {
@@ -531,6 +531,18 @@ bool Scheduler::heartbeatLease(const std::string& id, int64_t now) {
   auto it = leases_.find(id);
   if (it == leases_.end() || it->second.state == LeaseState::kEnded) return false;
   it->second.heartbeat_ms = now;  // not persisted on every beat: a restart grants a fresh timeout
+  return true;
+}
+
+bool Scheduler::reportProgress(const std::string& id, double progress, int64_t now) {
+  auto it = leases_.find(id);
+  if (it == leases_.end() || it->second.state != LeaseState::kGranted) return false;
+  Lease& l = it->second;
+  const Gpu* g = l.req.n == 1 && !l.shares.empty() ? gpuOf(l.shares[0]) : nullptr;
+  if (g && l.progress_ms > 0 && progress > l.progress && now > l.progress_ms)
+    throughputs_.add(l.req.kind, g->type, (progress - l.progress) * 1000 / static_cast<double>(now - l.progress_ms), l.shares[0].fraction);
+  l.progress = progress;  // (a count that fell: its job started counting again; measured from here)
+  l.progress_ms = now;
   return true;
 }
 

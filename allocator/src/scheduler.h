@@ -15,6 +15,7 @@
 
 #include "fair_share.h"
 #include "policy.h"
+#include "throughput.h"
 #include "wait_queue.h"
 
 namespace gpool::allocator {
@@ -66,7 +67,8 @@ struct LeaseRequest {
   double min_p = 0;
   // GPU types it may run on (gpool run --gpu-type), any case; empty: any.
   std::vector<std::string> gpu_types;
-  // What kind of job it is (gpool run --kind): the policy's [job_kinds] says how fast it runs on each type.
+  // What kind of job it is (gpool run --kind): how fast it runs on each type is measured from its kind's
+  // progress reports (throughput.h), or the policy's [job_kinds] says.
   std::string kind;
   // Its command runs again after preemption (gpool run --requeue): the allocator may move it to a faster
   // GPU type (moves.cpp) by preempting it.
@@ -104,6 +106,8 @@ struct Lease {
   // behind those chosen). Not persisted.
   std::string round_type;
   int64_t attained_to_ms = 0;  // its job's attained service is counted up to here (0: from granted_ms)
+  double progress = 0;         // what its job last reported (GPOOL_PROGRESS_FILE), in its kind's unit
+  int64_t progress_ms = 0;     // when (0: never). Not persisted
   std::vector<Share> shares;
 
   double heldGpus() const;  // the fractions of GPUs its shares hold, summed
@@ -141,6 +145,12 @@ class Scheduler {
   // `owner_key_hash`: what identifies the requester's lease key (Lease::owner_key_hash).
   Decision request(LeaseRequest req, int64_t now, const std::string& id, const std::string& owner_key_hash = "");
   bool heartbeatLease(const std::string& id, int64_t now);
+  // A granted lease's job says how far it got (a count in its kind's unit, rising while it runs): between
+  // two reports, its kind's throughput on its GPU type (single-GPU leases). False when not granted.
+  bool reportProgress(const std::string& id, double progress, int64_t now);
+  const Throughputs& throughputs() const { return throughputs_; }
+  // How fast `kind` runs on `type` against its fastest (0 to 1): measured, else the policy's table.
+  double speedOf(const std::string& kind, const std::string& type) const { return throughputs_.relative(policy_, kind, type); }
   // Ends a lease (any state); false when unknown or already ended.
   bool end(const std::string& id, const std::string& reason, int64_t now);
   // Ends the lease `id` if it has a share on `server` (the server saw its client leave). The server
@@ -176,7 +186,7 @@ class Scheduler {
   size_t queued() const { return queue_.size(); }
   uint64_t preempted() const { return preempted_; }  // leases revoked to give a queue its guarantee back
   uint64_t moved() const { return moved_; }          // leases revoked to move their jobs to a faster type
-  uint64_t rotated() const { return rotated_; }      // leases revoked by their pool's rounds (rounds.cpp)
+  uint64_t rotated() const { return rotated_; }      // notices given by pools' rounds (rounds.cpp)
   // When the next round of a pool with rounds is due (a tick then decides it); INT64_MAX: no pool has rounds.
   int64_t nextRound() const;
   uint64_t version() const { return version_; }  // bumps on every change (long-poll waiters watch it)
@@ -218,10 +228,11 @@ class Scheduler {
   void typeGpus(Server& s) const;  // sets each GPU's type from the policy
   // r may take a share of g: a type it accepts, and one its kind can run on.
   bool mayRunOn(const LeaseRequest& r, const Gpu& g) const {
-    return r.accepts(g) && policy_.relativeSpeed(r.kind, g.type) > 0;
+    return r.accepts(g) && speedOf(r.kind, g.type) > 0;
   }
 
   Policy policy_;
+  Throughputs throughputs_;
   Signer sign_;
   std::function<int64_t()> unix_seconds_;
   std::map<std::string, Server> servers_;

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cctype>
 #include <cmath>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
@@ -469,13 +470,24 @@ void Service::leaseRoutes(httplib::Server& s) {
     return error(res, 403, "lease " + id + " is not yours ('" + c.who.user + "'): only its owner or an admin may do this"), nullptr;
   };
 
+  // A heartbeat may carry the job's progress (`progress`: a count in its kind's unit, GPOOL_PROGRESS_FILE).
   s.Post(R"(/v1/leases/([^/]+)/heartbeat)", [this, owned](const httplib::Request& req, httplib::Response& res) {
+    json body;
+    if (!parseBody(req, res, body)) return;
+    std::optional<double> progress;
+    if (body.contains("progress")) {
+      const json& p = body["progress"];
+      if (!p.is_number() || !std::isfinite(p.get<double>()) || p.get<double>() < 0 || p.get<double>() > 1e15)
+        return error(res, 400, "progress must be a number from 0 to 1e15 (how far the job got, in its kind's unit)");
+      progress = p.get<double>();
+    }
     Caller c = identify(req);
     std::lock_guard lock(mu_);
     const Lease* l = owned(req, res, c);
     if (!l) return;
     if (!sched_->heartbeatLease(l->id, now()))
       return reply(res, 410, {{"error", "lease " + l->id + " has ended: " + l->end_reason}, {"state", "ended"}});
+    if (progress) sched_->reportProgress(l->id, *progress, now());
     json out = {{"state", stateName(l->state)}};
     if (l->preempt_at_ms)  // notice: the launcher tells the program, which has this long to stop
       out.update({{"preempt_in_ms", std::max<int64_t>(0, l->preempt_at_ms - now())}, {"preempted_for", l->preempted_for}});
@@ -682,8 +694,12 @@ void Service::readRoutes(httplib::Server& s) {
       pools.push_back({{"name", p.name}, {"servers", p.servers}, {"fractions", p.fractions}, {"isolation", isolationName(p.isolation)},
                        {"placement", placementName(p.placement)},
                        {"order", orderName(p.order)}, {"heterogeneity", heterogeneityName(p.heterogeneity)},
-                       {"moves_per_hour", p.moves_per_hour}});
-    reply(res, 200, {{"servers", servers}, {"leases", leases}, {"queue", queue}, {"pools", pools}, {"queues", queuesJson()}});
+                       {"moves_per_hour", p.moves_per_hour}, {"round_s", std::chrono::duration<double>(p.round).count()}});
+    json measured = json::object();  // kind → type → what its jobs' progress reports say
+    for (const auto& [kind, types] : sched_->throughputs().measured())
+      for (const auto& [type, m] : types) measured[kind][type] = {{"per_second", m.rate}, {"samples", m.samples}};
+    reply(res, 200, {{"servers", servers}, {"leases", leases}, {"queue", queue}, {"pools", pools}, {"queues", queuesJson()},
+                     {"measured_throughput", measured}});
   });
 
   s.Get("/v1/policy", [this](const httplib::Request&, httplib::Response& res) {
@@ -722,6 +738,9 @@ void Service::readRoutes(httplib::Server& s) {
       << "# HELP gpool_leases_moved_total Leases revoked to move their jobs to a faster GPU type (moves_per_hour).\n"
       << "# TYPE gpool_leases_moved_total counter\n"
       << "gpool_leases_moved_total " << sched_->moved() << "\n"
+      << "# HELP gpool_leases_rotated_total Notices given by pools' rounds (round, order max-min): other jobs' turn, or a move to another GPU type.\n"
+      << "# TYPE gpool_leases_rotated_total counter\n"
+      << "gpool_leases_rotated_total " << sched_->rotated() << "\n"
       << "# HELP gpool_grant_decision_seconds Time to grant, queue or refuse a request (including the database write).\n"
       << "# TYPE gpool_grant_decision_seconds histogram\n";
     uint64_t cum = 0;

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """gpool-replay on small traces (issue 15): every job finishes with the allocator's invariants checked at
 each step (the replayer exits 1 naming a broken one), under the default policy, with queues and
-preemption, and with whole GPUs only; packing fractions beats whole GPUs on the fractional trace.
+preemption, with whole GPUs only, and under the round-based policies (max-min fairness and least attained
+service, aware and agnostic of GPU types, with fractions and with queues); packing fractions beats whole
+GPUs on the fractional trace, and each round-based policy beats its agnostic form on the Gavel trace.
 usage: replay_test.py BUILD_DIR [unittest args]"""
 import csv
 import os
@@ -13,6 +15,7 @@ import unittest
 
 BUILD = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "build"
 REPLAY = os.path.join(BUILD, "tools", "replay", "gpool-replay")
+POLICIES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "replay", "policies")
 MAKE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "replay", "make_trace.py")
 QUEUES = """
 [settings]
@@ -74,6 +77,23 @@ class Replay(unittest.TestCase):
             f.write(QUEUES)
         row = self.replay(self.trace("fractional", 300, 10, users=3), "--policy", policy)  # u2 is in no queue: it borrows
         self.assertGreater(row["preemptions"], 0)  # the requeue path ran
+
+    def test_round_policies_beat_their_agnostic_forms(self):
+        trace = self.trace("gavel", 150, 30)
+        for policy in ("max-min", "las"):
+            with self.subTest(policy=policy):
+                aware = self.replay(trace, "--policy", os.path.join(POLICIES, policy + ".toml"))
+                agnostic = self.replay(trace, "--policy", os.path.join(POLICIES, policy + "-agnostic.toml"))
+                self.assertGreater(aware["preemptions"], 0)  # rounds ran, and moved or rotated jobs
+                self.assertLess(aware["avg_jct"], agnostic["avg_jct"])
+
+    def test_rounds_keep_fractions_and_queues_working(self):
+        policy = os.path.join(self.dir, "rounds-queues.toml")
+        with open(policy, "w") as f:
+            f.write(QUEUES + '[pools.default]\norder = "max-min"\nround = "10m"\n')
+        row = self.replay(self.trace("fractional", 200, 10, users=3), "--policy", policy)
+        self.assertGreater(row["preemptions"], 0)
+        self.replay(self.trace("fractional", 200, 10), "--policy", os.path.join(POLICIES, "las.toml"))
 
     def test_a_bad_trace_is_refused_with_the_reason(self):
         path = os.path.join(self.dir, "bad.json")

@@ -155,7 +155,7 @@ void describe(const json& lease, const json& request) {
                got, where.c_str(), elastic.str().c_str());
 }
 
-// A private directory for the run's preemption file, removed however gpool exits.
+// A private directory for the run's preemption and progress files, removed however gpool exits.
 std::string g_run_dir;
 const std::string& runDir() {
   if (g_run_dir.empty()) {
@@ -169,6 +169,10 @@ const std::string& runDir() {
   }
   return g_run_dir;
 }
+
+// Where the command may write how far it got (GPOOL_PROGRESS_FILE), for its lease's heartbeats; one run
+// of the command at a time, each counting afresh.
+std::string progressFile() { return runDir() + "/progress"; }
 
 // How preemption notice reaches the leaseholder (the command of `gpool run`, or the program a `gpool lease`
 // helper holds its lease for): the file GPOOL_PREEMPT_FILE names appears (one line of JSON: the lease, the
@@ -239,6 +243,7 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
     setenv("LD_LIBRARY_PATH", (lib + (ld.empty() ? "" : ":" + ld)).c_str(), 1);
     for (const auto& [k, v] : leaseEnv(lease)) setenv(k.c_str(), v.c_str(), 1);
     setenv("GPOOL_PREEMPT_FILE", notice.file().c_str(), 1);
+    setenv("GPOOL_PROGRESS_FILE", progressFile().c_str(), 1);
     setenv("GPOOL_RESTARTS", std::to_string(restarts).c_str(), 1);
     if (restarts > 0) setenv("GPOOL_LAST_EXIT", std::to_string(last_exit).c_str(), 1);
     unsetenv("GPOOL_ALLOCATOR");  // the lease is already held: the library must not ask for another
@@ -250,7 +255,7 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
     _exit(127);
   }
   g_child = pid;
-  auto watch = std::make_unique<LeaseWatch>(a.another(), id, lease.value("heartbeat_ms", 5000), notice.events(id));
+  auto watch = std::make_unique<LeaseWatch>(a.another(), id, lease.value("heartbeat_ms", 5000), notice.events(id), progressFile());
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -258,6 +263,7 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
   auto [st, text] = a.call("DELETE", "/v1/leases/" + id, Proof::kLease);  // ends the watch's long poll too
   if (st != 200 && !notice.given()) std::fprintf(stderr, "gpool: releasing lease %s: %s\n", id.c_str(), text.c_str());
   watch.reset();
+  std::remove(progressFile().c_str());
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return WEXITSTATUS(status);
 }

@@ -4,14 +4,21 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <fstream>
 #include <cstdio>
 
 namespace gpool::cli {
 
 using nlohmann::json;
 
-LeaseWatch::LeaseWatch(std::unique_ptr<AllocatorClient> client, std::string id, int heartbeat_ms, Events events)
-    : a_(std::move(client)), id_(std::move(id)), every_ms_(std::max(100, heartbeat_ms)), events_(std::move(events)) {
+LeaseWatch::LeaseWatch(std::unique_ptr<AllocatorClient> client, std::string id, int heartbeat_ms, Events events,
+                       std::string progress_file)
+    : a_(std::move(client)),
+      id_(std::move(id)),
+      every_ms_(std::max(100, heartbeat_ms)),
+      events_(std::move(events)),
+      progress_file_(std::move(progress_file)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -41,7 +48,7 @@ void LeaseWatch::loop() {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - Clock::now()).count();
     if (left <= 0) {
       next_beat = Clock::now() + std::chrono::milliseconds(every_ms_);
-      auto [status, text] = a_->call("POST", path + "/heartbeat", Proof::kLease);
+      auto [status, text] = a_->call("POST", path + "/heartbeat", Proof::kLease, heartbeatBody());
       if (status == 0) std::fprintf(stderr, "gpool: heartbeat: %s\n", text.c_str());
       else if (!see(status, text)) break;
       continue;
@@ -52,6 +59,14 @@ void LeaseWatch::loop() {
   }
   while (pause(3600 * 1000)) {  // ended: nothing more to watch until stopped
   }
+}
+
+std::string LeaseWatch::heartbeatBody() const {
+  if (progress_file_.empty()) return "";
+  std::ifstream in(progress_file_);
+  double progress = -1;
+  if (!(in >> progress) || !std::isfinite(progress) || progress < 0 || progress > 1e15) return "";  // none yet, or not a count
+  return json{{"progress", progress}}.dump();
 }
 
 bool LeaseWatch::see(int status, const std::string& text) {

@@ -1,6 +1,7 @@
 // Keeps a granted lease alive and watches it, on a thread with a client of its own: heartbeats when they
 // are due and, between them, a long poll on the lease, so preemption notice reaches the launcher within
-// moments of the allocator giving it. Reports notice, its withdrawal, and the lease's end.
+// moments of the allocator giving it. Reports notice, its withdrawal, and the lease's end. Each heartbeat
+// carries the job's progress, where it writes some (GPOOL_PROGRESS_FILE: one number, how far it got).
 #pragma once
 
 #include <condition_variable>
@@ -23,7 +24,8 @@ class LeaseWatch {
     std::function<void()> withdrawn;                        // the notice was withdrawn
     std::function<void(const std::string& reason)> ended;  // the allocator ended the lease
   };
-  LeaseWatch(std::unique_ptr<AllocatorClient> client, std::string id, int heartbeat_ms, Events events);
+  LeaseWatch(std::unique_ptr<AllocatorClient> client, std::string id, int heartbeat_ms, Events events,
+             std::string progress_file = "");
   // Stops watching. Release the lease first: that ends a long poll at once.
   ~LeaseWatch();
   LeaseWatch(const LeaseWatch&) = delete;
@@ -33,11 +35,13 @@ class LeaseWatch {
   void loop();
   bool see(int status, const std::string& text);  // reads an answer; false once the lease has ended
   bool pause(int ms);                              // sleeps unless stopped; false when stopped
+  std::string heartbeatBody() const;               // {"progress": N} when the progress file holds a number
 
   std::unique_ptr<AllocatorClient> a_;
   std::string id_;
   int every_ms_;
   Events events_;
+  std::string progress_file_;
   bool noticed_ = false;
   std::mutex mu_;
   std::condition_variable cv_;

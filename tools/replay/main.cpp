@@ -52,6 +52,10 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv, "also write each job's figures to this file");
   app.add_option("--label", label, "the row's name (default: the policy file's name)");
   app.add_flag("--header", header, "print the table's header first");
+  bool learn = false;
+  app.add_flag("--learn", learn,
+               "do not give the scheduler the trace's job kinds as its table: it learns them from the jobs' progress "
+               "reports (a policy's own [job_kinds] still counts)");
   std::string window;
   app.add_option("--window", window,
                  "report only jobs FROM to TO-1 in arrival order (FROM:TO), as Gavel measures a steady state; all are "
@@ -67,7 +71,7 @@ int main(int argc, char** argv) {
     Trace trace = loadTrace(trace_path);
     gpool::allocator::Policy policy = policy_path.empty() ? gpool::allocator::Policy{} : gpool::allocator::parsePolicy(readFile(policy_path));
     auto t0 = std::chrono::steady_clock::now();
-    Replay replay(trace, policy, {whole, restart_s});
+    Replay replay(trace, policy, {whole, restart_s, learn});
     std::vector<JobResult> results = replay.run();
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!csv.empty()) writeCsv(csv, results);

@@ -19,8 +19,8 @@ int64_t toMs(double s) { return static_cast<int64_t>(std::llround(s * 1000)); }
 
 // The replay's clock never lets a heartbeat lapse: leases and servers live until the trace ends them. The
 // scheduler knows the trace's job kinds unless the policy has a table of its own.
-allocator::Policy timeless(allocator::Policy p, const Trace& t) {
-  if (p.job_kinds.empty()) p.job_kinds = t.kinds;  // what the trace knows of its kinds, as an admin's table
+allocator::Policy timeless(allocator::Policy p, const Trace& t, bool learn) {
+  if (p.job_kinds.empty() && !learn) p.job_kinds = t.kinds;  // what the trace knows of its kinds, as an admin's table
   const auto forever = std::chrono::hours(24 * 365 * 100);
   p.lease_ttl = p.server_timeout = p.token_ttl = std::chrono::duration_cast<std::chrono::milliseconds>(forever);
   return p;
@@ -31,7 +31,7 @@ allocator::Policy timeless(allocator::Policy p, const Trace& t) {
 Replay::Replay(const Trace& trace, allocator::Policy policy, ReplayOptions options)
     : trace_(trace),
       options_(options),
-      sched_(timeless(std::move(policy), trace), [](const Lease&, const allocator::Share&, int64_t) { return std::string(); },
+      sched_(timeless(std::move(policy), trace, options.learn), [](const Lease&, const allocator::Share&, int64_t) { return std::string(); },
              [this] { return now_ms_ / 1000; }) {
   for (const auto& [type, count] : trace_.cluster)
     for (int first = 0, s = 0; first < count; first += trace_.gpus_per_server, ++s) {
@@ -143,6 +143,7 @@ std::vector<JobResult> Replay::run() {
     }
     while (next < trace_.jobs.size() && toMs(trace_.jobs[next].arrival_s) <= now_ms_) arrive(next++);
     wakes_.erase(wakes_.begin(), wakes_.upper_bound(now_ms_));
+    if (options_.learn) reportProgress();
     sched_.tick(now_ms_);
     absorb();
     while (sched_.moreToGrant()) {
@@ -155,6 +156,11 @@ std::vector<JobResult> Replay::run() {
     if (r.finish_s < 0)
       throw InvariantError("job " + r.id + " never finished (" + std::to_string(sched_.queued()) + " requests still queued)");
   return results_;
+}
+
+void Replay::reportProgress() {
+  for (const auto& [lease, r] : running_)
+    sched_.reportProgress(lease, r.rate * static_cast<double>(std::max<int64_t>(0, now_ms_ - r.since_ms)) / 1000, now_ms_);
 }
 
 void Replay::check() const {

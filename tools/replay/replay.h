@@ -34,6 +34,9 @@ struct JobResult {
 struct ReplayOptions {
   bool whole_gpus = false;  // every job asks for whole GPUs (p = 1), whatever its trace says
   double restart_s = 60;    // a preempted (or moved) job's restart makes no progress for this long
+  // The scheduler is not given the trace's kinds as its [job_kinds] table: it learns them from the jobs'
+  // progress, which every running job reports at every event (as gpool run's heartbeats carry it).
+  bool learn = false;
 };
 
 class Replay {
@@ -59,6 +62,7 @@ class Replay {
   void stop(const std::string& lease, bool done);
   double rateOf(const allocator::Lease& l, const TraceJob& job) const;
   void check() const;              // the invariants (InvariantError)
+  void reportProgress();           // every running job's progress in its current run (ReplayOptions::learn)
   int64_t nextEvent(size_t next_arrival);
 
   const Trace& trace_;
