@@ -37,7 +37,7 @@ void Scheduler::planMoves(int64_t now) {
     for (const auto& [id, lp] : live_) {
       Lease& l = *lp;
       if (l.state != LeaseState::kGranted || l.preempt_at_ms || !l.req.restartable || !l.req.preemptible || l.req.n != 1 ||
-          l.req.pool != pool.name || !throughputs_.knows(policy_, l.req.kind))
+          l.req.pool != pool.name || !throughputs_.knows(policy_, l.req.kind) && !launch_rates_.knows(policy_, l.req.kind))
         continue;
       double here = speedOn(l), best = here;
       std::string to;

@@ -537,13 +537,23 @@ bool Scheduler::heartbeatLease(const std::string& id, int64_t now) {
 bool Scheduler::reportProgress(const std::string& id, double progress, int64_t now) {
   auto it = leases_.find(id);
   if (it == leases_.end() || it->second.state != LeaseState::kGranted) return false;
-  Lease& l = it->second;
-  const Gpu* g = l.req.n == 1 && !l.shares.empty() ? gpuOf(l.shares[0]) : nullptr;
-  if (g && l.progress_ms > 0 && progress > l.progress && now > l.progress_ms)
-    throughputs_.add(l.req.kind, g->type, (progress - l.progress) * 1000 / static_cast<double>(now - l.progress_ms), l.shares[0].fraction);
-  l.progress = progress;  // (a count that fell: its job started counting again; measured from here)
-  l.progress_ms = now;
+  measure(throughputs_, it->second, it->second.progress, progress, now);
   return true;
+}
+
+bool Scheduler::reportLaunches(const std::string& server, const std::string& id, double launches, int64_t now) {
+  auto on = granted_on_.find(server);
+  if (on == granted_on_.end() || !on->second.count(id)) return false;
+  Lease& l = leases_.at(id);
+  measure(launch_rates_, l, l.launches, launches, now);
+  return true;
+}
+
+void Scheduler::measure(Throughputs& into, Lease& l, Lease::Count& last, double count, int64_t now) {
+  const Gpu* g = l.req.n == 1 && !l.shares.empty() ? gpuOf(l.shares[0]) : nullptr;
+  if (g && last.ms > 0 && count > last.value && now > last.ms)
+    into.add(l.req.kind, g->type, (count - last.value) * 1000 / static_cast<double>(now - last.ms), l.shares[0].fraction);
+  last = {count, now};  // (a count that fell started again: measured from here)
 }
 
 bool Scheduler::end(const std::string& id, const std::string& reason, int64_t now) {

@@ -106,8 +106,12 @@ struct Lease {
   // behind those chosen). Not persisted.
   std::string round_type;
   int64_t attained_to_ms = 0;  // its job's attained service is counted up to here (0: from granted_ms)
-  double progress = 0;         // what its job last reported (GPOOL_PROGRESS_FILE), in its kind's unit
-  int64_t progress_ms = 0;     // when (0: never). Not persisted
+  struct Count {
+    double value = 0;  // the last count
+    int64_t ms = 0;    // when it came (0: none yet)
+  };
+  Count progress;  // what its job last reported (GPOOL_PROGRESS_FILE), in its kind's unit. Not persisted
+  Count launches;  // the kernels its workers launched, as its server last counted them. Not persisted
   std::vector<Share> shares;
 
   double heldGpus() const;  // the fractions of GPUs its shares hold, summed
@@ -148,9 +152,17 @@ class Scheduler {
   // A granted lease's job says how far it got (a count in its kind's unit, rising while it runs): between
   // two reports, its kind's throughput on its GPU type (single-GPU leases). False when not granted.
   bool reportProgress(const std::string& id, double progress, int64_t now);
+  // What gpool-server counted of a lease's kernels on `server` (its workers there, all along): between two
+  // counts of a granted single-GPU lease, its kind's launch rate on the GPU's type. False when the lease
+  // is not granted with a share on that server.
+  bool reportLaunches(const std::string& server, const std::string& id, double launches, int64_t now);
   const Throughputs& throughputs() const { return throughputs_; }
-  // How fast `kind` runs on `type` against its fastest (0 to 1): measured, else the policy's table.
-  double speedOf(const std::string& kind, const std::string& type) const { return throughputs_.relative(policy_, kind, type); }
+  const Throughputs& launchRates() const { return launch_rates_; }
+  // How fast `kind` runs on `type` against its fastest (0 to 1): by progress reports, else by kernel
+  // launches (for kinds whose jobs report none), else the policy's table.
+  double speedOf(const std::string& kind, const std::string& type) const {
+    return throughputs_.measures(policy_, kind) ? throughputs_.relative(policy_, kind, type) : launch_rates_.relative(policy_, kind, type);
+  }
   // Ends a lease (any state); false when unknown or already ended.
   bool end(const std::string& id, const std::string& reason, int64_t now);
   // Ends the lease `id` if it has a share on `server` (the server saw its client leave). The server
@@ -232,7 +244,9 @@ class Scheduler {
   }
 
   Policy policy_;
-  Throughputs throughputs_;
+  Throughputs throughputs_, launch_rates_;  // by progress reports; by kernel launches
+  // A new count of a granted lease (progress or launches): the rate since the last one, into `into`.
+  void measure(Throughputs& into, Lease& l, Lease::Count& last, double count, int64_t now);
   Signer sign_;
   std::function<int64_t()> unix_seconds_;
   std::map<std::string, Server> servers_;

@@ -339,12 +339,22 @@ void Service::serverRoutes(httplib::Server& s) {
         return error(res, 400, "serving must be a list of at most 4096 lease ids");
       serving = list.get<std::vector<std::string>>();
     }
+    std::vector<std::pair<std::string, double>> launches;  // lease → kernels its workers here launched
+    if (j.contains("launches")) {
+      const json& counts = j["launches"];
+      if (!counts.is_object() || counts.size() > 4096 || !std::all_of(counts.items().begin(), counts.items().end(), [](const auto& kv) {
+            return kv.key().size() <= 64 && kv.value().is_number_unsigned() && kv.value().template get<uint64_t>() <= (1ull << 53);
+          }))
+        return error(res, 400, "launches must map at most 4096 lease ids to counts of kernels (whole numbers up to 2^53)");
+      for (const auto& [lease, n] : counts.items()) launches.emplace_back(lease, n.get<double>());
+    }
     std::lock_guard lock(mu_);
     std::vector<std::string> revoked;
     if (!sched_->heartbeatServer(req.matches[1], now(), serving, revoked)) {
       error(res, 404, "unknown server '" + std::string(req.matches[1]) + "': register first");
       return;
     }
+    for (const auto& [lease, n] : launches) sched_->reportLaunches(req.matches[1], lease, n, now());
     persist();
     reply(res, 200, {{"revoked", revoked},
                      {"live", sched_->liveLeasesOn(req.matches[1])},
@@ -695,11 +705,15 @@ void Service::readRoutes(httplib::Server& s) {
                        {"placement", placementName(p.placement)},
                        {"order", orderName(p.order)}, {"heterogeneity", heterogeneityName(p.heterogeneity)},
                        {"moves_per_hour", p.moves_per_hour}, {"round_s", std::chrono::duration<double>(p.round).count()}});
-    json measured = json::object();  // kind → type → what its jobs' progress reports say
-    for (const auto& [kind, types] : sched_->throughputs().measured())
-      for (const auto& [type, m] : types) measured[kind][type] = {{"per_second", m.rate}, {"samples", m.samples}};
+    auto measuredJson = [](const Throughputs& t) {  // kind → type → what was measured
+      json out = json::object();
+      for (const auto& [kind, types] : t.measured())
+        for (const auto& [type, m] : types) out[kind][type] = {{"per_second", m.rate}, {"samples", m.samples}};
+      return out;
+    };
     reply(res, 200, {{"servers", servers}, {"leases", leases}, {"queue", queue}, {"pools", pools}, {"queues", queuesJson()},
-                     {"measured_throughput", measured}});
+                     {"measured_throughput", measuredJson(sched_->throughputs())},
+                     {"measured_launch_rate", measuredJson(sched_->launchRates())}});
   });
 
   s.Get("/v1/policy", [this](const httplib::Request&, httplib::Response& res) {

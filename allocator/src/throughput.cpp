@@ -18,7 +18,7 @@ void Throughputs::add(const std::string& kind, const std::string& type, double r
   ++m.samples;
 }
 
-bool Throughputs::usable(const Policy& policy, const std::string& kind) const {
+bool Throughputs::measures(const Policy& policy, const std::string& kind) const {
   auto k = measured_.find(kind);
   if (k == measured_.end() || k->second.size() < 2) return false;
   auto table = policy.job_kinds.find(kind);
@@ -27,7 +27,7 @@ bool Throughputs::usable(const Policy& policy, const std::string& kind) const {
 }
 
 double Throughputs::relative(const Policy& policy, const std::string& kind, const std::string& type) const {
-  if (!usable(policy, kind)) return policy.relativeSpeed(kind, type);
+  if (!measures(policy, kind)) return policy.relativeSpeed(kind, type);
   const auto& types = measured_.at(kind);
   auto here = types.find(type);
   if (here == types.end()) return policy.relativeSpeed(kind, type);  // a type it was never seen on
@@ -37,7 +37,7 @@ double Throughputs::relative(const Policy& policy, const std::string& kind, cons
 }
 
 bool Throughputs::knows(const Policy& policy, const std::string& kind) const {
-  return policy.job_kinds.count(kind) > 0 || usable(policy, kind);
+  return policy.job_kinds.count(kind) > 0 || measures(policy, kind);
 }
 
 }  // namespace gpool::allocator

@@ -1,5 +1,7 @@
-// How fast each kind of job runs on each GPU type (issue 15): what jobs report of their own progress
-// (gpool run's GPOOL_PROGRESS_FILE, sent with each heartbeat), and else the policy's [job_kinds] table.
+// How fast each kind of job runs on each GPU type (issue 15), from counts that rise as a job works: what
+// jobs report of their own progress (gpool run's GPOOL_PROGRESS_FILE, sent with each heartbeat), or the
+// kernels their workers launched (gpool-server's heartbeats). Each source is one Throughputs; where it
+// has not measured a kind enough, the policy's [job_kinds] table answers.
 #pragma once
 
 #include <cstdint>
@@ -24,10 +26,10 @@ class Throughputs {
   // so they are not mixed with the table's. Else the table (Policy::relativeSpeed).
   double relative(const Policy& policy, const std::string& kind, const std::string& type) const;
   bool knows(const Policy& policy, const std::string& kind) const;  // the table or measurements name it
+  bool measures(const Policy& policy, const std::string& kind) const;  // relative() answers from measurements
   const std::map<std::string, std::map<std::string, Measured>>& measured() const { return measured_; }
 
  private:
-  bool usable(const Policy& policy, const std::string& kind) const;
   std::map<std::string, std::map<std::string, Measured>> measured_;  // kind → type → what was seen
 };
 

@@ -50,6 +50,12 @@ void AllocatorLink::serving(std::vector<std::string> leases) {
   if (added) refresh();
 }
 
+void AllocatorLink::launches(std::shared_ptr<budget::SharedBudget> page, std::map<std::string, LaunchSources> by_lease) {
+  std::lock_guard lock(mu_);
+  launch_page_ = std::move(page);
+  launch_sources_ = std::move(by_lease);
+}
+
 uint64_t AllocatorLink::refresh() {
   uint64_t next;
   {
@@ -96,7 +102,13 @@ void AllocatorLink::loop() {
     }
     uint64_t request = ++requests_;
     wake_ = false;
-    std::string beat = nlohmann::json{{"serving", serving_}}.dump();
+    nlohmann::json launched = nlohmann::json::object();
+    for (const auto& [lease, from] : launch_sources_) {
+      uint64_t n = from.ended;
+      for (int slot : from.slots) n += launch_page_ ? launch_page_->heldBy(slot) : 0;
+      launched[lease] = n;
+    }
+    std::string beat = nlohmann::json{{"serving", serving_}, {"launches", launched}}.dump();
     lock.unlock();
     std::string path = registered ? "/v1/servers/" + name_ + "/heartbeat" : "/v1/servers";
     auto r = post(path, registered ? beat : registration_);

@@ -1,6 +1,6 @@
 // gpool-server's side of the allocator: registers this server's GPUs, heartbeats, reports clients
 // that left (so their shares free at once) and hands back the leases the allocator revoked and, with
-// every answer, the leases it calls live on this server.
+// every answer, the leases it calls live on this server, with how many kernels each lease's workers launched.
 // Requests are signed with this server's own key (X-Gpool-Signature, docs/api.md).
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "ed25519_key.h"
+#include "shared_budget.h"
 
 namespace httplib {
 class Client;
@@ -35,6 +37,14 @@ class AllocatorLink {
   // The leases this server runs workers for, reported with every heartbeat (the allocator holds an ended
   // lease's share until they are gone). A lease new in the list is reported at once.
   void serving(std::vector<std::string> leases);
+  // Where each lease's kernel launches are counted (gpool-worker counts them in its slot of `page`): what
+  // its ended workers launched, and the slots of its running ones. Each heartbeat reports their sums
+  // (`launches`), from which the allocator measures how fast a job's kind runs on this server's GPUs.
+  struct LaunchSources {
+    uint64_t ended = 0;
+    std::vector<int> slots;
+  };
+  void launches(std::shared_ptr<budget::SharedBudget> page, std::map<std::string, LaunchSources> by_lease);
   // Asks for a heartbeat now; returns the number of the request whose answer will be the first one
   // given after this call.
   uint64_t refresh();
@@ -53,6 +63,8 @@ class AllocatorLink {
   std::condition_variable cv_;
   std::deque<std::string> released_;
   std::vector<std::string> serving_;
+  std::shared_ptr<budget::SharedBudget> launch_page_;
+  std::map<std::string, LaunchSources> launch_sources_;
   bool stop_ = false;
   std::thread thread_;
 };

@@ -91,6 +91,7 @@ class Server {
     tcp::endpoint ep(address, port);
     backend_ = resolveBackend(opt_);
     if (backend_ == "sim") sim_memory_ = budget::SharedBudget::create(opt_.sim_memory);  // host memory: one budget for all
+    launch_counts_ = budget::SharedBudget::create(UINT64_MAX);  // (counters: no limit)
     acceptor_.open(ep.protocol());
     acceptor_.set_option(tcp::acceptor::reuse_address(true));
     asio::error_code ec;
@@ -319,7 +320,13 @@ class Server {
   void reportServing() {
     if (!link_) return;
     std::set<std::string> leases;
-    for (const auto& [pid, lease] : worker_leases_) leases.insert(lease);
+    std::map<std::string, AllocatorLink::LaunchSources> launches;
+    for (const auto& [pid, lease] : worker_leases_) {
+      leases.insert(lease);
+      launches[lease].slots.push_back(worker_slots_.at(pid));
+    }
+    for (auto& [lease, from] : launches) from.ended = ended_launches_.count(lease) ? ended_launches_.at(lease) : 0;
+    link_->launches(launch_counts_, std::move(launches));
     link_->serving({leases.begin(), leases.end()});
   }
 
@@ -364,12 +371,14 @@ class Server {
       args.insert(args.end(), {"--memory-cap", std::to_string(lease->memory)});
     }
     args.insert(args.end(), {"--budget-slot", std::to_string(slot)});
+    launch_counts_->reclaim(slot);  // (what a worker before it counted there was taken when it ended)
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, p->socket.native_handle(), 3);  // dup2 clears close-on-exec
     int next = 4;  // then the budgets, in turn (their own descriptors are above them: shared_budget.h)
     for (auto [budget, flag] : {std::pair{memory.get(), "--memory-budget-fd"},
-                                std::pair{backend_ == "sim" ? sim_memory_.get() : nullptr, "--device-budget-fd"}}) {
+                                std::pair{backend_ == "sim" ? sim_memory_.get() : nullptr, "--device-budget-fd"},
+                                std::pair{launch_counts_.get(), "--launch-counter-fd"}}) {
       if (!budget) continue;
       posix_spawn_file_actions_adddup2(&fa, budget->fd(), next);
       args.insert(args.end(), {flag, std::to_string(next++)});
@@ -408,11 +417,13 @@ class Server {
           std::string lease = it->second;
           worker_leases_.erase(it);
           if (auto b = lease_budgets_.find(lease); b != lease_budgets_.end()) b->second->reclaim(slot);  // the driver freed it
+          if (slot >= 0) ended_launches_[lease] += launch_counts_->heldBy(slot);
           if (workersOf(lease) == 0) {
             lease_budgets_.erase(lease);
+            ended_launches_.erase(lease);
             if (link_) link_->released(lease);  // its last client left: the share is free at once
-            reportServing();
           }
+          reportServing();
         }
         if (WIFSIGNALED(status))
           spdlog::warn("worker {} died with signal {}", pid, WTERMSIG(status));
@@ -443,6 +454,10 @@ class Server {
   std::map<pid_t, int> worker_slots_;            // worker → its slot in the shared budgets
   std::map<std::string, std::shared_ptr<budget::SharedBudget>> lease_budgets_;  // a lease's memory, across its workers
   std::shared_ptr<budget::SharedBudget> sim_memory_;  // sim: the device's memory, across every worker
+  // Kernels each worker launched, in its slot (gpool-worker --launch-counter-fd), and what each lease's
+  // ended workers launched: reported with heartbeats (AllocatorLink::launches).
+  std::shared_ptr<budget::SharedBudget> launch_counts_;
+  std::map<std::string, uint64_t> ended_launches_;
   std::set<std::string> revoked_;
   LeaseGate gate_;
 };

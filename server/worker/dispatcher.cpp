@@ -46,6 +46,8 @@ void Dispatcher::dispatch(const proto::FrameHeader& h) {
     latched_ = 0;
   } else {
     st = execute<C>(ins, outs);
+    if constexpr (std::is_same_v<C, proto::calls::LaunchKernel> || std::is_same_v<C, proto::calls::GraphLaunch>)
+      if (st == 0 && launches_) launches_->add(launch_slot_, 1);
     if constexpr (std::is_same_v<C, proto::calls::ModuleLoad>) {
       const proto::Blob& image = std::get<0>(ins);
       ++stats_.images_received;

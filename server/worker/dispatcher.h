@@ -42,6 +42,9 @@ class Dispatcher {
   }
   // The stall timeout a transport the client moves to gets (gpool-worker --stall-timeout).
   void setStallTimeout(int ms) { stall_ms_ = ms; }
+  // Counts each kernel or graph the device accepted in `slot` of `page` (gpool-server's page of launch
+  // counters, shared with its workers: what it reports to the allocator as the lease's activity).
+  void countLaunchesIn(std::shared_ptr<budget::SharedBudget> page, int slot) { launches_ = std::move(page), launch_slot_ = slot; }
   // Runs until the client disconnects or violates the protocol.
   ServeResult serve();
 
@@ -71,6 +74,8 @@ class Dispatcher {
   Status latched_ = 0;
   int stall_ms_ = 0;  // first failure of a call nobody waited for
   ModuleCache* cache_;
+  std::shared_ptr<budget::SharedBudget> launches_;  // (countLaunchesIn; null: not counted)
+  int launch_slot_ = 0;
   ServeResult stats_;
   AliveSignal alive_{*transport_};  // last: its thread stops before anything it reads goes
 };

@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
   app.add_option("--memory-budget-fd", budget_fd, "the lease's memory budget, shared with its other workers (from gpool-server)");
   app.add_option("--device-budget-fd", device_budget_fd, "sim: the device's memory, shared by every worker of the server");
   app.add_option("--budget-slot", budget_slot, "this worker's slot in the shared budgets");
+  int launch_counter_fd = -1;
+  app.add_option("--launch-counter-fd", launch_counter_fd,
+                 "gpool-server's page of launch counters: this worker counts the kernels it launches in its slot");
   app.add_option("--server-pid", server_pid, "the gpool-server that started this worker: the worker ends with it");
   app.add_flag("--inventory", inventory, "print this host's devices as JSON for the allocator, then exit");
   bool separate_host = false;
@@ -122,9 +125,11 @@ int main(int argc, char** argv) {
   }
 
   gpool::worker::SharedLimits shared{nullptr, nullptr, budget_slot};
+  std::shared_ptr<gpool::budget::SharedBudget> launch_counter;
   try {
     if (budget_fd >= 0) shared.lease = gpool::budget::SharedBudget::adopt(budget_fd);
     if (device_budget_fd >= 0) shared.device = gpool::budget::SharedBudget::adopt(device_budget_fd);
+    if (launch_counter_fd >= 0) launch_counter = gpool::budget::SharedBudget::adopt(launch_counter_fd);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 2;
@@ -168,6 +173,7 @@ int main(int argc, char** argv) {
   gpool::worker::Dispatcher dispatcher(*backend, *transport,
                                        gpool::worker::MemoryLedger(hello.devices[0].total_mem, shared), cache.get());
   dispatcher.setStallTimeout(stall_timeout_ms);
+  if (launch_counter) dispatcher.countLaunchesIn(launch_counter, budget_slot);
   auto result = dispatcher.serve();
   if (result.clean)
     spdlog::info("client {} disconnected after {} messages ({}); releasing its resources", transport->peer(), result.frames,

@@ -58,3 +58,25 @@ TEST(Throughputs, ProgressReportsTeachPlacementWhereAKindRunsFastest) {
   EXPECT_FALSE(s.reportProgress("A", 20, 13000));      // ended: not counted
   EXPECT_FALSE(s.reportProgress("nope", 20, 13000));
 }
+
+TEST(Throughputs, KernelLaunchesCountWhereJobsReportNoProgressAndProgressComesFirst) {
+  Scheduler s = make("[settings]\nlease_ttl = \"100h\"\nserver_timeout = \"100h\"\n");
+  s.registerServer(typed("k80s", 1, "Tesla K80"), 0);
+  s.registerServer(typed("v100s", 1, "Tesla V100-SXM2-16GB"), 0);
+  LeaseRequest r = req("u");
+  r.kind = "gan";
+  ASSERT_EQ(s.request(r, 0, "A").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(r, 0, "B").kind, Decision::kGranted);
+  ASSERT_EQ(s.lease("A")->shares[0].server, "k80s");
+  EXPECT_FALSE(s.reportLaunches("v100s", "A", 100, 1000));  // only the server the lease is on counts it
+  EXPECT_TRUE(s.reportLaunches("k80s", "A", 100, 1000));
+  EXPECT_TRUE(s.reportLaunches("v100s", "B", 100, 1000));
+  EXPECT_TRUE(s.reportLaunches("k80s", "A", 1100, 2000));   // 1,000 kernels a second
+  EXPECT_TRUE(s.reportLaunches("v100s", "B", 4100, 2000));  // 4,000
+  EXPECT_NEAR(s.speedOf("gan", "K80"), 0.25, 1e-12);
+  EXPECT_TRUE(s.reportProgress("A", 0, 2000));  // its own progress, where it reports it, comes first
+  EXPECT_TRUE(s.reportProgress("B", 0, 2000));
+  EXPECT_TRUE(s.reportProgress("A", 5, 3000));
+  EXPECT_TRUE(s.reportProgress("B", 10, 3000));
+  EXPECT_NEAR(s.speedOf("gan", "K80"), 0.5, 1e-12);
+}
