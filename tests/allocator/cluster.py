@@ -23,6 +23,7 @@ NVML_QUERY = os.path.join(BUILD, "tests", "nvml_query")
 MEMCAP = os.path.join(BUILD, "tests", "memcap_probe")
 SERVER_LOSS = os.path.join(BUILD, "tests", "cuda_server_loss")
 LIB = os.path.join(BUILD, "lib", "gpool")
+KERNELS = os.path.join(BUILD, "tests", "libgpool_test_sim_kernels.so")  # the test kernels, for --sim-kernels
 GIB = 1 << 30
 
 

@@ -10,10 +10,9 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import BUILD, GIB, Cluster, setUpModule, tearDownModule  # noqa: F401,E402
+from cluster import BUILD, GIB, KERNELS, Cluster, setUpModule, tearDownModule  # noqa: F401,E402
 
 PROGRAM = os.path.join(BUILD, "tests", "cuda_launch_loop")
-KERNELS = os.path.join(BUILD, "tests", "libgpool_test_sim_kernels.so")
 
 
 class LaunchRate(unittest.TestCase):

@@ -11,11 +11,10 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster  # noqa: E402
-from cluster import BUILD, GIB, GPOOL, LIB, Cluster, setUpModule, tearDownModule, wait_for  # noqa: E402,F401
+from cluster import BUILD, GIB, GPOOL, KERNELS, LIB, Cluster, setUpModule, tearDownModule, wait_for  # noqa: E402,F401
 
 PROGRAM = os.path.join(BUILD, "tests", "cuda_multi_device")
 NCCL_PROGRAM = os.path.join(BUILD, "tests", "cuda_nccl_all_reduce")
-KERNELS = os.path.join(BUILD, "tests", "libgpool_test_sim_kernels.so")
 
 
 class MultiGpu(unittest.TestCase):
