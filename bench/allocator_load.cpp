@@ -202,6 +202,7 @@ int main(int argc, char** argv) {
     std::istringstream in(m->body);
     for (std::string line; std::getline(in, line);)
       if (line.rfind("gpool_grant_decision", 0) == 0 || line.rfind("gpool_leases_preempted_total", 0) == 0 ||
+          line.rfind("gpool_leases_rotated_total", 0) == 0 ||
           line.rfind("gpool_lease_requests_total", 0) == 0)
         std::printf("%s\n", line.c_str());
   }

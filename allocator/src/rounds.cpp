@@ -17,6 +17,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <tuple>
 
 #include "gpu_fit.h"
 #include "scheduler.h"
@@ -269,8 +270,11 @@ void Scheduler::applyRound(const Pool& pool, std::vector<RoundJob>& jobs, const 
   for (RoundJob& j : jobs) {
     Lease& l = *j.lease;
     if (l.state == LeaseState::kQueued) {
-      queue_.remove(l);
-      enqueue(l);
+      if (auto [type, key] = queuePlace(l); type != l.round_type || key != l.order_key) {  // (most stay where they are)
+        queue_.remove(l);
+        l.round_type = std::move(type), l.order_key = key;
+        queue_.add(l);
+      }
     } else if (j.chosen < 0 || j.chosen != j.current) {
       ++rotated_;
       l.preempt_at_ms = now + policy_.preemption_grace.count();
@@ -281,15 +285,14 @@ void Scheduler::applyRound(const Pool& pool, std::vector<RoundJob>& jobs, const 
   }
 }
 
+std::pair<std::string, double> Scheduler::queuePlace(const Lease& l) const {
+  if (!round_choice_.empty())
+    if (auto c = round_choice_.find(jobOf(l)); c != round_choice_.end() && c->second.pool == l.req.pool) return {c->second.type, c->second.pick};
+  return {"", orderKey(l)};
+}
+
 void Scheduler::enqueue(Lease& l) {
-  l.round_type.clear();
-  l.order_key = orderKey(l);
-  if (round_choice_.empty()) {
-    queue_.add(l);
-    return;
-  }
-  auto c = round_choice_.find(jobOf(l));
-  if (c != round_choice_.end() && c->second.pool == l.req.pool) l.round_type = c->second.type, l.order_key = c->second.pick;
+  std::tie(l.round_type, l.order_key) = queuePlace(l);
   queue_.add(l);
 }
 

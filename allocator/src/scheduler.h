@@ -297,7 +297,9 @@ class Scheduler {
   double orderKey(const Lease& l) const;
   double orderValue(const Lease& l) const;  // by the order alone
   static std::string jobOf(const Lease& l);  // whose attained service a lease with a job counts to (user/job)
-  void enqueue(Lease& l);  // into the wait queue, at orderKey, or where its pool's round chose its job
+  void enqueue(Lease& l);  // into the wait queue, at queuePlace
+  // Where a queued lease stands: the type and place its pool's round chose for its job, else ("", orderKey).
+  std::pair<std::string, double> queuePlace(const Lease& l) const;
   struct Attained {
     double seconds = 0;  // GPU time held (fractions × seconds), at its speed there where heterogeneity is aware
     int64_t last_ms = 0;                     // when it was last charged or seen in a round
