@@ -684,6 +684,8 @@ void Scheduler::setPolicy(Policy p, int64_t now) {
   for (const auto& [id, lp] : live_)
     if (lp->state == LeaseState::kGranted) account(*lp, -1);
   policy_ = std::move(p);
+  round_choice_.clear();  // rounds start afresh under the new policy (a pool may have none now)
+  next_round_.clear();
   fair_.reset(policy_.queues);
   for (auto& [name, s] : servers_) typeGpus(s);
   for (const auto& [id, lp] : live_) {

@@ -183,3 +183,19 @@ TEST(Rounds, ThePolicySaysWhatARoundMayBe) {
   Scheduler s = make("[pools.default]\n");
   EXPECT_EQ(s.nextRound(), std::numeric_limits<int64_t>::max());
 }
+
+TEST(Rounds, ANewPolicyWithoutRoundsLeavesNoChoiceBehind) {
+  const std::string settings = std::string(kSettings);
+  Scheduler s = make(settings + "[pools.default]\norder = \"least-attained\"\nround = \"1m\"\n");
+  s.registerServer(typed("k80s", 1, "Tesla K80"), 0);
+  s.registerServer(typed("v100s", 1, "Tesla V100-SXM2-16GB"), 0);
+  ASSERT_EQ(s.request(job("L", "lm"), 0, "L1").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(job("C", "cyclegan"), 0, "C1").kind, Decision::kGranted);
+  s.tick(1000);  // the round swaps them: L is to go to the K80
+  ASSERT_EQ(s.lease("L1")->preempted_for, "round: it moves to K80 this round (least-attained)");
+  s.setPolicy(parsePolicy(settings), 2000);
+  s.tick(11000);  // the notices given run out: both GPUs free
+  ASSERT_EQ(s.lease("C1")->state, LeaseState::kEnded);
+  ASSERT_EQ(s.request(job("L", "lm"), 11000, "L2").kind, Decision::kGranted);
+  EXPECT_EQ(s.lease("L2")->shares[0].server, "v100s");  // its fastest type: the old round's choice is gone
+}
