@@ -55,7 +55,7 @@ int64_t Service::now() const {
 }
 
 Service::Service(ServiceOptions options) : opt_(std::move(options)), auth_(opt_.key, opt_.munge_socket) {
-  store_ = std::make_unique<Store>(opt_.db_path);
+  store_ = openStore(opt_.db_path);
   Policy policy;
   std::string source;
   if (auto stored = store_->policyText()) {

@@ -1,11 +1,12 @@
-// The allocator's database: SQLite in WAL mode, one JSON document per server and per lease, and the
-// policy's TOML text. Every change the scheduler makes is written in one transaction before the API
-// answers, so a restart (or a crash) loses no lease, policy or server.
+// The allocator's store: where the scheduler's state (servers, leases, the policy) and the identities it
+// knows (service accounts, servers' keys) are kept, so that a restart loses nothing. Every change is
+// written before the API answers. One implementation per kind of store: SQLite, embedded, is the
+// default (sqlite_store.h).
 #pragma once
 
-#include <sqlite3.h>
-
+#include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -23,43 +24,30 @@ class StoreError : public std::runtime_error {
 
 class Store {
  public:
-  explicit Store(const std::string& path);  // creates the file and schema when missing
-  ~Store();
+  virtual ~Store() = default;
+  Store() = default;
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  std::optional<std::string> policyText();
-  std::map<std::string, Server> servers();
-  std::map<std::string, Lease> leases(bool include_ended);
-  std::vector<ServiceAccount> serviceAccounts();
+  virtual std::optional<std::string> policyText() = 0;
+  virtual std::map<std::string, Server> servers() = 0;
+  virtual std::map<std::string, Lease> leases(bool include_ended) = 0;
+  virtual std::vector<ServiceAccount> serviceAccounts() = 0;
   // Writes one service account (nullptr: deletes it).
-  void saveServiceAccount(const std::string& name, const ServiceAccount* account);
-  std::map<std::string, std::string> serverKeys();  // enrolled servers' public keys (PEM), by name
-  void saveServerKey(const std::string& name, const std::string* public_pem);  // nullptr: deletes it
-
-  // Writes the named records' current state (and the policy text when given) in one transaction.
-  // Moves the write-ahead log into the database (on a connection of its own, so commits of the request
-  // path never pay for it; SQLite's automatic checkpoints are off).
-  void checkpoint();
-
-  void save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
-            const std::string* policy_text = nullptr);
+  virtual void saveServiceAccount(const std::string& name, const ServiceAccount* account) = 0;
+  virtual std::map<std::string, std::string> serverKeys() = 0;  // enrolled servers' public keys (PEM), by name
+  virtual void saveServerKey(const std::string& name, const std::string* public_pem) = 0;  // nullptr: deletes it
+  // Housekeeping off the request path, about once a second (without the scheduler's lock).
+  virtual void checkpoint() = 0;
+  // Writes the named records' current state (and the policy text when given), all or nothing.
+  virtual void save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
+                    const std::string* policy_text = nullptr) = 0;
   // Deletes the leases that ended before `cutoff_unix_s` by the wall clock (the policy's retention
   // period; ones recorded before their end time was kept count as ended long ago); returns how many.
-  int forgetEndedBefore(int64_t cutoff_unix_s);
-
- private:
-  void exec(const char* sql);
-  // save()'s statements, prepared once (parsing them cost as much as the writes on the request path).
-  sqlite3_stmt* prepared(sqlite3_stmt*& slot, const char* sql);
-  void run(sqlite3_stmt* s);  // steps a statement that returns no rows, then resets it
-  sqlite3_stmt* begin_ = nullptr;
-  sqlite3_stmt* commit_ = nullptr;
-  sqlite3_stmt* upsert_server_ = nullptr;
-  sqlite3_stmt* upsert_lease_ = nullptr;
-  sqlite3* db_ = nullptr;
-  sqlite3* checkpointer_ = nullptr;
-  std::string path_;
+  virtual int forgetEndedBefore(int64_t cutoff_unix_s) = 0;
 };
+
+// The store `where` names: a file path (SQLite, made when missing). Throws StoreError.
+std::unique_ptr<Store> openStore(const std::string& where);
 
 }  // namespace gpool::allocator

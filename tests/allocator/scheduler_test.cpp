@@ -8,7 +8,7 @@
 #include "policy.h"
 #include "scheduler.h"
 #include "scheduler_fixtures.h"
-#include "store.h"
+#include "sqlite_store.h"
 
 using namespace gpool::allocator;
 namespace fs = std::filesystem;
@@ -311,11 +311,11 @@ TEST(Store, KeepsServersLeasesAndPolicyAcrossReopening) {
     s.registerServer(server("a", 2), 0);
     s.request(req("u", 0.5), 0, "L1");
     s.request(req("v", 1.0, 2), 0, "L2");  // queued
-    Store st(db.string());
+    SqliteStore st(db.string());
     std::string policy = "[pools.default]\nfractions = [1, 0.5]\n";
     st.save(s, s.takeDirtyServers(), s.takeDirtyLeases(), &policy);
   }
-  Store st(db.string());
+  SqliteStore st(db.string());
   EXPECT_EQ(*st.policyText(), "[pools.default]\nfractions = [1, 0.5]\n");
   auto servers = st.servers();
   auto leases = st.leases(false);
@@ -353,7 +353,7 @@ TEST(Store, ForgetsEndedLeasesAfterTheRetentionPeriod) {
     s.end("old", "released", 10);  // at wall time 1000 s
     wall_s = 5000;
     s.end("recent", "released", 20);
-    Store st(db.string());
+    SqliteStore st(db.string());
     st.save(s, s.takeDirtyServers(), s.takeDirtyLeases());
     EXPECT_EQ(st.leases(true).size(), 3u);
     EXPECT_EQ(st.forgetEndedBefore(1000), 0);  // nothing ended before 1000 s

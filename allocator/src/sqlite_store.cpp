@@ -1,4 +1,4 @@
-#include "store.h"
+#include "sqlite_store.h"
 
 #include "model_json.h"
 
@@ -25,7 +25,7 @@ struct Stmt {
 
 }  // namespace
 
-Store::Store(const std::string& path) : path_(path) {
+SqliteStore::SqliteStore(const std::string& path) : path_(path) {
   if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) {
     std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
@@ -50,15 +50,15 @@ Store::Store(const std::string& path) : path_(path) {
                      "); restore it from a backup or move it away to start empty");
 }
 
-Store::~Store() {
+SqliteStore::~SqliteStore() {
   for (sqlite3_stmt* st : {begin_, commit_, upsert_server_, upsert_lease_}) sqlite3_finalize(st);
   sqlite3_close(checkpointer_);
   sqlite3_close(db_);
 }
 
-void Store::checkpoint() { sqlite3_wal_checkpoint_v2(checkpointer_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr); }
+void SqliteStore::checkpoint() { sqlite3_wal_checkpoint_v2(checkpointer_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr); }
 
-void Store::exec(const char* sql) {
+void SqliteStore::exec(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
     std::string why = err ? err : "unknown error";
@@ -67,26 +67,26 @@ void Store::exec(const char* sql) {
   }
 }
 
-sqlite3_stmt* Store::prepared(sqlite3_stmt*& slot, const char* sql) {
+sqlite3_stmt* SqliteStore::prepared(sqlite3_stmt*& slot, const char* sql) {
   if (!slot && sqlite3_prepare_v2(db_, sql, -1, &slot, nullptr) != SQLITE_OK)
     throw StoreError(std::string("database: cannot prepare '") + sql + "': " + sqlite3_errmsg(db_));
   return slot;
 }
 
-void Store::run(sqlite3_stmt* st) {
+void SqliteStore::run(sqlite3_stmt* st) {
   int rc = sqlite3_step(st);
   sqlite3_reset(st);
   sqlite3_clear_bindings(st);
   if (rc != SQLITE_DONE) throw StoreError("database " + path_ + ": " + sqlite3_errmsg(db_));
 }
 
-std::optional<std::string> Store::policyText() {
+std::optional<std::string> SqliteStore::policyText() {
   Stmt q(db_, "SELECT toml FROM policy WHERE id = 1");
   if (sqlite3_step(q.s) == SQLITE_ROW) return q.column(0);
   return std::nullopt;
 }
 
-std::map<std::string, Server> Store::servers() {
+std::map<std::string, Server> SqliteStore::servers() {
   std::map<std::string, Server> out;
   Stmt q(db_, "SELECT doc FROM servers");
   while (sqlite3_step(q.s) == SQLITE_ROW) {
@@ -96,7 +96,7 @@ std::map<std::string, Server> Store::servers() {
   return out;
 }
 
-std::map<std::string, Lease> Store::leases(bool include_ended) {
+std::map<std::string, Lease> SqliteStore::leases(bool include_ended) {
   std::map<std::string, Lease> out;
   Stmt q(db_, include_ended ? "SELECT doc FROM leases" : "SELECT doc FROM leases WHERE state != 'ended'");
   while (sqlite3_step(q.s) == SQLITE_ROW) {
@@ -106,14 +106,14 @@ std::map<std::string, Lease> Store::leases(bool include_ended) {
   return out;
 }
 
-std::vector<ServiceAccount> Store::serviceAccounts() {
+std::vector<ServiceAccount> SqliteStore::serviceAccounts() {
   std::vector<ServiceAccount> out;
   Stmt q(db_, "SELECT doc FROM service_accounts");
   while (sqlite3_step(q.s) == SQLITE_ROW) out.push_back(serviceAccountFromJson(nlohmann::json::parse(q.column(0))));
   return out;
 }
 
-void Store::saveServiceAccount(const std::string& name, const ServiceAccount* account) {
+void SqliteStore::saveServiceAccount(const std::string& name, const ServiceAccount* account) {
   Stmt q(db_, account ? "INSERT INTO service_accounts (name, doc) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET doc = excluded.doc"
                       : "DELETE FROM service_accounts WHERE name = ?1");
   q.text(1, name);
@@ -121,14 +121,14 @@ void Store::saveServiceAccount(const std::string& name, const ServiceAccount* ac
   if (sqlite3_step(q.s) != SQLITE_DONE) throw StoreError(std::string("database: ") + sqlite3_errmsg(db_));
 }
 
-std::map<std::string, std::string> Store::serverKeys() {
+std::map<std::string, std::string> SqliteStore::serverKeys() {
   std::map<std::string, std::string> out;
   Stmt q(db_, "SELECT name, public_pem FROM server_keys");
   while (sqlite3_step(q.s) == SQLITE_ROW) out[q.column(0)] = q.column(1);
   return out;
 }
 
-void Store::saveServerKey(const std::string& name, const std::string* public_pem) {
+void SqliteStore::saveServerKey(const std::string& name, const std::string* public_pem) {
   Stmt q(db_, public_pem ? "INSERT INTO server_keys (name, public_pem) VALUES (?1, ?2) "
                            "ON CONFLICT(name) DO UPDATE SET public_pem = excluded.public_pem"
                          : "DELETE FROM server_keys WHERE name = ?1");
@@ -137,14 +137,14 @@ void Store::saveServerKey(const std::string& name, const std::string* public_pem
   if (sqlite3_step(q.s) != SQLITE_DONE) throw StoreError(std::string("database: ") + sqlite3_errmsg(db_));
 }
 
-int Store::forgetEndedBefore(int64_t cutoff_unix_s) {
+int SqliteStore::forgetEndedBefore(int64_t cutoff_unix_s) {
   Stmt q(db_, "DELETE FROM leases WHERE state = 'ended' AND COALESCE(json_extract(doc, '$.ended_unix_s'), 0) < ?1");
   sqlite3_bind_int64(q.s, 1, cutoff_unix_s);
   if (sqlite3_step(q.s) != SQLITE_DONE) throw StoreError(std::string("forgetting ended leases: ") + sqlite3_errmsg(db_));
   return sqlite3_changes(db_);
 }
 
-void Store::save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
+void SqliteStore::save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
                  const std::string* policy_text) {
   if (servers.empty() && leases.empty() && !policy_text) return;
   run(prepared(begin_, "BEGIN IMMEDIATE"));
@@ -178,5 +178,7 @@ void Store::save(const Scheduler& s, const std::vector<std::string>& servers, co
     throw;
   }
 }
+
+std::unique_ptr<Store> openStore(const std::string& where) { return std::make_unique<SqliteStore>(where); }
 
 }  // namespace gpool::allocator
