@@ -60,6 +60,10 @@ int main(int argc, char** argv) {
   app.add_option("--config", config, "partition policy (TOML) used when the database holds none; see docs/admin.md");
   app.add_option("--db", db, "SQLite database holding servers, leases and the policy (created when missing)")
       ->capture_default_str();
+  std::string store;
+  app.add_option("--store", store,
+                 "where servers, leases and the policy are kept instead of --db: etcd://HOST:PORT[,HOST:PORT...] (an etcd "
+                 "cluster's client URLs; docs/admin.md). Key files still default beside --db");
   app.add_option("--key-file", key_file,
                  "admin key: a secret that signs admin requests (gpool admin --key-file); keep it on this host and with "
                  "admins (created, mode 0600, when missing; default: the database path + .key)");
@@ -93,15 +97,15 @@ int main(int argc, char** argv) {
   try {
     if (key_file.empty()) key_file = db + ".key";
     if (token_key.empty()) token_key = db + ".token.pem";
-    gpool::allocator::ServiceOptions opt{db, config, gpool::token::loadKey(key_file, true), token_key, munge_socket, socket, tls_cert, tls_key, max_connections};
+    gpool::allocator::ServiceOptions opt{store.empty() ? db : store, config, gpool::token::loadKey(key_file, true), token_key, munge_socket, socket, tls_cert, tls_key, max_connections};
     gpool::allocator::Service service(opt);
     int bound = service.start(host, port);
-    spdlog::info("listening on {}://{}:{}{} (database {}, admin key {}, token key {}: GPU hosts verify with {})",
-                 tls_cert.empty() ? "http" : "https", host, bound, socket.empty() ? "" : " and unix:" + socket, db, key_file, token_key,
+    spdlog::info("listening on {}://{}:{}{} (state in {}, admin key {}, token key {}: GPU hosts verify with {})",
+                 tls_cert.empty() ? "http" : "https", host, bound, socket.empty() ? "" : " and unix:" + socket, opt.db_path, key_file, token_key,
                  gpool::token::Ed25519Key::publicPath(token_key));
     int sig = 0;
     sigwait(&stop_signals, &sig);
-    spdlog::info("signal {}: stopping (state is in {})", sig, db);
+    spdlog::info("signal {}: stopping (state is in {})", sig, store.empty() ? db : store);
     service.stop();
   } catch (const std::exception& e) {
     spdlog::critical("{}", e.what());

@@ -22,7 +22,7 @@
 namespace gpool::allocator {
 
 struct ServiceOptions {
-  std::string db_path;
+  std::string db_path;      // the store: a SQLite file, or etcd://... (store.h)
   std::string config_path;  // TOML policy read at start (a policy stored in the database wins otherwise)
   std::string key;          // the admin key (hex): signs admin requests; held by the allocator's host and admins
   std::string token_key;    // Ed25519 private key file signing lease tokens (created when missing, with its .pub)

@@ -179,6 +179,4 @@ void SqliteStore::save(const Scheduler& s, const std::vector<std::string>& serve
   }
 }
 
-std::unique_ptr<Store> openStore(const std::string& where) { return std::make_unique<SqliteStore>(where); }
-
 }  // namespace gpool::allocator

@@ -1,7 +1,7 @@
 // The allocator's store: where the scheduler's state (servers, leases, the policy) and the identities it
 // knows (service accounts, servers' keys) are kept, so that a restart loses nothing. Every change is
 // written before the API answers. One implementation per kind of store: SQLite, embedded, is the
-// default (sqlite_store.h).
+// default (sqlite_store.h); etcd keeps it in a cluster (etcd_store.h).
 #pragma once
 
 #include <cstdint>
@@ -47,7 +47,8 @@ class Store {
   virtual int forgetEndedBefore(int64_t cutoff_unix_s) = 0;
 };
 
-// The store `where` names: a file path (SQLite, made when missing). Throws StoreError.
+// The store `where` names: etcd://HOST:PORT,... (etcd_store.h), else a file path (SQLite, made when
+// missing). Throws StoreError.
 std::unique_ptr<Store> openStore(const std::string& where);
 
 }  // namespace gpool::allocator

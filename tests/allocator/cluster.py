@@ -132,8 +132,9 @@ def wait_for(predicate, timeout=10.0, step=0.02):
 class Cluster:
     """An allocator and N single-GPU sim servers in a temporary directory."""
 
-    def __init__(self, servers=1, ttl="1s", memory=8 * GIB, server_args=(), policy=POLICY, tls=False):
+    def __init__(self, servers=1, ttl="1s", memory=8 * GIB, server_args=(), policy=POLICY, tls=False, store=None):
         self.server_args = list(server_args)
+        self.store = store  # gpool-allocator --store (etcd://...); None: SQLite in the directory
         self.dir = tempfile.mkdtemp(prefix="gpool-lease-test-")
         os.chmod(self.dir, 0o711)  # the allocator's local socket is reached by other users too
         self.socket = os.path.join(self.dir, "allocator.sock")
@@ -163,6 +164,7 @@ class Cluster:
         with open(os.path.join(self.dir, "allocator.log"), "a") as log:
             self.allocator = subprocess.Popen(
                 [ALLOCATOR, "--listen", f"127.0.0.1:{self.port}", "--db", os.path.join(self.dir, "alloc.db"),
+                 *(["--store", self.store] if self.store else []),
                  "--config", os.path.join(self.dir, "policy.toml"), "--log-level", "debug", "--socket", self.socket,
                  "--munge-socket", MUNGED.socket] + (["--tls-cert", self.cert, "--tls-key", self.tls_key] if self.tls else []),
                 stderr=log)
