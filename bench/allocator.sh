@@ -3,11 +3,12 @@
 # servers x 8 GPUs (1,000 GPUs) heartbeating every second, and lease requests at 1,000/s for 20 s.
 # usage: bench/allocator.sh [BUILD_DIR] [extra gpool_bench_allocator flags]
 # GPOOL_BENCH_LOG=FILE keeps the allocator's log (warnings and errors) in FILE.
+# GPOOL_BENCH_STORE=etcd://... keeps the allocator's state there instead of a fresh SQLite file.
 set -u
 build=$(cd "${1:-$(dirname "$0")/../build}" && pwd); shift || true
 dir=$(mktemp -d)
 trap 'kill $alloc 2>/dev/null; wait $alloc 2>/dev/null; rm -rf "$dir"' EXIT
-"$build/allocator/gpool-allocator" --listen 127.0.0.1:0 --db "$dir/bench.db" --log-level warn 2>"${GPOOL_BENCH_LOG:-$dir/log}" &
+"$build/allocator/gpool-allocator" --listen 127.0.0.1:0 --db "$dir/bench.db" ${GPOOL_BENCH_STORE:+--store "$GPOOL_BENCH_STORE"} --log-level warn 2>"${GPOOL_BENCH_LOG:-$dir/log}" &
 alloc=$!
 for _ in $(seq 100); do [ -f "$dir/bench.db.key" ] && break; sleep 0.05; done
 sleep 0.3
