@@ -343,9 +343,12 @@ class HeldBack {
   bool holds(const Lease& l) const {
     auto it = by_pool_.find(l.req.pool);
     if (it == by_pool_.end()) return false;
-    const std::vector<std::string> round{l.round_type};
-    const auto& mine = l.round_type.empty() ? l.req.gpu_types : round;
-    return std::any_of(it->second.types.begin(), it->second.types.end(), [&](const auto& t) { return typesOverlap(t, mine); });
+    auto overlaps = [&](const std::vector<std::string>& mine) {
+      return std::any_of(it->second.types.begin(), it->second.types.end(), [&](const auto& t) { return typesOverlap(t, mine); });
+    };
+    // A round's choice of type stands for the types it accepts (a list made only then: this runs for
+    // every request held back, on every pass).
+    return l.round_type.empty() ? overlaps(l.req.gpu_types) : overlaps({l.round_type});
   }
   void add(const Lease& l) {  // a round's choice of type stands for the types it accepts
     auto [it, first] = by_pool_.try_emplace(l.req.pool);
