@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
               latencies.empty() ? 0.0 : latencies.back() * 1e3);
   httplib::Client c(url);
   if (auto m = c.Get("/metrics"); m && m->status == 200) {
-    std::printf("--- allocator's own grant-or-queue decision histogram (includes the database write) ---\n");
+    std::printf("--- allocator's own grant-or-queue decision histogram (under its lock; the store write its answer waits for is not in it) ---\n");
     std::istringstream in(m->body);
     for (std::string line; std::getline(in, line);)
       if (line.rfind("gpool_grant_decision", 0) == 0 || line.rfind("gpool_leases_preempted_total", 0) == 0 ||

@@ -1,17 +1,48 @@
 // How gpool-server and the gpool command connect to gpool-allocator over the network: http://HOST:PORT,
 // or https://HOST:PORT with the allocator's certificate verified against a CA file (gpool-server
 // --allocator-ca, GPOOL_CA_FILE) or else the system's CA store.
+//
+// Replicas (issue 16): the URL may list several allocators sharing an etcd store, comma-separated. One
+// leads; the others answer 503 naming it (standbyLeader). AllocatorReplicas follows: to the leader named,
+// else to the next replica, so that a client rides through a failover.
 #pragma once
 
 #include <httplib.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace gpool::token {
 
 // A client for `url` with its timeouts set. Throws std::invalid_argument naming the fix for a URL that is
 // neither http:// nor https://, or a CA file that cannot be read.
 std::unique_ptr<httplib::Client> allocatorClient(const std::string& url, const std::string& ca_file, int read_timeout_s);
+
+// The leader a standby named in its answer, or "" when the answer is not a standby's.
+std::string standbyLeader(int status, const std::string& body);
+
+class AllocatorReplicas {
+ public:
+  // `urls`: one URL or several, comma-separated. Throws std::invalid_argument as allocatorClient does.
+  AllocatorReplicas(const std::string& urls, std::string ca_file, int read_timeout_s);
+  const std::string& url() const { return urls_[current_]; }  // the replica to ask
+  httplib::Client& client() { return *clients_[current_]; }
+  size_t size() const { return urls_.size(); }
+  void startRound() { tried_ = 1; }  // a new request: every replica may be tried again
+  // After asking url(): no answer came (`leader` ""), or a standby named `leader` (" ": none known).
+  // Moves to the leader named, else to the next replica. Returns whether one not yet tried in this
+  // round remains: false once every one was (then wait, and start another round).
+  bool next(const std::string& leader);
+  std::string all() const;  // the list, for messages
+
+ private:
+  size_t indexOf(const std::string& url);  // adds a leader not listed
+  std::vector<std::string> urls_;
+  std::vector<std::unique_ptr<httplib::Client>> clients_;
+  std::string ca_file_;
+  int read_timeout_s_;
+  size_t current_ = 0, tried_ = 1;
+};
 
 }  // namespace gpool::token

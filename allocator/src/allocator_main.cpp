@@ -1,10 +1,15 @@
 // gpool-allocator: the control plane. Inventory of gpool-servers and their GPUs, partition policies,
 // the lease queue, signed lease tokens; state in SQLite. API: docs/api.md.
 #include <CLI/CLI.hpp>
+#include <linux/close_range.h>
 #include <signal.h>
+#include <unistd.h>
 #include <sys/resource.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "elastic_pool.h"
 #include "gpool/protocol/transport.h"
@@ -30,6 +35,17 @@ void raiseOpenFileLimit(size_t max_connections) {
                  "--max-connections; more wait in the listen backlog. Raise the limit (systemd LimitNOFILE=, ulimit -n) "
                  "or lower --max-connections",
                  r.rlim_cur, budget, max_connections);
+}
+
+// Another replica leads now: this process starts again from nothing, as a standby. Its descriptors (the
+// listening sockets among them) close on exec, so that the new image can bind them again.
+[[noreturn]] void startAgainAsStandby(char** argv) {
+  spdlog::critical("starting again as a standby");
+  spdlog::default_logger()->flush();
+  ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+  ::execv("/proc/self/exe", argv);
+  spdlog::critical("cannot start again ({}): exiting", std::strerror(errno));
+  std::_Exit(3);
 }
 
 }  // namespace
@@ -60,10 +76,20 @@ int main(int argc, char** argv) {
   app.add_option("--config", config, "partition policy (TOML) used when the database holds none; see docs/admin.md");
   app.add_option("--db", db, "SQLite database holding servers, leases and the policy (created when missing)")
       ->capture_default_str();
-  std::string store;
+  std::string store, advertise;
   app.add_option("--store", store,
                  "where servers, leases and the policy are kept instead of --db: etcd://HOST:PORT[,HOST:PORT...] (an etcd "
-                 "cluster's client URLs; docs/admin.md). Key files still default beside --db");
+                 "cluster's client URLs; docs/admin.md). Several allocators may share one: one leads, the others stand by "
+                 "and take over within --leader-ttl when it stops. Give them all the same --key-file and --token-key");
+  app.add_option("--advertise", advertise,
+                 "with --store etcd://: the URL clients reach this allocator at, which standbys give them while it leads "
+                 "(default: http(s)://HOST:PORT of --listen, with this host's name for 0.0.0.0)");
+  int leader_ttl_s = 3;
+  app.add_option("--leader-ttl", leader_ttl_s,
+                 "with --store etcd://: seconds a leader that stopped answering etcd (dead, or cut off) keeps the lead; "
+                 "a standby takes over after about as long")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 60));
   app.add_option("--key-file", key_file,
                  "admin key: a secret that signs admin requests (gpool admin --key-file); keep it on this host and with "
                  "admins (created, mode 0600, when missing; default: the database path + .key)");
@@ -98,6 +124,9 @@ int main(int argc, char** argv) {
     if (key_file.empty()) key_file = db + ".key";
     if (token_key.empty()) token_key = db + ".token.pem";
     gpool::allocator::ServiceOptions opt{store.empty() ? db : store, config, gpool::token::loadKey(key_file, true), token_key, munge_socket, socket, tls_cert, tls_key, max_connections};
+    opt.advertise = advertise;
+    opt.leader_ttl_s = leader_ttl_s;
+    opt.on_deposed = [argv] { startAgainAsStandby(argv); };
     gpool::allocator::Service service(opt);
     int bound = service.start(host, port);
     spdlog::info("listening on {}://{}:{}{} (state in {}, admin key {}, token key {}: GPU hosts verify with {})",

@@ -1,9 +1,6 @@
 // The allocator's state in etcd (etcd_store.h).
 #include "etcd_store.h"
 
-#include <httplib.h>
-#include <openssl/evp.h>
-
 #include "model_json.h"
 
 namespace gpool::allocator {
@@ -14,24 +11,8 @@ using nlohmann::json;
 
 const std::string kPrefix = "/gpool/";
 
-std::string base64(const std::string& in) {
-  std::string out(4 * ((in.size() + 2) / 3), '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), reinterpret_cast<const unsigned char*>(in.data()),
-                          static_cast<int>(in.size()));
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
-
-std::string unbase64(const std::string& in) {
-  if (in.empty()) return "";
-  std::string out(3 * in.size() / 4 + 3, '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()), reinterpret_cast<const unsigned char*>(in.data()),
-                          static_cast<int>(in.size()));
-  if (n < 0) throw StoreError("etcd answered a value that is not base64");
-  size_t pad = in.size() >= 2 && in[in.size() - 1] == '=' ? (in[in.size() - 2] == '=' ? 2 : 1) : 0;
-  out.resize(static_cast<size_t>(n) - pad);
-  return out;
-}
+std::string base64(const std::string& in) { return etcdBase64(in); }
+std::string unbase64(const std::string& in) { return etcdUnbase64(in); }
 
 // The key just past every key that starts with `prefix` (etcd's range_end for a prefix).
 std::string prefixEnd(std::string prefix) {
@@ -41,54 +22,24 @@ std::string prefixEnd(std::string prefix) {
 
 }  // namespace
 
-EtcdStore::EtcdStore(const std::string& url) {
-  const std::string scheme = "etcd://";
-  if (url.rfind(scheme, 0) != 0) throw StoreError("an etcd store is named etcd://HOST:PORT[,HOST:PORT...], not " + url);
-  std::string rest = url.substr(scheme.size());
-  for (size_t start = 0; start <= rest.size();) {
-    size_t comma = rest.find(',', start);
-    std::string ep = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (ep.empty() || ep.find(':') == std::string::npos || ep.find('/') != std::string::npos)
-      throw StoreError("etcd endpoint '" + ep + "' in " + url + " is not HOST:PORT");
-    endpoints_.push_back(ep);
-    auto c = std::make_unique<httplib::Client>("http://" + ep);
-    c->set_connection_timeout(2, 0);
-    c->set_read_timeout(5, 0);
-    c->set_write_timeout(5, 0);
-    clients_.push_back(std::move(c));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  call("/v3/maintenance/status", json::object());  // a member answers, or the allocator does not start
+EtcdStore::EtcdStore(const std::string& url) : etcd_(url), leader_(url) {
+  etcd_.call("/v3/maintenance/status", json::object());  // a member answers, or the allocator does not start
 }
 
 EtcdStore::~EtcdStore() = default;
 
-json EtcdStore::call(const std::string& path, const json& body) {
-  std::string why;
-  for (size_t tried = 0; tried < clients_.size(); ++tried) {
-    size_t i = (current_ + tried) % clients_.size();
-    auto r = clients_[i]->Post(path.c_str(), body.dump(), "application/json");
-    if (!r) {
-      why += endpoints_[i] + ": " + httplib::to_string(r.error()) + "; ";
-      continue;
-    }
-    json j = json::parse(r->body, nullptr, false);
-    if (r->status != 200 || !j.is_object()) {
-      std::string error = j.is_object() && j.contains("error") ? j["error"].dump() : r->body;
-      if (r->status >= 500 || r->status == 0) {  // this member cannot serve now (no leader, stopping): the next
-        why += endpoints_[i] + ": " + std::to_string(r->status) + " " + error + "; ";
-        continue;
-      }
-      throw StoreError("etcd " + endpoints_[i] + " refused " + path + ": " + std::to_string(r->status) + " " + error +
-                       (error.find("too many operations") != std::string::npos
-                            ? " (start etcd with a larger --max-txn-ops: one allocator change writes every record it touched)"
-                            : ""));
-    }
-    current_ = i;
-    return j;
-  }
-  throw StoreError("no etcd member answered " + path + ": " + why);
+bool EtcdStore::lead(Campaign c) { return leading_ = leader_.campaign(std::move(c)); }
+
+void EtcdStore::agreeOn(const std::string& secret, const std::string& fingerprint, const std::string& fix) {
+  const std::string key = base64(kPrefix + "fingerprints/" + secret);
+  json txn = etcd_.call("/v3/kv/txn", {{"compare", json::array({{{"key", key}, {"target", "CREATE"}, {"create_revision", "0"}}})},
+                                       {"success", json::array({{{"request_put", {{"key", key}, {"value", base64(fingerprint)}}}}})},
+                                       {"failure", json::array({{{"request_range", {{"key", key}}}}})}});
+  if (txn.value("succeeded", false)) return;
+  std::string recorded = unbase64(txn.at("responses").at(0).at("response_range").at("kvs").at(0).value("value", ""));
+  if (recorded != fingerprint)
+    throw StoreError("this allocator's " + secret + " (fingerprint " + fingerprint + ") is not the one the replicas sharing " + etcd_.url() +
+                     " use (fingerprint " + recorded + "): " + fix);
 }
 
 EtcdStore::Op EtcdStore::put(const std::string& key, const std::string& value) {
@@ -99,7 +50,7 @@ EtcdStore::Op EtcdStore::erase(const std::string& key) { return {{"request_delet
 
 std::vector<std::pair<std::string, std::string>> EtcdStore::range(const std::string& prefix) {
   const std::string from = kPrefix + prefix;
-  json j = call("/v3/kv/range", {{"key", base64(from)}, {"range_end", base64(prefixEnd(from))}});
+  json j = etcd_.call("/v3/kv/range", {{"key", base64(from)}, {"range_end", base64(prefixEnd(from))}});
   std::vector<std::pair<std::string, std::string>> out;
   if (j.contains("kvs") && j["kvs"].is_array())
     for (const auto& kv : j["kvs"])
@@ -108,7 +59,12 @@ std::vector<std::pair<std::string, std::string>> EtcdStore::range(const std::str
 }
 
 void EtcdStore::commit(const std::vector<Op>& ops) {
-  if (!ops.empty()) call("/v3/kv/txn", {{"success", ops}});
+  if (ops.empty()) return;
+  json txn = {{"success", ops}};
+  if (leading_)  // the key this allocator created, still there: nobody took over
+    txn["compare"] = json::array({{{"key", base64(EtcdLeader::kKey)}, {"target", "CREATE"}, {"create_revision", std::to_string(leader_.revision())}}});
+  if (!etcd_.call("/v3/kv/txn", txn).value("succeeded", false))
+    throw StoreDeposed("this allocator no longer leads the replicas sharing " + etcd_.url() + " (its etcd lease lapsed): it wrote nothing");
 }
 
 std::optional<std::string> EtcdStore::policyText() {
@@ -155,14 +111,11 @@ void EtcdStore::saveServerKey(const std::string& name, const std::string* public
   commit({public_pem ? put("server-keys/" + name, *public_pem) : erase("server-keys/" + name)});
 }
 
-void EtcdStore::save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
-                     const std::string* policy_text) {
+void EtcdStore::write(const Changes& c) {
   std::vector<Op> ops;
-  if (policy_text) ops.push_back(put("policy", *policy_text));
-  for (const auto& name : servers)
-    if (auto it = s.servers().find(name); it != s.servers().end()) ops.push_back(put("servers/" + name, toJson(it->second).dump()));
-  for (const auto& id : leases)
-    if (const Lease* l = s.lease(id)) ops.push_back(put("leases/" + id, toJson(*l, LeaseView::kRecord).dump()));
+  if (c.policy) ops.push_back(put("policy", *c.policy));
+  for (const auto& [name, doc] : c.servers) ops.push_back(put("servers/" + name, doc));
+  for (const auto& [id, record] : c.leases) ops.push_back(put("leases/" + id, record.doc));
   commit(ops);
 }
 

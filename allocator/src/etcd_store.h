@@ -1,7 +1,8 @@
 // The allocator's state in etcd (issue 16; gpool-allocator --store etcd://HOST:PORT,HOST:PORT,...),
-// through etcd's v3 JSON gateway over HTTP: one key per record under /gpool/, each holding the same JSON
-// document the SQLite store keeps. save() writes in one etcd transaction (all or nothing). The endpoints
-// are tried in turn: any member of the cluster answers.
+// through etcd's v3 JSON gateway over HTTP (etcd_client.h): one key per record under /gpool/, each holding
+// the same JSON document the SQLite store keeps. write() is one etcd transaction (all or nothing).
+// Several allocators may share it: one leads (etcd_leader.h), and each of its transactions holds only
+// while it still leads.
 #pragma once
 
 #include <memory>
@@ -11,11 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "etcd_client.h"
+#include "etcd_leader.h"
 #include "store.h"
-
-namespace httplib {
-class Client;
-}
 
 namespace gpool::allocator {
 
@@ -23,7 +22,12 @@ class EtcdStore : public Store {
  public:
   // `url`: etcd://HOST:PORT[,HOST:PORT...]. Throws StoreError for a malformed URL, or when no member answers.
   explicit EtcdStore(const std::string& url);
-  ~EtcdStore() override;
+  ~EtcdStore() override;  // resigns the lead, if it held it
+
+  bool replicated() const override { return true; }
+  bool lead(Campaign c) override;
+  std::string leaderSeen() override { return leader_.leaderSeen(); }
+  void agreeOn(const std::string& secret, const std::string& fingerprint, const std::string& fix) override;
 
   std::optional<std::string> policyText() override;
   std::map<std::string, Server> servers() override;
@@ -33,20 +37,18 @@ class EtcdStore : public Store {
   std::map<std::string, std::string> serverKeys() override;
   void saveServerKey(const std::string& name, const std::string* public_pem) override;
   void checkpoint() override {}  // etcd compacts its own history (its --auto-compaction-* flags)
-  void save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
-            const std::string* policy_text = nullptr) override;
+  void write(const Changes& changes) override;
   int forgetEndedBefore(int64_t cutoff_unix_s) override;
 
  private:
   using Op = nlohmann::json;  // one request of a transaction
   static Op put(const std::string& key, const std::string& value);
   static Op erase(const std::string& key);
-  nlohmann::json call(const std::string& path, const nlohmann::json& body);  // POST to a member that answers
   std::vector<std::pair<std::string, std::string>> range(const std::string& prefix);  // (key, value) under prefix
-  void commit(const std::vector<Op>& ops);  // one transaction
-  std::vector<std::string> endpoints_;
-  std::vector<std::unique_ptr<httplib::Client>> clients_;
-  size_t current_ = 0;  // the member that answered last
+  void commit(const std::vector<Op>& ops);  // one transaction, guarded by the lead once it is held
+  EtcdClient etcd_;
+  EtcdLeader leader_;
+  bool leading_ = false;
 };
 
 }  // namespace gpool::allocator

@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "etcd_leader.h"
 #include "lease_token.h"
 #include "model_json.h"
 
@@ -56,6 +58,18 @@ int64_t Service::now() const {
 
 Service::Service(ServiceOptions options) : opt_(std::move(options)), auth_(opt_.key, opt_.munge_socket) {
   store_ = openStore(opt_.db_path);
+  commits_ = std::make_unique<GroupCommit>(*store_, [this] { deposed(); });
+  token::Ed25519Key key = token::Ed25519Key::loadPrivate(opt_.token_key, true);
+  // Tokens one replica signed must verify after a failover; admins' signatures must hold at every replica.
+  store_->agreeOn("token-key", token::sha256Hex(key.publicPem()).substr(0, 16),
+                  "give every replica a copy of the same --token-key file (and its .pub)");
+  store_->agreeOn("admin-key", token::sha256Hex("gpool admin key fingerprint\n" + opt_.key).substr(0, 16),
+                  "give every replica a copy of the same --key-file");
+  decision_seconds_.assign(4096, 0);
+  if (!store_->replicated()) load();
+}
+
+void Service::load() {
   Policy policy;
   std::string source;
   if (auto stored = store_->policyText()) {
@@ -89,14 +103,51 @@ Service::Service(ServiceOptions options) : opt_(std::move(options)), auth_(opt_.
   sched_->restore(std::move(servers), std::move(leases), now());
   std::string text = policy.source;
   persist(&text);
-  decision_seconds_.assign(4096, 0);
 }
 
 Service::~Service() { stop(); }
 
 void Service::persist(const std::string* policy_text) {
-  store_->save(*sched_, sched_->takeDirtyServers(), sched_->takeDirtyLeases(), policy_text);
+  commits_->stage(Changes::of(*sched_, sched_->takeDirtyServers(), sched_->takeDirtyLeases(), policy_text));
   changed_.notify_all();
+}
+
+void Service::deposed() {
+  leading_ = false;
+  if (opt_.on_deposed) opt_.on_deposed();
+}
+
+void Service::campaign() {
+  Campaign c;
+  c.me = opt_.advertise;
+  c.ttl_s = opt_.leader_ttl_s;
+  c.stop = &stopping_;
+  c.standing_by = [this](const std::string& leader) {
+    spdlog::info("standing by: {} leads the replicas sharing {}; this one takes over when it stops", gpool::printable(leader), opt_.db_path);
+  };
+  c.lost = [this] { deposed(); };
+  try {
+    if (!store_->lead(std::move(c)) || stopping_) return;
+    std::lock_guard lock(mu_);
+    load();
+  } catch (const std::exception& e) {
+    spdlog::critical("taking the lead: {}", e.what());
+    deposed();
+    return;
+  }
+  spdlog::info("leading: this allocator ({}) now decides for the replicas sharing {}", opt_.advertise, opt_.db_path);
+  leading_ = true;
+  tick_thread_ = std::thread([this] { tickLoop(); });
+}
+
+bool Service::standingBy(const std::string& path, httplib::Response& res) {
+  if (leading_ || path == "/metrics") return false;
+  std::string leader = store_->leaderSeen();
+  res.set_header("Retry-After", "1");
+  reply(res, 503, {{"error", leader.empty() ? "this gpool-allocator replica is starting or standing by, and no leader is known yet; try again"
+                                             : "this gpool-allocator replica is standing by; the leader is " + leader},
+                   {"standby", true}, {"leader", leader}});
+  return true;
 }
 
 namespace {
@@ -114,6 +165,18 @@ class WideBacklog : public Base {
   }
   int fd() const { return this->svr_sock_; }
 };
+
+// Where clients reach an allocator listening on HOST:PORT: what standbys tell them while it leads.
+std::string advertisedUrl(std::string host, int port, bool tls) {
+  if (host == "0.0.0.0" || host == "::" || host.empty()) {
+    char name[256] = {};
+    ::gethostname(name, sizeof name - 1);
+    host = name;
+  } else if (host.find(':') != std::string::npos) {
+    host = "[" + host + "]";
+  }
+  return std::string(tls ? "https://" : "http://") + host + ":" + std::to_string(port);
+}
 
 }  // namespace
 
@@ -142,7 +205,13 @@ int Service::start(const std::string& host, int port) {
     local_->listenLocal(opt_.local_socket);
   }
   serve_thread_ = std::thread([this] { tcp_->listen_after_bind(); });
-  tick_thread_ = std::thread([this] { tickLoop(); });
+  if (opt_.advertise.empty()) opt_.advertise = advertisedUrl(host, bound, !opt_.tls_cert.empty());
+  if (store_->replicated()) {
+    campaign_thread_ = std::thread([this] { campaign(); });
+  } else {
+    leading_ = true;
+    tick_thread_ = std::thread([this] { tickLoop(); });
+  }
   return bound;
 }
 
@@ -157,13 +226,20 @@ void Service::serve(httplib::Server& s) {
   s.set_payload_max_length(kMaxBody);
   // httplib limits only bodies with a Content-Length: a chunked one is refused from its headers, unread.
   s.set_tcp_nodelay(true);  // replies go out in several writes: no Nagle/delayed-ACK stalls
-  s.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (standingBy(req.path, res)) return httplib::Server::HandlerResponse::Handled;
     std::string encoding = req.get_header_value("Transfer-Encoding");
     std::transform(encoding.begin(), encoding.end(), encoding.begin(), [](unsigned char ch) { return std::tolower(ch); });
     if (encoding.empty()) return httplib::Server::HandlerResponse::Unhandled;
     res.set_header("Connection", "close");
     error(res, 411, "request bodies must come with a Content-Length (at most 1 MiB), not a Transfer-Encoding");
     return httplib::Server::HandlerResponse::Handled;
+  });
+  // Nothing an answer says may be lost by a crash: it waits until every change made before it is written.
+  s.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
+    if (commits_->waitForStaged(std::chrono::seconds(30))) return;
+    res.set_header("Connection", "close");
+    error(res, 503, "this allocator could not store its state (it no longer leads, or its store is out of reach); ask again");
   });
   serverRoutes(s);
   leaseRoutes(s);
@@ -174,6 +250,7 @@ void Service::serve(httplib::Server& s) {
 void Service::stop() {
   if (stopping_.exchange(true)) return;
   changed_.notify_all();  // long polls answer at once
+  if (campaign_thread_.joinable()) campaign_thread_.join();
   if (tick_thread_.joinable()) tick_thread_.join();  // first: it looks at the listener's thread pool
   pool_ = nullptr;
   if (tcp_) tcp_->stop();
@@ -186,7 +263,7 @@ void Service::forgetEndedLeases() {
   std::lock_guard lock(mu_);  // the store's connection is the request path's too
   int64_t cutoff = unixSeconds() - std::chrono::duration_cast<std::chrono::seconds>(sched_->policy().ended_lease_retention).count();
   try {
-    if (int n = store_->forgetEndedBefore(cutoff)) spdlog::info("forgot {} lease(s) that ended more than the retention period ago", n);
+    if (int n = commits_->direct([&] { return store_->forgetEndedBefore(cutoff); })) spdlog::info("forgot {} lease(s) that ended more than the retention period ago", n);
   } catch (const std::exception& e) {
     spdlog::error("forgetting ended leases: {}", e.what());
   }
@@ -593,7 +670,7 @@ void Service::adminRoutes(httplib::Server& s) {
       return error(res, 400, std::string("the body must be the server's public key: ") + e.what());
     }
     std::lock_guard lock(mu_);
-    store_->saveServerKey(name, &req.body);
+    commits_->direct([&] { store_->saveServerKey(name, &req.body); });
     spdlog::info("server {} enrolled by {}", name, gpool::printable(who->who.user));
     reply(res, 200, {{"server", name}, {"enrolled", true}});
   });
@@ -604,7 +681,7 @@ void Service::adminRoutes(httplib::Server& s) {
     std::string name = req.matches[1];
     if (!auth_.removeServer(name)) return error(res, 404, "server '" + gpool::printable(name) + "' is not enrolled");
     std::lock_guard lock(mu_);
-    store_->saveServerKey(name, nullptr);
+    commits_->direct([&] { store_->saveServerKey(name, nullptr); });
     spdlog::info("server {} unenrolled by {}: its requests are refused from now on", name, gpool::printable(who->who.user));
     reply(res, 200, {{"server", name}, {"enrolled", false}});
   });
@@ -623,7 +700,7 @@ void Service::adminRoutes(httplib::Server& s) {
       return error(res, 400, e.what());
     }
     std::lock_guard lock(mu_);
-    store_->saveServiceAccount(issued.name, &issued);
+    commits_->direct([&] { store_->saveServiceAccount(issued.name, &issued); });
     spdlog::info("service account {} {} by {}", issued.name, j.value("rotate", false) ? "given a new key" : "created",
                  gpool::printable(who->who.user));
     reply(res, 201, {{"name", issued.name}, {"groups", issued.groups}, {"key", key}});
@@ -641,7 +718,7 @@ void Service::adminRoutes(httplib::Server& s) {
     std::string name = req.matches[1];
     if (!auth_.removeAccount(name)) return error(res, 404, "no service account '" + gpool::printable(name) + "'");
     std::lock_guard lock(mu_);
-    store_->saveServiceAccount(name, nullptr);
+    commits_->direct([&] { store_->saveServiceAccount(name, nullptr); });
     spdlog::info("service account {} deleted", name);
     reply(res, 200, {{"name", name}, {"deleted", true}});
   });
@@ -713,7 +790,8 @@ void Service::readRoutes(httplib::Server& s) {
     };
     reply(res, 200, {{"servers", servers}, {"leases", leases}, {"queue", queue}, {"pools", pools}, {"queues", queuesJson()},
                      {"measured_throughput", measuredJson(sched_->throughputs())},
-                     {"measured_launch_rate", measuredJson(sched_->launchRates())}});
+                     {"measured_launch_rate", measuredJson(sched_->launchRates())},
+                     {"leader", store_->replicated() ? json(opt_.advertise) : json(nullptr)}});
   });
 
   s.Get("/v1/policy", [this](const httplib::Request&, httplib::Response& res) {
@@ -722,8 +800,11 @@ void Service::readRoutes(httplib::Server& s) {
   });
 
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    std::lock_guard lock(mu_);
     std::ostringstream o;
+    o << "# HELP gpool_allocator_leader Whether this allocator decides (1), or stands by for another replica (0).\n"
+      << "# TYPE gpool_allocator_leader gauge\ngpool_allocator_leader " << (leading_ ? 1 : 0) << "\n";
+    if (!leading_) return res.set_content(o.str(), "text/plain; version=0.0.4");
+    std::lock_guard lock(mu_);
     size_t gpus = 0, up = 0, shares = 0;
     double used = 0;
     for (const auto& [name, srv] : sched_->servers()) {
@@ -755,7 +836,7 @@ void Service::readRoutes(httplib::Server& s) {
       << "# HELP gpool_leases_rotated_total Notices given by pools' rounds (round, order max-min): other jobs' turn, or a move to another GPU type.\n"
       << "# TYPE gpool_leases_rotated_total counter\n"
       << "gpool_leases_rotated_total " << sched_->rotated() << "\n"
-      << "# HELP gpool_grant_decision_seconds Time to grant, queue or refuse a request (including the database write).\n"
+      << "# HELP gpool_grant_decision_seconds Time to grant, queue or refuse a request (without the store write its answer then waits for).\n"
       << "# TYPE gpool_grant_decision_seconds histogram\n";
     uint64_t cum = 0;
     for (size_t i = 0; i < std::size(kBuckets); ++i) {
@@ -776,6 +857,10 @@ void Service::readRoutes(httplib::Server& s) {
         o << "gpool_grant_decision_recent_seconds{quantile=\"" << q << "\"} "
           << recent[std::min(recent.size() - 1, static_cast<size_t>(q * static_cast<double>(recent.size())))] << "\n";
     queueMetrics(o);
+    o << "# HELP gpool_store_transactions_total Store transactions written (each holds the changes of one request or more).\n"
+      << "# TYPE gpool_store_transactions_total counter\ngpool_store_transactions_total " << commits_->transactions() << "\n"
+      << "# HELP gpool_store_changes_total Changes (requests, ticks) written to the store.\n"
+      << "# TYPE gpool_store_changes_total counter\ngpool_store_changes_total " << commits_->changesWritten() << "\n";
     res.set_content(o.str(), "text/plain; version=0.0.4");
   });
 

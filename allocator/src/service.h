@@ -1,9 +1,10 @@
 // gpool-allocator's HTTP/JSON API (docs/api.md) over the scheduler and the store: one mutex around the
-// state, every change persisted before the answer, a background tick for heartbeat timeouts, and
-// Prometheus metrics.
+// state, every change written to the store before any answer goes out (group_commit.h), a background
+// tick for heartbeat timeouts, and Prometheus metrics.
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,7 @@
 
 #include "authenticator.h"
 #include "elastic_pool.h"
+#include "group_commit.h"
 #include "local_socket.h"
 #include "scheduler.h"
 #include "store.h"
@@ -30,6 +32,12 @@ struct ServiceOptions {
   std::string local_socket; // a Unix socket serving the API to local users, identified by the kernel ("" = none)
   std::string tls_cert, tls_key;  // PEM files: the TCP listener serves HTTPS ("" = plain HTTP)
   size_t max_connections = 4096;  // connections served at once, per listener (a thread each, made as needed)
+  // Replicas sharing a store (etcd; issue 16): the URL clients reach this one at, which standbys give
+  // them while it leads; how long its lead outlives it; what to do once another leads (the process
+  // starts again, as a standby).
+  std::string advertise;
+  int leader_ttl_s = 3;
+  std::function<void()> on_deposed;
 };
 
 class Service {
@@ -60,7 +68,13 @@ class Service {
   bool mayActFor(const httplib::Request& req, const Caller& c, const Lease& l);
   // The caller when an admin; otherwise replies 401 or 403 and returns nullopt (takes mu_ briefly).
   std::optional<Caller> admin(const httplib::Request& req, httplib::Response& res);
-  void persist(const std::string* policy_text = nullptr);  // with mu_ held
+  void load();  // the state, from the store, once this allocator leads it
+  void campaign();  // stands by until this allocator leads its replicated store, then loads and serves
+  void deposed();   // another leads: nothing more is written or answered
+  // A standby's answer (503, naming the leader); false when this allocator leads or `path` is /metrics.
+  bool standingBy(const std::string& path, httplib::Response& res);
+  // Stages the scheduler's changes for the store (mu_ held); every answer waits until they are written.
+  void persist(const std::string* policy_text = nullptr);
   void tickLoop();
   void grantTheRest();  // what the last tick left to grantMore()
   // Whether requests wait unread: connections not yet accepted, or accepted and waiting for a thread.
@@ -70,6 +84,7 @@ class Service {
 
   ServiceOptions opt_;
   std::unique_ptr<Store> store_;
+  std::unique_ptr<GroupCommit> commits_;  // every change written to store_ (destroyed first: it writes the rest)
   std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<httplib::Server> tcp_;  // HTTPS when a certificate is given
   std::unique_ptr<LocalSocketServer> local_;
@@ -78,8 +93,9 @@ class Service {
   Authenticator auth_;
   std::mutex mu_;
   std::condition_variable changed_;
-  std::thread serve_thread_, tick_thread_;
+  std::thread serve_thread_, tick_thread_, campaign_thread_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> leading_{false};  // the state is loaded and this allocator writes the store
 
   // metrics (under mu_)
   uint64_t requests_ = 0, grants_ = 0, refusals_ = 0, queued_ = 0;

@@ -144,32 +144,27 @@ int SqliteStore::forgetEndedBefore(int64_t cutoff_unix_s) {
   return sqlite3_changes(db_);
 }
 
-void SqliteStore::save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
-                 const std::string* policy_text) {
-  if (servers.empty() && leases.empty() && !policy_text) return;
+void SqliteStore::write(const Changes& c) {
+  if (c.empty()) return;
   run(prepared(begin_, "BEGIN IMMEDIATE"));
   try {
-    if (policy_text) {
+    if (c.policy) {
       Stmt p(db_, "INSERT INTO policy (id, toml) VALUES (1, ?1) ON CONFLICT(id) DO UPDATE SET toml = excluded.toml");
-      p.text(1, *policy_text);
+      p.text(1, *c.policy);
       if (sqlite3_step(p.s) != SQLITE_DONE) throw StoreError(std::string("database: ") + sqlite3_errmsg(db_));
     }
-    for (const auto& name : servers) {
-      auto it = s.servers().find(name);
-      if (it == s.servers().end()) continue;
+    for (const auto& [name, doc] : c.servers) {
       sqlite3_stmt* st = prepared(upsert_server_, "INSERT INTO servers (name, doc) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET doc = excluded.doc");
       bindText(st, 1, name);
-      bindText(st, 2, toJson(it->second).dump());
+      bindText(st, 2, doc);
       run(st);
     }
-    for (const auto& id : leases) {
-      const Lease* l = s.lease(id);
-      if (!l) continue;
+    for (const auto& [id, record] : c.leases) {
       sqlite3_stmt* st = prepared(upsert_lease_, "INSERT INTO leases (id, state, doc) VALUES (?1, ?2, ?3) "
                                                  "ON CONFLICT(id) DO UPDATE SET state = excluded.state, doc = excluded.doc");
       bindText(st, 1, id);
-      bindText(st, 2, stateName(l->state));
-      bindText(st, 3, toJson(*l, LeaseView::kRecord).dump());
+      bindText(st, 2, stateName(record.state));
+      bindText(st, 3, record.doc);
       run(st);
     }
     run(prepared(commit_, "COMMIT"));

@@ -26,13 +26,12 @@ class SqliteStore : public Store {
   // Moves the write-ahead log into the database (on a connection of its own, so commits of the request
   // path never pay for it; SQLite's automatic checkpoints are off).
   void checkpoint() override;
-  void save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
-            const std::string* policy_text = nullptr) override;
+  void write(const Changes& changes) override;
   int forgetEndedBefore(int64_t cutoff_unix_s) override;
 
  private:
   void exec(const char* sql);
-  // save()'s statements, prepared once (parsing them cost as much as the writes on the request path).
+  // write()'s statements, prepared once (parsing them cost as much as the writes on the request path).
   sqlite3_stmt* prepared(sqlite3_stmt*& slot, const char* sql);
   void run(sqlite3_stmt* s);  // steps a statement that returns no rows, then resets it
   sqlite3_stmt* begin_ = nullptr;

@@ -4,6 +4,7 @@
 // default (sqlite_store.h); etcd keeps it in a cluster (etcd_store.h).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -22,6 +23,31 @@ class StoreError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// This allocator no longer leads the store (another may): it must write nothing more.
+class StoreDeposed : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+struct Campaign;  // etcd_leader.h
+
+// Records as they were when a change was made (taken with the scheduler's lock held), to be written later.
+struct Changes {
+  struct LeaseRecord {
+    LeaseState state;
+    std::string doc;
+  };
+  std::optional<std::string> policy;
+  std::map<std::string, std::string> servers;  // name → its record (JSON)
+  std::map<std::string, LeaseRecord> leases;   // id → its record
+  // The named records of `s` now (missing ones are left out), and the policy text when given.
+  static Changes of(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
+                    const std::string* policy_text);
+  bool empty() const { return !policy && servers.empty() && leases.empty(); }
+  size_t size() const { return (policy ? 1 : 0) + servers.size() + leases.size(); }
+  void add(Changes&& later);  // a later change's records replace this one's
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -29,6 +55,18 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
+  // Replicas (issue 16): whether several allocators may share this store, one leading at a time.
+  virtual bool replicated() const { return false; }
+  // Blocks until this allocator leads the store (true) or the campaign's stop flag is set (false). From
+  // then on every write is refused (StoreDeposed) once another leads. A store that only one allocator
+  // opens (SQLite) leads at once.
+  virtual bool lead(Campaign c);
+  virtual std::string leaderSeen() { return ""; }  // while standing by: the leader's URL, when known
+  // Checks that every replica holds the same secret, by a fingerprint of it that reveals nothing: the first
+  // to start records it; a replica whose fingerprint differs gets a StoreError naming the fix.
+  virtual void agreeOn(const std::string& secret, const std::string& fingerprint, const std::string& fix) {
+    (void)secret, (void)fingerprint, (void)fix;
+  }
   virtual std::optional<std::string> policyText() = 0;
   virtual std::map<std::string, Server> servers() = 0;
   virtual std::map<std::string, Lease> leases(bool include_ended) = 0;
@@ -39,9 +77,13 @@ class Store {
   virtual void saveServerKey(const std::string& name, const std::string* public_pem) = 0;  // nullptr: deletes it
   // Housekeeping off the request path, about once a second (without the scheduler's lock).
   virtual void checkpoint() = 0;
+  // Writes changes, all or nothing.
+  virtual void write(const Changes& changes) = 0;
   // Writes the named records' current state (and the policy text when given), all or nothing.
-  virtual void save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
-                    const std::string* policy_text = nullptr) = 0;
+  void save(const Scheduler& s, const std::vector<std::string>& servers, const std::vector<std::string>& leases,
+            const std::string* policy_text = nullptr) {
+    write(Changes::of(s, servers, leases, policy_text));
+  }
   // Deletes the leases that ended before `cutoff_unix_s` by the wall clock (the policy's retention
   // period; ones recorded before their end time was kept count as ended long ago); returns how many.
   virtual int forgetEndedBefore(int64_t cutoff_unix_s) = 0;

@@ -17,8 +17,7 @@ namespace gpool::server {
 AllocatorLink::AllocatorLink(std::string url, const std::string& ca_file, token::Ed25519Key key, std::string name, std::string registration,
                              std::function<void(const std::string&)> revoked, Live live)
     : url_(std::move(url)), key_(std::move(key)), name_(std::move(name)), registration_(std::move(registration)),
-      cli_(token::allocatorClient(url_, ca_file, 5)), revoked_(std::move(revoked)), live_(std::move(live)) {
-  cli_->set_connection_timeout(2, 0);
+      replicas_(std::make_unique<token::AllocatorReplicas>(url_, ca_file, 5)), revoked_(std::move(revoked)), live_(std::move(live)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -81,14 +80,23 @@ static void readAnswer(const nlohmann::json& j, uint64_t request, const std::fun
   }
 }
 
-void AllocatorLink::loop() {
-  httplib::Client& cli = *cli_;
-  auto post = [&](const std::string& path, const std::string& body) {
+httplib::Result AllocatorLink::post(const std::string& path, const std::string& body) {
+  replicas_->startRound();
+  for (;;) {
     httplib::Headers h;
-    for (auto& [name, value] : token::signRequest(key_, name_, "POST", path, body)) h.emplace(name, value);
-    return cli.Post(path.c_str(), h, body, "application/json");
-  };
-  bool registered = false;
+    for (auto& [name, value] : token::signRequest(key_, name_, "POST", path, body)) h.emplace(name, value);  // a nonce each
+    httplib::Result r = replicas_->client().Post(path.c_str(), h, body, "application/json");
+    std::string leader = r ? token::standbyLeader(r->status, r->body) : "";
+    if (r && leader.empty()) {
+      return r;
+    }
+    if (replicas_->size() > 1 || !leader.empty())
+      spdlog::info("allocator {} {}; asking the next", replicas_->url(), r ? "stands by" + (leader == " " ? "" : " for " + leader) : "does not answer");
+    if (!replicas_->next(leader)) return r;
+  }
+}
+
+void AllocatorLink::loop() {  bool registered = false;
   int interval_ms = 1000, backoff_ms = 500;
   std::unique_lock lock(mu_);
   while (!stop_) {
@@ -114,7 +122,7 @@ void AllocatorLink::loop() {
     auto r = post(path, registered ? beat : registration_);
     int wait_ms = interval_ms;
     if (!r) {
-      spdlog::warn("allocator {} unreachable ({}{}); retrying in {} ms", url_, httplib::to_string(r.error()),
+      spdlog::warn("allocator {} unreachable ({}{}); retrying in {} ms", replicas_->all(), httplib::to_string(r.error()),
                    r.error() == httplib::Error::SSLServerVerification ? ": its certificate does not verify; give its CA with --allocator-ca" : "",
                    backoff_ms);
       wait_ms = backoff_ms;
@@ -123,6 +131,9 @@ void AllocatorLink::loop() {
       spdlog::warn("the allocator does not know this server (restarted without its database?); registering again");
       registered = false;
       wait_ms = 0;
+    } else if (!token::standbyLeader(r->status, r->body).empty()) {  // a failover: soon over
+      spdlog::warn("no allocator replica of {} leads yet; asking again in 500 ms", replicas_->all());
+      wait_ms = 500;
     } else if (r->status != 200) {
       auto j = nlohmann::json::parse(r->body, nullptr, false);
       std::string why = j.is_object() && j.contains("error") && j["error"].is_string() ? j["error"].get<std::string>() : r->body;
@@ -132,7 +143,7 @@ void AllocatorLink::loop() {
     } else {
       backoff_ms = 500;
       auto j = nlohmann::json::parse(r->body, nullptr, false);
-      if (!registered) spdlog::info("registered with allocator {} as {}", url_, name_);
+      if (!registered) spdlog::info("registered with allocator {} as {}", replicas_->url(), name_);
       registered = true;
       if (j.is_object()) {
         interval_ms = std::clamp(j.value("heartbeat_ms", 1000), 50, 60000);

@@ -15,18 +15,17 @@
 #include <thread>
 #include <vector>
 
+#include "allocator_connection.h"
 #include "ed25519_key.h"
 #include "shared_budget.h"
 
-namespace httplib {
-class Client;
-}
 
 namespace gpool::server {
 
 class AllocatorLink {
  public:
   using Live = std::function<void(std::vector<std::string> leases, uint64_t request)>;
+  // `url`: the allocator, or its replicas comma-separated (the one that leads is followed).
   // `registration`: the JSON body of POST /v1/servers. `revoked` and `live` run on the link's thread;
   // `live` gets the live leases and the number of the request they answer. `ca_file`: what verifies an
   // https:// allocator's certificate ("" = the system's CA store). Throws std::invalid_argument for a bad URL.
@@ -51,10 +50,13 @@ class AllocatorLink {
 
  private:
   void loop();
+  // Signs and posts to the replica that leads, following standbys' answers and trying each replica in
+  // turn; the last answer (or failure) when none leads.
+  httplib::Result post(const std::string& path, const std::string& body);
   std::string url_;
   token::Ed25519Key key_;
   std::string name_, registration_;
-  std::unique_ptr<httplib::Client> cli_;
+  std::unique_ptr<token::AllocatorReplicas> replicas_;
   std::function<void(const std::string&)> revoked_;
   Live live_;
   std::mutex mu_;

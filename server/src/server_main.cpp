@@ -38,8 +38,8 @@ int main(int argc, char** argv) {
                  "bytes the module cache may hold; least recently used images are removed past it")
       ->capture_default_str();
   app.add_option("--allocator", opt.allocator,
-                 "http(s)://HOST:PORT of gpool-allocator: register this host's GPUs there and serve only clients whose "
-                 "lease token it signed (needs --token-key)");
+                 "http(s)://HOST:PORT of gpool-allocator (replicas: all of them, comma-separated; the one that leads is "
+                 "followed): register this host's GPUs there and serve only clients whose lease token it signed (needs --token-key)");
   app.add_option("--allocator-ca", opt.allocator_ca,
                  "PEM file of the CA that signed an https:// allocator's certificate (default: the system's CA store)");
   app.add_option("--token-key", opt.token_key,

@@ -132,7 +132,7 @@ def wait_for(predicate, timeout=10.0, step=0.02):
 class Cluster:
     """An allocator and N single-GPU sim servers in a temporary directory."""
 
-    def __init__(self, servers=1, ttl="1s", memory=8 * GIB, server_args=(), policy=POLICY, tls=False, store=None):
+    def __init__(self, servers=1, ttl="1s", memory=8 * GIB, server_args=(), policy=POLICY, tls=False, store=None, replicas=1):
         self.server_args = list(server_args)
         self.store = store  # gpool-allocator --store (etcd://...); None: SQLite in the directory
         self.dir = tempfile.mkdtemp(prefix="gpool-lease-test-")
@@ -140,8 +140,11 @@ class Cluster:
         self.socket = os.path.join(self.dir, "allocator.sock")
         self.accounts = {}    # service account name -> its key file
         self.lease_keys = {}  # lease id -> the lease key its request got
-        self.port = free_port()
-        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.ports = [free_port() for _ in range(replicas)]  # allocator replicas sharing `store` (one leads)
+        self.port = self.ports[0]
+        self.urls = [f"{'https' if tls else 'http'}://127.0.0.1:{p}" for p in self.ports]
+        self.url = ",".join(self.urls)  # what clients and servers are given
+        self.leader = self.urls[0]      # where this harness's own requests go first
         self.tls = tls
         if tls:  # a self-signed certificate for 127.0.0.1, which is also the CA clients trust
             self.cert, self.tls_key = os.path.join(self.dir, "cert.pem"), os.path.join(self.dir, "key.pem")
@@ -154,22 +157,41 @@ class Cluster:
         self.token_key = os.path.join(self.dir, "alloc.db.token.pem")     # signs lease tokens (allocator only)
         self.token_pub = os.path.join(self.dir, "alloc.db.token.pub")     # verifies them (GPU hosts)
         self.procs = []
-        self.start_allocator()
+        self.allocators = [None] * replicas
+        for i in range(replicas):
+            self.start_allocator(i)
         self.servers = {}
         for i in range(servers):
             self.start_server(f"sim{i}", memory)
         assert wait_for(lambda: len([s for s in self.status()["servers"] if s["up"]]) == servers), "servers did not register"
 
-    def start_allocator(self):
-        with open(os.path.join(self.dir, "allocator.log"), "a") as log:
-            self.allocator = subprocess.Popen(
-                [ALLOCATOR, "--listen", f"127.0.0.1:{self.port}", "--db", os.path.join(self.dir, "alloc.db"),
+    def start_allocator(self, i=0):
+        """Replica i (its log: allocator.log, allocatorI.log for the others); returns once one leads."""
+        name = "allocator" + (str(i) if i else "")
+        with open(os.path.join(self.dir, name + ".log"), "a") as log:
+            p = subprocess.Popen(
+                [ALLOCATOR, "--listen", f"127.0.0.1:{self.ports[i]}", "--db", os.path.join(self.dir, "alloc.db"),
                  *(["--store", self.store] if self.store else []),
-                 "--config", os.path.join(self.dir, "policy.toml"), "--log-level", "debug", "--socket", self.socket,
+                 "--config", os.path.join(self.dir, "policy.toml"), "--log-level", "debug",
+                 *(["--socket", self.socket] if i == 0 else []),
                  "--munge-socket", MUNGED.socket] + (["--tls-cert", self.cert, "--tls-key", self.tls_key] if self.tls else []),
                 stderr=log)
-        self.procs.append(self.allocator)
-        assert wait_for(lambda: self.try_http("GET", "/v1/status")[0] == 200), "allocator did not start: " + self.log("allocator")
+        self.allocators[i] = p
+        if i == 0:
+            self.allocator = p
+        self.procs.append(p)
+        assert wait_for(lambda: self.try_http("GET", "/v1/status")[0] == 200), "allocator did not start: " + self.log(name)
+
+    def leading(self):
+        """The index of the replica that leads (by its /metrics), or None."""
+        for i, url in enumerate(self.urls):
+            try:
+                with urllib.request.urlopen(url + "/metrics", timeout=2) as r:
+                    if "gpool_allocator_leader 1" in r.read().decode():
+                        return i
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+        return None
 
     def server_key(self, name):
         """Server `name`'s private key file, made and enrolled on first use (as an admin would)."""
@@ -228,8 +250,17 @@ class Cluster:
             return {"Authorization": "Bearer " + f.read().strip()}
 
     def try_http(self, method, path, body=None, signed=False, headers=None):
+        """One request to the replica that leads (standbys' answers followed); (0, None) when none does."""
+        for url in [self.leader] + [u for u in self.urls if u != self.leader]:
+            status, out = self._try_http(url, method, path, body, signed, headers)
+            if status != 0 and not (status == 503 and isinstance(out, dict) and out.get("standby")):
+                self.leader = url
+                return status, out
+        return 0, None
+
+    def _try_http(self, url, method, path, body=None, signed=False, headers=None):
         data = body if isinstance(body, (bytes, type(None))) else (body if isinstance(body, str) else json.dumps(body)).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req = urllib.request.Request(url + path, data=data, method=method)
         for name, value in (self.signature(method, path.split("?")[0], data) if signed else headers or {}).items():
             req.add_header(name, value)
         context = None

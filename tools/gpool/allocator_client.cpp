@@ -55,7 +55,7 @@ AllocatorClient::AllocatorClient(std::string url, const std::string& ca_file) : 
       throw std::invalid_argument("GPOOL_ALLOCATOR=unix:PATH needs the path of the allocator's socket");
     return;
   }
-  http_ = token::allocatorClient(url_, ca_file, kTimeoutMs / 1000);
+  replicas_ = std::make_unique<token::AllocatorReplicas>(url_, ca_file, kTimeoutMs / 1000);
 }
 
 std::unique_ptr<AllocatorClient> AllocatorClient::another() const {
@@ -89,23 +89,36 @@ bool AllocatorClient::proofHeaders(const std::string& method, const std::string&
 
 std::pair<int, std::string> AllocatorClient::call(const std::string& method, const std::string& path, Proof proof,
                                                   const std::string& body, const char* type) {
-  httplib::Headers h;
-  std::string why;
-  if (!proofHeaders(method, path, body, proof, h, why)) return {0, why};
-  if (!socket_path_.empty()) return overUnixSocket(method, path, h, body, type);
-  httplib::Result r = method == "GET"    ? http_->Get(path.c_str(), h)
-                      : method == "POST" ? http_->Post(path.c_str(), h, body, type)
-                      : method == "PUT"  ? http_->Put(path.c_str(), h, body, type)
-                                         : http_->Delete(path.c_str(), h);
-  if (!r) {
-    std::string hint = r.error() == httplib::Error::SSLServerVerification
-                           ? ": its certificate does not verify; give the CA that signed it with GPOOL_CA_FILE or --ca-file"
-                       : r.error() == httplib::Error::Read && url_.rfind("http://", 0) == 0
-                           ? "; if the allocator serves HTTPS (--tls-cert), use https://"
-                           : "";
-    return {0, "cannot reach gpool-allocator at " + url_ + " (" + httplib::to_string(r.error()) + ")" + hint};
+  std::string failures;
+  if (replicas_) replicas_->startRound();
+  for (;;) {
+    httplib::Headers h;
+    std::string why;
+    if (!proofHeaders(method, path, body, proof, h, why)) return {0, why};  // made again for each replica asked
+    if (!socket_path_.empty()) return overUnixSocket(method, path, h, body, type);
+    httplib::Client& http = replicas_->client();
+    httplib::Result r = method == "GET"    ? http.Get(path.c_str(), h)
+                        : method == "POST" ? http.Post(path.c_str(), h, body, type)
+                        : method == "PUT"  ? http.Put(path.c_str(), h, body, type)
+                                           : http.Delete(path.c_str(), h);
+    std::string leader = r ? token::standbyLeader(r->status, r->body) : "";
+    if (r && leader.empty()) {
+      return {r->status, r->body};
+    }
+    const std::string& at = replicas_->url();
+    if (!failures.empty()) failures += "; ";
+    if (!r) {
+      std::string hint = r.error() == httplib::Error::SSLServerVerification
+                             ? ": its certificate does not verify; give the CA that signed it with GPOOL_CA_FILE or --ca-file"
+                         : r.error() == httplib::Error::Read && at.rfind("http://", 0) == 0
+                             ? "; if the allocator serves HTTPS (--tls-cert), use https://"
+                             : "";
+      failures += "cannot reach gpool-allocator at " + at + " (" + httplib::to_string(r.error()) + ")" + hint;
+    } else {
+      failures += at + " stands by" + (leader == " " ? " (no leader yet)" : " for " + leader);
+    }
+    if (!replicas_->next(leader)) return {0, replicas_->size() > 1 ? "no allocator replica leads now: " + failures : failures};
   }
-  return {r->status, r->body};
 }
 
 // One request per connection (Connection: close): the answer is everything up to the end of the stream.

@@ -11,6 +11,8 @@
 #include <httplib.h>
 
 #include <memory>
+
+#include "allocator_connection.h"
 #include <string>
 #include <utility>
 
@@ -20,7 +22,8 @@ enum class Proof { kNone, kIdentity, kLease };
 
 class AllocatorClient {
  public:
-  // Throws std::invalid_argument naming the fix for a URL that is not http://, https:// or unix:.
+  // `url`: http(s)://HOST:PORT, several of them comma-separated (allocator replicas: the one that leads
+  // answers), or unix:PATH. Throws std::invalid_argument naming the fix for a URL that is none of these.
   AllocatorClient(std::string url, const std::string& ca_file);
 
   std::string admin_key;     // the allocator's key (gpool admin --key-file)
@@ -28,8 +31,8 @@ class AllocatorClient {
   std::string munge_socket;  // munged's socket ("" = its default)
   std::string lease_key;
 
-  // (status, body); status 0 when the allocator could not be reached or no proof could be made (the
-  // body says why).
+  // (status, body); status 0 when no allocator could be reached (none, or only standbys, answered: the
+  // body says which) or no proof could be made (the body says why).
   std::pair<int, std::string> call(const std::string& method, const std::string& path, Proof proof,
                                    const std::string& body = "", const char* type = "application/json");
   const std::string& url() const { return url_; }
@@ -43,7 +46,7 @@ class AllocatorClient {
   std::pair<int, std::string> overUnixSocket(const std::string& method, const std::string& path, const httplib::Headers& h,
                                              const std::string& body, const char* type);
   std::string url_, ca_file_, socket_path_;
-  std::unique_ptr<httplib::Client> http_;
+  std::unique_ptr<token::AllocatorReplicas> replicas_;
 };
 
 }  // namespace gpool::cli

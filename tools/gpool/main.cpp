@@ -93,6 +93,8 @@ int status(AllocatorClient& a, bool as_json) {
   }
   // Every name shown comes from the allocator's records: printed with control characters escaped.
   auto show = [](const json& v) { return gpool::printable(v.get<std::string>()); };
+  if (s.contains("leader") && s["leader"].is_string())  // replicas sharing an etcd store: the one that answered
+    std::printf("allocator leader: %s (of the replicas sharing its store)\n\n", show(s["leader"]).c_str());
   std::printf("%-16s %-22s %-10s %-6s %s\n", "SERVER", "ADDRESS", "POOL", "STATE", "GPUS");
   for (const auto& srv : s["servers"])
     std::printf("%-16s %-22s %-10s %-6s %zu\n", show(srv["name"]).c_str(), show(srv["address"]).c_str(), show(srv["pool"]).c_str(),
@@ -175,13 +177,15 @@ std::string firstLine(const std::string& path) {
 
 int main(int argc, char** argv) {
   CLI::App app{"gpool: run programs on pooled, remote, whole or fractional GPUs.\n"
-               "The allocator is found at GPOOL_ALLOCATOR=http(s)://HOST:PORT or unix:PATH (or --allocator).\n"
+               "The allocator is found at GPOOL_ALLOCATOR=http(s)://HOST:PORT or unix:PATH (or --allocator); with\n"
+               "allocator replicas, list them all, comma-separated: gpool follows the one that leads.\n"
                "It knows who you are from MUNGE (munged on this host), from its local socket (unix:PATH), or from\n"
                "a service account's key (GPOOL_SERVICE_KEY_FILE); `gpool whoami` shows what it sees."};
   app.require_subcommand(1);
   std::string url = env("GPOOL_ALLOCATOR"), service_key_file = env("GPOOL_SERVICE_KEY_FILE"), munge_socket = env("GPOOL_MUNGE_SOCKET"),
               ca_file = env("GPOOL_CA_FILE");
-  app.add_option("--allocator", url, "allocator URL: http(s)://HOST:PORT or unix:PATH (default: $GPOOL_ALLOCATOR)");
+  app.add_option("--allocator", url,
+                 "allocator URL: http(s)://HOST:PORT (replicas: several, comma-separated) or unix:PATH (default: $GPOOL_ALLOCATOR)");
   app.add_option("--ca-file", ca_file, "PEM CA file that verifies an https:// allocator (default: $GPOOL_CA_FILE, else the system's)");
   app.add_option("--service-key-file", service_key_file, "act as the service account whose key FILE holds (default: $GPOOL_SERVICE_KEY_FILE)");
   app.add_option("--munge-socket", munge_socket, "munged's socket (default: $GPOOL_MUNGE_SOCKET, else munged's own)");

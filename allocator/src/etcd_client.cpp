@@ -1,0 +1,114 @@
+// A client of etcd's v3 JSON gateway (etcd_client.h).
+#include "etcd_client.h"
+
+#include <httplib.h>
+#include <openssl/evp.h>
+
+#include <chrono>
+
+#include "store.h"
+
+namespace gpool::allocator {
+
+using nlohmann::json;
+
+std::string etcdBase64(const std::string& in) {
+  std::string out(4 * ((in.size() + 2) / 3), '\0');
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), reinterpret_cast<const unsigned char*>(in.data()),
+                          static_cast<int>(in.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+std::string etcdUnbase64(const std::string& in) {
+  if (in.empty()) return "";
+  std::string out(3 * in.size() / 4 + 3, '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()), reinterpret_cast<const unsigned char*>(in.data()),
+                          static_cast<int>(in.size()));
+  if (n < 0) throw StoreError("etcd answered a value that is not base64");
+  size_t pad = in.size() >= 2 && in[in.size() - 1] == '=' ? (in[in.size() - 2] == '=' ? 2 : 1) : 0;
+  out.resize(static_cast<size_t>(n) - pad);
+  return out;
+}
+
+EtcdClient::EtcdClient(const std::string& url, int read_timeout_s) : url_(url) {
+  const std::string scheme = "etcd://";
+  if (url.rfind(scheme, 0) != 0) throw StoreError("an etcd store is named etcd://HOST:PORT[,HOST:PORT...], not " + url);
+  std::string rest = url.substr(scheme.size());
+  for (size_t start = 0; start <= rest.size();) {
+    size_t comma = rest.find(',', start);
+    std::string ep = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (ep.empty() || ep.find(':') == std::string::npos || ep.find('/') != std::string::npos)
+      throw StoreError("etcd endpoint '" + ep + "' in " + url + " is not HOST:PORT");
+    endpoints_.push_back(ep);
+    auto c = std::make_unique<httplib::Client>("http://" + ep);
+    c->set_connection_timeout(1, 0);
+    c->set_read_timeout(read_timeout_s, 0);
+    c->set_write_timeout(read_timeout_s, 0);
+    clients_.push_back(std::move(c));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+}
+
+EtcdClient::~EtcdClient() = default;
+
+json EtcdClient::call(const std::string& path, const json& body) {
+  std::string why;
+  for (size_t tried = 0; tried < clients_.size(); ++tried) {
+    size_t i = (current_ + tried) % clients_.size();
+    auto r = clients_[i]->Post(path.c_str(), body.dump(), "application/json");
+    if (!r) {
+      why += endpoints_[i] + ": " + httplib::to_string(r.error()) + "; ";
+      continue;
+    }
+    json j = json::parse(r->body, nullptr, false);
+    if (r->status != 200 || !j.is_object()) {
+      std::string error = j.is_object() && j.contains("error") ? j["error"].dump() : r->body;
+      if (r->status >= 500 || r->status == 0) {  // this member cannot serve now (no leader, stopping): the next
+        why += endpoints_[i] + ": " + std::to_string(r->status) + " " + error + "; ";
+        continue;
+      }
+      throw StoreError("etcd " + endpoints_[i] + " refused " + path + ": " + std::to_string(r->status) + " " + error +
+                       (error.find("too many operations") != std::string::npos
+                            ? " (start etcd with a larger --max-txn-ops: one allocator change writes every record it touched)"
+                            : ""));
+    }
+    current_ = i;
+    return j;
+  }
+  throw StoreError("no etcd member answered " + path + ": " + why);
+}
+
+bool EtcdClient::watch(const std::string& key, int64_t start_revision, int for_ms, const std::function<bool(const json&)>& events) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(for_ms);
+  json create = {{"create_request", {{"key", etcdBase64(key)}, {"start_revision", start_revision}}}};
+  for (size_t tried = 0; tried < endpoints_.size(); ++tried) {
+    size_t i = (current_ + tried) % endpoints_.size();
+    httplib::Client c("http://" + endpoints_[i]);
+    c.set_connection_timeout(1, 0);
+    c.set_read_timeout(for_ms / 1000, (for_ms % 1000) * 1000);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v3/watch";
+    req.body = create.dump();
+    req.set_header("Content-Type", "application/json");
+    std::string pending;  // the gateway writes one JSON answer per line
+    bool more = true, answered = false;
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      answered = true;
+      pending.append(data, n);
+      for (size_t nl; more && (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1)) {
+        json j = json::parse(pending.substr(0, nl), nullptr, false);
+        if (j.is_object() && j.contains("result") && j["result"].contains("events")) more = events(j["result"]);
+      }
+      return more && std::chrono::steady_clock::now() < deadline;
+    };
+    auto r = c.send(req);
+    if (answered) return true;  // it watched: until told to stop, or for its time
+    (void)r;
+  }
+  return false;
+}
+
+}  // namespace gpool::allocator

@@ -1,0 +1,47 @@
+// A client of an etcd cluster's v3 JSON gateway (issue 16), over the HTTP client gpool already has: the
+// members are tried in turn, so any member that answers serves. Keys and values travel base64-encoded,
+// as the gateway wants. Used by the etcd store (etcd_store.h) and its leader election (etcd_leader.h);
+// each thread that talks to etcd has a client of its own.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace httplib {
+class Client;
+}
+
+namespace gpool::allocator {
+
+std::string etcdBase64(const std::string& in);
+std::string etcdUnbase64(const std::string& in);  // throws StoreError for text that is not base64
+
+class EtcdClient {
+ public:
+  // `url`: etcd://HOST:PORT[,HOST:PORT...]. Throws StoreError for a malformed URL. `read_timeout_s`: how long
+  // one member may take to answer.
+  EtcdClient(const std::string& url, int read_timeout_s = 5);
+  ~EtcdClient();
+  EtcdClient(const EtcdClient&) = delete;
+  EtcdClient& operator=(const EtcdClient&) = delete;
+
+  // POSTs `body` to `path` (e.g. /v3/kv/txn) on the first member that answers; returns its JSON answer.
+  // Throws StoreError when none answers, or when one refuses the request itself.
+  nlohmann::json call(const std::string& path, const nlohmann::json& body);
+  // Watches from `start_revision` on (a /v3/watch stream) for up to `for_ms`, giving each answer that
+  // carries events to `events` until it returns false. Returns false when no member could be watched.
+  bool watch(const std::string& key, int64_t start_revision, int for_ms, const std::function<bool(const nlohmann::json&)>& events);
+  const std::string& url() const { return url_; }
+
+ private:
+  std::string url_;
+  std::vector<std::string> endpoints_;
+  std::vector<std::unique_ptr<httplib::Client>> clients_;
+  size_t current_ = 0;  // the member that answered last
+};
+
+}  // namespace gpool::allocator

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Allocator replicas on etcd (issue 16): a real three-member etcd cluster on loopback, three
+gpool-allocator replicas sharing it, two sim gpool-servers and real `gpool run` launchers given all three
+replicas (GPOOL_ALLOCATOR=URL,URL,URL). SIGKILL the leader: a standby leads within 5 s; every launcher
+finishes with its command's status; no GPU is held by two commands at once (each command records the
+share its server serves it); queued requests keep their order; granted leases stay granted. Killing an
+etcd member changes nothing.
+usage: replicas_test.py BUILD_DIR [unittest args]"""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster import ALLOCATOR, BUILD, GIB, KERNELS, Cluster, setUpModule, tearDownModule, wait_for  # noqa: F401,E402
+from etcd_cluster import EtcdCluster  # noqa: E402
+
+PROGRAM = os.path.join(BUILD, "tests", "cuda_launch_loop")  # a CUDA program: its server checks its lease token
+
+
+class Replicas(unittest.TestCase):
+    def setUp(self):
+        self.etcd = EtcdCluster(3)
+        self.cluster = Cluster(servers=2, ttl="10s", memory=GIB, store=self.etcd.url(), replicas=3,
+                               server_args=["--sim-kernels", KERNELS])
+        self.children = []
+
+    def tearDown(self):
+        for p in self.children:  # gpool run passes SIGTERM on to its command, which holds the pipes too
+            if p.poll() is None:
+                p.terminate()
+            try:
+                p.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.cluster.close()
+        self.etcd.close()
+
+    def run_(self, *cmd):
+        p = self.cluster.gpool("run", "-n", "1", "-p", "1", "--", *cmd)
+        self.children.append(p)
+        return p
+
+    def kill_leader(self):
+        """SIGKILLs the replica that leads; returns the seconds until another serves."""
+        c = self.cluster
+        old = c.leading()
+        self.assertIsNotNone(old)
+        c.allocators[old].send_signal(signal.SIGKILL)
+        c.allocators[old].wait()
+        start = time.monotonic()
+        self.assertTrue(wait_for(lambda: c.leading() not in (None, old), timeout=15, step=0.05))
+        took = time.monotonic() - start
+        print(f"replica {old} killed; replica {c.leading()} leads after {took:.2f} s", file=sys.stderr)
+        return took
+
+    def granted(self):
+        return {lease["id"]: lease for lease in self.cluster.status()["leases"]}
+
+    def test_launchers_ride_through_the_leaders_death_and_an_etcd_members(self):
+        c = self.cluster
+        log = os.path.join(c.dir, "shares.log")
+        # Each command records the share it was given, its start and its end; some also run CUDA work.
+        script = ('echo "start $(date +%s.%N) $GPOOL_SHARES" >> {log}; {work}; '
+                  'echo "end $(date +%s.%N) $GPOOL_SHARES" >> {log}; exit {code}')
+        results, stop, lock = [], threading.Event(), threading.Lock()
+
+        def stream(k):
+            n = 0
+            while not stop.is_set():
+                code = (k * 7 + n) % 5
+                work = f"{PROGRAM} 1 > /dev/null" if n % 3 == 0 else "sleep 0.3"
+                p = self.run_("sh", "-c", script.format(log=log, work=work, code=code))
+                out, err = p.communicate(timeout=120)
+                with lock:
+                    results.append((code, p.returncode, err))
+                n += 1
+
+        threads = [threading.Thread(target=stream, args=(k,)) for k in range(4)]  # 4 streams, 2 GPUs: some wait
+        for t in threads:
+            t.start()
+        time.sleep(4)
+        took = self.kill_leader()
+        time.sleep(4)
+        self.etcd.kill(self.etcd.names[0])  # the member every replica asked first
+        time.sleep(4)
+        stop.set()
+        for t in threads:
+            t.join(180)
+        self.assertLess(took, 5.0, "a new leader must serve within 5 s")
+        self.assertGreater(len(results), 12, results)
+        for code, rc, err in results:
+            self.assertEqual(rc, code, err)  # every launcher finished with its command's status
+        self.assertEqual(self.granted(), {})  # every lease was released, at whichever leader
+        # No GPU served two commands at once: each server:device's intervals do not overlap.
+        spans = {}
+        with open(log) as f:
+            for line in f:
+                what, at, share = line.split(" ", 2)
+                gpu = " ".join(share.split()[:2])
+                spans.setdefault(gpu, []).append((float(at), what))
+        self.assertEqual(len(spans), 2, spans.keys())
+        for gpu, events in spans.items():
+            inside = 0
+            for _, what in sorted(events):
+                inside += 1 if what == "start" else -1
+                self.assertLessEqual(inside, 1, f"{gpu} served two commands at once")
+
+    def test_queued_requests_keep_their_order_and_granted_leases_stay(self):
+        c = self.cluster
+        holders = [self.run_("sh", "-c", f"until [ -f {c.dir}/go{i} ]; do sleep 0.05; done") for i in range(2)]
+        self.assertTrue(wait_for(lambda: len(self.granted()) == 2))
+        held = set(self.granted())
+        waiting = []
+        for i in range(3):
+            waiting.append(self.run_("sh", "-c", f"echo {i} >> {c.dir}/order"))
+            self.assertTrue(wait_for(lambda: len(c.status()["queue"]) == i + 1))
+        queue = [q["id"] for q in c.status()["queue"]]
+        self.kill_leader()
+        self.assertEqual(set(self.granted()), held)  # not lost, not granted again
+        self.assertEqual([q["id"] for q in c.status()["queue"]], queue)
+        open(f"{c.dir}/go0", "w").close()  # one GPU frees: the three take it in turn, in their order
+        for p in [holders[0]] + waiting:
+            _, err = p.communicate(timeout=60)
+            self.assertEqual(p.returncode, 0, err)
+        with open(f"{c.dir}/order") as f:
+            self.assertEqual(f.read().split(), ["0", "1", "2"])
+        open(f"{c.dir}/go1", "w").close()
+        _, err = holders[1].communicate(timeout=60)
+        self.assertEqual(holders[1].returncode, 0, err)
+
+    def test_gpool_status_names_the_leader_and_each_replica_says_whether_it_leads(self):
+        c = self.cluster
+        p = c.gpool("status")
+        out, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 0, err)
+        leader = c.leading()
+        self.assertIn(f"allocator leader: {c.urls[leader]}", out)
+        self.kill_leader()
+        p = c.gpool("status")
+        out, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn(f"allocator leader: {c.urls[c.leading()]}", out)
+
+    def test_a_replica_with_another_token_key_does_not_start(self):
+        c = self.cluster
+        other = os.path.join(c.dir, "other.token.pem")
+        p = c.gpool("status")  # (anything, so that the first replicas have recorded theirs)
+        p.communicate(timeout=30)
+        r = subprocess.run([ALLOCATOR, "--listen", "127.0.0.1:0", "--db", os.path.join(c.dir, "alloc.db"), "--store", self.etcd.url(),
+                            "--token-key", other], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("give every replica a copy of the same --token-key file", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0]] + sys.argv[2:], verbosity=2)
