@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
     for (std::string line; std::getline(in, line);)
       if (line.rfind("gpool_grant_decision", 0) == 0 || line.rfind("gpool_leases_preempted_total", 0) == 0 ||
           line.rfind("gpool_leases_rotated_total", 0) == 0 ||
-          line.rfind("gpool_lease_requests_total", 0) == 0)
+          line.rfind("gpool_lease_requests_total", 0) == 0 || line.rfind("gpool_store_", 0) == 0)
         std::printf("%s\n", line.c_str());
   }
   return errors ? 1 : 0;
