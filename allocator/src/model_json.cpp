@@ -133,9 +133,9 @@ LeaseRequest requestFromJson(const json& j) {
     (void)v;
     if (k != "n" && k != "p" && k != "m" && k != "user" && k != "group" && k != "pool" && k != "priority" && k != "wait" &&
         k != "preemptible" && k != "min_p" && k != "gpu_types" && k != "kind" && k != "restartable" && k != "job" &&
-        k != "estimate_s")
+        k != "estimate_s" && k != "request_key")
       throw std::invalid_argument("unknown field '" + k + "' (fields: n, p, m, user, group, pool, priority, wait, preemptible, "
-                                  "min_p, gpu_types, kind, restartable, job, estimate_s)");
+                                  "min_p, gpu_types, kind, restartable, job, estimate_s, request_key)");
   }
   LeaseRequest r;
   auto field = [&](const char* name) -> const json* { return j.contains(name) ? &j.at(name) : nullptr; };

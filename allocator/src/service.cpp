@@ -449,6 +449,27 @@ void Service::serverRoutes(httplib::Server& s) {
   });
 }
 
+// What a lease request may carry as its request_key: a client's random name for it, sent again with a
+// retry (after a lost answer, a failover), so that the retry gets the same lease.
+bool Service::validRequestKey(const json& j, std::string& out) {
+  if (!j.is_string()) return false;
+  out = j.get<std::string>();
+  return out.size() >= 16 && out.size() <= 128 &&
+         std::all_of(out.begin(), out.end(), [](unsigned char ch) { return std::isalnum(ch) || ch == '-' || ch == '_'; });
+}
+
+// The answer to a request sent again: the lease it made, as it is now (201 granted, else 202), with the
+// same lease key. Only the user who sent it, with its request_key (which the lease key derives from).
+void Service::replyAgain(httplib::Response& res, const Lease& l, const std::string& user, const std::string& lease_key) {
+  if (l.req.user != user || !token::sameText(l.owner_key_hash, token::sha256Hex(lease_key)))
+    return error(res, 409, "this request_key names another request: make a new one for each request");
+  json out = toJson(l, LeaseView::kOwner);
+  out["lease_key"] = lease_key;
+  out["heartbeat_ms"] = sched_->policy().lease_ttl.count() / 3;
+  if (l.state == LeaseState::kQueued) out["position"] = sched_->position(l.id);
+  reply(res, l.state == LeaseState::kGranted ? 201 : 202, out);
+}
+
 // Leases: requested by a user the allocator knows (identity.h); read, heartbeated and released by their
 // owner (the lease key it got, or its user) or an admin. Others see a lease without its tokens.
 void Service::leaseRoutes(httplib::Server& s) {
@@ -463,6 +484,9 @@ void Service::leaseRoutes(httplib::Server& s) {
     } catch (const std::exception& e) {
       return error(res, 400, std::string("bad lease request: ") + e.what());
     }
+    std::string request_key;
+    if (j.contains("request_key") && !validRequestKey(j["request_key"], request_key))
+      return error(res, 400, "request_key must be 16 to 128 characters of A-Z, a-z, 0-9, - and _");
     Caller c = identify(req);
     if (c.outcome == Authenticator::Outcome::kRefused) return error(res, 401, c.why);
     if (c.outcome == Authenticator::Outcome::kAnonymous)
@@ -479,8 +503,13 @@ void Service::leaseRoutes(httplib::Server& s) {
     std::string cls = r.priority.empty() ? sched_->policy().default_priority : r.priority;
     if (!admin && !sched_->policy().access.mayUsePriority(cls, c.who.user, c.who.groups))
       return error(res, 403, "user '" + c.who.user + "' may not use priority class '" + cls + "' (the policy's access.priorities)");
-    ++requests_;
     std::string id = newId(), lease_key = "gplk1." + token::randomHex(32);
+    if (!request_key.empty()) {  // the same request again (its answer was lost): the same lease
+      id = "L" + token::sha256Hex(r.user + "\n" + request_key).substr(0, 24);
+      lease_key = "gplk1." + token::sha256Hex("gpool lease key\n" + request_key);
+      if (const Lease* l = sched_->lease(id)) return replyAgain(res, *l, r.user, lease_key);
+    }
+    ++requests_;
     Decision d = sched_->request(r, now(), id, token::sha256Hex(lease_key));
     persist();
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -55,6 +55,8 @@ class Service {
   void adminRoutes(httplib::Server& s);
   void readRoutes(httplib::Server& s);
   nlohmann::json queuesJson() const;
+  static bool validRequestKey(const nlohmann::json& j, std::string& out);
+  void replyAgain(httplib::Response& res, const Lease& l, const std::string& user, const std::string& lease_key);  // mu_ held
   void queueMetrics(std::ostream& o) const;
   struct Caller {
     Authenticator::Outcome outcome = Authenticator::Outcome::kAnonymous;

@@ -200,6 +200,26 @@ class LeaseFlow(unittest.TestCase):
                       'gpool_queue_borrowed_gpus{queue="vision"} 0.5', 'gpool_queue_waiting{queue="vision"} 1'):
             self.assertIn(gauge, metrics)
 
+    def test_a_request_sent_again_with_its_request_key_gets_the_same_lease(self):
+        # A retry after a lost answer (the allocator died after writing the grant, a failover) must not make
+        # a second lease: the same request_key names the same request.
+        c = self.make(servers=2)
+        body = {"user": "alice", "n": 1, "p": 0.5, "request_key": "retry-0123456789abcdef"}
+        s1, first = c.http("POST", "/v1/leases", body)
+        s2, again = c.http("POST", "/v1/leases", body)
+        self.assertEqual((s1, s2), (201, 201), again)
+        self.assertEqual((again["id"], again["lease_key"]), (first["id"], first["lease_key"]))
+        self.assertEqual(again["shares"], first["shares"])
+        self.assertEqual([x["id"] for x in c.status()["leases"] if x["request"]["user"] == "alice"], [first["id"]])
+        s3, other = c.http("POST", "/v1/leases", dict(body, user="bob"))  # another user's key is another request
+        self.assertEqual(s3, 201)
+        self.assertNotEqual(other["id"], first["id"])
+        s4, out = c.http("POST", "/v1/leases", dict(body, request_key="too-short"))
+        self.assertEqual(s4, 400, out)
+        c.http("DELETE", "/v1/leases/" + first["id"])
+        s5, ended = c.http("POST", "/v1/leases", body)  # sent again after the release: the same, ended lease
+        self.assertEqual((s5, ended["id"], ended["state"]), (202, first["id"], "ended"))
+
     def test_requests_that_can_never_fit_are_refused_with_the_reason(self):
         c = self.make()
         for args, reason in [(["-p", "0.3"], "offers fractions 1, 0.5, 0.25 of a GPU, not 0.3"),

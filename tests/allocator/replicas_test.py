@@ -132,6 +132,29 @@ class Replicas(unittest.TestCase):
         _, err = holders[1].communicate(timeout=60)
         self.assertEqual(holders[1].returncode, 0, err)
 
+    def test_a_leader_stopped_past_its_lease_writes_nothing_and_stands_by(self):
+        # The attack on a deposed leader: it wakes with a stale view (a lease it thinks is granted, a GPU
+        # it thinks is free) and is asked to grant. It must neither answer with a grant nor change etcd.
+        c = self.cluster
+        holder = self.run_("sh", "-c", f"until [ -f {c.dir}/go ]; do sleep 0.05; done")
+        self.assertTrue(wait_for(lambda: len(self.granted()) == 1))
+        held = list(self.granted())[0]
+        old = c.leading()
+        c.allocators[old].send_signal(signal.SIGSTOP)
+        self.assertTrue(wait_for(lambda: c.leading() not in (None, old), timeout=20, step=0.2))
+        open(f"{c.dir}/go", "w").close()  # released at the new leader; the stopped one still sees it held
+        _, err = holder.communicate(timeout=60)
+        self.assertEqual(holder.returncode, 0, err)
+        c.allocators[old].send_signal(signal.SIGCONT)
+        status, out = c._try_http(c.urls[old], "POST", "/v1/leases", {"n": 1, "p": 1.0, "request_key": "stale-leader-probe-0001"},
+                                  headers=c.bearer("alice"))
+        self.assertNotIn(status, (201, 202), out)
+        self.assertTrue(wait_for(lambda: "gpool_allocator_leader 0" in (c._try_http(c.urls[old], "GET", "/metrics")[1] or ""),
+                                 timeout=15), c.log(f"allocator{old or ''}"))
+        self.assertIn("starting again as a standby", c.log(f"allocator{old or ''}"))
+        self.assertEqual(self.granted(), {})  # at the leader, from etcd: nothing the stale one did
+        self.assertEqual(c.lease(held)["state"], "ended")
+
     def test_gpool_status_names_the_leader_and_each_replica_says_whether_it_leads(self):
         c = self.cluster
         p = c.gpool("status")

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "cli_common.h"
+#include "lease_token.h"
 #include "lease_watch.h"
 #include "scheduler.h"
 
@@ -70,11 +71,14 @@ json acquire(AllocatorClient& a, const json& request, double wait_s) {
   auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   std::mt19937 rng(std::random_device{}());
-  // Submit, retrying with back-off while the allocator cannot be reached.
+  // Submit, retrying with back-off while the allocator cannot be reached. A retry carries the same
+  // request_key: where the first try was granted and only its answer was lost, it gets that lease.
   json lease;
+  json keyed = request;
+  keyed["request_key"] = token::randomHex(16);
   for (double delay = 0.2;; delay = std::min(delay * 2, 5.0)) {
     stopIfSignalled(a, "");
-    auto [status, text] = a.call("POST", "/v1/leases", Proof::kIdentity, request.dump());
+    auto [status, text] = a.call("POST", "/v1/leases", Proof::kIdentity, keyed.dump());
     if (status == 0) {
       if (wait_s >= 0 && elapsed() > wait_s) die(kExitAllocator, text);
       double d = delay * std::uniform_real_distribution<double>(0.8, 1.2)(rng);
