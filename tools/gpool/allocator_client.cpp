@@ -6,10 +6,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "allocator_connection.h"
 #include "signed_request.h"
@@ -89,7 +91,7 @@ bool AllocatorClient::proofHeaders(const std::string& method, const std::string&
 
 std::pair<int, std::string> AllocatorClient::call(const std::string& method, const std::string& path, Proof proof,
                                                   const std::string& body, const char* type) {
-  std::string failures;
+  std::vector<std::pair<std::string, std::string>> seen;  // each replica asked, and what it said
   if (replicas_) replicas_->startRound();
   for (;;) {
     httplib::Headers h;
@@ -102,22 +104,23 @@ std::pair<int, std::string> AllocatorClient::call(const std::string& method, con
                         : method == "PUT"  ? http.Put(path.c_str(), h, body, type)
                                            : http.Delete(path.c_str(), h);
     std::string leader = r ? token::standbyLeader(r->status, r->body) : "";
-    if (r && leader.empty()) {
-      return {r->status, r->body};
-    }
+    if (r && leader.empty()) return {r->status, r->body};
     const std::string& at = replicas_->url();
-    if (!failures.empty()) failures += "; ";
-    if (!r) {
+    std::string said = r ? (leader == " " ? "stands by, no leader yet" : "stands by for " + leader)
+                         : "does not answer (" + httplib::to_string(r.error()) + ")";
+    if (std::none_of(seen.begin(), seen.end(), [&](const auto& s) { return s.first == at; })) seen.emplace_back(at, said);
+    if (replicas_->next(leader)) continue;
+    if (replicas_->size() == 1 && !r) {
       std::string hint = r.error() == httplib::Error::SSLServerVerification
                              ? ": its certificate does not verify; give the CA that signed it with GPOOL_CA_FILE or --ca-file"
                          : r.error() == httplib::Error::Read && at.rfind("http://", 0) == 0
                              ? "; if the allocator serves HTTPS (--tls-cert), use https://"
                              : "";
-      failures += "cannot reach gpool-allocator at " + at + " (" + httplib::to_string(r.error()) + ")" + hint;
-    } else {
-      failures += at + " stands by" + (leader == " " ? " (no leader yet)" : " for " + leader);
+      return {0, "cannot reach gpool-allocator at " + at + " (" + httplib::to_string(r.error()) + ")" + hint};
     }
-    if (!replicas_->next(leader)) return {0, replicas_->size() > 1 ? "no allocator replica leads now: " + failures : failures};
+    std::string all;
+    for (const auto& [url, what] : seen) all += (all.empty() ? "" : "; ") + url + " " + what;
+    return {0, "no allocator replica leads now (" + all + "): a failover takes a few seconds"};
   }
 }
 
