@@ -9,9 +9,13 @@
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
 #include <cstring>
 
 #include "elastic_pool.h"
+#include "etcd_client.h"
 #include "gpool/protocol/transport.h"
 #include "lease_token.h"
 #include "policy.h"
@@ -37,11 +41,29 @@ void raiseOpenFileLimit(size_t max_connections) {
                  r.rlim_cur, budget, max_connections);
 }
 
+// Set in a replica started again after losing the lead: it waits for etcd rather than exit without it.
+constexpr const char* kRestarted = "GPOOL_ALLOCATOR_RESTARTED";
+
+// Waits until some member of the etcd store answers (a replica that lost the lead because etcd was out
+// of reach must not exit for it: it stands by again once etcd is back).
+void waitForStore(const std::string& store) {
+  for (int tries = 0;; ++tries) {
+    try {
+      gpool::allocator::EtcdClient(store, 2).call("/v3/maintenance/status", nlohmann::json::object());
+      return;
+    } catch (const gpool::allocator::StoreError& e) {
+      if (tries % 10 == 0) spdlog::warn("{}; waiting for etcd", e.what());
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  }
+}
+
 // Another replica leads now: this process starts again from nothing, as a standby. Its descriptors (the
 // listening sockets among them) close on exec, so that the new image can bind them again.
 [[noreturn]] void startAgainAsStandby(char** argv) {
   spdlog::critical("starting again as a standby");
   spdlog::default_logger()->flush();
+  ::setenv(kRestarted, "1", 1);
   ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
   ::execv("/proc/self/exe", argv);
   spdlog::critical("cannot start again ({}): exiting", std::strerror(errno));
@@ -127,6 +149,7 @@ int main(int argc, char** argv) {
     opt.advertise = advertise;
     opt.leader_ttl_s = leader_ttl_s;
     opt.on_deposed = [argv] { startAgainAsStandby(argv); };
+    if (std::getenv(kRestarted) && store.rfind("etcd://", 0) == 0) waitForStore(store);
     gpool::allocator::Service service(opt);
     int bound = service.start(host, port);
     spdlog::info("listening on {}://{}:{}{} (state in {}, admin key {}, token key {}: GPU hosts verify with {})",

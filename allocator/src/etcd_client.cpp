@@ -59,14 +59,14 @@ json EtcdClient::call(const std::string& path, const json& body) {
     size_t i = (current_ + tried) % clients_.size();
     auto r = clients_[i]->Post(path.c_str(), body.dump(), "application/json");
     if (!r) {
-      why += endpoints_[i] + ": " + httplib::to_string(r.error()) + "; ";
+      why += (why.empty() ? "" : "; ") + endpoints_[i] + ": " + httplib::to_string(r.error());
       continue;
     }
     json j = json::parse(r->body, nullptr, false);
     if (r->status != 200 || !j.is_object()) {
       std::string error = j.is_object() && j.contains("error") ? j["error"].dump() : r->body;
       if (r->status >= 500 || r->status == 0) {  // this member cannot serve now (no leader, stopping): the next
-        why += endpoints_[i] + ": " + std::to_string(r->status) + " " + error + "; ";
+        why += (why.empty() ? "" : "; ") + endpoints_[i] + ": " + std::to_string(r->status) + " " + error;
         continue;
       }
       throw StoreError("etcd " + endpoints_[i] + " refused " + path + ": " + std::to_string(r->status) + " " + error +
