@@ -82,11 +82,16 @@ std::map<std::string, Server> EtcdStore::servers() {
   return out;
 }
 
+// Live leases are under leases/, ended ones under ended/: a new leader reads only the live ones, however
+// many ended leases the retention period keeps.
 std::map<std::string, Lease> EtcdStore::leases(bool include_ended) {
   std::map<std::string, Lease> out;
-  for (const auto& [key, doc] : range("leases/")) {
-    Lease l = leaseFromJson(json::parse(doc));
-    if (include_ended || l.state != LeaseState::kEnded) out[l.id] = std::move(l);
+  for (const char* prefix : {"leases/", "ended/"}) {
+    if (!include_ended && prefix == std::string("ended/")) break;
+    for (const auto& [key, doc] : range(prefix)) {
+      Lease l = leaseFromJson(json::parse(doc));
+      if (include_ended || l.state != LeaseState::kEnded) out[l.id] = std::move(l);
+    }
   }
   return out;
 }
@@ -115,15 +120,19 @@ void EtcdStore::write(const Changes& c) {
   std::vector<Op> ops;
   if (c.policy) ops.push_back(put("policy", *c.policy));
   for (const auto& [name, doc] : c.servers) ops.push_back(put("servers/" + name, doc));
-  for (const auto& [id, record] : c.leases) ops.push_back(put("leases/" + id, record.doc));
+  for (const auto& [id, record] : c.leases) {
+    bool ended = record.state == LeaseState::kEnded;
+    ops.push_back(put((ended ? "ended/" : "leases/") + id, record.doc));
+    if (ended) ops.push_back(erase("leases/" + id));
+  }
   commit(ops);
 }
 
 int EtcdStore::forgetEndedBefore(int64_t cutoff_unix_s) {
   std::vector<Op> ops;
-  for (const auto& [id, doc] : range("leases/")) {
+  for (const auto& [id, doc] : range("ended/")) {
     json j = json::parse(doc, nullptr, false);
-    if (j.is_object() && j.value("state", "") == "ended" && j.value("ended_unix_s", int64_t{0}) < cutoff_unix_s) ops.push_back(erase("leases/" + id));
+    if (j.is_object() && j.value("ended_unix_s", int64_t{0}) < cutoff_unix_s) ops.push_back(erase("ended/" + id));
   }
   constexpr size_t kPerTxn = 100;  // under etcd's default --max-txn-ops (128)
   for (size_t i = 0; i < ops.size(); i += kPerTxn)

@@ -130,6 +130,9 @@ void Service::campaign() {
     if (!store_->lead(std::move(c)) || stopping_) return;
     std::lock_guard lock(mu_);
     load();
+    // The failover was an outage of the allocator: like a stall (tickLoop), it counts against no server
+    // and no lease. Each gets as long again as the lead took to lapse, to find this leader.
+    sched_->forgive(int64_t{opt_.leader_ttl_s} * 1000);
   } catch (const std::exception& e) {
     spdlog::critical("taking the lead: {}", e.what());
     deposed();

@@ -126,7 +126,9 @@ void AllocatorLink::loop() {  bool registered = false;
                    r.error() == httplib::Error::SSLServerVerification ? ": its certificate does not verify; give its CA with --allocator-ca" : "",
                    backoff_ms);
       wait_ms = backoff_ms;
-      backoff_ms = std::min(backoff_ms * 2, 10000);
+      // One replica: back off to 10 s. Several: a failover is under way or soon over; keep asking often,
+      // so that the new leader hears from this server well within its timeout.
+      backoff_ms = std::min(backoff_ms * 2, replicas_->size() > 1 ? 500 : 10000);
     } else if (r->status == 404 && registered) {
       spdlog::warn("the allocator does not know this server (restarted without its database?); registering again");
       registered = false;

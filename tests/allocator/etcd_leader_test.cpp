@@ -20,6 +20,7 @@
 #include "etcd_client.h"
 #include "etcd_leader.h"
 #include "etcd_store.h"
+#include "model_json.h"
 
 extern char** environ;
 
@@ -133,6 +134,34 @@ TEST_F(OneEtcd, AStandbyWaitsWhileTheLeaderLeadsAndTakesOverWhenItResigns) {
   EXPECT_TRUE(leads);
   EXPECT_LT(std::chrono::steady_clock::now() - resigned, std::chrono::seconds(2));
   EXPECT_EQ(told, std::vector<std::string>{"http://a"});
+}
+
+TEST_F(OneEtcd, EndedLeasesMoveAsideSoThatANewLeaderReadsOnlyLiveOnes) {
+  EtcdStore a(url_);
+  ASSERT_TRUE(a.lead(campaign("http://a")));
+  Lease l;
+  l.id = "L1";
+  l.state = LeaseState::kGranted;
+  Changes granted;
+  granted.leases["L1"] = {l.state, toJson(l, LeaseView::kRecord).dump()};
+  a.write(granted);
+  EXPECT_EQ(a.leases(false).count("L1"), 1u);
+  l.state = LeaseState::kEnded;
+  l.ended_unix_s = 1000;
+  Changes ended;
+  ended.leases["L1"] = {l.state, toJson(l, LeaseView::kRecord).dump()};
+  a.write(ended);
+  EtcdClient etcd(url_);
+  auto count = [&](const std::string& key) {
+    return etcd.call("/v3/kv/range", {{"key", etcdBase64(key)}, {"count_only", true}}).value("count", "0");
+  };
+  EXPECT_EQ(count("/gpool/leases/L1"), "0");
+  EXPECT_EQ(count("/gpool/ended/L1"), "1");
+  EXPECT_TRUE(a.leases(false).empty());
+  EXPECT_EQ(a.leases(true).at("L1").state, LeaseState::kEnded);
+  EXPECT_EQ(a.forgetEndedBefore(999), 0);
+  EXPECT_EQ(a.forgetEndedBefore(1001), 1);
+  EXPECT_TRUE(a.leases(true).empty());
 }
 
 TEST_F(OneEtcd, ReplicasWithDifferentKeysAreToldWhichFileToShare) {

@@ -124,7 +124,9 @@ class Replicas(unittest.TestCase):
             self.assertTrue(wait_for(lambda: len(c.status()["queue"]) == i + 1))
         queue = [q["id"] for q in c.status()["queue"]]
         self.kill_leader()
+        time.sleep(2)  # past the servers' timeout (1 s here): the failover must not count against them
         self.assertEqual(set(self.granted()), held)  # not lost, not granted again
+        self.assertTrue(all(s["up"] for s in c.status()["servers"]))
         self.assertEqual([q["id"] for q in c.status()["queue"]], queue)
         open(f"{c.dir}/go0", "w").close()  # one GPU frees: the three take it in turn, in their order
         for p in [holders[0]] + waiting:
@@ -158,6 +160,26 @@ class Replicas(unittest.TestCase):
         self.assertIn("starting again as a standby", c.log(f"allocator{old or ''}"))
         self.assertEqual(self.granted(), {})  # at the leader, from etcd: nothing the stale one did
         self.assertEqual(c.lease(held)["state"], "ended")
+
+    def test_servers_slow_to_find_the_new_leader_keep_their_leases(self):
+        # A server may need a while to find the new leader (its back-off, a busy host): the failover must
+        # not count against it, nor against the leases it serves (the servers' timeout here is 1 s).
+        c = self.cluster
+        holder = self.run_("sh", "-c", f"until [ -f {c.dir}/go ]; do sleep 0.05; done")
+        self.assertTrue(wait_for(lambda: len(self.granted()) == 1))
+        held = set(self.granted())
+        for p in c.servers.values():
+            p.send_signal(signal.SIGSTOP)
+        self.kill_leader()
+        time.sleep(1.5)
+        for p in c.servers.values():
+            p.send_signal(signal.SIGCONT)
+        time.sleep(1.5)
+        self.assertEqual(set(self.granted()), held)
+        self.assertTrue(all(s["up"] for s in c.status()["servers"]), c.status()["servers"])
+        open(f"{c.dir}/go", "w").close()
+        _, err = holder.communicate(timeout=60)
+        self.assertEqual(holder.returncode, 0, err)
 
     def test_gpool_status_names_the_leader_and_each_replica_says_whether_it_leads(self):
         c = self.cluster
