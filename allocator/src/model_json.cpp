@@ -81,6 +81,7 @@ json toJson(const Lease& l, LeaseView view) {
   if (l.preempt_at_ms) {  // notice: the share is revoked at preempt_at_ms (the allocator's clock), for preempted_for
     j["preempt_at_ms"] = l.preempt_at_ms;
     j["preempted_for"] = l.preempted_for;
+    j["notice"] = noticeName(l.notice);
   }
   if (view == LeaseView::kRecord) j["owner_key_hash"] = l.owner_key_hash;
   return j;
@@ -110,6 +111,11 @@ Lease leaseFromJson(const json& j) {
   l.req.estimate_s = r.value("estimate_s", 0.0);
   l.preempt_at_ms = j.contains("preempt_at_ms") ? integer<int64_t>(j.at("preempt_at_ms")) : 0;
   l.preempted_for = j.value("preempted_for", "");
+  l.notice = noticeFromName(j.value("notice", ""));
+  if (l.preempt_at_ms && l.notice == Notice::kNone)  // a record from before `notice` was kept: its text says
+    l.notice = l.preempted_for.rfind(kMovePrefix, 0) == 0    ? Notice::kMove
+               : l.preempted_for.rfind(kRoundPrefix, 0) == 0 ? Notice::kRound
+                                                             : Notice::kPreemption;
   l.priority = integer<int>(j.at("priority"));
   l.seq = integer<uint64_t>(j.at("seq"));
   l.created_ms = integer<int64_t>(j.at("created_ms"));

@@ -52,6 +52,7 @@ void Scheduler::planMoves(int64_t now) {
     for (const Move& m : moves) {
       if (static_cast<int>(recent.size()) >= pool.moves_per_hour) break;
       m.lease->preempt_at_ms = now + policy_.preemption_grace.count();
+      m.lease->notice = Notice::kMove;
       m.lease->preempted_for = std::string(kMovePrefix) + m.type;
       touch(*m.lease);
       recent.push_back(now);

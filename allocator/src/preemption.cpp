@@ -156,6 +156,7 @@ int Scheduler::preemptFor(const Lease& l, int64_t now) {
   }
   for (const Candidate* c : chosen) {
     c->lease->preempt_at_ms = now + policy_.preemption_grace.count();
+    c->lease->notice = Notice::kPreemption;
     c->lease->preempted_for = l.id;
     touch(*c->lease);
     ++leases;
@@ -168,12 +169,12 @@ void Scheduler::revokePreempted(int64_t now) {
   for (const auto& [id, lp] : live_) {
     Lease& v = *lp;
     if (v.state != LeaseState::kGranted || !v.preempt_at_ms) continue;
-    const bool move = v.preempted_for.rfind(kMovePrefix, 0) == 0 || v.preempted_for.rfind(kRoundPrefix, 0) == 0;
-    const Lease* waiting = lease(v.preempted_for);
-    if (move) {
+    const Lease* waiting = v.notice == Notice::kPreemption ? lease(v.preempted_for) : nullptr;
+    if (v.notice != Notice::kPreemption) {  // a move or a round's: kept until due
       if (now >= v.preempt_at_ms) due.push_back(id);
     } else if (!waiting || waiting->state != LeaseState::kQueued) {  // it no longer needs the room: notice withdrawn
       v.preempt_at_ms = 0;
+      v.notice = Notice::kNone;
       v.preempted_for.clear();
       touch(v);
     } else if (now >= v.preempt_at_ms) {
@@ -181,12 +182,13 @@ void Scheduler::revokePreempted(int64_t now) {
     }
   }
   for (const auto& id : due) {
-    const std::string& why = leases_.at(id).preempted_for;
-    if (why.rfind(kRoundPrefix, 0) == 0) {
-      finish(id, "preempted by its pool's round: " + why.substr(kRoundPrefix.size()), now);
+    const Lease& v = leases_.at(id);
+    const std::string& why = v.preempted_for;
+    if (v.notice == Notice::kRound) {
+      finish(id, "preempted by its pool's round: " + why.substr(std::min(why.size(), kRoundPrefix.size())), now);
       continue;
     }
-    if (why.rfind(kMovePrefix, 0) == 0) {
+    if (v.notice == Notice::kMove) {
       ++moved_;
       finish(id, "moved: its job runs faster elsewhere (" + why + ", where it was free)", now);
       continue;

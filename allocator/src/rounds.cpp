@@ -278,6 +278,7 @@ void Scheduler::applyRound(const Pool& pool, std::vector<RoundJob>& jobs, const 
     } else if (j.chosen < 0 || j.chosen != j.current) {
       ++rotated_;
       l.preempt_at_ms = now + policy_.preemption_grace.count();
+      l.notice = Notice::kRound;
       l.preempted_for = std::string(kRoundPrefix) +
                         (j.chosen < 0 ? "other jobs' turn in pool '" + pool.name + "'" : "it moves to " + types[static_cast<size_t>(j.chosen)]) + policy;
       touch(l);

@@ -18,6 +18,21 @@ constexpr double kEps = 1e-9;
 
 }  // namespace
 
+const char* noticeName(Notice n) {
+  switch (n) {
+    case Notice::kPreemption: return "preemption";
+    case Notice::kMove: return "move";
+    case Notice::kRound: return "round";
+    default: return "";
+  }
+}
+
+Notice noticeFromName(std::string_view name) {
+  for (Notice n : {Notice::kPreemption, Notice::kMove, Notice::kRound})
+    if (name == noticeName(n)) return n;
+  return Notice::kNone;
+}
+
 const char* stateName(LeaseState s) {
   switch (s) {
     case LeaseState::kQueued: return "queued";

@@ -45,11 +45,15 @@ struct Share {
 };
 
 enum class LeaseState { kQueued, kGranted, kEnded };
-// A lease's preempted_for when the notice moves its job to a faster GPU type ("move to V100").
+// Why a granted lease has notice (Lease::notice): a queue takes back its guarantee (preemption.cpp; its
+// preempted_for names the request it makes room for), its job moves to a faster GPU type (moves.cpp;
+// "move to V100"), or its pool's round gives its GPUs to other jobs or another type (rounds.cpp; "round: ...").
+enum class Notice { kNone, kPreemption, kMove, kRound };
 inline constexpr std::string_view kMovePrefix = "move to ";
-// ... when its pool's round (rounds.cpp) gives its GPUs to other jobs ("round: ...").
 inline constexpr std::string_view kRoundPrefix = "round: ";
 const char* stateName(LeaseState s);
+const char* noticeName(Notice n);              // "", "preemption", "move", "round" (the API's `notice`)
+Notice noticeFromName(std::string_view name);  // kNone for anything else
 
 struct LeaseRequest {
   int n = 1;
@@ -96,6 +100,7 @@ struct Lease {
   // Preemption (preemption.cpp): notice was given; the lease ends at preempt_at_ms (0: none) unless the
   // request it makes room for (preempted_for) no longer waits by then.
   int64_t preempt_at_ms = 0;
+  Notice notice = Notice::kNone;
   std::string preempted_for;
   int queue = -1;  // the policy queue it charges (FairShare's index; -1: none), kept by the scheduler
   double order_key = 0;  // its place in its pool's order while queued (Scheduler::orderKey), kept by the scheduler

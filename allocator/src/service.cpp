@@ -609,7 +609,8 @@ void Service::leaseRoutes(httplib::Server& s) {
     if (progress) sched_->reportProgress(l->id, *progress, now());
     json out = {{"state", stateName(l->state)}};
     if (l->preempt_at_ms)  // notice: the launcher tells the program, which has this long to stop
-      out.update({{"preempt_in_ms", std::max<int64_t>(0, l->preempt_at_ms - now())}, {"preempted_for", l->preempted_for}});
+      out.update({{"preempt_in_ms", std::max<int64_t>(0, l->preempt_at_ms - now())}, {"preempted_for", l->preempted_for},
+                  {"notice", noticeName(l->notice)}});
     reply(res, 200, out);
   });
 

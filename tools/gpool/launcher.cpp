@@ -193,7 +193,7 @@ class Notice {
     ::unlink(file_.c_str());
   }
   LeaseWatch::Events events(const std::string& lease) {
-    return {[this, lease](int64_t in_ms, const std::string& for_request) { give(lease, in_ms, for_request); },
+    return {[this, lease](int64_t in_ms, allocator::Notice why, const std::string& for_request) { give(lease, in_ms, why, for_request); },
             [this, lease] {
               ::unlink(file_.c_str());
               std::fprintf(stderr, "gpool: lease %s: preemption notice withdrawn (the request it made room for stopped waiting)\n",
@@ -211,7 +211,7 @@ class Notice {
   }
 
  private:
-  void give(const std::string& lease, int64_t in_ms, const std::string& for_request) {
+  void give(const std::string& lease, int64_t in_ms, allocator::Notice why, const std::string& for_request) {
     double grace = static_cast<double>(in_ms) / 1000;
     auto deadline = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() + grace;
     json j = {{"lease", lease}, {"for", for_request}, {"grace_s", grace}, {"deadline_unix", deadline}};
@@ -223,9 +223,9 @@ class Notice {
     given_ = true;
     pid_t c = holder_();
     std::string told = c ? "SIGTERM to process " + std::to_string(c) : std::string("no process to tell");
-    const auto move = gpool::allocator::kMovePrefix, round = gpool::allocator::kRoundPrefix;
-    std::string what = for_request.rfind(move, 0) == 0    ? "moved to a faster GPU type (" + for_request.substr(move.size()) + ", free now)"
-                       : for_request.rfind(round, 0) == 0 ? "preempted by its pool's round: " + for_request.substr(round.size())
+    auto after = [&](std::string_view prefix) { return for_request.substr(std::min(for_request.size(), prefix.size())); };
+    std::string what = why == allocator::Notice::kMove    ? "moved to a faster GPU type (" + after(allocator::kMovePrefix) + ", free now)"
+                       : why == allocator::Notice::kRound ? "preempted by its pool's round: " + after(allocator::kRoundPrefix)
                                                           : "preempted for request " + for_request;
     std::fprintf(stderr, "gpool: lease %s is being %s: %s; its GPUs are revoked in %.1fs\n", lease.c_str(), what.c_str(),
                  told.c_str(), grace);

@@ -79,7 +79,7 @@ bool LeaseWatch::see(int status, const std::string& text) {
   }
   if (status != 200 || !object) return true;
   if (j.contains("preempt_in_ms") && j["preempt_in_ms"].is_number_integer()) {
-    if (!noticed_ && events_.notice) events_.notice(j["preempt_in_ms"].get<int64_t>(), j.value("preempted_for", ""));
+    if (!noticed_ && events_.notice) events_.notice(j["preempt_in_ms"].get<int64_t>(), allocator::noticeFromName(j.value("notice", "")), j.value("preempted_for", ""));
     noticed_ = true;
   } else if (noticed_ && j.value("state", "") == "granted") {
     noticed_ = false;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "allocator_client.h"
+#include "scheduler.h"
 
 namespace gpool::cli {
 
@@ -20,7 +21,8 @@ class LeaseWatch {
  public:
   struct Events {
     // The lease is being preempted: its shares are revoked in `in_ms`, for request `for_request`.
-    std::function<void(int64_t in_ms, const std::string& for_request)> notice;
+    // Notice: the lease's GPUs are revoked in `in_ms`, for `why` (its kind; `for_request` says more).
+    std::function<void(int64_t in_ms, gpool::allocator::Notice why, const std::string& for_request)> notice;
     std::function<void()> withdrawn;                        // the notice was withdrawn
     std::function<void(const std::string& reason)> ended;  // the allocator ended the lease
   };
