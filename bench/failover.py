@@ -2,8 +2,10 @@
 """Failover time of gpool-allocator replicas (issue 16): a three-member etcd cluster and three allocator
 replicas on loopback; the leader is SIGKILLed KILLS times (and started again, as a standby, each time).
 Each failover is timed from the SIGKILL to the first answer a client gets (GET /v1/status, 200) from
-any replica, asked every 20 ms.
-usage: bench/failover.py [BUILD_DIR] [KILLS] [--leader-ttl S]"""
+any replica, asked every 20 ms. With --load S, gpool_bench_allocator first asks the leader for leases at
+1,000 a second for S seconds (1,000 simulated GPUs, each lease held), so that the new leader takes over
+thousands of live leases; the bench is then SIGKILLed too, and the leases it held stay live.
+usage: bench/failover.py [BUILD_DIR] [KILLS] [--leader-ttl S] [--load S]"""
 import argparse
 import os
 import shutil
@@ -35,8 +37,10 @@ def main():
     ap.add_argument("build", nargs="?", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build"))
     ap.add_argument("kills", nargs="?", type=int, default=10)
     ap.add_argument("--leader-ttl", type=int, default=3)
+    ap.add_argument("--load", type=float, default=0, help="seconds of lease requests before each kill")
     a = ap.parse_args()
     allocator = os.path.join(os.path.abspath(a.build), "allocator", "gpool-allocator")
+    bench = os.path.join(os.path.abspath(a.build), "bench", "gpool_bench_allocator")
     etcd = EtcdCluster(3)
     d = tempfile.mkdtemp(prefix="gpool-failover-")
     ports = [_free_port() for _ in range(3)]
@@ -65,18 +69,30 @@ def main():
         took = []
         for k in range(a.kills):
             old = leader()
+            live = ""
+            if a.load > 0:
+                load = subprocess.Popen([bench, "--allocator", urls[old], "--key-file", os.path.join(d, "alloc.db.key"),
+                                         "--servers", "125", "--gpus-per-server", "8", "--rate", "1000", "--threads", "16",
+                                         "--seconds", "600", "--hold", "600", "--wait", "0"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(a.load)
+                load.kill()
+                load.wait()
+                live = answer(urls[old], "/metrics")[1]
+                live = next((ln.split()[1] for ln in live.splitlines() if ln.startswith("gpool_shares_in_use ")), "?")
+                live = f" ({live} shares of live leases)"
             procs[old].send_signal(signal.SIGKILL)
             t0 = time.monotonic()
             procs[old].wait()
             while not any(answer(u, "/v1/status")[0] == 200 for u in urls):
                 time.sleep(0.02)
             took.append(time.monotonic() - t0)
-            print(f"kill {k + 1}: replica {old} killed; replica {leader()} answered after {took[-1]:.2f} s", flush=True)
+            print(f"kill {k + 1}: replica {old} killed{live}; replica {leader()} answered after {took[-1]:.2f} s", flush=True)
             start(old)
             while answer(urls[old], "/metrics")[0] != 200:
                 time.sleep(0.05)
         print(f"failover_s min {min(took):.2f} median {statistics.median(took):.2f} mean {statistics.mean(took):.2f} "
-              f"max {max(took):.2f} (leader TTL {a.leader_ttl} s, {a.kills} kills)")
+              f"max {max(took):.2f} (leader TTL {a.leader_ttl} s, {a.kills} kills{', with load' if a.load else ''})")
     finally:
         for p in procs:
             if p and p.poll() is None:

@@ -181,6 +181,20 @@ class Replicas(unittest.TestCase):
         _, err = holder.communicate(timeout=60)
         self.assertEqual(holder.returncode, 0, err)
 
+    def test_a_release_made_while_no_replica_leads_still_frees_the_share(self):
+        c = self.cluster
+        p = self.run_("sh", "-c", f"until [ -f {c.dir}/go ]; do sleep 0.05; done")
+        self.assertTrue(wait_for(lambda: len(self.granted()) == 1))
+        old = c.leading()
+        c.allocators[old].send_signal(signal.SIGKILL)
+        c.allocators[old].wait()
+        open(f"{c.dir}/go", "w").close()  # the command ends, and gpool run releases, before a standby leads
+        _, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertTrue(wait_for(lambda: c.leading() not in (None, old), timeout=15))
+        # Freed at once, not when the lease's heartbeats time out (10 s here).
+        self.assertTrue(wait_for(lambda: self.granted() == {}, timeout=3), err)
+
     def test_gpool_status_names_the_leader_and_each_replica_says_whether_it_leads(self):
         c = self.cluster
         p = c.gpool("status")

@@ -63,6 +63,21 @@ void stopIfSignalled(AllocatorClient& a, const std::string& id) {
   die(128 + sig, std::string("stopped by SIG") + sigabbrev_np(sig) + " while waiting for GPUs" +
                      (id.empty() ? "" : ": request " + id + " withdrawn"));
 }
+
+// Releases lease `id`: where no allocator answers (a failover between replicas, a restart), it asks again
+// for up to 30 s, so that the share frees at once rather than when the lease's heartbeats time out.
+// Returns the last answer.
+std::pair<int, std::string> release(AllocatorClient& a, const std::string& id) {
+  auto r = a.call("DELETE", "/v1/leases/" + id, Proof::kLease);
+  auto start = std::chrono::steady_clock::now();
+  for (double delay = 0.2; r.first == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(30); delay = std::min(delay * 2, 2.0)) {
+    if (delay == 0.2) std::fprintf(stderr, "gpool: releasing lease %s: %s; retrying\n", id.c_str(), r.second.c_str());
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    r = a.call("DELETE", "/v1/leases/" + id, Proof::kLease);
+  }
+  return r;
+}
+
 constexpr int kForwarded[] = {SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGINT, SIGQUIT};
 
 // Requests a lease and waits for it (queue progress on stderr); dies with a clear message on refusal,
@@ -264,7 +279,7 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   g_child = 0;
-  auto [st, text] = a.call("DELETE", "/v1/leases/" + id, Proof::kLease);  // ends the watch's long poll too
+  auto [st, text] = release(a, id);  // ends the watch's long poll too
   if (st != 200 && !notice.given()) std::fprintf(stderr, "gpool: releasing lease %s: %s\n", id.c_str(), text.c_str());
   watch.reset();
   std::remove(progressFile().c_str());
@@ -317,7 +332,7 @@ int holdLease(AllocatorClient& a, const json& request, double wait_s, pid_t hold
   while (::read(0, buf, sizeof buf) > 0) {  // until the process it holds the lease for is gone
   }
   holding = false;
-  a.call("DELETE", "/v1/leases/" + id, Proof::kLease);
+  release(a, id);
   watch.reset();
   return 0;
 }
