@@ -54,15 +54,22 @@ size_t AllocatorReplicas::indexOf(const std::string& url) {
 }
 
 bool AllocatorReplicas::next(const std::string& leader) {
-  size_t from = current_;
-  bool named = !leader.empty() && leader != " " && leader != urls_[current_];
-  try {
-    current_ = named ? indexOf(leader) : (current_ + 1) % urls_.size();
-  } catch (const std::invalid_argument&) {  // a leader URL this client cannot use
-    current_ = (from + 1) % urls_.size();
+  asked_.resize(urls_.size());
+  asked_[current_] = true;
+  // A leader named over https is followed only over https: a misconfigured --advertise must not make
+  // clients send their credentials in the clear.
+  auto scheme = [](const std::string& url) { return url.substr(0, url.find("://")); };
+  if (!leader.empty() && leader != " " && scheme(leader) == scheme(urls_[current_])) {
+    try {
+      size_t i = indexOf(leader);
+      asked_.resize(urls_.size());
+      if (!asked_[i]) return current_ = i, true;
+    } catch (const std::invalid_argument&) {  // a leader URL this client cannot use
+    }
   }
-  ++tried_;
-  return tried_ <= urls_.size() + (named ? 1 : 0);  // every replica, and a leader named on the way
+  for (size_t step = 1; step <= urls_.size(); ++step)  // the next replica not asked in this round
+    if (size_t i = (current_ + step) % urls_.size(); !asked_[i]) return current_ = i, true;
+  return false;
 }
 
 std::string AllocatorReplicas::all() const {

@@ -29,10 +29,10 @@ class AllocatorReplicas {
   const std::string& url() const { return urls_[current_]; }  // the replica to ask
   httplib::Client& client() { return *clients_[current_]; }
   size_t size() const { return urls_.size(); }
-  void startRound() { tried_ = 1; }  // a new request: every replica may be tried again
+  void startRound() { asked_.assign(urls_.size(), false); }  // a new request: every replica may be asked again
   // After asking url(): no answer came (`leader` ""), or a standby named `leader` (" ": none known).
-  // Moves to the leader named, else to the next replica. Returns whether one not yet tried in this
-  // round remains: false once every one was (then wait, and start another round).
+  // Moves to the leader named (when it is reached the same way, http or https), else to the next replica,
+  // each replica once per round. Returns false once every one was asked (then wait, and start another round).
   bool next(const std::string& leader);
   std::string all() const;  // the list, for messages
 
@@ -42,7 +42,8 @@ class AllocatorReplicas {
   std::vector<std::unique_ptr<httplib::Client>> clients_;
   std::string ca_file_;
   int read_timeout_s_;
-  size_t current_ = 0, tried_ = 1;
+  size_t current_ = 0;
+  std::vector<bool> asked_;  // in this round
 };
 
 }  // namespace gpool::token

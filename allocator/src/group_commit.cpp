@@ -3,6 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace gpool::allocator {
 
 GroupCommit::GroupCommit(Store& store, std::function<void()> deposed) : store_(store), deposed_(std::move(deposed)) {
@@ -44,6 +46,17 @@ uint64_t GroupCommit::changesWritten() const {
   return written_;
 }
 
+bool GroupCommit::stalled() const {
+  std::lock_guard lock(mu_);
+  return writing_since_ != std::chrono::steady_clock::time_point{} &&
+         std::chrono::steady_clock::now() - writing_since_ > std::chrono::milliseconds(kSlowMs);
+}
+
+int64_t GroupCommit::stalledMs() const {
+  std::lock_guard lock(mu_);
+  return stalled_ms_;
+}
+
 // Whole changes, oldest first, as many as fit in one transaction (one alone when it is larger).
 Changes GroupCommit::next() {
   Changes batch = std::move(pending_.front());
@@ -65,6 +78,7 @@ void GroupCommit::loop() {
     const size_t before = pending_.size();
     Changes batch = next();
     const uint64_t upto = written_ + (before - pending_.size());
+    writing_since_ = std::chrono::steady_clock::now();
     lock.unlock();
     for (int attempt = 0;; ++attempt) {
       try {
@@ -85,6 +99,9 @@ void GroupCommit::loop() {
       }
     }
     lock.lock();
+    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - writing_since_).count();
+    stalled_ms_ += std::max<int64_t>(0, took - kSlowMs);
+    writing_since_ = {};
     written_ = upto;
     ++transactions_;
     written_cv_.notify_all();

@@ -36,6 +36,12 @@ class GroupCommit {
   }
   uint64_t transactions() const;  // written so far
   uint64_t changesWritten() const;
+  // A write taking longer than kSlowMs holds every answer back meanwhile, heartbeats' included: that
+  // time counts against no server and no lease. Whether one is that late now, and the milliseconds
+  // past kSlowMs that writes took in all (rising; the tick forgives what it rose by).
+  static constexpr int64_t kSlowMs = 250;
+  bool stalled() const;
+  int64_t stalledMs() const;
 
   static constexpr size_t kMaxRecords = 100;  // per transaction, under etcd's default --max-txn-ops (128)
 
@@ -49,6 +55,8 @@ class GroupCommit {
   std::condition_variable staged_cv_, written_cv_;
   std::deque<Changes> pending_;
   uint64_t staged_ = 0, written_ = 0, transactions_ = 0;
+  std::chrono::steady_clock::time_point writing_since_{};  // the write under way (epoch: none)
+  int64_t stalled_ms_ = 0;
   bool stop_ = false, failed_ = false;
   std::mutex store_mu_;  // the store's connection: the writer's or a direct call's
   std::thread writer_;

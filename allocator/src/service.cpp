@@ -308,9 +308,16 @@ void Service::tickLoop() {
         spdlog::warn("the allocator could not run for {} ms (stopped or starved); heartbeat timeouts are extended by as much", late);
         sched_->forgive(late);
       }
+      // While a store write is late, every answer waits for it, heartbeats' included: nobody is judged
+      // meanwhile, and the time it took counts against nobody.
+      if (int64_t s = commits_->stalledMs(); s > stalled_ms_) {
+        spdlog::warn("store writes were {} ms late (its members failing over?); heartbeat timeouts are extended by as much", s - stalled_ms_);
+        sched_->forgive(s - stalled_ms_);
+        stalled_ms_ = s;
+      }
       last = t;
       try {
-        if (sched_->tick(t, !backlogged())) persist();
+        if (sched_->tick(t, !backlogged() && !commits_->stalled())) persist();
         sched_->prune(now(), 60 * 1000);  // ended leases stay readable for a minute (and in the database)
       } catch (const std::exception& e) {
         spdlog::error("tick: {}", e.what());

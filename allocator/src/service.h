@@ -97,7 +97,8 @@ class Service {
   std::condition_variable changed_;
   std::thread serve_thread_, tick_thread_, campaign_thread_;
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> leading_{false};  // the state is loaded and this allocator writes the store
+  std::atomic<bool> leading_{false};
+  int64_t stalled_ms_ = 0;  // store writes' lateness already forgiven (tick thread)  // the state is loaded and this allocator writes the store
 
   // metrics (under mu_)
   uint64_t requests_ = 0, grants_ = 0, refusals_ = 0, queued_ = 0;

@@ -195,6 +195,30 @@ class Replicas(unittest.TestCase):
         # Freed at once, not when the lease's heartbeats time out (10 s here).
         self.assertTrue(wait_for(lambda: self.granted() == {}, timeout=3), err)
 
+    def test_a_store_that_stalls_counts_against_no_server(self):
+        # While etcd cannot commit (its members fail over, its disk stalls), every answer waits for the
+        # write under way, servers' heartbeats' included: that wait must not make the leader take a
+        # server for dead (its timeout is 1 s here) and end the leases on it.
+        c = self.cluster
+        holder = self.run_("sh", "-c", f"until [ -f {c.dir}/go ]; do sleep 0.05; done")
+        self.assertTrue(wait_for(lambda: len(self.granted()) == 1))
+        held = set(self.granted())
+        for p in self.etcd.procs.values():
+            p.send_signal(signal.SIGSTOP)
+        try:
+            waiting = self.run_("true")  # a change, whose write waits for etcd
+            time.sleep(2)
+        finally:
+            for p in self.etcd.procs.values():
+                p.send_signal(signal.SIGCONT)
+        _, err = waiting.communicate(timeout=60)
+        self.assertEqual(waiting.returncode, 0, err)
+        self.assertTrue(held <= set(self.granted()), c.status()["leases"])
+        self.assertTrue(all(s["up"] for s in c.status()["servers"]), c.status()["servers"])
+        open(f"{c.dir}/go", "w").close()
+        _, err = holder.communicate(timeout=60)
+        self.assertEqual(holder.returncode, 0, err)
+
     def test_gpool_status_names_the_leader_and_each_replica_says_whether_it_leads(self):
         c = self.cluster
         p = c.gpool("status")
