@@ -350,6 +350,18 @@ static bool typesOverlap(const std::vector<std::string>& a, const std::vector<st
   });
 }
 
+// Whether two requests may want the same GPUs, a round's choice of type standing for the types a
+// request accepts (without making a list: this runs for every waiting request).
+static bool wantSameGpus(const Lease& a, const Lease& b) {
+  auto accepts = [](const Lease& l, const std::string& type) {
+    return l.req.gpu_types.empty() || std::any_of(l.req.gpu_types.begin(), l.req.gpu_types.end(), [&](const std::string& t) { return sameType(t, type); });
+  };
+  if (!a.round_type.empty() && !b.round_type.empty()) return sameType(a.round_type, b.round_type);
+  if (!a.round_type.empty()) return accepts(b, a.round_type);
+  if (!b.round_type.empty()) return accepts(a, b.round_type);
+  return typesOverlap(a.req.gpu_types, b.req.gpu_types);
+}
+
 namespace {
 // Requests waiting for capacity hold back the later ones of their pool that want the same GPUs (any GPU,
 // or a type in common): one waiting for an H100 does not hold back one that may take an A100.
@@ -518,7 +530,7 @@ Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id
   bool waiting_ahead = false;
   for (const auto& entry : queue_.entries()) {
     const Lease& q = *WaitQueue::leaseOf(entry);
-    if (&q != &stored && q.req.pool == stored.req.pool && typesOverlap(q.req.gpu_types, stored.req.gpu_types) && comesFirst(q) &&
+    if (&q != &stored && q.req.pool == stored.req.pool && wantSameGpus(q, stored) && comesFirst(q) &&
         !quotaBlocks(q)) {
       waiting_ahead = true;
       break;

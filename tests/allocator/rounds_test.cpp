@@ -199,3 +199,23 @@ TEST(Rounds, ANewPolicyWithoutRoundsLeavesNoChoiceBehind) {
   ASSERT_EQ(s.request(job("L", "lm"), 11000, "L2").kind, Decision::kGranted);
   EXPECT_EQ(s.lease("L2")->shares[0].server, "v100s");  // its fastest type: the old round's choice is gone
 }
+
+TEST(Rounds, ARequestWaitingForTheTypeItsRoundChoseHoldsBackNoRequestForAnother) {
+  // Three jobs on a K80 and a V100: the round runs X (lm, had least) on the K80, where C still runs
+  // with notice. The V100 then frees. A request for the V100 alone is granted at once: X waits for the
+  // K80 only.
+  Scheduler s = make(std::string(kSettings) + "[pools.default]\norder = \"least-attained\"\nround = \"1m\"\n");
+  s.registerServer(typed("k80s", 1, "Tesla K80"), 0);
+  s.registerServer(typed("v100s", 1, "Tesla V100-SXM2-16GB"), 0);
+  ASSERT_EQ(s.request(job("L", "lm"), 0, "L1").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(job("C", "cyclegan"), 0, "C1").kind, Decision::kGranted);
+  ASSERT_EQ(s.request(job("X", "lm"), 0, "X1").kind, Decision::kQueued);
+  s.tick(1000);
+  ASSERT_EQ(s.lease("X1")->round_type, "K80");
+  ASSERT_GT(s.lease("C1")->preempt_at_ms, 0);  // C moves to the V100 at the notice's end
+  ASSERT_TRUE(s.end("L1", "released", 2000));  // the V100 is free; the K80 is not yet
+  LeaseRequest v100 = req("v");
+  v100.gpu_types = {"V100"};
+  EXPECT_EQ(s.request(v100, 2000, "V1").kind, Decision::kGranted);
+  EXPECT_EQ(s.lease("X1")->state, LeaseState::kQueued);
+}
