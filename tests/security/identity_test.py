@@ -55,6 +55,13 @@ class Identity(unittest.TestCase):
         self.assertIn("MUNGE", out["error"])
         self.assertEqual(self.c.status()["leases"], [])
 
+    def test_gpool_run_without_munged_says_so_at_once_rather_than_retrying(self):
+        r = self.run_gpool("run", "--", "true", env={"GPOOL_MUNGE_SOCKET": "/nonexistent/munge.socket"})
+        self.assertEqual(r.returncode, 5, r.stderr)  # (it retried until killed before)
+        self.assertIn("cannot get a MUNGE credential", r.stderr)
+        self.assertIn("start munged on this host", r.stderr)
+        self.assertNotIn("retrying", r.stderr)
+
     def test_the_user_is_who_the_credential_says_not_who_the_body_says(self):
         status, out = self.c.try_http("POST", "/v1/leases", {"user": "alice", "p": 0.5}, headers=self.c.bearer("mallory"))
         self.assertEqual(status, 403, out)

@@ -96,7 +96,7 @@ std::pair<int, std::string> AllocatorClient::call(const std::string& method, con
   for (;;) {
     httplib::Headers h;
     std::string why;
-    if (!proofHeaders(method, path, body, proof, h, why)) return {0, why};  // made again for each replica asked
+    if (!proofHeaders(method, path, body, proof, h, why)) return {kNoProof, why};  // made again for each replica asked
     if (!socket_path_.empty()) return overUnixSocket(method, path, h, body, type);
     httplib::Client& http = replicas_->client();
     httplib::Result r = method == "GET"    ? http.Get(path.c_str(), h)

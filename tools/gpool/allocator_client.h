@@ -32,7 +32,9 @@ class AllocatorClient {
   std::string lease_key;
 
   // (status, body); status 0 when no allocator could be reached (none, or only standbys, answered: the
-  // body says which) or no proof could be made (the body says why).
+  // body says which), kNoProof when no proof could be made (the body says why and what to do: asking
+  // again will not help).
+  static constexpr int kNoProof = -1;
   std::pair<int, std::string> call(const std::string& method, const std::string& path, Proof proof,
                                    const std::string& body = "", const char* type = "application/json");
   const std::string& url() const { return url_; }

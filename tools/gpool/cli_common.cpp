@@ -25,7 +25,7 @@ std::string fmtDuration(double s) {
 
 nlohmann::json must(AllocatorClient& a, const std::string& method, const std::string& path, Proof proof, const std::string& body) {
   auto [status, text] = a.call(method, path, proof, body);
-  if (status == 0) die(kExitAllocator, text);
+  if (status <= 0) die(kExitAllocator, text);  // unreachable, or no proof of who asks
   auto j = nlohmann::json::parse(text, nullptr, false);
   if (status >= 400) die(kExitAllocator, j.is_object() && j.contains("error") ? j["error"].get<std::string>() : text);
   if (j.is_discarded()) die(kExitAllocator, "unexpected answer from the allocator: " + text.substr(0, 200));

@@ -94,6 +94,7 @@ json acquire(AllocatorClient& a, const json& request, double wait_s) {
   for (double delay = 0.2;; delay = std::min(delay * 2, 5.0)) {
     stopIfSignalled(a, "");
     auto [status, text] = a.call("POST", "/v1/leases", Proof::kIdentity, keyed.dump());
+    if (status == AllocatorClient::kNoProof) die(kExitAllocator, text);  // (munged not running: waiting will not start it)
     if (status == 0) {
       if (wait_s >= 0 && elapsed() > wait_s) die(kExitAllocator, text);
       double d = delay * std::uniform_real_distribution<double>(0.8, 1.2)(rng);
