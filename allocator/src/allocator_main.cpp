@@ -46,10 +46,10 @@ constexpr const char* kRestarted = "GPOOL_ALLOCATOR_RESTARTED";
 
 // Waits until some member of the etcd store answers (a replica that lost the lead because etcd was out
 // of reach must not exit for it: it stands by again once etcd is back).
-void waitForStore(const std::string& store) {
+void waitForStore(const std::string& store, const gpool::allocator::StoreTls& tls) {
   for (int tries = 0;; ++tries) {
     try {
-      gpool::allocator::EtcdClient(store, 2).call("/v3/maintenance/status", nlohmann::json::object());
+      gpool::allocator::EtcdClient(store, 2, tls).call("/v3/maintenance/status", nlohmann::json::object());
       return;
     } catch (const gpool::allocator::StoreError& e) {
       if (tries % 10 == 0) spdlog::warn("{}; waiting for etcd", e.what());
@@ -106,6 +106,16 @@ int main(int argc, char** argv) {
   app.add_option("--advertise", advertise,
                  "with --store etcd://: the URL clients reach this allocator at, which standbys give them while it leads "
                  "(default: http(s)://HOST:PORT of --listen, with this host's name for 0.0.0.0)");
+  gpool::allocator::StoreTls etcd_tls;
+  auto* etcd_ca = app.add_option("--etcd-ca", etcd_tls.ca,
+                                 "with --store etcd://: reach etcd's members over HTTPS, verifying them with this CA (PEM)")
+                      ->check(CLI::ExistingFile);
+  auto* etcd_cert = app.add_option("--etcd-cert", etcd_tls.cert,
+                                   "with --etcd-ca: this allocator's client certificate (PEM), for etcd's --client-cert-auth")
+                        ->check(CLI::ExistingFile)
+                        ->needs(etcd_ca);
+  app.add_option("--etcd-key", etcd_tls.key, "the private key of --etcd-cert (PEM)")->check(CLI::ExistingFile)->needs(etcd_cert);
+  etcd_cert->needs(app.get_option("--etcd-key"));
   int leader_ttl_s = 3;
   app.add_option("--leader-ttl", leader_ttl_s,
                  "with --store etcd://: seconds a leader that stopped answering etcd (dead, or cut off) keeps the lead; "
@@ -148,8 +158,9 @@ int main(int argc, char** argv) {
     gpool::allocator::ServiceOptions opt{store.empty() ? db : store, config, gpool::token::loadKey(key_file, true), token_key, munge_socket, socket, tls_cert, tls_key, max_connections};
     opt.advertise = advertise;
     opt.leader_ttl_s = leader_ttl_s;
+    opt.etcd_tls = etcd_tls;
     opt.on_deposed = [argv] { startAgainAsStandby(argv); };
-    if (std::getenv(kRestarted) && store.rfind("etcd://", 0) == 0) waitForStore(store);
+    if (std::getenv(kRestarted) && store.rfind("etcd://", 0) == 0) waitForStore(store, etcd_tls);
     gpool::allocator::Service service(opt);
     int bound = service.start(host, port);
     spdlog::info("listening on {}://{}:{}{} (state in {}, admin key {}, token key {}: GPU hosts verify with {})",

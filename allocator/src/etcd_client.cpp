@@ -4,6 +4,8 @@
 #include <httplib.h>
 #include <openssl/evp.h>
 
+#include <unistd.h>
+
 #include <chrono>
 
 #include "store.h"
@@ -31,7 +33,25 @@ std::string etcdUnbase64(const std::string& in) {
   return out;
 }
 
-EtcdClient::EtcdClient(const std::string& url, int read_timeout_s) : url_(url) {
+std::unique_ptr<httplib::Client> EtcdClient::member(const std::string& endpoint, int read_timeout_ms) const {
+  std::unique_ptr<httplib::Client> c;
+  if (tls_.ca.empty()) {
+    c = std::make_unique<httplib::Client>("http://" + endpoint);
+  } else {
+    c = std::make_unique<httplib::Client>("https://" + endpoint, tls_.cert, tls_.key);
+    c->enable_server_certificate_verification(true);
+    c->set_ca_cert_path(tls_.ca.c_str());
+  }
+  c->set_connection_timeout(1, 0);
+  c->set_read_timeout(read_timeout_ms / 1000, (read_timeout_ms % 1000) * 1000);
+  c->set_write_timeout(read_timeout_ms / 1000, (read_timeout_ms % 1000) * 1000);
+  return c;
+}
+
+EtcdClient::EtcdClient(const std::string& url, int read_timeout_s, StoreTls tls) : url_(url), tls_(std::move(tls)) {
+  for (const std::string* f : {&tls_.ca, &tls_.cert, &tls_.key})
+    if (!f->empty() && ::access(f->c_str(), R_OK) != 0) throw StoreError("cannot read " + *f + " (an etcd TLS file)");
+  if (tls_.cert.empty() != tls_.key.empty()) throw StoreError("an etcd client certificate needs its key, and a key its certificate");
   const std::string scheme = "etcd://";
   if (url.rfind(scheme, 0) != 0) throw StoreError("an etcd store is named etcd://HOST:PORT[,HOST:PORT...], not " + url);
   std::string rest = url.substr(scheme.size());
@@ -41,11 +61,7 @@ EtcdClient::EtcdClient(const std::string& url, int read_timeout_s) : url_(url) {
     if (ep.empty() || ep.find(':') == std::string::npos || ep.find('/') != std::string::npos)
       throw StoreError("etcd endpoint '" + ep + "' in " + url + " is not HOST:PORT");
     endpoints_.push_back(ep);
-    auto c = std::make_unique<httplib::Client>("http://" + ep);
-    c->set_connection_timeout(1, 0);
-    c->set_read_timeout(read_timeout_s, 0);
-    c->set_write_timeout(read_timeout_s, 0);
-    clients_.push_back(std::move(c));
+    clients_.push_back(member(ep, read_timeout_s * 1000));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -85,9 +101,8 @@ bool EtcdClient::watch(const std::string& key, int64_t start_revision, int for_m
   json create = {{"create_request", {{"key", etcdBase64(key)}, {"start_revision", start_revision}}}};
   for (size_t tried = 0; tried < endpoints_.size(); ++tried) {
     size_t i = (current_ + tried) % endpoints_.size();
-    httplib::Client c("http://" + endpoints_[i]);
-    c.set_connection_timeout(1, 0);
-    c.set_read_timeout(for_ms / 1000, (for_ms % 1000) * 1000);
+    auto member_client = member(endpoints_[i], for_ms);
+    httplib::Client& c = *member_client;
     httplib::Request req;
     req.method = "POST";
     req.path = "/v3/watch";

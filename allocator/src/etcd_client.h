@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "store.h"
+
 namespace httplib {
 class Client;
 }
@@ -22,9 +24,9 @@ std::string etcdUnbase64(const std::string& in);  // throws StoreError for text 
 
 class EtcdClient {
  public:
-  // `url`: etcd://HOST:PORT[,HOST:PORT...]. Throws StoreError for a malformed URL. `read_timeout_s`: how long
-  // one member may take to answer.
-  EtcdClient(const std::string& url, int read_timeout_s = 5);
+  // `url`: etcd://HOST:PORT[,HOST:PORT...]. Throws StoreError for a malformed URL, or TLS files that
+  // cannot be read. `read_timeout_s`: how long one member may take to answer.
+  EtcdClient(const std::string& url, int read_timeout_s = 5, StoreTls tls = {});
   ~EtcdClient();
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;
@@ -38,7 +40,9 @@ class EtcdClient {
   const std::string& url() const { return url_; }
 
  private:
+  std::unique_ptr<httplib::Client> member(const std::string& endpoint, int read_timeout_ms) const;
   std::string url_;
+  StoreTls tls_;
   std::vector<std::string> endpoints_;
   std::vector<std::unique_ptr<httplib::Client>> clients_;
   size_t current_ = 0;  // the member that answered last

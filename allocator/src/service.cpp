@@ -57,7 +57,7 @@ int64_t Service::now() const {
 }
 
 Service::Service(ServiceOptions options) : opt_(std::move(options)), auth_(opt_.key, opt_.munge_socket) {
-  store_ = openStore(opt_.db_path);
+  store_ = openStore(opt_.db_path, opt_.etcd_tls);
   commits_ = std::make_unique<GroupCommit>(*store_, [this] { deposed(); });
   token::Ed25519Key key = token::Ed25519Key::loadPrivate(opt_.token_key, true);
   // Tokens one replica signed must verify after a failover; admins' signatures must hold at every replica.

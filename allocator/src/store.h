@@ -89,8 +89,15 @@ class Store {
   virtual int forgetEndedBefore(int64_t cutoff_unix_s) = 0;
 };
 
+// How the allocator reaches etcd's members over TLS ("" ca: plain HTTP): the CA that signed their
+// certificates, and this allocator's client certificate and key where etcd asks for one
+// (--client-cert-auth).
+struct StoreTls {
+  std::string ca, cert, key;
+};
+
 // The store `where` names: etcd://HOST:PORT,... (etcd_store.h), else a file path (SQLite, made when
 // missing). Throws StoreError.
-std::unique_ptr<Store> openStore(const std::string& where);
+std::unique_ptr<Store> openStore(const std::string& where, const StoreTls& tls = {});
 
 }  // namespace gpool::allocator

@@ -132,8 +132,10 @@ def wait_for(predicate, timeout=10.0, step=0.02):
 class Cluster:
     """An allocator and N single-GPU sim servers in a temporary directory."""
 
-    def __init__(self, servers=1, ttl="1s", memory=8 * GIB, server_args=(), policy=POLICY, tls=False, store=None, replicas=1):
+    def __init__(self, servers=1, ttl="1s", memory=8 * GIB, server_args=(), policy=POLICY, tls=False, store=None, replicas=1,
+                 allocator_args=()):
         self.server_args = list(server_args)
+        self.allocator_args = list(allocator_args)
         self.store = store  # gpool-allocator --store (etcd://...); None: SQLite in the directory
         self.dir = tempfile.mkdtemp(prefix="gpool-lease-test-")
         os.chmod(self.dir, 0o711)  # the allocator's local socket is reached by other users too
@@ -174,7 +176,8 @@ class Cluster:
                  *(["--store", self.store] if self.store else []),
                  "--config", os.path.join(self.dir, "policy.toml"), "--log-level", "debug",
                  *(["--socket", self.socket] if i == 0 else []),
-                 "--munge-socket", MUNGED.socket] + (["--tls-cert", self.cert, "--tls-key", self.tls_key] if self.tls else []),
+                 "--munge-socket", MUNGED.socket, *self.allocator_args]
+                + (["--tls-cert", self.cert, "--tls-key", self.tls_key] if self.tls else []),
                 stderr=log)
         self.allocators[i] = p
         if i == 0:

@@ -18,11 +18,20 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _openssl(*args):
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
 class EtcdCluster:
-    def __init__(self, members=3):
+    def __init__(self, members=3, tls=False):
+        """tls: clients must use HTTPS and a client certificate (etcd's --client-cert-auth); the files are
+        self.ca, self.client_cert and self.client_key."""
         if not os.path.exists(ETCD):
             raise RuntimeError("etcd is not installed: apt-get install etcd-server (.ci/run does)")
         self.dir = tempfile.mkdtemp(prefix="gpool-etcd-")
+        self.tls = tls
+        if tls:
+            self._make_certificates()
         self.names = [f"m{i}" for i in range(members)]
         self.client = {n: f"127.0.0.1:{_free_port()}" for n in self.names}
         peer = {n: f"http://127.0.0.1:{_free_port()}" for n in self.names}
@@ -37,10 +46,30 @@ class EtcdCluster:
                 raise RuntimeError("etcd did not start: " + self.log(self.names[0]))
             time.sleep(0.1)
 
+    def _make_certificates(self):
+        d = self.dir
+        self.ca, self.client_cert, self.client_key = f"{d}/ca.pem", f"{d}/client.pem", f"{d}/client.key"
+        _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", f"{d}/ca.key",
+                 "-out", self.ca, "-days", "1", "-subj", "/CN=gpool test etcd CA")
+        # (etcd's own JSON gateway dials its client port with the server's certificate: clientAuth too)
+        for name, ext in (("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth"),
+                          ("client", "extendedKeyUsage=clientAuth")):
+            with open(f"{d}/{name}.ext", "w") as f:
+                f.write(ext + "\n")
+            _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", f"{d}/{name}.key",
+                     "-out", f"{d}/{name}.csr", "-subj", f"/CN=gpool-{name}")
+            _openssl("x509", "-req", "-in", f"{d}/{name}.csr", "-CA", self.ca, "-CAkey", f"{d}/ca.key", "-CAcreateserial",
+                     "-out", f"{d}/{name}.pem", "-days", "1", "-extfile", f"{d}/{name}.ext")
+
+    def _scheme(self):
+        return "https://" if self.tls else "http://"
+
     def _start(self, n, log, peer, initial):
+        tls = (["--cert-file", f"{self.dir}/server.pem", "--key-file", f"{self.dir}/server.key", "--trusted-ca-file", self.ca,
+                "--client-cert-auth"] if self.tls else [])
         return subprocess.Popen(
-            [ETCD, "--name", n, "--data-dir", os.path.join(self.dir, n), "--listen-client-urls", "http://" + self.client[n],
-             "--advertise-client-urls", "http://" + self.client[n], "--listen-peer-urls", peer[n],
+            [ETCD, "--name", n, "--data-dir", os.path.join(self.dir, n), "--listen-client-urls", self._scheme() + self.client[n],
+             "--advertise-client-urls", self._scheme() + self.client[n], *tls, "--listen-peer-urls", peer[n],
              "--initial-advertise-peer-urls", peer[n], "--initial-cluster", initial, "--initial-cluster-state", "new",
              "--initial-cluster-token", os.path.basename(self.dir), "--max-txn-ops", "10000"],
             stdout=log, stderr=log)
@@ -51,8 +80,13 @@ class EtcdCluster:
 
     def healthy(self, name):
         try:
-            req = urllib.request.Request(f"http://{self.client[name]}/v3/maintenance/status", data=b"{}", method="POST")
-            with urllib.request.urlopen(req, timeout=1) as r:
+            req = urllib.request.Request(f"{self._scheme()}{self.client[name]}/v3/maintenance/status", data=b"{}", method="POST")
+            context = None
+            if self.tls:
+                import ssl
+                context = ssl.create_default_context(cafile=self.ca)
+                context.load_cert_chain(self.client_cert, self.client_key)
+            with urllib.request.urlopen(req, timeout=1, context=context) as r:
                 return "leader" in json.loads(r.read().decode())
         except OSError:
             return False

@@ -6,11 +6,12 @@ the allocator keeps serving when the etcd member it talked to is killed.
 usage: etcd_store_test.py BUILD_DIR [unittest args]"""
 import os
 import signal
+import subprocess
 import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import Cluster, setUpModule, tearDownModule, wait_for  # noqa: F401,E402
+from cluster import ALLOCATOR, Cluster, setUpModule, tearDownModule, wait_for  # noqa: F401,E402
 from etcd_cluster import EtcdCluster  # noqa: E402
 
 
@@ -58,6 +59,33 @@ class EtcdStore(unittest.TestCase):
         c.allocator.wait()
         c.start_allocator()
         self.assertEqual(self.granted(), [])  # the three came and went, in etcd too
+
+
+class EtcdOverTls(unittest.TestCase):
+    """etcd that takes only HTTPS clients with a certificate it trusts (--client-cert-auth)."""
+
+    def setUp(self):
+        self.etcd = EtcdCluster(1, tls=True)
+
+    def tearDown(self):
+        self.etcd.close()
+
+    def test_the_allocator_reaches_it_with_its_ca_and_client_certificate(self):
+        e = self.etcd
+        c = Cluster(servers=1, ttl="30s", store=e.url(),
+                    allocator_args=["--etcd-ca", e.ca, "--etcd-cert", e.client_cert, "--etcd-key", e.client_key])
+        try:
+            p = c.gpool("run", "--", "true")
+            _, err = p.communicate(timeout=60)
+            self.assertEqual(p.returncode, 0, err)
+        finally:
+            c.close()
+
+    def test_without_its_client_certificate_the_allocator_does_not_start(self):
+        r = subprocess.run([ALLOCATOR, "--listen", "127.0.0.1:0", "--db", os.path.join(self.etcd.dir, "x.db"), "--store",
+                            self.etcd.url(), "--etcd-ca", self.etcd.ca], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("no etcd member answered", r.stderr)
 
 
 if __name__ == "__main__":
