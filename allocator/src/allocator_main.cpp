@@ -147,6 +147,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   raiseOpenFileLimit(max_connections);
+  // A peer that closes a TLS connection (an API client mid-answer, an etcd member refusing a handshake)
+  // must cost only that connection: OpenSSL writes with write(), and SIGPIPE would end the allocator.
+  ::signal(SIGPIPE, SIG_IGN);
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);

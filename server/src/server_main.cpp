@@ -1,6 +1,7 @@
 // gpool-server: accepts client connections, checks the handshake and hands each connection to a new
 // gpool-worker process. It never initialises CUDA itself (--backend auto asks a probe process).
 #include <CLI/CLI.hpp>
+#include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -69,6 +70,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  // An https:// allocator that closes its connection mid-request must not end this server: OpenSSL
+  // writes with write(), which raises SIGPIPE. (Its workers inherit this; they write with asio, which
+  // never raised it.)
+  ::signal(SIGPIPE, SIG_IGN);
   if (!opt.allocator.empty() && opt.token_key.empty()) {
     std::fprintf(stderr, "--allocator needs --token-key FILE: the public key that verifies the allocator's lease tokens "
                          "(gpool-allocator writes it beside its database, as .token.pub)\n");
