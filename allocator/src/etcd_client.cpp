@@ -96,6 +96,18 @@ json EtcdClient::call(const std::string& path, const json& body) {
   throw StoreError("no etcd member answered " + path + ": " + why);
 }
 
+json EtcdClient::createdAt(const std::string& key, int64_t revision) {
+  return {{"key", etcdBase64(key)}, {"target", "CREATE"}, {"create_revision", std::to_string(revision)}};
+}
+
+json EtcdClient::putIfAbsent(const std::string& key, const std::string& value, int64_t lease) {
+  json put = {{"key", etcdBase64(key)}, {"value", etcdBase64(value)}};
+  if (lease) put["lease"] = std::to_string(lease);
+  return call("/v3/kv/txn", {{"compare", json::array({createdAt(key, 0)})},
+                             {"success", json::array({{{"request_put", put}}})},
+                             {"failure", json::array({{{"request_range", {{"key", etcdBase64(key)}}}}})}});
+}
+
 bool EtcdClient::watch(const std::string& key, int64_t start_revision, int for_ms, const std::function<bool(const json&)>& events) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(for_ms);
   json create = {{"create_request", {{"key", etcdBase64(key)}, {"start_revision", start_revision}}}};
@@ -119,9 +131,8 @@ bool EtcdClient::watch(const std::string& key, int64_t start_revision, int for_m
       }
       return more && std::chrono::steady_clock::now() < deadline;
     };
-    auto r = c.send(req);
+    c.send(req);
     if (answered) return true;  // it watched: until told to stop, or for its time
-    (void)r;
   }
   return false;
 }

@@ -34,6 +34,11 @@ class EtcdClient {
   // POSTs `body` to `path` (e.g. /v3/kv/txn) on the first member that answers; returns its JSON answer.
   // Throws StoreError when none answers, or when one refuses the request itself.
   nlohmann::json call(const std::string& path, const nlohmann::json& body);
+  // A transaction's compare that holds while `key` is the one created at `revision` (0: while it is absent).
+  static nlohmann::json createdAt(const std::string& key, int64_t revision);
+  // Puts `key` = `value` (held by etcd lease `lease`, unless 0) only where the key is absent. The answer
+  // says whether it did ("succeeded"); where not, responses[0].response_range holds the key as it is.
+  nlohmann::json putIfAbsent(const std::string& key, const std::string& value, int64_t lease = 0);
   // Watches from `start_revision` on (a /v3/watch stream) for up to `for_ms`, giving each answer that
   // carries events to `events` until it returns false. Returns false when no member could be watched.
   bool watch(const std::string& key, int64_t start_revision, int for_ms, const std::function<bool(const nlohmann::json&)>& events);

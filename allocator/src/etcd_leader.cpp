@@ -71,14 +71,13 @@ bool EtcdLeader::tryToLead(const Campaign& c) {
     if (!gone) return false;
   }
   json grant = etcd_.call("/v3/lease/grant", {{"TTL", c.ttl_s}});
-  const std::string id = grant.value("ID", "0");
-  json txn = etcd_.call("/v3/kv/txn", {{"compare", json::array({{{"key", etcdBase64(kKey)}, {"target", "CREATE"}, {"create_revision", "0"}}})},
-                                       {"success", json::array({{{"request_put", {{"key", etcdBase64(kKey)}, {"value", etcdBase64(c.me)}, {"lease", id}}}}})}});
+  const int64_t id = std::stoll(grant.value("ID", "0"));
+  json txn = etcd_.putIfAbsent(kKey, c.me, id);
   if (!txn.value("succeeded", false)) {  // another was quicker
-    etcd_.call("/v3/lease/revoke", {{"ID", id}});
+    etcd_.call("/v3/lease/revoke", {{"ID", std::to_string(id)}});
     return false;
   }
-  lease_ = std::stoll(id);
+  lease_ = id;
   revision_ = std::stoll(txn["header"].value("revision", "0"));
   return true;
 }

@@ -31,10 +31,7 @@ EtcdStore::~EtcdStore() = default;
 bool EtcdStore::lead(Campaign c) { return leading_ = leader_.campaign(std::move(c)); }
 
 void EtcdStore::agreeOn(const std::string& secret, const std::string& fingerprint, const std::string& fix) {
-  const std::string key = base64(kPrefix + "fingerprints/" + secret);
-  json txn = etcd_.call("/v3/kv/txn", {{"compare", json::array({{{"key", key}, {"target", "CREATE"}, {"create_revision", "0"}}})},
-                                       {"success", json::array({{{"request_put", {{"key", key}, {"value", base64(fingerprint)}}}}})},
-                                       {"failure", json::array({{{"request_range", {{"key", key}}}}})}});
+  json txn = etcd_.putIfAbsent(kPrefix + "fingerprints/" + secret, fingerprint);
   if (txn.value("succeeded", false)) return;
   std::string recorded = unbase64(txn.at("responses").at(0).at("response_range").at("kvs").at(0).value("value", ""));
   if (recorded != fingerprint)
@@ -62,7 +59,7 @@ void EtcdStore::commit(const std::vector<Op>& ops) {
   if (ops.empty()) return;
   json txn = {{"success", ops}};
   if (leading_)  // the key this allocator created, still there: nobody took over
-    txn["compare"] = json::array({{{"key", base64(EtcdLeader::kKey)}, {"target", "CREATE"}, {"create_revision", std::to_string(leader_.revision())}}});
+    txn["compare"] = json::array({EtcdClient::createdAt(EtcdLeader::kKey, leader_.revision())});
   if (!etcd_.call("/v3/kv/txn", txn).value("succeeded", false))
     throw StoreDeposed("this allocator no longer leads the replicas sharing " + etcd_.url() + " (its etcd lease lapsed): it wrote nothing");
 }

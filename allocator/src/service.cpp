@@ -56,12 +56,12 @@ int64_t Service::now() const {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-Service::Service(ServiceOptions options) : opt_(std::move(options)), auth_(opt_.key, opt_.munge_socket) {
+Service::Service(ServiceOptions options)
+    : opt_(std::move(options)), token_key_(token::Ed25519Key::loadPrivate(opt_.token_key, true)), auth_(opt_.key, opt_.munge_socket) {
   store_ = openStore(opt_.db_path, opt_.etcd_tls);
   commits_ = std::make_unique<GroupCommit>(*store_, [this] { deposed(); });
-  token::Ed25519Key key = token::Ed25519Key::loadPrivate(opt_.token_key, true);
   // Tokens one replica signed must verify after a failover; admins' signatures must hold at every replica.
-  store_->agreeOn("token-key", token::sha256Hex(key.publicPem()).substr(0, 16),
+  store_->agreeOn("token-key", token::sha256Hex(token_key_.publicPem()).substr(0, 16),
                   "give every replica a copy of the same --token-key file (and its .pub)");
   store_->agreeOn("admin-key", token::sha256Hex("gpool admin key fingerprint\n" + opt_.key).substr(0, 16),
                   "give every replica a copy of the same --key-file");
@@ -87,10 +87,9 @@ void Service::load() {
   } else {
     source = "built-in defaults";
   }
-  token::Ed25519Key key = token::Ed25519Key::loadPrivate(opt_.token_key, true);
   sched_ = std::make_unique<Scheduler>(
       policy,
-      [key](const Lease& l, const Share& s, int64_t expiry) {
+      [key = token_key_](const Lease& l, const Share& s, int64_t expiry) {
         return token::sign({l.id, s.server, s.device, s.memory, s.fraction, expiry}, key);
       },
       unixSeconds);

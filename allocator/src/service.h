@@ -15,6 +15,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "authenticator.h"
+#include "ed25519_key.h"
 #include "elastic_pool.h"
 #include "group_commit.h"
 #include "local_socket.h"
@@ -86,6 +87,7 @@ class Service {
   int64_t now() const;
 
   ServiceOptions opt_;
+  token::Ed25519Key token_key_;  // signs lease tokens (opt_.token_key), read once at start
   std::unique_ptr<Store> store_;
   std::unique_ptr<GroupCommit> commits_;  // every change written to store_ (destroyed first: it writes the rest)
   std::unique_ptr<Scheduler> sched_;
@@ -98,8 +100,8 @@ class Service {
   std::condition_variable changed_;
   std::thread serve_thread_, tick_thread_, campaign_thread_;
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> leading_{false};
-  int64_t stalled_ms_ = 0;  // store writes' lateness already forgiven (tick thread)  // the state is loaded and this allocator writes the store
+  std::atomic<bool> leading_{false};  // the state is loaded and this allocator writes the store
+  int64_t stalled_ms_ = 0;  // store writes' lateness already forgiven (tick thread)
 
   // metrics (under mu_)
   uint64_t requests_ = 0, grants_ = 0, refusals_ = 0, queued_ = 0;
