@@ -72,6 +72,20 @@ bool AllocatorReplicas::next(const std::string& leader) {
   return false;
 }
 
+httplib::Result AllocatorReplicas::ask(const std::function<httplib::Result(httplib::Client&)>& send,
+                                       const std::function<void(const std::string&, const std::string&)>& passed_over) {
+  startRound();
+  for (;;) {
+    httplib::Result r = send(client());
+    std::string leader = r ? standbyLeader(r->status, r->body) : "";
+    if (r && leader.empty()) return r;
+    if (passed_over)
+      passed_over(url(), r ? (leader == " " ? "stands by, no leader yet" : "stands by for " + leader)
+                           : "does not answer (" + httplib::to_string(r.error()) + ")");
+    if (!next(leader)) return r;
+  }
+}
+
 std::string AllocatorReplicas::all() const {
   std::string out;
   for (const auto& u : urls_) out += (out.empty() ? "" : ",") + u;

@@ -9,6 +9,7 @@
 
 #include <httplib.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,13 @@ class AllocatorReplicas {
   // each replica once per round. Returns false once every one was asked (then wait, and start another round).
   bool next(const std::string& leader);
   std::string all() const;  // the list, for messages
+  // One request to the replica that leads: `send` makes and sends it to the client it is given, afresh for
+  // each replica asked (a new nonce, a new credential). Follows standbys' answers to the leader, else
+  // asks the next replica, each once. Returns the leader's answer, or else the last one or failure
+  // (standbyLeader tells them apart); `passed_over` hears of each replica that did not lead, and what it
+  // said.
+  httplib::Result ask(const std::function<httplib::Result(httplib::Client&)>& send,
+                      const std::function<void(const std::string& url, const std::string& said)>& passed_over = {});
 
  private:
   size_t indexOf(const std::string& url);  // adds a leader not listed

@@ -81,22 +81,19 @@ static void readAnswer(const nlohmann::json& j, uint64_t request, const std::fun
 }
 
 httplib::Result AllocatorLink::post(const std::string& path, const std::string& body) {
-  replicas_->startRound();
-  for (;;) {
-    httplib::Headers h;
-    for (auto& [name, value] : token::signRequest(key_, name_, "POST", path, body)) h.emplace(name, value);  // a nonce each
-    httplib::Result r = replicas_->client().Post(path.c_str(), h, body, "application/json");
-    std::string leader = r ? token::standbyLeader(r->status, r->body) : "";
-    if (r && leader.empty()) {
-      return r;
-    }
-    if (replicas_->size() > 1 || !leader.empty())
-      spdlog::info("allocator {} {}; asking the next", replicas_->url(), r ? "stands by" + (leader == " " ? "" : " for " + leader) : "does not answer");
-    if (!replicas_->next(leader)) return r;
-  }
+  return replicas_->ask(
+      [&](httplib::Client& cli) {
+        httplib::Headers h;
+        for (auto& [name, value] : token::signRequest(key_, name_, "POST", path, body)) h.emplace(name, value);  // a nonce each
+        return cli.Post(path.c_str(), h, body, "application/json");
+      },
+      [this](const std::string& url, const std::string& said) {
+        if (replicas_->size() > 1 || said.rfind("stands by", 0) == 0) spdlog::info("allocator {} {}; asking the next", url, said);
+      });
 }
 
-void AllocatorLink::loop() {  bool registered = false;
+void AllocatorLink::loop() {
+  bool registered = false;
   int interval_ms = 1000, backoff_ms = 500;
   std::unique_lock lock(mu_);
   while (!stop_) {

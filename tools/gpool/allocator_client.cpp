@@ -91,37 +91,40 @@ bool AllocatorClient::proofHeaders(const std::string& method, const std::string&
 
 std::pair<int, std::string> AllocatorClient::call(const std::string& method, const std::string& path, Proof proof,
                                                   const std::string& body, const char* type) {
-  std::vector<std::pair<std::string, std::string>> seen;  // each replica asked, and what it said
-  if (replicas_) replicas_->startRound();
-  for (;;) {
+  std::string why;
+  if (!socket_path_.empty()) {
     httplib::Headers h;
-    std::string why;
-    if (!proofHeaders(method, path, body, proof, h, why)) return {kNoProof, why};  // made again for each replica asked
-    if (!socket_path_.empty()) return overUnixSocket(method, path, h, body, type);
-    httplib::Client& http = replicas_->client();
-    httplib::Result r = method == "GET"    ? http.Get(path.c_str(), h)
-                        : method == "POST" ? http.Post(path.c_str(), h, body, type)
-                        : method == "PUT"  ? http.Put(path.c_str(), h, body, type)
-                                           : http.Delete(path.c_str(), h);
-    std::string leader = r ? token::standbyLeader(r->status, r->body) : "";
-    if (r && leader.empty()) return {r->status, r->body};
-    const std::string& at = replicas_->url();
-    std::string said = r ? (leader == " " ? "stands by, no leader yet" : "stands by for " + leader)
-                         : "does not answer (" + httplib::to_string(r.error()) + ")";
-    if (std::none_of(seen.begin(), seen.end(), [&](const auto& s) { return s.first == at; })) seen.emplace_back(at, said);
-    if (replicas_->next(leader)) continue;
-    if (replicas_->size() == 1 && !r) {
-      std::string hint = r.error() == httplib::Error::SSLServerVerification
-                             ? ": its certificate does not verify; give the CA that signed it with GPOOL_CA_FILE or --ca-file"
-                         : r.error() == httplib::Error::Read && at.rfind("http://", 0) == 0
-                             ? "; if the allocator serves HTTPS (--tls-cert), use https://"
-                             : "";
-      return {0, "cannot reach gpool-allocator at " + at + " (" + httplib::to_string(r.error()) + ")" + hint};
-    }
-    std::string all;
-    for (const auto& [url, what] : seen) all += (all.empty() ? "" : "; ") + url + " " + what;
-    return {0, "no allocator replica leads now (" + all + "): a failover takes a few seconds"};
+    if (!proofHeaders(method, path, body, proof, h, why)) return {kNoProof, why};
+    return overUnixSocket(method, path, h, body, type);
   }
+  bool proven = true;
+  std::vector<std::pair<std::string, std::string>> seen;  // each replica asked that did not lead, and what it said
+  httplib::Result r = replicas_->ask(
+      [&](httplib::Client& http) {
+        httplib::Headers h;  // made again for each replica asked
+        if (!(proven = proofHeaders(method, path, body, proof, h, why))) return httplib::Result(nullptr, httplib::Error::Unknown);
+        return method == "GET"    ? http.Get(path.c_str(), h)
+               : method == "POST" ? http.Post(path.c_str(), h, body, type)
+               : method == "PUT"  ? http.Put(path.c_str(), h, body, type)
+                                  : http.Delete(path.c_str(), h);
+      },
+      [&](const std::string& url, const std::string& said) {
+        if (std::none_of(seen.begin(), seen.end(), [&](const auto& s) { return s.first == url; })) seen.emplace_back(url, said);
+      });
+  if (!proven) return {kNoProof, why};
+  if (r && token::standbyLeader(r->status, r->body).empty()) return {r->status, r->body};
+  if (replicas_->size() == 1 && !r) {
+    const std::string& at = replicas_->url();
+    std::string hint = r.error() == httplib::Error::SSLServerVerification
+                           ? ": its certificate does not verify; give the CA that signed it with GPOOL_CA_FILE or --ca-file"
+                       : r.error() == httplib::Error::Read && at.rfind("http://", 0) == 0
+                           ? "; if the allocator serves HTTPS (--tls-cert), use https://"
+                           : "";
+    return {0, "cannot reach gpool-allocator at " + at + " (" + httplib::to_string(r.error()) + ")" + hint};
+  }
+  std::string all;
+  for (const auto& [url, what] : seen) all += (all.empty() ? "" : "; ") + url + " " + what;
+  return {0, "no allocator replica leads now (" + all + "): a failover takes a few seconds"};
 }
 
 // One request per connection (Connection: close): the answer is everything up to the end of the stream.
