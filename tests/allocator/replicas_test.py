@@ -44,6 +44,18 @@ class Replicas(unittest.TestCase):
         self.children.append(p)
         return p
 
+    def hold(self):
+        """A launcher whose command holds its lease until the file `go` appears; returned once granted."""
+        p = self.run_("sh", "-c", f"until [ -f {self.cluster.dir}/go ]; do sleep 0.05; done")
+        self.assertTrue(wait_for(lambda: len(self.granted()) == 1))
+        return p
+
+    def let_go(self, holder):
+        """Ends the command of hold()'s launcher, which must then exit with 0."""
+        open(f"{self.cluster.dir}/go", "w").close()
+        _, err = holder.communicate(timeout=60)
+        self.assertEqual(holder.returncode, 0, err)
+
     def kill_leader(self):
         """SIGKILLs the replica that leads; returns the seconds until another serves."""
         c = self.cluster
@@ -146,15 +158,12 @@ class Replicas(unittest.TestCase):
         # The attack on a deposed leader: it wakes with a stale view (a lease it thinks is granted, a GPU
         # it thinks is free) and is asked to grant. It must neither answer with a grant nor change etcd.
         c = self.cluster
-        holder = self.run_("sh", "-c", f"until [ -f {c.dir}/go ]; do sleep 0.05; done")
-        self.assertTrue(wait_for(lambda: len(self.granted()) == 1))
+        holder = self.hold()
         held = list(self.granted())[0]
         old = c.leading()
         c.allocators[old].send_signal(signal.SIGSTOP)
         self.assertTrue(wait_for(lambda: c.leading() not in (None, old), timeout=20, step=0.2))
-        open(f"{c.dir}/go", "w").close()  # released at the new leader; the stopped one still sees it held
-        _, err = holder.communicate(timeout=60)
-        self.assertEqual(holder.returncode, 0, err)
+        self.let_go(holder)  # released at the new leader; the stopped one still sees it held
         c.allocators[old].send_signal(signal.SIGCONT)
         status, out = c._try_http(c.urls[old], "POST", "/v1/leases", {"n": 1, "p": 1.0, "request_key": "stale-leader-probe-0001"},
                                   headers=c.bearer("alice"))
@@ -169,8 +178,7 @@ class Replicas(unittest.TestCase):
         # A server may need a while to find the new leader (its back-off, a busy host): the failover must
         # not count against it, nor against the leases it serves (the servers' timeout here is 1 s).
         c = self.cluster
-        holder = self.run_("sh", "-c", f"until [ -f {c.dir}/go ]; do sleep 0.05; done")
-        self.assertTrue(wait_for(lambda: len(self.granted()) == 1))
+        holder = self.hold()
         held = set(self.granted())
         for p in c.servers.values():
             p.send_signal(signal.SIGSTOP)
@@ -181,14 +189,11 @@ class Replicas(unittest.TestCase):
         time.sleep(1.5)
         self.assertEqual(set(self.granted()), held)
         self.assertTrue(all(s["up"] for s in c.status()["servers"]), c.status()["servers"])
-        open(f"{c.dir}/go", "w").close()
-        _, err = holder.communicate(timeout=60)
-        self.assertEqual(holder.returncode, 0, err)
+        self.let_go(holder)
 
     def test_a_release_made_while_no_replica_leads_still_frees_the_share(self):
         c = self.cluster
-        p = self.run_("sh", "-c", f"until [ -f {c.dir}/go ]; do sleep 0.05; done")
-        self.assertTrue(wait_for(lambda: len(self.granted()) == 1))
+        p = self.hold()
         old = c.leading()
         c.allocators[old].send_signal(signal.SIGKILL)
         c.allocators[old].wait()
@@ -204,8 +209,7 @@ class Replicas(unittest.TestCase):
         # write under way, servers' heartbeats' included: that wait must not make the leader take a
         # server for dead (its timeout is 1 s here) and end the leases on it.
         c = self.cluster
-        holder = self.run_("sh", "-c", f"until [ -f {c.dir}/go ]; do sleep 0.05; done")
-        self.assertTrue(wait_for(lambda: len(self.granted()) == 1))
+        holder = self.hold()
         held = set(self.granted())
         for p in self.etcd.procs.values():
             p.send_signal(signal.SIGSTOP)
@@ -219,9 +223,7 @@ class Replicas(unittest.TestCase):
         self.assertEqual(waiting.returncode, 0, err)
         self.assertTrue(held <= set(self.granted()), c.status()["leases"])
         self.assertTrue(all(s["up"] for s in c.status()["servers"]), c.status()["servers"])
-        open(f"{c.dir}/go", "w").close()
-        _, err = holder.communicate(timeout=60)
-        self.assertEqual(holder.returncode, 0, err)
+        self.let_go(holder)
 
     def test_gpool_status_names_the_leader_and_each_replica_says_whether_it_leads(self):
         c = self.cluster
