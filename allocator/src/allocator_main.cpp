@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <thread>
 #include <cstring>
+#include <fstream>
 
 #include "elastic_pool.h"
 #include "etcd_client.h"
@@ -41,15 +43,28 @@ void raiseOpenFileLimit(size_t max_connections) {
                  r.rlim_cur, budget, max_connections);
 }
 
+// The first line of `path`, which holds a secret: a file that others may read is named in a warning.
+std::string readPasswordFile(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) throw std::runtime_error("cannot read a password from " + path);
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (line.empty()) throw std::runtime_error(path + " starts with an empty line, not a password");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)))
+    spdlog::warn("{} (an etcd password) may be read by others: chmod 600 {}", path, path);
+  return line;
+}
+
 // Set in a replica started again after losing the lead: it waits for etcd rather than exit without it.
 constexpr const char* kRestarted = "GPOOL_ALLOCATOR_RESTARTED";
 
 // Waits until some member of the etcd store answers (a replica that lost the lead because etcd was out
 // of reach must not exit for it: it stands by again once etcd is back).
-void waitForStore(const std::string& store, const gpool::allocator::StoreTls& tls) {
+void waitForStore(const std::string& store, const gpool::allocator::EtcdAccess& access) {
   for (int tries = 0;; ++tries) {
     try {
-      gpool::allocator::EtcdClient(store, 2, tls).call("/v3/maintenance/status", nlohmann::json::object());
+      gpool::allocator::EtcdClient(store, 2, access).call("/v3/maintenance/status", nlohmann::json::object());
       return;
     } catch (const gpool::allocator::StoreError& e) {
       if (tries % 10 == 0) spdlog::warn("{}; waiting for etcd", e.what());
@@ -106,16 +121,26 @@ int main(int argc, char** argv) {
   app.add_option("--advertise", advertise,
                  "with --store etcd://: the URL clients reach this allocator at, which standbys give them while it leads "
                  "(default: http(s)://HOST:PORT of --listen, with this host's name for 0.0.0.0)");
-  gpool::allocator::StoreTls etcd_tls;
-  auto* etcd_ca = app.add_option("--etcd-ca", etcd_tls.ca,
+  gpool::allocator::EtcdAccess etcd_access;
+  auto* etcd_ca = app.add_option("--etcd-ca", etcd_access.ca,
                                  "with --store etcd://: reach etcd's members over HTTPS, verifying them with this CA (PEM)")
                       ->check(CLI::ExistingFile);
-  auto* etcd_cert = app.add_option("--etcd-cert", etcd_tls.cert,
+  auto* etcd_cert = app.add_option("--etcd-cert", etcd_access.cert,
                                    "with --etcd-ca: this allocator's client certificate (PEM), for etcd's --client-cert-auth")
                         ->check(CLI::ExistingFile)
                         ->needs(etcd_ca);
-  app.add_option("--etcd-key", etcd_tls.key, "the private key of --etcd-cert (PEM)")->check(CLI::ExistingFile)->needs(etcd_cert);
+  app.add_option("--etcd-key", etcd_access.key, "the private key of --etcd-cert (PEM)")->check(CLI::ExistingFile)->needs(etcd_cert);
   etcd_cert->needs(app.get_option("--etcd-key"));
+  std::string etcd_password_file;
+  auto* etcd_user = app.add_option("--etcd-user", etcd_access.user,
+                                   "with --store etcd://: the etcd user this allocator acts as, where etcd's authentication is on "
+                                   "(its role must read and write the /gpool/ prefix)");
+  app.add_option("--etcd-password-file", etcd_password_file,
+                 "the --etcd-user's password: this file's first line (keep it mode 0600; a password is never taken on the "
+                 "command line, where ps shows it)")
+      ->check(CLI::ExistingFile)
+      ->needs(etcd_user);
+  etcd_user->needs(app.get_option("--etcd-password-file"));
   int leader_ttl_s = 3;
   app.add_option("--leader-ttl", leader_ttl_s,
                  "with --store etcd://: seconds a leader that stopped answering etcd (dead, or cut off) keeps the lead; "
@@ -161,9 +186,10 @@ int main(int argc, char** argv) {
     gpool::allocator::ServiceOptions opt{store.empty() ? db : store, config, gpool::token::loadKey(key_file, true), token_key, munge_socket, socket, tls_cert, tls_key, max_connections};
     opt.advertise = advertise;
     opt.leader_ttl_s = leader_ttl_s;
-    opt.etcd_tls = etcd_tls;
+    if (!etcd_password_file.empty()) etcd_access.password = readPasswordFile(etcd_password_file);
+    opt.etcd_access = etcd_access;
     opt.on_deposed = [argv] { startAgainAsStandby(argv); };
-    if (std::getenv(kRestarted) && store.rfind("etcd://", 0) == 0) waitForStore(store, etcd_tls);
+    if (std::getenv(kRestarted) && store.rfind("etcd://", 0) == 0) waitForStore(store, etcd_access);
     gpool::allocator::Service service(opt);
     int bound = service.start(host, port);
     spdlog::info("listening on {}://{}:{}{} (state in {}, admin key {}, token key {}: GPU hosts verify with {})",

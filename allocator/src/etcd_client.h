@@ -1,6 +1,7 @@
 // A client of an etcd cluster's v3 JSON gateway (issue 16), over the HTTP client gpool already has: the
 // members are tried in turn, so any member that answers serves. Keys and values travel base64-encoded,
-// as the gateway wants. Used by the etcd store (etcd_store.h) and its leader election (etcd_leader.h);
+// as the gateway wants. Where etcd's authentication is on, the client asks a member for a token as the
+// configured user, sends it with every request, and asks again when etcd no longer takes it. Used by the etcd store (etcd_store.h) and its leader election (etcd_leader.h);
 // each thread that talks to etcd has a client of its own.
 #pragma once
 
@@ -26,7 +27,7 @@ class EtcdClient {
  public:
   // `url`: etcd://HOST:PORT[,HOST:PORT...]. Throws StoreError for a malformed URL, or TLS files that
   // cannot be read. `read_timeout_s`: how long one member may take to answer.
-  EtcdClient(const std::string& url, int read_timeout_s = 5, StoreTls tls = {});
+  EtcdClient(const std::string& url, int read_timeout_s = 5, EtcdAccess access = {});
   ~EtcdClient();
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;
@@ -44,10 +45,24 @@ class EtcdClient {
   bool watch(const std::string& key, int64_t start_revision, int for_ms, const std::function<bool(const nlohmann::json&)>& events);
   const std::string& url() const { return url_; }
 
+  // One member's answer: its status (0: none came, `failure` says why) and body.
+  struct Answer {
+    int status = 0;
+    std::string body;
+    std::string failure;
+  };
+  static constexpr size_t kMaxAnswer = 256 << 20;  // more than any answer of gpool's, less than memory
+
  private:
   std::unique_ptr<httplib::Client> member(const std::string& endpoint, int read_timeout_ms) const;
+  // POSTs `body` to `path` on member `i` (with this client's token, unless !with_token).
+  Answer post(size_t i, const std::string& path, const std::string& body, bool with_token = true);
+  // Asks member `i` for a token as access_.user (/v3/auth/authenticate). Returns false when the member
+  // did not answer; throws StoreError when it refused the user or password.
+  bool authenticate(size_t i);
   std::string url_;
-  StoreTls tls_;
+  EtcdAccess access_;
+  std::string token_;  // etcd's token for access_.user; "" before the first, or where authentication is off
   std::vector<std::string> endpoints_;
   std::vector<std::unique_ptr<httplib::Client>> clients_;
   size_t current_ = 0;  // the member that answered last

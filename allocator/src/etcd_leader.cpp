@@ -13,7 +13,7 @@ using nlohmann::json;
 
 const std::string EtcdLeader::kKey = "/gpool/leader";
 
-EtcdLeader::EtcdLeader(const std::string& url, StoreTls tls) : etcd_(url, 2, tls), url_(url), tls_(std::move(tls)) {}
+EtcdLeader::EtcdLeader(const std::string& url, EtcdAccess access) : etcd_(url, 2, access), url_(url), access_(std::move(access)) {}
 
 EtcdLeader::~EtcdLeader() {
   {
@@ -85,7 +85,7 @@ bool EtcdLeader::tryToLead(const Campaign& c) {
 // Renews the lease three times per time to live. When etcd says it lapsed, or no renewal got through for
 // a whole time to live, this allocator no longer leads (another may have taken over meanwhile).
 void EtcdLeader::keepAlive(std::function<void()> lost, int ttl_s) {
-  EtcdClient etcd(url_, 1, tls_);
+  EtcdClient etcd(url_, 1, access_);
   const auto every = std::chrono::milliseconds(ttl_s * 1000 / 3);
   auto renewed = std::chrono::steady_clock::now();
   std::unique_lock lock(mu_);

@@ -29,7 +29,7 @@ struct Campaign {
 class EtcdLeader {
  public:
   static const std::string kKey;  // /gpool/leader
-  explicit EtcdLeader(const std::string& url, StoreTls tls = {});
+  explicit EtcdLeader(const std::string& url, EtcdAccess access = {});
   ~EtcdLeader();  // resigns: revokes the lease, so a standby takes over at once
   // Blocks until this allocator leads (true), or until *c.stop (false). Then keeps its lease alive.
   bool campaign(Campaign c);
@@ -47,7 +47,7 @@ class EtcdLeader {
   std::condition_variable stop_cv_;
   bool stop_ = false;
   std::string url_;
-  StoreTls tls_;
+  EtcdAccess access_;
 };
 
 }  // namespace gpool::allocator

@@ -22,7 +22,7 @@ std::string prefixEnd(std::string prefix) {
 
 }  // namespace
 
-EtcdStore::EtcdStore(const std::string& url, const StoreTls& tls) : etcd_(url, 5, tls), leader_(url, tls) {
+EtcdStore::EtcdStore(const std::string& url, const EtcdAccess& access) : etcd_(url, 5, access), leader_(url, access) {
   etcd_.call("/v3/maintenance/status", json::object());  // a member answers, or the allocator does not start
 }
 

@@ -21,7 +21,7 @@ namespace gpool::allocator {
 class EtcdStore : public Store {
  public:
   // `url`: etcd://HOST:PORT[,HOST:PORT...]. Throws StoreError for a malformed URL, or when no member answers.
-  explicit EtcdStore(const std::string& url, const StoreTls& tls = {});
+  explicit EtcdStore(const std::string& url, const EtcdAccess& access = {});
   ~EtcdStore() override;  // resigns the lead, if it held it
 
   bool replicated() const override { return true; }

@@ -38,7 +38,7 @@ struct ServiceOptions {
   // starts again, as a standby).
   std::string advertise;
   int leader_ttl_s = 3;
-  StoreTls etcd_tls;  // how etcd's members are reached over TLS (store.h)
+  EtcdAccess etcd_access;  // how etcd's members are reached over TLS (store.h)
   std::function<void()> on_deposed;
 };
 

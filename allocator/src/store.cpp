@@ -29,8 +29,8 @@ bool Store::lead(Campaign c) {
   return true;
 }
 
-std::unique_ptr<Store> openStore(const std::string& where, const StoreTls& tls) {
-  if (where.rfind("etcd://", 0) == 0) return std::make_unique<EtcdStore>(where, tls);
+std::unique_ptr<Store> openStore(const std::string& where, const EtcdAccess& access) {
+  if (where.rfind("etcd://", 0) == 0) return std::make_unique<EtcdStore>(where, access);
   return std::make_unique<SqliteStore>(where);
 }
 

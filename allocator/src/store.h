@@ -89,15 +89,16 @@ class Store {
   virtual int forgetEndedBefore(int64_t cutoff_unix_s) = 0;
 };
 
-// How the allocator reaches etcd's members over TLS ("" ca: plain HTTP): the CA that signed their
-// certificates, and this allocator's client certificate and key where etcd asks for one
-// (--client-cert-auth).
-struct StoreTls {
+// How the allocator reaches etcd's members: over TLS ("" ca: plain HTTP), with the CA that signed their
+// certificates and this allocator's client certificate and key where etcd asks for one
+// (--client-cert-auth); and as an etcd user ("" user: none), where etcd's authentication is enabled.
+struct EtcdAccess {
   std::string ca, cert, key;
+  std::string user, password;  // the password itself, read from --etcd-password-file
 };
 
 // The store `where` names: etcd://HOST:PORT,... (etcd_store.h), else a file path (SQLite, made when
 // missing). Throws StoreError.
-std::unique_ptr<Store> openStore(const std::string& where, const StoreTls& tls = {});
+std::unique_ptr<Store> openStore(const std::string& where, const EtcdAccess& access = {});
 
 }  // namespace gpool::allocator

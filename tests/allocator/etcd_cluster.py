@@ -1,5 +1,6 @@
 """A real etcd cluster of N members on loopback for tests (issue 16): Debian's etcd-server, each member in
 a temporary directory of its own, stopped and removed by close()."""
+import base64
 import json
 import os
 import shutil
@@ -23,28 +24,33 @@ def _openssl(*args):
 
 
 class EtcdCluster:
-    def __init__(self, members=3, tls=False):
+    def __init__(self, members=3, tls=False, extra_args=()):
         """tls: clients must use HTTPS and a client certificate (etcd's --client-cert-auth); the files are
-        self.ca, self.client_cert and self.client_key."""
+        self.ca, self.client_cert and self.client_key. extra_args: more flags for every member."""
         if not os.path.exists(ETCD):
             raise RuntimeError("etcd is not installed: apt-get install etcd-server (.ci/run does)")
         self.dir = tempfile.mkdtemp(prefix="gpool-etcd-")
         self.tls = tls
+        self.extra_args = list(extra_args)
+        self.procs = {}
         if tls:
             self._make_certificates()
         self.names = [f"m{i}" for i in range(members)]
         self.client = {n: f"127.0.0.1:{_free_port()}" for n in self.names}
         peer = {n: f"http://127.0.0.1:{_free_port()}" for n in self.names}
         initial = ",".join(f"{n}={peer[n]}" for n in self.names)
-        self.procs = {}
-        for n in self.names:
-            with open(os.path.join(self.dir, n + ".log"), "w") as log:  # (the member writes to its own copy)
-                self.procs[n] = self._start(n, log, peer, initial)
-        deadline = time.time() + 30
-        while not all(self.healthy(n) for n in self.names):
-            if time.time() > deadline:
-                raise RuntimeError("etcd did not start: " + self.log(self.names[0]))
-            time.sleep(0.1)
+        try:
+            for n in self.names:
+                with open(os.path.join(self.dir, n + ".log"), "w") as log:  # (the member writes to its own copy)
+                    self.procs[n] = self._start(n, log, peer, initial)
+            deadline = time.time() + 30
+            while not all(self.healthy(n) for n in self.names):
+                if time.time() > deadline:
+                    raise RuntimeError("etcd did not start: " + self.log(self.names[0]))
+                time.sleep(0.1)
+        except BaseException:
+            self.close()  # the members already started go too
+            raise
 
     def _make_certificates(self):
         d = self.dir
@@ -71,7 +77,7 @@ class EtcdCluster:
             [ETCD, "--name", n, "--data-dir", os.path.join(self.dir, n), "--listen-client-urls", self._scheme() + self.client[n],
              "--advertise-client-urls", self._scheme() + self.client[n], *tls, "--listen-peer-urls", peer[n],
              "--initial-advertise-peer-urls", peer[n], "--initial-cluster", initial, "--initial-cluster-state", "new",
-             "--initial-cluster-token", os.path.basename(self.dir), "--max-txn-ops", "10000"],
+             "--initial-cluster-token", os.path.basename(self.dir), "--max-txn-ops", "10000", *self.extra_args],
             stdout=log, stderr=log)
 
     def url(self):
@@ -90,6 +96,40 @@ class EtcdCluster:
                 return "leader" in json.loads(r.read().decode())
         except OSError:
             return False
+
+    def call(self, path, body, token=None):
+        """POSTs body (a dict) to the first member's JSON gateway (plain HTTP); returns (status, answer)."""
+        req = urllib.request.Request(f"http://{self.client[self.names[0]]}{path}", data=json.dumps(body).encode(), method="POST")
+        if token:
+            req.add_header("Authorization", token)
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return r.status, json.loads(r.read().decode())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read().decode() or "{}")
+
+    def token(self, user, password):
+        status, answer = self.call("/v3/auth/authenticate", {"name": user, "password": password})
+        assert status == 200, answer
+        return answer["token"]
+
+    def enable_auth(self, user, password, prefix="/gpool/"):
+        """Turns etcd's authentication on, as an admin would with etcdctl: a root user (its password is
+        returned), and `user`, whose one role may read and write keys under `prefix`."""
+        b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
+        root = "root-" + os.path.basename(self.dir)
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        for path, body in (("/v3/auth/user/add", {"name": "root", "password": root}),
+                           ("/v3/auth/user/grant", {"user": "root", "role": "root"}),
+                           ("/v3/auth/role/add", {"name": "gpool"}),
+                           ("/v3/auth/role/grant", {"name": "gpool", "perm": {"permType": "READWRITE", "key": b64(prefix),
+                                                                               "range_end": b64(end)}}),
+                           ("/v3/auth/user/add", {"name": user, "password": password}),
+                           ("/v3/auth/user/grant", {"user": user, "role": "gpool"}),
+                           ("/v3/auth/enable", {})):
+            status, answer = self.call(path, body)
+            assert status == 200, (path, answer)
+        return root
 
     def kill(self, name):
         self.procs[name].kill()

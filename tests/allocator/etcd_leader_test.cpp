@@ -176,5 +176,24 @@ TEST_F(OneEtcd, ReplicasWithDifferentKeysAreToldWhichFileToShare) {
   }
 }
 
+// etcd's gateway ends an error answer with an HTTP trailer; the refusal must still reach the admin as
+// etcd's reason and gpool's remedy, not as "no etcd member answered" (which sends one looking at the network).
+TEST_F(OneEtcd, ARefusalReachesTheAdminWithEtcdsReasonAndTheRemedy) {
+  EtcdClient etcd(url_, 2);
+  json puts = json::array();
+  for (int i = 0; i < 200; ++i)  // over etcd's default --max-txn-ops (128)
+    puts.push_back({{"request_put", {{"key", etcdBase64("/gpool/t/" + std::to_string(i))}, {"value", etcdBase64("v")}}}});
+  try {
+    etcd.call("/v3/kv/txn", {{"success", puts}});
+    FAIL() << "etcd took 200 operations in one transaction";
+  } catch (const StoreError& e) {
+    std::string why = e.what();
+    EXPECT_NE(why.find("refused /v3/kv/txn: 400"), std::string::npos) << why;
+    EXPECT_NE(why.find("too many operations in txn request"), std::string::npos) << why;
+    EXPECT_NE(why.find("start etcd with a larger --max-txn-ops"), std::string::npos) << why;
+  }
+  EXPECT_EQ(etcd.call("/v3/kv/range", {{"key", etcdBase64("/gpool/t/0")}}).value("count", "0"), "0");  // and it serves on
+}
+
 }  // namespace
 }  // namespace gpool::allocator

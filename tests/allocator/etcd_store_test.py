@@ -4,10 +4,12 @@ real gpool-allocator with --store etcd://..., a sim gpool-server and real `gpool
 granted survives the allocator's SIGKILL and restart (its state is in etcd, not on the allocator's host);
 the allocator keeps serving when the etcd member it talked to is killed.
 usage: etcd_store_test.py BUILD_DIR [unittest args]"""
+import base64
 import os
 import signal
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -86,6 +88,94 @@ class EtcdOverTls(unittest.TestCase):
                             self.etcd.url(), "--etcd-ca", self.etcd.ca], capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertIn("no etcd member answered", r.stderr)
+
+
+class EtcdWithAuthentication(unittest.TestCase):
+    """etcd with its authentication on: only known users, each within its role's keys. Its tokens lapse
+    after 2 s unused (--auth-token-ttl), and all lapse when authentication is turned off and on again."""
+    USER, PASSWORD = "gpool-allocator", "s3cret: with spaces"
+
+    def setUp(self):
+        self.etcd = EtcdCluster(1, extra_args=["--auth-token-ttl", "2"])
+        self.root_password = self.etcd.enable_auth(self.USER, self.PASSWORD)
+        self.password_file = self.write_password("password", self.PASSWORD)
+
+    def tearDown(self):
+        self.etcd.close()
+
+    def root(self):
+        """A fresh token of etcd's root user (tokens lapse after 2 s here)."""
+        return self.etcd.token("root", self.root_password)
+
+    def write_password(self, name, password):
+        path = os.path.join(self.etcd.dir, name)
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(password + "\n")
+        return path
+
+    def start(self, user, password_file):
+        return subprocess.run([ALLOCATOR, "--listen", "127.0.0.1:0", "--db", os.path.join(self.etcd.dir, "x.db"), "--store",
+                               self.etcd.url(), "--etcd-user", user, "--etcd-password-file", password_file],
+                              capture_output=True, text=True, timeout=30)
+
+    def run_true(self, c):
+        p = c.gpool("run", "--", "true")
+        _, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err + c.log("allocator"))
+
+    def test_replicas_act_as_their_user_and_ask_again_when_etcd_forgets_their_tokens(self):
+        c = Cluster(servers=1, ttl="30s", store=self.etcd.url(), replicas=2,
+                    allocator_args=["--etcd-user", self.USER, "--etcd-password-file", self.password_file])
+        try:
+            self.run_true(c)
+            time.sleep(3)  # longer than the tokens live unused
+            self.run_true(c)
+            for path, token in (("/v3/auth/disable", self.root()), ("/v3/auth/enable", None)):  # every token is forgotten
+                status, answer = self.etcd.call(path, {}, token)
+                self.assertEqual(status, 200, answer)
+            time.sleep(1.5)  # the leader's renewals come every second: one at least meets the new regime
+            self.run_true(c)
+            self.assertNotIn("no longer leads", c.log("allocator"))  # its renewals got a new token, too
+            self.assertEqual(c.leading(), 0)
+            key = base64.b64encode(b"/gpool/leader").decode()
+            status, answer = self.etcd.call("/v3/kv/range", {"key": key}, self.root())
+            self.assertEqual(len(answer.get("kvs", [])), 1, answer)  # it wrote as its user
+            c.allocator.send_signal(signal.SIGKILL)  # the standby, watching as its user, takes over
+            c.allocator.wait()
+            self.assertTrue(wait_for(lambda: c.leading() == 1, timeout=15), c.log("allocator1"))
+            self.run_true(c)
+        finally:
+            c.close()
+
+    def test_without_a_user_the_allocator_does_not_start_and_says_which_flags_it_needs(self):
+        r = subprocess.run([ALLOCATOR, "--listen", "127.0.0.1:0", "--db", os.path.join(self.etcd.dir, "x.db"), "--store",
+                            self.etcd.url()], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("give the allocator --etcd-user and --etcd-password-file", r.stderr)
+
+    def test_a_wrong_password_is_refused(self):
+        r = self.start(self.USER, self.write_password("wrong", "not it"))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(f"refused user {self.USER}", r.stderr)
+        self.assertIn("invalid user ID or password", r.stderr)
+
+    def test_a_user_whose_role_lacks_the_gpool_prefix_is_refused_and_told_why(self):
+        status, answer = self.etcd.call("/v3/auth/user/add", {"name": "nobody", "password": "pw"}, self.root())
+        self.assertEqual(status, 200, answer)
+        r = self.start("nobody", self.write_password("nobody", "pw"))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("permission denied", r.stderr)
+        self.assertIn("may read and write the /gpool/ prefix", r.stderr)
+
+    def test_a_password_others_may_read_is_named_in_a_warning(self):
+        os.chmod(self.password_file, 0o644)
+        c = Cluster(servers=1, ttl="30s", store=self.etcd.url(),
+                    allocator_args=["--etcd-user", self.USER, "--etcd-password-file", self.password_file])
+        try:
+            self.run_true(c)
+            self.assertIn(f"may be read by others: chmod 600 {self.password_file}", c.log("allocator"))
+        finally:
+            c.close()
 
 
 if __name__ == "__main__":
