@@ -51,10 +51,11 @@ class Replicas(unittest.TestCase):
         return p
 
     def let_go(self, holder):
-        """Ends the command of hold()'s launcher, which must then exit with 0."""
+        """Ends the command of hold()'s launcher, which must then exit with 0; returns what it printed."""
         open(f"{self.cluster.dir}/go", "w").close()
         _, err = holder.communicate(timeout=60)
         self.assertEqual(holder.returncode, 0, err)
+        return err
 
     def kill_leader(self):
         """SIGKILLs the replica that leads; returns the seconds until another serves."""
@@ -190,6 +191,17 @@ class Replicas(unittest.TestCase):
         self.assertEqual(set(self.granted()), held)
         self.assertTrue(all(s["up"] for s in c.status()["servers"]), c.status()["servers"])
         self.let_go(holder)
+
+    def test_a_launcher_holding_a_lease_through_a_failover_says_so_once_and_when_it_ends(self):
+        p = self.hold()
+        self.kill_leader()
+        time.sleep(1)  # its long poll reaches the new leader
+        err = self.let_go(p)
+        away = [line for line in err.splitlines() if "retrying until it answers" in line]
+        back = [line for line in err.splitlines() if "the allocator answers again" in line]
+        self.assertEqual(len(away), 1, err)  # one line for the whole failover, not one per try
+        self.assertIn("no allocator replica leads now", away[0])
+        self.assertEqual(len(back), 1, err)
 
     def test_a_release_made_while_no_replica_leads_still_frees_the_share(self):
         c = self.cluster

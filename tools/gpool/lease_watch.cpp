@@ -49,15 +49,28 @@ void LeaseWatch::loop() {
     if (left <= 0) {
       next_beat = Clock::now() + std::chrono::milliseconds(every_ms_);
       auto [status, text] = a_->call("POST", path + "/heartbeat", Proof::kLease, heartbeatBody());
-      if (status == 0) std::fprintf(stderr, "gpool: heartbeat: %s\n", text.c_str());
-      else if (!see(status, text)) break;
+      reached(status, text);
+      if (status != 0 && !see(status, text)) break;
       continue;
     }
     int wait_ms = static_cast<int>(std::clamp<int64_t>(left, 1, 5000));
     auto [status, text] = a_->call("GET", path + "?wait_ms=" + std::to_string(wait_ms), Proof::kLease);
-    if (status == 0 ? !pause(wait_ms) : !see(status, text)) break;
+    reached(status, text);
+    if (status == 0 ? !pause(std::min(wait_ms, 500)) : !see(status, text)) break;  // (away: ask again soon)
   }
   while (pause(3600 * 1000)) {  // ended: nothing more to watch until stopped
+  }
+}
+
+void LeaseWatch::reached(int status, const std::string& why) {
+  using Clock = std::chrono::steady_clock;
+  if (status == 0 && !away_since_) {  // one line while it is away (a failover, a restart), not one per try
+    away_since_ = Clock::now();
+    std::fprintf(stderr, "gpool: heartbeat: %s; retrying until it answers\n", why.c_str());
+  } else if (status != 0 && away_since_) {
+    double away_s = std::chrono::duration<double>(Clock::now() - *away_since_).count();
+    std::fprintf(stderr, "gpool: heartbeat: the allocator answers again (after %.1fs)\n", away_s);
+    away_since_.reset();
   }
 }
 

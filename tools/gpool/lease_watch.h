@@ -6,9 +6,11 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -37,6 +39,8 @@ class LeaseWatch {
   void loop();
   bool see(int status, const std::string& text);  // reads an answer; false once the lease has ended
   bool pause(int ms);                              // sleeps unless stopped; false when stopped
+  // Says once when the allocator stops answering (status 0: `why`), and once when it answers again.
+  void reached(int status, const std::string& why);
   std::string heartbeatBody() const;               // {"progress": N} when the progress file holds a number
 
   std::unique_ptr<AllocatorClient> a_;
@@ -45,6 +49,7 @@ class LeaseWatch {
   Events events_;
   std::string progress_file_;
   bool noticed_ = false;
+  std::optional<std::chrono::steady_clock::time_point> away_since_;  // when it last stopped answering
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
