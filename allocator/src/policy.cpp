@@ -390,7 +390,7 @@ Policy parsePolicy(const std::string& toml_text) {
       std::string where = "pools." + std::string(k.str());
       const toml::table* t = v.as_table();
       if (!t) fail(where + " must be a table");
-      checkKeys(*t, {"servers", "fractions", "isolation", "placement", "heterogeneity", "moves_per_hour", "order", "round", "elastic_after"},
+      checkKeys(*t, {"servers", "fractions", "isolation", "placement", "heterogeneity", "moves_per_hour", "order", "round", "round_stay", "elastic_after"},
                 where);
       Pool pool;
       pool.name = std::string(k.str());
@@ -427,6 +427,10 @@ Policy parsePolicy(const std::string& toml_text) {
           fail(where + ".round must be 0 (no rounds) or at least 10s: each round may restart jobs");
         if (pool.round == std::chrono::milliseconds(0) && pool.order == Order::kMaxMin)
           fail(where + ": order \"max-min\" divides time in rounds; round must not be 0");
+      }
+      if (auto st = t->get("round_stay")) {
+        pool.round_stay = number(*st, where + ".round_stay");
+        if (!(pool.round_stay >= 1 && pool.round_stay <= 100)) fail(where + ".round_stay must be in [1, 100] (1: no preference for running jobs)");
       }
       if (auto m = t->get("moves_per_hour")) {
         double x = number(*m, where + ".moves_per_hour");

@@ -36,6 +36,8 @@ const char* heterogeneityName(Heterogeneity h);
 const char* isolationName(Isolation i);
 const char* placementName(Placement p);
 
+inline constexpr double kDefaultRoundStay = 1.25;  // measured: docs/scheduling.md "Fewer restarts"
+
 struct Pool {
   std::string name;
   std::vector<std::string> servers{"*"};  // server names; "*" matches every server no other pool names
@@ -50,6 +52,10 @@ struct Pool {
   // pool's order, and restartable jobs that lose their place are preempted (they run again later). 0: no
   // rounds (a running job keeps its GPUs). Order max-min always runs in rounds (6 minutes unless set).
   std::chrono::milliseconds round{0};
+  // In rounds, a running job keeps its place (and type) unless another's claim is this many times
+  // stronger: under max-min its priority, under least-attained its service (divided by this). Fewer
+  // restarts, for a coarser division of time; 1: none (docs/scheduling.md).
+  double round_stay = kDefaultRoundStay;
   // Elastic requests (--min-fraction): how long one waits for its whole fraction before it takes a smaller
   // one this pool offers (0: at once); absent ("never"): always the whole fraction.
   std::optional<std::chrono::milliseconds> elastic_after{std::chrono::milliseconds(0)};

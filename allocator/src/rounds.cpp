@@ -10,6 +10,9 @@
 //   (X[j][t] over the fraction of their time in the pool they ran there) run there first.
 // - fifo, shortest-first, least-attained: the first in the order run; in aware pools each on the type that
 //   makes the chosen jobs' summed (normalized) throughput largest, else where it runs or where most room is.
+// Either way a running job's claim to its place counts `round_stay` times (its max-min priority times it,
+// its attained service divided by it): without that, jobs of nearly equal claims swap every round, and
+// each swap costs both a restart.
 // A running job that loses its place gets notice, as for preemption (kRoundPrefix), and its launcher runs it
 // again later; the chosen queued requests come first in the wait queue, each kept to its chosen type
 // (Lease::round_type). Between rounds, room that frees goes to queued requests in that order.
@@ -186,10 +189,14 @@ void place(bool aware, const std::vector<RoundJob*>& chosen, const std::vector<d
 void Scheduler::chooseByOrder(const Pool& pool, std::vector<RoundJob>& jobs, const std::vector<double>& capacity) {
   std::vector<RoundJob*> order;
   for (RoundJob& j : jobs) order.push_back(&j);
+  auto value = [&](const RoundJob* j) {  // least-attained: a running job's service counts round_stay times less
+    const double v = orderValue(*j->lease);
+    return pool.order == Order::kLeastAttained && j->current >= 0 ? v / pool.round_stay : v;
+  };
   std::stable_sort(order.begin(), order.end(), [&](const RoundJob* a, const RoundJob* b) {
     const Lease &x = *a->lease, &y = *b->lease;
     if (x.priority != y.priority) return x.priority > y.priority;
-    const double kx = orderValue(x), ky = orderValue(y);
+    const double kx = value(a), ky = value(b);
     if (kx != ky) return kx < ky;
     if ((a->current >= 0) != (b->current >= 0)) return a->current >= 0;
     return x.seq < y.seq;
@@ -229,6 +236,8 @@ void Scheduler::chooseByMaxMin(const Pool& pool, std::vector<RoundJob>& jobs, co
       if (x[j][t] > 1e-6) pairs.push_back({&jobs[j], static_cast<int>(t), priority(x[j][t], ran == a.on_type.end() ? 0 : ran->second)});
     }
   }
+  for (Pair& p : pairs)  // a running job's claim to where it runs counts round_stay times
+    if (p.job->current >= 0 && (p.type == p.job->current || p.type < 0)) p.priority *= pool.round_stay;
   std::stable_sort(pairs.begin(), pairs.end(), [&](const Pair& a, const Pair& b) {
     const Lease &x1 = *a.job->lease, &x2 = *b.job->lease;
     if (x1.priority != x2.priority) return x1.priority > x2.priority;

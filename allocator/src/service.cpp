@@ -820,7 +820,7 @@ void Service::readRoutes(httplib::Server& s) {
       pools.push_back({{"name", p.name}, {"servers", p.servers}, {"fractions", p.fractions}, {"isolation", isolationName(p.isolation)},
                        {"placement", placementName(p.placement)},
                        {"order", orderName(p.order)}, {"heterogeneity", heterogeneityName(p.heterogeneity)},
-                       {"moves_per_hour", p.moves_per_hour}, {"round_s", std::chrono::duration<double>(p.round).count()}});
+                       {"moves_per_hour", p.moves_per_hour}, {"round_s", std::chrono::duration<double>(p.round).count()}, {"round_stay", p.round_stay}});
     auto measuredJson = [](const Throughputs& t) {  // kind → type → what was measured
       json out = json::object();
       for (const auto& [kind, types] : t.measured())

@@ -174,7 +174,32 @@ TEST(Rounds, LeastAttainedRunsTheJobsThatHadLeast) {
   EXPECT_GT(s.lease("B1")->preempt_at_ms, 0);
 }
 
+// round_stay: B, running, keeps the GPU until its service, divided by round_stay, passes A's.
+TEST(Rounds, ARunningJobKeepsItsPlaceUntilAnothersClaimIsRoundStayTimesStronger) {
+  for (double stay : {1.0, 2.0}) {
+    SCOPED_TRACE(stay);
+    Scheduler s = make(std::string(kSettings) + "[pools.default]\norder = \"least-attained\"\nround = \"1m\"\nround_stay = " +
+                       std::to_string(stay) + "\n");
+    s.registerServer(server("a", 1), 0);
+    ASSERT_EQ(s.request(job("A"), 0, "A1").kind, Decision::kGranted);
+    ASSERT_EQ(s.request(job("B"), 30000, "B1").kind, Decision::kQueued);
+    s.tick(60000);  // A has had a minute, B nothing: B's turn, whatever round_stay
+    EXPECT_GT(s.lease("A1")->preempt_at_ms, 0);
+    s.tick(70000);
+    ASSERT_EQ(s.lease("B1")->state, LeaseState::kGranted);
+    ASSERT_EQ(s.request(job("A"), 70000, "A2").kind, Decision::kQueued);
+    s.tick(120000);
+    s.tick(180000);  // B has had 110 s, A 70 s
+    EXPECT_EQ(s.lease("B1")->preempt_at_ms > 0, stay == 1.0);  // with round_stay 2, B's 110 s count as 55
+    s.tick(240000);  // B 170 s (85): A's turn either way
+    EXPECT_EQ(s.lease("B1")->preempt_at_ms, stay == 1.0 ? 190000 : 250000);  // its notice: one round later
+  }
+}
+
 TEST(Rounds, ThePolicySaysWhatARoundMayBe) {
+  EXPECT_EQ(parsePolicy("[pools.default]\n").pools[0].round_stay, kDefaultRoundStay);
+  EXPECT_EQ(parsePolicy("[pools.default]\nround_stay = 3\n").pools[0].round_stay, 3.0);
+  EXPECT_NE(policyError("[pools.default]\nround_stay = 0.5\n").find("pools.default.round_stay must be in [1, 100]"), std::string::npos);
   EXPECT_EQ(parsePolicy("[pools.default]\norder = \"max-min\"\n").pools[0].round, std::chrono::minutes(6));
   EXPECT_EQ(parsePolicy("[pools.default]\norder = \"least-attained\"\n").pools[0].round, std::chrono::milliseconds(0));
   EXPECT_NE(policyError("[pools.default]\nround = \"1s\"\n").find("pools.default.round must be 0 (no rounds) or at least 10s"),
