@@ -77,6 +77,7 @@ GPOOL_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
   State::get().forgetDeviceState(conn->index());
   crossDevice().forgetConnection(conn->index());
   forgetVirtualMemory();
+  forgetArrays();
   forgetLinks();
   State::get().destroyLocalStorage(State::get().primary(d));
   return CUDA_SUCCESS;

@@ -5,7 +5,11 @@
 
 using namespace gpool::client;
 
-GPOOL_EXPORT int gpool_client_library = 1;  // lets a worker notice it loaded us instead of NVIDIA's driver
+// Lets a worker notice it loaded us instead of NVIDIA's driver. (A braced extern "C": a definition, not
+// the declaration-with-initializer -Wextra warns about.)
+extern "C" {
+__attribute__((visibility("default"))) int gpool_client_library = 1;
+}
 
 GPOOL_EXPORT CUresult cuInit(unsigned int flags) {
   GPOOL_TRY

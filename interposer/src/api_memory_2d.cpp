@@ -1,9 +1,10 @@
 // Pitched memory, 2D/3D copies and 2D memsets. Host rows live on the client: a host-to-device copy sends
 // the rows packed, a device-to-host copy receives them packed, and each side applies its own pitch.
-// Copies to or from CUDA arrays are not supported (arrays are not forwarded).
+// Copies with a CUDA array at either end go to api_array.cpp, one slice's rectangle at a time.
 #include <cstring>
 #include <vector>
 
+#include "arrays.h"
 #include "cross_device.h"
 #include "state.h"
 
@@ -14,31 +15,37 @@ using gpool::proto::DevRect;
 
 namespace {
 
-// One end of a 2D copy, after its X/Y offsets are applied.
+// One end of a 2D copy (or of one slice of a 3D copy): host or device memory after its X/Y offsets are
+// applied, or a CUDA array with its offsets kept (x bytes, row y, slice z).
 struct End {
-  bool device = false;
-  uint64_t addr = 0, pitch = 0;
+  bool device = false, array = false;
+  uint64_t addr = 0, pitch = 0;  // host or device memory
+  gpool::proto::ArrayRect rect;  // an array's: where the rectangle starts (width and height are the copy's)
 };
 
-CUresult resolve(CUmemorytype type, const void* host, CUdeviceptr device, size_t pitch, size_t x, size_t y, End& out) {
-  uint64_t offset = uint64_t{y} * pitch + x;
+// `z`, `height`: the slice of a 3D copy, and the rows per slice of its linear ends.
+CUresult resolve(CUmemorytype type, const void* host, CUdeviceptr device, CUarray array, size_t pitch, size_t x, size_t y,
+                 size_t z, size_t height, End& out) {
+  uint64_t offset = (uint64_t{z} * height + y) * pitch + x;
   switch (type) {
     case CU_MEMORYTYPE_HOST:
-      out = End{false, reinterpret_cast<uint64_t>(host) + offset, pitch};
+      out = End{false, false, reinterpret_cast<uint64_t>(host) + offset, pitch, {}};
       return host ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     case CU_MEMORYTYPE_DEVICE:
-      out = End{true, device + offset, pitch};
+      out = End{true, false, device + offset, pitch, {}};
       return CUDA_SUCCESS;
     case CU_MEMORYTYPE_UNIFIED: {  // the address says which it is
       uint64_t base;
       Allocation a;
       bool dev = State::get().findAllocation(device, base, a) && a.device;
-      out = End{dev, device + offset, pitch};
+      out = End{dev, false, device + offset, pitch, {}};
       return CUDA_SUCCESS;
     }
+    case CU_MEMORYTYPE_ARRAY:
+      out = End{false, true, 0, 0, gpool::proto::ArrayRect{reinterpret_cast<uint64_t>(array), x, y, z, 0, 0}};
+      return array ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     default:
-      GPOOL_LOG(Level::kWarn, "a 2D/3D copy to or from a CUDA array is not supported by gpool (arrays are not forwarded)");
-      return CUDA_ERROR_NOT_SUPPORTED;
+      return CUDA_ERROR_INVALID_VALUE;
   }
 }
 
@@ -77,14 +84,24 @@ CUresult deviceToHost(const End& src, const End& dst, uint64_t width, uint64_t h
   return CUDA_SUCCESS;
 }
 
-CUresult copy2D(const CUDA_MEMCPY2D* c, uint64_t stream, bool async) {
-  if (!c) return CUDA_ERROR_INVALID_VALUE;
-  if (c->WidthInBytes == 0 || c->Height == 0) return CUDA_SUCCESS;
-  End src, dst;
-  if (CUresult r = resolve(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcPitch, c->srcXInBytes, c->srcY, src)) return r;
-  if (CUresult r = resolve(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstPitch, c->dstXInBytes, c->dstY, dst)) return r;
-  uint64_t width = c->WidthInBytes, height = c->Height;
-  if (height > 1 && (width > c->srcPitch || width > c->dstPitch)) return CUDA_ERROR_INVALID_VALUE;
+// A copy with an array at one end or both (api_array.cpp sends it).
+CUresult arrayCopy(End src, End dst, uint64_t width, uint64_t height, uint64_t stream, bool async) {
+  src.rect.width = dst.rect.width = width;
+  src.rect.height = dst.rect.height = height;
+  if (src.array && dst.array) return arrays::arrayToArray(dst.rect, src.rect, stream, async);
+  if (dst.array) {
+    if (src.device) return arrays::deviceToArray(dst.rect, DevRect{src.addr, src.pitch, width, height}, stream, async);
+    return arrays::hostToArray(dst.rect, reinterpret_cast<const uint8_t*>(src.addr), src.pitch, stream, async);
+  }
+  if (dst.device) return arrays::arrayToDevice(DevRect{dst.addr, dst.pitch, width, height}, src.rect, stream, async);
+  return arrays::arrayToHost(src.rect, reinterpret_cast<uint8_t*>(dst.addr), dst.pitch, stream);
+}
+
+// One rectangle: `height` rows of `width` bytes from src to dst.
+CUresult copyRect(const End& src, const End& dst, uint64_t width, uint64_t height, uint64_t stream, bool async) {
+  if (width == 0 || height == 0) return CUDA_SUCCESS;
+  if (height > 1 && ((!src.array && width > src.pitch) || (!dst.array && width > dst.pitch))) return CUDA_ERROR_INVALID_VALUE;
+  if (src.array || dst.array) return arrayCopy(src, dst, width, height, stream, async);
   if (src.device && dst.device) {
     GPOOL_CONN(conn);
     gpool::proto::DevCopyRect rect{DevRect{dst.addr, dst.pitch, width, height}, DevRect{src.addr, src.pitch, width, height}};
@@ -97,29 +114,29 @@ CUresult copy2D(const CUDA_MEMCPY2D* c, uint64_t stream, bool async) {
   return CUDA_SUCCESS;
 }
 
-// A 3D copy of linear memory is Depth 2D copies, slice z starting (srcZ + z) * srcHeight rows in.
+CUresult copy2D(const CUDA_MEMCPY2D* c, uint64_t stream, bool async) {
+  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  if (c->WidthInBytes == 0 || c->Height == 0) return CUDA_SUCCESS;
+  End src, dst;
+  if (CUresult r = resolve(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcPitch, c->srcXInBytes, c->srcY, 0, 0, src)) return r;
+  if (CUresult r = resolve(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstPitch, c->dstXInBytes, c->dstY, 0, 0, dst)) return r;
+  return copyRect(src, dst, c->WidthInBytes, c->Height, stream, async);
+}
+
+// A 3D copy is Depth rectangles: slice z of a linear end starts (srcZ + z) * srcHeight rows in; an array
+// end names its slice.
 CUresult copy3D(const CUDA_MEMCPY3D* c, uint64_t stream, bool async) {
   if (!c) return CUDA_ERROR_INVALID_VALUE;
   if (c->srcLOD || c->dstLOD) return CUDA_ERROR_INVALID_VALUE;
   for (size_t z = 0; z < c->Depth; ++z) {
-    CUDA_MEMCPY2D s{};
-    s.srcXInBytes = c->srcXInBytes;
-    s.srcY = c->srcY + (c->srcZ + z) * c->srcHeight;
-    s.srcMemoryType = c->srcMemoryType;
-    s.srcHost = c->srcHost;
-    s.srcDevice = c->srcDevice;
-    s.srcArray = c->srcArray;
-    s.srcPitch = c->srcPitch;
-    s.dstXInBytes = c->dstXInBytes;
-    s.dstY = c->dstY + (c->dstZ + z) * c->dstHeight;
-    s.dstMemoryType = c->dstMemoryType;
-    s.dstHost = c->dstHost;
-    s.dstDevice = c->dstDevice;
-    s.dstArray = c->dstArray;
-    s.dstPitch = c->dstPitch;
-    s.WidthInBytes = c->WidthInBytes;
-    s.Height = c->Height;
-    if (CUresult r = copy2D(&s, stream, async)) return r;
+    End src, dst;
+    if (CUresult r = resolve(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcPitch, c->srcXInBytes, c->srcY,
+                             c->srcZ + z, c->srcHeight, src))
+      return r;
+    if (CUresult r = resolve(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstPitch, c->dstXInBytes, c->dstY,
+                             c->dstZ + z, c->dstHeight, dst))
+      return r;
+    if (CUresult r = copyRect(src, dst, c->WidthInBytes, c->Height, stream, async)) return r;
   }
   return CUDA_SUCCESS;
 }

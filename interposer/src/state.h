@@ -202,6 +202,7 @@ void clearJitLogs(unsigned n, const CUjit_option* ids, void* const* values);
 // After a context reset, the files that keep their own per-handle state forget it.
 void forgetLinks();          // api_link.cpp
 void forgetVirtualMemory();  // api_virtual_memory.cpp
+void forgetArrays();         // api_array.cpp
 
 // Whether a memory location (pools, virtual memory, managed memory) is one of the lease's devices.
 inline bool isDeviceLocation(const CUmemLocation& l) {

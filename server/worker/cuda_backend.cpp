@@ -66,7 +66,8 @@ constexpr const char* kGraphMemory =
   F(cuGraphExecEventRecordNodeSetEvent) F(cuGraphExecEventWaitNodeSetEvent) F(cuGraphEventRecordNodeSetEvent) \
   F(cuGraphEventWaitNodeSetEvent) F(cuGraphMemsetNodeSetParams) F(cuGraphMemcpyNodeSetParams)              \
   F(cuGraphHostNodeSetParams) F(cuStreamBeginCaptureToGraph) F(cuGraphChildGraphNodeGetGraph) \
-  F(cuGraphKernelNodeSetAttribute) F(cuGraphKernelNodeGetAttribute) F(cuGraphKernelNodeCopyAttributes)
+  F(cuGraphKernelNodeSetAttribute) F(cuGraphKernelNodeGetAttribute) F(cuGraphKernelNodeCopyAttributes)   \
+  F(cuArray3DCreate) F(cuArrayDestroy) F(cuMemcpy3D) F(cuMemcpy3DAsync)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -838,6 +839,65 @@ class CudaBackend final : public Backend {
     toDevice(c, cr.dst);
     return async ? d_.cuMemcpy2DAsync_(&c, stream_(stream)) : d_.cuMemcpy2D_(&c);
   }
+  // CUDA arrays: each copy is one slice's rectangle (request_checks.cpp checked it against the array).
+  Status ArrayCreate(ArrayShape a, Created<Array>& out) {
+    CUDA_ARRAY3D_DESCRIPTOR d{};
+    d.Width = a.width;
+    d.Height = a.height;
+    d.Depth = a.depth;
+    d.Format = static_cast<CUarray_format>(a.format);
+    d.NumChannels = a.channels;
+    d.Flags = a.flags;
+    CUarray array = nullptr;
+    CUresult r = d_.cuArray3DCreate_(&array, &d);
+    out = reinterpret_cast<uint64_t>(array);
+    return r;
+  }
+  Status ArrayDestroy(Released<Array> a) { return d_.cuArrayDestroy_(reinterpret_cast<CUarray>(a.v)); }
+  Status MemcpyHtoA2D(ArrayWrite w, Stream stream, uint32_t async) {
+    if (capturing(stream)) return refuseInCapture(stream, "a host-to-array copy");
+    CUDA_MEMCPY3D c = slice(w.dst.width, w.dst.height);
+    c.srcMemoryType = CU_MEMORYTYPE_HOST;
+    c.srcHost = w.data.data;
+    c.srcPitch = w.dst.width;
+    toArray(c, w.dst);
+    if (!async) return d_.cuMemcpy3D_(&c);
+    CUresult r = d_.cuMemcpy3DAsync_(&c, stream_(stream));
+    return r != CUDA_SUCCESS ? r : holdSlot(w.data, stream);
+  }
+  Status MemcpyAtoH2D(ArrayRect src, Stream stream, std::vector<uint8_t>& rows) {
+    if (capturing(stream)) return refuseInCapture(stream, "an array-to-host copy");
+    rows.resize(src.width * src.height);
+    CUDA_MEMCPY3D c = slice(src.width, src.height);
+    fromArray(c, src);
+    c.dstMemoryType = CU_MEMORYTYPE_HOST;
+    c.dstHost = rows.data();
+    c.dstPitch = src.width;
+    CUresult r = d_.cuMemcpy3DAsync_(&c, stream_(stream));
+    return r != CUDA_SUCCESS ? r : d_.cuStreamSynchronize_(stream_(stream));
+  }
+  Status MemcpyDtoA2D(ArrayDevCopy dc, Stream stream, uint32_t async) {
+    CUDA_MEMCPY3D c = slice(dc.array.width, dc.array.height);
+    c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = dc.device.ptr;
+    c.srcPitch = dc.device.pitch;
+    toArray(c, dc.array);
+    return async ? d_.cuMemcpy3DAsync_(&c, stream_(stream)) : d_.cuMemcpy3D_(&c);
+  }
+  Status MemcpyAtoD2D(ArrayDevCopy dc, Stream stream, uint32_t async) {
+    CUDA_MEMCPY3D c = slice(dc.array.width, dc.array.height);
+    fromArray(c, dc.array);
+    c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.dstDevice = dc.device.ptr;
+    c.dstPitch = dc.device.pitch;
+    return async ? d_.cuMemcpy3DAsync_(&c, stream_(stream)) : d_.cuMemcpy3D_(&c);
+  }
+  Status MemcpyAtoA2D(ArrayCopy ac, Stream stream, uint32_t async) {
+    CUDA_MEMCPY3D c = slice(ac.dst.width, ac.dst.height);
+    fromArray(c, ac.src);
+    toArray(c, ac.dst);
+    return async ? d_.cuMemcpy3DAsync_(&c, stream_(stream)) : d_.cuMemcpy3D_(&c);
+  }
   Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) override {
     if (capturing(stream)) return refuseInCapture(stream, "a device-to-host copy");
     if (stream == 0) return d_.cuMemcpyDtoH_(dst, src, bytes);
@@ -1072,6 +1132,27 @@ class CudaBackend final : public Backend {
     c.WidthInBytes = width;
     c.Height = height;
     return c;
+  }
+  static CUDA_MEMCPY3D slice(uint64_t width, uint64_t height) {
+    CUDA_MEMCPY3D c{};
+    c.WidthInBytes = width;
+    c.Height = height;
+    c.Depth = 1;
+    return c;
+  }
+  static void toArray(CUDA_MEMCPY3D& c, const ArrayRect& dst) {
+    c.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+    c.dstArray = reinterpret_cast<CUarray>(dst.array.v);
+    c.dstXInBytes = dst.x;
+    c.dstY = dst.y;
+    c.dstZ = dst.z;
+  }
+  static void fromArray(CUDA_MEMCPY3D& c, const ArrayRect& src) {
+    c.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+    c.srcArray = reinterpret_cast<CUarray>(src.array.v);
+    c.srcXInBytes = src.x;
+    c.srcY = src.y;
+    c.srcZ = src.z;
   }
   static void toDevice(CUDA_MEMCPY2D& c, const DevRect& dst) {
     c.dstMemoryType = CU_MEMORYTYPE_DEVICE;

@@ -58,6 +58,7 @@ class HandleTable {
     std::erase_if(ranges_, [](const auto& e) { return e.second.kind != RangeKind::kSharedHost; });
     reservations_.clear();
     physical_.clear();
+    arrays_.clear();
     bodies_.clear();
   }
   // Streams named by value 0 (legacy default), 1 (CU_STREAM_LEGACY) and 2 (CU_STREAM_PER_THREAD) always exist.
@@ -114,6 +115,29 @@ class HandleTable {
   // from unmap).
   uint64_t releasePhysical(uint64_t h);
 
+  // CUDA arrays, with their shape and the bytes charged for them.
+  struct ArrayMemory {
+    proto::ArrayShape shape;
+    uint64_t bytes = 0;
+  };
+  void addArray(uint64_t h, const proto::ArrayShape& shape, uint64_t bytes) {
+    add(HandleKind::kArray, h);
+    arrays_[h] = ArrayMemory{shape, bytes};
+  }
+  const ArrayMemory* array(uint64_t h) const {
+    auto it = arrays_.find(h);
+    return it == arrays_.end() ? nullptr : &it->second;
+  }
+  // Ends an array; returns the bytes charged for it.
+  uint64_t releaseArray(uint64_t h) {
+    remove(HandleKind::kArray, h);
+    auto it = arrays_.find(h);
+    if (it == arrays_.end()) return 0;
+    uint64_t bytes = it->second.bytes;
+    arrays_.erase(it);
+    return bytes;
+  }
+
   // The live allocation that starts at `base` (never a global).
   const DeviceRange* allocationAt(uint64_t base) const {
     auto it = ranges_.find(base);
@@ -136,6 +160,7 @@ class HandleTable {
   std::map<uint64_t, uint64_t> reservations_;  // base -> size
   std::pair<uint64_t, uint64_t> window_{0, 0};  // the host pool's base and bytes
   std::unordered_map<uint64_t, PhysicalMemory> physical_;
+  std::unordered_map<uint64_t, ArrayMemory> arrays_;
   std::unordered_map<uint64_t, std::vector<uint64_t>> bodies_;  // conditional node -> its body graphs
   void removeBodies(uint64_t node);
 };

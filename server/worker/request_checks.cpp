@@ -198,6 +198,46 @@ Status RequestChecks::admit(proto::AllocBytes& a, CallScope& s) {
   return cu::kSuccess;
 }
 
+// CUDA arrays (fields.h): a shape gpool takes, charged to the lease; rectangles inside a live array.
+Status RequestChecks::admit(proto::ArrayShape& a, CallScope& s) {
+  constexpr uint32_t kFlagsTaken = 0x01 | 0x02 | 0x04 | 0x08;  // LAYERED, SURFACE_LDST, CUBEMAP, TEXTURE_GATHER
+  if ((a.channels != 1 && a.channels != 2 && a.channels != 4) || (a.flags & ~kFlagsTaken) || a.bytes() == 0)
+    return cu::kInvalidValue;
+  if ((a.flags & 0x04) && (a.width != a.height || a.depth == 0 || a.depth % 6 != 0)) return cu::kInvalidValue;  // six square faces
+  proto::AllocBytes bytes{a.bytes()};
+  if (Status st = admit(bytes, s); st != cu::kSuccess) return st;
+  s.array = a;
+  return cu::kSuccess;
+}
+
+Status RequestChecks::admit(proto::ArrayRect& r, CallScope&) {
+  const HandleTable::ArrayMemory* m = table_.array(r.array);
+  if (!m) return cu::kInvalidHandle;
+  const proto::ArrayShape& a = m->shape;
+  const uint64_t elem = a.elementBytes();
+  if (r.width == 0 || r.height == 0 || r.x % elem != 0 || r.width % elem != 0) return cu::kInvalidValue;
+  if (r.x > a.rowBytes() || r.width > a.rowBytes() - r.x || r.y > a.rows() || r.height > a.rows() - r.y || r.z >= a.slices())
+    return cu::kInvalidValue;
+  return cu::kSuccess;
+}
+
+Status RequestChecks::admit(proto::ArrayWrite& w, CallScope& s) {
+  if (Status st = admit(w.dst, s); st != cu::kSuccess) return st;  // (inside the array: no product overflows)
+  return w.data.size == w.dst.width * w.dst.height ? cu::kSuccess : cu::kInvalidValue;
+}
+
+Status RequestChecks::admit(proto::ArrayDevCopy& c, CallScope& s) {
+  if (c.device.width != c.array.width || c.device.height != c.array.height) return cu::kInvalidValue;
+  if (Status st = admit(c.array, s); st != cu::kSuccess) return st;
+  return admit(c.device, s);
+}
+
+Status RequestChecks::admit(proto::ArrayCopy& c, CallScope& s) {
+  if (c.dst.width != c.src.width || c.dst.height != c.src.height) return cu::kInvalidValue;
+  if (Status st = admit(c.dst, s); st != cu::kSuccess) return st;
+  return admit(c.src, s);
+}
+
 Status RequestChecks::admit(proto::FreedAlloc& f, CallScope& s) {
   s.freed = table_.allocationAt(f.ptr);  // a global or an interior pointer is not an allocation
   return s.freed ? cu::kSuccess : cu::kInvalidValue;

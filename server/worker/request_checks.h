@@ -26,6 +26,7 @@ struct CallScope {
   std::vector<std::function<void()>> effects;       // table changes the call makes when it succeeds
   uint64_t graph = 0;                               // the request's graph, whose nodes it may name
   uint64_t node = 0;                                // the node named or handed out (owner of its body graphs)
+  proto::ArrayShape array;                          // the shape of the array a Created<Array> hands out
 };
 
 template <typename T>
@@ -49,6 +50,7 @@ class RequestChecks {
     std::apply([&](auto&... f) { (record(f, s), ...); }, outs);
     for (auto [kind, h] : s.released) {
       if (kind == HandleKind::kPhysical) ledger_.release(table_.releasePhysical(h));
+      else if (kind == HandleKind::kArray) ledger_.release(table_.releaseArray(h));
       else table_.remove(kind, h);
     }
     for (auto& effect : s.effects) effect();
@@ -116,6 +118,11 @@ class RequestChecks {
   proto::Status admit(proto::HostRangeBase& r, CallScope& s);
   proto::Status freeReservation(const proto::VaRange& r, CallScope& s);
   proto::Status admit(proto::AllocBytes& a, CallScope& s);
+  proto::Status admit(proto::ArrayShape& a, CallScope& s);
+  proto::Status admit(proto::ArrayRect& r, CallScope&);
+  proto::Status admit(proto::ArrayWrite& w, CallScope& s);
+  proto::Status admit(proto::ArrayDevCopy& c, CallScope& s);
+  proto::Status admit(proto::ArrayCopy& c, CallScope& s);
   proto::Status admit(proto::FreedAlloc& f, CallScope& s);
 
   template <typename T>
@@ -127,6 +134,9 @@ class RequestChecks {
       if constexpr (K == HandleKind::kGraphNode) s.node = h.v;
     } else if constexpr (K == HandleKind::kPhysical) {
       table_.addPhysical(h.v, s.reserved);  // the AllocBytes reservation is now this memory's
+      s.reserved = 0;
+    } else if constexpr (K == HandleKind::kArray) {
+      table_.addArray(h.v, s.array, s.reserved);  // the ArrayShape's reservation is now this array's
       s.reserved = 0;
     } else if (K != HandleKind::kGraph || !table_.has(K, h.v)) {  // a graph captured into keeps its owner
       table_.add(K, h.v, s.owner);

@@ -153,6 +153,7 @@ void SimBackend::releaseAll() {
 
 Status SimBackend::CtxReset(ResetAll) {
   releaseAll();
+  arrays_.clear();
   events_.clear();
   // Libraries and their kernels outlive a context; modules, functions and the kernels' functions do not.
   auto isLibraryOrKernel = [](uint64_t h) {

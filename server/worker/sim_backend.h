@@ -93,6 +93,11 @@ class SimBackend : public Backend {
   std::unordered_map<uint64_t, Pool> pools_;
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> pool_allocations_;  // ptr -> pool, bytes
   uint64_t default_pool_ = 0, current_pool_ = 0;
+  struct SimArray {  // a CUDA array (sim_arrays.cpp): dense rows, then slices
+    ArrayShape shape;
+    std::shared_ptr<std::vector<uint8_t>> storage;
+  };
+  std::unordered_map<uint64_t, SimArray> arrays_;
   std::unordered_map<uint64_t, int> physical_fds_;  // cuMemCreate handle -> its memfd (sim_virtual_memory.cpp)
   std::map<uint64_t, uint64_t> reservations_;       // address reservations: base -> size
   struct SharedMemory {

@@ -86,6 +86,69 @@ TEST(Dispatcher, BadHandlesAndRangesAnswerErrorsAndKeepServing) {
   EXPECT_TRUE(h.finish().clean);
 }
 
+// CUDA arrays: shapes gpool does not take are refused, each array is charged to the lease until it is
+// destroyed, and every copy must lie inside a live array of this client.
+TEST(Dispatcher, ArraysAreCheckedChargedAndCopiedOnlyWithinThemselves) {
+  Harness h;
+  test::RawClient c(*h.client);
+  constexpr uint32_t kFloat = 0x20;
+  // shapes: three channels, a planar video format, no width, sparse, an unsquare cube, a dimension too
+  // large, and one so large it passes every check but the lease's memory
+  EXPECT_EQ(c.call<calls::ArrayCreate>(ArrayShape{16, 4, 0, kFloat, 3, 0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::ArrayCreate>(ArrayShape{16, 4, 0, 0xb0, 1, 0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::ArrayCreate>(ArrayShape{0, 4, 0, kFloat, 1, 0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::ArrayCreate>(ArrayShape{16, 4, 0, kFloat, 1, 0x40}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::ArrayCreate>(ArrayShape{16, 8, 6, kFloat, 1, 0x04}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::ArrayCreate>(ArrayShape{uint64_t{1} << 20, 1, 0, kFloat, 4, 0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::ArrayCreate>(ArrayShape{(1 << 20) - 1, (1 << 20) - 1, (1 << 20) - 1, kFloat, 4, 0}).first, kOutOfMemory);
+
+  const uint64_t free_before = std::get<0>(c.call<calls::MemGetInfo>().second).free;
+  auto [st, out] = c.call<calls::ArrayCreate>(ArrayShape{16, 4, 0, kFloat, 1, 0});  // 4 rows of 64 bytes
+  ASSERT_EQ(st, 0);
+  const uint64_t a = std::get<0>(out).v;
+  EXPECT_EQ(free_before - std::get<0>(c.call<calls::MemGetInfo>().second).free, 256u);
+
+  std::string rows(128, 'x');
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<char>('a' + i % 26);
+  EXPECT_EQ(c.call<calls::MemcpyHtoA2D>(ArrayWrite{ArrayRect{a, 0, 1, 0, 64, 2}, Blob{rows.data(), rows.size()}}, uint64_t{0}, 0u).first, 0);
+  auto [rst, back] = c.call<calls::MemcpyAtoH2D>(ArrayRect{a, 0, 1, 0, 64, 2}, uint64_t{0});
+  ASSERT_EQ(rst, 0);
+  EXPECT_EQ(std::string(std::get<0>(back).begin(), std::get<0>(back).end()), rows);
+  // rectangles: past a row's end, past the last row, a slice it lacks, a part of an element, empty,
+  // another's array, data not the rectangle's size
+  EXPECT_EQ(c.call<calls::MemcpyAtoH2D>(ArrayRect{a, 60, 0, 0, 8, 1}, uint64_t{0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemcpyAtoH2D>(ArrayRect{a, 0, 3, 0, 64, 2}, uint64_t{0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemcpyAtoH2D>(ArrayRect{a, 0, 0, 1, 64, 1}, uint64_t{0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemcpyAtoH2D>(ArrayRect{a, 2, 0, 0, 4, 1}, uint64_t{0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemcpyAtoH2D>(ArrayRect{a, 0, 0, 0, 0, 1}, uint64_t{0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemcpyAtoH2D>(ArrayRect{a + 8, 0, 0, 0, 4, 1}, uint64_t{0}).first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::MemcpyAtoH2D>(ArrayRect{UINT64_MAX, UINT64_MAX - 3, UINT64_MAX, 0, 8, UINT64_MAX}, uint64_t{0}).first,
+            kInvalidHandle);
+  EXPECT_EQ(c.call<calls::MemcpyHtoA2D>(ArrayWrite{ArrayRect{a, 0, 0, 0, 64, 2}, Blob{rows.data(), 127}}, uint64_t{0}, 0u).first,
+            kInvalidValue);
+  // device ends: the region must be the client's memory, and the same size as the rectangle
+  auto [mst, mem] = c.call<calls::MemAlloc>(uint64_t{256});
+  ASSERT_EQ(mst, 0);
+  const uint64_t p = std::get<0>(mem).ptr;
+  EXPECT_EQ(c.call<calls::MemcpyAtoD2D>(ArrayDevCopy{ArrayRect{a, 0, 1, 0, 64, 2}, DevRect{p, 64, 64, 2}}, uint64_t{0}, 0u).first, 0);
+  EXPECT_EQ(c.call<calls::MemcpyAtoD2D>(ArrayDevCopy{ArrayRect{a, 0, 0, 0, 64, 4}, DevRect{p + 64, 64, 64, 4}}, uint64_t{0}, 0u).first,
+            kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemcpyDtoA2D>(ArrayDevCopy{ArrayRect{a, 0, 0, 0, 64, 2}, DevRect{p, 64, 32, 2}}, uint64_t{0}, 0u).first,
+            kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemcpyDtoA2D>(ArrayDevCopy{ArrayRect{a, 0, 0, 0, 64, 1}, DevRect{p + 1024, 64, 64, 1}}, uint64_t{0}, 0u).first,
+            kInvalidValue);
+  EXPECT_EQ(c.call<calls::MemcpyDtoA2D>(ArrayDevCopy{ArrayRect{a, 0, 0, 0, 64, 2}, DevRect{p, 64, 64, 2}}, uint64_t{0}, 0u).first, 0);
+  auto [dst2, top] = c.call<calls::MemcpyAtoH2D>(ArrayRect{a, 0, 0, 0, 64, 2}, uint64_t{0});
+  EXPECT_EQ(std::string(std::get<0>(top).begin(), std::get<0>(top).end()), rows);  // rows 1-2 came back as rows 0-1
+
+  EXPECT_EQ(c.call<calls::ArrayDestroy>(a).first, 0);
+  EXPECT_EQ(std::get<0>(c.call<calls::MemGetInfo>().second).free, free_before - 256);  // (the 256-byte allocation)
+  EXPECT_EQ(c.call<calls::ArrayDestroy>(a).first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::MemcpyAtoH2D>(ArrayRect{a, 0, 0, 0, 64, 1}, uint64_t{0}).first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::MemFree>(p).first, 0);
+  EXPECT_TRUE(h.finish().clean);
+}
+
 TEST(Dispatcher, UnknownMessageIsAnsweredNotSupported) {
   Harness h;
   test::RawClient c(*h.client);

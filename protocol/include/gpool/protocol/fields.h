@@ -18,6 +18,7 @@ enum class HandleKind : uint8_t {
   kLinkState,  // a CUlinkState: a JIT link under way on the worker's driver
   kGraphNode,  // a CUgraphNode, owned by its graph
   kConditional,  // a CUgraphConditionalHandle, owned by the graph it was made for
+  kArray,        // a CUarray: device memory laid out for textures and surfaces, reached only by copies
 };
 
 // A handle of kind K that this worker handed out earlier (streams: also 0, 1 and 2, the legacy and
@@ -41,6 +42,8 @@ using MemPool = Handle<HandleKind::kMemPool>;
 // bytes come back once the client released it and no mapping uses it any more.
 using Physical = Handle<HandleKind::kPhysical>;
 using LinkState = Handle<HandleKind::kLinkState>;
+// A CUDA array. Created<Array> charges the call's ArrayShape to the lease; Released<Array> gives it back.
+using Array = Handle<HandleKind::kArray>;
 // A node of the graph named earlier in the same request (the request's Graph field).
 using GraphNode = Handle<HandleKind::kGraphNode>;
 // Nodes of the request's graph (dependencies, edges); each must be that graph's. As a reply field,
@@ -180,6 +183,59 @@ struct PitchedAlloc {
   uint64_t width = 0, height = 0;
   uint32_t elem = 0;  // 4, 8 or 16, as cuMemAllocPitch's ElementSizeBytes
   GPOOL_WIRE_FIELDS(width, height, elem)
+};
+
+// Request field of cuArray3DCreate: `width` elements of `channels` values of `format`, by `height` rows
+// (0: a 1D array) by `depth` slices or layers (0: none), with CUDA_ARRAY3D_* `flags`. The worker checks the
+// format, channels and flags, and charges bytes() to the lease before the backend runs.
+struct ArrayShape {
+  uint64_t width = 0, height = 0, depth = 0;
+  uint32_t format = 0, channels = 0, flags = 0;
+  GPOOL_WIRE_FIELDS(width, height, depth, format, channels, flags)
+  // Bytes of one value of a CUarray_format (0: a format gpool does not take: planar video, block-compressed).
+  static uint32_t formatBytes(uint32_t format) {
+    switch (format) {
+      case 0x01: case 0x08: return 1;              // (UN)SIGNED_INT8
+      case 0x02: case 0x09: case 0x10: return 2;   // (UN)SIGNED_INT16, HALF
+      case 0x03: case 0x0a: case 0x20: return 4;   // (UN)SIGNED_INT32, FLOAT
+      default: return 0;
+    }
+  }
+  uint64_t elementBytes() const { return uint64_t{formatBytes(format)} * channels; }
+  uint64_t rowBytes() const { return width * elementBytes(); }
+  uint64_t rows() const { return height ? height : 1; }
+  uint64_t slices() const { return depth ? depth : 1; }
+  // What the array holds, or 0 when the shape is not one (zero width, overflow).
+  uint64_t bytes() const {
+    constexpr uint64_t kMaxExtent = uint64_t{1} << 20;  // beyond any GPU's largest array dimension; below it no product overflows
+    if (width == 0 || width >= kMaxExtent || height >= kMaxExtent || depth >= kMaxExtent || elementBytes() == 0) return 0;
+    return rowBytes() * rows() * slices();
+  }
+};
+// A rectangle of one slice of an array: `height` rows of `width` bytes, from byte `x` of row `y` of
+// slice `z`; x and width whole elements. The worker checks it lies inside the array.
+struct ArrayRect {
+  Array array;
+  uint64_t x = 0, y = 0, z = 0, width = 0, height = 0;
+  GPOOL_WIRE_FIELDS(array, x, y, z, width, height)
+};
+// Rows written from the host into an array: `data` holds them packed (width * height bytes).
+struct ArrayWrite {
+  ArrayRect dst;
+  Blob data;
+  GPOOL_WIRE_FIELDS(dst, data)
+};
+// A copy between an array's rectangle and a pitched device region of the same width and height (the
+// call says which way).
+struct ArrayDevCopy {
+  ArrayRect array;
+  DevRect device;
+  GPOOL_WIRE_FIELDS(array, device)
+};
+// A copy between two arrays' rectangles of the same width and height.
+struct ArrayCopy {
+  ArrayRect dst, src;
+  GPOOL_WIRE_FIELDS(dst, src)
 };
 
 // A 4- or 8-byte word of device memory, aligned to its size (stream memory operations).

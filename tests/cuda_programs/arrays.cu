@@ -1,0 +1,233 @@
+// CUDA arrays through gpool, checked by value (no kernels, so the same checks hold on the sim backend and
+// on a GPU): 2D, 3D and layered arrays made through NVIDIA's runtime, copies in and out of them from host
+// memory, device memory and other arrays (whole, sub-rectangles, slices, asynchronous), the driver's 1D
+// copies across rows, descriptors, the lease's memory, and copies that do not fit refused.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "checks.h"
+
+namespace {
+
+constexpr int kW = 100, kH = 37;  // elements per row, rows: a row is not a multiple of any alignment
+
+float value(int z, int y, int x) { return static_cast<float>(z * 100000 + y * 1000 + x); }
+
+std::vector<float> plane(int z, int w, int h) {
+  std::vector<float> v(static_cast<size_t>(w) * h);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) v[static_cast<size_t>(y) * w + x] = value(z, y, x);
+  return v;
+}
+
+void twoD() {
+  cudaChannelFormatDesc desc = cudaCreateChannelDesc<float>();
+  cudaArray_t a = nullptr, b = nullptr;
+  size_t free_before = 0, free_after = 0, total = 0;
+  CK(cudaMemGetInfo(&free_before, &total));
+  CK(cudaMallocArray(&a, &desc, kW, kH));
+  CK(cudaMemGetInfo(&free_after, &total));
+  check(free_before - free_after >= kW * kH * sizeof(float), "a 2D array counts against the device's memory");
+
+  cudaChannelFormatDesc got{};
+  cudaExtent extent{};
+  unsigned flags = 99;
+  CK(cudaArrayGetInfo(&got, &extent, &flags, a));
+  check(got.x == 32 && got.f == cudaChannelFormatKindFloat && extent.width == kW && extent.height == kH && extent.depth == 0 && flags == 0,
+        "cudaArrayGetInfo gives the array's format and extent");
+
+  const std::vector<float> h = plane(0, kW, kH);
+  std::vector<float> back(h.size(), -1.0f);
+  const size_t row = kW * sizeof(float);
+  CK(cudaMemcpy2DToArray(a, 0, 0, h.data(), row, row, kH, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy2DFromArray(back.data(), row, a, 0, 0, row, kH, cudaMemcpyDeviceToHost));
+  check(back == h, "cudaMemcpy2DToArray / FromArray: host -> array -> host round trip");
+
+  // A sub-rectangle out of the array: columns 10..29 of rows 5..14, into a host buffer 32 floats wide.
+  std::vector<float> sub(32 * 10, -1.0f);
+  CK(cudaMemcpy2DFromArray(sub.data(), 32 * sizeof(float), a, 10 * sizeof(float), 5, 20 * sizeof(float), 10, cudaMemcpyDeviceToHost));
+  bool ok = true;
+  for (int y = 0; y < 10; ++y)
+    for (int x = 0; x < 32; ++x) ok &= sub[y * 32 + x] == (x < 20 ? value(0, y + 5, x + 10) : -1.0f);
+  check(ok, "a sub-rectangle of an array, into a wider host pitch");
+
+  // Array -> pitched device memory -> a second array -> host.
+  float* d = nullptr;
+  size_t pitch = 0;
+  CK(cudaMallocPitch(reinterpret_cast<void**>(&d), &pitch, row, kH));
+  CK(cudaMemcpy2DFromArray(d, pitch, a, 0, 0, row, kH, cudaMemcpyDeviceToDevice));
+  CK(cudaMallocArray(&b, &desc, kW, kH));
+  CK(cudaMemcpy2DToArray(b, 0, 0, d, pitch, row, kH, cudaMemcpyDeviceToDevice));
+  std::fill(back.begin(), back.end(), -1.0f);
+  CK(cudaMemcpy2DFromArray(back.data(), row, b, 0, 0, row, kH, cudaMemcpyDeviceToHost));
+  check(back == h, "array -> pitched device memory -> array");
+
+  // Array to array, shifted: b's rows 0..9 get a's rows 20..29, asynchronously on a stream.
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  CK(cudaMemcpy2DArrayToArray(b, 0, 0, a, 0, 20, row, 10, cudaMemcpyDeviceToDevice));
+  std::vector<float> zeros(kW * 3, 0.0f);
+  CK(cudaMemcpy2DToArrayAsync(b, 0, 10, zeros.data(), row, row, 3, cudaMemcpyHostToDevice, s));
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy2DFromArray(back.data(), row, b, 0, 0, row, kH, cudaMemcpyDeviceToHost));
+  ok = true;
+  for (int y = 0; y < kH; ++y)
+    for (int x = 0; x < kW; ++x) {
+      float want = y < 10 ? value(0, y + 20, x) : y < 13 ? 0.0f : value(0, y, x);
+      ok &= back[y * kW + x] == want;
+    }
+  check(ok, "cudaMemcpy2DArrayToArray and an asynchronous host-to-array copy");
+
+  // Copies that do not fit the array are refused, and the array is unchanged.
+  check(cudaMemcpy2DToArray(a, 90 * sizeof(float), 0, h.data(), row, 20 * sizeof(float), 1, cudaMemcpyHostToDevice) != cudaSuccess,
+        "a copy past the end of a row is refused");
+  check(cudaMemcpy2DFromArray(back.data(), row, a, 0, 30, row, 10, cudaMemcpyDeviceToHost) != cudaSuccess,
+        "a copy past the last row is refused");
+  cudaGetLastError();
+  CK(cudaMemcpy2DFromArray(back.data(), row, a, 0, 0, row, kH, cudaMemcpyDeviceToHost));
+  check(back == h, "the array is unchanged by the refused copies");
+
+  CK(cudaStreamDestroy(s));
+  CK(cudaFree(d));
+  CK(cudaFreeArray(a));
+  CK(cudaFreeArray(b));
+  size_t free_end = 0;
+  CK(cudaMemGetInfo(&free_end, &total));
+  check(free_end >= free_before, "freed arrays give their memory back");
+}
+
+void threeD() {
+  constexpr int kD = 5;
+  cudaChannelFormatDesc desc = cudaCreateChannelDesc<float>();
+  cudaArray_t a = nullptr;
+  CK(cudaMalloc3DArray(&a, &desc, make_cudaExtent(kW, kH, kD)));
+  std::vector<float> h;
+  for (int z = 0; z < kD; ++z) {
+    std::vector<float> p = plane(z, kW, kH);
+    h.insert(h.end(), p.begin(), p.end());
+  }
+  cudaMemcpy3DParms in{};
+  in.srcPtr = make_cudaPitchedPtr(h.data(), kW * sizeof(float), kW, kH);
+  in.dstArray = a;
+  in.extent = make_cudaExtent(kW, kH, kD);
+  in.kind = cudaMemcpyHostToDevice;
+  CK(cudaMemcpy3D(&in));
+  std::vector<float> back(h.size(), -1.0f);
+  cudaMemcpy3DParms out{};
+  out.srcArray = a;
+  out.dstPtr = make_cudaPitchedPtr(back.data(), kW * sizeof(float), kW, kH);
+  out.extent = make_cudaExtent(kW, kH, kD);
+  out.kind = cudaMemcpyDeviceToHost;
+  CK(cudaMemcpy3D(&out));
+  check(back == h, "cudaMemcpy3D host -> 3D array -> host, every slice");
+
+  // A box out of the middle: x 3..12, y 4..9, slices 2..3, through device memory.
+  cudaPitchedPtr dev{};
+  CK(cudaMalloc3D(&dev, make_cudaExtent(10 * sizeof(float), 6, 2)));
+  cudaMemcpy3DParms box{};
+  box.srcArray = a;
+  box.srcPos = make_cudaPos(3, 4, 2);  // (x in elements for an array)
+  box.dstPtr = dev;
+  box.extent = make_cudaExtent(10, 6, 2);
+  box.kind = cudaMemcpyDeviceToDevice;
+  CK(cudaMemcpy3D(&box));
+  std::vector<float> got(10 * 6 * 2, -1.0f);
+  cudaMemcpy3DParms down{};
+  down.srcPtr = dev;
+  down.dstPtr = make_cudaPitchedPtr(got.data(), 10 * sizeof(float), 10, 6);
+  down.extent = make_cudaExtent(10 * sizeof(float), 6, 2);
+  down.kind = cudaMemcpyDeviceToHost;
+  CK(cudaMemcpy3D(&down));
+  bool ok = true;
+  for (int z = 0; z < 2; ++z)
+    for (int y = 0; y < 6; ++y)
+      for (int x = 0; x < 10; ++x) ok &= got[(z * 6 + y) * 10 + x] == value(z + 2, y + 4, x + 3);
+  check(ok, "a box of a 3D array (srcPos) into 3D device memory");
+
+  cudaExtent extent{};
+  CK(cudaArrayGetInfo(nullptr, &extent, nullptr, a));
+  check(extent.width == kW && extent.height == kH && extent.depth == kD, "cudaArrayGetInfo of a 3D array");
+  cudaMemcpy3DParms past = in;
+  past.dstPos = make_cudaPos(0, 0, 1);  // five slices from slice 1: the last is past the end
+  check(cudaMemcpy3D(&past) != cudaSuccess, "a 3D copy past the last slice is refused");
+  cudaGetLastError();
+  CK(cudaFree(dev.ptr));
+  CK(cudaFreeArray(a));
+}
+
+void layered() {
+  cudaChannelFormatDesc desc = cudaCreateChannelDesc<uchar4>();
+  cudaArray_t a = nullptr;
+  CK(cudaMalloc3DArray(&a, &desc, make_cudaExtent(64, 16, 3), cudaArrayLayered | cudaArraySurfaceLoadStore));
+  unsigned flags = 0;
+  CK(cudaArrayGetInfo(nullptr, nullptr, &flags, a));
+  check(flags == (cudaArrayLayered | cudaArraySurfaceLoadStore), "a layered surface array keeps its flags");
+  std::vector<uchar4> layer(64 * 16);
+  for (size_t i = 0; i < layer.size(); ++i) layer[i] = make_uchar4(i & 255, 1, 2, 3);
+  cudaMemcpy3DParms in{};
+  in.srcPtr = make_cudaPitchedPtr(layer.data(), 64 * sizeof(uchar4), 64, 16);
+  in.dstArray = a;
+  in.dstPos = make_cudaPos(0, 0, 2);
+  in.extent = make_cudaExtent(64, 16, 1);
+  in.kind = cudaMemcpyHostToDevice;
+  CK(cudaMemcpy3D(&in));
+  std::vector<uchar4> back(layer.size());
+  cudaMemcpy3DParms out{};
+  out.srcArray = a;
+  out.srcPos = make_cudaPos(0, 0, 2);
+  out.dstPtr = make_cudaPitchedPtr(back.data(), 64 * sizeof(uchar4), 64, 16);
+  out.extent = make_cudaExtent(64, 16, 1);
+  out.kind = cudaMemcpyDeviceToHost;
+  CK(cudaMemcpy3D(&out));
+  check(std::memcmp(back.data(), layer.data(), layer.size() * sizeof(uchar4)) == 0, "one layer of a layered array, in and out");
+  CK(cudaFreeArray(a));
+}
+
+// The driver's 1D copies address an array as its rows end to end: a range that spans rows.
+void linear() {
+  auto htoA = driverEntryPoint<CUresult (*)(CUarray, size_t, const void*, size_t)>("cuMemcpyHtoA");
+  auto atoH = driverEntryPoint<CUresult (*)(void*, CUarray, size_t, size_t)>("cuMemcpyAtoH");
+  auto atoA = driverEntryPoint<CUresult (*)(CUarray, size_t, CUarray, size_t, size_t)>("cuMemcpyAtoA");
+  auto create = driverEntryPoint<CUresult (*)(CUarray*, const CUDA_ARRAY_DESCRIPTOR*)>("cuArrayCreate");
+  auto describe = driverEntryPoint<CUresult (*)(CUDA_ARRAY_DESCRIPTOR*, CUarray)>("cuArrayGetDescriptor");
+  auto destroy = driverEntryPoint<CUresult (*)(CUarray)>("cuArrayDestroy");
+  CUDA_ARRAY_DESCRIPTOR d{};
+  d.Width = 50;  // 50 x 2 bytes per row
+  d.Height = 8;
+  d.Format = CU_AD_FORMAT_UNSIGNED_INT16;
+  d.NumChannels = 1;
+  CUarray a = nullptr, b = nullptr;
+  check(create(&a, &d) == CUDA_SUCCESS && create(&b, &d) == CUDA_SUCCESS, "cuArrayCreate");
+  CUDA_ARRAY_DESCRIPTOR got{};
+  check(describe(&got, a) == CUDA_SUCCESS && got.Width == 50 && got.Height == 8 && got.Format == CU_AD_FORMAT_UNSIGNED_INT16 &&
+            got.NumChannels == 1,
+        "cuArrayGetDescriptor");
+  std::vector<uint8_t> h(800);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint8_t>(i * 7);
+  std::vector<uint8_t> back(800, 0);
+  check(htoA(a, 0, h.data(), h.size()) == CUDA_SUCCESS, "cuMemcpyHtoA of the whole array (eight rows)");
+  check(atoH(back.data(), a, 0, back.size()) == CUDA_SUCCESS && back == h, "cuMemcpyAtoH gives it back");
+  check(atoA(b, 30, a, 150, 300) == CUDA_SUCCESS, "cuMemcpyAtoA of 300 bytes across rows, at other offsets");
+  std::vector<uint8_t> part(300, 0);
+  check(atoH(part.data(), b, 30, 300) == CUDA_SUCCESS && std::memcmp(part.data(), h.data() + 150, 300) == 0,
+        "cuMemcpyAtoA moved the right bytes");
+  check(htoA(a, 700, h.data(), 101) == CUDA_ERROR_INVALID_VALUE, "cuMemcpyHtoA past the array's end is refused");
+  check(destroy(a) == CUDA_SUCCESS && destroy(b) == CUDA_SUCCESS, "cuArrayDestroy");
+  check(destroy(a) != CUDA_SUCCESS, "an array destroyed twice is refused the second time");
+}
+
+}  // namespace
+
+int main() {
+  CK(cudaSetDevice(0));
+  twoD();
+  threeD();
+  layered();
+  linear();
+  std::printf(failures ? "%d FAILED\n" : "ALL PASSED\n", failures);
+  return failures ? 1 : 0;
+}
