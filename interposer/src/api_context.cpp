@@ -78,6 +78,7 @@ GPOOL_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
   crossDevice().forgetConnection(conn->index());
   forgetVirtualMemory();
   forgetArrays();
+  forgetTextures();
   forgetLinks();
   State::get().destroyLocalStorage(State::get().primary(d));
   return CUDA_SUCCESS;

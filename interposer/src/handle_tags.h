@@ -36,6 +36,13 @@ enum class HandleClass {
   kLibrary,       // a CUlibrary: context-independent, loaded on every device that uses it
 };
 
+// Texture and surface objects are values kernels take as arguments, so they travel unmarked: a kernel on
+// any device must receive its worker's own value. The client library keeps which connection made each
+// (api_texture.cpp).
+template <typename U>
+concept KernelArgumentHandle = requires { U::kind; } &&
+                               (U::kind == gpool::proto::HandleKind::kTexObject || U::kind == gpool::proto::HandleKind::kSurfObject);
+
 // Calls f(uint64_t& handle, HandleClass) for every handle a request or reply field holds.
 template <typename T, typename F>
 void forEachHandle(T& x, F& f) {
@@ -51,6 +58,8 @@ void forEachHandle(T& x, F& f) {
     for (auto& v : x.v) f(v, HandleClass::kContextBound);
   } else if constexpr (std::is_base_of_v<p::ChildGraph, U>) {
     f(x.v, HandleClass::kContextBound);
+  } else if constexpr (KernelArgumentHandle<U>) {
+    // unmarked (above)
   } else if constexpr (requires { U::kind; requires std::is_same_v<decltype(U::kind), const p::HandleKind>; }) {
     f(x.v, U::kind == p::HandleKind::kKernel ? HandleClass::kLaunchable : HandleClass::kContextBound);
   } else if constexpr (p::WireStruct<U>) {

@@ -203,6 +203,7 @@ void clearJitLogs(unsigned n, const CUjit_option* ids, void* const* values);
 void forgetLinks();          // api_link.cpp
 void forgetVirtualMemory();  // api_virtual_memory.cpp
 void forgetArrays();         // api_array.cpp
+void forgetTextures();       // api_texture.cpp
 
 // Whether a memory location (pools, virtual memory, managed memory) is one of the lease's devices.
 inline bool isDeviceLocation(const CUmemLocation& l) {

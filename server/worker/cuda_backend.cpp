@@ -67,7 +67,8 @@ constexpr const char* kGraphMemory =
   F(cuGraphEventWaitNodeSetEvent) F(cuGraphMemsetNodeSetParams) F(cuGraphMemcpyNodeSetParams)              \
   F(cuGraphHostNodeSetParams) F(cuStreamBeginCaptureToGraph) F(cuGraphChildGraphNodeGetGraph) \
   F(cuGraphKernelNodeSetAttribute) F(cuGraphKernelNodeGetAttribute) F(cuGraphKernelNodeCopyAttributes)   \
-  F(cuArray3DCreate) F(cuArrayDestroy) F(cuMemcpy3D) F(cuMemcpy3DAsync)
+  F(cuArray3DCreate) F(cuArrayDestroy) F(cuMemcpy3D) F(cuMemcpy3DAsync) F(cuTexObjectCreate)          \
+  F(cuTexObjectDestroy) F(cuSurfObjectCreate) F(cuSurfObjectDestroy)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -898,6 +899,40 @@ class CudaBackend final : public Backend {
     toArray(c, ac.dst);
     return async ? d_.cuMemcpy3DAsync_(&c, stream_(stream)) : d_.cuMemcpy3D_(&c);
   }
+  // Texture and surface objects: the resource as the driver takes it; the descriptors as the client sent them.
+  static CUDA_RESOURCE_DESC resource(const TexResource& r) {
+    CUDA_RESOURCE_DESC d{};
+    d.resType = static_cast<CUresourcetype>(r.type);
+    if (r.type == CU_RESOURCE_TYPE_ARRAY) {
+      d.res.array.hArray = reinterpret_cast<CUarray>(r.array.v);
+    } else if (r.type == CU_RESOURCE_TYPE_LINEAR) {
+      d.res.linear = {r.ptr, static_cast<CUarray_format>(r.format), r.channels, r.bytes};
+    } else {
+      d.res.pitch2D = {r.ptr, static_cast<CUarray_format>(r.format), r.channels, r.width, r.height, r.pitch};
+    }
+    return d;
+  }
+  Status TexObjectCreate(TexResource r, TexDescs descs, Created<TexObject>& out) {
+    static_assert(sizeof(CUDA_TEXTURE_DESC) == TexDescs::kTextureBytes && sizeof(CUDA_RESOURCE_VIEW_DESC) == TexDescs::kViewBytes);
+    CUDA_RESOURCE_DESC res = resource(r);
+    CUDA_TEXTURE_DESC tex;
+    CUDA_RESOURCE_VIEW_DESC view;
+    std::memcpy(&tex, descs.texture.data(), sizeof tex);
+    if (!descs.view.empty()) std::memcpy(&view, descs.view.data(), sizeof view);
+    CUtexObject t = 0;
+    CUresult st = d_.cuTexObjectCreate_(&t, &res, &tex, descs.view.empty() ? nullptr : &view);
+    out = t;
+    return st;
+  }
+  Status TexObjectDestroy(Released<TexObject> t) { return d_.cuTexObjectDestroy_(t.v); }
+  Status SurfObjectCreate(TexResource r, Created<SurfObject>& out) {
+    CUDA_RESOURCE_DESC res = resource(r);
+    CUsurfObject sobj = 0;
+    CUresult st = d_.cuSurfObjectCreate_(&sobj, &res);
+    out = sobj;
+    return st;
+  }
+  Status SurfObjectDestroy(Released<SurfObject> sobj) { return d_.cuSurfObjectDestroy_(sobj.v); }
   Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) override {
     if (capturing(stream)) return refuseInCapture(stream, "a device-to-host copy");
     if (stream == 0) return d_.cuMemcpyDtoH_(dst, src, bytes);

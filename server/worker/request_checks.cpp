@@ -238,6 +238,18 @@ Status RequestChecks::admit(proto::ArrayCopy& c, CallScope& s) {
   return admit(c.src, s);
 }
 
+Status RequestChecks::admit(proto::TexResource& r, CallScope& s) {
+  if (r.flags != 0) return cu::kInvalidValue;  // (CUDA_RESOURCE_DESC::flags must be zero)
+  if (r.type == 0) return table_.array(r.array) ? cu::kSuccess : cu::kInvalidHandle;
+  if (r.type != 2 && r.type != 3) return cu::kNotSupported;  // mipmapped arrays are not forwarded
+  const uint64_t elem = proto::ArrayShape{1, 0, 0, r.format, r.channels, 0}.elementBytes();
+  if (elem == 0 || (r.channels != 1 && r.channels != 2 && r.channels != 4) || r.ptr % elem != 0) return cu::kInvalidValue;
+  if (r.type == 2) return r.bytes == 0 ? cu::kInvalidValue : range(r.ptr, r.bytes);
+  if (r.width == 0 || r.height == 0 || r.width > r.pitch / elem) return cu::kInvalidValue;
+  proto::DevRect rows{r.ptr, r.pitch, r.width * elem, r.height};
+  return admit(rows, s);
+}
+
 Status RequestChecks::admit(proto::FreedAlloc& f, CallScope& s) {
   s.freed = table_.allocationAt(f.ptr);  // a global or an interior pointer is not an allocation
   return s.freed ? cu::kSuccess : cu::kInvalidValue;

@@ -123,6 +123,11 @@ class RequestChecks {
   proto::Status admit(proto::ArrayWrite& w, CallScope& s);
   proto::Status admit(proto::ArrayDevCopy& c, CallScope& s);
   proto::Status admit(proto::ArrayCopy& c, CallScope& s);
+  proto::Status admit(proto::TexResource& r, CallScope& s);
+  proto::Status admit(proto::TexDescs& d, CallScope&) {
+    const bool sized = d.texture.size() == proto::TexDescs::kTextureBytes && (d.view.empty() || d.view.size() == proto::TexDescs::kViewBytes);
+    return sized ? proto::cu::kSuccess : proto::cu::kInvalidValue;
+  }
   proto::Status admit(proto::FreedAlloc& f, CallScope& s);
 
   template <typename T>

@@ -1,6 +1,8 @@
 // The sim backend's CUDA arrays: each is host memory laid out as dense rows (rowBytes apart) and slices
 // (rows() rows apart), which is all a copy can tell. The worker checked every rectangle against the array
 // (request_checks.cpp); copies between an array and device memory run in stream order, as DtoD copies do.
+// Texture and surface objects are handles over them (no kernel samples them on the sim); a surface needs
+// an array made for surfaces, as the driver says.
 #include <cuda.h>
 
 #include <cstring>
@@ -83,5 +85,20 @@ Status SimBackend::MemcpyAtoA2D(ArrayCopy c, Stream stream, uint32_t) {
   }, CU_GRAPH_NODE_TYPE_MEMCPY);
   return CUDA_SUCCESS;
 }
+
+Status SimBackend::TexObjectCreate(TexResource, TexDescs, Created<TexObject>& out) {
+  out = newHandle(HandleKind::kTexObject);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::TexObjectDestroy(Released<TexObject>) { return CUDA_SUCCESS; }
+
+Status SimBackend::SurfObjectCreate(TexResource r, Created<SurfObject>& out) {
+  if (r.type != CU_RESOURCE_TYPE_ARRAY || !(arrays_.at(r.array).shape.flags & CUDA_ARRAY3D_SURFACE_LDST)) return CUDA_ERROR_INVALID_VALUE;
+  out = newHandle(HandleKind::kSurfObject);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::SurfObjectDestroy(Released<SurfObject>) { return CUDA_SUCCESS; }
 
 }  // namespace gpool::worker

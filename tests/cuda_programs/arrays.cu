@@ -1,7 +1,8 @@
 // CUDA arrays through gpool, checked by value (no kernels, so the same checks hold on the sim backend and
 // on a GPU): 2D, 3D and layered arrays made through NVIDIA's runtime, copies in and out of them from host
 // memory, device memory and other arrays (whole, sub-rectangles, slices, asynchronous), the driver's 1D
-// copies across rows, descriptors, the lease's memory, and copies that do not fit refused.
+// copies across rows, descriptors, the lease's memory, and copies that do not fit refused; texture and
+// surface objects over arrays and device memory.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -220,6 +221,93 @@ void linear() {
   check(destroy(a) != CUDA_SUCCESS, "an array destroyed twice is refused the second time");
 }
 
+// Texture and surface objects over arrays and device memory: made, described back, destroyed; what a
+// resource may not be is refused. (No kernel samples them here: that needs a GPU.)
+void textures() {
+  cudaChannelFormatDesc desc = cudaCreateChannelDesc<float>();
+  cudaArray_t a = nullptr, plain = nullptr;
+  CK(cudaMallocArray(&a, &desc, 64, 32, cudaArraySurfaceLoadStore));
+  CK(cudaMallocArray(&plain, &desc, 64, 32));
+  cudaResourceDesc res{};
+  res.resType = cudaResourceTypeArray;
+  res.res.array.array = a;
+  cudaTextureDesc tex{};
+  tex.addressMode[0] = tex.addressMode[1] = cudaAddressModeClamp;
+  tex.filterMode = cudaFilterModeLinear;
+  tex.readMode = cudaReadModeElementType;
+  tex.normalizedCoords = 1;
+  cudaTextureObject_t t = 0;
+  CK(cudaCreateTextureObject(&t, &res, &tex, nullptr));
+  check(t != 0, "cudaCreateTextureObject over an array");
+  cudaResourceDesc res_back{};
+  cudaTextureDesc tex_back{};
+  CK(cudaGetTextureObjectResourceDesc(&res_back, t));
+  CK(cudaGetTextureObjectTextureDesc(&tex_back, t));
+  check(res_back.resType == cudaResourceTypeArray && res_back.res.array.array == a, "its resource descriptor names the array");
+  check(tex_back.filterMode == cudaFilterModeLinear && tex_back.normalizedCoords == 1 && tex_back.addressMode[1] == cudaAddressModeClamp,
+        "its texture descriptor comes back");
+
+  // Linear and pitched device memory, one with a resource view.
+  float* lin = nullptr;
+  CK(cudaMalloc(&lin, 4096));
+  cudaResourceDesc linear{};
+  linear.resType = cudaResourceTypeLinear;
+  linear.res.linear.devPtr = lin;
+  linear.res.linear.desc = desc;
+  linear.res.linear.sizeInBytes = 4096;
+  cudaTextureObject_t tl = 0;
+  tex.filterMode = cudaFilterModePoint;
+  tex.normalizedCoords = 0;
+  CK(cudaCreateTextureObject(&tl, &linear, &tex, nullptr));
+  float* pitched = nullptr;
+  size_t pitch = 0;
+  CK(cudaMallocPitch(reinterpret_cast<void**>(&pitched), &pitch, 64 * sizeof(float), 16));
+  cudaResourceDesc rows{};
+  rows.resType = cudaResourceTypePitch2D;
+  rows.res.pitch2D.devPtr = pitched;
+  rows.res.pitch2D.desc = desc;
+  rows.res.pitch2D.width = 64;
+  rows.res.pitch2D.height = 16;
+  rows.res.pitch2D.pitchInBytes = pitch;
+  cudaResourceViewDesc view{};
+  view.format = cudaResViewFormatFloat1;
+  view.width = 64;
+  view.height = 16;
+  cudaTextureObject_t tp = 0;
+  CK(cudaCreateTextureObject(&tp, &rows, &tex, &view));
+  cudaResourceViewDesc view_back{};
+  CK(cudaGetTextureObjectResourceViewDesc(&view_back, tp));
+  check(tl != 0 && tp != 0 && tl != tp && view_back.width == 64 && view_back.height == 16 && view_back.format == cudaResViewFormatFloat1,
+        "textures over linear and pitched device memory, with a resource view");
+
+  linear.res.linear.sizeInBytes = 8192;  // past the allocation
+  cudaTextureObject_t bad = 0;
+  check(cudaCreateTextureObject(&bad, &linear, &tex, nullptr) != cudaSuccess, "a texture over memory past its allocation is refused");
+  cudaGetLastError();
+
+  cudaSurfaceObject_t surf = 0;
+  CK(cudaCreateSurfaceObject(&surf, &res));
+  cudaResourceDesc surf_back{};
+  CK(cudaGetSurfaceObjectResourceDesc(&surf_back, surf));
+  check(surf != 0 && surf_back.res.array.array == a, "cudaCreateSurfaceObject over a surface array");
+  res.res.array.array = plain;
+  cudaSurfaceObject_t no = 0;
+  check(cudaCreateSurfaceObject(&no, &res) != cudaSuccess, "a surface over an array not made for surfaces is refused");
+  cudaGetLastError();
+
+  CK(cudaDestroySurfaceObject(surf));
+  CK(cudaDestroyTextureObject(t));
+  CK(cudaDestroyTextureObject(tl));
+  CK(cudaDestroyTextureObject(tp));
+  CK(cudaFreeArray(a));
+  res.res.array.array = a;  // destroyed
+  check(cudaCreateTextureObject(&bad, &res, &tex, nullptr) != cudaSuccess, "a texture over a destroyed array is refused");
+  cudaGetLastError();
+  CK(cudaFreeArray(plain));
+  CK(cudaFree(lin));
+  CK(cudaFree(pitched));
+}
+
 }  // namespace
 
 int main() {
@@ -228,6 +316,7 @@ int main() {
   threeD();
   layered();
   linear();
+  textures();
   std::printf(failures ? "%d FAILED\n" : "ALL PASSED\n", failures);
   return failures ? 1 : 0;
 }

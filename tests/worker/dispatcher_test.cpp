@@ -149,6 +149,54 @@ TEST(Dispatcher, ArraysAreCheckedChargedAndCopiedOnlyWithinThemselves) {
   EXPECT_TRUE(h.finish().clean);
 }
 
+// Texture and surface objects: the resource must be the client's array or lie in its memory, the
+// descriptors must be their structs' sizes, and only what this client made can be destroyed, once.
+TEST(Dispatcher, TextureResourcesAreTheClientsOwnAndDescriptorsWholeStructs) {
+  Harness h;
+  test::RawClient c(*h.client);
+  constexpr uint32_t kFloat = 0x20;
+  auto [ast, aout] = c.call<calls::ArrayCreate>(ArrayShape{16, 4, 0, kFloat, 1, 0x02});
+  ASSERT_EQ(ast, 0);
+  const uint64_t a = std::get<0>(aout).v;
+  auto [mst, mem] = c.call<calls::MemAlloc>(uint64_t{4096});
+  ASSERT_EQ(mst, 0);
+  const uint64_t p = std::get<0>(mem).ptr;
+  const TexDescs descs{std::vector<uint8_t>(TexDescs::kTextureBytes), {}};
+  auto linear = [&](uint64_t ptr, uint64_t bytes) { return TexResource{2, 0, ptr, bytes, 0, 0, 0, kFloat, 1, 0}; };
+  auto rows = [&](uint64_t pitch, uint64_t width, uint64_t height) { return TexResource{3, 0, p, 0, pitch, width, height, kFloat, 1, 0}; };
+  // resources: another's array, memory past the allocation, before it, misaligned, rows wider than
+  // their pitch, rows past the allocation, a format gpool does not take, three channels, flags, mipmapped
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{0, a + 8}, descs).first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(linear(p, 4097), descs).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(linear(p - 64, 64), descs).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(linear(p + 2, 64), descs).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(rows(64, 17, 4), descs).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(rows(512, 16, 9), descs).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(rows(UINT64_MAX / 2, 16, 3), descs).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{2, 0, p, 64, 0, 0, 0, 0xb0, 1, 0}, descs).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{2, 0, p, 64, 0, 0, 0, kFloat, 3, 0}, descs).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{0, a, 0, 0, 0, 0, 0, 0, 0, 1}, descs).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{1, a}, descs).first, kNotSupported);
+  // descriptors: short, long, a view of the wrong size
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{0, a}, TexDescs{std::vector<uint8_t>(8), {}}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{0, a}, TexDescs{std::vector<uint8_t>(4096), {}}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{0, a}, TexDescs{std::vector<uint8_t>(TexDescs::kTextureBytes), std::vector<uint8_t>(3)}).first,
+            kInvalidValue);
+  // what is fine, and ends once
+  auto [tst, tout] = c.call<calls::TexObjectCreate>(TexResource{0, a}, descs);
+  ASSERT_EQ(tst, 0);
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(linear(p, 4096), descs).first, 0);
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(rows(512, 16, 8), descs).first, 0);
+  const uint64_t t = std::get<0>(tout).v;
+  EXPECT_EQ(c.call<calls::TexObjectDestroy>(t).first, 0);
+  EXPECT_EQ(c.call<calls::TexObjectDestroy>(t).first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::SurfObjectDestroy>(t).first, kInvalidHandle);  // (a texture is no surface)
+  auto [sst, sout] = c.call<calls::SurfObjectCreate>(TexResource{0, a});
+  ASSERT_EQ(sst, 0);
+  EXPECT_EQ(c.call<calls::SurfObjectDestroy>(std::get<0>(sout).v).first, 0);
+  EXPECT_TRUE(h.finish().clean);
+}
+
 TEST(Dispatcher, UnknownMessageIsAnsweredNotSupported) {
   Harness h;
   test::RawClient c(*h.client);

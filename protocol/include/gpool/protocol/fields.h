@@ -19,6 +19,8 @@ enum class HandleKind : uint8_t {
   kGraphNode,  // a CUgraphNode, owned by its graph
   kConditional,  // a CUgraphConditionalHandle, owned by the graph it was made for
   kArray,        // a CUarray: device memory laid out for textures and surfaces, reached only by copies
+  kTexObject,    // a CUtexObject: a value kernels take as an argument (never marked: interposer/src/handle_tags.h)
+  kSurfObject,   // a CUsurfObject: likewise
 };
 
 // A handle of kind K that this worker handed out earlier (streams: also 0, 1 and 2, the legacy and
@@ -212,6 +214,28 @@ struct ArrayShape {
     return rowBytes() * rows() * slices();
   }
 };
+using TexObject = Handle<HandleKind::kTexObject>;
+using SurfObject = Handle<HandleKind::kSurfObject>;
+// What a texture or surface object reads (CUDA_RESOURCE_DESC): `type` 0, a CUDA array; 2, `bytes` of
+// linear device memory from ptr; 3, pitched device memory: `height` rows of `width` elements, `pitch` bytes
+// apart. Types 2 and 3 name the elements' `format` and `channels`. The worker checks the array is the
+// client's, or the memory inside its allocations; mipmapped arrays (type 1) are not taken.
+struct TexResource {
+  uint32_t type = 0;
+  Array array;
+  uint64_t ptr = 0, bytes = 0, pitch = 0, width = 0, height = 0;
+  uint32_t format = 0, channels = 0, flags = 0;
+  GPOOL_WIRE_FIELDS(type, array, ptr, bytes, pitch, width, height, format, channels, flags)
+};
+
+// A texture object's descriptors, which hold values only: CUDA_TEXTURE_DESC and, where given,
+// CUDA_RESOURCE_VIEW_DESC (empty: none). The worker checks their sizes; the driver, their values.
+struct TexDescs {
+  static constexpr uint64_t kTextureBytes = 104, kViewBytes = 112;  // (static_asserts in cuda_backend.cpp)
+  std::vector<uint8_t> texture, view;
+  GPOOL_WIRE_FIELDS(texture, view)
+};
+
 // A rectangle of one slice of an array: `height` rows of `width` bytes, from byte `x` of row `y` of
 // slice `z`; x and width whole elements. The worker checks it lies inside the array.
 struct ArrayRect {
