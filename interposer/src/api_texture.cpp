@@ -62,6 +62,7 @@ std::vector<uint8_t> bytesOf(const T& v) {
 }
 
 // The record of `value` made through the current device's connection, else through any (under g_mu).
+// Two workers may give the same value; then it means the current device's, as a context's would in CUDA.
 template <typename Map>
 typename Map::iterator find(Map& m, uint64_t value) {
   CUresult err;

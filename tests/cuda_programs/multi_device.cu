@@ -204,6 +204,37 @@ int main() {
   check(e == cudaErrorPeerAccessUnsupported, "cudaDeviceEnablePeerAccess says it is unsupported", detail);
   (void)cudaGetLastError();
 
+  // A texture object on each device over that device's memory. Its value reaches kernels unchanged, so
+  // two workers may give the same value (the sim's do); as in CUDA, a value means the current device's.
+  cudaTextureObject_t tex[2] = {0, 0};
+  cudaResourceDesc described{};
+  for (int d = 0; d < 2; ++d) {
+    CK(cudaSetDevice(d));
+    cudaResourceDesc res{};
+    res.resType = cudaResourceTypeLinear;
+    res.res.linear.devPtr = buf[d];
+    res.res.linear.desc = cudaCreateChannelDesc<unsigned>();
+    res.res.linear.sizeInBytes = kBytes;
+    cudaTextureDesc td{};
+    td.readMode = cudaReadModeElementType;
+    CK(cudaCreateTextureObject(&tex[d], &res, &td, nullptr));
+  }
+  bool own = true;
+  for (int d = 0; d < 2; ++d) {
+    CK(cudaSetDevice(d));
+    CK(cudaGetTextureObjectResourceDesc(&described, tex[d]));
+    own &= described.res.linear.devPtr == buf[d];
+  }
+  check(own, "each device's texture object describes that device's memory");
+  CK(cudaSetDevice(1));
+  CK(cudaDestroyTextureObject(tex[1]));
+  CK(cudaSetDevice(0));
+  CK(cudaGetTextureObjectResourceDesc(&described, tex[0]));
+  check(described.res.linear.devPtr == buf[0], "destroying device 1's leaves device 0's");
+  CK(cudaDestroyTextureObject(tex[0]));
+  check(cudaDestroyTextureObject(tex[0]) != cudaSuccess, "both texture objects are gone");
+  (void)cudaGetLastError();
+
   for (int d = 0; d < 2; ++d) {
     CK(cudaSetDevice(d));
     CK(cudaFree(buf[d]));
