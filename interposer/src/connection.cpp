@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "log.h"
 #include "transport_choice.h"
@@ -54,6 +55,7 @@ Connection::Connection(std::unique_ptr<proto::Transport> transport, std::string 
     GPOOL_LOG(Level::kDebug, "worker at %s: over TCP (%s)", address_.c_str(), moved.why.c_str());
   }
   watchWorker(worker_timeout);
+  if (hello_.features & proto::kFeatureOutput) proto::sendFrame(*transport_, proto::kMsgOutput, 0, 0, nullptr, 0);
   flusher_ = std::thread([this] { flusherLoop(); });
   if (moved.pool >= 0) attachHostPool(moved.pool);
 }
@@ -136,7 +138,17 @@ void Connection::sendBatch() {
   }
 }
 
-// The next frame that is not a liveness frame. Each wait is bounded by the worker timeout: a worker
+// What the GPU printed (the worker's standard output, kMsgOutput) goes to this process's, where the
+// program's own output goes, as the driver would write it on the GPU's host.
+void Connection::relayOutput(uint32_t length) {
+  if (length > proto::kMaxOutputFrame) throw proto::ProtocolError("an Output frame from the worker is too long");
+  std::vector<uint8_t> bytes(length);
+  if (length) transport_->recv(bytes.data(), length);
+  std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+  std::fflush(stdout);
+}
+
+// The next frame that is not a liveness frame (nor the worker's output, which it passes on). Each wait is bounded by the worker timeout: a worker
 // that is busy says so in time, so silence means it stopped.
 proto::FrameHeader Connection::recvReplyHeader(uint32_t max_payload) {
   for (;;) {
@@ -146,6 +158,10 @@ proto::FrameHeader Connection::recvReplyHeader(uint32_t max_payload) {
     } catch (const proto::TransportStalled&) {
       throw proto::TransportError("the worker sent nothing for " + std::to_string(watch_ms_) +
                                   " ms while a call waited: it has stopped (GPOOL_WORKER_TIMEOUT sets this bound)");
+    }
+    if (h.msg == proto::kMsgOutput && !(h.flags & proto::kIsReply)) {
+      relayOutput(h.length);
+      continue;
     }
     if (h.msg != proto::kMsgAlive || (h.flags & proto::kIsReply)) return h;
     if (h.length != 0) throw proto::ProtocolError("malformed Alive frame from the worker");

@@ -191,6 +191,7 @@ class Connection {
   void awaitReply(uint16_t msg);
   proto::FrameHeader recvReplyHeader(uint32_t max_payload);
   void watchWorker(std::chrono::milliseconds timeout);
+  void relayOutput(uint32_t length);  // an Output frame's bytes, to this process's standard output
   void markPending();
   int fail(const std::string& why);
   void flusherLoop();

@@ -69,13 +69,19 @@ void Dispatcher::dispatch(const proto::FrameHeader& h) {
   reply(h, out_);
 }
 
-void Dispatcher::reply(const proto::FrameHeader& h, const std::vector<uint8_t>& payload) {
+std::unique_lock<std::mutex> Dispatcher::replyLock() {
   auto lock = alive_.replyLock();
+  if (output_) output_->sendPending(*transport_);
+  return lock;
+}
+
+void Dispatcher::reply(const proto::FrameHeader& h, const std::vector<uint8_t>& payload) {
+  auto lock = replyLock();
   proto::sendFrame(*transport_, h.msg, proto::kIsReply, h.seq, payload.data(), payload.size());
 }
 
 void Dispatcher::replyStatus(const proto::FrameHeader& h, Status st) {
-  auto lock = alive_.replyLock();
+  auto lock = replyLock();
   proto::sendFrame(*transport_, h.msg, proto::kIsReply, h.seq, &st, sizeof st);
 }
 
@@ -108,7 +114,7 @@ void Dispatcher::memcpyDtoH(const proto::FrameHeader& h) {
     replyStatus(h, st);
     return;
   }
-  auto lock = alive_.replyLock();
+  auto lock = replyLock();
   proto::FrameHeader rh{static_cast<uint32_t>(bytes + sizeof(Status)), h.msg, proto::kIsReply, h.seq};
   std::array<proto::ConstBuffer, 2> first{proto::ConstBuffer{&rh, sizeof rh}, proto::ConstBuffer{staging, chunk}};
   transport_->send(first);
@@ -208,6 +214,10 @@ void Dispatcher::handle(const proto::FrameHeader& h) {
       return moduleLoadCached(h);
     case proto::kMsgSwitchTransport:
       return switchTransport(h);
+    case proto::kMsgOutput:  // the client wants the worker's standard output (protocol 2.5)
+      if (h.length != 0 || (h.flags & proto::kWantsReply)) throw Violation{"malformed Output request"};
+      if (output_) output_->enable();
+      return;
     default:
       spdlog::warn("unknown message number {:#06x} ({} bytes) from {}", h.msg, h.length, transport_->peer());
       if (h.flags & proto::kWantsReply) replyStatus(h, cu::kNotSupported);

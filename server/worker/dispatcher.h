@@ -12,6 +12,7 @@
 #include "handle_table.h"
 #include "memory_ledger.h"
 #include "module_cache.h"
+#include "output_relay.h"
 #include "request_checks.h"
 #include "transport_switch.h"
 #include "gpool/protocol/frame_io.h"
@@ -45,6 +46,8 @@ class Dispatcher {
   // Counts each kernel or graph the device accepted in `slot` of `page` (gpool-server's page of launch
   // counters, shared with its workers: what it reports to the allocator as the lease's activity).
   void countLaunchesIn(std::shared_ptr<budget::SharedBudget> page, int slot) { launches_ = std::move(page), launch_slot_ = slot; }
+  // Relays `relay`'s output (the worker's standard output) to a client that asks for it (kMsgOutput).
+  void relayOutput(OutputRelay* relay) { output_ = relay; }
   // Runs until the client disconnects or violates the protocol.
   ServeResult serve();
 
@@ -57,6 +60,8 @@ class Dispatcher {
   void alive(const proto::FrameHeader& h);
   void moduleLoadCached(const proto::FrameHeader& h);
   void switchTransport(const proto::FrameHeader& h);
+  // The send lock every reply holds, with the worker's output written since the last reply sent first.
+  std::unique_lock<std::mutex> replyLock();
   template <typename C>
   void dispatch(const proto::FrameHeader& h);
   // Checks the request's fields, runs it on the backend and records what its reply hands out.
@@ -74,6 +79,7 @@ class Dispatcher {
   Status latched_ = 0;
   int stall_ms_ = 0;  // first failure of a call nobody waited for
   ModuleCache* cache_;
+  OutputRelay* output_ = nullptr;
   std::shared_ptr<budget::SharedBudget> launches_;  // (countLaunchesIn; null: not counted)
   int launch_slot_ = 0;
   ServeResult stats_;

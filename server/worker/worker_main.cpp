@@ -14,6 +14,7 @@
 
 #include "cuda_backend.h"
 #include "dispatcher.h"
+#include "output_relay.h"
 #include "gpool/printable.h"
 #include "gpool/protocol/frame_io.h"
 #include "gpool/protocol/gpu_uuid.h"
@@ -134,6 +135,8 @@ int main(int argc, char** argv) {
     spdlog::error("{}", e.what());
     return 2;
   }
+  // Before the driver starts: what its kernels print goes to fd 1, which the client then reads.
+  std::unique_ptr<gpool::worker::OutputRelay> output = gpool::worker::OutputRelay::captureStdout();
   std::unique_ptr<gpool::worker::Backend> backend;
   gpool::proto::HelloReply hello;
   try {
@@ -150,6 +153,7 @@ int main(int argc, char** argv) {
     hello.error = e.what();
   }
   hello.features |= gpool::proto::kFeatureAlive | gpool::proto::kFeatureShm;
+  if (output) hello.features |= gpool::proto::kFeatureOutput;
   if (std::string why; gpool::proto::ucxAvailable(why)) hello.features |= gpool::proto::kFeatureRdma;
   if (gpool::proto::hostHasRdmaDevice()) hello.features |= gpool::proto::kFeatureRdmaDevice;
   std::unique_ptr<gpool::worker::ModuleCache> cache;
@@ -173,6 +177,7 @@ int main(int argc, char** argv) {
   gpool::worker::Dispatcher dispatcher(*backend, *transport,
                                        gpool::worker::MemoryLedger(hello.devices[0].total_mem, shared), cache.get());
   dispatcher.setStallTimeout(stall_timeout_ms);
+  dispatcher.relayOutput(output.get());
   if (launch_counter) dispatcher.countLaunchesIn(launch_counter, budget_slot);
   auto result = dispatcher.serve();
   if (result.clean)

@@ -1,5 +1,6 @@
 // Host implementations of the test programs' kernels for gpool-worker's sim backend (loaded with --sim-kernels).
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 #include "gpool/sim_kernel.h"
@@ -44,6 +45,12 @@ void setCondition(const gpool_sim_launch* l) {
   l->set_conditional(l->sim, arg<unsigned long long>(l, 0), arg<unsigned>(l, 1));
 }
 
+// device_output.cu: a kernel's printf, which a GPU's driver writes to the worker's standard output.
+void say(const gpool_sim_launch* l) {
+  int tag = arg<int>(l, 0);
+  for (uint64_t i = 0; i < threads(l); ++i) std::printf("gpool device says %d from thread %llu\n", tag, static_cast<unsigned long long>(i));
+}
+
 }  // namespace
 
 extern "C" void gpool_sim_register_kernels(gpool_sim_register_fn reg) {
@@ -55,4 +62,6 @@ extern "C" void gpool_sim_register_kernels(gpool_sim_register_fn reg) {
   reg("gpool_test_loop_condition", &loopCondition, 3, loop_sizes, nullptr);
   const unsigned set_sizes[] = {8, 4};
   reg("gpool_test_set_condition", &setCondition, 2, set_sizes, nullptr);
+  const unsigned say_sizes[] = {4};
+  reg("gpool_test_say", &say, 1, say_sizes, nullptr);
 }

@@ -2,6 +2,8 @@
 #include <cuda.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <thread>
 
 #include "dispatcher.h"
@@ -194,6 +196,44 @@ TEST(Dispatcher, TextureResourcesAreTheClientsOwnAndDescriptorsWholeStructs) {
   auto [sst, sout] = c.call<calls::SurfObjectCreate>(TexResource{0, a});
   ASSERT_EQ(sst, 0);
   EXPECT_EQ(c.call<calls::SurfObjectDestroy>(std::get<0>(sout).v).first, 0);
+  EXPECT_TRUE(h.finish().clean);
+}
+
+// The worker's standard output (what a GPU's printf writes) goes to a client that asked for it, before
+// the next reply; to one that did not, never.
+TEST(Dispatcher, RelaysTheWorkersOutputBeforeTheNextReplyOnceAsked) {
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  worker::OutputRelay relay(p[0]);
+  Harness h({}, &relay);
+  test::RawClient c(*h.client);
+  auto say = [&](const std::string& text) { ASSERT_EQ(::write(p[1], text.data(), text.size()), static_cast<ssize_t>(text.size())); };
+  say("held until asked\n");
+  EXPECT_EQ(c.call<calls::CtxSynchronize>().first, 0);  // (the reply comes alone: call() checks it is the next frame)
+  c.send(kMsgOutput, 0, {});
+  say("hello from the GPU\n");
+  c.send(calls::CtxSynchronize::id, kWantsReply, {});
+  std::vector<uint8_t> payload;
+  FrameHeader out = recvFrame(*h.client, payload, kMaxOutputFrame);
+  EXPECT_EQ(out.msg, kMsgOutput);
+  EXPECT_EQ(std::string(payload.begin(), payload.end()), "held until asked\nhello from the GPU\n");
+  FrameHeader reply = recvFrame(*h.client, payload, 64);
+  EXPECT_EQ(reply.msg, calls::CtxSynchronize::id);
+  EXPECT_TRUE(reply.flags & kIsReply);
+  EXPECT_EQ(c.call<calls::CtxSynchronize>().first, 0);  // nothing new: no Output frame
+  // A flood between two replies is cut at what the worker holds, and says so.
+  std::thread writer([&] {
+    std::string chunk(1 << 16, 'x');
+    for (size_t sent = 0; sent < worker::OutputRelay::kMaxHeld + (1 << 20); sent += chunk.size()) say(chunk);
+  });
+  writer.join();
+  c.send(calls::CtxSynchronize::id, kWantsReply, {});
+  std::string got;
+  for (FrameHeader f = recvFrame(*h.client, payload, kMaxOutputFrame); f.msg == kMsgOutput; f = recvFrame(*h.client, payload, kMaxOutputFrame))
+    got.append(payload.begin(), payload.end());
+  EXPECT_EQ(got.size() - got.find('\n'), got.size() - worker::OutputRelay::kMaxHeld);
+  EXPECT_NE(got.find("[gpool: 1048576 bytes of the GPU's output were dropped"), std::string::npos);
+  ::close(p[1]);
   EXPECT_TRUE(h.finish().clean);
 }
 

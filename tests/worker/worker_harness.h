@@ -16,12 +16,17 @@ struct Harness {
   worker::SimBackend backend{worker::SimOptions{}};
   worker::ServeResult result;
   std::thread thread;
-  explicit Harness(proto::FaultPlan faults = {}) {
+  // `output`: the worker's standard output as the dispatcher relays it (none: not relayed).
+  explicit Harness(proto::FaultPlan faults = {}, worker::OutputRelay* output = nullptr) {
     std::tie(client, server) = proto::makeLoopbackPair(faults);
     proto::HelloReply hello;
     backend.open(0, hello);
     uint64_t limit = hello.devices.at(0).total_mem;
-    thread = std::thread([this, limit] { result = worker::Dispatcher(backend, *server, limit).serve(); });
+    thread = std::thread([this, limit, output] {
+      worker::Dispatcher d(backend, *server, limit);
+      d.relayOutput(output);
+      result = d.serve();
+    });
   }
   worker::ServeResult finish() {
     client->shutdown();

@@ -64,6 +64,13 @@ inline constexpr uint32_t kMinAliveIntervalMs = 50, kMaxAliveIntervalMs = 60000;
 inline constexpr uint16_t kMsgSwitchTransport = 0x0003;
 inline constexpr uint32_t kTransportShm = 1;
 inline constexpr uint32_t kTransportRdma = 2;
+// The worker's standard output (protocol 2.5, workers with kFeatureOutput): what the GPU's printf and
+// assert write there, which the driver flushes at synchronization. The client asks for it once, right after
+// the handshake: a frame with no payload and no reply. From then on, before each reply, the worker sends
+// what was written since as frames of this number (flags 0, seq 0, payload the bytes, at most
+// kMaxOutputFrame each); the client writes them to its own standard output and reads on.
+inline constexpr uint16_t kMsgOutput = 0x0004;
+inline constexpr uint32_t kMaxOutputFrame = 1u << 20;
 // On the host-function channel only: the worker says callback `seq` is due (payload: u64 id); the client
 // answers with a reply frame carrying the same id once the function has returned.
 inline constexpr uint16_t kMsgHostFuncDue = 0x01c2;

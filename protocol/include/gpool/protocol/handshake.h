@@ -43,6 +43,7 @@ inline constexpr uint32_t kFeatureAlive = 2;        // the worker answers kMsgAl
 inline constexpr uint32_t kFeatureShm = 4;          // the worker moves a client of its host to shared memory (kMsgSwitchTransport)
 inline constexpr uint32_t kFeatureRdma = 8;         // the worker can move a client to UCX (kTransportRdma): libucp loads
 inline constexpr uint32_t kFeatureRdmaDevice = 16;  // the worker's host has an RDMA device (InfiniBand or RoCE)
+inline constexpr uint32_t kFeatureOutput = 32;      // the worker relays its standard output (kMsgOutput, calls.h)
 
 std::vector<uint8_t> encode(const HelloRequest& h);
 std::vector<uint8_t> encode(const HelloReply& h);
