@@ -1,5 +1,9 @@
 // Streams and events. Creation and waits need replies; destruction, records and stream waits are
 // fire-and-forget. Stream flags and priorities are remembered locally.
+#include <cstring>
+#include <tuple>
+#include <vector>
+
 #include "cross_device.h"
 #include "state.h"
 
@@ -45,7 +49,50 @@ CUresult streamFlags(uint64_t s, unsigned* flags, int* priority) {
   if (priority) *priority = info.priority;
   return CUDA_SUCCESS;
 }
+// A stream's attributes are launch attributes, checked by the worker as a launch's are.
+CUresult setAttribute(uint64_t s, CUstreamAttrID id, const CUstreamAttrValue* value) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN_OF_HANDLE(conn, s);
+  CUlaunchAttribute a{};
+  a.id = id;
+  a.value = *value;
+  return static_cast<CUresult>(conn->call<calls::StreamSetAttribute>(s, gpool::proto::LaunchAttrs{gpool::proto::Blob{&a, sizeof a}}));
+}
+
+CUresult getAttribute(uint64_t s, CUstreamAttrID id, CUstreamAttrValue* value) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN_OF_HANDLE(conn, s);
+  std::tuple<std::vector<uint8_t>> out;
+  if (int st = conn->call<calls::StreamGetAttribute>(out, s, static_cast<uint32_t>(id))) return static_cast<CUresult>(st);
+  if (std::get<0>(out).size() != sizeof *value) return CUDA_ERROR_UNKNOWN;
+  std::memcpy(value, std::get<0>(out).data(), sizeof *value);
+  return CUDA_SUCCESS;
+}
+
+CUresult copyAttributes(uint64_t dst, uint64_t src) {
+  GPOOL_CONN_OF_HANDLE(conn, dst);
+  return static_cast<CUresult>(conn->call<calls::StreamCopyAttributes>(dst, src));
+}
 }  // namespace
+
+GPOOL_EXPORT CUresult cuStreamSetAttribute(CUstream s, CUstreamAttrID id, const CUstreamAttrValue* v) {
+  GPOOL_TRY return setAttribute(streamArg(s, false), id, v); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamSetAttribute_ptsz(CUstream s, CUstreamAttrID id, const CUstreamAttrValue* v) {
+  GPOOL_TRY return setAttribute(streamArg(s, true), id, v); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamGetAttribute(CUstream s, CUstreamAttrID id, CUstreamAttrValue* v) {
+  GPOOL_TRY return getAttribute(streamArg(s, false), id, v); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamGetAttribute_ptsz(CUstream s, CUstreamAttrID id, CUstreamAttrValue* v) {
+  GPOOL_TRY return getAttribute(streamArg(s, true), id, v); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamCopyAttributes(CUstream dst, CUstream src) {
+  GPOOL_TRY return copyAttributes(streamArg(dst, false), streamArg(src, false)); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src) {
+  GPOOL_TRY return copyAttributes(streamArg(dst, true), streamArg(src, true)); GPOOL_CATCH
+}
 
 GPOOL_EXPORT CUresult cuStreamCreate(CUstream* s, unsigned int flags) {
   GPOOL_TRY return streamCreate(s, flags, 0); GPOOL_CATCH

@@ -68,7 +68,8 @@ constexpr const char* kGraphMemory =
   F(cuGraphHostNodeSetParams) F(cuStreamBeginCaptureToGraph) F(cuGraphChildGraphNodeGetGraph) \
   F(cuGraphKernelNodeSetAttribute) F(cuGraphKernelNodeGetAttribute) F(cuGraphKernelNodeCopyAttributes)   \
   F(cuArray3DCreate) F(cuArrayDestroy) F(cuMemcpy3D) F(cuMemcpy3DAsync) F(cuTexObjectCreate)          \
-  F(cuTexObjectDestroy) F(cuSurfObjectCreate) F(cuSurfObjectDestroy)
+  F(cuTexObjectDestroy) F(cuSurfObjectCreate) F(cuSurfObjectDestroy) F(cuStreamSetAttribute)          \
+  F(cuStreamGetAttribute) F(cuStreamCopyAttributes)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -592,6 +593,20 @@ class CudaBackend final : public Backend {
     if (r == CUDA_SUCCESS) value.assign(bytes, bytes + sizeof v);
     return r;
   }
+  Status StreamSetAttribute(Stream stream, LaunchAttrs attr) {
+    if (attr.data.size != sizeof(CUlaunchAttribute)) return CUDA_ERROR_INVALID_VALUE;
+    CUlaunchAttribute a;
+    std::memcpy(&a, attr.data.data, sizeof a);
+    return d_.cuStreamSetAttribute_(stream_(stream), a.id, &a.value);
+  }
+  Status StreamGetAttribute(Stream stream, uint32_t id, std::vector<uint8_t>& value) {
+    CUlaunchAttributeValue v{};
+    CUresult r = d_.cuStreamGetAttribute_(stream_(stream), static_cast<CUstreamAttrID>(id), &v);
+    const auto* bytes = reinterpret_cast<const uint8_t*>(&v);
+    if (r == CUDA_SUCCESS) value.assign(bytes, bytes + sizeof v);
+    return r;
+  }
+  Status StreamCopyAttributes(Stream dst, Stream src) { return d_.cuStreamCopyAttributes_(stream_(dst), stream_(src)); }
   Status GraphKernelNodeCopyAttributes(Graph, GraphNode dst, Graph, GraphNode src) {
     return d_.cuGraphKernelNodeCopyAttributes_(node_(dst.v), node_(src.v));
   }

@@ -154,6 +154,7 @@ void SimBackend::releaseAll() {
 Status SimBackend::CtxReset(ResetAll) {
   releaseAll();
   arrays_.clear();
+  stream_attributes_.clear();
   events_.clear();
   // Libraries and their kernels outlive a context; modules, functions and the kernels' functions do not.
   auto isLibraryOrKernel = [](uint64_t h) {
@@ -533,6 +534,7 @@ Status SimBackend::StreamCreate(uint32_t, int32_t, Created<Stream>& stream) {
 }
 Status SimBackend::StreamDestroy(Released<Stream> stream) {
   captures_.erase(stream);
+  stream_attributes_.erase(stream);
   return CUDA_SUCCESS;
 }
 Status SimBackend::StreamSynchronize(Stream stream) {

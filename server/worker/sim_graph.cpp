@@ -335,6 +335,29 @@ Status SimBackend::GraphKernelNodeGetAttribute(Graph, GraphNode node, uint32_t i
   return CUDA_SUCCESS;
 }
 
+// A stream's attributes, kept as set (none set reads as zeros, as for a graph's kernel node).
+Status SimBackend::StreamSetAttribute(Stream stream, LaunchAttrs attr) {
+  if (attr.data.size != sizeof(CUlaunchAttribute)) return CUDA_ERROR_INVALID_VALUE;
+  CUlaunchAttribute a;
+  std::memcpy(&a, attr.data.data, sizeof a);
+  const auto* value = reinterpret_cast<const uint8_t*>(&a.value);
+  stream_attributes_[stream.v][a.id] = std::vector<uint8_t>(value, value + sizeof a.value);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::StreamGetAttribute(Stream stream, uint32_t id, std::vector<uint8_t>& value) {
+  if (id == CU_LAUNCH_ATTRIBUTE_IGNORE || id > CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING) return CUDA_ERROR_INVALID_VALUE;
+  const auto& set = stream_attributes_[stream.v];
+  auto it = set.find(id);
+  value = it != set.end() ? it->second : std::vector<uint8_t>(sizeof(CUlaunchAttributeValue), 0);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::StreamCopyAttributes(Stream dst, Stream src) {
+  stream_attributes_[dst.v] = stream_attributes_[src.v];
+  return CUDA_SUCCESS;
+}
+
 Status SimBackend::GraphKernelNodeCopyAttributes(Graph, GraphNode dst, Graph, GraphNode src) {
   SimNode& to = nodes_.at(dst.v);
   const SimNode& from = nodes_.at(src.v);

@@ -1,5 +1,6 @@
 // Stream memory operations through gpool (cuStreamWriteValue/WaitValue 32/64 and cuStreamBatchMemOp),
 // checked by value; the runtime reaches them through cudaGetDriverEntryPoint, as NCCL and PyTorch do.
+// Also a stream's attributes (cudaStreamSetAttribute/GetAttribute/CopyAttributes).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -8,8 +9,44 @@
 
 #include "checks.h"
 
+// A stream's attributes: set, read back, copied to another stream; an access policy window must lie in
+// the program's memory.
+static void attributes() {
+  cudaStream_t a, b;
+  CK(cudaStreamCreate(&a));
+  CK(cudaStreamCreate(&b));
+  void* buf = nullptr;
+  CK(cudaMalloc(&buf, 1 << 20));
+  cudaStreamAttrValue v{};
+  v.syncPolicy = cudaSyncPolicyYield;
+  CK(cudaStreamSetAttribute(a, cudaStreamAttributeSynchronizationPolicy, &v));
+  v = {};
+  v.accessPolicyWindow.base_ptr = buf;
+  v.accessPolicyWindow.num_bytes = 1 << 20;
+  v.accessPolicyWindow.hitRatio = 0.5f;
+  v.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+  v.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+  CK(cudaStreamSetAttribute(a, cudaStreamAttributeAccessPolicyWindow, &v));
+  cudaStreamAttrValue got{};
+  CK(cudaStreamGetAttribute(a, cudaStreamAttributeSynchronizationPolicy, &got));
+  check(got.syncPolicy == cudaSyncPolicyYield, "cudaStreamGetAttribute gives back the synchronization policy set");
+  CK(cudaStreamCopyAttributes(b, a));
+  got = {};
+  CK(cudaStreamGetAttribute(b, cudaStreamAttributeAccessPolicyWindow, &got));
+  check(got.accessPolicyWindow.base_ptr == buf && got.accessPolicyWindow.num_bytes == (1 << 20) && got.accessPolicyWindow.hitRatio == 0.5f,
+        "cudaStreamCopyAttributes copied the access policy window");
+  v.accessPolicyWindow.num_bytes = 2 << 20;  // past the allocation
+  check(cudaStreamSetAttribute(a, cudaStreamAttributeAccessPolicyWindow, &v) != cudaSuccess,
+        "an access policy window past the program's memory is refused");
+  cudaGetLastError();
+  CK(cudaStreamDestroy(a));
+  CK(cudaStreamDestroy(b));
+  CK(cudaFree(buf));
+}
+
 int main() {
   CK(cudaSetDevice(0));
+  attributes();
   int ops64 = 0;
   CK(cudaDeviceGetAttribute(&ops64, static_cast<cudaDeviceAttr>(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS), 0));
   check(ops64 == 1, "the device reports 64-bit stream memory operations");

@@ -237,6 +237,31 @@ TEST(Dispatcher, RelaysTheWorkersOutputBeforeTheNextReplyOnceAsked) {
   EXPECT_TRUE(h.finish().clean);
 }
 
+// A stream's attributes are checked as a launch's: a stream of this client's, one whole attribute, and
+// an access policy window inside its memory.
+TEST(Dispatcher, StreamAttributesAreCheckedAsLaunchAttributes) {
+  Harness h;
+  test::RawClient c(*h.client);
+  auto [mst, mem] = c.call<calls::MemAlloc>(uint64_t{4096});
+  ASSERT_EQ(mst, 0);
+  const uint64_t p = std::get<0>(mem).ptr;
+  auto window = [&](uint64_t base, uint64_t bytes) {
+    CUlaunchAttribute a{};
+    a.id = CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW;
+    a.value.accessPolicyWindow.base_ptr = reinterpret_cast<void*>(base);
+    a.value.accessPolicyWindow.num_bytes = bytes;
+    return a;
+  };
+  CUlaunchAttribute in = window(p, 4096), out = window(p, 8192), two[2] = {in, in};
+  EXPECT_EQ(c.call<calls::StreamSetAttribute>(uint64_t{0xdead0000}, LaunchAttrs{Blob{&in, sizeof in}}).first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::StreamSetAttribute>(uint64_t{0}, LaunchAttrs{Blob{&out, sizeof out}}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::StreamSetAttribute>(uint64_t{0}, LaunchAttrs{Blob{&in, sizeof in - 1}}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::StreamSetAttribute>(uint64_t{0}, LaunchAttrs{Blob{two, sizeof two}}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::StreamSetAttribute>(uint64_t{0}, LaunchAttrs{Blob{&in, sizeof in}}).first, 0);
+  EXPECT_EQ(c.call<calls::StreamCopyAttributes>(uint64_t{0xdead0000}, uint64_t{0}).first, kInvalidHandle);
+  EXPECT_TRUE(h.finish().clean);
+}
+
 TEST(Dispatcher, UnknownMessageIsAnsweredNotSupported) {
   Harness h;
   test::RawClient c(*h.client);
