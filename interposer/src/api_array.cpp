@@ -71,8 +71,9 @@ bool arrays::shapeOf(uint64_t array, ArrayShape& out) {
   return true;
 }
 
+// Each copy goes to the worker of the array's device, whichever device is current.
 CUresult arrays::hostToArray(const ArrayRect& dst, const uint8_t* src, uint64_t pitch, uint64_t stream, bool async) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, dst.array.v);
   std::vector<uint8_t> packed;
   for (uint64_t y = 0, step = rowsPerMessage(dst.width); y < dst.height; y += step) {
     const uint64_t rows = std::min(step, dst.height - y);
@@ -91,7 +92,7 @@ CUresult arrays::hostToArray(const ArrayRect& dst, const uint8_t* src, uint64_t 
 
 // Always complete when it returns, as the device-to-host copies.
 CUresult arrays::arrayToHost(const ArrayRect& src, uint8_t* dst, uint64_t pitch, uint64_t stream) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, src.array.v);
   for (uint64_t y = 0, step = rowsPerMessage(src.width); y < src.height; y += step) {
     const uint64_t rows = std::min(step, src.height - y);
     ArrayRect part = src;
@@ -107,19 +108,19 @@ CUresult arrays::arrayToHost(const ArrayRect& src, uint8_t* dst, uint64_t pitch,
 }
 
 CUresult arrays::deviceToArray(const ArrayRect& dst, const DevRect& src, uint64_t stream, bool async) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, dst.array.v);
   gpool::proto::ArrayDevCopy c{dst, src};
   return static_cast<CUresult>(async ? conn->post<calls::MemcpyDtoA2D>(c, stream, 1u) : conn->call<calls::MemcpyDtoA2D>(c, stream, 0u));
 }
 
 CUresult arrays::arrayToDevice(const DevRect& dst, const ArrayRect& src, uint64_t stream, bool async) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, src.array.v);
   gpool::proto::ArrayDevCopy c{src, dst};
   return static_cast<CUresult>(async ? conn->post<calls::MemcpyAtoD2D>(c, stream, 1u) : conn->call<calls::MemcpyAtoD2D>(c, stream, 0u));
 }
 
 CUresult arrays::arrayToArray(const ArrayRect& dst, const ArrayRect& src, uint64_t stream, bool async) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, dst.array.v);
   gpool::proto::ArrayCopy c{dst, src};
   return static_cast<CUresult>(async ? conn->post<calls::MemcpyAtoA2D>(c, stream, 1u) : conn->call<calls::MemcpyAtoA2D>(c, stream, 0u));
 }

@@ -235,6 +235,21 @@ int main() {
   check(cudaDestroyTextureObject(tex[0]) != cudaSuccess, "both texture objects are gone");
   (void)cudaGetLastError();
 
+  // An array of device 1's, filled and read back while device 0 is current: its copies go to its worker.
+  {
+    CK(cudaSetDevice(1));
+    cudaChannelFormatDesc desc = cudaCreateChannelDesc<unsigned>();
+    cudaArray_t arr = nullptr;
+    CK(cudaMallocArray(&arr, &desc, 256, 4));
+    CK(cudaSetDevice(0));
+    std::vector<unsigned> in(1024), out(1024, 0);
+    for (int i = 0; i < 1024; ++i) in[i] = 7u * i;
+    CK(cudaMemcpy2DToArray(arr, 0, 0, in.data(), 1024, 1024, 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy2DFromArray(out.data(), 1024, arr, 0, 0, 1024, 4, cudaMemcpyDeviceToHost));
+    check(out == in, "an array of device 1's, copied in and out while device 0 is current");
+    CK(cudaFreeArray(arr));
+  }
+
   for (int d = 0; d < 2; ++d) {
     CK(cudaSetDevice(d));
     CK(cudaFree(buf[d]));
