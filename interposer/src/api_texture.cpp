@@ -61,13 +61,18 @@ std::vector<uint8_t> bytesOf(const T& v) {
   return std::vector<uint8_t>(p, p + sizeof v);
 }
 
-// The record of `value` made through the current device's connection, else through any (under g_mu).
-// Two workers may give the same value; then it means the current device's, as a context's would in CUDA.
-template <typename Map>
-typename Map::iterator find(Map& m, uint64_t value) {
+// The current device's connection (-1: none), found before g_mu is taken (it may connect).
+int currentConnection() {
   CUresult err;
-  if (Connection* c = State::get().ready(err))
-    if (auto it = m.find({c->index(), value}); it != m.end()) return it;
+  Connection* c = State::get().ready(err);
+  return c ? c->index() : -1;
+}
+
+// The record of `value` made through connection `current`, else through any (under g_mu). Two workers
+// may give the same value; then it means the current device's, as a context's would in CUDA.
+template <typename Map>
+typename Map::iterator find(Map& m, uint64_t value, int current) {
+  if (auto it = m.find({current, value}); it != m.end()) return it;
   for (auto it = m.begin(); it != m.end(); ++it)
     if (it->first.second == value) return it;
   return m.end();
@@ -77,9 +82,10 @@ typename Map::iterator find(Map& m, uint64_t value) {
 template <typename Call, typename Map>
 CUresult destroy(Map& m, uint64_t value) {
   int connection;
+  const int current = currentConnection();
   {
     std::lock_guard lock(g_mu);
-    auto it = find(m, value);
+    auto it = find(m, value, current);
     if (it == m.end()) return CUDA_ERROR_INVALID_VALUE;
     connection = it->first.first;
   }
@@ -93,8 +99,9 @@ CUresult destroy(Map& m, uint64_t value) {
 // *out = what `pick` gives of the record of `value` (nullptr: it has none).
 template <typename Map, typename Out, typename Pick>
 CUresult describe(Map& m, uint64_t value, Out* out, Pick pick) {
+  const int current = currentConnection();
   std::lock_guard lock(g_mu);
-  auto it = find(m, value);
+  auto it = find(m, value, current);
   const Out* v = it == m.end() ? nullptr : pick(it->second);
   if (!out || !v) return CUDA_ERROR_INVALID_VALUE;
   *out = *v;

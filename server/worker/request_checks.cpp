@@ -200,10 +200,10 @@ Status RequestChecks::admit(proto::AllocBytes& a, CallScope& s) {
 
 // CUDA arrays (fields.h): a shape gpool takes, charged to the lease; rectangles inside a live array.
 Status RequestChecks::admit(proto::ArrayShape& a, CallScope& s) {
-  constexpr uint32_t kFlagsTaken = 0x01 | 0x02 | 0x04 | 0x08;  // LAYERED, SURFACE_LDST, CUBEMAP, TEXTURE_GATHER
+  constexpr uint32_t kFlagsTaken = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_CUBEMAP | CUDA_ARRAY3D_TEXTURE_GATHER;
   if ((a.channels != 1 && a.channels != 2 && a.channels != 4) || (a.flags & ~kFlagsTaken) || a.bytes() == 0)
     return cu::kInvalidValue;
-  if ((a.flags & 0x04) && (a.width != a.height || a.depth == 0 || a.depth % 6 != 0)) return cu::kInvalidValue;  // six square faces
+  if ((a.flags & CUDA_ARRAY3D_CUBEMAP) && (a.width != a.height || a.depth == 0 || a.depth % 6 != 0)) return cu::kInvalidValue;  // six square faces
   proto::AllocBytes bytes{a.bytes()};
   if (Status st = admit(bytes, s); st != cu::kSuccess) return st;
   s.array = a;
@@ -240,11 +240,11 @@ Status RequestChecks::admit(proto::ArrayCopy& c, CallScope& s) {
 
 Status RequestChecks::admit(proto::TexResource& r, CallScope& s) {
   if (r.flags != 0) return cu::kInvalidValue;  // (CUDA_RESOURCE_DESC::flags must be zero)
-  if (r.type == 0) return table_.array(r.array) ? cu::kSuccess : cu::kInvalidHandle;
-  if (r.type != 2 && r.type != 3) return cu::kNotSupported;  // mipmapped arrays are not forwarded
+  if (r.type == CU_RESOURCE_TYPE_ARRAY) return table_.array(r.array) ? cu::kSuccess : cu::kInvalidHandle;
+  if (r.type != CU_RESOURCE_TYPE_LINEAR && r.type != CU_RESOURCE_TYPE_PITCH2D) return cu::kNotSupported;  // mipmapped arrays are not forwarded
   const uint64_t elem = proto::ArrayShape{1, 0, 0, r.format, r.channels, 0}.elementBytes();
   if (elem == 0 || (r.channels != 1 && r.channels != 2 && r.channels != 4) || r.ptr % elem != 0) return cu::kInvalidValue;
-  if (r.type == 2) return r.bytes == 0 ? cu::kInvalidValue : range(r.ptr, r.bytes);
+  if (r.type == CU_RESOURCE_TYPE_LINEAR) return r.bytes == 0 ? cu::kInvalidValue : range(r.ptr, r.bytes);
   if (r.width == 0 || r.height == 0 || r.width > r.pitch / elem) return cu::kInvalidValue;
   proto::DevRect rows{r.ptr, r.pitch, r.width * elem, r.height};
   return admit(rows, s);
