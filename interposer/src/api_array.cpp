@@ -1,4 +1,4 @@
-// CUDA arrays (cuArray*, cuMemcpy{HtoA,AtoH,DtoA,AtoD,AtoA}): forwarded to the worker, which keeps the
+// CUDA arrays (cuArray*, cuMipmappedArray*, cuMemcpy{HtoA,AtoH,DtoA,AtoD,AtoA}): forwarded to the worker, which keeps the
 // array on its GPU. This library keeps each array's shape, for cuArray*GetDescriptor and for the 1D copies,
 // which address an array as its rows laid end to end.
 #include <algorithm>
@@ -20,7 +20,12 @@ using gpool::proto::DevRect;
 namespace {
 
 std::mutex g_mu;
-std::unordered_map<uint64_t, ArrayShape> g_arrays;  // every array this process made, by handle
+std::unordered_map<uint64_t, ArrayShape> g_arrays;  // every array this process made or got (a mipmap's level), by handle
+struct Mipmap {
+  gpool::proto::MipmapShape shape;
+  std::vector<uint64_t> levels;  // the level arrays handed out, which end with it
+};
+std::unordered_map<uint64_t, Mipmap> g_mipmaps;
 
 uint64_t raw(CUarray a) { return reinterpret_cast<uint64_t>(a); }
 
@@ -128,6 +133,7 @@ CUresult arrays::arrayToArray(const ArrayRect& dst, const ArrayRect& src, uint64
 void gpool::client::forgetArrays() {
   std::lock_guard lock(g_mu);
   g_arrays.clear();
+  g_mipmaps.clear();
 }
 
 GPOOL_EXPORT CUresult cuArrayCreate_v2(CUarray* out, const CUDA_ARRAY_DESCRIPTOR* d) {
@@ -171,6 +177,54 @@ GPOOL_EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR* d, CUarray 
   if (!arrays::shapeOf(raw(a), s)) return CUDA_ERROR_INVALID_HANDLE;
   if (s.depth != 0) return CUDA_ERROR_INVALID_VALUE;  // a 3D array: cuArray3DGetDescriptor
   *d = CUDA_ARRAY_DESCRIPTOR{s.width, s.height, static_cast<CUarray_format>(s.format), s.channels};
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+// Mipmapped arrays: each level the program asks for is an array, whose shape this library keeps.
+GPOOL_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* out, const CUDA_ARRAY3D_DESCRIPTOR* d, unsigned int levels) {
+  GPOOL_TRY
+  if (!out || !d) return CUDA_ERROR_INVALID_VALUE;
+  gpool::proto::MipmapShape shape{ArrayShape{d->Width, d->Height, d->Depth, static_cast<uint32_t>(d->Format), d->NumChannels, d->Flags}, levels};
+  GPOOL_CONN(conn);
+  calls::MipmappedArrayCreate::out::tuple r;
+  if (int st = conn->call<calls::MipmappedArrayCreate>(r, shape)) return static_cast<CUresult>(st);
+  const uint64_t h = std::get<0>(r).v;
+  std::lock_guard lock(g_mu);
+  g_mipmaps[h] = Mipmap{shape, {}};
+  *out = reinterpret_cast<CUmipmappedArray>(h);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray* out, CUmipmappedArray m, unsigned int level) {
+  GPOOL_TRY
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t mh = reinterpret_cast<uint64_t>(m);
+  GPOOL_CONN_OF_HANDLE(conn, mh);
+  calls::MipmappedArrayGetLevel::out::tuple r;
+  if (int st = conn->call<calls::MipmappedArrayGetLevel>(r, gpool::proto::MipmapLevel{mh, level})) return static_cast<CUresult>(st);
+  const uint64_t h = std::get<0>(r).v;
+  std::lock_guard lock(g_mu);
+  auto it = g_mipmaps.find(mh);
+  if (it == g_mipmaps.end()) return CUDA_ERROR_INVALID_HANDLE;
+  g_arrays[h] = it->second.shape.level(level);
+  it->second.levels.push_back(h);
+  *out = reinterpret_cast<CUarray>(h);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) {
+  GPOOL_TRY
+  const uint64_t mh = reinterpret_cast<uint64_t>(m);
+  GPOOL_CONN_OF_HANDLE(conn, mh);
+  if (int st = conn->call<calls::MipmappedArrayDestroy>(mh)) return static_cast<CUresult>(st);
+  std::lock_guard lock(g_mu);
+  if (auto it = g_mipmaps.find(mh); it != g_mipmaps.end()) {
+    for (uint64_t level : it->second.levels) g_arrays.erase(level);
+    g_mipmaps.erase(it);
+  }
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }

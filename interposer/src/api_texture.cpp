@@ -26,7 +26,7 @@ std::mutex g_mu;
 std::map<std::pair<int, uint64_t>, TexRecord> g_textures;  // (connection, value) -> how it was made
 std::map<std::pair<int, uint64_t>, CUDA_RESOURCE_DESC> g_surfaces;
 
-// The resource as the worker checks it; false for a type gpool does not forward (mipmapped arrays).
+// The resource as the worker checks it; false for a type CUDA does not have.
 bool toResource(const CUDA_RESOURCE_DESC& d, TexResource& r) {
   r = TexResource{};
   r.type = static_cast<uint32_t>(d.resType);
@@ -49,8 +49,10 @@ bool toResource(const CUDA_RESOURCE_DESC& d, TexResource& r) {
       r.format = static_cast<uint32_t>(d.res.pitch2D.format);
       r.channels = d.res.pitch2D.numChannels;
       return true;
+    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
+      r.mipmap = reinterpret_cast<uint64_t>(d.res.mipmap.hMipmappedArray);
+      return true;
     default:
-      GPOOL_LOG(Level::kWarn, "a texture or surface over a mipmapped array is not supported by gpool (mipmapped arrays are not forwarded)");
       return false;
   }
 }
@@ -115,7 +117,7 @@ GPOOL_EXPORT CUresult cuTexObjectCreate(CUtexObject* out, const CUDA_RESOURCE_DE
   GPOOL_TRY
   if (!out || !res || !tex) return CUDA_ERROR_INVALID_VALUE;
   TexResource r;
-  if (!toResource(*res, r)) return CUDA_ERROR_NOT_SUPPORTED;
+  if (!toResource(*res, r)) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
   gpool::proto::TexDescs descs{bytesOf(*tex), view ? bytesOf(*view) : std::vector<uint8_t>{}};
   calls::TexObjectCreate::out::tuple o;

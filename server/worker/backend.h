@@ -22,7 +22,7 @@ namespace gpool::worker {
 using proto::Blob;
 using proto::Status;
 // The typed fields of calls.def (fields.h), as backends name them.
-using proto::AllocBase, proto::AllocBytes, proto::Array, proto::ArrayCopy, proto::ArrayDevCopy, proto::ArrayRect, proto::ArrayShape, proto::ArrayWrite, proto::TexDescs, proto::TexResource, proto::TexObject, proto::SurfObject, proto::IpcMapped, proto::IpcMapping, proto::Created, proto::DevAddress, proto::DevCopy, proto::DevCopyRect, proto::DevFill,
+using proto::AllocBase, proto::AllocBytes, proto::Array, proto::ArrayCopy, proto::ArrayDevCopy, proto::ArrayRect, proto::ArrayShape, proto::ArrayWrite, proto::MipmapLevel, proto::MipmapShape, proto::MipmappedArray, proto::TexDescs, proto::TexResource, proto::TexObject, proto::SurfObject, proto::IpcMapped, proto::IpcMapping, proto::Created, proto::DevAddress, proto::DevCopy, proto::DevCopyRect, proto::DevFill,
     proto::DevFillRect, proto::DevRange, proto::DevWord, proto::DevRect, proto::DevWrite, proto::DevWriteRect, proto::PitchedAlloc, proto::Physical, proto::PoolAttribute, proto::ResetAll, proto::VaMap, proto::VaMapped, proto::VaRange, proto::VaUnmap, proto::ChildGraph, proto::Event, proto::FreedAlloc, proto::Graph, proto::GraphExec, proto::GraphNode,
     proto::GraphNodes, proto::LaunchAttrs, proto::Conditional, proto::BodyGraphs, proto::Kernel, proto::KernelCall,
     proto::JitOptions, proto::Launchable, proto::LaunchableList, proto::LinkState, proto::MemPool, proto::MemView, proto::ModuleGlobal, proto::ModuleRef,

@@ -69,7 +69,8 @@ constexpr const char* kGraphMemory =
   F(cuGraphKernelNodeSetAttribute) F(cuGraphKernelNodeGetAttribute) F(cuGraphKernelNodeCopyAttributes)   \
   F(cuArray3DCreate) F(cuArrayDestroy) F(cuMemcpy3D) F(cuMemcpy3DAsync) F(cuTexObjectCreate)          \
   F(cuTexObjectDestroy) F(cuSurfObjectCreate) F(cuSurfObjectDestroy) F(cuStreamSetAttribute)          \
-  F(cuStreamGetAttribute) F(cuStreamCopyAttributes)
+  F(cuStreamGetAttribute) F(cuStreamCopyAttributes) F(cuMipmappedArrayCreate) F(cuMipmappedArrayGetLevel)   \
+  F(cuMipmappedArrayDestroy)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -870,6 +871,20 @@ class CudaBackend final : public Backend {
     return r;
   }
   Status ArrayDestroy(Released<Array> a) { return d_.cuArrayDestroy_(reinterpret_cast<CUarray>(a.v)); }
+  Status MipmappedArrayCreate(MipmapShape m, Created<MipmappedArray>& out) {
+    CUDA_ARRAY3D_DESCRIPTOR d{m.base.width, m.base.height, m.base.depth, static_cast<CUarray_format>(m.base.format), m.base.channels, m.base.flags};
+    CUmipmappedArray mipmap = nullptr;
+    CUresult r = d_.cuMipmappedArrayCreate_(&mipmap, &d, m.levels);
+    out = reinterpret_cast<uint64_t>(mipmap);
+    return r;
+  }
+  Status MipmappedArrayGetLevel(MipmapLevel l, Created<Array>& out) {
+    CUarray level = nullptr;
+    CUresult r = d_.cuMipmappedArrayGetLevel_(&level, reinterpret_cast<CUmipmappedArray>(l.mipmap.v), l.level);
+    out = reinterpret_cast<uint64_t>(level);
+    return r;
+  }
+  Status MipmappedArrayDestroy(Released<MipmappedArray> m) { return d_.cuMipmappedArrayDestroy_(reinterpret_cast<CUmipmappedArray>(m.v)); }
   Status MemcpyHtoA2D(ArrayWrite w, Stream stream, uint32_t async) {
     if (capturing(stream)) return refuseInCapture(stream, "a host-to-array copy");
     CUDA_MEMCPY3D c = slice(w.dst.width, w.dst.height);
@@ -920,6 +935,8 @@ class CudaBackend final : public Backend {
     d.resType = static_cast<CUresourcetype>(r.type);
     if (r.type == CU_RESOURCE_TYPE_ARRAY) {
       d.res.array.hArray = reinterpret_cast<CUarray>(r.array.v);
+    } else if (r.type == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY) {
+      d.res.mipmap.hMipmappedArray = reinterpret_cast<CUmipmappedArray>(r.mipmap.v);
     } else if (r.type == CU_RESOURCE_TYPE_LINEAR) {
       d.res.linear = {r.ptr, static_cast<CUarray_format>(r.format), r.channels, r.bytes};
     } else {

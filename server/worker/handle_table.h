@@ -59,6 +59,7 @@ class HandleTable {
     reservations_.clear();
     physical_.clear();
     arrays_.clear();
+    mipmaps_.clear();
     bodies_.clear();
   }
   // Streams named by value 0 (legacy default), 1 (CU_STREAM_LEGACY) and 2 (CU_STREAM_PER_THREAD) always exist.
@@ -115,27 +116,36 @@ class HandleTable {
   // from unmap).
   uint64_t releasePhysical(uint64_t h);
 
-  // CUDA arrays, with their shape and the bytes charged for them.
-  struct ArrayMemory {
-    proto::ArrayShape shape;
+  // CUDA arrays and mipmapped arrays, each with its shape and the bytes charged for it. A mipmap's level,
+  // once handed out, is an array the mipmap owns: charged nothing, ended with the mipmap.
+  template <typename Shape>
+  struct Charged {
+    Shape shape;
     uint64_t bytes = 0;
   };
-  void addArray(uint64_t h, const proto::ArrayShape& shape, uint64_t bytes) {
-    add(HandleKind::kArray, h);
+  using ArrayMemory = Charged<proto::ArrayShape>;
+  using MipmapMemory = Charged<proto::MipmapShape>;
+  void addArray(uint64_t h, const proto::ArrayShape& shape, uint64_t bytes, uint64_t mipmap = 0) {
+    add(HandleKind::kArray, h, mipmap);
     arrays_[h] = ArrayMemory{shape, bytes};
   }
-  const ArrayMemory* array(uint64_t h) const {
-    auto it = arrays_.find(h);
-    return it == arrays_.end() ? nullptr : &it->second;
+  void addMipmap(uint64_t h, const proto::MipmapShape& shape, uint64_t bytes) {
+    add(HandleKind::kMipmappedArray, h);
+    mipmaps_[h] = MipmapMemory{shape, bytes};
   }
+  const ArrayMemory* array(uint64_t h) const { return lookup(arrays_, h); }
+  const MipmapMemory* mipmap(uint64_t h) const { return lookup(mipmaps_, h); }
   // Ends an array; returns the bytes charged for it.
   uint64_t releaseArray(uint64_t h) {
     remove(HandleKind::kArray, h);
-    auto it = arrays_.find(h);
-    if (it == arrays_.end()) return 0;
-    uint64_t bytes = it->second.bytes;
-    arrays_.erase(it);
-    return bytes;
+    return take(arrays_, h);
+  }
+  // Ends a mipmapped array and its levels; returns the bytes charged for it.
+  uint64_t releaseMipmap(uint64_t h) {
+    handles_.erase(key(HandleKind::kMipmappedArray, h));
+    std::erase_if(arrays_, [&](const auto& e) { return ownerOf(HandleKind::kArray, e.first) == h; });
+    std::erase_if(handles_, [&](const auto& e) { return e.first.kind == HandleKind::kArray && e.second == h; });
+    return take(mipmaps_, h);
   }
 
   // The live allocation that starts at `base` (never a global).
@@ -160,7 +170,21 @@ class HandleTable {
   std::map<uint64_t, uint64_t> reservations_;  // base -> size
   std::pair<uint64_t, uint64_t> window_{0, 0};  // the host pool's base and bytes
   std::unordered_map<uint64_t, PhysicalMemory> physical_;
+  template <typename M>
+  static const typename M::mapped_type* lookup(const M& m, uint64_t h) {
+    auto it = m.find(h);
+    return it == m.end() ? nullptr : &it->second;
+  }
+  template <typename M>
+  static uint64_t take(M& m, uint64_t h) {  // the bytes of h's entry, which goes
+    auto it = m.find(h);
+    if (it == m.end()) return 0;
+    uint64_t bytes = it->second.bytes;
+    m.erase(it);
+    return bytes;
+  }
   std::unordered_map<uint64_t, ArrayMemory> arrays_;
+  std::unordered_map<uint64_t, MipmapMemory> mipmaps_;
   std::unordered_map<uint64_t, std::vector<uint64_t>> bodies_;  // conditional node -> its body graphs
   void removeBodies(uint64_t node);
 };

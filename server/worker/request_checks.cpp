@@ -241,13 +241,33 @@ Status RequestChecks::admit(proto::ArrayCopy& c, CallScope& s) {
 Status RequestChecks::admit(proto::TexResource& r, CallScope& s) {
   if (r.flags != 0) return cu::kInvalidValue;  // (CUDA_RESOURCE_DESC::flags must be zero)
   if (r.type == CU_RESOURCE_TYPE_ARRAY) return table_.array(r.array) ? cu::kSuccess : cu::kInvalidHandle;
-  if (r.type != CU_RESOURCE_TYPE_LINEAR && r.type != CU_RESOURCE_TYPE_PITCH2D) return cu::kNotSupported;  // mipmapped arrays are not forwarded
+  if (r.type == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY) return table_.mipmap(r.mipmap) ? cu::kSuccess : cu::kInvalidHandle;
+  if (r.type != CU_RESOURCE_TYPE_LINEAR && r.type != CU_RESOURCE_TYPE_PITCH2D) return cu::kInvalidValue;
   const uint64_t elem = proto::ArrayShape{1, 0, 0, r.format, r.channels, 0}.elementBytes();
   if (elem == 0 || (r.channels != 1 && r.channels != 2 && r.channels != 4) || r.ptr % elem != 0) return cu::kInvalidValue;
   if (r.type == CU_RESOURCE_TYPE_LINEAR) return r.bytes == 0 ? cu::kInvalidValue : range(r.ptr, r.bytes);
   if (r.width == 0 || r.height == 0 || r.width > r.pitch / elem) return cu::kInvalidValue;
   proto::DevRect rows{r.ptr, r.pitch, r.width * elem, r.height};
   return admit(rows, s);
+}
+
+Status RequestChecks::admit(proto::MipmapShape& m, CallScope& s) {
+  if (m.bytes() == 0) return cu::kInvalidValue;
+  if (Status st = admit(m.base, s); st != cu::kSuccess) return st;  // (its flags and format; reserves level 0)
+  proto::AllocBytes rest{m.bytes() - m.base.bytes()};
+  if (rest.bytes)
+    if (Status st = admit(rest, s); st != cu::kSuccess) return st;
+  s.mipmap = m;
+  return cu::kSuccess;
+}
+
+Status RequestChecks::admit(proto::MipmapLevel& l, CallScope& s) {
+  const HandleTable::MipmapMemory* m = table_.mipmap(l.mipmap);
+  if (!m) return cu::kInvalidHandle;
+  if (l.level >= m->shape.levels) return cu::kInvalidValue;
+  s.array = m->shape.level(l.level);
+  s.owner = l.mipmap;
+  return cu::kSuccess;
 }
 
 Status RequestChecks::admit(proto::FreedAlloc& f, CallScope& s) {

@@ -27,6 +27,7 @@ struct CallScope {
   uint64_t graph = 0;                               // the request's graph, whose nodes it may name
   uint64_t node = 0;                                // the node named or handed out (owner of its body graphs)
   proto::ArrayShape array;                          // the shape of the array a Created<Array> hands out
+  proto::MipmapShape mipmap;                        // the shape of the mipmap a Created<MipmappedArray> hands out
 };
 
 template <typename T>
@@ -51,6 +52,7 @@ class RequestChecks {
     for (auto [kind, h] : s.released) {
       if (kind == HandleKind::kPhysical) ledger_.release(table_.releasePhysical(h));
       else if (kind == HandleKind::kArray) ledger_.release(table_.releaseArray(h));
+      else if (kind == HandleKind::kMipmappedArray) ledger_.release(table_.releaseMipmap(h));
       else table_.remove(kind, h);
     }
     for (auto& effect : s.effects) effect();
@@ -124,6 +126,8 @@ class RequestChecks {
   proto::Status admit(proto::ArrayDevCopy& c, CallScope& s);
   proto::Status admit(proto::ArrayCopy& c, CallScope& s);
   proto::Status admit(proto::TexResource& r, CallScope& s);
+  proto::Status admit(proto::MipmapShape& m, CallScope& s);
+  proto::Status admit(proto::MipmapLevel& l, CallScope& s);
   proto::Status admit(proto::TexDescs& d, CallScope&) {
     const bool sized = d.texture.size() == proto::TexDescs::kTextureBytes && (d.view.empty() || d.view.size() == proto::TexDescs::kViewBytes);
     return sized ? proto::cu::kSuccess : proto::cu::kInvalidValue;
@@ -141,7 +145,10 @@ class RequestChecks {
       table_.addPhysical(h.v, s.reserved);  // the AllocBytes reservation is now this memory's
       s.reserved = 0;
     } else if constexpr (K == HandleKind::kArray) {
-      table_.addArray(h.v, s.array, s.reserved);  // the ArrayShape's reservation is now this array's
+      table_.addArray(h.v, s.array, s.reserved, s.owner);  // the ArrayShape's reservation (a mipmap's level: none)
+      s.reserved = 0;
+    } else if constexpr (K == HandleKind::kMipmappedArray) {
+      table_.addMipmap(h.v, s.mipmap, s.reserved);
       s.reserved = 0;
     } else if (K != HandleKind::kGraph || !table_.has(K, h.v)) {  // a graph captured into keeps its owner
       table_.add(K, h.v, s.owner);
@@ -192,6 +199,7 @@ proto::Status RequestChecks::admit(proto::Released<T>& h, CallScope& s) {
     if constexpr (std::is_same_v<T, proto::ModuleRef>) {
       s.released.emplace_back(moduleKind(h.kind), h.handle);
     } else {
+      if (T::kind == HandleKind::kArray && table_.ownerOf(HandleKind::kArray, h.v) != 0) return proto::cu::kInvalidValue;  // a mipmap's level
       if (T::kind == HandleKind::kStream && h.v <= 2) return proto::cu::kInvalidHandle;  // the default streams stay
       if (T::kind == HandleKind::kGraph && table_.ownerOf(T::kind, h.v) != 0) return proto::cu::kInvalidValue;  // a node's body
       s.released.emplace_back(T::kind, h.v);

@@ -37,6 +37,35 @@ Status SimBackend::ArrayDestroy(Released<Array> a) {
   return CUDA_SUCCESS;
 }
 
+// A mipmapped array: its levels' storage made at once; each level's handle, on first asking.
+Status SimBackend::MipmappedArrayCreate(MipmapShape m, Created<MipmappedArray>& out) {
+  out = newHandle(HandleKind::kMipmappedArray);
+  SimMipmap& mm = mipmaps_[out.v];
+  for (uint32_t l = 0; l < m.levels; ++l) {
+    ArrayShape a = m.level(l);
+    mm.levels.push_back(SimArray{a, std::make_shared<std::vector<uint8_t>>(a.bytes())});
+  }
+  mm.handles.assign(m.levels, 0);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MipmappedArrayGetLevel(MipmapLevel l, Created<Array>& out) {
+  SimMipmap& mm = mipmaps_.at(l.mipmap);
+  uint64_t& h = mm.handles.at(l.level);
+  if (h == 0) {
+    h = newHandle(HandleKind::kArray);
+    arrays_[h] = mm.levels[l.level];
+  }
+  out = h;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::MipmappedArrayDestroy(Released<MipmappedArray> m) {
+  for (uint64_t h : mipmaps_.at(m).handles) arrays_.erase(h);
+  mipmaps_.erase(m);
+  return CUDA_SUCCESS;
+}
+
 Status SimBackend::MemcpyHtoA2D(ArrayWrite w, Stream stream, uint32_t) {
   if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a host-to-array copy");
   const SimArray& a = arrays_.at(w.dst.array);

@@ -154,6 +154,7 @@ void SimBackend::releaseAll() {
 Status SimBackend::CtxReset(ResetAll) {
   releaseAll();
   arrays_.clear();
+  mipmaps_.clear();
   stream_attributes_.clear();
   events_.clear();
   // Libraries and their kernels outlive a context; modules, functions and the kernels' functions do not.

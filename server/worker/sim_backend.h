@@ -98,6 +98,11 @@ class SimBackend : public Backend {
     std::shared_ptr<std::vector<uint8_t>> storage;
   };
   std::unordered_map<uint64_t, SimArray> arrays_;
+  struct SimMipmap {
+    std::vector<SimArray> levels;
+    std::vector<uint64_t> handles;  // each level's array handle, once asked for (0: not yet)
+  };
+  std::unordered_map<uint64_t, SimMipmap> mipmaps_;
   std::unordered_map<uint64_t, std::map<uint32_t, std::vector<uint8_t>>> stream_attributes_;  // sim_graph.cpp
   std::unordered_map<uint64_t, int> physical_fds_;  // cuMemCreate handle -> its memfd (sim_virtual_memory.cpp)
   std::map<uint64_t, uint64_t> reservations_;       // address reservations: base -> size

@@ -2,7 +2,7 @@
 // on a GPU): 2D, 3D and layered arrays made through NVIDIA's runtime, copies in and out of them from host
 // memory, device memory and other arrays (whole, sub-rectangles, slices, asynchronous), the driver's 1D
 // copies across rows, descriptors, the lease's memory, and copies that do not fit refused; texture and
-// surface objects over arrays and device memory.
+// surface objects over arrays and device memory; mipmapped arrays.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -308,6 +308,55 @@ void textures() {
   CK(cudaFree(pitched));
 }
 
+// A mipmapped array: each level is an array of half the size of the one before; copies to and from each
+// level, and a texture over the whole mipmap.
+void mipmapped() {
+  cudaChannelFormatDesc desc = cudaCreateChannelDesc<float>();
+  cudaMipmappedArray_t m = nullptr;
+  size_t free_before = 0, free_after = 0, total = 0;
+  CK(cudaMemGetInfo(&free_before, &total));
+  CK(cudaMallocMipmappedArray(&m, &desc, make_cudaExtent(64, 32, 0), 4));
+  CK(cudaMemGetInfo(&free_after, &total));
+  check(free_before - free_after >= (64 * 32 + 32 * 16 + 16 * 8 + 8 * 4) * sizeof(float), "a mipmapped array counts all its levels");
+  bool ok = true;
+  for (unsigned l = 0; l < 4; ++l) {
+    cudaArray_t level = nullptr;
+    CK(cudaGetMipmappedArrayLevel(&level, m, l));
+    cudaExtent e{};
+    CK(cudaArrayGetInfo(nullptr, &e, nullptr, level));
+    const size_t w = 64 >> l, h = 32 >> l;
+    ok &= e.width == w && e.height == h;
+    const std::vector<float> in = plane(static_cast<int>(l), static_cast<int>(w), static_cast<int>(h));
+    std::vector<float> out(in.size(), -1.0f);
+    CK(cudaMemcpy2DToArray(level, 0, 0, in.data(), w * sizeof(float), w * sizeof(float), h, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy2DFromArray(out.data(), w * sizeof(float), level, 0, 0, w * sizeof(float), h, cudaMemcpyDeviceToHost));
+    ok &= out == in;
+  }
+  check(ok, "each of four levels has half the extent of the one before, and holds what is copied in");
+  cudaArray_t none = nullptr;
+  check(cudaGetMipmappedArrayLevel(&none, m, 4) != cudaSuccess, "a level past the last is refused");
+  cudaGetLastError();
+  cudaResourceDesc res{};
+  res.resType = cudaResourceTypeMipmappedArray;
+  res.res.mipmap.mipmap = m;
+  cudaTextureDesc tex{};
+  tex.filterMode = cudaFilterModeLinear;
+  tex.mipmapFilterMode = cudaFilterModeLinear;
+  tex.maxMipmapLevelClamp = 3;
+  tex.normalizedCoords = 1;
+  tex.readMode = cudaReadModeElementType;
+  cudaTextureObject_t t = 0;
+  CK(cudaCreateTextureObject(&t, &res, &tex, nullptr));
+  cudaResourceDesc back{};
+  CK(cudaGetTextureObjectResourceDesc(&back, t));
+  check(t != 0 && back.resType == cudaResourceTypeMipmappedArray && back.res.mipmap.mipmap == m, "a texture over a mipmapped array");
+  CK(cudaDestroyTextureObject(t));
+  CK(cudaFreeMipmappedArray(m));
+  size_t free_end = 0;
+  CK(cudaMemGetInfo(&free_end, &total));
+  check(free_end >= free_before, "a freed mipmapped array gives its memory back");
+}
+
 }  // namespace
 
 int main() {
@@ -317,6 +366,7 @@ int main() {
   layered();
   linear();
   textures();
+  mipmapped();
   std::printf(failures ? "%d FAILED\n" : "ALL PASSED\n", failures);
   return failures ? 1 : 0;
 }

@@ -167,7 +167,8 @@ TEST(Dispatcher, TextureResourcesAreTheClientsOwnAndDescriptorsWholeStructs) {
   auto linear = [&](uint64_t ptr, uint64_t bytes) { return TexResource{2, 0, ptr, bytes, 0, 0, 0, kFloat, 1, 0}; };
   auto rows = [&](uint64_t pitch, uint64_t width, uint64_t height) { return TexResource{3, 0, p, 0, pitch, width, height, kFloat, 1, 0}; };
   // resources: another's array, memory past the allocation, before it, misaligned, rows wider than
-  // their pitch, rows past the allocation, a format gpool does not take, three channels, flags, mipmapped
+  // their pitch, rows past the allocation, a format gpool does not take, three channels, flags, an array
+  // named as a mipmap, a type CUDA lacks
   EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{0, a + 8}, descs).first, kInvalidHandle);
   EXPECT_EQ(c.call<calls::TexObjectCreate>(linear(p, 4097), descs).first, kInvalidValue);
   EXPECT_EQ(c.call<calls::TexObjectCreate>(linear(p - 64, 64), descs).first, kInvalidValue);
@@ -178,7 +179,8 @@ TEST(Dispatcher, TextureResourcesAreTheClientsOwnAndDescriptorsWholeStructs) {
   EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{2, 0, p, 64, 0, 0, 0, 0xb0, 1, 0}, descs).first, kInvalidValue);
   EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{2, 0, p, 64, 0, 0, 0, kFloat, 3, 0}, descs).first, kInvalidValue);
   EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{0, a, 0, 0, 0, 0, 0, 0, 0, 1}, descs).first, kInvalidValue);
-  EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{1, a}, descs).first, kNotSupported);
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{1, a}, descs).first, kInvalidHandle);  // (an array is no mipmap)
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{9, a}, descs).first, kInvalidValue);
   // descriptors: short, long, a view of the wrong size
   EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{0, a}, TexDescs{std::vector<uint8_t>(8), {}}).first, kInvalidValue);
   EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{0, a}, TexDescs{std::vector<uint8_t>(4096), {}}).first, kInvalidValue);
@@ -259,6 +261,38 @@ TEST(Dispatcher, StreamAttributesAreCheckedAsLaunchAttributes) {
   EXPECT_EQ(c.call<calls::StreamSetAttribute>(uint64_t{0}, LaunchAttrs{Blob{two, sizeof two}}).first, kInvalidValue);
   EXPECT_EQ(c.call<calls::StreamSetAttribute>(uint64_t{0}, LaunchAttrs{Blob{&in, sizeof in}}).first, 0);
   EXPECT_EQ(c.call<calls::StreamCopyAttributes>(uint64_t{0xdead0000}, uint64_t{0}).first, kInvalidHandle);
+  EXPECT_TRUE(h.finish().clean);
+}
+
+// Mipmapped arrays: all levels charged at once; a level is the mipmap's array, which the client may copy
+// to but not destroy, and which ends with the mipmap.
+TEST(Dispatcher, MipmapLevelsAreTheMipmapsToChargeAndToEnd) {
+  Harness h;
+  test::RawClient c(*h.client);
+  constexpr uint32_t kFloat = 0x20;
+  EXPECT_EQ(c.call<calls::MipmappedArrayCreate>(MipmapShape{ArrayShape{16, 8, 0, kFloat, 1, 0}, 0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MipmappedArrayCreate>(MipmapShape{ArrayShape{16, 8, 0, kFloat, 1, 0}, 33}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MipmappedArrayCreate>(MipmapShape{ArrayShape{16, 8, 0, kFloat, 3, 0}, 2}).first, kInvalidValue);
+  const uint64_t free_before = std::get<0>(c.call<calls::MemGetInfo>().second).free;
+  auto [st, out] = c.call<calls::MipmappedArrayCreate>(MipmapShape{ArrayShape{16, 8, 0, kFloat, 1, 0}, 3});  // 16x8, 8x4, 4x2 floats
+  ASSERT_EQ(st, 0);
+  const uint64_t m = std::get<0>(out).v;
+  EXPECT_EQ(free_before - std::get<0>(c.call<calls::MemGetInfo>().second).free, (128u + 32u + 8u) * 4u);
+  EXPECT_EQ(c.call<calls::MipmappedArrayGetLevel>(MipmapLevel{m, 3}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::MipmappedArrayGetLevel>(MipmapLevel{m + 8, 0}).first, kInvalidHandle);
+  auto [lst, lout] = c.call<calls::MipmappedArrayGetLevel>(MipmapLevel{m, 2});
+  ASSERT_EQ(lst, 0);
+  const uint64_t level = std::get<0>(lout).v;
+  std::string rows(32, 'm');  // level 2: 2 rows of 4 floats
+  EXPECT_EQ(c.call<calls::MemcpyHtoA2D>(ArrayWrite{ArrayRect{level, 0, 0, 0, 16, 2}, Blob{rows.data(), rows.size()}}, uint64_t{0}, 0u).first, 0);
+  EXPECT_EQ(c.call<calls::MemcpyAtoH2D>(ArrayRect{level, 0, 0, 0, 32, 1}, uint64_t{0}).first, kInvalidValue);  // wider than the level
+  EXPECT_EQ(c.call<calls::ArrayDestroy>(level).first, kInvalidValue);  // the mipmap's, not the client's to end
+  EXPECT_EQ(c.call<calls::TexObjectCreate>(TexResource{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, m},
+                                           TexDescs{std::vector<uint8_t>(TexDescs::kTextureBytes), {}}).first, 0);
+  EXPECT_EQ(c.call<calls::MipmappedArrayDestroy>(m).first, 0);
+  EXPECT_EQ(std::get<0>(c.call<calls::MemGetInfo>().second).free, free_before);
+  EXPECT_EQ(c.call<calls::MemcpyAtoH2D>(ArrayRect{level, 0, 0, 0, 16, 1}, uint64_t{0}).first, kInvalidHandle);  // ended with it
+  EXPECT_EQ(c.call<calls::MipmappedArrayDestroy>(m).first, kInvalidHandle);
   EXPECT_TRUE(h.finish().clean);
 }
 

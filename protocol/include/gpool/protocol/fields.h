@@ -3,6 +3,7 @@
 // one place (server/worker/request_checks.h) before a backend sees it, and records what a reply hands out.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -21,6 +22,7 @@ enum class HandleKind : uint8_t {
   kArray,        // a CUarray: device memory laid out for textures and surfaces, reached only by copies
   kTexObject,    // a CUtexObject: a value kernels take as an argument (never marked: interposer/src/handle_tags.h)
   kSurfObject,   // a CUsurfObject: likewise
+  kMipmappedArray,  // a CUmipmappedArray: its levels are arrays it owns
 };
 
 // A handle of kind K that this worker handed out earlier (streams: also 0, 1 and 2, the legacy and
@@ -214,6 +216,8 @@ struct ArrayShape {
     return rowBytes() * rows() * slices();
   }
 };
+// A mipmapped array. Created<MipmappedArray> charges the call's MipmapShape (all its levels) to the lease.
+using MipmappedArray = Handle<HandleKind::kMipmappedArray>;
 using TexObject = Handle<HandleKind::kTexObject>;
 using SurfObject = Handle<HandleKind::kSurfObject>;
 // What a texture or surface object reads (CUDA_RESOURCE_DESC): `type` 0, a CUDA array; 2, `bytes` of
@@ -225,7 +229,8 @@ struct TexResource {
   Array array;
   uint64_t ptr = 0, bytes = 0, pitch = 0, width = 0, height = 0;
   uint32_t format = 0, channels = 0, flags = 0;
-  GPOOL_WIRE_FIELDS(type, array, ptr, bytes, pitch, width, height, format, channels, flags)
+  MipmappedArray mipmap;  // type 1
+  GPOOL_WIRE_FIELDS(type, array, ptr, bytes, pitch, width, height, format, channels, flags, mipmap)
 };
 
 // A texture object's descriptors, which hold values only: CUDA_TEXTURE_DESC and, where given,
@@ -234,6 +239,36 @@ struct TexDescs {
   static constexpr uint64_t kTextureBytes = 104, kViewBytes = 112;  // (static_asserts in cuda_backend.cpp)
   std::vector<uint8_t> texture, view;
   GPOOL_WIRE_FIELDS(texture, view)
+};
+
+// Request field of cuMipmappedArrayCreate: level 0's shape and the number of levels (1 to 32). Each
+// level halves width, height and (unless layered or a cubemap) depth, down to 1. The worker charges all
+// the levels' bytes to the lease.
+struct MipmapShape {
+  ArrayShape base;
+  uint32_t levels = 0;
+  GPOOL_WIRE_FIELDS(base, levels)
+  ArrayShape level(uint32_t l) const {
+    auto half = [l](uint64_t x) { return x == 0 ? 0 : std::max<uint64_t>(1, x >> l); };
+    ArrayShape a = base;
+    a.width = half(base.width);
+    a.height = half(base.height);
+    if (!(base.flags & 0x05)) a.depth = half(base.depth);  // (LAYERED, CUBEMAP: layers and faces stay)
+    return a;
+  }
+  uint64_t bytes() const {  // 0: not a shape gpool takes
+    if (levels == 0 || levels > 32 || base.bytes() == 0) return 0;
+    uint64_t sum = 0;
+    for (uint32_t l = 0; l < levels; ++l) sum += level(l).bytes();
+    return sum;
+  }
+};
+// Request field of cuMipmappedArrayGetLevel: a level of a mipmapped array of the client's; the array it
+// hands out is the mipmap's (not charged again, not the client's to destroy).
+struct MipmapLevel {
+  MipmappedArray mipmap;
+  uint32_t level = 0;
+  GPOOL_WIRE_FIELDS(mipmap, level)
 };
 
 // A rectangle of one slice of an array: `height` rows of `width` bytes, from byte `x` of row `y` of
