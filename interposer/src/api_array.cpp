@@ -49,21 +49,38 @@ CUresult create(CUarray* out, const ArrayShape& shape) {
   return CUDA_SUCCESS;
 }
 
-// Calls f(rect, offset into the linear range) for each row piece of [offset, offset+bytes) of an array
-// whose rows are laid end to end (row k: row k % rows() of slice k / rows()). Stops at the first failure.
+// The 1D copies address an array as its rows laid end to end (row k: row k % rows() of slice k / rows()).
+bool holds(const ArrayShape& a, uint64_t offset, uint64_t bytes) { return offset <= a.bytes() && bytes <= a.bytes() - offset; }
+// The `n` bytes at linear offset `at`, which lie within one row.
+ArrayRect rowPiece(uint64_t array, const ArrayShape& a, uint64_t at, uint64_t n) {
+  const uint64_t k = at / a.rowBytes();
+  return ArrayRect{array, at % a.rowBytes(), k % a.rows(), k / a.rows(), n, 1};
+}
+
+// Calls f(rect, offset into the linear range) for each row piece of [offset, offset+bytes). Stops at the
+// first failure.
 template <typename F>
 CUresult eachRowPiece(uint64_t array, uint64_t offset, uint64_t bytes, F&& f) {
   ArrayShape a;
   if (!arrays::shapeOf(array, a)) return CUDA_ERROR_INVALID_HANDLE;
-  const uint64_t row = a.rowBytes();
-  if (offset > a.bytes() || bytes > a.bytes() - offset) return CUDA_ERROR_INVALID_VALUE;
+  if (!holds(a, offset, bytes)) return CUDA_ERROR_INVALID_VALUE;
   for (uint64_t done = 0; done < bytes;) {
-    const uint64_t at = offset + done, k = at / row, x = at % row, n = std::min(bytes - done, row - x);
-    ArrayRect r{array, x, k % a.rows(), k / a.rows(), n, 1};
-    if (CUresult st = f(r, done)) return st;
+    const uint64_t n = std::min(bytes - done, a.rowBytes() - (offset + done) % a.rowBytes());
+    if (CUresult st = f(rowPiece(array, a, offset + done, n), done)) return st;
     done += n;
   }
   return CUDA_SUCCESS;
+}
+
+// A descriptor as the worker takes it.
+ArrayShape shapeFrom(const CUDA_ARRAY3D_DESCRIPTOR& d) {
+  return ArrayShape{d.Width, d.Height, d.Depth, static_cast<uint32_t>(d.Format), d.NumChannels, d.Flags};
+}
+
+// The shape of `a` for a cuArray*GetDescriptor call that writes to `out`.
+CUresult describe(const void* out, CUarray a, ArrayShape& s) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  return arrays::shapeOf(raw(a), s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 }  // namespace
@@ -146,7 +163,7 @@ GPOOL_EXPORT CUresult cuArrayCreate_v2(CUarray* out, const CUDA_ARRAY_DESCRIPTOR
 GPOOL_EXPORT CUresult cuArray3DCreate_v2(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR* d) {
   GPOOL_TRY
   if (!d) return CUDA_ERROR_INVALID_VALUE;
-  return create(out, ArrayShape{d->Width, d->Height, d->Depth, static_cast<uint32_t>(d->Format), d->NumChannels, d->Flags});
+  return create(out, shapeFrom(*d));
   GPOOL_CATCH
 }
 
@@ -163,8 +180,7 @@ GPOOL_EXPORT CUresult cuArrayDestroy(CUarray a) {
 GPOOL_EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* d, CUarray a) {
   GPOOL_TRY
   ArrayShape s;
-  if (!d) return CUDA_ERROR_INVALID_VALUE;
-  if (!arrays::shapeOf(raw(a), s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = describe(d, a, s)) return r;
   *d = CUDA_ARRAY3D_DESCRIPTOR{s.width, s.height, s.depth, static_cast<CUarray_format>(s.format), s.channels, s.flags};
   return CUDA_SUCCESS;
   GPOOL_CATCH
@@ -173,8 +189,7 @@ GPOOL_EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* d, CUar
 GPOOL_EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR* d, CUarray a) {
   GPOOL_TRY
   ArrayShape s;
-  if (!d) return CUDA_ERROR_INVALID_VALUE;
-  if (!arrays::shapeOf(raw(a), s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = describe(d, a, s)) return r;
   if (s.depth != 0) return CUDA_ERROR_INVALID_VALUE;  // a 3D array: cuArray3DGetDescriptor
   *d = CUDA_ARRAY_DESCRIPTOR{s.width, s.height, static_cast<CUarray_format>(s.format), s.channels};
   return CUDA_SUCCESS;
@@ -185,7 +200,7 @@ GPOOL_EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR* d, CUarray 
 GPOOL_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* out, const CUDA_ARRAY3D_DESCRIPTOR* d, unsigned int levels) {
   GPOOL_TRY
   if (!out || !d) return CUDA_ERROR_INVALID_VALUE;
-  gpool::proto::MipmapShape shape{ArrayShape{d->Width, d->Height, d->Depth, static_cast<uint32_t>(d->Format), d->NumChannels, d->Flags}, levels};
+  gpool::proto::MipmapShape shape{shapeFrom(*d), levels};
   GPOOL_CONN(conn);
   calls::MipmappedArrayCreate::out::tuple r;
   if (int st = conn->call<calls::MipmappedArrayCreate>(r, shape)) return static_cast<CUresult>(st);
@@ -262,13 +277,11 @@ CUresult atoD(CUdeviceptr dst, CUarray src, size_t offset, size_t bytes, uint64_
 CUresult atoA(CUarray dst, size_t dst_offset, CUarray src, size_t src_offset, size_t bytes, uint64_t stream) {
   ArrayShape d, s;
   if (!arrays::shapeOf(raw(dst), d) || !arrays::shapeOf(raw(src), s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!holds(d, dst_offset, bytes) || !holds(s, src_offset, bytes)) return CUDA_ERROR_INVALID_VALUE;
   for (uint64_t done = 0; done < bytes;) {
-    const uint64_t n = std::min({bytes - done, d.rowBytes() - (dst_offset + done) % d.rowBytes(), s.rowBytes() - (src_offset + done) % s.rowBytes()});
-    ArrayRect to, from;
-    CUresult st = eachRowPiece(raw(dst), dst_offset + done, n, [&](const ArrayRect& r, uint64_t) { to = r; return CUDA_SUCCESS; });
-    if (st == CUDA_SUCCESS) st = eachRowPiece(raw(src), src_offset + done, n, [&](const ArrayRect& r, uint64_t) { from = r; return CUDA_SUCCESS; });
-    if (st == CUDA_SUCCESS) st = arrays::arrayToArray(to, from, stream, false);
-    if (st) return st;
+    const uint64_t to = dst_offset + done, from = src_offset + done;
+    const uint64_t n = std::min({bytes - done, d.rowBytes() - to % d.rowBytes(), s.rowBytes() - from % s.rowBytes()});
+    if (CUresult st = arrays::arrayToArray(rowPiece(raw(dst), d, to, n), rowPiece(raw(src), s, from, n), stream, false)) return st;
     done += n;
   }
   return CUDA_SUCCESS;

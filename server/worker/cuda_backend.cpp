@@ -857,14 +857,11 @@ class CudaBackend final : public Backend {
     return async ? d_.cuMemcpy2DAsync_(&c, stream_(stream)) : d_.cuMemcpy2D_(&c);
   }
   // CUDA arrays: each copy is one slice's rectangle (request_checks.cpp checked it against the array).
+  static CUDA_ARRAY3D_DESCRIPTOR descriptor(const ArrayShape& a) {
+    return CUDA_ARRAY3D_DESCRIPTOR{a.width, a.height, a.depth, static_cast<CUarray_format>(a.format), a.channels, a.flags};
+  }
   Status ArrayCreate(ArrayShape a, Created<Array>& out) {
-    CUDA_ARRAY3D_DESCRIPTOR d{};
-    d.Width = a.width;
-    d.Height = a.height;
-    d.Depth = a.depth;
-    d.Format = static_cast<CUarray_format>(a.format);
-    d.NumChannels = a.channels;
-    d.Flags = a.flags;
+    CUDA_ARRAY3D_DESCRIPTOR d = descriptor(a);
     CUarray array = nullptr;
     CUresult r = d_.cuArray3DCreate_(&array, &d);
     out = reinterpret_cast<uint64_t>(array);
@@ -872,7 +869,7 @@ class CudaBackend final : public Backend {
   }
   Status ArrayDestroy(Released<Array> a) { return d_.cuArrayDestroy_(reinterpret_cast<CUarray>(a.v)); }
   Status MipmappedArrayCreate(MipmapShape m, Created<MipmappedArray>& out) {
-    CUDA_ARRAY3D_DESCRIPTOR d{m.base.width, m.base.height, m.base.depth, static_cast<CUarray_format>(m.base.format), m.base.channels, m.base.flags};
+    CUDA_ARRAY3D_DESCRIPTOR d = descriptor(m.base);
     CUmipmappedArray mipmap = nullptr;
     CUresult r = d_.cuMipmappedArrayCreate_(&mipmap, &d, m.levels);
     out = reinterpret_cast<uint64_t>(mipmap);

@@ -68,10 +68,11 @@ void OutputRelay::loop() {
 }
 
 void OutputRelay::sendPending(proto::Transport& t) {
-  std::fflush(stdout);  // (what went through stdio on this process is in the pipe now)
+  if (!enabled_) return;  // (the thread keeps the pipe drained meanwhile)
+  std::fflush(stdout);    // (what went through stdio on this process is in the pipe now)
   std::lock_guard lock(mu_);
   readAvailable();
-  if (!enabled_ || (held_.empty() && dropped_ == 0)) return;
+  if (held_.empty() && dropped_ == 0) return;
   if (dropped_) {
     std::string note = "\n[gpool: " + std::to_string(dropped_) + " bytes of the GPU's output were dropped: more than " +
                        std::to_string(kMaxHeld >> 20) + " MiB came between two replies]\n";

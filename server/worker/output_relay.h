@@ -26,7 +26,7 @@ class OutputRelay {
   // Makes this process's fd 1 a pipe that a relay reads; nullptr (and fd 1 as it was) where it cannot.
   static std::unique_ptr<OutputRelay> captureStdout();
 
-  void enable() { enabled_ = true; }  // the client asked for it
+  void enable() { enabled_ = true; }  // the client asked for it (called on the thread that sends)
   // Sends what was written since the last call as kMsgOutput frames (none when nothing was, or before
   // enable()). The caller holds the connection's send lock.
   void sendPending(proto::Transport& t);

@@ -243,7 +243,7 @@ Status RequestChecks::admit(proto::TexResource& r, CallScope& s) {
   if (r.type == CU_RESOURCE_TYPE_ARRAY) return table_.array(r.array) ? cu::kSuccess : cu::kInvalidHandle;
   if (r.type == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY) return table_.mipmap(r.mipmap) ? cu::kSuccess : cu::kInvalidHandle;
   if (r.type != CU_RESOURCE_TYPE_LINEAR && r.type != CU_RESOURCE_TYPE_PITCH2D) return cu::kInvalidValue;
-  const uint64_t elem = proto::ArrayShape{1, 0, 0, r.format, r.channels, 0}.elementBytes();
+  const uint64_t elem = uint64_t{proto::ArrayShape::formatBytes(r.format)} * r.channels;
   if (elem == 0 || (r.channels != 1 && r.channels != 2 && r.channels != 4) || r.ptr % elem != 0) return cu::kInvalidValue;
   if (r.type == CU_RESOURCE_TYPE_LINEAR) return r.bytes == 0 ? cu::kInvalidValue : range(r.ptr, r.bytes);
   if (r.width == 0 || r.height == 0 || r.width > r.pitch / elem) return cu::kInvalidValue;

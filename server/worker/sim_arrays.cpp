@@ -24,6 +24,13 @@ Rows rowsOf(const std::shared_ptr<std::vector<uint8_t>>& storage, const ArraySha
   return Rows{storage->data() + (r.z * a.rows() + r.y) * pitch + r.x, pitch};
 }
 
+Rows rowsOf(uint64_t address, uint64_t pitch) { return Rows{reinterpret_cast<uint8_t*>(address), pitch}; }
+
+// `height` rows of `width` bytes (every copy below).
+void copyRows(Rows dst, Rows src, uint64_t width, uint64_t height) {
+  for (uint64_t y = 0; y < height; ++y) std::memmove(dst.first + y * dst.pitch, src.first + y * src.pitch, width);
+}
+
 }  // namespace
 
 Status SimBackend::ArrayCreate(ArrayShape a, Created<Array>& out) {
@@ -69,28 +76,23 @@ Status SimBackend::MipmappedArrayDestroy(Released<MipmappedArray> m) {
 Status SimBackend::MemcpyHtoA2D(ArrayWrite w, Stream stream, uint32_t) {
   if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a host-to-array copy");
   const SimArray& a = arrays_.at(w.dst.array);
-  Rows dst = rowsOf(a.storage, a.shape, w.dst);
-  const auto* src = static_cast<const uint8_t*>(w.data.data);
-  for (uint64_t y = 0; y < w.dst.height; ++y) std::memcpy(dst.first + y * dst.pitch, src + y * w.dst.width, w.dst.width);
+  copyRows(rowsOf(a.storage, a.shape, w.dst), rowsOf(reinterpret_cast<uint64_t>(w.data.data), w.dst.width), w.dst.width, w.dst.height);
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::MemcpyAtoH2D(ArrayRect r, Stream stream, std::vector<uint8_t>& rows) {
   if (Capture* c = capturing(stream)) return refuseInCapture(*c, "an array-to-host copy");
   const SimArray& a = arrays_.at(r.array);
-  Rows src = rowsOf(a.storage, a.shape, r);
   rows.resize(r.width * r.height);
-  for (uint64_t y = 0; y < r.height; ++y) std::memcpy(rows.data() + y * r.width, src.first + y * src.pitch, r.width);
+  copyRows(rowsOf(reinterpret_cast<uint64_t>(rows.data()), r.width), rowsOf(a.storage, a.shape, r), r.width, r.height);
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::MemcpyDtoA2D(ArrayDevCopy c, Stream stream, uint32_t) {
   const SimArray& a = arrays_.at(c.array.array);
   issue(stream, [this, c, shape = a.shape, storage = a.storage] {
-    if (!reachable(c.device.ptr, c.device.span())) return;
-    Rows dst = rowsOf(storage, shape, c.array);
-    for (uint64_t y = 0; y < c.array.height; ++y)
-      std::memcpy(dst.first + y * dst.pitch, reinterpret_cast<const void*>(c.device.ptr + y * c.device.pitch), c.array.width);
+    if (reachable(c.device.ptr, c.device.span()))
+      copyRows(rowsOf(storage, shape, c.array), rowsOf(c.device.ptr, c.device.pitch), c.array.width, c.array.height);
   }, CU_GRAPH_NODE_TYPE_MEMCPY);
   return CUDA_SUCCESS;
 }
@@ -98,10 +100,8 @@ Status SimBackend::MemcpyDtoA2D(ArrayDevCopy c, Stream stream, uint32_t) {
 Status SimBackend::MemcpyAtoD2D(ArrayDevCopy c, Stream stream, uint32_t) {
   const SimArray& a = arrays_.at(c.array.array);
   issue(stream, [this, c, shape = a.shape, storage = a.storage] {
-    if (!reachable(c.device.ptr, c.device.span())) return;
-    Rows src = rowsOf(storage, shape, c.array);
-    for (uint64_t y = 0; y < c.array.height; ++y)
-      std::memcpy(reinterpret_cast<void*>(c.device.ptr + y * c.device.pitch), src.first + y * src.pitch, c.array.width);
+    if (reachable(c.device.ptr, c.device.span()))
+      copyRows(rowsOf(c.device.ptr, c.device.pitch), rowsOf(storage, shape, c.array), c.array.width, c.array.height);
   }, CU_GRAPH_NODE_TYPE_MEMCPY);
   return CUDA_SUCCESS;
 }
@@ -109,8 +109,7 @@ Status SimBackend::MemcpyAtoD2D(ArrayDevCopy c, Stream stream, uint32_t) {
 Status SimBackend::MemcpyAtoA2D(ArrayCopy c, Stream stream, uint32_t) {
   const SimArray &d = arrays_.at(c.dst.array), &s = arrays_.at(c.src.array);
   issue(stream, [c, d, s] {
-    Rows dst = rowsOf(d.storage, d.shape, c.dst), src = rowsOf(s.storage, s.shape, c.src);
-    for (uint64_t y = 0; y < c.dst.height; ++y) std::memmove(dst.first + y * dst.pitch, src.first + y * src.pitch, c.dst.width);
+    copyRows(rowsOf(d.storage, d.shape, c.dst), rowsOf(s.storage, s.shape, c.src), c.dst.width, c.dst.height);
   }, CU_GRAPH_NODE_TYPE_MEMCPY);
   return CUDA_SUCCESS;
 }
