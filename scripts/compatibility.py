@@ -69,7 +69,7 @@ REFUSED_AS_CUDA = [
     (r"^cuMem(DiscardBatch|PrefetchBatch|DiscardAndPrefetchBatch)Async$", "CUDA refuses batched prefetch and discard on a device without concurrent managed access, which gpool's emulated managed memory reports (docs/user.md)"),
 ]
 EXPORT = re.compile(r"^GPOOL_EXPORT\s+CUresult\s+(\w+)\s*\(", re.M)
-DEFINITION = re.compile(r"^(?:GPOOL_EXPORT\s+)?(?:static\s+)?[\w:<>\*&]+(?:\s+[\w:<>\*&]+)*\s+\**(\w+)\s*\([^;{]*\)\s*(?:const\s*)?\{", re.M)
+DEFINITION = re.compile(r"^(?:GPOOL_EXPORT\s+)?(?:static\s+)?[\w:<>\*&]+(?:\s+[\w:<>\*&]+)*\s+\**(?:\w+::)*(\w+)\s*\([^;{]*\)\s*(?:const\s*)?\{", re.M)
 SENDS = re.compile(r"conn->(call|post|memcpyDtoH)\b|->call<|->post<")
 
 
