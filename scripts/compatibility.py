@@ -52,7 +52,6 @@ cuStreamIsCapturing cuStreamSynchronize""".split())
 REFUSED = [
     (r"^cu(GL|EGL|VDPAU|Graphics|D3D|WGL)", "graphics interoperability: the GPU is on another machine, with no display"),
     (r"^cu(Array|Mipmapped|Tex|Surf)|Array|^cuMemcpy(AtoA|AtoD|AtoH|DtoA|HtoA)|^cuMemcpy3DPeer", "texture and surface references, sparse arrays and array memory requirements are not forwarded (arrays, mipmapped arrays, texture and surface objects are)"),
-    (r"^cuGraph(AddMem(Alloc|Free)Node|Mem(Alloc|Free)NodeGetParams)", "graph memory nodes (allocations a graph makes and frees) are not forwarded yet"),
     (r"^cuGraph.*ExternalSemaphores", "external semaphores (Vulkan/D3D) are not supported"),
     (r"^cuUserObject|^cuGraph(Retain|Release)UserObject", "user objects (destructors a graph runs when it lets go) are not forwarded yet"),
     (r"^cuGraph", "batch memory-operation graph nodes are not forwarded yet"),

@@ -239,33 +239,3 @@ GPOOL_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
   return static_cast<CUresult>(conn->post<calls::GraphDestroy>(raw(graph)));
   GPOOL_CATCH
 }
-
-// Graph memory (memory that graphs' allocation nodes hold between launches). gpool refuses allocation
-// nodes, so a lease's graphs hold none: there is nothing to trim, and every figure is zero.
-GPOOL_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice d) {
-  GPOOL_TRY
-  CUresult err;
-  if (!State::get().ready(err)) return err;
-  return State::get().device(d) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
-  GPOOL_CATCH
-}
-GPOOL_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice d, CUgraphMem_attribute attr, void* value) {
-  GPOOL_TRY
-  CUresult err;
-  if (!State::get().ready(err)) return err;
-  if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
-  if (!value || attr < CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT || attr > CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH) return CUDA_ERROR_INVALID_VALUE;
-  *static_cast<cuuint64_t*>(value) = 0;
-  return CUDA_SUCCESS;
-  GPOOL_CATCH
-}
-GPOOL_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice d, CUgraphMem_attribute attr, void* value) {
-  GPOOL_TRY
-  CUresult err;
-  if (!State::get().ready(err)) return err;
-  if (!State::get().device(d)) return CUDA_ERROR_INVALID_DEVICE;
-  // Only the high watermarks can be reset, and only to zero.
-  bool high = attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH || attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH;
-  return high && value && *static_cast<cuuint64_t*>(value) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CATCH
-}

@@ -26,11 +26,7 @@ using NodeInfo = GraphNodeInfo;
 
 uint64_t raw(const void* h) { return reinterpret_cast<uint64_t>(h); }
 
-gpool::proto::GraphNodes deps(const CUgraphNode* d, size_t n) {
-  gpool::proto::GraphNodes out;
-  for (size_t i = 0; i < n && d; ++i) out.v.push_back(raw(d[i]));
-  return out;
-}
+gpool::proto::GraphNodes deps(const CUgraphNode* d, size_t n) { return graphDeps(d, n); }
 
 // Adds a node on the worker and records it, with what `note` fills in from the call's arguments or its
 // reply (its parameters, a conditional node's bodies).
@@ -248,8 +244,17 @@ CUresult addGeneric(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return addEvent(node, graph, d, n, p->eventRecord.event, false);
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return addEvent(node, graph, d, n, p->eventWait.event, true);
     case CU_GRAPH_NODE_TYPE_CONDITIONAL: return addConditional(node, graph, d, n, p->conditional);
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+      static_assert(sizeof(CUDA_MEM_ALLOC_NODE_PARAMS) == sizeof(p->alloc));
+      CUDA_MEM_ALLOC_NODE_PARAMS a;
+      std::memcpy(&a, &p->alloc, sizeof a);
+      CUresult r = addMemAllocNode(node, graph, d, n, &a);
+      p->alloc.dptr = a.dptr;
+      return r;
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_FREE: return addMemFreeNode(node, graph, d, n, p->free.dptr);
     default:
-      GPOOL_LOG(Level::kWarn, "graph nodes of type %d (memory, semaphore or batch nodes) are not supported by gpool yet",
+      GPOOL_LOG(Level::kWarn, "graph nodes of type %d (semaphore or batch nodes) are not supported by gpool yet",
                 static_cast<int>(p->type));
       return CUDA_ERROR_NOT_SUPPORTED;
   }

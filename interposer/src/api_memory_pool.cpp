@@ -38,13 +38,23 @@ CUresult allocAsync(CUdeviceptr* out, size_t bytes, uint64_t p, uint64_t stream,
   auto release = [&](uint64_t made) { conn->post<calls::MemFreeAsync>(made, stream); };
   if (CUresult st = allocateApart(conn, allocate, release, ptr, size)) return st;
   *out = ptr;
-  State::get().addPoolAllocation(ptr, bytes, p, conn->index());
+  // Inside a capture it may be a graph's allocation node (the worker knows which stream captures): its
+  // address outlives the free that follows.
+  if (State::get().active_captures > 0) State::get().addGraphAllocation(ptr, bytes, conn->index());
+  else State::get().addPoolAllocation(ptr, bytes, p, conn->index());
   return CUDA_SUCCESS;
 }
 
 CUresult freeAsync(CUdeviceptr p, uint64_t stream) {
   GPOOL_CONN_OF_POINTER(conn, p);
   if (p == 0) return CUDA_SUCCESS;
+  if (State::get().active_captures > 0) {
+    // Captured, the free is a free node, which frees graph allocations only: the worker's word decides
+    // whether this process still has the memory.
+    if (int st = conn->call<calls::MemFreeAsync>(uint64_t{p}, stream)) return static_cast<CUresult>(st);
+    State::get().takeDeviceAllocation(p);
+    return CUDA_SUCCESS;
+  }
   if (!State::get().takeDeviceAllocation(p)) return CUDA_ERROR_INVALID_VALUE;
   crossDevice().forgetAllocation(conn->index(), p);  // its mappings in the lease's other workers
   return static_cast<CUresult>(conn->post<calls::MemFreeAsync>(uint64_t{p}, stream));

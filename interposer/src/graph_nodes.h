@@ -23,6 +23,9 @@ struct GraphNodeInfo {
   CUDA_HOST_NODE_PARAMS host{};
   CUevent event = nullptr;
   std::vector<CUgraph> bodies;  // conditional nodes: what the caller's phGraph_out points at
+  CUDA_MEM_ALLOC_NODE_PARAMS alloc{};  // memory nodes (api_graph_memory.cpp): accessDescs points at `access`
+  std::vector<CUmemAccessDesc> access;
+  CUdeviceptr freed = 0;               // a free node's allocation
 
   GraphNodeInfo() = default;
   GraphNodeInfo(GraphNodeInfo&&) = default;
@@ -32,7 +35,8 @@ struct GraphNodeInfo {
   GraphNodeInfo& operator=(const GraphNodeInfo& o) {
     if (this == &o) return *this;
     graph = o.graph, type = o.type, kernel = o.kernel, packed = o.packed, memset = o.memset, copy = o.copy;
-    host = o.host, event = o.event, bodies = o.bodies;
+    host = o.host, event = o.event, bodies = o.bodies, alloc = o.alloc, access = o.access, freed = o.freed;
+    alloc.accessDescs = access.empty() ? nullptr : access.data();
     args.clear();
     for (void* a : o.args) args.push_back(packed.data() + (static_cast<uint8_t*>(a) - o.packed.data()));
     kernel.kernelParams = args.empty() ? nullptr : args.data();
@@ -68,5 +72,16 @@ struct GraphNodeRegistry {
 };
 
 GraphNodeRegistry& graphNodes();
+
+// A node's dependencies as the worker takes them.
+inline proto::GraphNodes graphDeps(const CUgraphNode* d, size_t n) {
+  proto::GraphNodes out;
+  for (size_t i = 0; i < n && d; ++i) out.v.push_back(reinterpret_cast<uint64_t>(d[i]));
+  return out;
+}
+
+// Graph memory nodes (api_graph_memory.cpp), for cuGraphAddNode too.
+CUresult addMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUDA_MEM_ALLOC_NODE_PARAMS* p);
+CUresult addMemFreeNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUdeviceptr ptr);
 
 }  // namespace gpool::client

@@ -281,6 +281,13 @@ void State::addPoolAllocation(uint64_t base, uint64_t size, uint64_t pool, int o
   insertLocked(base, Allocation{size, true, 0, false, pool}, owner);
 }
 
+void State::addGraphAllocation(uint64_t base, uint64_t size, int owner) {
+  Allocation a{size, true};
+  a.graph = true;
+  std::lock_guard lock(mu);
+  insertLocked(base, a, owner);
+}
+
 void State::addSharedHost(uint64_t base, uint64_t size, unsigned flags, int owner) {
   Allocation a{size, false, flags};
   a.shared = true;
@@ -310,7 +317,7 @@ bool State::takeDeviceAllocation(uint64_t base) {
   std::lock_guard lock(mu);
   auto it = allocations_.find(base);
   if (it == allocations_.end() || !it->second.device || it->second.global) return false;
-  eraseLocked(it);
+  if (!it->second.graph) eraseLocked(it);
   return true;
 }
 

@@ -51,6 +51,7 @@ struct Allocation {
   bool managed = false;  // managed memory: host memory here and device memory there, same address
   int owner = 0;          // device memory: the connection whose worker holds it; shared host memory: whose pool
   bool shared = false;    // host memory in the owner's pool (host_pool.h): its worker reaches it at this address
+  bool graph = false;     // a graph allocation node's address (or an allocation made while a capture ran)
 };
 
 // One share of the lease: a worker's address, the device it serves and the token that admits to it.
@@ -117,9 +118,11 @@ class State {
   std::atomic<int> host_allocations{0};
   void removeAllocation(uint64_t base);
   // Forgets the device allocation that starts at `base`; false when there is none (an interior
-  // pointer, a module global, host memory, or nothing this client allocated).
+  // pointer, a module global, host memory, or nothing this client allocated). A graph allocation's
+  // address stays: its node allocates it again at the graph's next launch.
   bool takeDeviceAllocation(uint64_t base);
   void addPoolAllocation(uint64_t base, uint64_t size, uint64_t pool, int owner);
+  void addGraphAllocation(uint64_t base, uint64_t size, int owner);
   // A device's current memory pool as this client last learnt or set it (0: not asked yet), by connection.
   uint64_t currentPool(int connection) const { return current_pools_[static_cast<size_t>(connection)].load(); }
   void setCurrentPool(int connection, uint64_t pool) { current_pools_[static_cast<size_t>(connection)] = pool; }

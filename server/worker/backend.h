@@ -23,7 +23,7 @@ using proto::Blob;
 using proto::Status;
 // The typed fields of calls.def (fields.h), as backends name them.
 using proto::AllocBase, proto::AllocBytes, proto::Array, proto::ArrayCopy, proto::ArrayDevCopy, proto::ArrayRect, proto::ArrayShape, proto::ArrayWrite, proto::MipmapLevel, proto::MipmapShape, proto::MipmappedArray, proto::TexDescs, proto::TexResource, proto::TexObject, proto::SurfObject, proto::IpcMapped, proto::IpcMapping, proto::Created, proto::DevAddress, proto::DevCopy, proto::DevCopyRect, proto::DevFill,
-    proto::DevFillRect, proto::DevRange, proto::DevWord, proto::DevRect, proto::DevWrite, proto::DevWriteRect, proto::PitchedAlloc, proto::Physical, proto::PoolAttribute, proto::ResetAll, proto::VaMap, proto::VaMapped, proto::VaRange, proto::VaUnmap, proto::ChildGraph, proto::Event, proto::FreedAlloc, proto::Graph, proto::GraphExec, proto::GraphNode,
+    proto::DevFillRect, proto::DevRange, proto::DevWord, proto::DevRect, proto::DevWrite, proto::DevWriteRect, proto::PitchedAlloc, proto::Physical, proto::PoolAttribute, proto::ResetAll, proto::VaMap, proto::VaMapped, proto::VaRange, proto::VaUnmap, proto::ChildGraph, proto::Event, proto::FreedAlloc, proto::Graph, proto::GraphAlloc, proto::GraphAllocBytes, proto::GraphFreed, proto::GraphExec, proto::GraphNode,
     proto::GraphNodes, proto::LaunchAttrs, proto::Conditional, proto::BodyGraphs, proto::Kernel, proto::KernelCall,
     proto::JitOptions, proto::Launchable, proto::LaunchableList, proto::LinkState, proto::MemPool, proto::MemView, proto::ModuleGlobal, proto::ModuleRef,
     proto::NewAlloc, proto::RangeOf, proto::HostWindow, proto::HostRange, proto::HostRangeBase, proto::Released, proto::Stream;
@@ -86,6 +86,11 @@ class Backend {
   Status HostPoolUnregister(HostRangeBase r) {
     return host_pool_.remove(r.ptr, [this](uint64_t p) { return unpinHost(p); });
   }
+
+  // Graph memory (graph_memory.h): the graph a stream is capturing into (0: none), and what the device
+  // holds for graphs' allocations now: in use by live allocations, and reserved (in use or cached).
+  virtual uint64_t captureGraph(uint64_t stream) = 0;
+  virtual void graphMemory(uint64_t& used, uint64_t& reserved) = 0;
 
   // Copies `bytes` from device memory to host memory, in stream order; the copy has completed when
   // this returns (the dispatcher sends the data right after). Range and stream are checked.

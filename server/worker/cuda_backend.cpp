@@ -24,9 +24,6 @@ namespace {
 
 // Why an operation issued into a stream capture is refused (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).
 constexpr const char* kHostCopyInCapture = "copies between client memory and the device";
-constexpr const char* kGraphMemory =
-    "stream-ordered allocations (they would become graph memory nodes, which gpool does not count against the "
-    "lease yet); allocate before capturing";
 
 #define GPOOL_DRIVER_FUNCTIONS(F)                                                                       \
   F(cuInit) F(cuDriverGetVersion) F(cuDeviceGet) F(cuDeviceGetCount) F(cuDeviceGetName)                 \
@@ -70,7 +67,8 @@ constexpr const char* kGraphMemory =
   F(cuArray3DCreate) F(cuArrayDestroy) F(cuMemcpy3D) F(cuMemcpy3DAsync) F(cuTexObjectCreate)          \
   F(cuTexObjectDestroy) F(cuSurfObjectCreate) F(cuSurfObjectDestroy) F(cuStreamSetAttribute)          \
   F(cuStreamGetAttribute) F(cuStreamCopyAttributes) F(cuMipmappedArrayCreate) F(cuMipmappedArrayGetLevel)   \
-  F(cuMipmappedArrayDestroy)
+  F(cuMipmappedArrayDestroy) F(cuGraphAddMemAllocNode) F(cuGraphAddMemFreeNode) F(cuGraphMemAllocNodeGetParams)       \
+  F(cuGraphMemFreeNodeGetParams) F(cuDeviceGraphMemTrim) F(cuDeviceGetGraphMemAttribute) F(cuDeviceSetGraphMemAttribute)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -275,10 +273,7 @@ class CudaBackend final : public Backend {
   GPOOL_FORWARD(GraphExecDestroy, cuGraphExecDestroy)
   GPOOL_FORWARD(GraphDestroy, cuGraphDestroy)
   GPOOL_FORWARD(GraphClone, cuGraphClone)
-  Status MemFreeAsync(FreedAlloc ptr, Stream stream) {
-    if (capturing(stream)) return refuseInCapture(stream, "a stream-ordered free", kGraphMemory);
-    return d_.cuMemFreeAsync_(ptr.ptr, stream_(stream));
-  }
+  GPOOL_FORWARD(MemFreeAsync, cuMemFreeAsync)
   GPOOL_FORWARD(MemPoolDestroy, cuMemPoolDestroy)
   GPOOL_FORWARD(MemPoolTrimTo, cuMemPoolTrimTo)
 
@@ -491,6 +486,65 @@ class CudaBackend final : public Backend {
     CUDA_MEMCPY3D p = memcpyParams(c);
     auto d = nodes_(deps);
     return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddMemcpyNode_(n, graph_(g), d.data(), d.size(), &p, ctx_); });
+  }
+  // Graph memory (graph_memory.h): allocation nodes on the worker's device, readable and writable there.
+  Status GraphAddMemAllocNode(Graph g, GraphNodes deps, GraphAllocBytes bytes, Created<GraphNode>& out, GraphAlloc& made) {
+    CUDA_MEM_ALLOC_NODE_PARAMS p{};
+    p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.poolProps.location = CUmemLocation{CU_MEM_LOCATION_TYPE_DEVICE, dev_};
+    p.bytesize = bytes.bytes;
+    auto d = nodes_(deps);
+    Status r = addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddMemAllocNode_(n, graph_(g), d.data(), d.size(), &p); });
+    made = GraphAlloc{p.dptr, bytes.bytes};
+    return r;
+  }
+  Status GraphAddMemFreeNode(Graph g, GraphNodes deps, GraphFreed ptr, Created<GraphNode>& out) {
+    auto d = nodes_(deps);
+    return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddMemFreeNode_(n, graph_(g), d.data(), d.size(), ptr.ptr); });
+  }
+  Status GraphMemNodeGetParams(Graph, GraphNode node, uint64_t& ptr, uint64_t& bytes) {
+    CUgraphNodeType type;
+    if (CUresult r = d_.cuGraphNodeGetType_(node_(node.v), &type); r != CUDA_SUCCESS) return r;
+    bytes = 0;
+    if (type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
+      CUdeviceptr p = 0;
+      CUresult r = d_.cuGraphMemFreeNodeGetParams_(node_(node.v), &p);
+      ptr = p;
+      return r;
+    }
+    if (type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) return CUDA_ERROR_INVALID_VALUE;
+    CUDA_MEM_ALLOC_NODE_PARAMS p{};
+    CUresult r = d_.cuGraphMemAllocNodeGetParams_(node_(node.v), &p);
+    ptr = p.dptr, bytes = p.bytesize;
+    return r;
+  }
+  Status DeviceGraphMemTrim() { return d_.cuDeviceGraphMemTrim_(dev_); }
+  Status DeviceGraphMemGet(std::vector<uint64_t>& figures) {
+    figures.assign(4, 0);
+    for (int i = 0; i < 4; ++i) {
+      cuuint64_t v = 0;
+      auto attr = static_cast<CUgraphMem_attribute>(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT + i);
+      if (CUresult r = d_.cuDeviceGetGraphMemAttribute_(dev_, attr, &v); r != CUDA_SUCCESS) return r;
+      figures[static_cast<size_t>(i)] = v;
+    }
+    return CUDA_SUCCESS;
+  }
+  Status DeviceGraphMemResetHigh(uint32_t attr) {
+    if (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH) return CUDA_ERROR_INVALID_VALUE;
+    cuuint64_t zero = 0;
+    return d_.cuDeviceSetGraphMemAttribute_(dev_, static_cast<CUgraphMem_attribute>(attr), &zero);
+  }
+  uint64_t captureGraph(uint64_t stream) override {
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUgraph g = nullptr;
+    if (d_.cuStreamGetCaptureInfo_(stream_(stream), &st, nullptr, &g, nullptr, nullptr, nullptr) != CUDA_SUCCESS) return 0;
+    return st == CU_STREAM_CAPTURE_STATUS_ACTIVE ? reinterpret_cast<uint64_t>(g) : 0;
+  }
+  void graphMemory(uint64_t& used, uint64_t& reserved) override {
+    cuuint64_t u = 0, r = 0;
+    d_.cuDeviceGetGraphMemAttribute_(dev_, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &u);
+    d_.cuDeviceGetGraphMemAttribute_(dev_, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &r);
+    used = u, reserved = r;
   }
   Status GraphAddHostNode(Graph g, GraphNodes deps, uint64_t id, Created<GraphNode>& out) {
     CUDA_HOST_NODE_PARAMS p{&hostFunc, keepHostFunc(id)};
@@ -731,14 +785,12 @@ class CudaBackend final : public Backend {
   Status unpinHost(uint64_t ptr) override { return d_.cuMemHostUnregister_(reinterpret_cast<void*>(ptr)); }
 
   Status MemAllocAsync(AllocBytes bytes, Stream stream, NewAlloc& out) {
-    if (capturing(stream)) return refuseInCapture(stream, "a stream-ordered allocation", kGraphMemory);
     CUdeviceptr p = 0;
     CUresult r = d_.cuMemAllocAsync_(&p, bytes, stream_(stream));
     out = NewAlloc{p, bytes};
     return r;
   }
   Status MemAllocFromPoolAsync(AllocBytes bytes, MemPool pool, Stream stream, NewAlloc& out) {
-    if (capturing(stream)) return refuseInCapture(stream, "a stream-ordered allocation", kGraphMemory);
     CUdeviceptr p = 0;
     CUresult r = d_.cuMemAllocFromPoolAsync_(&p, bytes, reinterpret_cast<CUmemoryPool>(pool.v), stream_(stream));
     out = NewAlloc{p, bytes};

@@ -23,11 +23,57 @@ struct Violation {
 template <typename C>
 Status Dispatcher::execute(typename C::in::tuple& ins, typename C::out::tuple& outs) {
   CallScope scope;
-  Status st = checks_.admitAll(ins, scope);
+  uint64_t headroom = 0;
+  Status st = beforeCall<C>(ins, scope, headroom);
+  if (st == cu::kSuccess) st = checks_.admitAll(ins, scope);
   if (st == cu::kSuccess) st = backend_.run(C{}, ins, outs);
   if (st == cu::kSuccess) checks_.commit(outs, scope);
   else checks_.abandon(scope);
+  afterCall<C>(ins, st, headroom);
   return st;
+}
+
+template <typename C>
+Status Dispatcher::beforeCall(typename C::in::tuple& ins, CallScope& s, uint64_t& headroom) {
+  namespace calls = proto::calls;
+  if constexpr (std::is_same_v<C, calls::MemAllocAsync> || std::is_same_v<C, calls::MemFreeAsync>) {
+    s.capture = captureOf(std::get<1>(ins));
+  } else if constexpr (std::is_same_v<C, calls::MemAllocFromPoolAsync>) {
+    s.capture = captureOf(std::get<2>(ins));
+  } else if constexpr (std::is_same_v<C, calls::GraphLaunch>) {
+    if (!graph_memory_.active()) return cu::kSuccess;
+    uint64_t used = 0, reserved = 0;
+    backend_.graphMemory(used, reserved);
+    return graph_memory_.admitLaunch(std::get<0>(ins).v, used, reserved, headroom);
+  } else if constexpr (std::is_same_v<C, calls::MemGetInfo> || std::is_same_v<C, calls::DeviceStatus>) {
+    settleGraphMemory();  // what the lease sees includes the graph reserve as it is now
+  }
+  return cu::kSuccess;
+}
+
+template <typename C>
+void Dispatcher::afterCall(typename C::in::tuple& ins, Status st, uint64_t headroom) {
+  namespace calls = proto::calls;
+  if constexpr (std::is_same_v<C, calls::GraphLaunch>) {
+    if (st == cu::kSuccess) graph_memory_.launched(std::get<0>(ins).v);
+    settleGraphMemory(headroom);
+  } else if constexpr (std::is_same_v<C, calls::GraphExecDestroy> || std::is_same_v<C, calls::GraphDestroy> ||
+                       std::is_same_v<C, calls::DeviceGraphMemTrim> || std::is_same_v<C, calls::MemFree> ||
+                       std::is_same_v<C, calls::MemFreeAsync>) {
+    settleGraphMemory();
+  }
+}
+
+uint64_t Dispatcher::captureOf(proto::Stream stream) {
+  // Only a stream this client has may be asked about; the legacy stream never captures.
+  return stream.v > 1 && table_.hasStream(stream.v) ? backend_.captureGraph(stream.v) : 0;
+}
+
+void Dispatcher::settleGraphMemory(uint64_t headroom) {
+  if (!graph_memory_.active() && headroom == 0) return;
+  uint64_t used = 0, reserved = 0;
+  backend_.graphMemory(used, reserved);
+  graph_memory_.settle(reserved, headroom);
 }
 
 template <typename C>

@@ -9,6 +9,7 @@
 
 #include "alive_signal.h"
 #include "backend.h"
+#include "graph_memory.h"
 #include "handle_table.h"
 #include "memory_ledger.h"
 #include "module_cache.h"
@@ -67,13 +68,22 @@ class Dispatcher {
   // Checks the request's fields, runs it on the backend and records what its reply hands out.
   template <typename C>
   Status execute(typename C::in::tuple& ins, typename C::out::tuple& outs);
+  // Graph memory around a call (graph_memory.h): the capture a stream-ordered allocation or free joins,
+  // room for what a graph launch may add to the reserve, and the lease's charge once the reserve changed.
+  template <typename C>
+  Status beforeCall(typename C::in::tuple& ins, CallScope& s, uint64_t& headroom);
+  template <typename C>
+  void afterCall(typename C::in::tuple& ins, Status st, uint64_t headroom);
+  uint64_t captureOf(proto::Stream stream);
+  void settleGraphMemory(uint64_t headroom = 0);
 
   Backend& backend_;
   proto::Transport* transport_;  // the TCP connection, or what it moved to (moved_)
   std::unique_ptr<proto::Transport> moved_;
   HandleTable table_;    // what this worker handed out
   MemoryLedger ledger_;  // the lease's memory
-  RequestChecks checks_{table_, ledger_};
+  GraphMemory graph_memory_{table_, ledger_};
+  RequestChecks checks_{table_, ledger_, graph_memory_};
   std::span<const uint8_t> payload_;  // the current request's payload, in the backend's frame buffer
   std::vector<uint8_t> out_;
   Status latched_ = 0;

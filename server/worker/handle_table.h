@@ -18,7 +18,8 @@ using proto::HandleKind;
 
 // kSharedHost: page-locked host memory of the client's in the shared pool (host_pool.h), which copies and
 // kernels may name like device memory; it survives a context reset, as the client's host memory does.
-enum class RangeKind { kAllocation, kGlobal, kMapping, kIpc, kSharedHost };
+// kGraphMemory: the address of a graph's allocation node (graph_memory.h owns when it ends).
+enum class RangeKind { kAllocation, kGlobal, kMapping, kIpc, kSharedHost, kGraphMemory };
 
 struct DeviceRange {
   uint64_t base = 0, bytes = 0;

@@ -271,8 +271,20 @@ Status RequestChecks::admit(proto::MipmapLevel& l, CallScope& s) {
 }
 
 Status RequestChecks::admit(proto::FreedAlloc& f, CallScope& s) {
+  if (graph_memory_.isAllocation(f.ptr)) {  // captured: a free node of the capture's graph
+    if (s.capture) s.effects.push_back([this, g = s.capture, p = f.ptr] { graph_memory_.addFree(g, p); });
+    else s.effects.push_back([this, p = f.ptr] { graph_memory_.freed(p); });
+    return cu::kSuccess;
+  }
+  if (s.capture) return cu::kInvalidValue;  // a capture frees graph allocations only
   s.freed = table_.allocationAt(f.ptr);  // a global or an interior pointer is not an allocation
   return s.freed ? cu::kSuccess : cu::kInvalidValue;
+}
+
+Status RequestChecks::admit(proto::GraphFreed& f, CallScope& s) {
+  if (!graph_memory_.isAllocation(f.ptr)) return cu::kInvalidValue;  // a free node frees a graph allocation only
+  s.effects.push_back([this, g = s.graph, p = f.ptr] { graph_memory_.addFree(g, p); });
+  return cu::kSuccess;
 }
 
 // Shared page-locked host memory (host_pool.h). The window: page-aligned, inside the lower half of a
@@ -314,6 +326,12 @@ void RequestChecks::record(proto::Created<proto::LaunchableList>& l, CallScope& 
 void RequestChecks::record(proto::Created<proto::ModuleRef>& m, CallScope&) { table_.add(moduleKind(m.kind), m.handle); }
 
 void RequestChecks::record(proto::NewAlloc& a, CallScope& s) {
+  if (s.capture) {  // an allocation node of the capture's graph: charged when the graph runs
+    ledger_.release(s.reserved);
+    s.reserved = 0;
+    graph_memory_.addAllocation(s.capture, a.ptr, a.bytes);
+    return;
+  }
   // The backend may round up (a pitched allocation's real pitch): the ledger holds what it really took.
   ledger_.settle(s.reserved, a.bytes);
   s.reserved = 0;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpool/protocol/calls.h"
+#include "graph_memory.h"
 #include "handle_table.h"
 #include "memory_ledger.h"
 
@@ -28,6 +29,7 @@ struct CallScope {
   uint64_t node = 0;                                // the node named or handed out (owner of its body graphs)
   proto::ArrayShape array;                          // the shape of the array a Created<Array> hands out
   proto::MipmapShape mipmap;                        // the shape of the mipmap a Created<MipmappedArray> hands out
+  uint64_t capture = 0;                             // the graph a stream-ordered allocation or free is captured into
 };
 
 template <typename T>
@@ -36,7 +38,8 @@ concept PlainField = std::is_arithmetic_v<T> || std::is_same_v<T, std::string> |
 
 class RequestChecks {
  public:
-  RequestChecks(HandleTable& table, MemoryLedger& ledger) : table_(table), ledger_(ledger) {}
+  RequestChecks(HandleTable& table, MemoryLedger& ledger, GraphMemory& graphs)
+      : table_(table), ledger_(ledger), graph_memory_(graphs) {}
 
   // Checks all request fields in order; the first failure is the call's status.
   template <typename Tuple>
@@ -54,6 +57,7 @@ class RequestChecks {
       else if (kind == HandleKind::kArray) ledger_.release(table_.releaseArray(h));
       else if (kind == HandleKind::kMipmappedArray) ledger_.release(table_.releaseMipmap(h));
       else table_.remove(kind, h);
+      if (kind == HandleKind::kGraph || kind == HandleKind::kGraphExec) graph_memory_.release(h);
     }
     for (auto& effect : s.effects) effect();
     if (s.freed) {
@@ -111,6 +115,7 @@ class RequestChecks {
   proto::Status admit(proto::ResetAll&, CallScope& s) {
     s.effects.push_back([this] {
       table_.resetContext();
+      graph_memory_.clear();
       ledger_.clear();
     });
     return proto::cu::kSuccess;
@@ -133,6 +138,8 @@ class RequestChecks {
     return sized ? proto::cu::kSuccess : proto::cu::kInvalidValue;
   }
   proto::Status admit(proto::FreedAlloc& f, CallScope& s);
+  proto::Status admit(proto::GraphAllocBytes& b, CallScope&) { return b.bytes ? proto::cu::kSuccess : proto::cu::kInvalidValue; }
+  proto::Status admit(proto::GraphFreed& f, CallScope& s);
 
   template <typename T>
   void record(T&, CallScope&) {}  // reply fields that hand nothing out
@@ -153,6 +160,9 @@ class RequestChecks {
     } else if (K != HandleKind::kGraph || !table_.has(K, h.v)) {  // a graph captured into keeps its owner
       table_.add(K, h.v, s.owner);
     }
+    // An instantiation, or a clone, holds its graph's memory nodes.
+    if constexpr (K == HandleKind::kGraphExec || K == HandleKind::kGraph)
+      if (s.graph) graph_memory_.copyHolder(s.graph, h.v);
   }
   void record(proto::Created<proto::VaRange>& r, CallScope&) { table_.addReservation(r.ptr, r.size); }
   void record(proto::Created<proto::GraphNodes>& n, CallScope& s) {
@@ -163,6 +173,7 @@ class RequestChecks {
   void record(proto::Created<proto::LaunchableList>& l, CallScope& s);
   void record(proto::Created<proto::ModuleRef>& m, CallScope&);
   void record(proto::NewAlloc& a, CallScope& s);
+  void record(proto::GraphAlloc& a, CallScope& s) { graph_memory_.addAllocation(s.graph, a.ptr, a.bytes); }
   void record(proto::ModuleGlobal& g, CallScope& s);
   void record(proto::MemView& m, CallScope&) { ledger_.view(m); }
   void record(proto::IpcMapping& m, CallScope&) { table_.addRange(DeviceRange{m.ptr, m.bytes, RangeKind::kIpc, 0}); }
@@ -175,6 +186,7 @@ class RequestChecks {
 
   HandleTable& table_;
   MemoryLedger& ledger_;
+  GraphMemory& graph_memory_;
 };
 
 template <HandleKind K>

@@ -13,6 +13,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
 #include <stdexcept>
 
 #include "gpool/protocol/module_image.h"
@@ -175,6 +176,7 @@ Status SimBackend::CtxReset(ResetAll) {
   pool_allocations_.clear();
   default_pool_ = current_pool_ = 0;
   links_.clear();
+  clearGraphMemory();
   return CUDA_SUCCESS;
 }
 
@@ -276,6 +278,7 @@ Status SimBackend::MemAlloc(AllocBytes bytes, NewAlloc& out) {
 }
 
 Status SimBackend::MemFree(FreedAlloc dptr) {
+  if (graph_allocations_.count(dptr)) return streamFree(dptr, 0);  // its memory is the graph's node's
   if (auto it = pool_allocations_.find(dptr); it != pool_allocations_.end()) {
     if (auto p = pools_.find(it->second.first); p != pools_.end()) p->second.used -= it->second.second;
     pool_allocations_.erase(it);
@@ -313,20 +316,20 @@ Status SimBackend::poolAllocate(uint64_t p, AllocBytes bytes, NewAlloc& out) {
   return CUDA_SUCCESS;
 }
 
-// Inside a stream capture these would be graph memory nodes, which gpool does not count yet: refused, and
-// the capture invalidated, as for other operations a capture cannot hold.
+// Inside a stream capture these are graph memory nodes (sim_graph_memory.cpp).
 Status SimBackend::MemAllocAsync(AllocBytes bytes, Stream stream, NewAlloc& out) {
-  if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a stream-ordered allocation");
+  if (Capture* c = capturing(stream)) return captureAllocation(*c, stream, bytes, out);
   return poolAllocate(pool(0), bytes, out);
 }
 
 Status SimBackend::MemAllocFromPoolAsync(AllocBytes bytes, MemPool p, Stream stream, NewAlloc& out) {
-  if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a stream-ordered allocation");
+  if (Capture* c = capturing(stream)) return captureAllocation(*c, stream, bytes, out);
   return poolAllocate(p, bytes, out);
 }
 
 Status SimBackend::MemFreeAsync(FreedAlloc ptr, Stream stream) {
-  if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a stream-ordered free");
+  if (graph_allocations_.count(ptr)) return streamFree(ptr, stream);
+  if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a stream-ordered free of memory no graph allocated");
   return MemFree(ptr);  // work runs in issue order
 }
 
@@ -783,12 +786,13 @@ Status SimBackend::StreamBeginCapture(Stream stream, uint32_t mode) {
   if (stream == 0 || stream == 1) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the legacy stream
   if (captures_.count(stream)) return CUDA_ERROR_ILLEGAL_STATE;
   captures_[stream].id = next_capture_id_++;
+  captures_[stream].graph = newHandle(HandleKind::kGraph);
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::StreamBeginCaptureToGraph(Stream stream, Graph g, GraphNodes deps, uint32_t mode) {
   if (Status st = StreamBeginCapture(stream, mode); st != CUDA_SUCCESS) return st;
-  captures_[stream].into = g.v;
+  captures_[stream].into = captures_[stream].graph = g.v;
   captures_[stream].after = deps.v;
   return CUDA_SUCCESS;
 }
@@ -799,12 +803,13 @@ Status SimBackend::StreamEndCapture(Stream stream, Created<Graph>& graph) {
   Capture c = std::move(it->second);
   captures_.erase(it);
   if (c.invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-  graph = c.into ? c.into : newHandle(HandleKind::kGraph);
+  graph = c.graph;
   graphs_[graph];
   std::vector<uint64_t> deps = c.after;  // a capture is a chain: each node depends on the one before
   for (size_t i = 0; i < c.ops.size(); ++i) {
     uint64_t node = newHandle(HandleKind::kGraphNode);
     nodes_[node] = SimNode{std::move(c.ops[i]), deps, graph, c.types[i]};
+    if (auto m = c.memory.find(i); m != c.memory.end()) std::tie(nodes_[node].mem_ptr, nodes_[node].mem_bytes) = m->second;
     deps = {node};
     graphs_[graph].push_back(node);
   }

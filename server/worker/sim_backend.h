@@ -45,6 +45,8 @@ class SimBackend : public Backend {
 #include "gpool/protocol/calls.def"
 #undef X
   Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) override;
+  uint64_t captureGraph(uint64_t stream) override;
+  void graphMemory(uint64_t& used, uint64_t& reserved) override;
 
   // Registration entry used by plugins (and tests in-process).
   void registerKernel(const char* name, gpool_sim_kernel_fn fn, unsigned n, const unsigned* sizes, const unsigned* aligns);
@@ -73,6 +75,8 @@ class SimBackend : public Backend {
     std::vector<uint32_t> types;  // each op's CUgraphNodeType, for the graph's nodes
     uint64_t into = 0;            // capturing into this existing graph (0: a new one), after `after`
     std::vector<uint64_t> after;
+    uint64_t graph = 0;           // the graph it makes (`into`, or one named when it began)
+    std::unordered_map<size_t, std::pair<uint64_t, uint64_t>> memory;  // op -> a memory node's address, bytes
   };
   uint64_t newHandle(HandleKind kind);
   // The capture recording into `stream`, or nullptr when the stream runs work directly.
@@ -142,6 +146,7 @@ class SimBackend : public Backend {
     uint32_t cond_type = 0;
     std::vector<uint64_t> bodies;  // the graphs a conditional or child-graph node embeds (and owns)
     std::map<uint32_t, std::vector<uint8_t>> attributes;  // kernel nodes: launch attributes set (id -> value)
+    uint64_t mem_ptr = 0, mem_bytes = 0;  // memory nodes: the allocation's address and size (a free node: 0 bytes)
   };
   struct SimExec {
     std::vector<uint64_t> nodes;
@@ -179,6 +184,23 @@ class SimBackend : public Backend {
   char* enabledFlag(uint64_t exec, uint64_t node);  // an instantiation's switch for a node, if it has one
   std::function<void()>* execOp(uint64_t exec, uint64_t node, uint32_t type);  // an instantiation's work for a node
   static void setConditional(void* sim, unsigned long long handle, unsigned value);
+  // Graph memory (sim_graph_memory.cpp): each allocation node's host memory, made with the node and kept
+  // until the context ends; the device's graph reserve as CUDA keeps it: it grows to cover what live graph
+  // allocations use, and shrinks to that when trimmed.
+  struct GraphAllocation {
+    uint64_t bytes = 0;
+    bool live = false;
+  };
+  std::unordered_map<uint64_t, GraphAllocation> graph_allocations_;
+  uint64_t graph_used_ = 0, graph_used_high_ = 0, graph_reserved_ = 0, graph_reserved_high_ = 0;
+  Status graphAllocate(uint64_t bytes, uint64_t& ptr);
+  std::function<void()> graphAllocOp(uint64_t ptr);
+  std::function<void()> graphFreeOp(uint64_t ptr);
+  Status captureAllocation(Capture& c, uint64_t stream, AllocBytes bytes, NewAlloc& out);
+  Status streamFree(uint64_t ptr, uint64_t stream);  // cuMemFreeAsync of a graph allocation
+  bool isBody(uint64_t graph) const;        // a conditional node's body graph
+  bool hasMemoryNodes(uint64_t graph) const;
+  void clearGraphMemory();
   uint64_t next_capture_id_ = 1;
   std::vector<void*> plugins_;
 };

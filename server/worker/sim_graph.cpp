@@ -177,6 +177,7 @@ Status SimBackend::GraphAddEventNode(Graph g, GraphNodes deps, Event e, uint32_t
 Status SimBackend::GraphAddChildGraphNode(Graph g, GraphNodes deps, ChildGraph child, Created<GraphNode>& out) {
   std::vector<uint64_t> order;  // the child is copied as it is now, as CUDA does; the node owns the copy
   if (child.v == g.v || !topological(child.v, order)) return CUDA_ERROR_INVALID_VALUE;
+  if (hasMemoryNodes(child.v)) return CUDA_ERROR_NOT_SUPPORTED;  // as CUDA: a child graph holds no memory nodes
   std::unordered_map<uint64_t, uint64_t> copies;
   uint64_t embedded = cloneGraph(child.v, copies);
   addNode(g, deps, nullptr, out, CU_GRAPH_NODE_TYPE_GRAPH);

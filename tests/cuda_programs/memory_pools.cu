@@ -85,15 +85,20 @@ int main() {
   check(flags == cudaMemAccessFlagsProtReadWrite, "the pool is accessible from its device");
   CK(cudaMemPoolDestroy(pool));
 
-  // Inside a capture, stream-ordered allocation would make graph memory nodes, which gpool does not count
-  // against the lease yet: refused with a clear error, and the capture cannot be used.
+  // Inside a capture, cudaFreeAsync makes a free node, which frees graph allocations only (as CUDA says):
+  // memory from a pool is refused, and stays the program's to free (graph_memory.cu has the rest).
+  void* outside = nullptr;
+  CK(cudaMallocAsync(&outside, 1 << 20, s));
+  CK(cudaStreamSynchronize(s));
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  void* in_capture = nullptr;
-  cudaError_t e = cudaMallocAsync(&in_capture, 1 << 20, s);
-  check(e == cudaErrorStreamCaptureUnsupported, "cudaMallocAsync inside a capture is refused as not capturable");
+  cudaError_t e = cudaFreeAsync(outside, s);
+  check(e == cudaErrorInvalidValue, "cudaFreeAsync inside a capture refuses memory no graph allocated", cudaGetErrorName(e));
   cudaGraph_t g = nullptr;
-  check(cudaStreamEndCapture(s, &g) != cudaSuccess && g == nullptr, "the capture is invalidated, as CUDA does for what it cannot capture");
+  cudaStreamEndCapture(s, &g);
+  if (g) CK(cudaGraphDestroy(g));
   cudaGetLastError();
+  check(cudaFreeAsync(outside, s) == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess,
+        "after the capture the memory is still the program's, and frees");
   CK(cudaStreamDestroy(s));
   std::printf(failures ? "%d FAILED\n" : "ALL PASSED\n", failures);
   return failures ? 1 : 0;

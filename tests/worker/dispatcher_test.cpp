@@ -626,6 +626,50 @@ TEST(Dispatcher, GraphNodesBelongToTheirGraph) {
   EXPECT_TRUE(h.finish().clean);
 }
 
+// Graph memory: an allocation node's address is the client's while a graph or an instantiation holds the
+// node; a free node frees a graph allocation only (never plain memory or an interior pointer); nothing is
+// charged until a launch, which then charges the device's graph reserve, and stops at the lease's cap.
+TEST(Dispatcher, GraphAllocationsAreCheckedHeldAndChargedWhenTheyRun) {
+  Harness h;
+  test::RawClient c(*h.client);
+  auto graph = [&] { return std::get<0>(c.call<calls::GraphCreate>(0u).second).v; };
+  auto freeBytes = [&] { return std::get<0>(c.call<calls::MemGetInfo>().second).free; };
+  const uint64_t g = graph(), other = graph(), free_before = freeBytes();
+  EXPECT_EQ(c.call<calls::GraphAddMemAllocNode>(g, GraphNodes{}, GraphAllocBytes{0}).first, kInvalidValue);
+  auto [st, out] = c.call<calls::GraphAddMemAllocNode>(g, GraphNodes{}, GraphAllocBytes{1 << 20});
+  ASSERT_EQ(st, 0);
+  const uint64_t node = std::get<0>(out).v, a = std::get<1>(out).ptr;
+  EXPECT_EQ(freeBytes(), free_before);  // an allocation node holds nothing yet
+  const uint64_t plain = std::get<0>(c.call<calls::MemAlloc>(uint64_t{64}).second).ptr;
+  EXPECT_EQ(c.call<calls::GraphAddMemFreeNode>(g, GraphNodes{{node}}, GraphFreed{plain}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::GraphAddMemFreeNode>(g, GraphNodes{{node}}, GraphFreed{a + 8}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::GraphMemNodeGetParams>(other, node).first, kInvalidValue);  // g's node, named as other's
+  ASSERT_EQ(c.call<calls::GraphAddMemFreeNode>(g, GraphNodes{{node}}, GraphFreed{a}).first, 0);
+  EXPECT_EQ(c.call<calls::MemcpyHtoD>(DevWrite{a, Blob{"x", 1}}, uint64_t{0}, 0u).first, 0);  // the client's address
+  EXPECT_EQ(c.call<calls::MemFree>(plain).first, 0);
+  const uint64_t free_now = freeBytes();
+
+  const uint64_t exec = std::get<0>(c.call<calls::GraphInstantiate>(g, uint64_t{0}).second).v;
+  EXPECT_EQ(c.call<calls::GraphDestroy>(g).first, 0);  // the instantiation holds the node
+  c.post<calls::GraphLaunch>(exec, uint64_t{0});
+  EXPECT_EQ(c.call<calls::CtxSynchronize>().first, 0);
+  EXPECT_EQ(free_now - freeBytes(), 1u << 20);  // the reserve the launch left
+  EXPECT_EQ(c.call<calls::DeviceGraphMemTrim>().first, 0);
+  EXPECT_EQ(freeBytes(), free_now);
+  EXPECT_EQ(c.call<calls::MemcpyHtoD>(DevWrite{a, Blob{"x", 1}}, uint64_t{0}, 0u).first, 0);
+  EXPECT_EQ(c.call<calls::GraphExecDestroy>(exec).first, 0);
+  EXPECT_EQ(c.call<calls::MemcpyHtoD>(DevWrite{a, Blob{"x", 1}}, uint64_t{0}, 0u).first, kInvalidValue);  // no longer anyone's
+
+  // Larger than the lease may hold: made, but its launch fails out of memory (latched until the next wait).
+  auto [bst, big] = c.call<calls::GraphAddMemAllocNode>(other, GraphNodes{}, GraphAllocBytes{free_now + 1});
+  ASSERT_EQ(bst, 0);
+  const uint64_t big_exec = std::get<0>(c.call<calls::GraphInstantiate>(other, uint64_t{0}).second).v;
+  c.post<calls::GraphLaunch>(big_exec, uint64_t{0});
+  EXPECT_EQ(c.call<calls::CtxSynchronize>().first, kOutOfMemory);
+  EXPECT_EQ(freeBytes(), free_now);
+  EXPECT_TRUE(h.finish().clean);
+}
+
 // A conditional handle is its graph's; a conditional node's bodies are graphs the client may fill but
 // not destroy, and they end with the node or with its graph (nested bodies too). Listed and cloned nodes
 // are the listing's or the clone's graph's.

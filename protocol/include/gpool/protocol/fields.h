@@ -421,6 +421,26 @@ struct FreedAlloc {
   operator uint64_t() const { return ptr; }
   GPOOL_WIRE_FIELDS(ptr)
 };
+// Graph memory (graph_memory.h): the size of a graph's allocation node (request), the address and size
+// the node allocates at each launch (reply), and the graph allocation a free node frees (request). An
+// allocation node holds no memory until its graph runs: the lease is charged what the device reserves for
+// graphs, not the node's size.
+struct GraphAllocBytes {
+  uint64_t bytes = 0;
+  GraphAllocBytes() = default;
+  GraphAllocBytes(uint64_t b) : bytes(b) {}  // NOLINT
+  GPOOL_WIRE_FIELDS(bytes)
+};
+struct GraphAlloc {
+  uint64_t ptr = 0, bytes = 0;
+  GPOOL_WIRE_FIELDS(ptr, bytes)
+};
+struct GraphFreed {
+  uint64_t ptr = 0;
+  GraphFreed() = default;
+  GraphFreed(uint64_t p) : ptr(p) {}  // NOLINT
+  GPOOL_WIRE_FIELDS(ptr)
+};
 // Reply field: a module global's address and size; copies to and from it are legitimate until its
 // module is unloaded. Not counted against the lease.
 struct ModuleGlobal {
