@@ -538,7 +538,7 @@ class CudaBackend final : public Backend {
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     CUgraph g = nullptr;
     if (d_.cuStreamGetCaptureInfo_(stream_(stream), &st, nullptr, &g, nullptr, nullptr, nullptr) != CUDA_SUCCESS) return 0;
-    return st == CU_STREAM_CAPTURE_STATUS_ACTIVE ? reinterpret_cast<uint64_t>(g) : 0;
+    return st != CU_STREAM_CAPTURE_STATUS_NONE ? reinterpret_cast<uint64_t>(g) : 0;  // invalidated: until it ends
   }
   void graphMemory(uint64_t& used, uint64_t& reserved) override {
     cuuint64_t u = 0, r = 0;

@@ -29,7 +29,7 @@ Status Dispatcher::execute(typename C::in::tuple& ins, typename C::out::tuple& o
   if (st == cu::kSuccess) st = backend_.run(C{}, ins, outs);
   if (st == cu::kSuccess) checks_.commit(outs, scope);
   else checks_.abandon(scope);
-  afterCall<C>(ins, st, headroom);
+  afterCall<C>(ins, st, scope, headroom);
   return st;
 }
 
@@ -40,6 +40,8 @@ Status Dispatcher::beforeCall(typename C::in::tuple& ins, CallScope& s, uint64_t
     s.capture = captureOf(std::get<1>(ins));
   } else if constexpr (std::is_same_v<C, calls::MemAllocFromPoolAsync>) {
     s.capture = captureOf(std::get<2>(ins));
+  } else if constexpr (std::is_same_v<C, calls::StreamEndCapture>) {
+    s.capture = captureOf(std::get<0>(ins));
   } else if constexpr (std::is_same_v<C, calls::GraphLaunch>) {
     if (!graph_memory_.active()) return cu::kSuccess;
     uint64_t used = 0, reserved = 0;
@@ -52,9 +54,13 @@ Status Dispatcher::beforeCall(typename C::in::tuple& ins, CallScope& s, uint64_t
 }
 
 template <typename C>
-void Dispatcher::afterCall(typename C::in::tuple& ins, Status st, uint64_t headroom) {
+void Dispatcher::afterCall(typename C::in::tuple& ins, Status st, const CallScope& s, uint64_t headroom) {
   namespace calls = proto::calls;
-  if constexpr (std::is_same_v<C, calls::GraphLaunch>) {
+  if constexpr (std::is_same_v<C, calls::StreamEndCapture>) {
+    // An invalidated capture's new graph is gone, with the allocation nodes it had (a graph captured into
+    // stays the client's, and holds them until destroyed).
+    if (st != cu::kSuccess && s.capture && !table_.has(HandleKind::kGraph, s.capture)) graph_memory_.release(s.capture);
+  } else if constexpr (std::is_same_v<C, calls::GraphLaunch>) {
     if (st == cu::kSuccess) graph_memory_.launched(std::get<0>(ins).v);
     settleGraphMemory(headroom);
   } else if constexpr (std::is_same_v<C, calls::GraphExecDestroy> || std::is_same_v<C, calls::GraphDestroy> ||

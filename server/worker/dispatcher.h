@@ -73,7 +73,7 @@ class Dispatcher {
   template <typename C>
   Status beforeCall(typename C::in::tuple& ins, CallScope& s, uint64_t& headroom);
   template <typename C>
-  void afterCall(typename C::in::tuple& ins, Status st, uint64_t headroom);
+  void afterCall(typename C::in::tuple& ins, Status st, const CallScope& s, uint64_t headroom);
   uint64_t captureOf(proto::Stream stream);
   void settleGraphMemory(uint64_t headroom = 0);
 

@@ -117,8 +117,8 @@ Status SimBackend::DeviceGraphMemResetHigh(uint32_t attr) {
 }
 
 uint64_t SimBackend::captureGraph(uint64_t stream) {
-  Capture* c = capturing(stream);
-  return c && !c->invalidated ? c->graph : 0;
+  Capture* c = capturing(stream);  // an invalidated capture still has its graph, until it ends
+  return c ? c->graph : 0;
 }
 
 void SimBackend::graphMemory(uint64_t& used, uint64_t& reserved) {

@@ -670,6 +670,23 @@ TEST(Dispatcher, GraphAllocationsAreCheckedHeldAndChargedWhenTheyRun) {
   EXPECT_TRUE(h.finish().clean);
 }
 
+// A stream-ordered allocation inside a capture is an allocation node of the capture's graph: its address
+// is the client's while that graph is, and goes with a capture that ends invalidated.
+TEST(Dispatcher, CapturedAllocationsGoWithAnInvalidatedCapture) {
+  Harness h;
+  test::RawClient c(*h.client);
+  const uint64_t s = std::get<0>(c.call<calls::StreamCreate>(0u, 0).second).v;
+  ASSERT_EQ(c.call<calls::StreamBeginCapture>(s, 0u).first, 0);
+  auto [st, out] = c.call<calls::MemAllocAsync>(uint64_t{4096}, s);
+  ASSERT_EQ(st, 0);
+  const uint64_t a = std::get<0>(out).ptr;
+  EXPECT_EQ(c.call<calls::Memset>(DevFill{a, 1, 4096}, 0u, s, 1u).first, 0);  // captured
+  EXPECT_NE(c.call<calls::MemcpyHtoD>(DevWrite{a, Blob{"x", 1}}, s, 1u).first, 0);  // not capturable: invalidates
+  EXPECT_NE(c.call<calls::StreamEndCapture>(s).first, 0);
+  EXPECT_EQ(c.call<calls::MemcpyHtoD>(DevWrite{a, Blob{"x", 1}}, uint64_t{0}, 0u).first, kInvalidValue);  // no one's now
+  EXPECT_TRUE(h.finish().clean);
+}
+
 // A conditional handle is its graph's; a conditional node's bodies are graphs the client may fill but
 // not destroy, and they end with the node or with its graph (nested bodies too). Listed and cloned nodes
 // are the listing's or the clone's graph's.
