@@ -53,7 +53,6 @@ REFUSED = [
     (r"^cu(GL|EGL|VDPAU|Graphics|D3D|WGL)", "graphics interoperability: the GPU is on another machine, with no display"),
     (r"^cu(Array|Mipmapped|Tex|Surf)|Array|^cuMemcpy(AtoA|AtoD|AtoH|DtoA|HtoA)|^cuMemcpy3DPeer", "texture and surface references, sparse arrays and array memory requirements are not forwarded (arrays, mipmapped arrays, texture and surface objects are)"),
     (r"^cuGraph.*ExternalSemaphores", "external semaphores (Vulkan/D3D) are not supported"),
-    (r"^cuUserObject|^cuGraph(Retain|Release)UserObject", "user objects (destructors a graph runs when it lets go) are not forwarded yet"),
     (r"^cuGraph", "batch memory-operation graph nodes are not forwarded yet"),
     (r"ShareableHandle|^cuMemPoolExport|^cuMemPoolImport", "sharing pools and VMM handles between processes is not forwarded yet"),
     (r"^cuExternal|^cuImportExternal|^cuDestroyExternal|^cuSignalExternal|^cuWaitExternal", "external memory and semaphores (Vulkan/D3D) are not supported"),

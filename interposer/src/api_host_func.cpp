@@ -91,12 +91,12 @@ CUresult launch(uint64_t stream, std::function<void()> fn) {
 
 }  // namespace
 
-CUresult gpool::client::hostFunctionId(std::function<void()> fn, uint64_t& id) {
+CUresult gpool::client::hostFunctionId(std::function<void()> fn, uint64_t& id, bool once) {
   GPOOL_CONN(conn);
   if (CUresult r = openChannel(conn)) return r;
   std::lock_guard lock(g_mu);
   id = g_next_id++;
-  g_pending[id] = Pending{std::move(fn), true};
+  g_pending[id] = Pending{std::move(fn), !once};
   return CUDA_SUCCESS;
 }
 

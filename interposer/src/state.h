@@ -198,8 +198,9 @@ CUresult managedBeforeDeviceWork();
 CUresult managedAtSync();
 bool isManaged(uint64_t p);
 bool freeManaged(uint64_t p, CUresult& result);
-// A host function that runs whenever the worker says so, for good (a graph's host node; api_host_func.cpp).
-CUresult hostFunctionId(std::function<void()> fn, uint64_t& id);
+// A host function that runs whenever the worker says so: for good (a graph's host node), or `once` (a user
+// object's destructor). api_host_func.cpp.
+CUresult hostFunctionId(std::function<void()> fn, uint64_t& id, bool once = false);
 // Writes empty logs into the log buffers among JIT options (api_link.cpp).
 void clearJitLogs(unsigned n, const CUjit_option* ids, void* const* values);
 // After a context reset, the files that keep their own per-handle state forget it.

@@ -68,7 +68,8 @@ constexpr const char* kHostCopyInCapture = "copies between client memory and the
   F(cuTexObjectDestroy) F(cuSurfObjectCreate) F(cuSurfObjectDestroy) F(cuStreamSetAttribute)          \
   F(cuStreamGetAttribute) F(cuStreamCopyAttributes) F(cuMipmappedArrayCreate) F(cuMipmappedArrayGetLevel)   \
   F(cuMipmappedArrayDestroy) F(cuGraphAddMemAllocNode) F(cuGraphAddMemFreeNode) F(cuGraphMemAllocNodeGetParams)       \
-  F(cuGraphMemFreeNodeGetParams) F(cuDeviceGraphMemTrim) F(cuDeviceGetGraphMemAttribute) F(cuDeviceSetGraphMemAttribute)
+  F(cuGraphMemFreeNodeGetParams) F(cuDeviceGraphMemTrim) F(cuDeviceGetGraphMemAttribute) F(cuDeviceSetGraphMemAttribute) \
+  F(cuUserObjectCreate) F(cuUserObjectRetain) F(cuUserObjectRelease) F(cuGraphRetainUserObject) F(cuGraphReleaseUserObject)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -413,6 +414,24 @@ class CudaBackend final : public Backend {
     if (r == CUDA_SUCCESS) arg.release();  // the callback frees it
     return r;
   }
+
+  // User objects: the destructor is the client's host function `id`, run once when the driver drops the
+  // last reference (on a thread of the driver's; it only tells the client, and calls no CUDA).
+  Status UserObjectCreate(uint64_t id, NewRefs refs, Created<UserObject>& out) {
+    auto arg = std::make_unique<HostFuncArg>(HostFuncArg{&callbacks_, id});
+    CUuserObject obj = nullptr;
+    CUresult r = d_.cuUserObjectCreate_(&obj, arg.get(), &hostFuncOnce, refs.count, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
+    if (r == CUDA_SUCCESS) arg.release();  // the destructor frees it
+    out = reinterpret_cast<uint64_t>(obj);
+    return r;
+  }
+  static CUuserObject object_(const UserObject& o) { return reinterpret_cast<CUuserObject>(o.v); }
+  Status UserObjectRetain(RefsAdded r) { return d_.cuUserObjectRetain_(object_(r.obj), r.count); }
+  Status UserObjectRelease(RefsReleased r) { return d_.cuUserObjectRelease_(object_(r.obj), r.count); }
+  Status GraphRetainUserObject(Graph g, RefsAdded r) {
+    return d_.cuGraphRetainUserObject_(graph_(g), object_(r.obj), r.count, r.move ? CU_GRAPH_USER_OBJECT_MOVE : 0);
+  }
+  Status GraphReleaseUserObject(Graph g, RefsReleased r) { return d_.cuGraphReleaseUserObject_(graph_(g), object_(r.obj), r.count); }
 
   // Explicit graph construction. Node arguments are copied by the driver when a node is added or set.
   static CUgraph graph_(uint64_t g) { return reinterpret_cast<CUgraph>(g); }

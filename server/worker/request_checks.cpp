@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 namespace gpool::worker {
@@ -284,6 +285,32 @@ Status RequestChecks::admit(proto::FreedAlloc& f, CallScope& s) {
 Status RequestChecks::admit(proto::GraphFreed& f, CallScope& s) {
   if (!graph_memory_.isAllocation(f.ptr)) return cu::kInvalidValue;  // a free node frees a graph allocation only
   s.effects.push_back([this, g = s.graph, p = f.ptr] { graph_memory_.addFree(g, p); });
+  return cu::kSuccess;
+}
+
+// User objects (user_object_refs.h): counts of 1..INT_MAX; a holder gives back at most what it holds.
+namespace {
+constexpr uint32_t kMaxRefs = INT32_MAX;
+}  // namespace
+
+Status RequestChecks::admit(proto::NewRefs& r, CallScope& s) {
+  if (r.count == 0 || r.count > kMaxRefs) return cu::kInvalidValue;
+  s.refs = r.count;
+  return cu::kSuccess;
+}
+
+Status RequestChecks::admit(proto::RefsAdded& r, CallScope& s) {
+  if (!user_objects_.known(r.obj.v)) return cu::kInvalidHandle;
+  if (r.count == 0 || r.count > kMaxRefs || r.move > 1 || (r.move && !s.graph)) return cu::kInvalidValue;
+  if (r.move && user_objects_.held(r.obj.v, 0) < r.count) return cu::kInvalidValue;  // moves only what the client has
+  s.effects.push_back([this, r, g = s.graph] { user_objects_.add(r.obj.v, g, r.count, r.move != 0); });
+  return cu::kSuccess;
+}
+
+Status RequestChecks::admit(proto::RefsReleased& r, CallScope& s) {
+  if (!user_objects_.known(r.obj.v)) return cu::kInvalidHandle;
+  if (r.count == 0 || r.count > kMaxRefs || user_objects_.held(r.obj.v, s.graph) < r.count) return cu::kInvalidValue;
+  s.effects.push_back([this, r, g = s.graph] { user_objects_.release(r.obj.v, g, r.count); });
   return cu::kSuccess;
 }
 

@@ -13,6 +13,7 @@
 #include "graph_memory.h"
 #include "handle_table.h"
 #include "memory_ledger.h"
+#include "user_object_refs.h"
 
 namespace gpool::worker {
 
@@ -30,6 +31,7 @@ struct CallScope {
   proto::ArrayShape array;                          // the shape of the array a Created<Array> hands out
   proto::MipmapShape mipmap;                        // the shape of the mipmap a Created<MipmappedArray> hands out
   uint64_t capture = 0;                             // the graph a stream-ordered allocation or free is captured into
+  uint64_t refs = 0;                                // a new user object's references
 };
 
 template <typename T>
@@ -58,6 +60,7 @@ class RequestChecks {
       else if (kind == HandleKind::kMipmappedArray) ledger_.release(table_.releaseMipmap(h));
       else table_.remove(kind, h);
       if (kind == HandleKind::kGraph || kind == HandleKind::kGraphExec) graph_memory_.release(h);
+      if (kind == HandleKind::kGraph) user_objects_.graphGone(h);
     }
     for (auto& effect : s.effects) effect();
     if (s.freed) {
@@ -116,6 +119,7 @@ class RequestChecks {
     s.effects.push_back([this] {
       table_.resetContext();
       graph_memory_.clear();
+      user_objects_.clear();
       ledger_.clear();
     });
     return proto::cu::kSuccess;
@@ -140,6 +144,9 @@ class RequestChecks {
   proto::Status admit(proto::FreedAlloc& f, CallScope& s);
   proto::Status admit(proto::GraphAllocBytes& b, CallScope&) { return b.bytes ? proto::cu::kSuccess : proto::cu::kInvalidValue; }
   proto::Status admit(proto::GraphFreed& f, CallScope& s);
+  proto::Status admit(proto::NewRefs& r, CallScope& s);
+  proto::Status admit(proto::RefsAdded& r, CallScope& s);
+  proto::Status admit(proto::RefsReleased& r, CallScope& s);
 
   template <typename T>
   void record(T&, CallScope&) {}  // reply fields that hand nothing out
@@ -157,12 +164,16 @@ class RequestChecks {
     } else if constexpr (K == HandleKind::kMipmappedArray) {
       table_.addMipmap(h.v, s.mipmap, s.reserved);
       s.reserved = 0;
+    } else if constexpr (K == HandleKind::kUserObject) {
+      user_objects_.created(h.v, s.refs);  // counted there, not in the table
     } else if (K != HandleKind::kGraph || !table_.has(K, h.v)) {  // a graph captured into keeps its owner
       table_.add(K, h.v, s.owner);
     }
     // An instantiation, or a clone, holds its graph's memory nodes.
     if constexpr (K == HandleKind::kGraphExec || K == HandleKind::kGraph)
       if (s.graph) graph_memory_.copyHolder(s.graph, h.v);
+    if constexpr (K == HandleKind::kGraph)  // a clone holds its graph's user object references
+      if (s.graph) user_objects_.copyGraph(s.graph, h.v);
   }
   void record(proto::Created<proto::VaRange>& r, CallScope&) { table_.addReservation(r.ptr, r.size); }
   void record(proto::Created<proto::GraphNodes>& n, CallScope& s) {
@@ -187,6 +198,7 @@ class RequestChecks {
   HandleTable& table_;
   MemoryLedger& ledger_;
   GraphMemory& graph_memory_;
+  UserObjectRefs user_objects_;
 };
 
 template <HandleKind K>

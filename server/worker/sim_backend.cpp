@@ -177,6 +177,8 @@ Status SimBackend::CtxReset(ResetAll) {
   default_pool_ = current_pool_ = 0;
   links_.clear();
   clearGraphMemory();
+  user_objects_.clear();  // as the driver, at a reset: no destructor runs
+  object_refs_.clear();
   return CUDA_SUCCESS;
 }
 

@@ -201,6 +201,17 @@ class SimBackend : public Backend {
   bool isBody(uint64_t graph) const;        // a conditional node's body graph
   bool hasMemoryNodes(uint64_t graph) const;
   void clearGraphMemory();
+  // User objects (sim_user_objects.cpp): references held by the client, by graphs and by instantiations
+  // (which take their graph's); the destructor, the client's host function, runs when the last goes.
+  struct SimUserObject {
+    uint64_t id = 0;  // the destructor's host function
+    uint64_t refs = 0;
+  };
+  std::unordered_map<uint64_t, SimUserObject> user_objects_;
+  std::unordered_map<uint64_t, std::map<uint64_t, uint64_t>> object_refs_;  // graph or instantiation -> object -> refs
+  void dropObjectRefs(uint64_t obj, uint64_t count);
+  void copyObjectRefs(uint64_t from, uint64_t to);  // a clone or an instantiation takes its graph's
+  void releaseObjectRefs(uint64_t holder);          // a graph or an instantiation is destroyed
   uint64_t next_capture_id_ = 1;
   std::vector<void*> plugins_;
 };

@@ -248,6 +248,7 @@ Status SimBackend::GraphTopology(Graph g, Created<GraphNodes>& nodes, std::vecto
 Status SimBackend::GraphClone(Graph g, Created<Graph>& out) {
   std::unordered_map<uint64_t, uint64_t> copies;
   out = cloneGraph(g.v, copies);
+  copyObjectRefs(g.v, out.v);
   return CUDA_SUCCESS;
 }
 
@@ -261,6 +262,7 @@ Status SimBackend::GraphNodeFindInClone(Graph, GraphNode node, Graph clone, Crea
 }
 
 void SimBackend::destroyGraph(uint64_t graph) {
+  releaseObjectRefs(graph);
   for (uint64_t n : graphs_[graph]) {
     for (uint64_t body : nodes_[n].bodies) destroyGraph(body);
     nodes_.erase(n);
@@ -464,6 +466,8 @@ Status SimBackend::GraphExecUpdate(GraphExec exec, Graph g, uint32_t& result) {
     return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
   }
   e = std::move(updated);
+  releaseObjectRefs(exec.v);  // as CUDA: the instantiation now holds the new graph's references
+  copyObjectRefs(g.v, exec.v);
   result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
   return CUDA_SUCCESS;
 }
@@ -473,6 +477,7 @@ Status SimBackend::GraphInstantiate(Graph graph, uint64_t, Created<GraphExec>& e
   if (!instantiate(graph.v, e)) return CUDA_ERROR_INVALID_VALUE;  // a cycle
   exec = newHandle(HandleKind::kGraphExec);
   execs_[exec.v] = std::move(e);
+  copyObjectRefs(graph.v, exec.v);
   return CUDA_SUCCESS;
 }
 
@@ -492,6 +497,7 @@ Status SimBackend::GraphUpload(GraphExec, Stream) { return CUDA_SUCCESS; }
 
 Status SimBackend::GraphExecDestroy(Released<GraphExec> exec) {
   execs_.erase(exec.v);
+  releaseObjectRefs(exec.v);
   return CUDA_SUCCESS;
 }
 

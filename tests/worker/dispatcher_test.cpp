@@ -687,6 +687,33 @@ TEST(Dispatcher, CapturedAllocationsGoWithAnInvalidatedCapture) {
   EXPECT_TRUE(h.finish().clean);
 }
 
+// User objects: counts are 1..INT_MAX, nobody gives back more references than it holds (the client, or
+// the graph the call names), a move takes only what the client has, and an object nobody holds is gone.
+TEST(Dispatcher, UserObjectReferencesAreCountedPerHolder) {
+  Harness h;
+  test::RawClient c(*h.client);
+  EXPECT_EQ(c.call<calls::UserObjectCreate>(uint64_t{7}, NewRefs{0}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::UserObjectCreate>(uint64_t{7}, NewRefs{0x80000000u}).first, kInvalidValue);
+  auto [st, out] = c.call<calls::UserObjectCreate>(uint64_t{7}, NewRefs{2});
+  ASSERT_EQ(st, 0);
+  const uint64_t obj = std::get<0>(out).v;
+  auto graph = [&] { return std::get<0>(c.call<calls::GraphCreate>(0u).second).v; };
+  const uint64_t a = graph(), b = graph();
+  EXPECT_EQ(c.call<calls::UserObjectRelease>(RefsReleased{obj + 1, 1}).first, kInvalidHandle);  // forged
+  EXPECT_EQ(c.call<calls::UserObjectRelease>(RefsReleased{obj, 3}).first, kInvalidValue);       // holds 2
+  EXPECT_EQ(c.call<calls::UserObjectRetain>(RefsAdded{obj, 1, 1}).first, kInvalidValue);         // a move needs a graph
+  EXPECT_EQ(c.call<calls::GraphRetainUserObject>(a, RefsAdded{obj, 3, 1}).first, kInvalidValue); // moves more than it has
+  EXPECT_EQ(c.call<calls::GraphRetainUserObject>(a, RefsAdded{obj, 2, 1}).first, 0);             // the client holds none now
+  EXPECT_EQ(c.call<calls::UserObjectRelease>(RefsReleased{obj, 1}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::GraphReleaseUserObject>(b, RefsReleased{obj, 1}).first, kInvalidValue);  // a's, not b's
+  EXPECT_EQ(c.call<calls::GraphReleaseUserObject>(a, RefsReleased{obj, 3}).first, kInvalidValue);
+  EXPECT_EQ(c.call<calls::GraphRetainUserObject>(b, RefsAdded{obj, 1, 0}).first, 0);
+  EXPECT_EQ(c.call<calls::GraphReleaseUserObject>(a, RefsReleased{obj, 2}).first, 0);
+  EXPECT_EQ(c.call<calls::GraphDestroy>(b).first, 0);  // the last holder
+  EXPECT_EQ(c.call<calls::UserObjectRetain>(RefsAdded{obj, 1, 0}).first, kInvalidHandle);  // gone
+  EXPECT_TRUE(h.finish().clean);
+}
+
 // A conditional handle is its graph's; a conditional node's bodies are graphs the client may fill but
 // not destroy, and they end with the node or with its graph (nested bodies too). Listed and cloned nodes
 // are the listing's or the clone's graph's.

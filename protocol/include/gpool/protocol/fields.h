@@ -23,6 +23,7 @@ enum class HandleKind : uint8_t {
   kTexObject,    // a CUtexObject: a value kernels take as an argument (never marked: interposer/src/handle_tags.h)
   kSurfObject,   // a CUsurfObject: likewise
   kMipmappedArray,  // a CUmipmappedArray: its levels are arrays it owns
+  kUserObject,      // a CUuserObject: a destructor that runs on the client when its last reference goes
 };
 
 // A handle of kind K that this worker handed out earlier (streams: also 0, 1 and 2, the legacy and
@@ -420,6 +421,26 @@ struct FreedAlloc {
   FreedAlloc(uint64_t p) : ptr(p) {}  // NOLINT
   operator uint64_t() const { return ptr; }
   GPOOL_WIRE_FIELDS(ptr)
+};
+// User objects (server/worker/user_object_refs.h): a new object's references (1..INT_MAX), and references
+// added to or given back by their holder: the client, or the graph the call names (`move`: the graph takes
+// them from the client's). Nobody gives back more than it holds.
+using UserObject = Handle<HandleKind::kUserObject>;
+struct NewRefs {
+  uint32_t count = 0;
+  NewRefs() = default;
+  NewRefs(uint32_t c) : count(c) {}  // NOLINT
+  GPOOL_WIRE_FIELDS(count)
+};
+struct RefsAdded {
+  UserObject obj;
+  uint32_t count = 0, move = 0;
+  GPOOL_WIRE_FIELDS(obj, count, move)
+};
+struct RefsReleased {
+  UserObject obj;
+  uint32_t count = 0;
+  GPOOL_WIRE_FIELDS(obj, count)
 };
 // Graph memory (graph_memory.h): the size of a graph's allocation node (request), the address and size
 // the node allocates at each launch (reply), and the graph allocation a free node frees (request). An
