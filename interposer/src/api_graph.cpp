@@ -2,6 +2,10 @@
 // calls the client sends, and lives there; the client holds its handle. While no capture is under way
 // in this process (the usual case) capture-status queries are answered locally, with no round trip.
 // Building graphs node by node is api_graph_build.cpp; questions about a graph's shape, api_graph_query.cpp.
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
 #include "graph_nodes.h"
 
 using namespace gpool::client;
@@ -62,17 +66,68 @@ CUresult captureInfo(uint64_t s, CUstreamCaptureStatus* status, cuuint64_t* id) 
   return CUDA_SUCCESS;
 }
 
-// The _v2/_v3 forms also report the capture graph and its open dependencies. The graph lives on the
-// worker and cannot be edited from here, so they are reported as absent.
+// The _v2/_v3 forms also report the capture's graph and the nodes the stream's next work will follow (NCCL
+// adds nodes to the graph after them), asked of the worker. The arrays are this library's, per stream,
+// and last until the next such question about the stream, as CUDA's do. Every edge is a plain one.
+struct CaptureDeps {
+  std::vector<CUgraphNode> nodes;
+  std::vector<CUgraphEdgeData> edges;
+};
+std::mutex g_deps_mu;
+std::unordered_map<uint64_t, CaptureDeps> g_deps;  // stream -> its latest answer
+
+CUresult captureState(Connection* conn, uint64_t s, gpool::proto::CaptureState& state) {
+  calls::StreamCaptureState::out::tuple r;
+  int st = conn->call<calls::StreamCaptureState>(r, s);
+  state = std::get<0>(r);
+  return static_cast<CUresult>(st);
+}
+
+// The nodes a capture names, so later calls may name them (cuGraphNodeGetType, edges to them).
+void rememberNodes(const gpool::proto::CaptureState& state) {
+  if (state.types.size() != state.deps.v.size()) return;
+  std::lock_guard lock(graphNodes().mu);
+  for (size_t i = 0; i < state.deps.v.size(); ++i) {
+    auto [it, fresh] = graphNodes().nodes.try_emplace(state.deps.v[i]);
+    if (!fresh) continue;
+    it->second.graph = state.graph.v;
+    it->second.type = static_cast<CUgraphNodeType>(state.types[i]);
+  }
+}
+
 CUresult captureInfoEx(uint64_t s, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
                        const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* ndeps) {
-  CUresult r = captureInfo(s, status, id);
-  if (r != CUDA_SUCCESS) return r;
-  if (graph) *graph = nullptr;
-  if (deps) *deps = nullptr;
-  if (edges) *edges = nullptr;
-  if (ndeps) *ndeps = 0;
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN(conn);
+  gpool::proto::CaptureState state;
+  if (State::get().active_captures > 0)
+    if (CUresult r = captureState(conn, s, state)) return r;
+  *status = static_cast<CUstreamCaptureStatus>(state.status);
+  if (id) *id = state.id;
+  if (graph) *graph = reinterpret_cast<CUgraph>(state.graph.v);
+  rememberNodes(state);
+  std::lock_guard lock(g_deps_mu);
+  CaptureDeps& kept = g_deps[s];
+  kept.nodes.clear();
+  for (uint64_t n : state.deps.v) kept.nodes.push_back(reinterpret_cast<CUgraphNode>(n));
+  kept.edges.assign(kept.nodes.size(), CUgraphEdgeData{});
+  if (deps) *deps = kept.nodes.empty() ? nullptr : kept.nodes.data();
+  if (edges) *edges = kept.edges.empty() ? nullptr : kept.edges.data();
+  if (ndeps) *ndeps = kept.nodes.size();
   return CUDA_SUCCESS;
+}
+
+// Sets or adds to the nodes a capturing stream's next work follows; they must be its capture graph's.
+CUresult updateCaptureDeps(uint64_t s, CUgraphNode* deps, const CUgraphEdgeData* edges, size_t n, unsigned flags) {
+  if ((n && !deps) || flags > CU_STREAM_SET_CAPTURE_DEPENDENCIES) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; edges && i < n; ++i)
+    if (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || edges[i].from_port || edges[i].to_port) return CUDA_ERROR_NOT_SUPPORTED;
+  GPOOL_CONN(conn);
+  gpool::proto::CaptureState state;
+  if (State::get().active_captures > 0)
+    if (CUresult r = captureState(conn, s, state)) return r;
+  if (state.status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_ERROR_ILLEGAL_STATE;
+  return static_cast<CUresult>(conn->call<calls::StreamUpdateCaptureDeps>(s, state.graph.v, graphDeps(deps, n), uint32_t{flags}));
 }
 
 // Each instantiation's flags, which cuGraphExecGetFlags answers.
@@ -156,6 +211,21 @@ GPOOL_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCapture
                                                      CUgraph* graph, const CUgraphNode** deps,
                                                      const CUgraphEdgeData** edges, size_t* ndeps) {
   GPOOL_TRY return captureInfoEx(streamArg(s, true), status, id, graph, deps, edges, ndeps); GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuStreamUpdateCaptureDependencies(CUstream s, CUgraphNode* deps, size_t n, unsigned flags) {
+  GPOOL_TRY return updateCaptureDeps(streamArg(s, false), deps, nullptr, n, flags); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream s, CUgraphNode* deps, size_t n, unsigned flags) {
+  GPOOL_TRY return updateCaptureDeps(streamArg(s, true), deps, nullptr, n, flags); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream s, CUgraphNode* deps, const CUgraphEdgeData* edges, size_t n,
+                                                          unsigned flags) {
+  GPOOL_TRY return updateCaptureDeps(streamArg(s, false), deps, edges, n, flags); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream s, CUgraphNode* deps, const CUgraphEdgeData* edges,
+                                                               size_t n, unsigned flags) {
+  GPOOL_TRY return updateCaptureDeps(streamArg(s, true), deps, edges, n, flags); GPOOL_CATCH
 }
 
 // The mode is per thread here; the worker executes on one thread and takes the mode of the latest call,

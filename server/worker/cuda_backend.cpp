@@ -69,7 +69,8 @@ constexpr const char* kHostCopyInCapture = "copies between client memory and the
   F(cuStreamGetAttribute) F(cuStreamCopyAttributes) F(cuMipmappedArrayCreate) F(cuMipmappedArrayGetLevel)   \
   F(cuMipmappedArrayDestroy) F(cuGraphAddMemAllocNode) F(cuGraphAddMemFreeNode) F(cuGraphMemAllocNodeGetParams)       \
   F(cuGraphMemFreeNodeGetParams) F(cuDeviceGraphMemTrim) F(cuDeviceGetGraphMemAttribute) F(cuDeviceSetGraphMemAttribute) \
-  F(cuUserObjectCreate) F(cuUserObjectRetain) F(cuUserObjectRelease) F(cuGraphRetainUserObject) F(cuGraphReleaseUserObject)
+  F(cuUserObjectCreate) F(cuUserObjectRetain) F(cuUserObjectRelease) F(cuGraphRetainUserObject) F(cuGraphReleaseUserObject) \
+  F(cuStreamUpdateCaptureDependencies)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -1238,6 +1239,31 @@ class CudaBackend final : public Backend {
     status = st;
     id = capture_id;
     return r;
+  }
+  Status StreamCaptureState(Stream stream, CaptureState& out) {
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t id = 0;
+    CUgraph g = nullptr;
+    const CUgraphNode* deps = nullptr;
+    size_t n = 0;
+    // No edge data asked: the driver answers CUDA_ERROR_LOSSY_QUERY where an edge is not a plain one.
+    CUresult r = d_.cuStreamGetCaptureInfo_(stream_(stream), &st, &id, &g, &deps, nullptr, &n);
+    out = CaptureState{};
+    if (r != CUDA_SUCCESS) return r;
+    out.status = st;
+    out.id = id;
+    out.graph = reinterpret_cast<uint64_t>(g);
+    for (size_t i = 0; deps && i < n; ++i) {
+      CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+      if ((r = d_.cuGraphNodeGetType_(deps[i], &type)) != CUDA_SUCCESS) return r;
+      out.deps.v.push_back(reinterpret_cast<uint64_t>(deps[i]));
+      out.types.push_back(type);
+    }
+    return CUDA_SUCCESS;
+  }
+  Status StreamUpdateCaptureDeps(Stream stream, Graph, GraphNodes deps, uint32_t flags) {
+    auto d = nodes_(deps);
+    return d_.cuStreamUpdateCaptureDependencies_(stream_(stream), d.data(), nullptr, d.size(), flags);
   }
   Status ThreadCaptureMode(uint32_t mode) {
     if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;

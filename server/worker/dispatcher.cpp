@@ -57,9 +57,7 @@ template <typename C>
 void Dispatcher::afterCall(typename C::in::tuple& ins, Status st, const CallScope& s, uint64_t headroom) {
   namespace calls = proto::calls;
   if constexpr (std::is_same_v<C, calls::StreamEndCapture>) {
-    // An invalidated capture's new graph is gone, with the allocation nodes it had (a graph captured into
-    // stays the client's, and holds them until destroyed).
-    if (st != cu::kSuccess && s.capture && !table_.has(HandleKind::kGraph, s.capture)) graph_memory_.release(s.capture);
+    if (s.capture) checks_.captureEnded(s.capture, st == cu::kSuccess);
   } else if constexpr (std::is_same_v<C, calls::GraphLaunch>) {
     if (st == cu::kSuccess) graph_memory_.launched(std::get<0>(ins).v);
     settleGraphMemory(headroom);

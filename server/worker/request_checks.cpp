@@ -365,6 +365,23 @@ void RequestChecks::record(proto::NewAlloc& a, CallScope& s) {
   table_.addRange(DeviceRange{a.ptr, a.bytes, RangeKind::kAllocation, 0});
 }
 
+void RequestChecks::record(proto::CaptureState& c, CallScope&) {
+  if (!c.graph.v || c.types.size() != c.deps.v.size()) return;
+  if (!table_.has(HandleKind::kGraph, c.graph.v)) {  // a capture's own graph, named before it ends
+    table_.add(HandleKind::kGraph, c.graph.v);
+    capture_graphs_.insert(c.graph.v);
+  }
+  for (uint64_t n : c.deps.v) table_.add(HandleKind::kGraphNode, n, c.graph.v);
+}
+
+void RequestChecks::captureEnded(uint64_t graph, bool made) {
+  const bool named = capture_graphs_.erase(graph) != 0;
+  if (made || (table_.has(HandleKind::kGraph, graph) && !named)) return;  // kept, or captured into
+  table_.remove(HandleKind::kGraph, graph);
+  graph_memory_.release(graph);
+  user_objects_.graphGone(graph);
+}
+
 void RequestChecks::record(proto::ModuleGlobal& g, CallScope& s) {
   if (g.bytes == 0 || table_.allocationAt(g.ptr)) return;  // never let a global shadow an allocation
   table_.addRange(DeviceRange{g.ptr, g.bytes, RangeKind::kGlobal, s.owner});

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 #include <type_traits>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -69,6 +70,10 @@ class RequestChecks {
     }
     ledger_.release(s.reserved);  // a reservation no reply field took
   }
+  // A capture ended (StreamEndCapture) with or without its graph: a graph made by a capture that failed is
+  // gone, with what it held, unless it is one the client captured into.
+  void captureEnded(uint64_t graph, bool made);
+
   // After the backend failed (or a check did): gives back what was reserved.
   void abandon(CallScope& s) { ledger_.release(s.reserved); }
 
@@ -185,6 +190,7 @@ class RequestChecks {
   void record(proto::Created<proto::ModuleRef>& m, CallScope&);
   void record(proto::NewAlloc& a, CallScope& s);
   void record(proto::GraphAlloc& a, CallScope& s) { graph_memory_.addAllocation(s.graph, a.ptr, a.bytes); }
+  void record(proto::CaptureState& c, CallScope&);
   void record(proto::ModuleGlobal& g, CallScope& s);
   void record(proto::MemView& m, CallScope&) { ledger_.view(m); }
   void record(proto::IpcMapping& m, CallScope&) { table_.addRange(DeviceRange{m.ptr, m.bytes, RangeKind::kIpc, 0}); }
@@ -199,6 +205,7 @@ class RequestChecks {
   MemoryLedger& ledger_;
   GraphMemory& graph_memory_;
   UserObjectRefs user_objects_;
+  std::unordered_set<uint64_t> capture_graphs_;  // graphs recorded while their capture lasts (CaptureState)
 };
 
 template <HandleKind K>

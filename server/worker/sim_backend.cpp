@@ -168,6 +168,7 @@ Status SimBackend::CtxReset(ResetAll) {
   kernel_function_.clear();
   limits_.clear();
   captures_.clear();
+  captured_events_.clear();
   graphs_.clear();
   nodes_.clear();
   execs_.clear();
@@ -202,27 +203,6 @@ void SimBackend::registerKernel(const char* name, gpool_sim_kernel_fn fn, unsign
 uint64_t SimBackend::newHandle(HandleKind kind) {
   // Distinct, never reused, never small (0..2 are stream sentinels).
   return (uint64_t{static_cast<unsigned>(kind) + 1} << 40) | next_handle_++;
-}
-
-SimBackend::Capture* SimBackend::capturing(uint64_t stream) {
-  auto it = captures_.find(stream);
-  return it == captures_.end() ? nullptr : &it->second;
-}
-
-void SimBackend::issue(uint64_t stream, std::function<void()> op, uint32_t type) {
-  if (Capture* c = capturing(stream)) {
-    c->ops.push_back(std::move(op));
-    c->types.push_back(type);
-  } else {
-    op();
-  }
-}
-
-Status SimBackend::refuseInCapture(Capture& c, const char* what) {
-  // As the driver does: the operation fails and the capture can only end invalidated.
-  spdlog::warn("sim: {} was issued into a stream capture (not capturable); the capture is invalidated", what);
-  c.invalidated = true;
-  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
 Status SimBackend::open(int device, proto::HelloReply& hello) {
@@ -320,12 +300,12 @@ Status SimBackend::poolAllocate(uint64_t p, AllocBytes bytes, NewAlloc& out) {
 
 // Inside a stream capture these are graph memory nodes (sim_graph_memory.cpp).
 Status SimBackend::MemAllocAsync(AllocBytes bytes, Stream stream, NewAlloc& out) {
-  if (Capture* c = capturing(stream)) return captureAllocation(*c, stream, bytes, out);
+  if (Capture* c = capturing(stream)) return captureAllocation(*c, bytes, out);
   return poolAllocate(pool(0), bytes, out);
 }
 
 Status SimBackend::MemAllocFromPoolAsync(AllocBytes bytes, MemPool p, Stream stream, NewAlloc& out) {
-  if (Capture* c = capturing(stream)) return captureAllocation(*c, stream, bytes, out);
+  if (Capture* c = capturing(stream)) return captureAllocation(*c, bytes, out);
   return poolAllocate(p, bytes, out);
 }
 
@@ -551,9 +531,6 @@ Status SimBackend::StreamQuery(Stream stream) {
   if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a stream query");
   return CUDA_SUCCESS;
 }
-Status SimBackend::StreamWaitEvent(Stream, Event, uint32_t) {
-  return CUDA_SUCCESS;  // work runs in issue order, so the event has completed
-}
 
 Status SimBackend::EventCreate(uint32_t flags, Created<Event>& event) {
   event = newHandle(HandleKind::kEvent);
@@ -562,15 +539,7 @@ Status SimBackend::EventCreate(uint32_t flags, Created<Event>& event) {
 }
 Status SimBackend::EventDestroy(Released<Event> event) {
   events_.erase(event);
-  return CUDA_SUCCESS;
-}
-Status SimBackend::EventRecord(Event event, Stream stream, uint32_t) {
-  issue(stream, [this, event = event.v] {
-    if (auto e = events_.find(event); e != events_.end()) {
-      e->second.recorded = true;
-      e->second.at = std::chrono::steady_clock::now();
-    }
-  }, CU_GRAPH_NODE_TYPE_EVENT_RECORD);
+  captured_events_.erase(event);
   return CUDA_SUCCESS;
 }
 Status SimBackend::EventSynchronize(Event) { return CUDA_SUCCESS; }  // work runs in issue order
@@ -780,49 +749,6 @@ Status SimBackend::OccupancyAvailableDynamicSMem(Launchable, int32_t blocks, int
   if (blocks <= 0 || block <= 0 || block > 1024) return CUDA_ERROR_INVALID_VALUE;
   // The modelled SM's shared memory, split among the resident blocks, capped at the opt-in maximum.
   bytes = std::min<uint64_t>(232448, 233472 / static_cast<uint64_t>(blocks));
-  return CUDA_SUCCESS;
-}
-
-Status SimBackend::StreamBeginCapture(Stream stream, uint32_t mode) {
-  if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
-  if (stream == 0 || stream == 1) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the legacy stream
-  if (captures_.count(stream)) return CUDA_ERROR_ILLEGAL_STATE;
-  captures_[stream].id = next_capture_id_++;
-  captures_[stream].graph = newHandle(HandleKind::kGraph);
-  return CUDA_SUCCESS;
-}
-
-Status SimBackend::StreamBeginCaptureToGraph(Stream stream, Graph g, GraphNodes deps, uint32_t mode) {
-  if (Status st = StreamBeginCapture(stream, mode); st != CUDA_SUCCESS) return st;
-  captures_[stream].into = captures_[stream].graph = g.v;
-  captures_[stream].after = deps.v;
-  return CUDA_SUCCESS;
-}
-
-Status SimBackend::StreamEndCapture(Stream stream, Created<Graph>& graph) {
-  auto it = captures_.find(stream);
-  if (it == captures_.end()) return CUDA_ERROR_ILLEGAL_STATE;
-  Capture c = std::move(it->second);
-  captures_.erase(it);
-  if (c.invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-  graph = c.graph;
-  graphs_[graph];
-  std::vector<uint64_t> deps = c.after;  // a capture is a chain: each node depends on the one before
-  for (size_t i = 0; i < c.ops.size(); ++i) {
-    uint64_t node = newHandle(HandleKind::kGraphNode);
-    nodes_[node] = SimNode{std::move(c.ops[i]), deps, graph, c.types[i]};
-    if (auto m = c.memory.find(i); m != c.memory.end()) std::tie(nodes_[node].mem_ptr, nodes_[node].mem_bytes) = m->second;
-    deps = {node};
-    graphs_[graph].push_back(node);
-  }
-  return CUDA_SUCCESS;
-}
-
-Status SimBackend::StreamCaptureInfo(Stream stream, uint32_t& status, uint64_t& id) {
-  Capture* c = capturing(stream);
-  status = !c ? CU_STREAM_CAPTURE_STATUS_NONE
-              : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
-  id = c ? c->id : 0;
   return CUDA_SUCCESS;
 }
 

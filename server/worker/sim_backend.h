@@ -68,16 +68,27 @@ class SimBackend : public Backend {
     bool from_module = true;  // a CUfunction (else a library's CUkernel)
   };
   using Ops = std::vector<std::function<void()>>;
-  struct Capture {
+  // Stream capture (sim_capture.cpp): a capture's graph gets each node as its work is issued. Every stream
+  // in a capture (the one that began it, and those that joined by waiting on an event recorded in it) has
+  // open dependencies, which its next node follows.
+  struct CaptureSeq {
     uint64_t id = 0;
-    bool invalidated = false;  // an operation that cannot be captured was issued into it
-    Ops ops;
-    std::vector<uint32_t> types;  // each op's CUgraphNodeType, for the graph's nodes
-    uint64_t into = 0;            // capturing into this existing graph (0: a new one), after `after`
-    std::vector<uint64_t> after;
-    uint64_t graph = 0;           // the graph it makes (`into`, or one named when it began)
-    std::unordered_map<size_t, std::pair<uint64_t, uint64_t>> memory;  // op -> a memory node's address, bytes
+    bool invalidated = false, ended = false;
+    uint64_t graph = 0;
+    bool existing = false;  // captured into a graph that exists (StreamBeginCaptureToGraph)
+    uint64_t origin = 0;    // the stream that began it, which ends it
   };
+  struct Capture {  // one stream's part in a capture
+    std::shared_ptr<CaptureSeq> seq;
+    std::vector<uint64_t> after;
+  };
+  struct CapturedEvent {  // an event recorded inside a capture: what a stream that waits on it follows
+    std::shared_ptr<CaptureSeq> seq;
+    std::vector<uint64_t> after;
+  };
+  std::unordered_map<uint64_t, CapturedEvent> captured_events_;
+  uint64_t captureNode(Capture& c, std::function<void()> op, uint32_t type);  // the node made
+  bool joined(const CaptureSeq& seq, const std::vector<uint64_t>& origin_after) const;
   uint64_t newHandle(HandleKind kind);
   // The capture recording into `stream`, or nullptr when the stream runs work directly.
   Capture* capturing(uint64_t stream);
@@ -196,7 +207,7 @@ class SimBackend : public Backend {
   Status graphAllocate(uint64_t bytes, uint64_t& ptr);
   std::function<void()> graphAllocOp(uint64_t ptr);
   std::function<void()> graphFreeOp(uint64_t ptr);
-  Status captureAllocation(Capture& c, uint64_t stream, AllocBytes bytes, NewAlloc& out);
+  Status captureAllocation(Capture& c, AllocBytes bytes, NewAlloc& out);
   Status streamFree(uint64_t ptr, uint64_t stream);  // cuMemFreeAsync of a graph allocation
   bool isBody(uint64_t graph) const;        // a conditional node's body graph
   bool hasMemoryNodes(uint64_t graph) const;

@@ -40,19 +40,20 @@ std::function<void()> SimBackend::graphFreeOp(uint64_t ptr) {
   };
 }
 
-Status SimBackend::captureAllocation(Capture& c, uint64_t stream, AllocBytes bytes, NewAlloc& out) {
-  if (isBody(c.graph)) return refuseInCapture(c, "a stream-ordered allocation into a conditional body");
+Status SimBackend::captureAllocation(Capture& c, AllocBytes bytes, NewAlloc& out) {
+  if (isBody(c.seq->graph)) return refuseInCapture(c, "a stream-ordered allocation into a conditional body");
   uint64_t ptr = 0;
   if (Status st = graphAllocate(bytes, ptr); st != CUDA_SUCCESS) return st;
-  c.memory[c.ops.size()] = {ptr, bytes.bytes};
-  issue(stream, graphAllocOp(ptr), CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+  SimNode& node = nodes_[captureNode(c, graphAllocOp(ptr), CU_GRAPH_NODE_TYPE_MEM_ALLOC)];
+  node.mem_ptr = ptr;
+  node.mem_bytes = bytes.bytes;
   out = NewAlloc{ptr, bytes.bytes};
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::streamFree(uint64_t ptr, uint64_t stream) {
-  if (Capture* c = capturing(stream)) c->memory[c->ops.size()] = {ptr, 0};
-  issue(stream, graphFreeOp(ptr), CU_GRAPH_NODE_TYPE_MEM_FREE);
+  if (Capture* c = capturing(stream)) nodes_[captureNode(*c, graphFreeOp(ptr), CU_GRAPH_NODE_TYPE_MEM_FREE)].mem_ptr = ptr;
+  else graphFreeOp(ptr)();
   return CUDA_SUCCESS;
 }
 
@@ -118,7 +119,7 @@ Status SimBackend::DeviceGraphMemResetHigh(uint32_t attr) {
 
 uint64_t SimBackend::captureGraph(uint64_t stream) {
   Capture* c = capturing(stream);  // an invalidated capture still has its graph, until it ends
-  return c ? c->graph : 0;
+  return c ? c->seq->graph : 0;
 }
 
 void SimBackend::graphMemory(uint64_t& used, uint64_t& reserved) {

@@ -714,6 +714,35 @@ TEST(Dispatcher, UserObjectReferencesAreCountedPerHolder) {
   EXPECT_TRUE(h.finish().clean);
 }
 
+// A capture's graph, once named (StreamCaptureState), may get nodes and edges while the capture lasts; its
+// open dependencies are its nodes; and a capture that ends invalidated takes the graph with it.
+TEST(Dispatcher, ACapturesNamedGraphLastsAsLongAsTheCapture) {
+  Harness h;
+  test::RawClient c(*h.client);
+  const uint64_t s = std::get<0>(c.call<calls::StreamCreate>(0u, 0).second).v;
+  ASSERT_EQ(c.call<calls::StreamBeginCapture>(s, 0u).first, 0);
+  const uint64_t a = std::get<0>(c.call<calls::MemAlloc>(uint64_t{64}).second).ptr;
+  c.post<calls::Memset>(DevFill{a, 1, 64}, 0u, s, 1u);
+  auto [st, out] = c.call<calls::StreamCaptureState>(s);
+  ASSERT_EQ(st, 0);
+  const CaptureState state = std::get<0>(out);
+  EXPECT_EQ(state.status, 1u);  // CU_STREAM_CAPTURE_STATUS_ACTIVE
+  ASSERT_EQ(state.deps.v.size(), 1u);
+  EXPECT_EQ(state.types, std::vector<uint32_t>{CU_GRAPH_NODE_TYPE_MEMSET});
+  const uint64_t g = state.graph.v;
+  auto [nst, node] = c.call<calls::GraphAddEmptyNode>(g, GraphNodes{state.deps.v});
+  ASSERT_EQ(nst, 0);
+  const uint64_t empty = std::get<0>(node).v;
+  EXPECT_EQ(c.call<calls::StreamUpdateCaptureDeps>(s, g, GraphNodes{{empty}}, 1u).first, 0);
+  EXPECT_EQ(c.call<calls::StreamUpdateCaptureDeps>(s, g, GraphNodes{{empty + 1}}, 1u).first, kInvalidValue);  // forged
+  EXPECT_EQ(c.call<calls::StreamUpdateCaptureDeps>(s, g, GraphNodes{{empty}}, 2u).first, kInvalidValue);      // no such flag
+  EXPECT_EQ(std::get<0>(c.call<calls::StreamCaptureState>(s).second).deps.v, std::vector<uint64_t>{empty});
+  EXPECT_NE(c.call<calls::MemcpyHtoD>(DevWrite{a, Blob{"x", 1}}, s, 1u).first, 0);  // invalidates the capture
+  EXPECT_NE(c.call<calls::StreamEndCapture>(s).first, 0);
+  EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(g, GraphNodes{}).first, kInvalidHandle);  // gone with its capture
+  EXPECT_TRUE(h.finish().clean);
+}
+
 // A conditional handle is its graph's; a conditional node's bodies are graphs the client may fill but
 // not destroy, and they end with the node or with its graph (nested bodies too). Listed and cloned nodes
 // are the listing's or the clone's graph's.

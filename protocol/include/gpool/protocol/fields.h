@@ -422,6 +422,17 @@ struct FreedAlloc {
   operator uint64_t() const { return ptr; }
   GPOOL_WIRE_FIELDS(ptr)
 };
+// Reply field: a stream's capture: its CUstreamCaptureStatus and id, the graph it builds and the nodes the
+// stream's next work will follow (with each one's CUgraphNodeType). The worker records the graph (for as long as the capture lasts, should it
+// end invalidated) and those nodes as that graph's, so the client may add nodes and edges to it.
+struct CaptureState {
+  uint32_t status = 0;
+  uint64_t id = 0;
+  Graph graph;
+  GraphNodes deps;
+  std::vector<uint32_t> types;
+  GPOOL_WIRE_FIELDS(status, id, graph, deps, types)
+};
 // User objects (server/worker/user_object_refs.h): a new object's references (1..INT_MAX), and references
 // added to or given back by their holder: the client, or the graph the call names (`move`: the graph takes
 // them from the client's). Nobody gives back more than it holds.
