@@ -51,7 +51,7 @@ cuStreamIsCapturing cuStreamSynchronize""".split())
 # Why a refused function is refused, by name (first match wins).
 REFUSED = [
     (r"^cu(GL|EGL|VDPAU|Graphics|D3D|WGL)", "graphics interoperability: the GPU is on another machine, with no display"),
-    (r"^cu(Array|Mipmapped|Tex|Surf)|Array|^cuMemcpy(AtoA|AtoD|AtoH|DtoA|HtoA)|^cuMemcpy3DPeer", "texture and surface references, sparse arrays and array memory requirements are not forwarded (arrays, mipmapped arrays, texture and surface objects are)"),
+    (r"^cu(Array|Mipmapped|Tex|Surf)|Array|TexRef|^cuMemcpy(AtoA|AtoD|AtoH|DtoA|HtoA)|^cuMemcpy3DPeer", "texture and surface references, sparse arrays and array memory requirements are not forwarded (arrays, mipmapped arrays, texture and surface objects are)"),
     (r"^cuGraph.*ExternalSemaphores", "external semaphores (Vulkan/D3D) are not supported"),
     (r"^cuGraph", "batch memory-operation graph nodes are not forwarded yet"),
     (r"ShareableHandle|^cuMemPoolExport|^cuMemPoolImport", "sharing pools and VMM handles between processes is not forwarded yet"),

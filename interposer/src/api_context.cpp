@@ -310,3 +310,43 @@ GPOOL_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) {
   return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
   GPOOL_CATCH
 }
+
+// A context's event (cuDNN): recorded after all work now in the context, or waited on by all work issued
+// to it later. Every context of a device runs on its worker's one context, so the worker records or
+// waits there; the event must be the device's.
+namespace {
+template <typename Call>
+CUresult contextEvent(CUcontext ctx, CUevent event) {
+  if (!event) return CUDA_ERROR_INVALID_HANDLE;
+  if (!ctx) ctx = State::get().current();
+  if (!ctx || !State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  GPOOL_CONN_OF_DEVICE(conn, ctxOf(ctx)->device);
+  return static_cast<CUresult>(conn->post<Call>(reinterpret_cast<uint64_t>(event)));
+}
+}  // namespace
+
+GPOOL_EXPORT CUresult cuCtxRecordEvent(CUcontext ctx, CUevent event) {
+  GPOOL_TRY return contextEvent<gpool::proto::calls::CtxRecordEvent>(ctx, event); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuCtxWaitEvent(CUcontext ctx, CUevent event) {
+  GPOOL_TRY return contextEvent<gpool::proto::calls::CtxWaitEvent>(ctx, event); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuCtxResetPersistingL2Cache() {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(conn->post<gpool::proto::calls::CtxResetPersistingL2Cache>());
+  GPOOL_CATCH
+}
+
+// The SMs the current context may use: the device's as this lease sees it.
+GPOOL_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam* p, CUexecAffinityType type) {
+  GPOOL_TRY
+  if (!p || type != CU_EXEC_AFFINITY_TYPE_SM_COUNT) return CUDA_ERROR_INVALID_VALUE;
+  CUresult err;
+  if (!State::get().ready(err)) return err;
+  if (!State::get().current()) return CUDA_ERROR_INVALID_CONTEXT;
+  p->type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
+  p->param.smCount.val = static_cast<unsigned>(State::get().attribute(State::get().currentDevice(), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT));
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}

@@ -1,6 +1,8 @@
 // Initialisation, driver version and device queries: answered locally from the handshake.
 #include <cstring>
 
+#include <cstdio>
+
 #include "state.h"
 
 using namespace gpool::client;
@@ -109,6 +111,57 @@ GPOOL_EXPORT CUresult cuDeviceGetPCIBusId(char* id, int len, CUdevice d) {
   auto& s = State::get();
   std::snprintf(id, static_cast<size_t>(len), "%08x:%02x:%02x.0", s.attribute(d, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
                 s.attribute(d, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID), s.attribute(d, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID));
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+// The first of the lease's devices at that PCI address ("domain:bus:device.function" or "bus:device.function",
+// hexadecimal, as cuDeviceGetPCIBusId writes it). Devices of different hosts may share an address; the
+// first is answered.
+GPOOL_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice* out, const char* id) {
+  GPOOL_TRY
+  if (!out || !id) return CUDA_ERROR_INVALID_VALUE;
+  unsigned domain = 0, bus = 0, dev = 0, fn = 0;
+  char tail = 0;
+  if (std::sscanf(id, "%x:%x:%x.%x%c", &domain, &bus, &dev, &fn, &tail) != 4) {
+    domain = 0;
+    if (std::sscanf(id, "%x:%x.%x%c", &bus, &dev, &fn, &tail) != 3) return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUresult err;
+  if (!State::get().ready(err)) return err;
+  auto& s = State::get();
+  for (CUdevice d = 0; d < s.deviceCount(); ++d) {
+    if (static_cast<unsigned>(s.attribute(d, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)) == domain &&
+        static_cast<unsigned>(s.attribute(d, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)) == bus &&
+        static_cast<unsigned>(s.attribute(d, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)) == dev) {
+      *out = d;
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_INVALID_DEVICE;
+  GPOOL_CATCH
+}
+
+// The deprecated properties, from the device's attributes.
+GPOOL_EXPORT CUresult cuDeviceGetProperties(CUdevprop* p, CUdevice d) {
+  GPOOL_TRY
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = checkDevice(d)) return r;
+  auto a = [d](CUdevice_attribute attr) { return State::get().attribute(d, attr); };
+  p->maxThreadsPerBlock = a(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  p->maxThreadsDim[0] = a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
+  p->maxThreadsDim[1] = a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
+  p->maxThreadsDim[2] = a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
+  p->maxGridSize[0] = a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+  p->maxGridSize[1] = a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
+  p->maxGridSize[2] = a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
+  p->sharedMemPerBlock = a(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+  p->totalConstantMemory = a(CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY);
+  p->SIMDWidth = a(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+  p->memPitch = a(CU_DEVICE_ATTRIBUTE_MAX_PITCH);
+  p->regsPerBlock = a(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
+  p->clockRate = a(CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+  p->textureAlign = a(CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT);
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }

@@ -286,6 +286,28 @@ GPOOL_EXPORT CUresult cuLibraryGetKernelCount(unsigned int* n, CUlibrary lib) {
 GPOOL_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel* kernels, unsigned int n, CUlibrary lib) {
   GPOOL_TRY return enumerate(kernels, n, raw(lib), kLibrary); GPOOL_CATCH
 }
+// The module a function came from, or the library a kernel did, as the worker's table knows it. A
+// function got from a library's kernel has no module of its own here (CUDA_ERROR_NOT_SUPPORTED).
+namespace {
+CUresult ownerOf(uint64_t launchable, uint32_t want, uint64_t& owner) {
+  GPOOL_CONN_OF_HANDLE(conn, launchable);
+  calls::LaunchableOwner::out::tuple r;
+  if (int st = conn->call<calls::LaunchableOwner>(r, launchable)) return static_cast<CUresult>(st);
+  if (std::get<0>(r).kind != want) return want == 0 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_HANDLE;
+  owner = std::get<0>(r).handle;
+  return CUDA_SUCCESS;
+}
+template <typename H>
+CUresult ownerOut(H* out, uint64_t launchable, uint32_t want) {
+  if (!out || !launchable) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t owner = 0;
+  if (CUresult r = ownerOf(launchable, want, owner)) return r;
+  *out = as<H>(owner);
+  return CUDA_SUCCESS;
+}
+}  // namespace
+GPOOL_EXPORT CUresult cuFuncGetModule(CUmodule* out, CUfunction f) { GPOOL_TRY return ownerOut(out, raw(f), 0); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuKernelGetLibrary(CUlibrary* out, CUkernel k) { GPOOL_TRY return ownerOut(out, raw(k), 1); GPOOL_CATCH }
 GPOOL_EXPORT CUresult cuFuncGetName(const char** out, CUfunction f) { GPOOL_TRY return name(out, raw(f)); GPOOL_CATCH }
 GPOOL_EXPORT CUresult cuKernelGetName(const char** out, CUkernel k) { GPOOL_TRY return name(out, raw(k)); GPOOL_CATCH }
 

@@ -34,7 +34,7 @@ CUresult attribute(void* data, CUpointer_attribute attr, CUdeviceptr p, uint64_t
       if (!plural) return CUDA_ERROR_NOT_SUPPORTED;  // nv-p2p tokens of a remote GPU mean nothing here
       std::memset(data, 0, sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS));
       break;
-    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: put<int>(data, a.sync_memops ? 1 : 0); break;
     case CU_POINTER_ATTRIBUTE_MAPPED: put<int>(data, 1); break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
     case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: put<unsigned long long>(data, base); break;
@@ -95,6 +95,24 @@ GPOOL_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute
     if (!known) unknown(data[i], attrs[i]);
     else if (CUresult r = attribute(data[i], attrs[i], p, base, a, true)) return r;
   }
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+// The one attribute a program may set: SYNC_MEMOPS, on device memory. The worker's driver gets it too;
+// gpool's synchronous copies synchronize whatever it says.
+GPOOL_EXPORT CUresult cuPointerSetAttribute(const void* value, CUpointer_attribute attr, CUdeviceptr p) {
+  GPOOL_TRY
+  if (!value || attr != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS) return CUDA_ERROR_INVALID_VALUE;
+  int on = 0;
+  std::memcpy(&on, value, sizeof on);
+  if (on != 0 && on != 1) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN_OF_POINTER(conn, p);
+  uint64_t base;
+  Allocation a;
+  if (!State::get().findAllocation(p, base, a) || !a.device || a.managed) return CUDA_ERROR_INVALID_VALUE;
+  if (int st = conn->call<gpool::proto::calls::PointerSetSyncMemops>(uint64_t{p}, static_cast<uint32_t>(on))) return static_cast<CUresult>(st);
+  State::get().setSyncMemops(p, on != 0);
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }

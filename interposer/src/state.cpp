@@ -313,6 +313,15 @@ void State::addGlobal(uint64_t base, uint64_t size, int owner) {
   insertLocked(base, Allocation{size, true, 0, true}, owner);
 }
 
+bool State::setSyncMemops(uint64_t ptr, bool on) {
+  std::lock_guard lock(mu);
+  uint64_t base;
+  const Allocation* a = lookupLocked(ptr, base);
+  if (!a || !a->device || a->managed) return false;
+  allocations_.at(base).sync_memops = on;
+  return true;
+}
+
 bool State::takeDeviceAllocation(uint64_t base) {
   std::lock_guard lock(mu);
   auto it = allocations_.find(base);

@@ -52,6 +52,7 @@ struct Allocation {
   int owner = 0;          // device memory: the connection whose worker holds it; shared host memory: whose pool
   bool shared = false;    // host memory in the owner's pool (host_pool.h): its worker reaches it at this address
   bool graph = false;     // a graph allocation node's address (or an allocation made while a capture ran)
+  bool sync_memops = true;  // CU_POINTER_ATTRIBUTE_SYNC_MEMOPS as last set (gpool's synchronous copies always are)
 };
 
 // One share of the lease: a worker's address, the device it serves and the token that admits to it.
@@ -127,6 +128,8 @@ class State {
   uint64_t currentPool(int connection) const { return current_pools_[static_cast<size_t>(connection)].load(); }
   void setCurrentPool(int connection, uint64_t pool) { current_pools_[static_cast<size_t>(connection)] = pool; }
   bool findAllocation(uint64_t ptr, uint64_t& base, Allocation& a);
+  // Records cuPointerSetAttribute(SYNC_MEMOPS) on the device allocation holding `ptr`; false: none does.
+  bool setSyncMemops(uint64_t ptr, bool on);
   // Whether [base, base+size) overlaps device memory of another connection's worker: two workers are two
   // processes, and nothing but this check keeps their addresses apart (cuMemAlloc allocates again).
   bool clashesAcrossDevices(uint64_t base, uint64_t size, int owner);

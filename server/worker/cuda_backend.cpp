@@ -70,7 +70,7 @@ constexpr const char* kHostCopyInCapture = "copies between client memory and the
   F(cuMipmappedArrayDestroy) F(cuGraphAddMemAllocNode) F(cuGraphAddMemFreeNode) F(cuGraphMemAllocNodeGetParams)       \
   F(cuGraphMemFreeNodeGetParams) F(cuDeviceGraphMemTrim) F(cuDeviceGetGraphMemAttribute) F(cuDeviceSetGraphMemAttribute) \
   F(cuUserObjectCreate) F(cuUserObjectRetain) F(cuUserObjectRelease) F(cuGraphRetainUserObject) F(cuGraphReleaseUserObject) \
-  F(cuStreamUpdateCaptureDependencies)
+  F(cuStreamUpdateCaptureDependencies) F(cuCtxRecordEvent) F(cuCtxWaitEvent) F(cuCtxResetPersistingL2Cache) F(cuPointerSetAttribute)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -266,6 +266,14 @@ class CudaBackend final : public Backend {
   GPOOL_FORWARD(EventElapsedTime, cuEventElapsedTime)
   GPOOL_FORWARD(CtxSynchronize, cuCtxSynchronize)
   GPOOL_FORWARD(CtxSetLimit, cuCtxSetLimit)
+  Status CtxRecordEvent(Event e) { return d_.cuCtxRecordEvent_(ctx_, reinterpret_cast<CUevent>(e.v)); }
+  Status CtxWaitEvent(Event e) { return d_.cuCtxWaitEvent_(ctx_, reinterpret_cast<CUevent>(e.v)); }
+  GPOOL_FORWARD(CtxResetPersistingL2Cache, cuCtxResetPersistingL2Cache)
+  Status PointerSetSyncMemops(DevAddress p, uint32_t value) {
+    if (value > 1) return CUDA_ERROR_INVALID_VALUE;
+    int v = static_cast<int>(value);
+    return d_.cuPointerSetAttribute_(&v, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p.ptr);
+  }
   GPOOL_FORWARD(CtxGetLimit, cuCtxGetLimit)
   GPOOL_FORWARD(KernelGetFunction, cuKernelGetFunction)
   GPOOL_FORWARD(StreamBeginCapture, cuStreamBeginCapture)

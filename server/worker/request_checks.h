@@ -195,6 +195,10 @@ class RequestChecks {
   void record(proto::MemView& m, CallScope&) { ledger_.view(m); }
   void record(proto::IpcMapping& m, CallScope&) { table_.addRange(DeviceRange{m.ptr, m.bytes, RangeKind::kIpc, 0}); }
   void record(proto::RangeOf& r, CallScope& s) { r = proto::RangeOf{s.found->base, s.found->bytes}; }
+  void record(proto::OwnerOf& o, CallScope& s) {
+    o.handle = s.owner;
+    o.kind = table_.has(HandleKind::kLibrary, s.owner) ? 1 : 0;
+  }
 
   proto::Status range(uint64_t ptr, uint64_t bytes) const {
     return table_.containsRange(ptr, bytes) ? proto::cu::kSuccess : proto::cu::kInvalidValue;

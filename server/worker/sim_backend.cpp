@@ -393,6 +393,7 @@ bool waitSatisfied(const void* p, uint32_t bytes, uint64_t value, uint32_t flags
 Status SimBackend::HostFuncChannel(uint32_t& port, std::vector<uint8_t>& token) {
   return Backend::HostFuncChannel(port, token);  // the worker's, whatever the backend
 }
+Status SimBackend::LaunchableOwner(Launchable f, OwnerOf& o) { return Backend::LaunchableOwner(f, o); }
 
 // Server-to-server copies: the worker's, whatever the backend.
 Status SimBackend::PeerListen(uint32_t& port, std::vector<uint8_t>& key, uint32_t& link) { return Backend::PeerListen(port, key, link); }
@@ -551,6 +552,19 @@ Status SimBackend::EventElapsedTime(Event start, Event end, float& ms) {
   ms = std::chrono::duration<float, std::milli>(b->second.at - a->second.at).count();
   return CUDA_SUCCESS;
 }
+
+// Work runs in issue order: a context's event has happened once recorded, and waiting on one is free.
+Status SimBackend::CtxRecordEvent(Event e) {
+  if (!captures_.empty()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // as the driver, while any stream captures
+  eventOp(e.v, 0)();
+  return CUDA_SUCCESS;
+}
+Status SimBackend::CtxWaitEvent(Event) {
+  if (!captures_.empty()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  return CUDA_SUCCESS;
+}
+Status SimBackend::CtxResetPersistingL2Cache() { return CUDA_SUCCESS; }  // no cache to reset
+Status SimBackend::PointerSetSyncMemops(DevAddress, uint32_t value) { return value > 1 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS; }
 
 Status SimBackend::CtxSynchronize() {
   for (auto& [stream, c] : captures_) return refuseInCapture(c, "a context synchronization");

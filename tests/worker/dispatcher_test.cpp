@@ -481,6 +481,23 @@ uint64_t simFunction(test::RawClient& c) {
   return st2 == 0 ? std::get<0>(fn).v : 0;
 }
 
+// The module a function came from is the worker's table's answer; a forged function has none.
+TEST(Dispatcher, AFunctionsOwnerIsItsModule) {
+  Harness h;
+  test::RawClient c(*h.client);
+  const char ptx[] = "// a PTX module\n.version 8.0\n";
+  auto [st, mod] = c.call<calls::ModuleLoad>(Blob{ptx, sizeof ptx}, 0u);
+  ASSERT_EQ(st, 0);
+  const uint64_t module = std::get<0>(mod).handle;
+  const uint64_t f = std::get<0>(c.call<calls::ModuleGetFunction>(std::get<0>(mod), std::string("k")).second).v;
+  auto [ost, owner] = c.call<calls::LaunchableOwner>(f);
+  ASSERT_EQ(ost, 0);
+  EXPECT_EQ(std::get<0>(owner).handle, module);
+  EXPECT_EQ(std::get<0>(owner).kind, 0u);
+  EXPECT_EQ(c.call<calls::LaunchableOwner>(f + 1).first, kInvalidHandle);
+  EXPECT_TRUE(h.finish().clean);
+}
+
 TEST(Dispatcher, OccupancyQueriesCheckHandlesAndClusterSizes) {
   Harness h;
   test::RawClient c(*h.client);

@@ -486,6 +486,9 @@ struct DevAddress {
   DevAddress(uint64_t p) : ptr(p) {}  // NOLINT
   GPOOL_WIRE_FIELDS(ptr)
 };
+// Reply field: the module (kind 0) or library (kind 1) that the request's function or kernel came from;
+// the worker fills it in from its table.
+struct OwnerOf : ModuleRef {};
 // Reply field: the allocation or global that contains the request's DevAddress; the worker fills it in.
 struct RangeOf {
   uint64_t base = 0, bytes = 0;

@@ -1,0 +1,137 @@
+// Driver functions beyond the basics that the runtime, cuDNN, cuBLAS and NCCL import, or older programs
+// call: a context's events (cuCtxRecordEvent/cuCtxWaitEvent), the persisting L2 reset, the context's SM
+// affinity, a device by PCI address, the deprecated device properties, a kernel's library, a pointer's SYNC_MEMOPS attribute, and the deprecated launch API (cuParamSet*,
+// cuFuncSetBlockShape, cuLaunchGrid).
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <vector>
+
+#include "checks.h"
+
+extern "C" __global__ void gpool_test_increment(unsigned* p, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] += 1;
+}
+
+namespace {
+
+constexpr int kN = 512;
+
+bool allEqual(const unsigned* d, unsigned want) {
+  std::vector<unsigned> h(kN);
+  CK(cudaMemcpy(h.data(), d, kN * sizeof(unsigned), cudaMemcpyDeviceToHost));
+  for (unsigned v : h)
+    if (v != want) return false;
+  return true;
+}
+
+void contextFunctions(unsigned* d) {
+  auto record = driverEntryPoint<CUresult (*)(CUcontext, CUevent)>("cuCtxRecordEvent", 12050);
+  auto wait = driverEntryPoint<CUresult (*)(CUcontext, CUevent)>("cuCtxWaitEvent", 12050);
+  auto resetL2 = driverEntryPoint<CUresult (*)()>("cuCtxResetPersistingL2Cache", 11000);
+  auto affinity = driverEntryPoint<CUresult (*)(CUexecAffinityParam*, CUexecAffinityType)>("cuCtxGetExecAffinity", 11040);
+  cudaEvent_t e;
+  CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  gpool_test_increment<<<kN / 256, 256>>>(d, kN);
+  check(record(nullptr, reinterpret_cast<CUevent>(e)) == CUDA_SUCCESS, "cuCtxRecordEvent records after the context's work");
+  CK(cudaEventSynchronize(e));
+  check(allEqual(d, 1), "once the event has happened, the work before it has too");
+  check(wait(nullptr, reinterpret_cast<CUevent>(e)) == CUDA_SUCCESS, "cuCtxWaitEvent makes the context's later work wait on it");
+  check(resetL2() == CUDA_SUCCESS, "cuCtxResetPersistingL2Cache");
+  CUexecAffinityParam p{};
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  check(affinity(&p, CU_EXEC_AFFINITY_TYPE_SM_COUNT) == CUDA_SUCCESS && p.param.smCount.val == static_cast<unsigned>(sms),
+        "cuCtxGetExecAffinity: the context may use the device's SMs");
+  CK(cudaEventDestroy(e));
+}
+
+void deviceFunctions() {
+  auto byBusId = driverEntryPoint<CUresult (*)(CUdevice*, const char*)>("cuDeviceGetByPCIBusId", 4010);
+  auto properties = driverEntryPoint<CUresult (*)(CUdevprop*, CUdevice)>("cuDeviceGetProperties", 2000);
+  char id[32];
+  CK(cudaDeviceGetPCIBusId(id, sizeof id, 0));
+  CUdevice dev = -1;
+  check(byBusId(&dev, id) == CUDA_SUCCESS && dev == 0, "cuDeviceGetByPCIBusId finds the device by its own address", id);
+  int runtime_dev = -1;
+  check(cudaDeviceGetByPCIBusId(&runtime_dev, id) == cudaSuccess && runtime_dev == 0, "so does cudaDeviceGetByPCIBusId");
+  check(byBusId(&dev, "ffff:ff:1f.0") == CUDA_ERROR_INVALID_DEVICE, "an address no device has is no device");
+  check(byBusId(&dev, "not an address") == CUDA_ERROR_INVALID_VALUE, "a string that is no address is refused");
+  CUdevprop p{};
+  int threads = 0;
+  CK(cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerBlock, 0));
+  check(properties(&p, 0) == CUDA_SUCCESS && p.maxThreadsPerBlock == threads && p.SIMDWidth == 32,
+        "cuDeviceGetProperties answers as the device's attributes");
+}
+
+void ownersAndPointers(unsigned* d) {
+  auto kernelLibrary = driverEntryPoint<CUresult (*)(CUlibrary*, CUkernel)>("cuKernelGetLibrary", 12050);
+  auto getKernel = driverEntryPoint<CUresult (*)(CUkernel*, CUlibrary, const char*)>("cuLibraryGetKernel", 12000);
+  auto setAttribute = driverEntryPoint<CUresult (*)(const void*, CUpointer_attribute, CUdeviceptr)>("cuPointerSetAttribute", 6000);
+  auto getAttribute = driverEntryPoint<CUresult (*)(void*, CUpointer_attribute, CUdeviceptr)>("cuPointerGetAttribute", 4000);
+
+  // The runtime loads this program's kernels as a library: the kernel's library holds it, by name.
+  cudaKernel_t kernel = nullptr;
+  CK(cudaGetKernel(&kernel, gpool_test_increment));
+  CUlibrary library = nullptr;
+  CUkernel again = nullptr;
+  check(kernelLibrary(&library, reinterpret_cast<CUkernel>(kernel)) == CUDA_SUCCESS && library &&
+            getKernel(&again, library, "gpool_test_increment") == CUDA_SUCCESS && again == reinterpret_cast<CUkernel>(kernel),
+        "cuKernelGetLibrary: the library that holds the kernel");
+
+  int on = 0, read = -1;
+  check(setAttribute(&on, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, reinterpret_cast<CUdeviceptr>(d)) == CUDA_SUCCESS &&
+            getAttribute(&read, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, reinterpret_cast<CUdeviceptr>(d)) == CUDA_SUCCESS && read == 0,
+        "cuPointerSetAttribute sets SYNC_MEMOPS, which reads back");
+  on = 1;
+  check(setAttribute(&on, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, reinterpret_cast<CUdeviceptr>(d + 1)) == CUDA_SUCCESS &&
+            getAttribute(&read, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, reinterpret_cast<CUdeviceptr>(d)) == CUDA_SUCCESS && read == 1,
+        "an interior pointer sets its allocation's");
+  check(setAttribute(&on, CU_POINTER_ATTRIBUTE_MAPPED, reinterpret_cast<CUdeviceptr>(d)) == CUDA_ERROR_INVALID_VALUE,
+        "no other attribute can be set");
+}
+
+// The deprecated launch API: the kernel's arguments written at their offsets, its block shape set, and a
+// 2 x 1 grid launched.
+void legacyLaunch(unsigned* d) {
+  auto blockShape = driverEntryPoint<CUresult (*)(CUfunction, int, int, int)>("cuFuncSetBlockShape", 2000);
+  auto paramSize = driverEntryPoint<CUresult (*)(CUfunction, unsigned)>("cuParamSetSize", 2000);
+  auto paramV = driverEntryPoint<CUresult (*)(CUfunction, int, void*, unsigned)>("cuParamSetv", 2000);
+  auto paramI = driverEntryPoint<CUresult (*)(CUfunction, int, unsigned)>("cuParamSeti", 2000);
+  auto launchGrid = driverEntryPoint<CUresult (*)(CUfunction, int, int)>("cuLaunchGrid", 2000);
+  auto launchGridAsync = driverEntryPoint<CUresult (*)(CUfunction, int, int, CUstream)>("cuLaunchGridAsync", 2000);
+  CUfunction f = nullptr;
+  CK(cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(gpool_test_increment)));
+  check(blockShape(f, 256, 1, 1) == CUDA_SUCCESS, "cuFuncSetBlockShape");
+  check(paramV(f, 0, &d, sizeof d) == CUDA_SUCCESS && paramI(f, 8, kN) == CUDA_SUCCESS && paramSize(f, 12) == CUDA_SUCCESS,
+        "cuParamSetv, cuParamSeti, cuParamSetSize");
+  CK(cudaMemset(d, 0, kN * sizeof(unsigned)));
+  check(launchGrid(f, kN / 256, 1) == CUDA_SUCCESS, "cuLaunchGrid launches");
+  CK(cudaDeviceSynchronize());
+  check(allEqual(d, 1), "with the arguments and shape set");
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  check(launchGridAsync(f, kN / 256, 1, reinterpret_cast<CUstream>(s)) == CUDA_SUCCESS, "cuLaunchGridAsync launches on a stream");
+  CK(cudaStreamSynchronize(s));
+  check(allEqual(d, 2), "and runs there");
+  check(paramI(f, 32764, 1) == CUDA_ERROR_INVALID_VALUE, "arguments past what a kernel may take are refused");
+  CK(cudaStreamDestroy(s));
+}
+
+}  // namespace
+
+int main() {
+  CK(cudaSetDevice(0));
+  unsigned* d = nullptr;
+  CK(cudaMalloc(&d, kN * sizeof(unsigned)));
+  CK(cudaMemset(d, 0, kN * sizeof(unsigned)));
+  contextFunctions(d);
+  deviceFunctions();
+  ownersAndPointers(d);
+  legacyLaunch(d);
+  CK(cudaFree(d));
+  if (failures == 0) std::printf("ALL PASSED\n");
+  return failures == 0 ? 0 : 1;
+}
