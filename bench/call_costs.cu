@@ -1,6 +1,7 @@
 // Per-call costs through whatever libcuda.so.1 the loader finds (run it natively and through gpool in one
-// run with bench/run.sh): asynchronous launches, launch + synchronise, a 4-byte device-to-host copy, and
-// 256 MiB copies each way (pageable and pinned). Prints "name value unit" lines.
+// run with bench/run.sh): asynchronous launches, launch + synchronise, occupancy questions (repeated and
+// new), a 4-byte device-to-host copy, and 256 MiB copies each way (pageable and pinned). Prints "name
+// value unit" lines.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -31,6 +32,19 @@ int main(int argc, char** argv) {
     }
   });
   std::printf("launch_sync %.3f us\n", t / n * 1e6);
+
+  // Occupancy questions: the same one again and again, as CUB asks at every sort and scan, and 1,024 that
+  // are each asked for the first time (dynamic shared memory 0, 1, 2... bytes), which gpool must forward.
+  int blocks = 0;
+  t = bestSeconds(5, [&] {
+    for (int i = 0; i < n; ++i) CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, empty_kernel, 256, 0));
+  });
+  std::printf("occupancy_repeat %.3f us\n", t / n * 1e6);
+  size_t fresh = 1;
+  t = bestSeconds(5, [&] {
+    for (int i = 0; i < 1024; ++i) CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, empty_kernel, 256, fresh++));
+  });
+  std::printf("occupancy_new %.3f us\n", t / 1024 * 1e6);
 
   int* d4 = nullptr;
   CK(cudaMalloc(&d4, 4));

@@ -37,6 +37,8 @@ row() {  # name unit target-description
 # Targets: issue 2 (tcp), issue 13 on sim (shm against tcp) and on a GPU (shm against native).
 row async_launch us "tcp <= 1.5x native"
 row launch_sync us "tcp <= 30 us; shm <= 1/5 of tcp (0.20x); GPU: shm <= 15 us"
+row occupancy_repeat us "gpool answers a repeated question itself"
+row occupancy_new us ""
 row dtoh_4B us "GPU: shm <= 15 us"
 for k in htod_256MiB_pageable dtoh_256MiB_pageable; do
   row $k GB/s "tcp >= 80% of TCP: $(awk -v a="$(get tcp $k)" -v b="$tcp" 'BEGIN{printf "%.0f%%", 100*a/b}'); shm >= 2x tcp; GPU: shm >= native"

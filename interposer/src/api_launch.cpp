@@ -139,10 +139,13 @@ GPOOL_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* 
                                                                          size_t smem, unsigned int flags) {
   GPOOL_TRY
   if (!blocks) return CUDA_ERROR_INVALID_VALUE;
+  const State::OccupancyKey key{reinterpret_cast<uint64_t>(f), block_size, uint64_t{smem}, flags};
+  if (State::get().occupancy(key, *blocks)) return CUDA_SUCCESS;
   GPOOL_CONN(conn);
   std::tuple<int32_t> r;
   int st = conn->call<calls::OccupancyMaxActiveBlocks>(r, reinterpret_cast<uint64_t>(f), int32_t{block_size}, uint64_t{smem}, flags);
   *blocks = std::get<0>(r);
+  if (st == CUDA_SUCCESS) State::get().keepOccupancy(key, *blocks);
   return static_cast<CUresult>(st);
   GPOOL_CATCH
 }

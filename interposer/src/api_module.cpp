@@ -340,6 +340,7 @@ GPOOL_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr
   GPOOL_TRY
   GPOOL_CONN(conn);
   State::get().forgetFunctionAttribute(raw(f), attr);
+  State::get().forgetOccupancy(raw(f));
   return static_cast<CUresult>(conn->call<calls::FuncSetAttribute>(raw(f), static_cast<int32_t>(attr), int32_t{value}));
   GPOOL_CATCH
 }
@@ -347,18 +348,21 @@ GPOOL_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attr, int value,
   GPOOL_TRY
   GPOOL_CONN(conn);
   State::get().forgetFunctionAttribute(raw(k), attr);
+  State::get().forgetOccupancy(0);  // the functions got from the kernel change too
   return static_cast<CUresult>(conn->call<calls::FuncSetAttribute>(raw(k), static_cast<int32_t>(attr), int32_t{value}));
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config) {
   GPOOL_TRY
   GPOOL_CONN(conn);
+  State::get().forgetOccupancy(raw(f));
   return static_cast<CUresult>(conn->post<calls::FuncSetCacheConfig>(raw(f), static_cast<uint32_t>(config)));
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuKernelSetCacheConfig(CUkernel k, CUfunc_cache config, CUdevice) {
   GPOOL_TRY
   GPOOL_CONN(conn);
+  State::get().forgetOccupancy(0);
   return static_cast<CUresult>(conn->post<calls::FuncSetCacheConfig>(raw(k), static_cast<uint32_t>(config)));
   GPOOL_CATCH
 }

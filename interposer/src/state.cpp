@@ -222,6 +222,7 @@ void State::forgetFunctions() {
   std::lock_guard lock(mu);
   layouts_.clear();
   func_attrs_.clear();
+  occupancy_.clear();
 }
 
 void State::forgetDeviceState(int connection) {
@@ -230,6 +231,7 @@ void State::forgetDeviceState(int connection) {
     it = it->second.device && it->second.owner == connection ? eraseLocked(it) : std::next(it);
   layouts_.clear();
   func_attrs_.clear();
+  occupancy_.clear();
   std::erase_if(streams_, [&](const auto& s) { return std::max(tags::owner(s.first), 0) == connection; });
   current_pools_[static_cast<size_t>(connection)] = 0;
 }
@@ -439,6 +441,25 @@ CUresult State::functionAttribute(uint64_t f, int attr, int& value) {
 void State::forgetFunctionAttribute(uint64_t f, int attr) {
   std::lock_guard lock(mu);
   func_attrs_.erase({f, attr});
+}
+
+bool State::occupancy(const OccupancyKey& k, int& blocks) {
+  std::lock_guard lock(mu);
+  auto it = occupancy_.find(k);
+  if (it == occupancy_.end()) return false;
+  blocks = it->second;
+  return true;
+}
+
+void State::keepOccupancy(const OccupancyKey& k, int blocks) {
+  std::lock_guard lock(mu);
+  occupancy_[k] = blocks;
+}
+
+void State::forgetOccupancy(uint64_t f) {
+  std::lock_guard lock(mu);
+  if (f == 0) occupancy_.clear();
+  else std::erase_if(occupancy_, [f](const auto& e) { return std::get<0>(e.first) == f; });
 }
 
 void State::addStream(uint64_t s, StreamInfo info) {

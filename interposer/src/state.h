@@ -10,6 +10,7 @@
 #include <functional>
 #include <list>
 #include <map>
+#include <tuple>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
@@ -144,6 +145,14 @@ class State {
   CUresult paramLayout(uint64_t f, const std::vector<uint32_t>*& layout);
   CUresult functionAttribute(uint64_t f, int attr, int& value);
   void forgetFunctionAttribute(uint64_t f, int attr);
+  // Occupancy answers (cuOccupancyMaxActiveBlocksPerMultiprocessor*) by function, block size, dynamic
+  // shared memory and flags: they follow from the function's attributes alone, so each is asked once and
+  // forgotten when an attribute or the cache configuration of the function changes. CUB asks at every
+  // sort and scan, which would otherwise cost a round trip each.
+  using OccupancyKey = std::tuple<uint64_t, int, uint64_t, unsigned>;
+  bool occupancy(const OccupancyKey& k, int& blocks);
+  void keepOccupancy(const OccupancyKey& k, int blocks);
+  void forgetOccupancy(uint64_t f);  // 0: every function's
   // Names of functions and kernels, for cuFuncGetName/cuKernelGetName (pointers stay valid).
   void setFunctionName(uint64_t f, const std::string& name);
   const char* functionName(uint64_t f);
@@ -188,6 +197,7 @@ class State {
   std::map<uint64_t, Allocation> allocations_;
   std::unordered_map<uint64_t, std::vector<uint32_t>> layouts_;
   std::map<std::pair<uint64_t, int>, int> func_attrs_;
+  std::map<OccupancyKey, int> occupancy_;
   std::unordered_map<uint64_t, const std::string*> function_names_;
   std::deque<std::string> names_;  // every function name seen; stable addresses
   std::unordered_map<uint64_t, StreamInfo> streams_;

@@ -673,7 +673,11 @@ Status SimBackend::FuncGetParamLayout(Launchable f, std::vector<uint32_t>& layou
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::FuncGetAttribute(Launchable, int32_t attribute, int32_t& value) {
+Status SimBackend::FuncGetAttribute(Launchable f, int32_t attribute, int32_t& value) {
+  if (auto it = func_attributes_.find({f.v, attribute}); it != func_attributes_.end()) {
+    value = it->second;
+    return CUDA_SUCCESS;
+  }
   switch (attribute) {
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: value = 1024; break;
     case CU_FUNC_ATTRIBUTE_NUM_REGS: value = 32; break;
@@ -688,8 +692,14 @@ Status SimBackend::FuncGetAttribute(Launchable, int32_t attribute, int32_t& valu
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::FuncSetAttribute(Launchable, int32_t attribute, int32_t) {
-  return attribute >= 0 && attribute < CU_FUNC_ATTRIBUTE_MAX ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+// Attributes a program may set are kept per function; the modelled device (an H100) takes at most
+// 227 KiB of dynamic shared memory per block.
+Status SimBackend::FuncSetAttribute(Launchable f, int32_t attribute, int32_t value) {
+  if (attribute < 0 || attribute >= CU_FUNC_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
+  if (attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && (value < 0 || value > kMaxDynamicShared))
+    return CUDA_ERROR_INVALID_VALUE;
+  func_attributes_[{f.v, attribute}] = value;
+  return CUDA_SUCCESS;
 }
 
 Status SimBackend::FuncSetCacheConfig(Launchable, uint32_t config) {
@@ -737,9 +747,17 @@ Status SimBackend::kernelOp(const KernelCall& c, std::function<void()>& op) {
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::OccupancyMaxActiveBlocks(Launchable, int32_t block, uint64_t, uint32_t, int32_t& blocks) {
+// As the modelled SM: 2048 threads, 32 blocks and 228 KiB of shared memory (1 KiB of it reserved per block);
+// a block asking for more dynamic shared memory than its function allows fits nowhere.
+Status SimBackend::OccupancyMaxActiveBlocks(Launchable f, int32_t block, uint64_t smem, uint32_t, int32_t& blocks) {
   if (block <= 0 || block > 1024) return CUDA_ERROR_INVALID_VALUE;
-  blocks = std::min(32, 2048 / block);
+  int32_t allowed = 0;
+  FuncGetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, allowed);
+  if (smem > static_cast<uint64_t>(allowed)) {
+    blocks = 0;
+    return CUDA_SUCCESS;
+  }
+  blocks = std::min<int32_t>({32, 2048 / block, static_cast<int32_t>(233472 / (smem + 1024))});
   return CUDA_SUCCESS;
 }
 

@@ -1,7 +1,7 @@
 // Driver functions beyond the basics that the runtime, cuDNN, cuBLAS and NCCL import, or older programs
 // call: a context's events (cuCtxRecordEvent/cuCtxWaitEvent), the persisting L2 reset, the context's SM
 // affinity, a device by PCI address, the deprecated device properties, a kernel's library, a pointer's SYNC_MEMOPS attribute, and the deprecated launch API (cuParamSet*,
-// cuFuncSetBlockShape, cuLaunchGrid).
+// cuFuncSetBlockShape, cuLaunchGrid); and occupancy answers as the function's attributes change.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -120,6 +120,23 @@ void legacyLaunch(unsigned* d) {
   CK(cudaStreamDestroy(s));
 }
 
+// Occupancy answers stay right as the function's attributes change (gpool keeps them between questions).
+void occupancy() {
+  int plain = 0, big = 0, again = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&plain, gpool_test_increment, 128, 0));
+  check(plain > 0, "blocks of 128 threads fit on an SM");
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&big, gpool_test_increment, 128, 64 << 10));
+  check(big == 0, "none fits with 64 KiB of dynamic shared memory before the function allows that much");
+  CK(cudaFuncSetAttribute(gpool_test_increment, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10));
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&big, gpool_test_increment, 128, 64 << 10));
+  check(big > 0 && big < plain, "once it does, some fit (fewer than without)");
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&again, gpool_test_increment, 128, 0));
+  check(again == plain, "asked again, the same answer");
+  CK(cudaFuncSetAttribute(gpool_test_increment, cudaFuncAttributeMaxDynamicSharedMemorySize, 48 << 10));
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&big, gpool_test_increment, 128, 64 << 10));
+  check(big == 0, "and none again once the function allows less");
+}
+
 }  // namespace
 
 int main() {
@@ -131,6 +148,7 @@ int main() {
   deviceFunctions();
   ownersAndPointers(d);
   legacyLaunch(d);
+  occupancy();
   CK(cudaFree(d));
   if (failures == 0) std::printf("ALL PASSED\n");
   return failures == 0 ? 0 : 1;
