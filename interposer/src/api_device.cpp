@@ -166,6 +166,28 @@ GPOOL_EXPORT CUresult cuDeviceGetProperties(CUdevprop* p, CUdevice d) {
   GPOOL_CATCH
 }
 
+GPOOL_EXPORT CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t* width, CUarray_format format, unsigned channels, CUdevice d) {
+  GPOOL_TRY
+  if (!width) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = checkDevice(d)) return r;
+  GPOOL_CONN_OF_DEVICE(conn, d);
+  std::tuple<uint64_t> r;
+  int st = conn->call<gpool::proto::calls::DeviceTexture1DLinearMaxWidth>(r, static_cast<uint32_t>(format), uint32_t{channels});
+  *width = std::get<0>(r);
+  return static_cast<CUresult>(st);
+  GPOOL_CATCH
+}
+
+// Atomics between this machine and the device: none, over a network (each operation answers 0).
+GPOOL_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned* caps, const CUatomicOperation* ops, unsigned count, CUdevice d) {
+  GPOOL_TRY
+  if (!caps || (count && !ops)) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = checkDevice(d)) return r;
+  for (unsigned i = 0; i < count; ++i) caps[i] = 0;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
 GPOOL_EXPORT CUresult cuDeviceCanAccessPeer(int* can, CUdevice d, CUdevice peer) {
   GPOOL_TRY
   if (!can) return CUDA_ERROR_INVALID_VALUE;

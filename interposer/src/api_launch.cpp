@@ -1,5 +1,6 @@
 // Kernel launches: parameters are packed into one buffer with the layout the worker reported (cached
 // per function), and the launch goes out fire-and-forget.
+#include <algorithm>
 #include <cstring>
 
 #include "state.h"
@@ -164,18 +165,60 @@ GPOOL_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, CUf
   GPOOL_CATCH
 }
 
-GPOOL_EXPORT CUresult cuOccupancyMaxActiveClusters(int* clusters, CUfunction f, const CUlaunchConfig* c) {
-  GPOOL_TRY
-  if (!clusters || !c) return CUDA_ERROR_INVALID_VALUE;
+// A launch shape's cluster question, asked of the worker.
+namespace {
+template <typename Call>
+CUresult clusterQuestion(int* answer, CUfunction f, const CUlaunchConfig* c) {
+  if (!answer || !c) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
   std::tuple<int32_t> r;
   Blob attrs{c->attrs, c->attrs ? c->numAttrs * sizeof(CUlaunchAttribute) : 0};
-  int st = conn->call<calls::OccupancyMaxActiveClusters>(r, reinterpret_cast<uint64_t>(f), c->gridDimX, c->gridDimY,
-                                                        c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
-                                                        c->sharedMemBytes, attrs);
-  *clusters = std::get<0>(r);
+  int st = conn->call<Call>(r, reinterpret_cast<uint64_t>(f), c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
+                            c->blockDimZ, c->sharedMemBytes, attrs);
+  *answer = std::get<0>(r);
   return static_cast<CUresult>(st);
-  GPOOL_CATCH
+}
+}  // namespace
+GPOOL_EXPORT CUresult cuOccupancyMaxActiveClusters(int* clusters, CUfunction f, const CUlaunchConfig* c) {
+  GPOOL_TRY return clusterQuestion<calls::OccupancyMaxActiveClusters>(clusters, f, c); GPOOL_CATCH
+}
+
+// The block size with the most resident threads per SM, and the grid that fills the device with it, as
+// the runtime's cudaOccupancyMaxPotentialBlockSize computes them: each block size (a multiple of the warp)
+// from the largest the function takes down, its dynamic shared memory from `smem_of` when given. Each
+// occupancy answer is kept (above), so asking again costs no round trip.
+namespace {
+CUresult potentialBlockSize(int* grid, int* block, CUfunction f, CUoccupancyB2DSize smem_of, size_t smem, int limit, unsigned flags) {
+  if (!grid || !block) return CUDA_ERROR_INVALID_VALUE;
+  int most = 0;
+  if (CUresult r = State::get().functionAttribute(reinterpret_cast<uint64_t>(f), CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, most)) return r;
+  const CUdevice d = State::get().currentDevice();
+  const int warp = std::max(1, State::get().attribute(d, CU_DEVICE_ATTRIBUTE_WARP_SIZE));
+  const int per_sm = State::get().attribute(d, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
+  if (limit > 0) most = std::min(most, limit);
+  int best_threads = 0, best_block = 0, best_blocks = 0;
+  for (int size = most / warp * warp; size > 0; size -= warp) {
+    int blocks = 0;
+    size_t bytes = smem_of ? smem_of(size) : smem;
+    if (CUresult r = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, f, size, bytes, flags)) return r;
+    if (blocks * size > best_threads) best_threads = blocks * size, best_block = size, best_blocks = blocks;
+    if (best_threads >= per_sm) break;  // a full SM: no smaller block does better
+  }
+  *block = best_block;
+  *grid = best_blocks * State::get().attribute(d, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  return CUDA_SUCCESS;
+}
+}  // namespace
+GPOOL_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int* grid, int* block, CUfunction f, CUoccupancyB2DSize smem_of, size_t smem,
+                                                       int limit) {
+  GPOOL_TRY return potentialBlockSize(grid, block, f, smem_of, smem, limit, 0); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int* grid, int* block, CUfunction f, CUoccupancyB2DSize smem_of,
+                                                                size_t smem, int limit, unsigned flags) {
+  GPOOL_TRY return potentialBlockSize(grid, block, f, smem_of, smem, limit, flags); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int* size, CUfunction f, const CUlaunchConfig* c) {
+  GPOOL_TRY return clusterQuestion<calls::OccupancyMaxPotentialClusterSize>(size, f, c); GPOOL_CATCH
 }
 
 // TMA descriptors: the 128-byte layout is the driver's secret, so the worker's driver encodes them. The

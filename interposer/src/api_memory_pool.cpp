@@ -159,3 +159,44 @@ GPOOL_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool,
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }
+
+// CUDA 13's pools by location: a device's pinned pools are the ones above; host and managed pools are
+// memory of the GPU host's, which a program here cannot reach (CUDA_ERROR_NOT_SUPPORTED, said once).
+namespace {
+CUresult devicePoolLocation(const CUmemLocation* location, CUmemAllocationType type, CUdevice& d) {
+  if (!location) return CUDA_ERROR_INVALID_VALUE;
+  if (type == CU_MEM_ALLOCATION_TYPE_PINNED && location->type == CU_MEM_LOCATION_TYPE_DEVICE) {
+    d = location->id;
+    CUresult err;
+    if (!State::get().ready(err)) return err;
+    return State::get().device(d) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  }
+  bool known = (type == CU_MEM_ALLOCATION_TYPE_PINNED || type == CU_MEM_ALLOCATION_TYPE_MANAGED) &&
+               location->type <= CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT;
+  if (!known) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_LOG(Level::kWarn, "memory pools of host or managed memory are not supported by gpool: the GPU is on another "
+            "machine (device pools work)");
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+}  // namespace
+
+namespace {
+CUresult poolAt(CUmemoryPool* out, CUmemLocation* location, CUmemAllocationType type, uint32_t which) {
+  CUdevice d = 0;
+  if (CUresult r = devicePoolLocation(location, type, d)) return r;
+  return getPool(out, d, which);
+}
+}  // namespace
+GPOOL_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool* out, CUmemLocation* location, CUmemAllocationType type) {
+  GPOOL_TRY return poolAt(out, location, type, 1); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemGetMemPool(CUmemoryPool* out, CUmemLocation* location, CUmemAllocationType type) {
+  GPOOL_TRY return poolAt(out, location, type, 0); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemSetMemPool(CUmemLocation* location, CUmemAllocationType type, CUmemoryPool p) {
+  GPOOL_TRY
+  CUdevice d = 0;
+  if (CUresult r = devicePoolLocation(location, type, d)) return r;
+  return cuDeviceSetMemPool(d, p);
+  GPOOL_CATCH
+}

@@ -70,7 +70,8 @@ constexpr const char* kHostCopyInCapture = "copies between client memory and the
   F(cuMipmappedArrayDestroy) F(cuGraphAddMemAllocNode) F(cuGraphAddMemFreeNode) F(cuGraphMemAllocNodeGetParams)       \
   F(cuGraphMemFreeNodeGetParams) F(cuDeviceGraphMemTrim) F(cuDeviceGetGraphMemAttribute) F(cuDeviceSetGraphMemAttribute) \
   F(cuUserObjectCreate) F(cuUserObjectRetain) F(cuUserObjectRelease) F(cuGraphRetainUserObject) F(cuGraphReleaseUserObject) \
-  F(cuStreamUpdateCaptureDependencies) F(cuCtxRecordEvent) F(cuCtxWaitEvent) F(cuCtxResetPersistingL2Cache) F(cuPointerSetAttribute)
+  F(cuStreamUpdateCaptureDependencies) F(cuCtxRecordEvent) F(cuCtxWaitEvent) F(cuCtxResetPersistingL2Cache) F(cuPointerSetAttribute) \
+  F(cuOccupancyMaxPotentialClusterSize) F(cuDeviceGetTexture1DLinearMaxWidth)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -1212,14 +1213,30 @@ class CudaBackend final : public Backend {
     return r;
   }
 
-  Status OccupancyMaxActiveClusters(Launchable f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by,
-                                    uint32_t bz, uint32_t shared, LaunchAttrs attrs, int32_t& clusters) {
+  // A launch shape's cluster question (how many clusters fit, or how large one may be), asked of the driver.
+  template <typename Query>
+  Status clusterQuery(Query query, Launchable f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz,
+                      uint32_t shared, const LaunchAttrs& attrs, int32_t& answer) {
     CUfunction fn = nullptr;
     if (CUresult r = function(f, fn); r != CUDA_SUCCESS) return r;
     CUlaunchConfig cfg = config(gx, gy, gz, bx, by, bz, shared, 0, attrs);
     int n = 0;
-    CUresult r = d_.cuOccupancyMaxActiveClusters_(&n, fn, &cfg);
-    clusters = n;
+    CUresult r = query(&n, fn, &cfg);
+    answer = n;
+    return r;
+  }
+  Status OccupancyMaxActiveClusters(Launchable f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by,
+                                    uint32_t bz, uint32_t shared, LaunchAttrs attrs, int32_t& clusters) {
+    return clusterQuery(d_.cuOccupancyMaxActiveClusters_, f, gx, gy, gz, bx, by, bz, shared, attrs, clusters);
+  }
+  Status OccupancyMaxPotentialClusterSize(Launchable f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by,
+                                          uint32_t bz, uint32_t shared, LaunchAttrs attrs, int32_t& size) {
+    return clusterQuery(d_.cuOccupancyMaxPotentialClusterSize_, f, gx, gy, gz, bx, by, bz, shared, attrs, size);
+  }
+  Status DeviceTexture1DLinearMaxWidth(uint32_t format, uint32_t channels, uint64_t& width) {
+    size_t w = 0;
+    CUresult r = d_.cuDeviceGetTexture1DLinearMaxWidth_(&w, static_cast<CUarray_format>(format), channels, dev_);
+    width = w;
     return r;
   }
 

@@ -777,6 +777,24 @@ Status SimBackend::OccupancyMaxActiveClusters(Launchable, uint32_t gx, uint32_t 
   return CUDA_SUCCESS;
 }
 
+// The portable cluster size (8) of the modelled device, 16 where the launch allows a non-portable one.
+Status SimBackend::OccupancyMaxPotentialClusterSize(Launchable f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx,
+                                                    uint32_t by, uint32_t bz, uint32_t shared, LaunchAttrs attrs, int32_t& size) {
+  int32_t clusters = 0;
+  if (Status st = OccupancyMaxActiveClusters(f, gx, gy, gz, bx, by, bz, shared, attrs, clusters); st != CUDA_SUCCESS) return st;
+  int32_t non_portable = 0;
+  FuncGetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, non_portable);
+  size = non_portable ? 16 : 8;
+  return CUDA_SUCCESS;
+}
+
+// The modelled device's 1D linear texture limit (2^28 elements), for any element size.
+Status SimBackend::DeviceTexture1DLinearMaxWidth(uint32_t format, uint32_t channels, uint64_t& width) {
+  if (proto::ArrayShape::formatBytes(format) == 0 || (channels != 1 && channels != 2 && channels != 4)) return CUDA_ERROR_INVALID_VALUE;
+  width = uint64_t{1} << 28;
+  return CUDA_SUCCESS;
+}
+
 Status SimBackend::OccupancyAvailableDynamicSMem(Launchable, int32_t blocks, int32_t block, uint64_t& bytes) {
   if (blocks <= 0 || block <= 0 || block > 1024) return CUDA_ERROR_INVALID_VALUE;
   // The modelled SM's shared memory, split among the resident blocks, capped at the opt-in maximum.

@@ -137,6 +137,46 @@ void occupancy() {
   check(big == 0, "and none again once the function allows less");
 }
 
+// The block size with the most resident threads: the driver's answer (cuOccupancyMaxPotentialBlockSize)
+// is the runtime template's; a cluster size; a 1D texture's width; and CUDA 13's pools by location.
+void potentialsAndPools() {
+  auto potential = driverEntryPoint<CUresult (*)(int*, int*, CUfunction, CUoccupancyB2DSize, size_t, int)>(
+      "cuOccupancyMaxPotentialBlockSize", 6050);
+  CUfunction f = nullptr;
+  CK(cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(gpool_test_increment)));
+  int grid = 0, block = 0, rt_grid = 0, rt_block = 0;
+  check(potential(&grid, &block, f, nullptr, 1024, 0) == CUDA_SUCCESS && block > 0 && block % 32 == 0,
+        "cuOccupancyMaxPotentialBlockSize answers a whole number of warps");
+  CK(cudaOccupancyMaxPotentialBlockSize(&rt_grid, &rt_block, gpool_test_increment, 1024));
+  check(grid == rt_grid && block == rt_block, "the same as the runtime's cudaOccupancyMaxPotentialBlockSize");
+
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(16);
+  config.blockDim = dim3(128);
+  int cluster = 0;
+  check(cudaOccupancyMaxPotentialClusterSize(&cluster, reinterpret_cast<const void*>(gpool_test_increment), &config) == cudaSuccess &&
+            cluster >= 1,
+        "cudaOccupancyMaxPotentialClusterSize");
+  cudaChannelFormatDesc desc = cudaCreateChannelDesc<float4>();
+  size_t width = 0;
+  check(cudaDeviceGetTexture1DLinearMaxWidth(&width, &desc, 0) == cudaSuccess && width > 0, "cudaDeviceGetTexture1DLinearMaxWidth");
+
+  cudaMemLocation here{cudaMemLocationTypeDevice, 0};
+  cudaMemPool_t default_pool = nullptr, by_location = nullptr, current = nullptr, made = nullptr;
+  CK(cudaDeviceGetDefaultMemPool(&default_pool, 0));
+  check(cudaMemGetDefaultMemPool(&by_location, &here, cudaMemAllocationTypePinned) == cudaSuccess && by_location == default_pool,
+        "cudaMemGetDefaultMemPool: the device's default pool");
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location = here;
+  CK(cudaMemPoolCreate(&made, &props));
+  check(cudaMemSetMemPool(&here, cudaMemAllocationTypePinned, made) == cudaSuccess &&
+            cudaMemGetMemPool(&current, &here, cudaMemAllocationTypePinned) == cudaSuccess && current == made,
+        "cudaMemSetMemPool sets the device's current pool, which cudaMemGetMemPool reads");
+  CK(cudaMemSetMemPool(&here, cudaMemAllocationTypePinned, default_pool));
+  CK(cudaMemPoolDestroy(made));
+}
+
 }  // namespace
 
 int main() {
@@ -149,6 +189,7 @@ int main() {
   ownersAndPointers(d);
   legacyLaunch(d);
   occupancy();
+  potentialsAndPools();
   CK(cudaFree(d));
   if (failures == 0) std::printf("ALL PASSED\n");
   return failures == 0 ? 0 : 1;
