@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <map>
+#include <set>
 #include <mutex>
 
 #include "state.h"
@@ -24,8 +25,8 @@ namespace calls = gpool::proto::calls;
 namespace {
 
 struct Managed {
-  uint64_t size = 0;         // the managed range [address, address + size), page-rounded
-  uint64_t device_base = 0;  // the worker's allocation that holds it
+  uint64_t size = 0;         // the managed range [address, address + size), page-rounded for an allocation
+  uint64_t device_base = 0;  // the worker's allocation that holds it (0: a library's managed variable)
 };
 
 std::mutex g_mu;
@@ -116,14 +117,64 @@ GPOOL_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigne
   GPOOL_CATCH
 }
 
-// cuMemFree of managed memory (api_memory.cpp): true when `p` was managed and is now freed.
+// A library's __managed__ variable (the runtime asks for each one as it registers the program's image): the
+// worker's variable, and host memory here at the same address, kept coherent as an allocation is (above).
+// Variables that share a page share its mapping; the copies cover each variable's own bytes only.
+namespace {
+std::set<uint64_t> g_variable_pages;  // pages mapped here for managed variables (with g_mu held)
+
+// With g_mu held. Maps the pages that hold [p, p + n) at their own addresses, where not mapped yet.
+bool mapVariableLocked(uint64_t p, uint64_t n) {
+  const uint64_t ps = pageSize();
+  for (uint64_t page = p / ps * ps; page < p + n; page += ps) {
+    if (g_variable_pages.count(page)) continue;
+    void* want = reinterpret_cast<void*>(page);
+    void* got = mmap(want, ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (got != want) {
+      if (got != MAP_FAILED) munmap(got, ps);
+      return false;
+    }
+    g_variable_pages.insert(page);
+  }
+  return true;
+}
+}  // namespace
+
+GPOOL_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr* dptr, size_t* bytes, CUlibrary lib, const char* name) {
+  GPOOL_TRY
+  if (!name || !lib) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN_OF_HANDLE(conn, reinterpret_cast<uint64_t>(lib));
+  calls::LibraryGetManaged::out::tuple r;
+  if (int st = conn->call<calls::LibraryGetManaged>(r, gpool::proto::ModuleRef{reinterpret_cast<uint64_t>(lib), 1}, std::string(name)))
+    return static_cast<CUresult>(st);
+  const gpool::proto::ModuleGlobal g = std::get<0>(r);
+  std::lock_guard lock(g_mu);
+  if (!g_managed.count(g.ptr)) {
+    if (!mapVariableLocked(g.ptr, g.bytes)) {
+      GPOOL_LOG(Level::kWarn, "__managed__ variable %s: the device's address %#llx is taken in this process; managed memory "
+                "needs the same address on both sides (returning CUDA_ERROR_NOT_SUPPORTED)", name, (unsigned long long)g.ptr);
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (int st = conn->memcpyDtoH(reinterpret_cast<void*>(g.ptr), g.ptr, g.bytes, 0)) return static_cast<CUresult>(st);  // its initial value
+    g_managed[g.ptr] = Managed{g.bytes, 0};
+    ++g_count;
+    State::get().addManaged(g.ptr, g.bytes);
+  }
+  if (dptr) *dptr = g.ptr;
+  if (bytes) *bytes = g.bytes;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+// cuMemFree of managed memory (api_memory.cpp): true when `p` was managed and is now freed. A managed
+// variable is its library's, never freed.
 bool gpool::client::freeManaged(uint64_t p, CUresult& result) {
   if (g_count.load(std::memory_order_relaxed) == 0) return false;
   Managed m;
   {
     std::lock_guard lock(g_mu);
     auto it = g_managed.find(p);
-    if (it == g_managed.end()) return false;
+    if (it == g_managed.end() || it->second.device_base == 0) return false;
     m = it->second;
     g_managed.erase(it);
     --g_count;

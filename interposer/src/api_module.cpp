@@ -148,7 +148,7 @@ CUresult getGlobal(CUdeviceptr* dptr, size_t* bytes, uint64_t handle, uint32_t k
   const gpool::proto::ModuleGlobal& g = std::get<0>(r);
   if (dptr) *dptr = g.ptr;
   if (bytes) *bytes = g.bytes;
-  State::get().addGlobal(g.ptr, g.bytes, conn->index());  // so cuMemcpy knows its direction and device
+  if (!isManaged(g.ptr)) State::get().addGlobal(g.ptr, g.bytes, conn->index());  // so cuMemcpy knows its direction and device
   return CUDA_SUCCESS;
 }
 

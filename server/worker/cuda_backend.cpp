@@ -71,7 +71,7 @@ constexpr const char* kHostCopyInCapture = "copies between client memory and the
   F(cuGraphMemFreeNodeGetParams) F(cuDeviceGraphMemTrim) F(cuDeviceGetGraphMemAttribute) F(cuDeviceSetGraphMemAttribute) \
   F(cuUserObjectCreate) F(cuUserObjectRetain) F(cuUserObjectRelease) F(cuGraphRetainUserObject) F(cuGraphReleaseUserObject) \
   F(cuStreamUpdateCaptureDependencies) F(cuCtxRecordEvent) F(cuCtxWaitEvent) F(cuCtxResetPersistingL2Cache) F(cuPointerSetAttribute) \
-  F(cuOccupancyMaxPotentialClusterSize) F(cuDeviceGetTexture1DLinearMaxWidth)
+  F(cuOccupancyMaxPotentialClusterSize) F(cuDeviceGetTexture1DLinearMaxWidth) F(cuLibraryGetManaged)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -1101,6 +1101,14 @@ class CudaBackend final : public Backend {
     CUresult r = m.kind == 0 ? d_.cuModuleGetGlobal_(&p, &n, reinterpret_cast<CUmodule>(m.handle), name.c_str())
                              : d_.cuLibraryGetGlobal_(&p, &n, reinterpret_cast<CUlibrary>(m.handle), name.c_str());
     out = ModuleGlobal{p, n};  // copies to and from module variables are legitimate
+    return r;
+  }
+  Status LibraryGetManaged(ModuleRef m, std::string name, ModuleGlobal& out) {
+    if (m.kind != 1) return CUDA_ERROR_INVALID_HANDLE;  // a library's
+    CUdeviceptr p = 0;
+    size_t n = 0;
+    CUresult r = d_.cuLibraryGetManaged_(&p, &n, reinterpret_cast<CUlibrary>(m.handle), name.c_str());
+    out = ModuleGlobal{p, n};
     return r;
   }
   Status ModuleFunctions(ModuleRef m, std::vector<char>& names, Created<LaunchableList>& handles) {

@@ -627,6 +627,12 @@ Status SimBackend::ModuleGetFunction(ModuleRef m, std::string name, Created<Laun
   return CUDA_SUCCESS;
 }
 
+// A __managed__ variable is a global of the image, here as any other.
+Status SimBackend::LibraryGetManaged(ModuleRef m, std::string name, ModuleGlobal& out) {
+  if (m.kind != 1) return CUDA_ERROR_INVALID_HANDLE;
+  return ModuleGetGlobal(m, std::move(name), out);
+}
+
 Status SimBackend::ModuleGetGlobal(ModuleRef m, std::string name, ModuleGlobal& out) {
   uint64_t handle = m.handle;
   const CubinIndex::Global* g = images_[handle].global(name);

@@ -1,6 +1,7 @@
 // Managed memory through gpool: the device reports no concurrent managed access, so the host touches
 // managed memory only between synchronisations; what a kernel wrote is the host's after the next
-// synchronisation, and what the host wrote is the kernel's at the next launch. Values are checked.
+// synchronisation, and what the host wrote is the kernel's at the next launch; __managed__ variables too.
+// Values are checked.
 #include <cuda_runtime.h>
 
 #include <vector>
@@ -12,8 +13,25 @@ extern "C" __global__ void gpool_test_increment(unsigned* p, int n) {
   if (i < n) p[i] += 1;
 }
 
+// A __managed__ variable: the runtime asks the driver for it (cuLibraryGetManaged) when it registers this
+// program, and the host then reads and writes it by its address, as it does managed allocations.
+__managed__ unsigned g_counters[4] = {5, 6, 7, 8};
+
+void managedVariable() {
+  check(g_counters[0] == 5 && g_counters[3] == 8, "a __managed__ variable starts with its initial value on the host");
+  g_counters[1] = 40;
+  gpool_test_increment<<<1, 4>>>(g_counters, 4);
+  CK(cudaDeviceSynchronize());
+  check(g_counters[0] == 6 && g_counters[1] == 41 && g_counters[3] == 9,
+        "a kernel sees what the host wrote, and the host what the kernel wrote after the synchronisation");
+  cudaPointerAttributes a{};
+  CK(cudaPointerGetAttributes(&a, g_counters));
+  check(a.type == cudaMemoryTypeManaged, "its address is managed memory");
+}
+
 int main() {
   CK(cudaSetDevice(0));
+  managedVariable();
   int managed = 0, concurrent = 1;
   CK(cudaDeviceGetAttribute(&managed, cudaDevAttrManagedMemory, 0));
   CK(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, 0));
