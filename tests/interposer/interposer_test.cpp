@@ -121,6 +121,26 @@ TEST(NoServer, CallsFailWithCudaErrorsNotCrashes) {
   EXPECT_STREQ(s, "CUDA_ERROR_NO_DEVICE");
 }
 
+// The deprecated launch API keeps each function's argument bytes here: writes are checked against what a
+// kernel may take (32,764 bytes), and a null function is refused, before anything reaches a worker.
+TEST(LegacyLaunch, ArgumentWritesStayWithinWhatAKernelTakes) {
+  auto seti = sym<CUresult (*)(CUfunction, int, unsigned)>("cuParamSeti");
+  auto setv = sym<CUresult (*)(CUfunction, int, void*, unsigned)>("cuParamSetv");
+  auto size = sym<CUresult (*)(CUfunction, unsigned)>("cuParamSetSize");
+  auto shape = sym<CUresult (*)(CUfunction, int, int, int)>("cuFuncSetBlockShape");
+  auto f = reinterpret_cast<CUfunction>(uintptr_t{0x1234});
+  EXPECT_EQ(seti(f, 0, 7), CUDA_SUCCESS);
+  EXPECT_EQ(seti(f, 32760, 7), CUDA_SUCCESS);  // the last four bytes
+  EXPECT_EQ(seti(f, 32761, 7), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(seti(f, -4, 7), CUDA_ERROR_INVALID_VALUE);
+  char big[16] = {};
+  EXPECT_EQ(setv(f, 2147483647, big, sizeof big), CUDA_ERROR_INVALID_VALUE);  // no overflow past the end
+  EXPECT_EQ(setv(f, 0, nullptr, 4), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(size(f, 32765), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(shape(f, 0, 1, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(seti(nullptr, 0, 7), CUDA_ERROR_INVALID_HANDLE);
+}
+
 TEST(Md2, MatchesRfc1319Vectors) {
   auto hex = [](const std::array<uint8_t, 16>& h) {
     char b[33];
