@@ -1,6 +1,9 @@
 // Contexts, all local: every context of a client, primary or created, maps to its worker's context on
 // that device. Primary-context reference counts, created contexts, the per-thread current-context stack
 // and flags live here. A primary-context reset (cudaDeviceReset) resets the worker's context.
+#include <mutex>
+#include <unordered_map>
+
 #include "cross_device.h"
 #include "state.h"
 
@@ -295,6 +298,44 @@ GPOOL_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
 GPOOL_EXPORT CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice d) { return cuCtxCreate_v2(pctx, flags, d); }
 GPOOL_EXPORT CUresult cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
 
+// The deprecated usage count: cuCtxAttach adds a use of the current context, cuCtxDetach takes one away,
+// and a created context whose last use goes (its creation counts as one) is destroyed. A primary
+// context is the runtime's and stays.
+namespace {
+std::mutex g_uses_mu;
+std::unordered_map<CUcontext, unsigned> g_uses;  // created contexts attached to: uses beyond the creation
+}  // namespace
+GPOOL_EXPORT CUresult cuCtxAttach(CUcontext* pctx, unsigned int flags) {
+  GPOOL_TRY
+  if (!pctx || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  CUresult err;
+  if (!State::get().ready(err)) return err;
+  CUcontext ctx = State::get().current();
+  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!State::get().isPrimary(ctx)) {
+    std::lock_guard lock(g_uses_mu);
+    ++g_uses[ctx];
+  }
+  *pctx = ctx;
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuCtxDetach(CUcontext ctx) {
+  GPOOL_TRY
+  if (!ctx || !State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (State::get().isPrimary(ctx)) return CUDA_SUCCESS;
+  {
+    std::lock_guard lock(g_uses_mu);
+    auto it = g_uses.find(ctx);
+    if (it != g_uses.end() && it->second > 0) {
+      if (--it->second == 0) g_uses.erase(it);
+      return CUDA_SUCCESS;
+    }
+  }
+  return cuCtxDestroy_v2(ctx);  // its creation was its last use
+  GPOOL_CATCH
+}
+
 // Peer access: a kernel on one device of the lease cannot read another's memory (two workers, two
 // processes, often two hosts). Copies between them work all the same (cross_device.h).
 GPOOL_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
@@ -335,6 +376,15 @@ GPOOL_EXPORT CUresult cuCtxResetPersistingL2Cache() {
   GPOOL_TRY
   GPOOL_CONN(conn);
   return static_cast<CUresult>(conn->post<gpool::proto::calls::CtxResetPersistingL2Cache>());
+  GPOOL_CATCH
+}
+
+// Writes by GPUDirect RDMA into the device's memory, made visible to its work (NCCL's network proxy).
+GPOOL_EXPORT CUresult cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target, CUflushGPUDirectRDMAWritesScope scope) {
+  GPOOL_TRY
+  GPOOL_CONN(conn);
+  return static_cast<CUresult>(conn->call<gpool::proto::calls::FlushGPUDirectRDMAWrites>(static_cast<uint32_t>(target),
+                                                                                        static_cast<uint32_t>(scope)));
   GPOOL_CATCH
 }
 

@@ -71,7 +71,8 @@ constexpr const char* kHostCopyInCapture = "copies between client memory and the
   F(cuGraphMemFreeNodeGetParams) F(cuDeviceGraphMemTrim) F(cuDeviceGetGraphMemAttribute) F(cuDeviceSetGraphMemAttribute) \
   F(cuUserObjectCreate) F(cuUserObjectRetain) F(cuUserObjectRelease) F(cuGraphRetainUserObject) F(cuGraphReleaseUserObject) \
   F(cuStreamUpdateCaptureDependencies) F(cuCtxRecordEvent) F(cuCtxWaitEvent) F(cuCtxResetPersistingL2Cache) F(cuPointerSetAttribute) \
-  F(cuOccupancyMaxPotentialClusterSize) F(cuDeviceGetTexture1DLinearMaxWidth) F(cuLibraryGetManaged)
+  F(cuOccupancyMaxPotentialClusterSize) F(cuDeviceGetTexture1DLinearMaxWidth) F(cuLibraryGetManaged) \
+  F(cuFlushGPUDirectRDMAWrites)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -270,6 +271,10 @@ class CudaBackend final : public Backend {
   Status CtxRecordEvent(Event e) { return d_.cuCtxRecordEvent_(ctx_, reinterpret_cast<CUevent>(e.v)); }
   Status CtxWaitEvent(Event e) { return d_.cuCtxWaitEvent_(ctx_, reinterpret_cast<CUevent>(e.v)); }
   GPOOL_FORWARD(CtxResetPersistingL2Cache, cuCtxResetPersistingL2Cache)
+  Status FlushGPUDirectRDMAWrites(uint32_t target, uint32_t scope) {
+    return d_.cuFlushGPUDirectRDMAWrites_(static_cast<CUflushGPUDirectRDMAWritesTarget>(target),
+                                          static_cast<CUflushGPUDirectRDMAWritesScope>(scope));
+  }
   Status PointerSetSyncMemops(DevAddress p, uint32_t value) {
     if (value > 1) return CUDA_ERROR_INVALID_VALUE;
     int v = static_cast<int>(value);

@@ -87,6 +87,7 @@ std::vector<int32_t> simAttributes(uint64_t memory_bytes) {
   set(CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE, 134213632);
   set(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, 1024);
   set(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 1);
+  set(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS, CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST);
   set(CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, 1);
   set(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 1);
   set(CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR, 1);
@@ -564,6 +565,11 @@ Status SimBackend::CtxWaitEvent(Event) {
   return CUDA_SUCCESS;
 }
 Status SimBackend::CtxResetPersistingL2Cache() { return CUDA_SUCCESS; }  // no cache to reset
+Status SimBackend::FlushGPUDirectRDMAWrites(uint32_t target, uint32_t scope) {  // nothing writes to it by RDMA
+  const bool known = target == CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX &&
+                     (scope == CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER || scope == CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_ALL_DEVICES);
+  return known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
 Status SimBackend::PointerSetSyncMemops(DevAddress, uint32_t value) { return value > 1 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS; }
 
 Status SimBackend::CtxSynchronize() {

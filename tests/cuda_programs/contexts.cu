@@ -62,6 +62,17 @@ int main() {
   check(destroy(made) == CUDA_ERROR_INVALID_CONTEXT, "a destroyed context cannot be destroyed again");
   check(destroy(primary) == CUDA_ERROR_INVALID_CONTEXT, "the primary context is not destroyed by cuCtxDestroy");
 
+  // The deprecated usage count: attached twice, a created context lives until its third detach.
+  auto attach = driverEntryPoint<CUresult (*)(CUcontext*, unsigned)>("cuCtxAttach", 2000);
+  auto detach = driverEntryPoint<CUresult (*)(CUcontext)>("cuCtxDetach", 4000);
+  CUcontext counted = nullptr, got = nullptr;
+  CK(static_cast<cudaError_t>(create(&counted, nullptr, 0, 0)));
+  check(attach(&got, 0) == CUDA_SUCCESS && got == counted && attach(&got, 0) == CUDA_SUCCESS, "cuCtxAttach adds a use of the current context");
+  check(detach(counted) == CUDA_SUCCESS && detach(counted) == CUDA_SUCCESS && getId(counted, &id2) == CUDA_SUCCESS,
+        "two detaches leave the context its creation's use");
+  check(detach(counted) == CUDA_SUCCESS && getId(counted, &id2) == CUDA_ERROR_INVALID_CONTEXT, "the last detach destroys it");
+  check(getCurrent(&cur) == CUDA_SUCCESS && cur == primary, "and the primary context is current again");
+
   // A cooperative launch (the grid may synchronise) goes through as a launch with that attribute.
   {
     const int n = 1024;

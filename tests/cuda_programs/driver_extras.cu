@@ -40,6 +40,12 @@ void contextFunctions(unsigned* d) {
   check(allEqual(d, 1), "once the event has happened, the work before it has too");
   check(wait(nullptr, reinterpret_cast<CUevent>(e)) == CUDA_SUCCESS, "cuCtxWaitEvent makes the context's later work wait on it");
   check(resetL2() == CUDA_SUCCESS, "cuCtxResetPersistingL2Cache");
+  int flush = 0;
+  CK(cudaDeviceGetAttribute(&flush, cudaDevAttrGPUDirectRDMAFlushWritesOptions, 0));
+  if (flush & cudaFlushGPUDirectRDMAWritesOptionHost)  // where the device says it takes the flush
+    check(cudaDeviceFlushGPUDirectRDMAWrites(cudaFlushGPUDirectRDMAWritesTargetCurrentDevice, cudaFlushGPUDirectRDMAWritesToOwner) ==
+              cudaSuccess,
+          "cudaDeviceFlushGPUDirectRDMAWrites");
   CUexecAffinityParam p{};
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
