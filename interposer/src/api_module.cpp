@@ -306,6 +306,17 @@ CUresult ownerOut(H* out, uint64_t launchable, uint32_t want) {
   return CUDA_SUCCESS;
 }
 }  // namespace
+// A library's module in the worker's context; the library owns it (unloading the library ends it).
+GPOOL_EXPORT CUresult cuLibraryGetModule(CUmodule* out, CUlibrary lib) {
+  GPOOL_TRY
+  if (!out || !lib) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN_OF_HANDLE(conn, raw(lib));
+  calls::LibraryGetModule::out::tuple r;
+  int st = conn->call<calls::LibraryGetModule>(r, gpool::proto::ModuleRef{raw(lib), kLibrary});
+  *out = st == CUDA_SUCCESS ? as<CUmodule>(std::get<0>(r).handle) : nullptr;
+  return static_cast<CUresult>(st);
+  GPOOL_CATCH
+}
 GPOOL_EXPORT CUresult cuFuncGetModule(CUmodule* out, CUfunction f) { GPOOL_TRY return ownerOut(out, raw(f), 0); GPOOL_CATCH }
 GPOOL_EXPORT CUresult cuKernelGetLibrary(CUlibrary* out, CUkernel k) { GPOOL_TRY return ownerOut(out, raw(k), 1); GPOOL_CATCH }
 GPOOL_EXPORT CUresult cuFuncGetName(const char** out, CUfunction f) { GPOOL_TRY return name(out, raw(f)); GPOOL_CATCH }

@@ -72,7 +72,7 @@ constexpr const char* kHostCopyInCapture = "copies between client memory and the
   F(cuUserObjectCreate) F(cuUserObjectRetain) F(cuUserObjectRelease) F(cuGraphRetainUserObject) F(cuGraphReleaseUserObject) \
   F(cuStreamUpdateCaptureDependencies) F(cuCtxRecordEvent) F(cuCtxWaitEvent) F(cuCtxResetPersistingL2Cache) F(cuPointerSetAttribute) \
   F(cuOccupancyMaxPotentialClusterSize) F(cuDeviceGetTexture1DLinearMaxWidth) F(cuLibraryGetManaged) \
-  F(cuFlushGPUDirectRDMAWrites)
+  F(cuFlushGPUDirectRDMAWrites) F(cuLibraryGetModule)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -1106,6 +1106,13 @@ class CudaBackend final : public Backend {
     CUresult r = m.kind == 0 ? d_.cuModuleGetGlobal_(&p, &n, reinterpret_cast<CUmodule>(m.handle), name.c_str())
                              : d_.cuLibraryGetGlobal_(&p, &n, reinterpret_cast<CUlibrary>(m.handle), name.c_str());
     out = ModuleGlobal{p, n};  // copies to and from module variables are legitimate
+    return r;
+  }
+  Status LibraryGetModule(ModuleRef lib, Created<ModuleRef>& out) {
+    if (lib.kind != 1) return CUDA_ERROR_INVALID_HANDLE;
+    CUmodule m = nullptr;
+    CUresult r = d_.cuLibraryGetModule_(&m, reinterpret_cast<CUlibrary>(lib.handle));
+    out = ModuleRef{reinterpret_cast<uint64_t>(m), 0};
     return r;
   }
   Status LibraryGetManaged(ModuleRef m, std::string name, ModuleGlobal& out) {

@@ -350,7 +350,8 @@ void RequestChecks::record(proto::Created<proto::LaunchableList>& l, CallScope& 
   for (uint64_t h : l.v) table_.add(s.new_launchable, h, s.owner);
 }
 
-void RequestChecks::record(proto::Created<proto::ModuleRef>& m, CallScope&) { table_.add(moduleKind(m.kind), m.handle); }
+// A loaded module or library (owner: none), or a library's module (owner: the library, which ends it).
+void RequestChecks::record(proto::Created<proto::ModuleRef>& m, CallScope& s) { table_.add(moduleKind(m.kind), m.handle, s.owner); }
 
 void RequestChecks::record(proto::NewAlloc& a, CallScope& s) {
   if (s.capture) {  // an allocation node of the capture's graph: charged when the graph runs

@@ -604,6 +604,11 @@ Status SimBackend::ModuleLoad(Blob image, uint32_t kind, Created<ModuleRef>& out
 
 Status SimBackend::ModuleUnload(Released<ModuleRef> m) {
   uint64_t handle = m.handle;
+  if (auto lm = library_modules_.find(handle); lm != library_modules_.end()) {  // a library's module goes with it
+    Released<ModuleRef> module{ModuleRef{lm->second, 0}};
+    library_modules_.erase(lm);
+    ModuleUnload(module);
+  }
   images_.erase(handle);
   for (auto it = globals_.lower_bound({handle, std::string{}}); it != globals_.end() && it->first.first == handle;) {
     std::free(reinterpret_cast<void*>(it->second));
@@ -633,6 +638,18 @@ Status SimBackend::ModuleGetFunction(ModuleRef m, std::string name, Created<Laun
   return CUDA_SUCCESS;
 }
 
+// A library's module: one per library, reading the library's image.
+Status SimBackend::LibraryGetModule(ModuleRef lib, Created<ModuleRef>& out) {
+  if (lib.kind != 1) return CUDA_ERROR_INVALID_HANDLE;
+  auto [it, fresh] = library_modules_.try_emplace(lib.handle, 0);
+  if (fresh) {
+    it->second = newHandle(HandleKind::kModule);
+    images_[it->second] = images_[lib.handle];
+  }
+  out = ModuleRef{it->second, 0};
+  return CUDA_SUCCESS;
+}
+
 // A __managed__ variable is a global of the image, here as any other.
 Status SimBackend::LibraryGetManaged(ModuleRef m, std::string name, ModuleGlobal& out) {
   if (m.kind != 1) return CUDA_ERROR_INVALID_HANDLE;
@@ -641,6 +658,8 @@ Status SimBackend::LibraryGetManaged(ModuleRef m, std::string name, ModuleGlobal
 
 Status SimBackend::ModuleGetGlobal(ModuleRef m, std::string name, ModuleGlobal& out) {
   uint64_t handle = m.handle;
+  for (const auto& [lib, module] : library_modules_)  // a library's module has the library's variables
+    if (module == handle) handle = lib;
   const CubinIndex::Global* g = images_[handle].global(name);
   if (!g) return CUDA_ERROR_NOT_FOUND;
   auto [it, fresh] = globals_.try_emplace({handle, name}, 0);

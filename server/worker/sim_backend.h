@@ -136,6 +136,7 @@ class SimBackend : public Backend {
   std::unordered_map<uint64_t, EventState> events_;
   std::unordered_map<uint64_t, Function> functions_;  // CUfunction and CUkernel handles
   std::unordered_map<uint64_t, CubinIndex> images_;  // module/library handle -> what its cubin declares
+  std::unordered_map<uint64_t, uint64_t> library_modules_;  // library -> its module (LibraryGetModule)
   std::unordered_map<uint64_t, uint64_t> kernel_function_;  // CUkernel -> its CUfunction
   std::map<std::pair<uint64_t, std::string>, uint64_t> globals_;  // (module, name) -> sim address
   std::unordered_map<uint32_t, uint64_t> limits_;

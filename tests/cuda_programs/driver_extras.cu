@@ -1,6 +1,7 @@
 // Driver functions beyond the basics that the runtime, cuDNN, cuBLAS and NCCL import, or older programs
 // call: a context's events (cuCtxRecordEvent/cuCtxWaitEvent), the persisting L2 reset, the context's SM
-// affinity, a device by PCI address, the deprecated device properties, a kernel's library, a pointer's SYNC_MEMOPS attribute, and the deprecated launch API (cuParamSet*,
+// affinity, a device by PCI address, the deprecated device properties, a kernel's library and its module,
+// a pointer's SYNC_MEMOPS attribute, and the deprecated launch API (cuParamSet*,
 // cuFuncSetBlockShape, cuLaunchGrid); and occupancy answers as the function's attributes change.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -86,6 +87,24 @@ void ownersAndPointers(unsigned* d) {
   check(kernelLibrary(&library, reinterpret_cast<CUkernel>(kernel)) == CUDA_SUCCESS && library &&
             getKernel(&again, library, "gpool_test_increment") == CUDA_SUCCESS && again == reinterpret_cast<CUkernel>(kernel),
         "cuKernelGetLibrary: the library that holds the kernel");
+
+  // The library's module: its function runs, and knows its module.
+  auto libraryModule = driverEntryPoint<CUresult (*)(CUmodule*, CUlibrary)>("cuLibraryGetModule", 12000);
+  auto moduleFunction = driverEntryPoint<CUresult (*)(CUfunction*, CUmodule, const char*)>("cuModuleGetFunction", 2000);
+  auto funcModule = driverEntryPoint<CUresult (*)(CUmodule*, CUfunction)>("cuFuncGetModule", 11000);
+  auto launch = driverEntryPoint<CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                              CUstream, void**, void**)>("cuLaunchKernel", 4000);
+  CUmodule module = nullptr, owner = nullptr;
+  CUfunction f = nullptr;
+  check(libraryModule(&module, library) == CUDA_SUCCESS && module && moduleFunction(&f, module, "gpool_test_increment") == CUDA_SUCCESS,
+        "cuLibraryGetModule: the library's module, whose functions can be got");
+  check(funcModule(&owner, f) == CUDA_SUCCESS && owner == module, "cuFuncGetModule: a function's module");
+  CK(cudaMemset(d, 0, kN * sizeof(unsigned)));
+  int n = kN;
+  void* args[] = {&d, &n};
+  check(launch(f, kN / 256, 1, 1, 256, 1, 1, 0, nullptr, args, nullptr) == CUDA_SUCCESS, "the module's function launches");
+  CK(cudaDeviceSynchronize());
+  check(allEqual(d, 1), "and runs");
 
   int on = 0, read = -1;
   check(setAttribute(&on, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, reinterpret_cast<CUdeviceptr>(d)) == CUDA_SUCCESS &&
