@@ -27,12 +27,9 @@ CUresult beginCapture(uint64_t s, CUstreamCaptureMode mode) {
 CUresult beginCaptureToGraph(uint64_t s, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* edges, size_t n,
                              CUstreamCaptureMode mode) {
   if (!graph || (n && !deps) || mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
-  for (size_t i = 0; edges && i < n; ++i)
-    if (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || edges[i].from_port || edges[i].to_port) return CUDA_ERROR_NOT_SUPPORTED;
+  if (!plainEdges(edges, n)) return CUDA_ERROR_NOT_SUPPORTED;
   GPOOL_CONN(conn);
-  gpool::proto::GraphNodes after;
-  for (size_t i = 0; i < n; ++i) after.v.push_back(raw(deps[i]));
-  int st = conn->call<calls::StreamBeginCaptureToGraph>(s, raw(graph), after, static_cast<uint32_t>(mode));
+  int st = conn->call<calls::StreamBeginCaptureToGraph>(s, raw(graph), graphDeps(deps, n), static_cast<uint32_t>(mode));
   if (st == CUDA_SUCCESS) ++State::get().active_captures;
   return static_cast<CUresult>(st);
 }
@@ -76,7 +73,10 @@ struct CaptureDeps {
 std::mutex g_deps_mu;
 std::unordered_map<uint64_t, CaptureDeps> g_deps;  // stream -> its latest answer
 
+// The stream's capture; none (asked of no one) while this process has no capture under way.
 CUresult captureState(Connection* conn, uint64_t s, gpool::proto::CaptureState& state) {
+  state = gpool::proto::CaptureState{};
+  if (State::get().active_captures == 0) return CUDA_SUCCESS;
   calls::StreamCaptureState::out::tuple r;
   int st = conn->call<calls::StreamCaptureState>(r, s);
   state = std::get<0>(r);
@@ -100,8 +100,7 @@ CUresult captureInfoEx(uint64_t s, CUstreamCaptureStatus* status, cuuint64_t* id
   if (!status) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
   gpool::proto::CaptureState state;
-  if (State::get().active_captures > 0)
-    if (CUresult r = captureState(conn, s, state)) return r;
+  if (CUresult r = captureState(conn, s, state)) return r;
   *status = static_cast<CUstreamCaptureStatus>(state.status);
   if (id) *id = state.id;
   if (graph) *graph = reinterpret_cast<CUgraph>(state.graph.v);
@@ -120,12 +119,10 @@ CUresult captureInfoEx(uint64_t s, CUstreamCaptureStatus* status, cuuint64_t* id
 // Sets or adds to the nodes a capturing stream's next work follows; they must be its capture graph's.
 CUresult updateCaptureDeps(uint64_t s, CUgraphNode* deps, const CUgraphEdgeData* edges, size_t n, unsigned flags) {
   if ((n && !deps) || flags > CU_STREAM_SET_CAPTURE_DEPENDENCIES) return CUDA_ERROR_INVALID_VALUE;
-  for (size_t i = 0; edges && i < n; ++i)
-    if (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || edges[i].from_port || edges[i].to_port) return CUDA_ERROR_NOT_SUPPORTED;
+  if (!plainEdges(edges, n)) return CUDA_ERROR_NOT_SUPPORTED;
   GPOOL_CONN(conn);
   gpool::proto::CaptureState state;
-  if (State::get().active_captures > 0)
-    if (CUresult r = captureState(conn, s, state)) return r;
+  if (CUresult r = captureState(conn, s, state)) return r;
   if (state.status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_ERROR_ILLEGAL_STATE;
   return static_cast<CUresult>(conn->call<calls::StreamUpdateCaptureDeps>(s, state.graph.v, graphDeps(deps, n), uint32_t{flags}));
 }

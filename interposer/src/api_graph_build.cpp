@@ -26,7 +26,6 @@ using NodeInfo = GraphNodeInfo;
 
 uint64_t raw(const void* h) { return reinterpret_cast<uint64_t>(h); }
 
-gpool::proto::GraphNodes deps(const CUgraphNode* d, size_t n) { return graphDeps(d, n); }
 
 // Adds a node on the worker and records it, with what `note` fills in from the call's arguments or its
 // reply (its parameters, a conditional node's bodies).
@@ -84,7 +83,7 @@ CUresult addKernel(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_
   NodeInfo info;
   gpool::proto::KernelCall call;
   if (CUresult r = kernelCall(p, call, info)) return r;
-  if (CUresult r = addNode<calls::GraphAddKernelNode>(node, graph, CU_GRAPH_NODE_TYPE_KERNEL, deps(d, n), call)) return r;
+  if (CUresult r = addNode<calls::GraphAddKernelNode>(node, graph, CU_GRAPH_NODE_TYPE_KERNEL, graphDeps(d, n), call)) return r;
   keepKernel(raw(*node), raw(graph), std::move(info));
   return CUDA_SUCCESS;
 }
@@ -101,7 +100,7 @@ CUresult addMemset(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_
   gpool::proto::DevFillRect f;
   if (CUresult r = fillOf(p, f)) return r;
   return addNoted<calls::GraphAddMemsetNode>(node, graph, CU_GRAPH_NODE_TYPE_MEMSET, [p](NodeInfo& i, const auto&) { i.memset = *p; },
-                                             deps(d, n), f, uint32_t{p->value});
+                                             graphDeps(d, n), f, uint32_t{p->value});
 }
 
 bool isDevice(CUmemorytype type, CUdeviceptr ptr) {
@@ -128,7 +127,7 @@ CUresult copyOf(const CUDA_MEMCPY3D* c, gpool::proto::DevCopyRect& rect) {
 CUresult addMemcpy(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, const CUDA_MEMCPY3D* c) {
   gpool::proto::DevCopyRect rect;
   if (CUresult r = copyOf(c, rect)) return r;
-  return addNoted<calls::GraphAddMemcpyNode>(node, graph, CU_GRAPH_NODE_TYPE_MEMCPY, [c](NodeInfo& i, const auto&) { i.copy = *c; }, deps(d, n), rect);
+  return addNoted<calls::GraphAddMemcpyNode>(node, graph, CU_GRAPH_NODE_TYPE_MEMCPY, [c](NodeInfo& i, const auto&) { i.copy = *c; }, graphDeps(d, n), rect);
 }
 
 CUresult addHost(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUhostFn fn, void* data) {
@@ -136,16 +135,16 @@ CUresult addHost(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t 
   uint64_t id = 0;
   if (CUresult r = hostFunctionId([fn, data] { fn(data); }, id)) return r;
   return addNoted<calls::GraphAddHostNode>(node, graph, CU_GRAPH_NODE_TYPE_HOST, [fn, data](NodeInfo& i, const auto&) { i.host = {fn, data}; },
-                                           deps(d, n), id);
+                                           graphDeps(d, n), id);
 }
 
 CUresult addEvent(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUevent e, bool wait) {
   return addNoted<calls::GraphAddEventNode>(node, graph, wait ? CU_GRAPH_NODE_TYPE_WAIT_EVENT : CU_GRAPH_NODE_TYPE_EVENT_RECORD,
-                                            [e](NodeInfo& i, const auto&) { i.event = e; }, deps(d, n), raw(e), uint32_t{wait});
+                                            [e](NodeInfo& i, const auto&) { i.event = e; }, graphDeps(d, n), raw(e), uint32_t{wait});
 }
 
 CUresult addChild(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUgraph child) {
-  return addNode<calls::GraphAddChildGraphNode>(node, graph, CU_GRAPH_NODE_TYPE_GRAPH, deps(d, n), gpool::proto::ChildGraph{raw(child)});
+  return addNode<calls::GraphAddChildGraphNode>(node, graph, CU_GRAPH_NODE_TYPE_GRAPH, graphDeps(d, n), gpool::proto::ChildGraph{raw(child)});
 }
 
 // A conditional node: the worker makes its body graphs, which the caller fills through phGraph_out (an
@@ -155,7 +154,7 @@ CUresult addConditional(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, 
     for (uint64_t b : std::get<1>(reply).v) i.bodies.push_back(reinterpret_cast<CUgraph>(b));
     c.phGraph_out = i.bodies.data();
   };
-  return addNoted<calls::GraphAddConditionalNode>(node, graph, CU_GRAPH_NODE_TYPE_CONDITIONAL, bodies, deps(d, n), uint64_t{c.handle},
+  return addNoted<calls::GraphAddConditionalNode>(node, graph, CU_GRAPH_NODE_TYPE_CONDITIONAL, bodies, graphDeps(d, n), uint64_t{c.handle},
                                                   static_cast<uint32_t>(c.type), c.size);
 }
 
@@ -196,7 +195,7 @@ GPOOL_EXPORT CUresult cuGraphCreate(CUgraph* graph, unsigned int flags) {
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n) {
-  GPOOL_TRY return addNode<calls::GraphAddEmptyNode>(node, graph, CU_GRAPH_NODE_TYPE_EMPTY, deps(d, n)); GPOOL_CATCH
+  GPOOL_TRY return addNode<calls::GraphAddEmptyNode>(node, graph, CU_GRAPH_NODE_TYPE_EMPTY, graphDeps(d, n)); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, const CUDA_KERNEL_NODE_PARAMS* p) {
   GPOOL_TRY return addKernel(node, graph, d, n, p); GPOOL_CATCH
@@ -240,7 +239,7 @@ CUresult addGeneric(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size
     }
     case CU_GRAPH_NODE_TYPE_HOST: return addHost(node, graph, d, n, p->host.fn, p->host.userData);
     case CU_GRAPH_NODE_TYPE_GRAPH: return addChild(node, graph, d, n, p->graph.graph);
-    case CU_GRAPH_NODE_TYPE_EMPTY: return addNode<calls::GraphAddEmptyNode>(node, graph, CU_GRAPH_NODE_TYPE_EMPTY, deps(d, n));
+    case CU_GRAPH_NODE_TYPE_EMPTY: return addNode<calls::GraphAddEmptyNode>(node, graph, CU_GRAPH_NODE_TYPE_EMPTY, graphDeps(d, n));
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return addEvent(node, graph, d, n, p->eventRecord.event, false);
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return addEvent(node, graph, d, n, p->eventWait.event, true);
     case CU_GRAPH_NODE_TYPE_CONDITIONAL: return addConditional(node, graph, d, n, p->conditional);
@@ -266,8 +265,7 @@ GPOOL_EXPORT CUresult cuGraphAddNode(CUgraphNode* node, CUgraph graph, const CUg
 GPOOL_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, const CUgraphEdgeData* edges, size_t n,
                                         CUgraphNodeParams* p) {
   GPOOL_TRY
-  for (size_t i = 0; edges && i < n; ++i)
-    if (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || edges[i].from_port || edges[i].to_port) return CUDA_ERROR_NOT_SUPPORTED;
+  if (!plainEdges(edges, n)) return CUDA_ERROR_NOT_SUPPORTED;
   return addGeneric(node, graph, d, n, p);
   GPOOL_CATCH
 }
@@ -276,13 +274,12 @@ GPOOL_EXPORT CUresult cuGraphAddDependencies(CUgraph graph, const CUgraphNode* f
   GPOOL_TRY
   GPOOL_CONN(conn);
   if (n && (!from || !to)) return CUDA_ERROR_INVALID_VALUE;
-  return static_cast<CUresult>(conn->call<calls::GraphAddDependencies>(raw(graph), deps(from, n), deps(to, n)));
+  return static_cast<CUresult>(conn->call<calls::GraphAddDependencies>(raw(graph), graphDeps(from, n), graphDeps(to, n)));
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to, const CUgraphEdgeData* edges, size_t n) {
   GPOOL_TRY
-  for (size_t i = 0; edges && i < n; ++i)
-    if (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || edges[i].from_port || edges[i].to_port) return CUDA_ERROR_NOT_SUPPORTED;
+  if (!plainEdges(edges, n)) return CUDA_ERROR_NOT_SUPPORTED;
   return cuGraphAddDependencies(graph, from, to, n);
   GPOOL_CATCH
 }

@@ -16,7 +16,6 @@ namespace {
 
 uint64_t raw(const void* h) { return reinterpret_cast<uint64_t>(h); }
 
-gpool::proto::GraphNodes deps(const CUgraphNode* d, size_t n) { return graphDeps(d, n); }
 
 bool onDevice(const CUmemLocation& l, CUdevice device) { return l.type == CU_MEM_LOCATION_TYPE_DEVICE && l.id == device; }
 
@@ -93,7 +92,7 @@ CUresult gpool::client::addMemAllocNode(CUgraphNode* node, CUgraph graph, const 
   GPOOL_CONN(conn);
   if (CUresult r = checkAllocation(p, State::get().currentDevice())) return r;
   calls::GraphAddMemAllocNode::out::tuple out;
-  int st = conn->call<calls::GraphAddMemAllocNode>(out, raw(graph), deps(d, n), p->bytesize);
+  int st = conn->call<calls::GraphAddMemAllocNode>(out, raw(graph), graphDeps(d, n), p->bytesize);
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
   *node = reinterpret_cast<CUgraphNode>(std::get<0>(out).v);
   p->dptr = std::get<1>(out).ptr;
@@ -106,7 +105,7 @@ CUresult gpool::client::addMemFreeNode(CUgraphNode* node, CUgraph graph, const C
   if (!node || !graph || !ptr) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
   calls::GraphAddMemFreeNode::out::tuple out;
-  int st = conn->call<calls::GraphAddMemFreeNode>(out, raw(graph), deps(d, n), uint64_t{ptr});
+  int st = conn->call<calls::GraphAddMemFreeNode>(out, raw(graph), graphDeps(d, n), uint64_t{ptr});
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
   *node = reinterpret_cast<CUgraphNode>(std::get<0>(out).v);
   remember(std::get<0>(out).v, raw(graph), CU_GRAPH_NODE_TYPE_MEM_FREE, CUDA_MEM_ALLOC_NODE_PARAMS{}, ptr);

@@ -100,15 +100,9 @@ CUresult rootNodes(CUgraph graph, CUgraphNode* out, size_t* count) {
 
 CUresult removeDependencies(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to, const CUgraphEdgeData* data, size_t n) {
   if (n && (!from || !to)) return CUDA_ERROR_INVALID_VALUE;
-  for (size_t i = 0; data && i < n; ++i)
-    if (data[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || data[i].from_port || data[i].to_port) return CUDA_ERROR_INVALID_VALUE;
+  if (!plainEdges(data, n)) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
-  gpool::proto::GraphNodes f, t;
-  for (size_t i = 0; i < n; ++i) {
-    f.v.push_back(raw(from[i]));
-    t.v.push_back(raw(to[i]));
-  }
-  return static_cast<CUresult>(conn->call<calls::GraphRemoveDependencies>(raw(graph), f, t));
+  return static_cast<CUresult>(conn->call<calls::GraphRemoveDependencies>(raw(graph), graphDeps(from, n), graphDeps(to, n)));
 }
 
 const char* typeName(uint32_t type) {

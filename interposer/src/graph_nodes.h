@@ -73,6 +73,13 @@ struct GraphNodeRegistry {
 
 GraphNodeRegistry& graphNodes();
 
+// Whether every edge is a plain one (gpool forwards no other kind); no edge data means plain edges.
+inline bool plainEdges(const CUgraphEdgeData* edges, size_t n) {
+  for (size_t i = 0; edges && i < n; ++i)
+    if (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || edges[i].from_port || edges[i].to_port) return false;
+  return true;
+}
+
 // A node's dependencies as the worker takes them.
 inline proto::GraphNodes graphDeps(const CUgraphNode* d, size_t n) {
   proto::GraphNodes out;
