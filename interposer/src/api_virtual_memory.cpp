@@ -2,7 +2,8 @@
 // segments and NCCL use it: physical memory and address reservations live on the worker's device, which
 // checks and charges them; this file keeps what the client may ask again locally (an allocation's
 // properties, which handle a mapped address shows, access flags) and marks mapped ranges as device
-// memory so copies and pointer attributes know them. Sharing handles between processes is IPC (not yet).
+// memory so copies and pointer attributes know them. Sharing handles between processes is
+// api_shareable_handle.cpp.
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -50,6 +51,20 @@ std::map<CUdeviceptr, Mapping>::iterator mappingAt(CUdeviceptr p) {
 }
 
 }  // namespace
+
+bool gpool::client::physicalProperties(CUmemGenericAllocationHandle h, CUmemAllocationProp& prop) {
+  std::lock_guard lock(g_mu);
+  auto it = g_physical.find(h);
+  if (it == g_physical.end()) return false;
+  prop = it->second.prop;
+  return true;
+}
+
+void gpool::client::addImportedPhysical(CUmemGenericAllocationHandle h, const CUmemAllocationProp& prop, size_t size) {
+  std::lock_guard lock(g_mu);
+  auto [it, added] = g_physical.try_emplace(h, PhysicalInfo{prop, size});
+  if (!added) ++it->second.refs;  // imported again: one more reference, as the driver counts it
+}
 
 void gpool::client::forgetVirtualMemory() {
   std::lock_guard lock(g_mu);

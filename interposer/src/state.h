@@ -219,6 +219,10 @@ void clearJitLogs(unsigned n, const CUjit_option* ids, void* const* values);
 // After a context reset, the files that keep their own per-handle state forget it.
 void forgetLinks();          // api_link.cpp
 void forgetVirtualMemory();  // api_virtual_memory.cpp
+// Physical memory the client knows (api_virtual_memory.cpp): its properties, and taking in memory another
+// process exported (api_shareable_handle.cpp), with one reference as cuMemCreate's.
+bool physicalProperties(CUmemGenericAllocationHandle h, CUmemAllocationProp& prop);
+void addImportedPhysical(CUmemGenericAllocationHandle h, const CUmemAllocationProp& prop, size_t size);
 void forgetArrays();         // api_array.cpp
 void forgetTextures();       // api_texture.cpp
 

@@ -3,6 +3,8 @@
 // The dispatcher has checked every typed field (request_checks.h) before a backend sees a call.
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -12,23 +14,23 @@
 
 #include "gpool/protocol/calls.h"
 #include "gpool/protocol/handshake.h"
+#include "handle_table.h"
 #include "host_callbacks.h"
 #include "host_pool.h"
 #include "ipc_registry.h"
 #include "peer_links.h"
+#include "shareable_handles.h"
 
 namespace gpool::worker {
 
 using proto::Blob;
 using proto::Status;
 // The typed fields of calls.def (fields.h), as backends name them.
-using proto::AllocBase, proto::AllocBytes, proto::Array, proto::ArrayCopy, proto::ArrayDevCopy, proto::ArrayRect, proto::ArrayShape, proto::ArrayWrite, proto::MipmapLevel, proto::MipmapShape, proto::MipmappedArray, proto::TexDescs, proto::TexResource, proto::TexObject, proto::SurfObject, proto::IpcMapped, proto::IpcMapping, proto::Created, proto::DevAddress, proto::DevCopy, proto::DevCopyRect, proto::DevFill,
+using proto::AllocBase, proto::AllocBytes, proto::Array, proto::ArrayCopy, proto::ArrayDevCopy, proto::ArrayRect, proto::ArrayShape, proto::ArrayWrite, proto::MipmapLevel, proto::MipmapShape, proto::MipmappedArray, proto::TexDescs, proto::TexResource, proto::TexObject, proto::SurfObject, proto::IpcMapped, proto::IpcMapping, proto::ImportedPhysical, proto::Created, proto::DevAddress, proto::DevCopy, proto::DevCopyRect, proto::DevFill,
     proto::DevFillRect, proto::DevRange, proto::DevWord, proto::DevRect, proto::DevWrite, proto::DevWriteRect, proto::PitchedAlloc, proto::Physical, proto::PoolAttribute, proto::ResetAll, proto::VaMap, proto::VaMapped, proto::VaRange, proto::VaUnmap, proto::ChildGraph, proto::Event, proto::FreedAlloc, proto::Graph, proto::GraphAlloc, proto::GraphAllocBytes, proto::GraphFreed, proto::OwnerOf, proto::CaptureState, proto::NewRefs, proto::RefsAdded, proto::RefsReleased, proto::UserObject, proto::GraphExec, proto::GraphNode,
     proto::GraphNodes, proto::LaunchAttrs, proto::Conditional, proto::BodyGraphs, proto::Kernel, proto::KernelCall,
     proto::JitOptions, proto::Launchable, proto::LaunchableList, proto::LinkState, proto::MemPool, proto::MemView, proto::ModuleGlobal, proto::ModuleRef,
     proto::NewAlloc, proto::RangeOf, proto::HostWindow, proto::HostRange, proto::HostRangeBase, proto::Released, proto::Stream;
-
-class HandleTable;
 
 class Backend {
  public:
@@ -90,6 +92,25 @@ class Backend {
     return host_pool_.remove(r.ptr, [this](uint64_t p) { return unpinHost(p); });
   }
 
+  // Physical memory shared with other processes (shareable_handles.h) is the worker's; backends only turn a
+  // physical handle into a descriptor and a descriptor into a handle.
+  static constexpr uint32_t kPosixFileDescriptor = 1;  // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+  Status MemExportShareable(Physical h, uint32_t type, std::vector<uint8_t>& handle) {
+    if (type != kPosixFileDescriptor) return proto::cu::kNotSupported;
+    int fd = -1;
+    if (Status st = exportPhysical(h.v, fd); st != proto::cu::kSuccess) return st;
+    const PhysicalMemory* p = memory_ ? memory_->physical(h.v) : nullptr;
+    return shareable_.publish(h.v, fd, p ? p->bytes : 0, handle);
+  }
+  Status MemImportShareable(std::vector<uint8_t> handle, uint32_t type, ImportedPhysical& out) {
+    if (type != kPosixFileDescriptor) return proto::cu::kNotSupported;
+    int fd = -1;
+    if (Status st = shareable_.open(handle, fd, out.bytes); st != proto::cu::kSuccess) return st;
+    Status st = importPhysical(fd, out.bytes, out.handle.v);
+    close(fd);
+    return st;
+  }
+
   // Graph memory (graph_memory.h): the graph a stream is capturing into (0: none), and what the device
   // holds for graphs' allocations now: in use by live allocations, and reserved (in use or cached).
   virtual uint64_t captureGraph(uint64_t stream) = 0;
@@ -117,9 +138,15 @@ class Backend {
   // and ends that. The sim backend reaches host memory as it is.
   virtual Status pinHost(uint64_t, uint64_t) { return proto::cu::kSuccess; }
   virtual Status unpinHost(uint64_t) { return proto::cu::kSuccess; }
+  // A descriptor for physical memory `h` (the caller owns it); physical memory from a descriptor another
+  // worker exported (not taken over), whose size the exporter recorded as `bytes` (a backend that can
+  // read the true size corrects it).
+  virtual Status exportPhysical(uint64_t h, int& fd) = 0;
+  virtual Status importPhysical(int fd, uint64_t& bytes, uint64_t& h) = 0;
   HostPool host_pool_;
   HostCallbacks callbacks_;
   IpcRegistry ipc_;
+  ShareableHandles shareable_{ipc_};
   PeerLinks peers_;
   const HandleTable* memory_ = nullptr;
 

@@ -72,7 +72,7 @@ constexpr const char* kHostCopyInCapture = "copies between client memory and the
   F(cuUserObjectCreate) F(cuUserObjectRetain) F(cuUserObjectRelease) F(cuGraphRetainUserObject) F(cuGraphReleaseUserObject) \
   F(cuStreamUpdateCaptureDependencies) F(cuCtxRecordEvent) F(cuCtxWaitEvent) F(cuCtxResetPersistingL2Cache) F(cuPointerSetAttribute) \
   F(cuOccupancyMaxPotentialClusterSize) F(cuDeviceGetTexture1DLinearMaxWidth) F(cuLibraryGetManaged) \
-  F(cuFlushGPUDirectRDMAWrites) F(cuLibraryGetModule)
+  F(cuFlushGPUDirectRDMAWrites) F(cuLibraryGetModule) F(cuMemExportToShareableHandle) F(cuMemImportFromShareableHandle)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -333,7 +333,10 @@ class CudaBackend final : public Backend {
     out = h;
     return r;
   }
-  GPOOL_FORWARD(MemRelease, cuMemRelease)
+  Status MemRelease(Released<Physical> h) {
+    shareable_.withdraw(h.v);
+    return d_.cuMemRelease_(h.v);
+  }
   Status MemMap(VaMap m) { return d_.cuMemMap_(m.ptr, m.size, m.offset, m.physical.v, 0); }
   Status MemUnmap(VaUnmap u) { return d_.cuMemUnmap_(u.ptr, u.size); }
   Status MemSetAccess(VaMapped m, uint32_t flags) {
@@ -793,6 +796,7 @@ class CudaBackend final : public Backend {
   Status CtxReset(ResetAll) {
     CUresult r = d_.cuCtxSynchronize_();
     if (r != CUDA_SUCCESS) return r;
+    shareable_.clear();
     releaseBuffers();
     for (auto& [handle, link] : links_) d_.cuLinkDestroy_(link->state);
     links_.clear();
@@ -817,6 +821,18 @@ class CudaBackend final : public Backend {
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   Status unpinHost(uint64_t ptr) override { return d_.cuMemHostUnregister_(reinterpret_cast<void*>(ptr)); }
+
+  // Physical memory shared with other processes (shareable_handles.h): the driver's own descriptors.
+  Status exportPhysical(uint64_t h, int& fd) override {
+    return d_.cuMemExportToShareableHandle_(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  }
+  Status importPhysical(int fd, uint64_t&, uint64_t& h) override {
+    CUmemGenericAllocationHandle imported = 0;
+    CUresult r = d_.cuMemImportFromShareableHandle_(&imported, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    h = imported;
+    return r;
+  }
 
   Status MemAllocAsync(AllocBytes bytes, Stream stream, NewAlloc& out) {
     CUdeviceptr p = 0;

@@ -33,6 +33,8 @@ struct PhysicalMemory {
   uint64_t bytes = 0;
   uint32_t mappings = 0;
   bool released = false;
+  bool charged = true;  // false: imported from another process, whose lease pays for it
+  uint64_t charge() const { return charged ? bytes : 0; }
 };
 
 class HandleTable {
@@ -98,9 +100,9 @@ class HandleTable {
   void removeReservation(uint64_t base) { reservations_.erase(base); }
   // Mappings that overlap [ptr, ptr+size); `whole` is false when one sticks out of it.
   std::vector<const DeviceRange*> mappingsIn(uint64_t ptr, uint64_t size, bool& whole) const;
-  void addPhysical(uint64_t h, uint64_t bytes) {
+  void addPhysical(uint64_t h, uint64_t bytes, bool charged = true) {
     add(HandleKind::kPhysical, h);
-    physical_[h] = PhysicalMemory{bytes};
+    physical_[h] = PhysicalMemory{bytes, 0, false, charged};
   }
   const PhysicalMemory* physical(uint64_t h) const {
     auto it = physical_.find(h);
@@ -236,7 +238,7 @@ inline uint64_t HandleTable::unmap(uint64_t ptr, uint64_t size) {
     ranges_.erase(base);
     PhysicalMemory& p = physical_[h];
     if (--p.mappings == 0 && p.released) {
-      freed += p.bytes;
+      freed += p.charge();
       physical_.erase(h);
     }
   }
@@ -251,7 +253,7 @@ inline uint64_t HandleTable::releasePhysical(uint64_t h) {
     it->second.released = true;
     return 0;
   }
-  uint64_t bytes = it->second.bytes;
+  uint64_t bytes = it->second.charge();
   physical_.erase(it);
   return bytes;
 }

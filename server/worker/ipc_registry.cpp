@@ -70,6 +70,17 @@ proto::Status IpcRegistry::publish(Kind kind, const std::vector<uint8_t>& record
   return proto::cu::kSuccess;
 }
 
+void IpcRegistry::withdraw(const std::vector<uint8_t>& handle) {
+  if (handle.size() != kHandleBytes) return;
+  std::string path = directory() + "/" + hex(handle.data() + kKeyAt, kKeyBytes);
+  for (auto it = filed_.begin(); it != filed_.end(); ++it) {
+    if (*it != path) continue;
+    unlink(path.c_str());
+    filed_.erase(it);
+    return;
+  }
+}
+
 proto::Status IpcRegistry::lookup(Kind kind, const std::vector<uint8_t>& handle, std::vector<uint8_t>& record) const {
   if (handle.size() != kHandleBytes) return proto::cu::kInvalidValue;
   uint32_t words[2];

@@ -18,7 +18,7 @@ namespace gpool::worker {
 class IpcRegistry {
  public:
   static constexpr size_t kHandleBytes = 64;  // CU_IPC_HANDLE_SIZE
-  enum class Kind : uint32_t { kMemory = 1, kEvent = 2 };
+  enum class Kind : uint32_t { kMemory = 1, kEvent = 2, kShareable = 3 };  // kShareable: shareable_handles.h
 
   ~IpcRegistry();  // withdraws what this worker filed
   // Files `record` and returns the 64-byte handle that names it.
@@ -26,6 +26,9 @@ class IpcRegistry {
   // The record a handle names: kNotSupported for a handle made on another host, kInvalidValue for one
   // that is malformed, of another kind, or names nothing.
   proto::Status lookup(Kind kind, const std::vector<uint8_t>& handle, std::vector<uint8_t>& record) const;
+
+  // Removes what `handle` (one this worker published) names: later lookups of it fail.
+  void withdraw(const std::vector<uint8_t>& handle);
 
   static std::string directory();  // /dev/shm/gpool-ipc-<uid>
   // Makes this worker's handles name a host of their own, shared with every worker salted alike (sim:

@@ -194,6 +194,7 @@ class RequestChecks {
   void record(proto::ModuleGlobal& g, CallScope& s);
   void record(proto::MemView& m, CallScope&) { ledger_.view(m); }
   void record(proto::IpcMapping& m, CallScope&) { table_.addRange(DeviceRange{m.ptr, m.bytes, RangeKind::kIpc, 0}); }
+  void record(proto::ImportedPhysical& p, CallScope&) { table_.addPhysical(p.handle.v, p.bytes, false); }
   void record(proto::RangeOf& r, CallScope& s) { r = proto::RangeOf{s.found->base, s.found->bytes}; }
   void record(proto::OwnerOf& o, CallScope& s) {
     o.handle = s.owner;

@@ -154,6 +154,7 @@ void SimBackend::releaseAll() {
 }
 
 Status SimBackend::CtxReset(ResetAll) {
+  shareable_.clear();
   releaseAll();
   arrays_.clear();
   mipmaps_.clear();

@@ -47,6 +47,8 @@ class SimBackend : public Backend {
   Status MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream) override;
   uint64_t captureGraph(uint64_t stream) override;
   void graphMemory(uint64_t& used, uint64_t& reserved) override;
+  Status exportPhysical(uint64_t h, int& fd) override;
+  Status importPhysical(int fd, uint64_t& bytes, uint64_t& h) override;
 
   // Registration entry used by plugins (and tests in-process).
   void registerKernel(const char* name, gpool_sim_kernel_fn fn, unsigned n, const unsigned* sizes, const unsigned* aligns);

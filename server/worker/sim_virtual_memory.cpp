@@ -2,7 +2,9 @@
 // anonymous mapping, physical memory a memfd, and cuMemMap maps the memfd into the reservation, so two
 // mappings of one allocation share their bytes as they do on a GPU. Access flags are not applied (the
 // worker itself copies to and from mapped ranges; a real device enforces them).
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cuda.h>
@@ -62,6 +64,7 @@ Status SimBackend::MemCreate(AllocBytes bytes, uint32_t, uint32_t, uint32_t, Cre
 }
 
 Status SimBackend::MemRelease(Released<Physical> h) {
+  shareable_.withdraw(h.v);
   // Mappings hold their own reference to the memory: it lives on until the last is unmapped.
   if (auto it = physical_fds_.find(h.v); it != physical_fds_.end()) {
     close(it->second);
@@ -87,6 +90,34 @@ Status SimBackend::MemUnmap(VaUnmap u) {
 
 Status SimBackend::MemSetAccess(VaMapped, uint32_t flags) {
   return flags <= CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+// Shared with other processes (shareable_handles.h): the physical memory's memfd is its descriptor, and an
+// imported one is physical memory of this worker's, its size what the memfd holds.
+Status SimBackend::MemExportShareable(Physical h, uint32_t type, std::vector<uint8_t>& handle) {
+  return Backend::MemExportShareable(h, type, handle);
+}
+Status SimBackend::MemImportShareable(std::vector<uint8_t> handle, uint32_t type, ImportedPhysical& out) {
+  return Backend::MemImportShareable(std::move(handle), type, out);
+}
+
+Status SimBackend::exportPhysical(uint64_t h, int& fd) {
+  auto it = physical_fds_.find(h);
+  if (it == physical_fds_.end()) return CUDA_ERROR_INVALID_VALUE;
+  fd = fcntl(it->second, F_DUPFD_CLOEXEC, 0);
+  return fd >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+Status SimBackend::importPhysical(int fd, uint64_t& bytes, uint64_t& h) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 || !aligned(static_cast<uint64_t>(st.st_size), kGranularity))
+    return CUDA_ERROR_INVALID_VALUE;
+  int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  bytes = static_cast<uint64_t>(st.st_size);
+  h = newHandle(HandleKind::kPhysical);
+  physical_fds_[h] = own;
+  return CUDA_SUCCESS;
 }
 
 }  // namespace gpool::worker

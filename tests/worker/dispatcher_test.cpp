@@ -890,3 +890,46 @@ TEST(Dispatcher, AGraphLaunchedAfterItsMemoryWasFreedFaultsWithoutCrashing) {
   EXPECT_EQ(c.call<calls::MemAlloc>(AllocBytes{4096}).first, 0);  // still serving
   EXPECT_TRUE(h.finish().clean);
 }
+
+// Physical memory one worker exports (shareable_handles.h) another imports as physical memory of its own,
+// which it maps like any; it is the exporter's lease's, so the importer's lease is charged nothing for it
+// and gets nothing back when it goes; the exporter's release ends the export.
+TEST(Dispatcher, ImportedPhysicalMemoryIsTheExportersLeases) {
+  Harness ex, im;
+  test::RawClient e(*ex.client), i(*im.client);
+  const uint64_t g = 2u << 20;
+  auto [st, phys] = e.call<calls::MemCreate>(2 * g, 1u /*POSIX fd*/, 0u, 0u);
+  ASSERT_EQ(st, 0);
+  uint64_t p = std::get<0>(phys).v;
+  EXPECT_EQ(e.call<calls::MemExportShareable>(p + 1, 1u).first, kInvalidHandle);
+  EXPECT_EQ(e.call<calls::MemExportShareable>(p, 2u /*Win32*/).first, kNotSupported);
+  auto [st2, exported] = e.call<calls::MemExportShareable>(p, 1u);
+  ASSERT_EQ(st2, 0);
+  const std::vector<uint8_t> handle = std::get<0>(exported);
+
+  auto used = [&] {
+    auto view = std::get<0>(i.call<calls::MemGetInfo>().second);
+    return view.total - view.free;
+  };
+  ASSERT_EQ(i.call<calls::MemAlloc>(uint64_t{1} << 20).first, 0);
+  const uint64_t own = used();
+  EXPECT_EQ(i.call<calls::MemImportShareable>(handle, 0u).first, kNotSupported);
+  auto [st3, imported] = i.call<calls::MemImportShareable>(handle, 1u);
+  ASSERT_EQ(st3, 0);
+  const uint64_t h = std::get<0>(imported).handle.v;
+  EXPECT_EQ(std::get<0>(imported).bytes, 2 * g);
+  auto [st4, va] = i.call<calls::MemAddressReserve>(2 * g, uint64_t{0}, uint64_t{0}, uint64_t{0});
+  ASSERT_EQ(st4, 0);
+  uint64_t base = std::get<0>(va).ptr;
+  EXPECT_EQ(i.call<calls::MemMap>(VaMap{base, 2 * g, 0, h}).first, 0);
+  EXPECT_EQ(i.call<calls::MemcpyHtoD>(DevWrite{base + g, Blob{"x", 1}}, uint64_t{0}, 0u).first, 0);
+  EXPECT_EQ(used(), own) << "imported memory is not charged to the importer";
+  EXPECT_EQ(i.call<calls::MemRelease>(h).first, 0);
+  EXPECT_EQ(i.call<calls::MemUnmap>(VaUnmap{base, 2 * g}).first, 0);
+  EXPECT_EQ(used(), own) << "nor given back to it";
+
+  EXPECT_EQ(e.call<calls::MemRelease>(p).first, 0);
+  EXPECT_EQ(i.call<calls::MemImportShareable>(handle, 1u).first, kInvalidValue) << "released: no longer exported";
+  EXPECT_TRUE(ex.finish().clean);
+  EXPECT_TRUE(im.finish().clean);
+}

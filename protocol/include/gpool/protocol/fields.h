@@ -382,6 +382,13 @@ struct IpcMapping {
   uint64_t ptr = 0, bytes = 0;
   GPOOL_WIRE_FIELDS(ptr, bytes)
 };
+// Reply field: physical memory another process exported (cuMemImportFromShareableHandle), usable as a
+// Physical of this worker's (mapped, released) and not charged to this lease: its exporter's lease pays.
+struct ImportedPhysical {
+  Physical handle;
+  uint64_t bytes = 0;
+  GPOOL_WIRE_FIELDS(handle, bytes)
+};
 // Request field: the base of memory opened through IPC, which the call closes.
 struct IpcMapped {
   uint64_t ptr = 0;

@@ -1,0 +1,65 @@
+// Physical memory shared between processes as a file descriptor (cuMemExportToShareableHandle with
+// CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), between two workers of one GPU host. The exporting worker
+// keeps its backend's descriptor (the driver's, or the sim's memfd) and files, in the host's IPC registry
+// (ipc_registry.h), a record naming its own Unix socket; the 64-byte registry handle is what the client
+// receives. An importing worker looks the handle up, connects to that socket, presents the handle and
+// receives the descriptor over SCM_RIGHTS, which its backend then imports. The socket lives in the
+// registry's directory (mode 0700, one per user), answers only the same user (SO_PEERCRED), and hands a
+// descriptor only to a peer that presents a handle it filed; every read and write on it has a timeout,
+// and a peer that misbehaves loses only its own connection.
+//
+// An export lasts until its exporter releases the handle (or resets its context, or ends): importers keep
+// what they imported, as with CUDA, but a descriptor received after that no longer imports.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpool/protocol/status.h"
+#include "ipc_registry.h"
+
+namespace gpool::worker {
+
+class ShareableHandles {
+ public:
+  explicit ShareableHandles(IpcRegistry& registry) : registry_(registry) {}
+  ~ShareableHandles();
+  ShareableHandles(const ShareableHandles&) = delete;
+  ShareableHandles& operator=(const ShareableHandles&) = delete;
+
+  // Files `fd` (taken over: closed here in every case) for physical memory `physical` of `bytes` bytes and
+  // returns the handle that names it; the same handle again for memory already exported.
+  proto::Status publish(uint64_t physical, int fd, uint64_t bytes, std::vector<uint8_t>& handle);
+  // The descriptor a handle names (the caller closes it) and the size its exporter recorded:
+  // kNotSupported for a handle of another host, kInvalidValue for one nobody (or no longer anybody) exports.
+  proto::Status open(const std::vector<uint8_t>& handle, int& fd, uint64_t& bytes) const;
+  // Ends the export of `physical`, or of everything.
+  void withdraw(uint64_t physical);
+  void clear();
+
+  // The socket's wait for a request, and a fetch's for the answer.
+  static constexpr int kTimeoutMs = 2000;
+  static constexpr size_t kMaxPending = 64;  // requests read at once; a connection beyond them is closed
+
+ private:
+  struct Export {
+    std::vector<uint8_t> handle;
+    int fd = -1;
+  };
+  bool listen();
+  void serve();
+  void answer(int conn, const std::vector<uint8_t>& handle);
+
+  IpcRegistry& registry_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, Export> exports_;  // by physical handle
+  std::string path_;                    // the socket, once listening
+  int listen_fd_ = -1, stop_fd_ = -1;
+  std::thread server_;
+};
+
+}  // namespace gpool::worker
