@@ -54,7 +54,6 @@ REFUSED = [
     (r"^cu(Array|Mipmapped|Tex|Surf)|Array|TexRef|^cuMemcpy(AtoA|AtoD|AtoH|DtoA|HtoA)|^cuMemcpy3DPeer", "texture and surface references, sparse arrays and array memory requirements are not forwarded (arrays, mipmapped arrays, texture and surface objects are)"),
     (r"^cuGraph.*ExternalSemaphores", "external semaphores (Vulkan/D3D) are not supported"),
     (r"^cuGraph", "batch memory-operation graph nodes are not forwarded yet"),
-    (r"^cuMemPoolExport|^cuMemPoolImport", "sharing memory pools between processes is not forwarded yet (virtual memory is: cuMemExportToShareableHandle)"),
     (r"^cuExternal|^cuImportExternal|^cuDestroyExternal|^cuSignalExternal|^cuWaitExternal", "external memory and semaphores (Vulkan/D3D) are not supported"),
     (r"^cuGreenCtx|^cuDevResource|^cuDeviceGetDevResource|^cuCtxGetDevResource|^cuStreamGetGreenCtx|^cuCtxFromGreenCtx", "green contexts are the lease's to set (issue 5), not the program's"),
     (r"^cuProfiler|^cuCheckpoint|^cuCoredump|^cuLogs|^cuLog", "tools interfaces (profiler, checkpoint, coredump, logs) are not forwarded"),

@@ -164,7 +164,7 @@ GPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
   if (p == 0) return CUDA_SUCCESS;
   GPOOL_CONN_OF_POINTER(conn, p);
   CUresult managed = CUDA_SUCCESS;
-  if (freeManaged(p, managed)) return managed;
+  if (freeManaged(p, managed) || freeImportedPoolPointer(conn, p, 0, managed)) return managed;
   // Refused here at once, as the driver refuses it, rather than later from the worker's latch.
   if (!State::get().takeDeviceAllocation(p)) return CUDA_ERROR_INVALID_VALUE;
   crossDevice().forgetAllocation(conn->index(), p);  // its mappings in the lease's other workers

@@ -1,6 +1,6 @@
 // Stream-ordered allocation and memory pools (cudaMallocAsync and cudaMemPool*): forwarded to the worker,
-// whose pools live on its device; allocations are charged to the lease like cuMemAlloc. Pools are not
-// shared between processes here (export/import is IPC: not forwarded).
+// whose pools live on its device; allocations are charged to the lease like cuMemAlloc. Sharing pools
+// between processes is api_shareable_handle.cpp.
 #include "cross_device.h"
 #include "state.h"
 
@@ -55,6 +55,7 @@ CUresult freeAsync(CUdeviceptr p, uint64_t stream) {
     State::get().takeDeviceAllocation(p);
     return CUDA_SUCCESS;
   }
+  if (CUresult imported = CUDA_SUCCESS; freeImportedPoolPointer(conn, p, stream, imported)) return imported;
   if (!State::get().takeDeviceAllocation(p)) return CUDA_ERROR_INVALID_VALUE;
   crossDevice().forgetAllocation(conn->index(), p);  // its mappings in the lease's other workers
   return static_cast<CUresult>(conn->post<calls::MemFreeAsync>(uint64_t{p}, stream));

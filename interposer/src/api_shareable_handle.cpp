@@ -1,17 +1,21 @@
-// Physical memory shared between processes as a file descriptor (cuMemExportToShareableHandle and
-// cuMemImportFromShareableHandle with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), as NVIDIA's memMapIPCDrv
-// sample, NCCL and PyTorch's expandable segments share memory: the exporting process gets a real
+// Physical memory and memory pools shared between processes as file descriptors
+// (cuMemExportToShareableHandle, cuMemPoolExportToShareableHandle and their imports, with
+// CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), as NVIDIA's memMapIPCDrv and streamOrderedAllocationIPC
+// samples, NCCL and PyTorch's expandable segments share memory: the exporting process gets a real
 // descriptor it may pass to another process over a Unix socket (SCM_RIGHTS) or by fork, as it would the
 // driver's. The descriptor is a sealed memfd holding gpool's 64-byte handle, which the importing process's
 // worker presents to the exporting one's to receive the driver's own descriptor
-// (server/worker/shareable_handles.h). Both processes' leases must be on one GPU host, as for IPC.
-// Imported memory belongs to the exporter's lease; the export lasts until the exporter releases it.
+// (server/worker/shareable_handles.h). A pool's allocations travel as CUmemPoolPtrExportData holding a
+// handle of the same kind. Both processes' leases must be on one GPU host, as for IPC. Imported memory
+// belongs to the exporter's lease; an export lasts until the exporter releases the memory or destroys the pool.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "state.h"
 
@@ -20,9 +24,15 @@ namespace calls = gpool::proto::calls;
 
 namespace {
 
-constexpr char kMagic[8] = {'g', 'p', 'o', 'o', 'l', 'v', 'm', '1'};
+// What a descriptor shares, as its first 8 bytes say.
+using Magic = char[8];
+constexpr Magic kPhysicalMagic = {'g', 'p', 'o', 'o', 'l', 'v', 'm', '1'};
+constexpr Magic kPoolMagic = {'g', 'p', 'o', 'o', 'l', 'm', 'p', '1'};
 constexpr size_t kHandleBytes = 64;
-constexpr size_t kFileBytes = sizeof kMagic + kHandleBytes;
+constexpr size_t kFileBytes = sizeof(Magic) + kHandleBytes;
+
+std::mutex g_mu;
+std::set<CUdeviceptr> g_imported_pointers;  // opened from another process's pool: freed by MemPoolFreeImported
 
 CUresult refuseType(CUmemAllocationHandleType type, const char* call) {
   if (type == CU_MEM_HANDLE_TYPE_FABRIC) {
@@ -34,12 +44,12 @@ CUresult refuseType(CUmemAllocationHandleType type, const char* call) {
 }
 
 // A sealed memfd holding the handle: the descriptor the program receives and passes on.
-int handleFile(const std::vector<uint8_t>& handle) {
+int handleFile(const Magic& magic, const std::vector<uint8_t>& handle) {
   int fd = memfd_create("gpool-shareable-handle", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return -1;
   uint8_t file[kFileBytes];
-  std::memcpy(file, kMagic, sizeof kMagic);
-  std::memcpy(file + sizeof kMagic, handle.data(), kHandleBytes);
+  std::memcpy(file, magic, sizeof magic);
+  std::memcpy(file + sizeof magic, handle.data(), kHandleBytes);
   if (pwrite(fd, file, sizeof file, 0) != static_cast<ssize_t>(sizeof file) ||
       fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     close(fd);
@@ -49,15 +59,36 @@ int handleFile(const std::vector<uint8_t>& handle) {
 }
 
 // The handle in a descriptor handleFile made (here or in another process), or false for any other file.
-bool readHandleFile(int fd, std::vector<uint8_t>& handle) {
+bool readHandleFile(int fd, const Magic& magic, std::vector<uint8_t>& handle) {
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != static_cast<off_t>(kFileBytes)) return false;
   if (fcntl(fd, F_GET_SEALS) != (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) return false;
   uint8_t file[kFileBytes];
   if (pread(fd, file, sizeof file, 0) != static_cast<ssize_t>(sizeof file)) return false;
-  if (std::memcmp(file, kMagic, sizeof kMagic) != 0) return false;
-  handle.assign(file + sizeof kMagic, file + kFileBytes);
+  if (std::memcmp(file, magic, sizeof magic) != 0) return false;
+  handle.assign(file + sizeof magic, file + kFileBytes);
   return true;
+}
+
+CUresult notOurs(const char* call, const char* exporter) {
+  GPOOL_LOG(Level::kWarn, "%s: the descriptor is not one %s made through gpool (returning CUDA_ERROR_INVALID_VALUE)", call, exporter);
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult explain(CUresult r, const char* call) {
+  if (r == CUDA_ERROR_NOT_SUPPORTED)
+    GPOOL_LOG(Level::kError, "%s: the memory was exported by a process whose GPU is on another host; sharing it needs "
+              "both processes' leases on one GPU host (returning CUDA_ERROR_NOT_SUPPORTED)", call);
+  return r;
+}
+
+// The descriptor of what the worker filed under `handle`, into the caller's int.
+CUresult giveDescriptor(void* out, const Magic& magic, const std::vector<uint8_t>& handle) {
+  if (handle.size() != kHandleBytes) return CUDA_ERROR_UNKNOWN;
+  int fd = handleFile(magic, handle);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  *static_cast<int*>(out) = fd;
+  return CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -73,11 +104,7 @@ GPOOL_EXPORT CUresult cuMemExportToShareableHandle(void* shareable, CUmemGeneric
   GPOOL_CONN_OF_HANDLE(conn, uint64_t{h});
   calls::MemExportShareable::out::tuple out;
   if (int st = conn->call<calls::MemExportShareable>(out, uint64_t{h}, uint32_t{type})) return static_cast<CUresult>(st);
-  if (std::get<0>(out).size() != kHandleBytes) return CUDA_ERROR_UNKNOWN;
-  int fd = handleFile(std::get<0>(out));
-  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  *static_cast<int*>(shareable) = fd;
-  return CUDA_SUCCESS;
+  return giveDescriptor(shareable, kPhysicalMagic, std::get<0>(out));
   GPOOL_CATCH
 }
 
@@ -87,18 +114,12 @@ GPOOL_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandl
   if (!h) return CUDA_ERROR_INVALID_VALUE;
   if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return refuseType(type, "cuMemImportFromShareableHandle");
   std::vector<uint8_t> handle;
-  if (!readHandleFile(static_cast<int>(reinterpret_cast<uintptr_t>(os_handle)), handle)) {
-    GPOOL_LOG(Level::kWarn, "cuMemImportFromShareableHandle: the descriptor is not one cuMemExportToShareableHandle "
-              "made through gpool (returning CUDA_ERROR_INVALID_VALUE)");
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  if (!readHandleFile(static_cast<int>(reinterpret_cast<uintptr_t>(os_handle)), kPhysicalMagic, handle))
+    return notOurs("cuMemImportFromShareableHandle", "cuMemExportToShareableHandle");
   GPOOL_CONN(conn);
   calls::MemImportShareable::out::tuple out;
   auto r = static_cast<CUresult>(conn->call<calls::MemImportShareable>(out, handle, uint32_t{type}));
-  if (r == CUDA_ERROR_NOT_SUPPORTED)
-    GPOOL_LOG(Level::kError, "cuMemImportFromShareableHandle: the memory was exported by a process whose GPU is on "
-              "another host; sharing it needs both processes' leases on one GPU host (returning CUDA_ERROR_NOT_SUPPORTED)");
-  if (r != CUDA_SUCCESS) return r;
+  if (r != CUDA_SUCCESS) return explain(r, "cuMemImportFromShareableHandle");
   const auto& imported = std::get<0>(out);
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -108,4 +129,73 @@ GPOOL_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandl
   addImportedPhysical(*h, prop, imported.bytes);
   return CUDA_SUCCESS;
   GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuMemPoolExportToShareableHandle(void* shareable, CUmemoryPool pool, CUmemAllocationHandleType type,
+                                                       unsigned long long flags) {
+  GPOOL_TRY
+  if (!shareable || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return refuseType(type, "cuMemPoolExportToShareableHandle");
+  GPOOL_CONN_OF_HANDLE(conn, reinterpret_cast<uint64_t>(pool));
+  calls::MemPoolExportShareable::out::tuple out;
+  if (int st = conn->call<calls::MemPoolExportShareable>(out, reinterpret_cast<uint64_t>(pool), uint32_t{type}))
+    return static_cast<CUresult>(st);
+  return giveDescriptor(shareable, kPoolMagic, std::get<0>(out));
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool* pool, void* os_handle, CUmemAllocationHandleType type,
+                                                         unsigned long long flags) {
+  GPOOL_TRY
+  if (!pool || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return refuseType(type, "cuMemPoolImportFromShareableHandle");
+  std::vector<uint8_t> handle;
+  if (!readHandleFile(static_cast<int>(reinterpret_cast<uintptr_t>(os_handle)), kPoolMagic, handle))
+    return notOurs("cuMemPoolImportFromShareableHandle", "cuMemPoolExportToShareableHandle");
+  GPOOL_CONN(conn);
+  calls::MemPoolImportShareable::out::tuple out;
+  auto r = static_cast<CUresult>(conn->call<calls::MemPoolImportShareable>(out, handle, uint32_t{type}));
+  if (r != CUDA_SUCCESS) return explain(r, "cuMemPoolImportFromShareableHandle");
+  *pool = reinterpret_cast<CUmemoryPool>(std::get<0>(out).v);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData* data, CUdeviceptr p) {
+  GPOOL_TRY
+  if (!data) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN_OF_POINTER(conn, p);
+  calls::MemPoolExportPointer::out::tuple out;
+  if (int st = conn->call<calls::MemPoolExportPointer>(out, uint64_t{p})) return static_cast<CUresult>(st);
+  if (std::get<0>(out).size() != sizeof data->reserved) return CUDA_ERROR_UNKNOWN;
+  std::memcpy(data->reserved, std::get<0>(out).data(), sizeof data->reserved);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+GPOOL_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr* p, CUmemoryPool pool, CUmemPoolPtrExportData* data) {
+  GPOOL_TRY
+  if (!p || !data) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN_OF_HANDLE(conn, reinterpret_cast<uint64_t>(pool));
+  const auto* bytes = reinterpret_cast<const uint8_t*>(data->reserved);
+  calls::MemPoolImportPointer::out::tuple out;
+  auto r = static_cast<CUresult>(conn->call<calls::MemPoolImportPointer>(out, reinterpret_cast<uint64_t>(pool),
+                                                                         std::vector<uint8_t>(bytes, bytes + sizeof data->reserved)));
+  if (r != CUDA_SUCCESS) return explain(r, "cuMemPoolImportPointer");
+  *p = std::get<0>(out).ptr;
+  State::get().addAllocation(std::get<0>(out).ptr, std::get<0>(out).bytes, true);
+  std::lock_guard lock(g_mu);
+  g_imported_pointers.insert(*p);
+  return CUDA_SUCCESS;
+  GPOOL_CATCH
+}
+
+bool gpool::client::freeImportedPoolPointer(Connection* conn, uint64_t p, uint64_t stream, CUresult& result) {
+  {
+    std::lock_guard lock(g_mu);
+    if (!g_imported_pointers.erase(p)) return false;
+  }
+  State::get().removeAllocation(p);
+  result = static_cast<CUresult>(conn->post<calls::MemPoolFreeImported>(p, stream));
+  return true;
 }

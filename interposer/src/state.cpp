@@ -173,13 +173,14 @@ int State::attribute(CUdevice d, int attr) const {
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
     case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST: return 0;
-    // Virtual memory is the worker's on every backend, shared between processes as POSIX file descriptors
-    // (api_shareable_handle.cpp), never as Windows or fabric handles.
+    // Virtual memory and pools are the worker's on every backend, shared between processes as POSIX file
+    // descriptors (api_shareable_handle.cpp), never as Windows or fabric handles.
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: return 1;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED: return 0;
+    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: return CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     default: break;
   }
   const auto* dev = device(d);

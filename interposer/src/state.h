@@ -223,6 +223,9 @@ void forgetVirtualMemory();  // api_virtual_memory.cpp
 // process exported (api_shareable_handle.cpp), with one reference as cuMemCreate's.
 bool physicalProperties(CUmemGenericAllocationHandle h, CUmemAllocationProp& prop);
 void addImportedPhysical(CUmemGenericAllocationHandle h, const CUmemAllocationProp& prop, size_t size);
+// Frees `p` if it is memory opened from another process's pool (cuMemPoolImportPointer), in stream order
+// (api_shareable_handle.cpp); false for any other pointer.
+bool freeImportedPoolPointer(Connection* conn, uint64_t p, uint64_t stream, CUresult& result);
 void forgetArrays();         // api_array.cpp
 void forgetTextures();       // api_texture.cpp
 

@@ -100,16 +100,45 @@ class Backend {
     int fd = -1;
     if (Status st = exportPhysical(h.v, fd); st != proto::cu::kSuccess) return st;
     const PhysicalMemory* p = memory_ ? memory_->physical(h.v) : nullptr;
-    return shareable_.publish(h.v, fd, p ? p->bytes : 0, handle);
+    return shareable_.publish(ShareableHandles::Object::kPhysical, h.v, fd, p ? p->bytes : 0, handle);
   }
   Status MemImportShareable(std::vector<uint8_t> handle, uint32_t type, ImportedPhysical& out) {
     if (type != kPosixFileDescriptor) return proto::cu::kNotSupported;
     int fd = -1;
-    if (Status st = shareable_.open(handle, fd, out.bytes); st != proto::cu::kSuccess) return st;
+    if (Status st = shareable_.open(handle, ShareableHandles::Object::kPhysical, fd, out.bytes); st != proto::cu::kSuccess) return st;
     Status st = importPhysical(fd, out.bytes, out.handle.v);
     close(fd);
     return st;
   }
+
+  // Memory pools shared with other processes, likewise; their allocations are filed in the host's IPC
+  // registry (ipc_registry.h) as what the backend needs to open them.
+  Status MemPoolExportShareable(MemPool p, uint32_t type, std::vector<uint8_t>& handle) {
+    if (type != kPosixFileDescriptor) return proto::cu::kNotSupported;
+    int fd = -1;
+    if (Status st = exportPool(p.v, fd); st != proto::cu::kSuccess) return st;
+    return shareable_.publish(ShareableHandles::Object::kPool, p.v, fd, 0, handle);
+  }
+  Status MemPoolImportShareable(std::vector<uint8_t> handle, uint32_t type, Created<MemPool>& out) {
+    if (type != kPosixFileDescriptor) return proto::cu::kNotSupported;
+    int fd = -1;
+    uint64_t unused = 0;
+    if (Status st = shareable_.open(handle, ShareableHandles::Object::kPool, fd, unused); st != proto::cu::kSuccess) return st;
+    Status st = importPool(fd, out.v);
+    close(fd);
+    return st;
+  }
+  Status MemPoolExportPointer(AllocBase a, std::vector<uint8_t>& data) {
+    std::vector<uint8_t> record;
+    if (Status st = exportPoolPointer(a.ptr, record); st != proto::cu::kSuccess) return st;
+    return ipc_.publish(IpcRegistry::Kind::kPoolPointer, record, data);
+  }
+  Status MemPoolImportPointer(MemPool p, std::vector<uint8_t> data, IpcMapping& out) {
+    std::vector<uint8_t> record;
+    if (Status st = ipc_.lookup(IpcRegistry::Kind::kPoolPointer, data, record); st != proto::cu::kSuccess) return st;
+    return importPoolPointer(p.v, record, out);
+  }
+  Status MemPoolFreeImported(IpcMapped m, Stream s) { return freeImportedPointer(m.ptr, s.v); }
 
   // Graph memory (graph_memory.h): the graph a stream is capturing into (0: none), and what the device
   // holds for graphs' allocations now: in use by live allocations, and reserved (in use or cached).
@@ -143,6 +172,14 @@ class Backend {
   // read the true size corrects it).
   virtual Status exportPhysical(uint64_t h, int& fd) = 0;
   virtual Status importPhysical(int fd, uint64_t& bytes, uint64_t& h) = 0;
+  // The same for a pool (which must have been created exportable), and for one of its allocations: the
+  // record another worker opens it from, the mapping that opens it against the pool imported from its
+  // pool, and the end of that mapping, in stream order.
+  virtual Status exportPool(uint64_t pool, int& fd) = 0;
+  virtual Status importPool(int fd, uint64_t& pool) = 0;
+  virtual Status exportPoolPointer(uint64_t ptr, std::vector<uint8_t>& record) = 0;
+  virtual Status importPoolPointer(uint64_t pool, const std::vector<uint8_t>& record, IpcMapping& out) = 0;
+  virtual Status freeImportedPointer(uint64_t ptr, uint64_t stream) = 0;
   HostPool host_pool_;
   HostCallbacks callbacks_;
   IpcRegistry ipc_;

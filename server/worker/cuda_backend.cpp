@@ -72,7 +72,8 @@ constexpr const char* kHostCopyInCapture = "copies between client memory and the
   F(cuUserObjectCreate) F(cuUserObjectRetain) F(cuUserObjectRelease) F(cuGraphRetainUserObject) F(cuGraphReleaseUserObject) \
   F(cuStreamUpdateCaptureDependencies) F(cuCtxRecordEvent) F(cuCtxWaitEvent) F(cuCtxResetPersistingL2Cache) F(cuPointerSetAttribute) \
   F(cuOccupancyMaxPotentialClusterSize) F(cuDeviceGetTexture1DLinearMaxWidth) F(cuLibraryGetManaged) \
-  F(cuFlushGPUDirectRDMAWrites) F(cuLibraryGetModule) F(cuMemExportToShareableHandle) F(cuMemImportFromShareableHandle)
+  F(cuFlushGPUDirectRDMAWrites) F(cuLibraryGetModule) F(cuMemExportToShareableHandle) F(cuMemImportFromShareableHandle) \
+  F(cuMemPoolExportToShareableHandle) F(cuMemPoolImportFromShareableHandle) F(cuMemPoolExportPointer) F(cuMemPoolImportPointer)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -290,7 +291,10 @@ class CudaBackend final : public Backend {
   GPOOL_FORWARD(GraphDestroy, cuGraphDestroy)
   GPOOL_FORWARD(GraphClone, cuGraphClone)
   GPOOL_FORWARD(MemFreeAsync, cuMemFreeAsync)
-  GPOOL_FORWARD(MemPoolDestroy, cuMemPoolDestroy)
+  Status MemPoolDestroy(Released<MemPool> p) {
+    shareable_.withdraw(ShareableHandles::Object::kPool, p.v);
+    return d_.cuMemPoolDestroy_(reinterpret_cast<CUmemoryPool>(p.v));
+  }
   GPOOL_FORWARD(MemPoolTrimTo, cuMemPoolTrimTo)
 
   Status StreamWaitValue(Stream stream, DevWord w, uint64_t value, uint32_t flags) {
@@ -334,7 +338,7 @@ class CudaBackend final : public Backend {
     return r;
   }
   Status MemRelease(Released<Physical> h) {
-    shareable_.withdraw(h.v);
+    shareable_.withdraw(ShareableHandles::Object::kPhysical, h.v);
     return d_.cuMemRelease_(h.v);
   }
   Status MemMap(VaMap m) { return d_.cuMemMap_(m.ptr, m.size, m.offset, m.physical.v, 0); }
@@ -826,6 +830,39 @@ class CudaBackend final : public Backend {
   Status exportPhysical(uint64_t h, int& fd) override {
     return d_.cuMemExportToShareableHandle_(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
   }
+  Status exportPool(uint64_t pool, int& fd) override {
+    return d_.cuMemPoolExportToShareableHandle_(&fd, reinterpret_cast<CUmemoryPool>(pool), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  }
+  Status importPool(int fd, uint64_t& pool) override {
+    CUmemoryPool imported = nullptr;
+    CUresult r = d_.cuMemPoolImportFromShareableHandle_(&imported, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    pool = reinterpret_cast<uint64_t>(imported);
+    return r;
+  }
+  // A pool allocation's record: the driver's export data, then the allocation's size.
+  Status exportPoolPointer(uint64_t ptr, std::vector<uint8_t>& record) override {
+    CUmemPoolPtrExportData data{};
+    if (CUresult r = d_.cuMemPoolExportPointer_(&data, ptr); r != CUDA_SUCCESS) return r;
+    const DeviceRange* range = memory_ ? memory_->allocationAt(ptr) : nullptr;
+    uint64_t bytes = range ? range->bytes : 0;
+    record.resize(sizeof data + sizeof bytes);
+    std::memcpy(record.data(), &data, sizeof data);
+    std::memcpy(record.data() + sizeof data, &bytes, sizeof bytes);
+    return CUDA_SUCCESS;
+  }
+  Status importPoolPointer(uint64_t pool, const std::vector<uint8_t>& record, IpcMapping& out) override {
+    CUmemPoolPtrExportData data{};
+    uint64_t bytes = 0;
+    if (record.size() != sizeof data + sizeof bytes) return CUDA_ERROR_INVALID_VALUE;
+    std::memcpy(&data, record.data(), sizeof data);
+    std::memcpy(&bytes, record.data() + sizeof data, sizeof bytes);
+    CUdeviceptr p = 0;
+    CUresult r = d_.cuMemPoolImportPointer_(&p, reinterpret_cast<CUmemoryPool>(pool), &data);
+    out = IpcMapping{p, bytes};
+    return r;
+  }
+  Status freeImportedPointer(uint64_t ptr, uint64_t stream) override { return d_.cuMemFreeAsync_(ptr, stream_(stream)); }
   Status importPhysical(int fd, uint64_t&, uint64_t& h) override {
     CUmemGenericAllocationHandle imported = 0;
     CUresult r = d_.cuMemImportFromShareableHandle_(&imported, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),

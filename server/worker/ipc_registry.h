@@ -18,7 +18,8 @@ namespace gpool::worker {
 class IpcRegistry {
  public:
   static constexpr size_t kHandleBytes = 64;  // CU_IPC_HANDLE_SIZE
-  enum class Kind : uint32_t { kMemory = 1, kEvent = 2, kShareable = 3 };  // kShareable: shareable_handles.h
+  // kShareable: a descriptor's record (shareable_handles.h); kPoolPointer: an allocation of a shared pool.
+  enum class Kind : uint32_t { kMemory = 1, kEvent = 2, kShareable = 3, kPoolPointer = 4 };
 
   ~IpcRegistry();  // withdraws what this worker filed
   // Files `record` and returns the 64-byte handle that names it.

@@ -22,6 +22,7 @@ namespace cu = proto::cu;
 
 // The registry's record of one export: the size its exporter knows and the socket that hands it out.
 struct Record {
+  ShareableHandles::Object kind = ShareableHandles::Object::kPhysical;
   uint64_t bytes = 0;
   char socket[sizeof(sockaddr_un::sun_path)] = {};
 };
@@ -187,16 +188,16 @@ void ShareableHandles::answer(int conn, const std::vector<uint8_t>& handle) {
   int fd = -1;
   {
     std::lock_guard lock(mu_);
-    for (const auto& [physical, e] : exports_)
+    for (const auto& [object, e] : exports_)
       if (e.handle == handle) fd = dup(e.fd);
   }
   if (!sendAnswer(conn, fd)) spdlog::debug("shareable handles: a peer went away before its answer");
   if (fd >= 0) close(fd);
 }
 
-proto::Status ShareableHandles::publish(uint64_t physical, int fd, uint64_t bytes, std::vector<uint8_t>& handle) {
+proto::Status ShareableHandles::publish(Object kind, uint64_t object, int fd, uint64_t bytes, std::vector<uint8_t>& handle) {
   std::lock_guard lock(mu_);
-  if (auto it = exports_.find(physical); it != exports_.end()) {
+  if (auto it = exports_.find({kind, object}); it != exports_.end()) {
     close(fd);
     handle = it->second.handle;
     return cu::kSuccess;
@@ -206,6 +207,7 @@ proto::Status ShareableHandles::publish(uint64_t physical, int fd, uint64_t byte
     return cu::kNotSupported;
   }
   Record r;
+  r.kind = kind;
   r.bytes = bytes;
   std::memcpy(r.socket, path_.c_str(), path_.size() + 1);
   std::vector<uint8_t> record(sizeof r);
@@ -214,17 +216,17 @@ proto::Status ShareableHandles::publish(uint64_t physical, int fd, uint64_t byte
     close(fd);
     return st;
   }
-  exports_[physical] = Export{handle, fd};
+  exports_[{kind, object}] = Export{handle, fd};
   return cu::kSuccess;
 }
 
-proto::Status ShareableHandles::open(const std::vector<uint8_t>& handle, int& fd, uint64_t& bytes) const {
+proto::Status ShareableHandles::open(const std::vector<uint8_t>& handle, Object kind, int& fd, uint64_t& bytes) const {
   std::vector<uint8_t> record;
   if (proto::Status st = registry_.lookup(IpcRegistry::Kind::kShareable, handle, record); st != cu::kSuccess) return st;
   Record r;
   if (record.size() != sizeof r) return cu::kInvalidValue;
   std::memcpy(&r, record.data(), sizeof r);
-  if (std::memchr(r.socket, 0, sizeof r.socket) == nullptr) return cu::kInvalidValue;
+  if (r.kind != kind || std::memchr(r.socket, 0, sizeof r.socket) == nullptr) return cu::kInvalidValue;
   sockaddr_un addr;
   if (!fill(addr, r.socket)) return cu::kInvalidValue;
   int conn = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -239,9 +241,9 @@ proto::Status ShareableHandles::open(const std::vector<uint8_t>& handle, int& fd
   return fd >= 0 ? cu::kSuccess : cu::kInvalidValue;  // the exporter released it, or went away
 }
 
-void ShareableHandles::withdraw(uint64_t physical) {
+void ShareableHandles::withdraw(Object kind, uint64_t object) {
   std::lock_guard lock(mu_);
-  auto it = exports_.find(physical);
+  auto it = exports_.find({kind, object});
   if (it == exports_.end()) return;
   registry_.withdraw(it->second.handle);
   close(it->second.fd);
@@ -250,7 +252,7 @@ void ShareableHandles::withdraw(uint64_t physical) {
 
 void ShareableHandles::clear() {
   std::lock_guard lock(mu_);
-  for (auto& [physical, e] : exports_) {
+  for (auto& [object, e] : exports_) {
     registry_.withdraw(e.handle);
     close(e.fd);
   }

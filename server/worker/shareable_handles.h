@@ -1,6 +1,7 @@
-// Physical memory shared between processes as a file descriptor (cuMemExportToShareableHandle with
+// Physical memory and memory pools shared between processes as file descriptors
+// (cuMemExportToShareableHandle and cuMemPoolExportToShareableHandle with
 // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), between two workers of one GPU host. The exporting worker
-// keeps its backend's descriptor (the driver's, or the sim's memfd) and files, in the host's IPC registry
+// keeps its backend's descriptor (the driver's, or one the sim makes) and files, in the host's IPC registry
 // (ipc_registry.h), a record naming its own Unix socket; the 64-byte registry handle is what the client
 // receives. An importing worker looks the handle up, connects to that socket, presents the handle and
 // receives the descriptor over SCM_RIGHTS, which its backend then imports. The socket lives in the
@@ -8,8 +9,9 @@
 // descriptor only to a peer that presents a handle it filed; every read and write on it has a timeout,
 // and a peer that misbehaves loses only its own connection.
 //
-// An export lasts until its exporter releases the handle (or resets its context, or ends): importers keep
-// what they imported, as with CUDA, but a descriptor received after that no longer imports.
+// An export lasts until its exporter releases the memory or destroys the pool (or resets its context, or
+// ends): importers keep what they imported, as with CUDA, but a descriptor received after that no longer
+// imports.
 #pragma once
 
 #include <cstdint>
@@ -26,19 +28,22 @@ namespace gpool::worker {
 
 class ShareableHandles {
  public:
+  enum class Object : uint32_t { kPhysical = 1, kPool = 2 };  // what a handle shares
+
   explicit ShareableHandles(IpcRegistry& registry) : registry_(registry) {}
   ~ShareableHandles();
   ShareableHandles(const ShareableHandles&) = delete;
   ShareableHandles& operator=(const ShareableHandles&) = delete;
 
-  // Files `fd` (taken over: closed here in every case) for physical memory `physical` of `bytes` bytes and
-  // returns the handle that names it; the same handle again for memory already exported.
-  proto::Status publish(uint64_t physical, int fd, uint64_t bytes, std::vector<uint8_t>& handle);
-  // The descriptor a handle names (the caller closes it) and the size its exporter recorded:
-  // kNotSupported for a handle of another host, kInvalidValue for one nobody (or no longer anybody) exports.
-  proto::Status open(const std::vector<uint8_t>& handle, int& fd, uint64_t& bytes) const;
-  // Ends the export of `physical`, or of everything.
-  void withdraw(uint64_t physical);
+  // Files `fd` (taken over: closed here in every case) for `object` (physical memory of `bytes` bytes, or a
+  // pool) and returns the handle that names it; the same handle again for an object already exported.
+  proto::Status publish(Object kind, uint64_t object, int fd, uint64_t bytes, std::vector<uint8_t>& handle);
+  // The descriptor a handle of an object of `kind` names (the caller closes it) and the size its exporter
+  // recorded: kNotSupported for a handle of another host, kInvalidValue for one of another kind or that
+  // nobody (or no longer anybody) exports.
+  proto::Status open(const std::vector<uint8_t>& handle, Object kind, int& fd, uint64_t& bytes) const;
+  // Ends the export of an object, or of everything.
+  void withdraw(Object kind, uint64_t object);
   void clear();
 
   // The socket's wait for a request, and a fetch's for the answer.
@@ -56,7 +61,7 @@ class ShareableHandles {
 
   IpcRegistry& registry_;
   mutable std::mutex mu_;
-  std::map<uint64_t, Export> exports_;  // by physical handle
+  std::map<std::pair<Object, uint64_t>, Export> exports_;
   std::string path_;                    // the socket, once listening
   int listen_fd_ = -1, stop_fd_ = -1;
   std::thread server_;

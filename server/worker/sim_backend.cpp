@@ -307,6 +307,7 @@ Status SimBackend::MemAllocAsync(AllocBytes bytes, Stream stream, NewAlloc& out)
 }
 
 Status SimBackend::MemAllocFromPoolAsync(AllocBytes bytes, MemPool p, Stream stream, NewAlloc& out) {
+  if (pools_[p].source_pid) return CUDA_ERROR_INVALID_VALUE;  // an imported pool only opens its exporter's
   if (Capture* c = capturing(stream)) return captureAllocation(*c, bytes, out);
   return poolAllocate(p, bytes, out);
 }
@@ -317,16 +318,17 @@ Status SimBackend::MemFreeAsync(FreedAlloc ptr, Stream stream) {
   return MemFree(ptr);  // work runs in issue order
 }
 
-Status SimBackend::MemPoolCreate(uint32_t type, uint32_t, uint64_t, uint32_t, Created<MemPool>& out) {
+Status SimBackend::MemPoolCreate(uint32_t type, uint32_t handle_types, uint64_t, uint32_t, Created<MemPool>& out) {
   if (type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
   pool(0);
   out = newHandle(HandleKind::kMemPool);
-  pools_[out];
+  pools_[out].handle_types = handle_types;
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::MemPoolDestroy(Released<MemPool> p) {
   if (p == default_pool_) return CUDA_ERROR_INVALID_VALUE;  // as the driver: the default pool stays
+  shareable_.withdraw(ShareableHandles::Object::kPool, p.v);
   if (p == current_pool_) current_pool_ = default_pool_;
   pools_.erase(p);
   return CUDA_SUCCESS;
@@ -339,6 +341,7 @@ Status SimBackend::DeviceGetMemPool(uint32_t which, Created<MemPool>& out) {
 }
 
 Status SimBackend::DeviceSetMemPool(MemPool p) {
+  if (pools_[p].source_pid) return CUDA_ERROR_INVALID_VALUE;
   current_pool_ = p;
   return CUDA_SUCCESS;
 }

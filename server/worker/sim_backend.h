@@ -49,6 +49,11 @@ class SimBackend : public Backend {
   void graphMemory(uint64_t& used, uint64_t& reserved) override;
   Status exportPhysical(uint64_t h, int& fd) override;
   Status importPhysical(int fd, uint64_t& bytes, uint64_t& h) override;
+  Status exportPool(uint64_t pool, int& fd) override;
+  Status importPool(int fd, uint64_t& pool) override;
+  Status exportPoolPointer(uint64_t ptr, std::vector<uint8_t>& record) override;
+  Status importPoolPointer(uint64_t pool, const std::vector<uint8_t>& record, IpcMapping& out) override;
+  Status freeImportedPointer(uint64_t ptr, uint64_t stream) override;
 
   // Registration entry used by plugins (and tests in-process).
   void registerKernel(const char* name, gpool_sim_kernel_fn fn, unsigned n, const unsigned* sizes, const unsigned* aligns);
@@ -104,6 +109,11 @@ class SimBackend : public Backend {
   struct Pool {
     std::unordered_map<uint32_t, uint64_t> attributes;  // set by the client; the rest have defaults
     uint64_t used = 0, used_high = 0;
+    uint32_t handle_types = 0;  // CUmemAllocationHandleType bits it was created with (exportable)
+    // Imported from another worker's (sim_ipc.cpp): that worker's process and pool. It allocates nothing;
+    // it opens that pool's allocations.
+    int32_t source_pid = 0;
+    uint64_t source_pool = 0;
   };
   uint64_t pool(uint32_t which);  // 0: the device's current pool, 1: its default pool (made on first use)
   Status poolAllocate(uint64_t pool, AllocBytes bytes, NewAlloc& out);
@@ -131,6 +141,7 @@ class SimBackend : public Backend {
   void* mapShared(int fd, uint64_t size);  // where the next large allocation goes
   uint64_t next_fixed_ = 0x300000000;       // SimOptions::fixed_addresses: the next address tried
   std::unordered_map<uint64_t, uint64_t> opened_;      // other workers' memory opened by IPC: base -> size
+  Status openShared(int32_t pid, int32_t fd, uint64_t size, IpcMapping& out);  // maps another worker's memfd
   std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, std::vector<uint8_t>>>> links_;  // sim_link.cpp
   uint64_t next_handle_ = 1;
   uint64_t launches_ = 0;

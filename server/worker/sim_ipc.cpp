@@ -3,6 +3,7 @@
 // of their own that read as complete (work runs in issue order here).
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cuda.h>
@@ -19,6 +20,14 @@ struct Export {  // what the registry holds for one exported allocation
   int32_t pid = 0, fd = -1;
   uint64_t size = 0;
 };
+struct PoolId {  // a pool, as its exported descriptor holds it: the exporting worker's process and handle
+  int32_t pid = 0;
+  uint64_t pool = 0;
+};
+struct PoolExport {  // an allocation of an exported pool, as the registry holds it
+  Export memory;
+  PoolId pool;
+};
 
 }  // namespace
 
@@ -31,6 +40,23 @@ Status SimBackend::IpcGetMemHandle(AllocBase p, std::vector<uint8_t>& handle) {
   return ipc_.publish(IpcRegistry::Kind::kMemory, record, handle);
 }
 
+Status SimBackend::openShared(int32_t pid, int32_t fd, uint64_t size, IpcMapping& out) {
+  std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  int own = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (own < 0) return CUDA_ERROR_INVALID_VALUE;  // the exporter freed it or went away
+  struct stat st {};
+  if (fstat(own, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < size) {
+    close(own);  // not the memory the record claims
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, own, 0);
+  close(own);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  out = IpcMapping{reinterpret_cast<uint64_t>(p), size};
+  opened_[out.ptr] = size;
+  return CUDA_SUCCESS;
+}
+
 Status SimBackend::IpcOpenMemHandle(std::vector<uint8_t> handle, uint32_t, IpcMapping& out) {
   std::vector<uint8_t> record;
   if (Status st = ipc_.lookup(IpcRegistry::Kind::kMemory, handle, record); st != CUDA_SUCCESS) return st;
@@ -38,15 +64,7 @@ Status SimBackend::IpcOpenMemHandle(std::vector<uint8_t> handle, uint32_t, IpcMa
   if (record.size() != sizeof e) return CUDA_ERROR_INVALID_VALUE;
   std::memcpy(&e, record.data(), sizeof e);
   if (e.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT;  // as the driver: not in the exporting process
-  std::string path = "/proc/" + std::to_string(e.pid) + "/fd/" + std::to_string(e.fd);
-  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return CUDA_ERROR_INVALID_VALUE;  // the exporter freed it or went away
-  void* p = mmap(nullptr, e.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
-  out = IpcMapping{reinterpret_cast<uint64_t>(p), e.size};
-  opened_[out.ptr] = e.size;
-  return CUDA_SUCCESS;
+  return openShared(e.pid, e.fd, e.size, out);
 }
 
 Status SimBackend::IpcCloseMemHandle(IpcMapped p) {
@@ -69,5 +87,65 @@ Status SimBackend::IpcOpenEventHandle(std::vector<uint8_t> handle, Created<Event
   events_[out.v] = EventState{CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS, true, std::chrono::steady_clock::now()};
   return CUDA_SUCCESS;
 }
+
+// Memory pools shared between workers: the pool's descriptor is a memfd naming it (process and handle);
+// an imported pool opens only allocations of that pool, each a memfd mapping as IPC memory is.
+Status SimBackend::MemPoolExportShareable(MemPool p, uint32_t type, std::vector<uint8_t>& handle) {
+  return Backend::MemPoolExportShareable(p, type, handle);
+}
+Status SimBackend::MemPoolImportShareable(std::vector<uint8_t> handle, uint32_t type, Created<MemPool>& out) {
+  return Backend::MemPoolImportShareable(std::move(handle), type, out);
+}
+Status SimBackend::MemPoolExportPointer(AllocBase a, std::vector<uint8_t>& data) { return Backend::MemPoolExportPointer(a, data); }
+Status SimBackend::MemPoolImportPointer(MemPool p, std::vector<uint8_t> data, IpcMapping& out) {
+  return Backend::MemPoolImportPointer(p, std::move(data), out);
+}
+Status SimBackend::MemPoolFreeImported(IpcMapped m, Stream s) { return Backend::MemPoolFreeImported(m, s); }
+
+Status SimBackend::exportPool(uint64_t pool, int& fd) {
+  auto it = pools_.find(pool);
+  if (it == pools_.end() || !(it->second.handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) return CUDA_ERROR_INVALID_VALUE;
+  PoolId id{getpid(), pool};
+  fd = memfd_create("gpool-sim-pool", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (pwrite(fd, &id, sizeof id, 0) != static_cast<ssize_t>(sizeof id)) {
+    close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::importPool(int fd, uint64_t& pool) {
+  PoolId id;
+  if (pread(fd, &id, sizeof id, 0) != static_cast<ssize_t>(sizeof id) || id.pid == 0) return CUDA_ERROR_INVALID_VALUE;
+  pool = newHandle(HandleKind::kMemPool);
+  Pool& p = pools_[pool];
+  p.source_pid = id.pid;
+  p.source_pool = id.pool;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::exportPoolPointer(uint64_t ptr, std::vector<uint8_t>& record) {
+  auto a = pool_allocations_.find(ptr);
+  if (a == pool_allocations_.end()) return CUDA_ERROR_INVALID_VALUE;  // not a pool's allocation
+  if (!(pools_[a->second.first].handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) return CUDA_ERROR_INVALID_VALUE;
+  auto shared = shared_.find(ptr);
+  if (shared == shared_.end()) return CUDA_ERROR_NOT_SUPPORTED;  // a small allocation: not a memfd here
+  PoolExport e{Export{getpid(), shared->second.fd, shared->second.size}, PoolId{getpid(), a->second.first}};
+  record.resize(sizeof e);
+  std::memcpy(record.data(), &e, sizeof e);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::importPoolPointer(uint64_t pool, const std::vector<uint8_t>& record, IpcMapping& out) {
+  PoolExport e;
+  if (record.size() != sizeof e) return CUDA_ERROR_INVALID_VALUE;
+  std::memcpy(&e, record.data(), sizeof e);
+  const Pool& p = pools_[pool];
+  if (!p.source_pid || p.source_pid != e.pool.pid || p.source_pool != e.pool.pool) return CUDA_ERROR_INVALID_VALUE;  // another pool's
+  return openShared(e.memory.pid, e.memory.fd, e.memory.size, out);
+}
+
+Status SimBackend::freeImportedPointer(uint64_t ptr, uint64_t) { return IpcCloseMemHandle(ptr); }  // issue order
 
 }  // namespace gpool::worker

@@ -9,25 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "checks.h"
+#include "processes.h"
 
 namespace {
 
 const size_t kBytes = 1 << 20;
-
-std::string hex(const void* p, size_t n) {
-  std::string s;
-  char b[3];
-  for (size_t i = 0; i < n; ++i) {
-    std::snprintf(b, sizeof b, "%02x", static_cast<const unsigned char*>(p)[i]);
-    s += b;
-  }
-  return s;
-}
-
-void unhex(const char* s, void* out, size_t n) {
-  for (size_t i = 0; i < n; ++i) static_cast<unsigned char*>(out)[i] = static_cast<unsigned char>(std::stoi(std::string(s + 2 * i, 2), nullptr, 16));
-}
 
 int child(const char* mem_hex, const char* event_hex) {
   CK(cudaSetDevice(0));

@@ -6,7 +6,6 @@
 // created without the POSIX handle type are refused as CUDA refuses them.
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "checks.h"
+#include "processes.h"
 
 namespace {
 
@@ -60,38 +59,6 @@ CUmemAllocationProp deviceProp(bool exportable) {
   return prop;
 }
 
-// One byte with room for one descriptor, as the parent sends it and the child receives it.
-struct FdMessage {
-  char byte = 'h';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  FdMessage() {
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-  }
-};
-
-void sendFd(int sock, int fd) {
-  FdMessage m;
-  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  check(sendmsg(sock, &m.msg, 0) == 1, "the descriptor is sent to the child over the socket");
-}
-
-int receiveFd(int sock) {
-  FdMessage m;
-  if (recvmsg(sock, &m.msg, 0) != 1 || !CMSG_FIRSTHDR(&m.msg)) return -1;
-  int fd = -1;
-  std::memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m.msg)), sizeof fd);
-  return fd;
-}
-
 int child(int sock, size_t bytes) {
   CK(cudaSetDevice(0));
   CK(cudaFree(nullptr));
@@ -122,8 +89,7 @@ int child(int sock, size_t bytes) {
   CK(cudaMemset(reinterpret_cast<void*>(va), 0x5a, 4096));
   CK(cudaDeviceSynchronize());
   v.unmapped(va, bytes);
-  char done = 'd';
-  check(write(sock, &done, 1) == 1, "child: says it is done");
+  childDone(sock);
   return failures ? 1 : 0;
 }
 
@@ -176,23 +142,7 @@ int main(int argc, char** argv) {
   v.unmapped(alias, bytes);
   check(v.release(again) == CUDA_SUCCESS, "release the imported handle");
 
-  int socks[2];
-  check(socketpair(AF_UNIX, SOCK_STREAM, 0, socks) == 0, "a socket pair to the child");
-  std::fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(socks[0]);
-    std::string s = std::to_string(socks[1]), n = std::to_string(bytes);
-    execl("/proc/self/exe", argv[0], "child", s.c_str(), n.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(socks[1]);
-  sendFd(socks[0], fd);
-  char done = 0;
-  check(read(socks[0], &done, 1) == 1 && done == 'd', "the child imported, read and wrote the memory");
-  int status = 0;
-  waitpid(pid, &status, 0);
-  check(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child process passed its checks");
+  runChild(argv[0], fd, {std::to_string(bytes)}, "the child imported, read and wrote the memory");
   CK(cudaMemcpy(got.data(), reinterpret_cast<void*>(va), 4096, cudaMemcpyDeviceToHost));
   bool ok = true;
   for (size_t i = 0; i < 4096; ++i) ok &= got[i] == 0x5a;

@@ -933,3 +933,55 @@ TEST(Dispatcher, ImportedPhysicalMemoryIsTheExportersLeases) {
   EXPECT_TRUE(ex.finish().clean);
   EXPECT_TRUE(im.finish().clean);
 }
+
+// A pool one worker exports another imports; against it, the exporter's allocations open as memory of the
+// exporter's lease (the importer is charged nothing), and are freed only as what they are. Forged export
+// data, another pool's, and allocating from an imported pool are refused; destroying the pool ends its export.
+TEST(Dispatcher, ImportedPoolAllocationsAreTheExportersLeases) {
+  Harness ex, im;
+  test::RawClient e(*ex.client), i(*im.client);
+  auto [st, created] = e.call<calls::MemPoolCreate>(1u /*pinned*/, 1u /*POSIX fd*/, uint64_t{0}, 0u);
+  ASSERT_EQ(st, 0);
+  uint64_t pool = std::get<0>(created).v;
+  auto [st2, alloc] = e.call<calls::MemAllocFromPoolAsync>(uint64_t{1} << 20, pool, uint64_t{0});
+  ASSERT_EQ(st2, 0);
+  uint64_t ptr = std::get<0>(alloc).ptr;
+  auto [st3, handle] = e.call<calls::MemPoolExportShareable>(pool, 1u);
+  ASSERT_EQ(st3, 0);
+  EXPECT_EQ(e.call<calls::MemPoolExportPointer>(ptr + 1).first, kInvalidValue);
+  auto [st4, data] = e.call<calls::MemPoolExportPointer>(ptr);
+  ASSERT_EQ(st4, 0);
+
+  auto used = [&] {
+    auto view = std::get<0>(i.call<calls::MemGetInfo>().second);
+    return view.total - view.free;
+  };
+  const uint64_t own = used();
+  EXPECT_EQ(i.call<calls::MemPoolImportShareable>(std::get<0>(handle), 2u).first, kNotSupported);
+  auto [st5, imported] = i.call<calls::MemPoolImportShareable>(std::get<0>(handle), 1u);
+  ASSERT_EQ(st5, 0);
+  uint64_t ipool = std::get<0>(imported).v;
+  EXPECT_EQ(i.call<calls::MemPoolImportPointer>(ipool, std::vector<uint8_t>(64, 0)).first, kInvalidValue);
+  auto [st6, own_pool] = i.call<calls::MemPoolCreate>(1u, 1u, uint64_t{0}, 0u);
+  ASSERT_EQ(st6, 0);
+  EXPECT_EQ(i.call<calls::MemPoolImportPointer>(std::get<0>(own_pool).v, std::get<0>(data)).first, kInvalidValue)
+      << "opened against a pool that is not the allocation's";
+  EXPECT_EQ(i.call<calls::MemAllocFromPoolAsync>(uint64_t{4096}, ipool, uint64_t{0}).first, kInvalidValue);
+  auto [st7, mapping] = i.call<calls::MemPoolImportPointer>(ipool, std::get<0>(data));
+  ASSERT_EQ(st7, 0);
+  uint64_t opened = std::get<0>(mapping).ptr;
+  EXPECT_GE(std::get<0>(mapping).bytes, uint64_t{1} << 20);
+  EXPECT_EQ(i.call<calls::Memset>(DevFill{opened, 1, 4096}, 7u, uint64_t{0}, 0u).first, 0) << "the client's memory now";
+  EXPECT_EQ(used(), own) << "not charged to the importer";
+  EXPECT_EQ(i.call<calls::MemFree>(opened).first, kInvalidValue) << "not an allocation of the importer's";
+  EXPECT_EQ(i.call<calls::MemPoolFreeImported>(opened + 4096, uint64_t{0}).first, kInvalidValue);
+  EXPECT_EQ(i.call<calls::MemPoolFreeImported>(opened, uint64_t{0}).first, 0);
+  EXPECT_EQ(i.call<calls::Memset>(DevFill{opened, 1, 4096}, 7u, uint64_t{0}, 0u).first, kInvalidValue) << "gone once freed";
+  EXPECT_EQ(used(), own);
+
+  EXPECT_EQ(e.call<calls::MemFreeAsync>(ptr, uint64_t{0}).first, 0);
+  EXPECT_EQ(e.call<calls::MemPoolDestroy>(pool).first, 0);
+  EXPECT_EQ(i.call<calls::MemPoolImportShareable>(std::get<0>(handle), 1u).first, kInvalidValue) << "destroyed: no longer exported";
+  EXPECT_TRUE(ex.finish().clean);
+  EXPECT_TRUE(im.finish().clean);
+}

@@ -1,4 +1,4 @@
-// Physical memory shared between workers as file descriptors (server/worker/shareable_handles.h): a handle
+// Physical memory and pools shared between workers as file descriptors (server/worker/shareable_handles.h): a handle
 // fetches the very descriptor its exporter filed; a forged or withdrawn handle, or one of another host,
 // fetches nothing; and a peer on the socket that stalls or talks nonsense costs only its own connection.
 #include <gtest/gtest.h>
@@ -17,6 +17,7 @@
 using gpool::worker::IpcRegistry;
 using gpool::worker::ShareableHandles;
 namespace cu = gpool::proto::cu;
+constexpr auto kPhysical = ShareableHandles::Object::kPhysical, kPool = ShareableHandles::Object::kPool;
 
 namespace {
 
@@ -64,9 +65,9 @@ struct Exporter {
 TEST(ShareableHandles, AHandleFetchesItsDescriptorAndAForgedOneNothing) {
   Exporter ex;
   std::vector<uint8_t> a, b, again;
-  ASSERT_EQ(ex.handles.publish(11, memory(4096, 'a'), 4096, a), cu::kSuccess);
-  ASSERT_EQ(ex.handles.publish(12, memory(8192, 'b'), 8192, b), cu::kSuccess);
-  ASSERT_EQ(ex.handles.publish(11, memory(4096, 'x'), 4096, again), cu::kSuccess);
+  ASSERT_EQ(ex.handles.publish(kPhysical, 11, memory(4096, 'a'), 4096, a), cu::kSuccess);
+  ASSERT_EQ(ex.handles.publish(kPhysical, 12, memory(8192, 'b'), 8192, b), cu::kSuccess);
+  ASSERT_EQ(ex.handles.publish(kPhysical, 11, memory(4096, 'x'), 4096, again), cu::kSuccess);
   EXPECT_EQ(again, a) << "memory exported again keeps its handle";
   EXPECT_NE(a, b);
 
@@ -74,25 +75,33 @@ TEST(ShareableHandles, AHandleFetchesItsDescriptorAndAForgedOneNothing) {
   ShareableHandles importer(other);
   int fd = -1;
   uint64_t bytes = 0;
-  ASSERT_EQ(importer.open(b, fd, bytes), cu::kSuccess);
+  ASSERT_EQ(importer.open(b, kPhysical, fd, bytes), cu::kSuccess);
   EXPECT_EQ(firstByte(fd), 'b');
   EXPECT_EQ(bytes, 8192u);
   close(fd);
-  ASSERT_EQ(importer.open(a, fd, bytes), cu::kSuccess);
+  ASSERT_EQ(importer.open(a, kPhysical, fd, bytes), cu::kSuccess);
   EXPECT_EQ(firstByte(fd), 'a') << "the descriptor first filed, not the one offered again";
+  close(fd);
+
+  std::vector<uint8_t> pool;
+  ASSERT_EQ(ex.handles.publish(kPool, 11, memory(4096, 'p'), 0, pool), cu::kSuccess);
+  EXPECT_NE(pool, a) << "a pool and physical memory of one number are two exports";
+  EXPECT_EQ(importer.open(pool, kPhysical, fd, bytes), cu::kInvalidValue) << "a pool's handle names no physical memory";
+  ASSERT_EQ(importer.open(pool, kPool, fd, bytes), cu::kSuccess);
+  EXPECT_EQ(firstByte(fd), 'p');
   close(fd);
 
   std::vector<uint8_t> forged = a;
   forged[40] ^= 0x01;  // inside the key
-  EXPECT_EQ(importer.open(forged, fd, bytes), cu::kInvalidValue);
+  EXPECT_EQ(importer.open(forged, kPhysical, fd, bytes), cu::kInvalidValue);
   std::vector<uint8_t> foreign = a;
   foreign[8] ^= 0xff;  // the host part
-  EXPECT_EQ(importer.open(foreign, fd, bytes), cu::kNotSupported);
-  EXPECT_EQ(importer.open(std::vector<uint8_t>(10, 0), fd, bytes), cu::kInvalidValue);
+  EXPECT_EQ(importer.open(foreign, kPhysical, fd, bytes), cu::kNotSupported);
+  EXPECT_EQ(importer.open(std::vector<uint8_t>(10, 0), kPhysical, fd, bytes), cu::kInvalidValue);
 
-  ex.handles.withdraw(12);
-  EXPECT_EQ(importer.open(b, fd, bytes), cu::kInvalidValue) << "a withdrawn export fetches nothing";
-  ASSERT_EQ(importer.open(a, fd, bytes), cu::kSuccess) << "the other export stays";
+  ex.handles.withdraw(kPhysical, 12);
+  EXPECT_EQ(importer.open(b, kPhysical, fd, bytes), cu::kInvalidValue) << "a withdrawn export fetches nothing";
+  ASSERT_EQ(importer.open(a, kPhysical, fd, bytes), cu::kSuccess) << "the other export stays";
   close(fd);
 }
 
@@ -101,7 +110,7 @@ TEST(ShareableHandles, AHandleFetchesItsDescriptorAndAForgedOneNothing) {
 TEST(ShareableHandles, APeerThatStallsOrLiesCostsOnlyItsConnection) {
   Exporter ex;
   std::vector<uint8_t> h;
-  ASSERT_EQ(ex.handles.publish(7, memory(4096, 'q'), 4096, h), cu::kSuccess);
+  ASSERT_EQ(ex.handles.publish(kPhysical, 7, memory(4096, 'q'), 4096, h), cu::kSuccess);
   std::string path = exporterSocket();
   ASSERT_FALSE(path.empty());
 
@@ -117,7 +126,7 @@ TEST(ShareableHandles, APeerThatStallsOrLiesCostsOnlyItsConnection) {
   ShareableHandles importer(other);
   int fd = -1;
   uint64_t bytes = 0;
-  ASSERT_EQ(importer.open(h, fd, bytes), cu::kSuccess) << "served while the silent peer still holds its connection";
+  ASSERT_EQ(importer.open(h, kPhysical, fd, bytes), cu::kSuccess) << "served while the silent peer still holds its connection";
   EXPECT_EQ(firstByte(fd), 'q');
   close(fd);
 
