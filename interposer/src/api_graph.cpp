@@ -285,7 +285,9 @@ GPOOL_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
     std::lock_guard lock(g_exec_mu);
     g_exec_flags.erase(raw(exec));
   }
-  return static_cast<CUresult>(conn->post<calls::GraphExecDestroy>(raw(exec)));
+  auto st = static_cast<CUresult>(conn->post<calls::GraphExecDestroy>(raw(exec)));
+  if (st == CUDA_SUCCESS) settleGraphAllocations(conn);  // what only this instantiation held
+  return st;
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec exec, cuuint64_t* flags) {
@@ -303,6 +305,8 @@ GPOOL_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
   if (!graph) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
   graphNodes().forgetGraph(raw(graph));
-  return static_cast<CUresult>(conn->post<calls::GraphDestroy>(raw(graph)));
+  auto st = static_cast<CUresult>(conn->post<calls::GraphDestroy>(raw(graph)));
+  if (st == CUDA_SUCCESS) settleGraphAllocations(conn);  // what only this graph held
+  return st;
   GPOOL_CATCH
 }

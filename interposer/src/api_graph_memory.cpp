@@ -170,3 +170,10 @@ GPOOL_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice d, CUgraphMem_attrib
   return static_cast<CUresult>(conn->call<calls::DeviceGraphMemResetHigh>(static_cast<uint32_t>(attr)));
   GPOOL_CATCH
 }
+
+void gpool::client::settleGraphAllocations(Connection* conn, std::vector<uint64_t> freed) {
+  if (State::get().graph_allocations.load() == 0) return;
+  calls::GraphAllocationsGone::out::tuple out;
+  if (conn->call<calls::GraphAllocationsGone>(out, gpool::proto::FreedAddresses{std::move(freed)}) != CUDA_SUCCESS) return;
+  State::get().forgetGraphAllocations(std::get<0>(out).v, conn->index());
+}

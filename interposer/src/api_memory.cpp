@@ -166,9 +166,12 @@ GPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
   CUresult managed = CUDA_SUCCESS;
   if (freeManaged(p, managed) || freeImportedPoolPointer(conn, p, 0, managed)) return managed;
   // Refused here at once, as the driver refuses it, rather than later from the worker's latch.
-  if (!State::get().takeDeviceAllocation(p)) return CUDA_ERROR_INVALID_VALUE;
+  bool graph = false;
+  if (!State::get().takeDeviceAllocation(p, &graph)) return CUDA_ERROR_INVALID_VALUE;
   crossDevice().forgetAllocation(conn->index(), p);  // its mappings in the lease's other workers
-  return static_cast<CUresult>(conn->post<calls::MemFree>(dptr(p)));
+  auto st = static_cast<CUresult>(conn->post<calls::MemFree>(dptr(p)));
+  if (st == CUDA_SUCCESS && graph) settleGraphAllocations(conn, {p});
+  return st;
   GPOOL_CATCH
 }
 

@@ -56,9 +56,12 @@ CUresult freeAsync(CUdeviceptr p, uint64_t stream) {
     return CUDA_SUCCESS;
   }
   if (CUresult imported = CUDA_SUCCESS; freeImportedPoolPointer(conn, p, stream, imported)) return imported;
-  if (!State::get().takeDeviceAllocation(p)) return CUDA_ERROR_INVALID_VALUE;
+  bool graph = false;
+  if (!State::get().takeDeviceAllocation(p, &graph)) return CUDA_ERROR_INVALID_VALUE;
   crossDevice().forgetAllocation(conn->index(), p);  // its mappings in the lease's other workers
-  return static_cast<CUresult>(conn->post<calls::MemFreeAsync>(uint64_t{p}, stream));
+  auto st = static_cast<CUresult>(conn->post<calls::MemFreeAsync>(uint64_t{p}, stream));
+  if (st == CUDA_SUCCESS && graph) settleGraphAllocations(conn, {p});
+  return st;
 }
 
 CUresult getPool(CUmemoryPool* out, CUdevice d, uint32_t which) {

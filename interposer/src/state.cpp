@@ -264,6 +264,7 @@ void State::insertLocked(uint64_t base, const Allocation& made, int owner) {
     GPOOL_LOG(Level::kWarn, "device memory at %#llx (%llu bytes) overlaps another device's: copies and pointer queries "
               "may take it for the other device's", (unsigned long long)base, (unsigned long long)a.size);
   allocations_.emplace(base, a);
+  if (a.graph) ++graph_allocations;
   if (a.managed) return;  // mapped here by api_managed.cpp
   if (!a.device) {
     ++host_allocations;
@@ -275,6 +276,7 @@ void State::insertLocked(uint64_t base, const Allocation& made, int owner) {
 }
 
 std::map<uint64_t, Allocation>::iterator State::eraseLocked(std::map<uint64_t, Allocation>::iterator it) {
+  if (it->second.graph) --graph_allocations;
   if (it->second.managed) return allocations_.erase(it);
   if (it->second.device) address_space_.release(it->first, it->second.size);
   else --host_allocations;
@@ -332,12 +334,21 @@ bool State::setSyncMemops(uint64_t ptr, bool on) {
   return true;
 }
 
-bool State::takeDeviceAllocation(uint64_t base) {
+bool State::takeDeviceAllocation(uint64_t base, bool* graph) {
   std::lock_guard lock(mu);
   auto it = allocations_.find(base);
   if (it == allocations_.end() || !it->second.device || it->second.global) return false;
+  if (graph) *graph = it->second.graph;
   if (!it->second.graph) eraseLocked(it);
   return true;
+}
+
+void State::forgetGraphAllocations(const std::vector<uint64_t>& gone, int owner) {
+  std::lock_guard lock(mu);
+  for (uint64_t base : gone) {
+    auto it = allocations_.find(base);
+    if (it != allocations_.end() && it->second.graph && it->second.owner == owner) eraseLocked(it);
+  }
 }
 
 void State::removeAllocation(uint64_t base) {

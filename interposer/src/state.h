@@ -121,8 +121,12 @@ class State {
   void removeAllocation(uint64_t base);
   // Forgets the device allocation that starts at `base`; false when there is none (an interior
   // pointer, a module global, host memory, or nothing this client allocated). A graph allocation's
-  // address stays: its node allocates it again at the graph's next launch.
-  bool takeDeviceAllocation(uint64_t base);
+  // address stays (`graph` says so): its node allocates it again at the graph's next launch, until the
+  // worker says it is gone (forgetGraphAllocations).
+  bool takeDeviceAllocation(uint64_t base, bool* graph = nullptr);
+  // Graph allocations' records, while there are any, and forgetting those of `owner` the worker gave up.
+  std::atomic<int> graph_allocations{0};
+  void forgetGraphAllocations(const std::vector<uint64_t>& gone, int owner);
   void addPoolAllocation(uint64_t base, uint64_t size, uint64_t pool, int owner);
   void addGraphAllocation(uint64_t base, uint64_t size, int owner);
   // A device's current memory pool as this client last learnt or set it (0: not asked yet), by connection.
@@ -214,6 +218,10 @@ bool freeManaged(uint64_t p, CUresult& result);
 // A host function that runs whenever the worker says so: for good (a graph's host node), or `once` (a user
 // object's destructor). api_host_func.cpp.
 CUresult hostFunctionId(std::function<void()> fn, uint64_t& id, bool once = false);
+// Asks `conn`'s worker which graph allocations' addresses are no longer this client's (after a graph or
+// an instantiation is destroyed, or `freed`, addresses taken for graph allocations, were freed) and forgets
+// them (api_graph_memory.cpp). Nothing is sent while there are no such records.
+void settleGraphAllocations(Connection* conn, std::vector<uint64_t> freed = {});
 // Writes empty logs into the log buffers among JIT options (api_link.cpp).
 void clearJitLogs(unsigned n, const CUjit_option* ids, void* const* values);
 // After a context reset, the files that keep their own per-handle state forget it.

@@ -26,7 +26,7 @@ namespace gpool::worker {
 using proto::Blob;
 using proto::Status;
 // The typed fields of calls.def (fields.h), as backends name them.
-using proto::AllocBase, proto::AllocBytes, proto::Array, proto::ArrayCopy, proto::ArrayDevCopy, proto::ArrayRect, proto::ArrayShape, proto::ArrayWrite, proto::MipmapLevel, proto::MipmapShape, proto::MipmappedArray, proto::TexDescs, proto::TexResource, proto::TexObject, proto::SurfObject, proto::IpcMapped, proto::IpcMapping, proto::ImportedPhysical, proto::Created, proto::DevAddress, proto::DevCopy, proto::DevCopyRect, proto::DevFill,
+using proto::AllocBase, proto::AllocBytes, proto::Array, proto::ArrayCopy, proto::ArrayDevCopy, proto::ArrayRect, proto::ArrayShape, proto::ArrayWrite, proto::MipmapLevel, proto::MipmapShape, proto::MipmappedArray, proto::TexDescs, proto::TexResource, proto::TexObject, proto::SurfObject, proto::IpcMapped, proto::IpcMapping, proto::ImportedPhysical, proto::GoneAllocations, proto::FreedAddresses, proto::Created, proto::DevAddress, proto::DevCopy, proto::DevCopyRect, proto::DevFill,
     proto::DevFillRect, proto::DevRange, proto::DevWord, proto::DevRect, proto::DevWrite, proto::DevWriteRect, proto::PitchedAlloc, proto::Physical, proto::PoolAttribute, proto::ResetAll, proto::VaMap, proto::VaMapped, proto::VaRange, proto::VaUnmap, proto::ChildGraph, proto::Event, proto::FreedAlloc, proto::Graph, proto::GraphAlloc, proto::GraphAllocBytes, proto::GraphFreed, proto::OwnerOf, proto::CaptureState, proto::NewRefs, proto::RefsAdded, proto::RefsReleased, proto::UserObject, proto::GraphExec, proto::GraphNode,
     proto::GraphNodes, proto::LaunchAttrs, proto::Conditional, proto::BodyGraphs, proto::Kernel, proto::KernelCall,
     proto::JitOptions, proto::Launchable, proto::LaunchableList, proto::LinkState, proto::MemPool, proto::MemView, proto::ModuleGlobal, proto::ModuleRef,
@@ -58,8 +58,9 @@ class Backend {
   // The host-function channel is the worker's, whatever the backend (host_callbacks.h).
   Status HostFuncChannel(uint32_t& port, std::vector<uint8_t>& token) { return callbacks_.open(port, token); }
 
-  // Answered from the worker's table (request_checks.h), whatever the backend.
+  // Answered from the worker's table and graph memory (request_checks.h), whatever the backend.
   Status LaunchableOwner(Launchable, OwnerOf&) { return proto::cu::kSuccess; }
+  Status GraphAllocationsGone(FreedAddresses, GoneAllocations&) { return proto::cu::kSuccess; }
 
   // Server-to-server copies are the worker's too (peer_links.h). Data moves on the legacy stream, through
   // the staging buffer, synchronously, as a relayed copy does.

@@ -6,6 +6,7 @@
 namespace gpool::worker {
 
 void GraphMemory::addAllocation(uint64_t graph, uint64_t ptr, uint64_t bytes) {
+  std::erase(gone_, ptr);  // the client's again before it heard it was gone
   Allocation& a = allocations_[ptr];
   a.bytes = bytes;
   ++a.holders;
@@ -68,6 +69,7 @@ void GraphMemory::forgetIfUnreachable(uint64_t ptr) {
   if (it == allocations_.end() || it->second.holders != 0 || it->second.live) return;
   allocations_.erase(it);
   table_.removeRange(ptr);
+  gone_.push_back(ptr);
 }
 
 void GraphMemory::settle(uint64_t reserved, uint64_t headroom) {
@@ -77,6 +79,7 @@ void GraphMemory::settle(uint64_t reserved, uint64_t headroom) {
 }
 
 void GraphMemory::clear() {
+  gone_.clear();  // the client forgets everything at a reset itself
   allocations_.clear();
   holders_.clear();
   charged_ = 0;

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "gpool/protocol/status.h"
@@ -45,6 +46,9 @@ class GraphMemory {
   bool active() const { return !allocations_.empty() || charged_ != 0; }
   // A context reset: every graph and allocation is gone, and the ledger is cleared by its owner.
   void clear();
+  // Addresses no longer the client's since last asked (no graph holds their node, none is live), so the
+  // client may forget them too (GraphAllocationsGone).
+  std::vector<uint64_t> takeGone() { return std::exchange(gone_, {}); }
 
  private:
   struct Allocation {
@@ -62,6 +66,7 @@ class GraphMemory {
   std::unordered_map<uint64_t, Allocation> allocations_;  // by address
   std::unordered_map<uint64_t, Holder> holders_;          // by graph or instantiation
   uint64_t charged_ = 0;                                  // what the ledger holds for the reserve
+  std::vector<uint64_t> gone_;
 };
 
 }  // namespace gpool::worker

@@ -33,6 +33,7 @@ struct CallScope {
   proto::MipmapShape mipmap;                        // the shape of the mipmap a Created<MipmappedArray> hands out
   uint64_t capture = 0;                             // the graph a stream-ordered allocation or free is captured into
   uint64_t refs = 0;                                // a new user object's references
+  std::vector<uint64_t> asked;                      // addresses a GraphAllocationsGone asks about
 };
 
 template <typename T>
@@ -147,6 +148,10 @@ class RequestChecks {
     return sized ? proto::cu::kSuccess : proto::cu::kInvalidValue;
   }
   proto::Status admit(proto::FreedAlloc& f, CallScope& s);
+  proto::Status admit(proto::FreedAddresses& f, CallScope& s) {
+    s.asked = std::move(f.v);
+    return proto::cu::kSuccess;
+  }
   proto::Status admit(proto::GraphAllocBytes& b, CallScope&) { return b.bytes ? proto::cu::kSuccess : proto::cu::kInvalidValue; }
   proto::Status admit(proto::GraphFreed& f, CallScope& s);
   proto::Status admit(proto::NewRefs& r, CallScope& s);
@@ -195,6 +200,11 @@ class RequestChecks {
   void record(proto::MemView& m, CallScope&) { ledger_.view(m); }
   void record(proto::IpcMapping& m, CallScope&) { table_.addRange(DeviceRange{m.ptr, m.bytes, RangeKind::kIpc, 0}); }
   void record(proto::ImportedPhysical& p, CallScope&) { table_.addPhysical(p.handle.v, p.bytes, false); }
+  void record(proto::GoneAllocations& g, CallScope& s) {
+    g.v = graph_memory_.takeGone();
+    for (uint64_t p : s.asked)
+      if (!graph_memory_.isAllocation(p)) g.v.push_back(p);
+  }
   void record(proto::RangeOf& r, CallScope& s) { r = proto::RangeOf{s.found->base, s.found->bytes}; }
   void record(proto::OwnerOf& o, CallScope& s) {
     o.handle = s.owner;

@@ -399,6 +399,7 @@ Status SimBackend::HostFuncChannel(uint32_t& port, std::vector<uint8_t>& token) 
   return Backend::HostFuncChannel(port, token);  // the worker's, whatever the backend
 }
 Status SimBackend::LaunchableOwner(Launchable f, OwnerOf& o) { return Backend::LaunchableOwner(f, o); }
+Status SimBackend::GraphAllocationsGone(FreedAddresses f, GoneAllocations& g) { return Backend::GraphAllocationsGone(f, g); }
 
 // Server-to-server copies: the worker's, whatever the backend.
 Status SimBackend::PeerListen(uint32_t& port, std::vector<uint8_t>& key, uint32_t& link) { return Backend::PeerListen(port, key, link); }

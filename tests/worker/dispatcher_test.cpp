@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "dispatcher.h"
@@ -984,4 +985,38 @@ TEST(Dispatcher, ImportedPoolAllocationsAreTheExportersLeases) {
   EXPECT_EQ(i.call<calls::MemPoolImportShareable>(std::get<0>(handle), 1u).first, kInvalidValue) << "destroyed: no longer exported";
   EXPECT_TRUE(ex.finish().clean);
   EXPECT_TRUE(im.finish().clean);
+}
+
+// The client learns which of the addresses it took for graph allocations it may forget: a graph allocation
+// once no graph holds its node and it is not live (said once), and an allocation it asks about that is no
+// graph memory (made beside a capture); a graph allocation still held is not named.
+TEST(Dispatcher, GoneGraphAllocationsAreNamedOnce) {
+  Harness h;
+  test::RawClient c(*h.client);
+  auto gone = [&](std::vector<uint64_t> asked) {
+    auto [st, out] = c.call<calls::GraphAllocationsGone>(FreedAddresses{std::move(asked)});
+    EXPECT_EQ(st, 0);
+    auto v = std::get<0>(out).v;
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  const uint64_t g = std::get<0>(c.call<calls::GraphCreate>(0u).second).v;
+  auto [st, out] = c.call<calls::GraphAddMemAllocNode>(g, GraphNodes{}, GraphAllocBytes{1 << 20});
+  ASSERT_EQ(st, 0);
+  const uint64_t a = std::get<1>(out).ptr;
+  const uint64_t plain = std::get<0>(c.call<calls::MemAlloc>(uint64_t{64}).second).ptr;
+  EXPECT_EQ(gone({a}), std::vector<uint64_t>{}) << "held by its graph";
+  const uint64_t exec = std::get<0>(c.call<calls::GraphInstantiate>(g, uint64_t{0}).second).v;
+  EXPECT_EQ(c.call<calls::GraphDestroy>(g).first, 0);
+  EXPECT_EQ(gone({}), std::vector<uint64_t>{}) << "held by the instantiation";
+  c.post<calls::GraphLaunch>(exec, uint64_t{0});  // allocates, frees nothing: live
+  EXPECT_EQ(c.call<calls::GraphExecDestroy>(exec).first, 0);
+  EXPECT_EQ(gone({}), std::vector<uint64_t>{}) << "live";
+  c.post<calls::MemFreeAsync>(a, uint64_t{0});
+  EXPECT_EQ(c.call<calls::MemFree>(plain).first, 0);
+  std::vector<uint64_t> both{a, plain};
+  std::sort(both.begin(), both.end());
+  EXPECT_EQ(gone({plain}), both) << "freed and held by nothing; and the plain allocation asked about";
+  EXPECT_EQ(gone({}), std::vector<uint64_t>{}) << "each named once";
+  EXPECT_TRUE(h.finish().clean);
 }

@@ -496,6 +496,19 @@ struct DevAddress {
 // Reply field: the module (kind 0) or library (kind 1) that the request's function or kernel came from;
 // the worker fills it in from its table.
 struct OwnerOf : ModuleRef {};
+// Request field: addresses the client just freed that it had taken for graph allocations (allocated while
+// a capture ran); the reply's GoneAllocations names those that were not, or are no longer, graph memory.
+struct FreedAddresses {
+  std::vector<uint64_t> v;
+  GPOOL_WIRE_FIELDS(v)
+};
+// Reply field: graph allocations' addresses that stopped being the client's since it last asked (no graph
+// holds their node and none is live), and the request's FreedAddresses that are no graph memory; the worker
+// fills it in from its graph memory (graph_memory.h).
+struct GoneAllocations {
+  std::vector<uint64_t> v;
+  GPOOL_WIRE_FIELDS(v)
+};
 // Reply field: the allocation or global that contains the request's DevAddress; the worker fills it in.
 struct RangeOf {
   uint64_t base = 0, bytes = 0;
