@@ -18,7 +18,7 @@ thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 CUresult beginCapture(uint64_t s, CUstreamCaptureMode mode) {
   if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, s);
   int st = conn->call<calls::StreamBeginCapture>(s, static_cast<uint32_t>(mode));
   if (st == CUDA_SUCCESS) ++State::get().active_captures;
   return static_cast<CUresult>(st);
@@ -28,7 +28,7 @@ CUresult beginCaptureToGraph(uint64_t s, CUgraph graph, const CUgraphNode* deps,
                              CUstreamCaptureMode mode) {
   if (!graph || (n && !deps) || mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
   if (!plainEdges(edges, n)) return CUDA_ERROR_NOT_SUPPORTED;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, s);
   int st = conn->call<calls::StreamBeginCaptureToGraph>(s, raw(graph), graphDeps(deps, n), static_cast<uint32_t>(mode));
   if (st == CUDA_SUCCESS) ++State::get().active_captures;
   return static_cast<CUresult>(st);
@@ -36,7 +36,7 @@ CUresult beginCaptureToGraph(uint64_t s, CUgraph graph, const CUgraphNode* deps,
 
 CUresult endCapture(uint64_t s, CUgraph* graph) {
   if (!graph) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, s);
   calls::StreamEndCapture::out::tuple r;
   int st = conn->call<calls::StreamEndCapture>(r, s);
   // The capture is over whether it produced a graph or was invalidated; ILLEGAL_STATE: there was none.
@@ -98,7 +98,7 @@ void rememberNodes(const gpool::proto::CaptureState& state) {
 CUresult captureInfoEx(uint64_t s, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
                        const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* ndeps) {
   if (!status) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, s);
   gpool::proto::CaptureState state;
   if (CUresult r = captureState(conn, s, state)) return r;
   *status = static_cast<CUstreamCaptureStatus>(state.status);
@@ -120,7 +120,7 @@ CUresult captureInfoEx(uint64_t s, CUstreamCaptureStatus* status, cuuint64_t* id
 CUresult updateCaptureDeps(uint64_t s, CUgraphNode* deps, const CUgraphEdgeData* edges, size_t n, unsigned flags) {
   if ((n && !deps) || flags > CU_STREAM_SET_CAPTURE_DEPENDENCIES) return CUDA_ERROR_INVALID_VALUE;
   if (!plainEdges(edges, n)) return CUDA_ERROR_NOT_SUPPORTED;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, s);
   gpool::proto::CaptureState state;
   if (CUresult r = captureState(conn, s, state)) return r;
   if (state.status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_ERROR_ILLEGAL_STATE;
@@ -133,7 +133,7 @@ std::unordered_map<uint64_t, uint64_t> g_exec_flags;
 
 CUresult instantiate(CUgraphExec* exec, CUgraph graph, uint64_t flags) {
   if (!exec || !graph) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(graph));
   calls::GraphInstantiate::out::tuple r;
   int st = conn->call<calls::GraphInstantiate>(r, raw(graph), flags);
   *exec = st == CUDA_SUCCESS ? reinterpret_cast<CUgraphExec>(std::get<0>(r).v) : nullptr;
@@ -146,7 +146,7 @@ CUresult instantiate(CUgraphExec* exec, CUgraph graph, uint64_t flags) {
 
 CUresult graphLaunch(CUgraphExec exec, uint64_t s, bool upload) {
   if (!exec) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(exec));
   if (!upload)
     if (CUresult r = managedBeforeDeviceWork()) return r;
   return static_cast<CUresult>(upload ? conn->post<calls::GraphUpload>(raw(exec), s)
@@ -280,7 +280,7 @@ GPOOL_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream s) { GPOOL_T
 GPOOL_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
   GPOOL_TRY
   if (!exec) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(exec));
   {
     std::lock_guard lock(g_exec_mu);
     g_exec_flags.erase(raw(exec));
@@ -303,7 +303,7 @@ GPOOL_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec exec, cuuint64_t* flags) {
 GPOOL_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
   GPOOL_TRY
   if (!graph) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(graph));
   graphNodes().forgetGraph(raw(graph));
   auto st = static_cast<CUresult>(conn->post<calls::GraphDestroy>(raw(graph)));
   if (st == CUDA_SUCCESS) settleGraphAllocations(conn);  // what only this graph held

@@ -34,7 +34,7 @@ using Note = std::function<void(NodeInfo&, const typename Call::out::tuple& repl
 template <typename Call, typename... A>
 CUresult addNoted(CUgraphNode* node, CUgraph graph, CUgraphNodeType type, const Note<Call>& note, A&&... args) {
   if (!node || !graph) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(graph));
   typename Call::out::tuple out;
   int st = conn->call<Call>(out, raw(graph), std::forward<A>(args)...);
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
@@ -163,7 +163,7 @@ CUresult graphOf(CUgraphNode node, uint64_t& graph) {
 }
 
 CUresult setKernel(CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(exec));
   uint64_t graph = 0;
   if (CUresult r = graphOf(node, graph)) return r;
   NodeInfo info;
@@ -272,7 +272,7 @@ GPOOL_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const 
 
 GPOOL_EXPORT CUresult cuGraphAddDependencies(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to, size_t n) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(graph));
   if (n && (!from || !to)) return CUDA_ERROR_INVALID_VALUE;
   return static_cast<CUresult>(conn->call<calls::GraphAddDependencies>(raw(graph), graphDeps(from, n), graphDeps(to, n)));
   GPOOL_CATCH
@@ -286,7 +286,7 @@ GPOOL_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph graph, const CUgraphNode
 
 GPOOL_EXPORT CUresult cuGraphDestroyNode(CUgraphNode node) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(node));
   uint64_t graph = 0;
   if (CUresult r = graphOf(node, graph)) return r;
   int st = conn->call<calls::GraphDestroyNode>(graph, raw(node));
@@ -324,7 +324,7 @@ GPOOL_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgrap
 
 GPOOL_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(exec));
   calls::GraphExecUpdate::out::tuple out;
   int st = conn->call<calls::GraphExecUpdate>(out, raw(exec), raw(graph));
   if (info) {
@@ -340,7 +340,7 @@ namespace {
 template <typename Call, typename... A>
 CUresult setExecNode(CUgraphExec exec, CUgraphNode node, A&&... args) {
   if (!exec) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(exec));
   uint64_t graph = 0;
   if (CUresult r = graphOf(node, graph)) return r;
   return static_cast<CUresult>(conn->call<Call>(raw(exec), graph, raw(node), std::forward<A>(args)...));
@@ -383,7 +383,7 @@ GPOOL_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec exec, CUgraphNode node, 
 GPOOL_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec exec, CUgraphNode node, unsigned int* enabled) {
   GPOOL_TRY
   if (!exec || !enabled) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(exec));
   uint64_t graph = 0;
   if (CUresult r = graphOf(node, graph)) return r;
   std::tuple<uint32_t> out;
@@ -398,7 +398,7 @@ GPOOL_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle* h
                                                      unsigned int flags) {
   GPOOL_TRY
   if (!handle || !graph) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(graph));
   calls::GraphConditionalHandleCreate::out::tuple out;
   int st = conn->call<calls::GraphConditionalHandleCreate>(out, raw(graph), uint32_t{initial}, uint32_t{flags});
   if (st == CUDA_SUCCESS) *handle = std::get<0>(out).v;
@@ -410,7 +410,7 @@ GPOOL_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle* h
 namespace {
 template <typename Call, typename... A>
 CUresult setGraphNode(CUgraphNode node, CUgraphNodeType type, const std::function<void(NodeInfo&)>& note, A&&... args) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(node));
   uint64_t graph = 0;
   if (CUresult r = graphOf(node, graph)) return r;
   int st = conn->call<Call>(graph, raw(node), std::forward<A>(args)...);
@@ -535,7 +535,7 @@ GPOOL_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode node, CUkernelNo
 GPOOL_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode node, CUkernelNodeAttrID attr, CUkernelNodeAttrValue* value) {
   GPOOL_TRY
   if (!value) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(node));
   uint64_t graph = 0;
   if (CUresult r = graphOf(node, graph)) return r;
   std::tuple<std::vector<uint8_t>> out;
@@ -548,7 +548,7 @@ GPOOL_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode node, CUkernelNo
 }
 GPOOL_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(dst));
   uint64_t to = 0, from = 0;
   if (CUresult r = graphOf(dst, to)) return r;
   if (CUresult r = graphOf(src, from)) return r;

@@ -55,7 +55,7 @@ CUresult nodeParams(CUgraphNode node, CUgraphNodeType type, GraphNodeInfo& out) 
   }) == CUDA_SUCCESS;
   if (!known) return CUDA_ERROR_INVALID_VALUE;  // another type of node
   if (out.alloc.dptr || out.freed) return CUDA_SUCCESS;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, graph);
   calls::GraphMemNodeGetParams::out::tuple r;
   if (int st = conn->call<calls::GraphMemNodeGetParams>(r, graph, raw(node))) return static_cast<CUresult>(st);
   CUdevice device = State::get().currentDevice();
@@ -89,7 +89,7 @@ CUresult graphMemFigures(CUdevice d, std::vector<uint64_t>& figures) {
 
 CUresult gpool::client::addMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUDA_MEM_ALLOC_NODE_PARAMS* p) {
   if (!node || !graph) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(graph));
   if (CUresult r = checkAllocation(p, State::get().currentDevice())) return r;
   calls::GraphAddMemAllocNode::out::tuple out;
   int st = conn->call<calls::GraphAddMemAllocNode>(out, raw(graph), graphDeps(d, n), p->bytesize);
@@ -103,7 +103,7 @@ CUresult gpool::client::addMemAllocNode(CUgraphNode* node, CUgraph graph, const 
 
 CUresult gpool::client::addMemFreeNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUdeviceptr ptr) {
   if (!node || !graph || !ptr) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(graph));
   calls::GraphAddMemFreeNode::out::tuple out;
   int st = conn->call<calls::GraphAddMemFreeNode>(out, raw(graph), graphDeps(d, n), uint64_t{ptr});
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);

@@ -22,7 +22,7 @@ struct Topology {
 
 CUresult topology(uint64_t graph, Topology& t) {
   if (!graph) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, graph);
   calls::GraphTopology::out::tuple out;
   int st = conn->call<calls::GraphTopology>(out, graph);
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
@@ -101,7 +101,7 @@ CUresult rootNodes(CUgraph graph, CUgraphNode* out, size_t* count) {
 CUresult removeDependencies(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to, const CUgraphEdgeData* data, size_t n) {
   if (n && (!from || !to)) return CUDA_ERROR_INVALID_VALUE;
   if (!plainEdges(data, n)) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(graph));
   return static_cast<CUresult>(conn->call<calls::GraphRemoveDependencies>(raw(graph), graphDeps(from, n), graphDeps(to, n)));
 }
 
@@ -117,7 +117,7 @@ GPOOL_EXPORT CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode* nodes, size_t*
   GPOOL_TRY
   if (!graph || !count) return CUDA_ERROR_INVALID_VALUE;
   if (!nodes) {  // the count alone (PyTorch warns about empty graphs): no node handles to record
-    GPOOL_CONN(conn);
+    GPOOL_CONN_OF_HANDLE(conn, raw(graph));
     std::tuple<uint64_t> r;
     int st = conn->call<calls::GraphNodeCount>(r, raw(graph));
     if (st == CUDA_SUCCESS) *count = std::get<0>(r);
@@ -168,7 +168,7 @@ GPOOL_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph graph, const CUgraphN
 GPOOL_EXPORT CUresult cuGraphClone(CUgraph* clone, CUgraph original) {
   GPOOL_TRY
   if (!clone || !original) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, raw(original));
   calls::GraphClone::out::tuple out;
   int st = conn->call<calls::GraphClone>(out, raw(original));
   *clone = st == CUDA_SUCCESS ? reinterpret_cast<CUgraph>(std::get<0>(out).v) : nullptr;
@@ -182,7 +182,7 @@ GPOOL_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode* found, CUgraphNode ori
   if (!found || !clone) return CUDA_ERROR_INVALID_VALUE;
   uint64_t graph = 0;
   if (!graphNodes().graphOf(original, graph)) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, graph);
   calls::GraphNodeFindInClone::out::tuple out;
   int st = conn->call<calls::GraphNodeFindInClone>(out, graph, raw(original), raw(clone));
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
@@ -206,7 +206,7 @@ GPOOL_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode node, CUgraph* c
   if (!child) return CUDA_ERROR_INVALID_VALUE;
   uint64_t graph = 0;
   if (!graphNodes().graphOf(node, graph)) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, graph);
   calls::GraphChildGraphNodeGetGraph::out::tuple out;
   int st = conn->call<calls::GraphChildGraphNodeGetGraph>(out, graph, raw(node));
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);

@@ -250,6 +250,27 @@ int main() {
     CK(cudaFreeArray(arr));
   }
 
+  // A graph captured on device 1 is device 1's: queried, launched and destroyed while device 0 is current.
+  {
+    CK(cudaSetDevice(1));
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(stream[1], cudaStreamCaptureModeGlobal));
+    gpool_test_increment<<<(kN + 255) / 256, 256, 0, stream[1]>>>(buf[1], kN);
+    CK(cudaStreamEndCapture(stream[1], &g));
+    cudaGraphExec_t exec;
+    CK(cudaGraphInstantiate(&exec, g, 0));
+    CK(cudaSetDevice(0));
+    const unsigned before = fetch(buf[1])[0];
+    size_t nodes = 0;
+    CK(cudaGraphGetNodes(g, nullptr, &nodes));
+    check(nodes == 1, "device 1's graph is queried while device 0 is current");
+    CK(cudaGraphLaunch(exec, stream[1]));
+    CK(cudaStreamSynchronize(stream[1]));
+    check(fetch(buf[1])[0] == before + 1, "and launched on device 1's stream");
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(g));
+  }
+
   for (int d = 0; d < 2; ++d) {
     CK(cudaSetDevice(d));
     CK(cudaFree(buf[d]));
