@@ -4,9 +4,9 @@
 #include <cstring>
 #include <vector>
 
+#include "state.h"  // first: cuda.h as the library includes it, its versioned names undefined (cuMemcpy3DBatchAsync)
 #include "arrays.h"
 #include "cross_device.h"
-#include "state.h"
 
 using namespace gpool::client;
 namespace calls = gpool::proto::calls;
@@ -141,6 +141,75 @@ CUresult copy3D(const CUDA_MEMCPY3D* c, uint64_t stream, bool async) {
   return CUDA_SUCCESS;
 }
 
+// Batched 3D copies (cuMemcpy3DBatchAsync): each operation is a 3D copy in stream order. Extents and
+// offsets count elements: an array's (both arrays' alike), else bytes.
+CUresult elementBytes(const CUmemcpy3DOperand& o, uint64_t& bytes) {
+  if (o.type == CU_MEMCPY_OPERAND_TYPE_POINTER) return CUDA_SUCCESS;
+  gpool::proto::ArrayShape shape;
+  if (o.type != CU_MEMCPY_OPERAND_TYPE_ARRAY || !arrays::shapeOf(reinterpret_cast<uint64_t>(o.op.array.array), shape))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (bytes && bytes != shape.elementBytes()) return CUDA_ERROR_INVALID_VALUE;  // two arrays of different elements
+  bytes = shape.elementBytes();
+  return CUDA_SUCCESS;
+}
+
+// One operand as an end of a CUDA_MEMCPY3D: a pointer is host or device memory as its address says.
+CUresult batchEnd(const CUmemcpy3DOperand& o, const CUextent3D& e, uint64_t elem, CUmemorytype& type, CUdeviceptr& ptr,
+                  CUarray& array, size_t& x, size_t& y, size_t& z, size_t& pitch, size_t& height) {
+  if (o.type == CU_MEMCPY_OPERAND_TYPE_ARRAY) {
+    type = CU_MEMORYTYPE_ARRAY;
+    array = o.op.array.array;
+    x = o.op.array.offset.x * elem;
+    y = o.op.array.offset.y;
+    z = o.op.array.offset.z;
+    return CUDA_SUCCESS;
+  }
+  if ((o.op.ptr.rowLength && o.op.ptr.rowLength < e.width) || (o.op.ptr.layerHeight && o.op.ptr.layerHeight < e.height))
+    return CUDA_ERROR_INVALID_VALUE;
+  type = CU_MEMORYTYPE_UNIFIED;
+  ptr = o.op.ptr.ptr;
+  pitch = (o.op.ptr.rowLength ? o.op.ptr.rowLength : e.width) * elem;
+  height = o.op.ptr.layerHeight ? o.op.ptr.layerHeight : e.height;
+  return CUDA_SUCCESS;
+}
+
+CUresult batchOp(const CUDA_MEMCPY3D_BATCH_OP& op, uint64_t stream) {
+  const CUextent3D& e = op.extent;
+  if (!e.width || !e.height || !e.depth || op.srcAccessOrder < CU_MEMCPY_SRC_ACCESS_ORDER_STREAM ||
+      op.srcAccessOrder > CU_MEMCPY_SRC_ACCESS_ORDER_ANY)
+    return CUDA_ERROR_INVALID_VALUE;
+  uint64_t elem = 0;
+  if (CUresult r = elementBytes(op.src, elem)) return r;
+  if (CUresult r = elementBytes(op.dst, elem)) return r;
+  if (!elem) elem = 1;
+  if (e.width > SIZE_MAX / elem) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_MEMCPY3D c{};
+  if (CUresult r = batchEnd(op.src, e, elem, c.srcMemoryType, c.srcDevice, c.srcArray, c.srcXInBytes, c.srcY, c.srcZ,
+                            c.srcPitch, c.srcHeight))
+    return r;
+  if (CUresult r = batchEnd(op.dst, e, elem, c.dstMemoryType, c.dstDevice, c.dstArray, c.dstXInBytes, c.dstY, c.dstZ,
+                            c.dstPitch, c.dstHeight))
+    return r;
+  c.WidthInBytes = e.width * elem;
+  c.Height = e.height;
+  c.Depth = e.depth;
+  return copy3D(&c, stream, true);
+}
+
+// The batch in order (CUDA promises no order within a batch, so this is one of the allowed ones); a host
+// source is read before this returns, as CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL requires.
+CUresult copy3DBatch(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail, unsigned long long flags, uint64_t stream) {
+  if (fail) *fail = SIZE_MAX;
+  if (!n || !ops || flags != 0 || stream == 0) return CUDA_ERROR_INVALID_VALUE;  // not the legacy stream, as CUDA
+  for (size_t i = 0; i < n; ++i) {
+    if (CUresult r = batchOp(ops[i], stream)) {
+      if (fail) *fail = i;
+      return r;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult memset2D(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t elem, size_t width, size_t height, uint64_t stream, bool async) {
   GPOOL_CONN(conn);
   if (width == 0 || height == 0) return CUDA_SUCCESS;
@@ -184,6 +253,19 @@ GPOOL_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D* c) { GPOOL_TRY return c
 GPOOL_EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D* c) { GPOOL_TRY return copy3D(c, streamArg(nullptr, true), false); GPOOL_CATCH }
 GPOOL_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* c, CUstream s) { GPOOL_TRY return copy3D(c, streamArg(s, false), true); GPOOL_CATCH }
 GPOOL_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* c, CUstream s) { GPOOL_TRY return copy3D(c, streamArg(s, true), true); GPOOL_CATCH }
+// CUDA 12.8's batch names the failing operation; CUDA 13's (_v2) does not.
+GPOOL_EXPORT CUresult cuMemcpy3DBatchAsync(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail, unsigned long long flags, CUstream s) {
+  GPOOL_TRY return copy3DBatch(n, ops, fail, flags, streamArg(s, false)); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpy3DBatchAsync_ptsz(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail, unsigned long long flags, CUstream s) {
+  GPOOL_TRY return copy3DBatch(n, ops, fail, flags, streamArg(s, true)); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpy3DBatchAsync_v2(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s) {
+  GPOOL_TRY return copy3DBatch(n, ops, nullptr, flags, streamArg(s, false)); GPOOL_CATCH
+}
+GPOOL_EXPORT CUresult cuMemcpy3DBatchAsync_v2_ptsz(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s) {
+  GPOOL_TRY return copy3DBatch(n, ops, nullptr, flags, streamArg(s, true)); GPOOL_CATCH
+}
 
 // 2D memsets: D2D8/16/32, synchronous and asynchronous, each with its per-thread variant.
 #define GPOOL_MEMSET2D(bits, type)                                                                                 \

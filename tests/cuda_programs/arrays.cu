@@ -2,7 +2,7 @@
 // on a GPU): 2D, 3D and layered arrays made through NVIDIA's runtime, copies in and out of them from host
 // memory, device memory and other arrays (whole, sub-rectangles, slices, asynchronous), the driver's 1D
 // copies across rows, descriptors, the lease's memory, and copies that do not fit refused; texture and
-// surface objects over arrays and device memory; mipmapped arrays.
+// surface objects over arrays and device memory; mipmapped arrays; batched 3D copies.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -23,6 +23,16 @@ std::vector<float> plane(int z, int w, int h) {
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x) v[static_cast<size_t>(y) * w + x] = value(z, y, x);
   return v;
+}
+
+// `depth` planes of kW x kH, one after the other.
+std::vector<float> slices(int depth) {
+  std::vector<float> h;
+  for (int z = 0; z < depth; ++z) {
+    std::vector<float> p = plane(z, kW, kH);
+    h.insert(h.end(), p.begin(), p.end());
+  }
+  return h;
 }
 
 void twoD() {
@@ -106,11 +116,7 @@ void threeD() {
   cudaChannelFormatDesc desc = cudaCreateChannelDesc<float>();
   cudaArray_t a = nullptr;
   CK(cudaMalloc3DArray(&a, &desc, make_cudaExtent(kW, kH, kD)));
-  std::vector<float> h;
-  for (int z = 0; z < kD; ++z) {
-    std::vector<float> p = plane(z, kW, kH);
-    h.insert(h.end(), p.begin(), p.end());
-  }
+  std::vector<float> h = slices(kD);
   cudaMemcpy3DParms in{};
   in.srcPtr = make_cudaPitchedPtr(h.data(), kW * sizeof(float), kW, kH);
   in.dstArray = a;
@@ -357,6 +363,77 @@ void mipmapped() {
   check(free_end >= free_before, "a freed mipmapped array gives its memory back");
 }
 
+cudaMemcpy3DOperand pointerOperand(void* p, size_t row_length) {
+  cudaMemcpy3DOperand o{};
+  o.type = cudaMemcpyOperandTypePointer;
+  o.op.ptr.ptr = p;
+  o.op.ptr.rowLength = row_length;  // 0: rows packed
+  return o;
+}
+
+cudaMemcpy3DOperand arrayOperand(cudaArray_t a, size_t x, size_t y, size_t z) {
+  cudaMemcpy3DOperand o{};
+  o.type = cudaMemcpyOperandTypeArray;
+  o.op.array.array = a;
+  o.op.array.offset = {x, y, z};
+  return o;
+}
+
+cudaMemcpy3DBatchOp batchOp(cudaMemcpy3DOperand src, cudaMemcpy3DOperand dst, cudaExtent extent) {
+  cudaMemcpy3DBatchOp op{};
+  op.src = src;
+  op.dst = dst;
+  op.extent = extent;
+  op.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  return op;
+}
+
+// cudaMemcpy3DBatchAsync (CUDA 12.8): one batch copies host slices into a 3D array and into device memory
+// with longer rows, a second copies a box of the array and the device memory back; an array's extents and
+// offsets count its elements, a pointer-to-pointer copy's count bytes.
+void batched() {
+  constexpr int kD = 3;
+  constexpr size_t kRow = (kW + 7) * sizeof(float);  // device rows, in bytes
+  cudaChannelFormatDesc desc = cudaCreateChannelDesc<float>();
+  cudaArray_t a = nullptr;
+  CK(cudaMalloc3DArray(&a, &desc, make_cudaExtent(kW, kH, kD)));
+  std::vector<float> h = slices(kD);
+  void* dev = nullptr;
+  CK(cudaMalloc(&dev, kRow * kH * kD));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaMemcpy3DBatchOp in[2] = {batchOp(pointerOperand(h.data(), 0), arrayOperand(a, 0, 0, 0), make_cudaExtent(kW, kH, kD)),
+                               batchOp(pointerOperand(h.data(), 0), pointerOperand(dev, kRow), make_cudaExtent(kW * sizeof(float), kH, kD))};
+  CK(cudaMemcpy3DBatchAsync(2, in, 0, s));
+
+  std::vector<float> box((kW - 2) * (kH - 1) * (kD - 1), -1.0f), back(h.size(), -1.0f);
+  cudaMemcpy3DBatchOp out[2] = {
+      batchOp(arrayOperand(a, 2, 1, 1), pointerOperand(box.data(), 0), make_cudaExtent(kW - 2, kH - 1, kD - 1)),
+      batchOp(pointerOperand(dev, kRow), pointerOperand(back.data(), 0), make_cudaExtent(kW * sizeof(float), kH, kD))};
+  CK(cudaMemcpy3DBatchAsync(2, out, 0, s));
+  CK(cudaStreamSynchronize(s));
+  check(back == h, "a batch copies host slices into device memory with longer rows, and another copies them back");
+  bool ok = true;
+  for (int z = 0; z < kD - 1; ++z)
+    for (int y = 0; y < kH - 1; ++y)
+      for (int x = 0; x < kW - 2; ++x) ok &= box[(static_cast<size_t>(z) * (kH - 1) + y) * (kW - 2) + x] == value(z + 1, y + 1, x + 2);
+  check(ok, "a batch copies host slices into a 3D array, and a box of it (offset in elements) back");
+
+  cudaMemcpy3DBatchOp bad = out[1];
+  bad.srcAccessOrder = cudaMemcpySrcAccessOrderInvalid;
+  check(cudaMemcpy3DBatchAsync(1, &bad, 0, s) != cudaSuccess, "an operation without a source access order is refused");
+  cudaGetLastError();
+  bad = out[1];
+  bad.extent.depth = 0;
+  check(cudaMemcpy3DBatchAsync(1, &bad, 0, s) != cudaSuccess, "an empty extent is refused");
+  cudaGetLastError();
+  check(cudaMemcpy3DBatchAsync(1, out, 1, s) != cudaSuccess, "flags other than 0 are refused");
+  cudaGetLastError();
+  CK(cudaStreamDestroy(s));
+  CK(cudaFree(dev));
+  CK(cudaFreeArray(a));
+}
+
 }  // namespace
 
 int main() {
@@ -367,6 +444,7 @@ int main() {
   linear();
   textures();
   mipmapped();
+  batched();
   std::printf(failures ? "%d FAILED\n" : "ALL PASSED\n", failures);
   return failures ? 1 : 0;
 }
