@@ -24,6 +24,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "interposer"))
+from refusals import reason  # noqa: E402  (why each refused function is refused: shared with the client library)
 CUDA_LIB = "/usr/local/cuda/lib64"
 LIBRARIES = [  # (column, shared objects)
     ("runtime", ["libcudart.so"]),
@@ -48,18 +50,6 @@ cuOccupancyMaxActiveBlocksPerMultiprocessor cuOccupancyMaxActiveBlocksPerMultipr
 cuOccupancyMaxActiveClusters cuPointerGetAttribute cuPointerGetAttributes cuStreamCreate cuStreamDestroy
 cuStreamIsCapturing cuStreamSynchronize""".split())
 
-# Why a refused function is refused, by name (first match wins).
-REFUSED = [
-    (r"^cu(GL|EGL|VDPAU|Graphics|D3D|WGL)", "graphics interoperability: the GPU is on another machine, with no display"),
-    (r"^cu(Array|Mipmapped|Tex|Surf)|Array|TexRef|^cuMemcpy(AtoA|AtoD|AtoH|DtoA|HtoA)|^cuMemcpy3DPeer", "texture and surface references, sparse arrays and array memory requirements are not forwarded (arrays, mipmapped arrays, texture and surface objects are)"),
-    (r"^cuGraph.*ExternalSemaphores", "external semaphores (Vulkan/D3D) are not supported"),
-    (r"^cuGraph", "batch memory-operation graph nodes are not forwarded yet"),
-    (r"^cuExternal|^cuImportExternal|^cuDestroyExternal|^cuSignalExternal|^cuWaitExternal", "external memory and semaphores (Vulkan/D3D) are not supported"),
-    (r"^cuGreenCtx|^cuDevResource|^cuDeviceGetDevResource|^cuCtxGetDevResource|^cuStreamGetGreenCtx|^cuCtxFromGreenCtx", "green contexts are the lease's to set (issue 5), not the program's"),
-    (r"^cuProfiler|^cuCheckpoint|^cuCoredump|^cuLogs|^cuLog", "tools interfaces (profiler, checkpoint, coredump, logs) are not forwarded"),
-    (r"^cuMulticast", "multicast objects span GPUs that reach each other's memory; a lease's devices are separate workers that do not"),
-    (r"^cuDeviceGetP2P|^cuCtxEnablePeer|^cuCtxDisablePeer|^cuDeviceCanAccessPeer", "a lease's devices are separate workers: no peer access between them (docs/user.md, \"Several GPUs\")"),
-]
 # Entry points the client library defines only to refuse, as CUDA itself does on the device gpool presents
 # (they log why and what to do instead).
 REFUSED_AS_CUDA = [
@@ -157,13 +147,6 @@ def library_names(names):
                 seen |= {s.decode() for s in rodata_strings(path) if s.decode() in names}
         found[column] = seen
     return found
-
-
-def reason(name):
-    for pattern, why in REFUSED:
-        if re.search(pattern, name):
-            return why
-    return "not forwarded yet"
 
 
 def render(build):

@@ -117,7 +117,7 @@ fi
 # --- what gpool was asked for and lacks --------------------------------------------------------------------
 echo
 echo "=== driver entry points and private-table slots gpool lacks (from every gpool run above) ==="
-grep -hoE "gpool: warning: [A-Za-z0-9_]+ is not supported by gpool yet|private table [0-9]+ slot [0-9]+ was called|unknown table [0-9a-f]{32} refused" \
+grep -hoE "gpool: warning: [A-Za-z0-9_]+ is not supported by gpool: [^;]*|private table [0-9]+ slot [0-9]+ was called|unknown table [0-9a-f]{32} refused" \
   "$out/all-gpool.log" | sort | uniq -c | sort -rn || echo "  none"
 
 echo

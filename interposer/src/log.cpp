@@ -30,9 +30,9 @@ void logLine(Level level, const std::string& line) {
   std::fprintf(stderr, "gpool: %s: %s\n", names[static_cast<int>(level)], line.c_str());
 }
 
-int unsupported_call(const char* name, int* once) {
+int unsupported_call(const char* name, const char* why, int* once) {
   if (!__atomic_exchange_n(once, 1, __ATOMIC_RELAXED))
-    GPOOL_LOG(Level::kWarn, "%s is not supported by gpool yet; returning CUDA_ERROR_NOT_SUPPORTED", name);
+    GPOOL_LOG(Level::kWarn, "%s is not supported by gpool: %s; returning CUDA_ERROR_NOT_SUPPORTED", name, why);
   return 801;  // CUDA_ERROR_NOT_SUPPORTED
 }
 

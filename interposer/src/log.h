@@ -21,8 +21,9 @@ void logLine(Level level, const std::string& line);
     }                                                                                   \
   } while (0)
 
-// Logs `name` once (per `once` flag) as unsupported and returns CUDA_ERROR_NOT_SUPPORTED.
-int unsupported_call(const char* name, int* once);
+// Logs `name` once (per `once` flag) as unsupported, and why (interposer/refusals.py), and returns
+// CUDA_ERROR_NOT_SUPPORTED.
+int unsupported_call(const char* name, const char* why, int* once);
 // For exported entry points: an exception must never cross the C ABI.
 int unexpectedException(const char* function);
 

@@ -84,7 +84,13 @@ TEST(ProcAddress, UnimplementedFunctionsAreStubsThatSayNotSupported) {
   CUdriverProcAddressQueryResult q;
   auto f = reinterpret_cast<CUresult (*)(CUtexref*)>(resolve("cuTexRefCreate", 13000, 0, &q));  // texture references: not forwarded
   ASSERT_NE(f, nullptr);
+  testing::internal::CaptureStderr();
   EXPECT_EQ(f(nullptr), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(f(nullptr), CUDA_ERROR_NOT_SUPPORTED);
+  std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("cuTexRefCreate is not supported by gpool: texture and surface references"), std::string::npos)
+      << "named once with its reason (interposer/refusals.py): " << said;
+  EXPECT_EQ(said.find("cuTexRefCreate", said.find("cuTexRefCreate") + 1), std::string::npos) << "once: " << said;
 }
 
 TEST(ExportTables, RequiredTablesExistAndUnknownAreRefused) {

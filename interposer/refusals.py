@@ -1,0 +1,24 @@
+"""Why gpool refuses the driver functions it does not implement, by name (first match wins). One table
+feeds both ends: gen_driver_table.py puts each reason into the client library's stub, which logs it the
+first time a program calls the function, and scripts/compatibility.py prints it in docs/compatibility.md.
+"""
+import re
+
+REFUSED = [
+    (r"^cu(GL|EGL|VDPAU|Graphics|D3D|WGL)", "graphics interoperability: the GPU is on another machine, with no display"),
+    (r"^cu(Array|Mipmapped|Tex|Surf)|Array|TexRef|^cuMemcpy(AtoA|AtoD|AtoH|DtoA|HtoA)|^cuMemcpy3DPeer", "texture and surface references, sparse arrays and array memory requirements are not forwarded (arrays, mipmapped arrays, texture and surface objects are)"),
+    (r"^cuGraph.*ExternalSemaphores", "external semaphores (Vulkan/D3D) are not supported"),
+    (r"^cuGraph", "batch memory-operation graph nodes are not forwarded yet"),
+    (r"^cuExternal|^cuImportExternal|^cuDestroyExternal|^cuSignalExternal|^cuWaitExternal", "external memory and semaphores (Vulkan/D3D) are not supported"),
+    (r"^cuGreenCtx|^cuDevResource|^cuDeviceGetDevResource|^cuCtxGetDevResource|^cuStreamGetGreenCtx|^cuCtxFromGreenCtx", "green contexts (SM partitions) are the lease's, which gpool sets, not the program's"),
+    (r"^cuProfiler|^cuCheckpoint|^cuCoredump|^cuLogs|^cuLog", "tools interfaces (profiler, checkpoint, coredump, logs) are not forwarded"),
+    (r"^cuMulticast", "multicast objects span GPUs that reach each other's memory; a lease's devices are separate workers that do not"),
+    (r"^cuDeviceGetP2P|^cuCtxEnablePeer|^cuCtxDisablePeer|^cuDeviceCanAccessPeer", "a lease's devices are separate workers: no peer access between them (docs/user.md, \"Several GPUs\")"),
+]
+
+
+def reason(name):
+    for pattern, why in REFUSED:
+        if re.search(pattern, name):
+            return why
+    return "not forwarded yet"
