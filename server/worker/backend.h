@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <map>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -130,9 +131,28 @@ class Backend {
     return st;
   }
   Status MemPoolExportPointer(AllocBase a, std::vector<uint8_t>& data) {
+    if (auto it = pointer_exports_.find(a.ptr); it != pointer_exports_.end()) {
+      data = it->second;  // exported already
+      return proto::cu::kSuccess;
+    }
     std::vector<uint8_t> record;
     if (Status st = exportPoolPointer(a.ptr, record); st != proto::cu::kSuccess) return st;
-    return ipc_.publish(IpcRegistry::Kind::kPoolPointer, record, data);
+    Status st = ipc_.publish(IpcRegistry::Kind::kPoolPointer, record, data);
+    if (st == proto::cu::kSuccess) pointer_exports_[a.ptr] = data;
+    return st;
+  }
+  // A context reset: every export ends.
+  void withdrawAllSharing() {
+    shareable_.clear();
+    for (const auto& [ptr, handle] : pointer_exports_) ipc_.withdraw(handle);
+    pointer_exports_.clear();
+  }
+  // An allocation was freed: its export, if any, ends.
+  void allocationFreed(uint64_t ptr) {
+    if (auto it = pointer_exports_.find(ptr); it != pointer_exports_.end()) {
+      ipc_.withdraw(it->second);
+      pointer_exports_.erase(it);
+    }
   }
   Status MemPoolImportPointer(MemPool p, std::vector<uint8_t> data, IpcMapping& out) {
     std::vector<uint8_t> record;
@@ -185,6 +205,7 @@ class Backend {
   HostCallbacks callbacks_;
   IpcRegistry ipc_;
   ShareableHandles shareable_{ipc_};
+  std::map<uint64_t, std::vector<uint8_t>> pointer_exports_;  // pool allocations exported: address -> handle
   PeerLinks peers_;
   const HandleTable* memory_ = nullptr;
 

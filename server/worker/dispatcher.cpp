@@ -61,9 +61,11 @@ void Dispatcher::afterCall(typename C::in::tuple& ins, Status st, const CallScop
   } else if constexpr (std::is_same_v<C, calls::GraphLaunch>) {
     if (st == cu::kSuccess) graph_memory_.launched(std::get<0>(ins).v);
     settleGraphMemory(headroom);
+  } else if constexpr (std::is_same_v<C, calls::MemFree> || std::is_same_v<C, calls::MemFreeAsync>) {
+    if (st == cu::kSuccess) backend_.allocationFreed(std::get<0>(ins).ptr);
+    settleGraphMemory();
   } else if constexpr (std::is_same_v<C, calls::GraphExecDestroy> || std::is_same_v<C, calls::GraphDestroy> ||
-                       std::is_same_v<C, calls::DeviceGraphMemTrim> || std::is_same_v<C, calls::MemFree> ||
-                       std::is_same_v<C, calls::MemFreeAsync>) {
+                       std::is_same_v<C, calls::DeviceGraphMemTrim>) {
     settleGraphMemory();
   }
 }

@@ -154,7 +154,7 @@ void SimBackend::releaseAll() {
 }
 
 Status SimBackend::CtxReset(ResetAll) {
-  shareable_.clear();
+  withdrawAllSharing();
   releaseAll();
   arrays_.clear();
   mipmaps_.clear();

@@ -9,6 +9,7 @@
 
 #include "dispatcher.h"
 #include "host_callbacks.h"
+#include "ipc_registry.h"
 #include "test_client.h"
 #include "worker_harness.h"
 
@@ -952,6 +953,10 @@ TEST(Dispatcher, ImportedPoolAllocationsAreTheExportersLeases) {
   EXPECT_EQ(e.call<calls::MemPoolExportPointer>(ptr + 1).first, kInvalidValue);
   auto [st4, data] = e.call<calls::MemPoolExportPointer>(ptr);
   ASSERT_EQ(st4, 0);
+  EXPECT_EQ(e.call<calls::MemPoolExportPointer>(ptr).second, data) << "exported again: the same data";
+  worker::IpcRegistry registry;
+  std::vector<uint8_t> record;
+  EXPECT_EQ(registry.lookup(worker::IpcRegistry::Kind::kPoolPointer, std::get<0>(data), record), 0) << "filed";
 
   auto used = [&] {
     auto view = std::get<0>(i.call<calls::MemGetInfo>().second);
@@ -981,6 +986,8 @@ TEST(Dispatcher, ImportedPoolAllocationsAreTheExportersLeases) {
   EXPECT_EQ(used(), own);
 
   EXPECT_EQ(e.call<calls::MemFreeAsync>(ptr, uint64_t{0}).first, 0);
+  EXPECT_EQ(registry.lookup(worker::IpcRegistry::Kind::kPoolPointer, std::get<0>(data), record), kInvalidValue)
+      << "the allocation's export ends when it is freed";
   EXPECT_EQ(e.call<calls::MemPoolDestroy>(pool).first, 0);
   EXPECT_EQ(i.call<calls::MemPoolImportShareable>(std::get<0>(handle), 1u).first, kInvalidValue) << "destroyed: no longer exported";
   EXPECT_TRUE(ex.finish().clean);
