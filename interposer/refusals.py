@@ -6,13 +6,18 @@ import re
 
 REFUSED = [
     (r"^cu(GL|EGL|VDPAU|Graphics|D3D|WGL)", "graphics interoperability: the GPU is on another machine, with no display"),
-    (r"^cu(Array|Mipmapped|Tex|Surf)|Array|TexRef|^cuMemcpy(AtoA|AtoD|AtoH|DtoA|HtoA)|^cuMemcpy3DPeer", "texture and surface references, sparse arrays and array memory requirements are not forwarded (arrays, mipmapped arrays, texture and surface objects are)"),
+    (r"^cu(Array|Mipmapped|Tex|Surf)|Array|TexRef|SurfRef|^cuMemcpy(AtoA|AtoD|AtoH|DtoA|HtoA)|^cuMemcpy3DPeer", "texture and surface references, sparse arrays and array memory requirements are not forwarded (arrays, mipmapped arrays, texture and surface objects are)"),
     (r"^cuGraph.*ExternalSemaphores", "external semaphores (Vulkan/D3D) are not supported"),
     (r"^cuGraph", "batch memory-operation graph nodes are not forwarded yet"),
     (r"^cuExternal|^cuImportExternal|^cuDestroyExternal|^cuSignalExternal|^cuWaitExternal", "external memory and semaphores (Vulkan/D3D) are not supported"),
-    (r"^cuGreenCtx|^cuDevResource|^cuDeviceGetDevResource|^cuCtxGetDevResource|^cuStreamGetGreenCtx|^cuCtxFromGreenCtx", "green contexts (SM partitions) are the lease's, which gpool sets, not the program's"),
+    (r"^cuGreenCtx|^cuDevResource|^cuDevSmResource|^cuDeviceGetDevResource|^cuCtxGetDevResource|^cuStreamGetGreenCtx|^cuCtxFromGreenCtx", "green contexts (SM partitions) are the lease's, which gpool sets, not the program's"),
     (r"^cuProfiler|^cuCheckpoint|^cuCoredump|^cuLogs|^cuLog", "tools interfaces (profiler, checkpoint, coredump, logs) are not forwarded"),
     (r"^cuMulticast", "multicast objects span GPUs that reach each other's memory; a lease's devices are separate workers that do not"),
+    (r"^cuDeviceGetLuid$", "a Windows (WDDM) adapter's id, which CUDA gives only on Windows"),
+    (r"NvSci", "NvSci (NVIDIA DRIVE and Jetson) interoperability: the GPU is on another machine"),
+    (r"^cuMemGetHandleForAddressRange$", "a dma-buf of device memory is a descriptor on the GPU host, which neither the program's process nor its network card can use"),
+    (r"^cuLaunchCooperativeKernelMultiDevice$", "a cooperative launch across devices needs them to reach each other; a lease's devices are separate workers (and CUDA deprecated it)"),
+    (r"^cuMemBatchDecompressAsync$|^cuTensorMapEncodeIm2colWide$", "a Blackwell feature (hardware decompression, wide im2col tensor maps) not forwarded yet"),
     (r"^cuDeviceGetP2P|^cuCtxEnablePeer|^cuCtxDisablePeer|^cuDeviceCanAccessPeer", "a lease's devices are separate workers: no peer access between them (docs/user.md, \"Several GPUs\")"),
 ]
 
