@@ -286,7 +286,7 @@ GPOOL_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
     g_exec_flags.erase(raw(exec));
   }
   auto st = static_cast<CUresult>(conn->post<calls::GraphExecDestroy>(raw(exec)));
-  if (st == CUDA_SUCCESS) settleGraphAllocations(conn);  // what only this instantiation held
+  if (st == CUDA_SUCCESS) st = settleGraphAllocations(conn);  // what only this instantiation held
   return st;
   GPOOL_CATCH
 }
@@ -306,7 +306,7 @@ GPOOL_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
   GPOOL_CONN_OF_HANDLE(conn, raw(graph));
   graphNodes().forgetGraph(raw(graph));
   auto st = static_cast<CUresult>(conn->post<calls::GraphDestroy>(raw(graph)));
-  if (st == CUDA_SUCCESS) settleGraphAllocations(conn);  // what only this graph held
+  if (st == CUDA_SUCCESS) st = settleGraphAllocations(conn);  // what only this graph held
   return st;
   GPOOL_CATCH
 }

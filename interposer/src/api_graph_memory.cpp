@@ -171,9 +171,12 @@ GPOOL_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice d, CUgraphMem_attrib
   GPOOL_CATCH
 }
 
-void gpool::client::settleGraphAllocations(Connection* conn, std::vector<uint64_t> freed) {
-  if (State::get().graph_allocations.load() == 0) return;
+CUresult gpool::client::settleGraphAllocations(Connection* conn, std::vector<uint64_t> freed) {
+  if (State::get().graph_allocations.load() == 0) return CUDA_SUCCESS;
   calls::GraphAllocationsGone::out::tuple out;
-  if (conn->call<calls::GraphAllocationsGone>(out, gpool::proto::FreedAddresses{std::move(freed)}) != CUDA_SUCCESS) return;
+  // A failure is an earlier asynchronous call's, which the worker reports at this first wait: the caller's.
+  if (int st = conn->call<calls::GraphAllocationsGone>(out, gpool::proto::FreedAddresses{std::move(freed)}))
+    return static_cast<CUresult>(st);
   State::get().forgetGraphAllocations(std::get<0>(out).v, conn->index());
+  return CUDA_SUCCESS;
 }

@@ -170,7 +170,7 @@ GPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
   if (!State::get().takeDeviceAllocation(p, &graph)) return CUDA_ERROR_INVALID_VALUE;
   crossDevice().forgetAllocation(conn->index(), p);  // its mappings in the lease's other workers
   auto st = static_cast<CUresult>(conn->post<calls::MemFree>(dptr(p)));
-  if (st == CUDA_SUCCESS && graph) settleGraphAllocations(conn, {p});
+  if (st == CUDA_SUCCESS && graph) st = settleGraphAllocations(conn, {p});
   return st;
   GPOOL_CATCH
 }

@@ -13,20 +13,23 @@ uint64_t raw(CUmemoryPool p) { return reinterpret_cast<uint64_t>(p); }
 CUmemoryPool pool(uint64_t h) { return reinterpret_cast<CUmemoryPool>(h); }
 
 
-// The device's current pool, asked once and then followed through cuDeviceSetMemPool.
-uint64_t currentPool(Connection* conn) {
-  uint64_t p = State::get().currentPool(conn->index());
-  if (p) return p;
+// The device's current pool, asked once and then followed through cuDeviceSetMemPool. A failure is an
+// earlier asynchronous call's, reported at this first wait: the caller's to return.
+CUresult currentPool(Connection* conn, uint64_t& pool) {
+  pool = State::get().currentPool(conn->index());
+  if (pool) return CUDA_SUCCESS;
   calls::DeviceGetMemPool::out::tuple r;
-  if (conn->call<calls::DeviceGetMemPool>(r, 0u) != CUDA_SUCCESS) return 0;
-  State::get().setCurrentPool(conn->index(), std::get<0>(r).v);
-  return std::get<0>(r).v;
+  if (int st = conn->call<calls::DeviceGetMemPool>(r, 0u)) return static_cast<CUresult>(st);
+  pool = std::get<0>(r).v;
+  State::get().setCurrentPool(conn->index(), pool);
+  return CUDA_SUCCESS;
 }
 
 CUresult allocAsync(CUdeviceptr* out, size_t bytes, uint64_t p, uint64_t stream, bool from_pool) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN_OF_HANDLE(conn, from_pool ? p : stream);  // the pool's device, else the stream's
-  if (!from_pool) p = currentPool(conn);
+  if (!from_pool)
+    if (CUresult r = currentPool(conn, p)) return r;
   uint64_t ptr = 0, size = bytes;
   auto allocate = [&](uint64_t& made, uint64_t&) {
     calls::MemAllocAsync::out::tuple r;
@@ -60,7 +63,7 @@ CUresult freeAsync(CUdeviceptr p, uint64_t stream) {
   if (!State::get().takeDeviceAllocation(p, &graph)) return CUDA_ERROR_INVALID_VALUE;
   crossDevice().forgetAllocation(conn->index(), p);  // its mappings in the lease's other workers
   auto st = static_cast<CUresult>(conn->post<calls::MemFreeAsync>(uint64_t{p}, stream));
-  if (st == CUDA_SUCCESS && graph) settleGraphAllocations(conn, {p});
+  if (st == CUDA_SUCCESS && graph) st = settleGraphAllocations(conn, {p});
   return st;
 }
 

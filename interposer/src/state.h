@@ -220,8 +220,9 @@ bool freeManaged(uint64_t p, CUresult& result);
 CUresult hostFunctionId(std::function<void()> fn, uint64_t& id, bool once = false);
 // Asks `conn`'s worker which graph allocations' addresses are no longer this client's (after a graph or
 // an instantiation is destroyed, or `freed`, addresses taken for graph allocations, were freed) and forgets
-// them (api_graph_memory.cpp). Nothing is sent while there are no such records.
-void settleGraphAllocations(Connection* conn, std::vector<uint64_t> freed = {});
+// them (api_graph_memory.cpp). Nothing is sent while there are no such records. Returns what the worker
+// answered: an earlier asynchronous call's failure, which the API call that asked must report.
+CUresult settleGraphAllocations(Connection* conn, std::vector<uint64_t> freed = {});
 // Writes empty logs into the log buffers among JIT options (api_link.cpp).
 void clearJitLogs(unsigned n, const CUjit_option* ids, void* const* values);
 // After a context reset, the files that keep their own per-handle state forget it.
