@@ -180,7 +180,7 @@ def render(build):
         "- **forwarded**: the call is checked and executed by the worker on the lease's GPU;",
         "- **local**: answered in the client library (device properties fetched at connect, contexts, error",
         "  strings, pointer attributes, host memory, cached function attributes, …);",
-        "- **refused**: returns `CUDA_ERROR_NOT_SUPPORTED` and logs the function's name once, for the reason given.",
+        "- **refused**: returns `CUDA_ERROR_NOT_SUPPORTED` and logs the function's name once, with the reason given (`interposer/refusals.py`).",
         "",
         f"Totals: {counts['forwarded']} forwarded, {counts['local']} local, {counts['refused']} refused, of {len(table)} names.",
         "",
