@@ -100,9 +100,11 @@ class HandleTable {
   void removeReservation(uint64_t base) { reservations_.erase(base); }
   // Mappings that overlap [ptr, ptr+size); `whole` is false when one sticks out of it.
   std::vector<const DeviceRange*> mappingsIn(uint64_t ptr, uint64_t size, bool& whole) const;
+  // A handle the driver hands out again (memory imported twice into one process) keeps its mappings.
   void addPhysical(uint64_t h, uint64_t bytes, bool charged = true) {
     add(HandleKind::kPhysical, h);
-    physical_[h] = PhysicalMemory{bytes, 0, false, charged};
+    PhysicalMemory& p = physical_[h];
+    p = PhysicalMemory{bytes, p.mappings, false, charged};
   }
   const PhysicalMemory* physical(uint64_t h) const {
     auto it = physical_.find(h);

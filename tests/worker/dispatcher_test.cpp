@@ -1027,3 +1027,18 @@ TEST(Dispatcher, GoneGraphAllocationsAreNamedOnce) {
   EXPECT_EQ(gone({}), std::vector<uint64_t>{}) << "each named once";
   EXPECT_TRUE(h.finish().clean);
 }
+
+// Memory imported twice into one process may come back as the same handle from a driver: the second
+// import keeps the first's mappings, so unmapping them later balances and releasing frees the entry.
+TEST(HandleTable, PhysicalMemoryAddedAgainKeepsItsMappings) {
+  worker::HandleTable t;
+  t.addPhysical(7, 2u << 20, false);
+  t.addReservation(0x100000000, 2u << 20);
+  t.map(0x100000000, 2u << 20, 7);
+  t.addPhysical(7, 2u << 20, false);
+  ASSERT_NE(t.physical(7), nullptr);
+  EXPECT_EQ(t.physical(7)->mappings, 1u);
+  EXPECT_EQ(t.releasePhysical(7), 0u);  // still mapped; imported memory is charged nothing anyway
+  EXPECT_EQ(t.unmap(0x100000000, 2u << 20), 0u);
+  EXPECT_EQ(t.physical(7), nullptr) << "gone with its last mapping";
+}
