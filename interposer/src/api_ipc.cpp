@@ -2,35 +2,11 @@
 // multiprocessing shares CUDA tensors: the handles are gpool's, made and opened by the workers, which
 // works when both processes' workers are on one GPU host (server/worker/ipc_registry.h). Opened memory is
 // device memory to this process until it is closed; it belongs to the exporter's lease.
-#include <cstring>
-
+#include "ipc_handles.h"
 #include "state.h"
 
 using namespace gpool::client;
 namespace calls = gpool::proto::calls;
-
-namespace {
-
-void explain(CUresult r, const char* call) {
-  if (r == CUDA_ERROR_NOT_SUPPORTED)
-    GPOOL_LOG(Level::kError, "%s: the handle was made by a process whose GPU is on another host; IPC needs both "
-              "processes' leases on one GPU host (returning CUDA_ERROR_NOT_SUPPORTED)", call);
-}
-
-template <typename Handle>
-CUresult handleOut(Handle* out, const std::vector<uint8_t>& bytes) {
-  if (bytes.size() != sizeof out->reserved) return CUDA_ERROR_UNKNOWN;
-  std::memcpy(out->reserved, bytes.data(), bytes.size());
-  return CUDA_SUCCESS;
-}
-
-template <typename Handle>
-std::vector<uint8_t> handleIn(const Handle& h) {
-  const auto* p = reinterpret_cast<const uint8_t*>(h.reserved);
-  return std::vector<uint8_t>(p, p + sizeof h.reserved);
-}
-
-}  // namespace
 
 GPOOL_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr p) {
   GPOOL_TRY
@@ -48,10 +24,7 @@ GPOOL_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, CUipcMemHandle handl
   GPOOL_CONN(conn);
   calls::IpcOpenMemHandle::out::tuple out;
   auto r = static_cast<CUresult>(conn->call<calls::IpcOpenMemHandle>(out, handleIn(handle), uint32_t{flags}));
-  if (r != CUDA_SUCCESS) {
-    explain(r, "cuIpcOpenMemHandle");
-    return r;
-  }
+  if (r != CUDA_SUCCESS) return explainForeignHandle(r, "cuIpcOpenMemHandle");
   *p = std::get<0>(out).ptr;
   State::get().addAllocation(std::get<0>(out).ptr, std::get<0>(out).bytes, true);
   return CUDA_SUCCESS;
@@ -86,10 +59,7 @@ GPOOL_EXPORT CUresult cuIpcOpenEventHandle(CUevent* e, CUipcEventHandle handle) 
   GPOOL_CONN(conn);
   calls::IpcOpenEventHandle::out::tuple out;
   auto r = static_cast<CUresult>(conn->call<calls::IpcOpenEventHandle>(out, handleIn(handle)));
-  if (r != CUDA_SUCCESS) {
-    explain(r, "cuIpcOpenEventHandle");
-    return r;
-  }
+  if (r != CUDA_SUCCESS) return explainForeignHandle(r, "cuIpcOpenEventHandle");
   *e = reinterpret_cast<CUevent>(std::get<0>(out).v);
   return CUDA_SUCCESS;
   GPOOL_CATCH

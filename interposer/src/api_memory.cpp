@@ -164,15 +164,20 @@ GPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
   if (p == 0) return CUDA_SUCCESS;
   GPOOL_CONN_OF_POINTER(conn, p);
   CUresult managed = CUDA_SUCCESS;
-  if (freeManaged(p, managed) || freeImportedPoolPointer(conn, p, 0, managed)) return managed;
+  if (freeManaged(p, managed)) return managed;
+  return freeDeviceMemory(conn, p, 0, [&] { return conn->post<calls::MemFree>(dptr(p)); });
+  GPOOL_CATCH
+}
+
+CUresult gpool::client::freeDeviceMemory(Connection* conn, uint64_t p, uint64_t stream, const std::function<int()>& post) {
+  if (CUresult imported = CUDA_SUCCESS; freeImportedPoolPointer(conn, p, stream, imported)) return imported;
   // Refused here at once, as the driver refuses it, rather than later from the worker's latch.
   bool graph = false;
   if (!State::get().takeDeviceAllocation(p, &graph)) return CUDA_ERROR_INVALID_VALUE;
   crossDevice().forgetAllocation(conn->index(), p);  // its mappings in the lease's other workers
-  auto st = static_cast<CUresult>(conn->post<calls::MemFree>(dptr(p)));
+  auto st = static_cast<CUresult>(post());
   if (st == CUDA_SUCCESS && graph) st = settleGraphAllocations(conn, {p});
   return st;
-  GPOOL_CATCH
 }
 
 GPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {

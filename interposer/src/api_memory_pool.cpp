@@ -58,13 +58,7 @@ CUresult freeAsync(CUdeviceptr p, uint64_t stream) {
     State::get().takeDeviceAllocation(p);
     return CUDA_SUCCESS;
   }
-  if (CUresult imported = CUDA_SUCCESS; freeImportedPoolPointer(conn, p, stream, imported)) return imported;
-  bool graph = false;
-  if (!State::get().takeDeviceAllocation(p, &graph)) return CUDA_ERROR_INVALID_VALUE;
-  crossDevice().forgetAllocation(conn->index(), p);  // its mappings in the lease's other workers
-  auto st = static_cast<CUresult>(conn->post<calls::MemFreeAsync>(uint64_t{p}, stream));
-  if (st == CUDA_SUCCESS && graph) st = settleGraphAllocations(conn, {p});
-  return st;
+  return freeDeviceMemory(conn, p, stream, [&] { return conn->post<calls::MemFreeAsync>(uint64_t{p}, stream); });
 }
 
 CUresult getPool(CUmemoryPool* out, CUdevice d, uint32_t which) {

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <set>
 
+#include "ipc_handles.h"
 #include "state.h"
 
 using namespace gpool::client;
@@ -70,16 +71,14 @@ bool readHandleFile(int fd, const Magic& magic, std::vector<uint8_t>& handle) {
   return true;
 }
 
-CUresult notOurs(const char* call, const char* exporter) {
+// The handle in the descriptor an import names: POSIX descriptors only, and only one that `exporter`
+// made through gpool.
+CUresult handleOfDescriptor(void* os_handle, CUmemAllocationHandleType type, const Magic& magic, const char* call,
+                            const char* exporter, std::vector<uint8_t>& handle) {
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return refuseType(type, call);
+  if (readHandleFile(static_cast<int>(reinterpret_cast<uintptr_t>(os_handle)), magic, handle)) return CUDA_SUCCESS;
   GPOOL_LOG(Level::kWarn, "%s: the descriptor is not one %s made through gpool (returning CUDA_ERROR_INVALID_VALUE)", call, exporter);
   return CUDA_ERROR_INVALID_VALUE;
-}
-
-CUresult explain(CUresult r, const char* call) {
-  if (r == CUDA_ERROR_NOT_SUPPORTED)
-    GPOOL_LOG(Level::kError, "%s: the memory was exported by a process whose GPU is on another host; sharing it needs "
-              "both processes' leases on one GPU host (returning CUDA_ERROR_NOT_SUPPORTED)", call);
-  return r;
 }
 
 // The descriptor of what the worker filed under `handle`, into the caller's int.
@@ -112,14 +111,14 @@ GPOOL_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandl
                                                      CUmemAllocationHandleType type) {
   GPOOL_TRY
   if (!h) return CUDA_ERROR_INVALID_VALUE;
-  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return refuseType(type, "cuMemImportFromShareableHandle");
   std::vector<uint8_t> handle;
-  if (!readHandleFile(static_cast<int>(reinterpret_cast<uintptr_t>(os_handle)), kPhysicalMagic, handle))
-    return notOurs("cuMemImportFromShareableHandle", "cuMemExportToShareableHandle");
+  if (CUresult r = handleOfDescriptor(os_handle, type, kPhysicalMagic, "cuMemImportFromShareableHandle",
+                                      "cuMemExportToShareableHandle", handle))
+    return r;
   GPOOL_CONN(conn);
   calls::MemImportShareable::out::tuple out;
   auto r = static_cast<CUresult>(conn->call<calls::MemImportShareable>(out, handle, uint32_t{type}));
-  if (r != CUDA_SUCCESS) return explain(r, "cuMemImportFromShareableHandle");
+  if (r != CUDA_SUCCESS) return explainForeignHandle(r, "cuMemImportFromShareableHandle");
   const auto& imported = std::get<0>(out);
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -148,14 +147,14 @@ GPOOL_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool* pool, voi
                                                          unsigned long long flags) {
   GPOOL_TRY
   if (!pool || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return refuseType(type, "cuMemPoolImportFromShareableHandle");
   std::vector<uint8_t> handle;
-  if (!readHandleFile(static_cast<int>(reinterpret_cast<uintptr_t>(os_handle)), kPoolMagic, handle))
-    return notOurs("cuMemPoolImportFromShareableHandle", "cuMemPoolExportToShareableHandle");
+  if (CUresult r = handleOfDescriptor(os_handle, type, kPoolMagic, "cuMemPoolImportFromShareableHandle",
+                                      "cuMemPoolExportToShareableHandle", handle))
+    return r;
   GPOOL_CONN(conn);
   calls::MemPoolImportShareable::out::tuple out;
   auto r = static_cast<CUresult>(conn->call<calls::MemPoolImportShareable>(out, handle, uint32_t{type}));
-  if (r != CUDA_SUCCESS) return explain(r, "cuMemPoolImportFromShareableHandle");
+  if (r != CUDA_SUCCESS) return explainForeignHandle(r, "cuMemPoolImportFromShareableHandle");
   *pool = reinterpret_cast<CUmemoryPool>(std::get<0>(out).v);
   return CUDA_SUCCESS;
   GPOOL_CATCH
@@ -167,9 +166,7 @@ GPOOL_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData* data, CUdev
   GPOOL_CONN_OF_POINTER(conn, p);
   calls::MemPoolExportPointer::out::tuple out;
   if (int st = conn->call<calls::MemPoolExportPointer>(out, uint64_t{p})) return static_cast<CUresult>(st);
-  if (std::get<0>(out).size() != sizeof data->reserved) return CUDA_ERROR_UNKNOWN;
-  std::memcpy(data->reserved, std::get<0>(out).data(), sizeof data->reserved);
-  return CUDA_SUCCESS;
+  return handleOut(data, std::get<0>(out));
   GPOOL_CATCH
 }
 
@@ -177,11 +174,9 @@ GPOOL_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr* p, CUmemoryPool pool, 
   GPOOL_TRY
   if (!p || !data) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN_OF_HANDLE(conn, reinterpret_cast<uint64_t>(pool));
-  const auto* bytes = reinterpret_cast<const uint8_t*>(data->reserved);
   calls::MemPoolImportPointer::out::tuple out;
-  auto r = static_cast<CUresult>(conn->call<calls::MemPoolImportPointer>(out, reinterpret_cast<uint64_t>(pool),
-                                                                         std::vector<uint8_t>(bytes, bytes + sizeof data->reserved)));
-  if (r != CUDA_SUCCESS) return explain(r, "cuMemPoolImportPointer");
+  auto r = static_cast<CUresult>(conn->call<calls::MemPoolImportPointer>(out, reinterpret_cast<uint64_t>(pool), handleIn(*data)));
+  if (r != CUDA_SUCCESS) return explainForeignHandle(r, "cuMemPoolImportPointer");
   *p = std::get<0>(out).ptr;
   State::get().addAllocation(std::get<0>(out).ptr, std::get<0>(out).bytes, true);
   std::lock_guard lock(g_mu);

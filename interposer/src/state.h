@@ -235,6 +235,11 @@ void addImportedPhysical(CUmemGenericAllocationHandle h, const CUmemAllocationPr
 // Frees `p` if it is memory opened from another process's pool (cuMemPoolImportPointer), in stream order
 // (api_shareable_handle.cpp); false for any other pointer.
 bool freeImportedPoolPointer(Connection* conn, uint64_t p, uint64_t stream, CUresult& result);
+// Frees device memory at `p`, of `conn`'s worker, as cuMemFree and cuMemFreeAsync do (api_memory.cpp): memory
+// opened from another process's pool closes in `stream`'s order; an allocation of this process's is
+// forgotten and freed by `post` (MemFree or MemFreeAsync), a graph allocation's address kept until the
+// worker says it is gone; anything else is refused with CUDA_ERROR_INVALID_VALUE.
+CUresult freeDeviceMemory(Connection* conn, uint64_t p, uint64_t stream, const std::function<int()>& post);
 void forgetArrays();         // api_array.cpp
 void forgetTextures();       // api_texture.cpp
 

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <map>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -94,72 +93,39 @@ class Backend {
     return host_pool_.remove(r.ptr, [this](uint64_t p) { return unpinHost(p); });
   }
 
-  // Physical memory shared with other processes (shareable_handles.h) is the worker's; backends only turn a
-  // physical handle into a descriptor and a descriptor into a handle.
+  // What this worker shares with other processes (shareable_handles.h): physical memory and pools as
+  // descriptors, a pool's allocations as records. Backends only turn their objects into descriptors and
+  // records, and back.
   static constexpr uint32_t kPosixFileDescriptor = 1;  // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
   Status MemExportShareable(Physical h, uint32_t type, std::vector<uint8_t>& handle) {
-    if (type != kPosixFileDescriptor) return proto::cu::kNotSupported;
-    int fd = -1;
-    if (Status st = exportPhysical(h.v, fd); st != proto::cu::kSuccess) return st;
     const PhysicalMemory* p = memory_ ? memory_->physical(h.v) : nullptr;
-    return shareable_.publish(ShareableHandles::Object::kPhysical, h.v, fd, p ? p->bytes : 0, handle);
+    return share(type, ShareableHandles::Object::kPhysical, h.v, p ? p->bytes : 0,
+                 [&](int& fd) { return exportPhysical(h.v, fd); }, handle);
   }
   Status MemImportShareable(std::vector<uint8_t> handle, uint32_t type, ImportedPhysical& out) {
-    if (type != kPosixFileDescriptor) return proto::cu::kNotSupported;
-    int fd = -1;
-    if (Status st = shareable_.open(handle, ShareableHandles::Object::kPhysical, fd, out.bytes); st != proto::cu::kSuccess) return st;
-    Status st = importPhysical(fd, out.bytes, out.handle.v);
-    close(fd);
-    return st;
+    return openShared(handle, type, ShareableHandles::Object::kPhysical, out.bytes,
+                      [&](int fd) { return importPhysical(fd, out.bytes, out.handle.v); });
   }
-
-  // Memory pools shared with other processes, likewise; their allocations are filed in the host's IPC
-  // registry (ipc_registry.h) as what the backend needs to open them.
   Status MemPoolExportShareable(MemPool p, uint32_t type, std::vector<uint8_t>& handle) {
-    if (type != kPosixFileDescriptor) return proto::cu::kNotSupported;
-    int fd = -1;
-    if (Status st = exportPool(p.v, fd); st != proto::cu::kSuccess) return st;
-    return shareable_.publish(ShareableHandles::Object::kPool, p.v, fd, 0, handle);
+    return share(type, ShareableHandles::Object::kPool, p.v, 0, [&](int& fd) { return exportPool(p.v, fd); }, handle);
   }
   Status MemPoolImportShareable(std::vector<uint8_t> handle, uint32_t type, Created<MemPool>& out) {
-    if (type != kPosixFileDescriptor) return proto::cu::kNotSupported;
-    int fd = -1;
     uint64_t unused = 0;
-    if (Status st = shareable_.open(handle, ShareableHandles::Object::kPool, fd, unused); st != proto::cu::kSuccess) return st;
-    Status st = importPool(fd, out.v);
-    close(fd);
-    return st;
+    return openShared(handle, type, ShareableHandles::Object::kPool, unused, [&](int fd) { return importPool(fd, out.v); });
   }
   Status MemPoolExportPointer(AllocBase a, std::vector<uint8_t>& data) {
-    if (auto it = pointer_exports_.find(a.ptr); it != pointer_exports_.end()) {
-      data = it->second;  // exported already
-      return proto::cu::kSuccess;
-    }
     std::vector<uint8_t> record;
     if (Status st = exportPoolPointer(a.ptr, record); st != proto::cu::kSuccess) return st;
-    Status st = ipc_.publish(IpcRegistry::Kind::kPoolPointer, record, data);
-    if (st == proto::cu::kSuccess) pointer_exports_[a.ptr] = data;
-    return st;
-  }
-  // A context reset: every export ends.
-  void withdrawAllSharing() {
-    shareable_.clear();
-    for (const auto& [ptr, handle] : pointer_exports_) ipc_.withdraw(handle);
-    pointer_exports_.clear();
-  }
-  // An allocation was freed: its export, if any, ends.
-  void allocationFreed(uint64_t ptr) {
-    if (auto it = pointer_exports_.find(ptr); it != pointer_exports_.end()) {
-      ipc_.withdraw(it->second);
-      pointer_exports_.erase(it);
-    }
+    return shareable_.file(a.ptr, record, data);
   }
   Status MemPoolImportPointer(MemPool p, std::vector<uint8_t> data, IpcMapping& out) {
     std::vector<uint8_t> record;
-    if (Status st = ipc_.lookup(IpcRegistry::Kind::kPoolPointer, data, record); st != proto::cu::kSuccess) return st;
+    if (Status st = shareable_.record(data, record); st != proto::cu::kSuccess) return st;
     return importPoolPointer(p.v, record, out);
   }
   Status MemPoolFreeImported(IpcMapped m, Stream s) { return freeImportedPointer(m.ptr, s.v); }
+  // An allocation was freed: its export, if any, ends.
+  void allocationFreed(uint64_t ptr) { shareable_.withdraw(ShareableHandles::Object::kPoolAllocation, ptr); }
 
   // Graph memory (graph_memory.h): the graph a stream is capturing into (0: none), and what the device
   // holds for graphs' allocations now: in use by live allocations, and reserved (in use or cached).
@@ -205,11 +171,30 @@ class Backend {
   HostCallbacks callbacks_;
   IpcRegistry ipc_;
   ShareableHandles shareable_{ipc_};
-  std::map<uint64_t, std::vector<uint8_t>> pointer_exports_;  // pool allocations exported: address -> handle
   PeerLinks peers_;
   const HandleTable* memory_ = nullptr;
 
  private:
+  // A descriptor `exportFd` makes, filed under `handle`; a descriptor fetched by `handle`, given to
+  // `importFd` and closed after. POSIX descriptors only.
+  template <typename Export>
+  Status share(uint32_t type, ShareableHandles::Object kind, uint64_t object, uint64_t bytes, Export exportFd,
+               std::vector<uint8_t>& handle) {
+    if (type != kPosixFileDescriptor) return proto::cu::kNotSupported;
+    int fd = -1;
+    if (Status st = exportFd(fd); st != proto::cu::kSuccess) return st;
+    return shareable_.publish(kind, object, fd, bytes, handle);
+  }
+  template <typename Import>
+  Status openShared(const std::vector<uint8_t>& handle, uint32_t type, ShareableHandles::Object kind, uint64_t& bytes,
+                    Import importFd) {
+    if (type != kPosixFileDescriptor) return proto::cu::kNotSupported;
+    int fd = -1;
+    if (Status st = shareable_.open(handle, kind, fd, bytes); st != proto::cu::kSuccess) return st;
+    Status st = importFd(fd);
+    close(fd);
+    return st;
+  }
   uint8_t* peerStaging(uint64_t bytes) { return static_cast<uint8_t*>(stagingBuffer(std::min<uint64_t>(bytes, proto::kBulkChunk))); }
   std::vector<uint8_t> staging_;
   std::vector<uint8_t> frame_;

@@ -800,7 +800,7 @@ class CudaBackend final : public Backend {
   Status CtxReset(ResetAll) {
     CUresult r = d_.cuCtxSynchronize_();
     if (r != CUDA_SUCCESS) return r;
-    withdrawAllSharing();
+    shareable_.clear();
     releaseBuffers();
     for (auto& [handle, link] : links_) d_.cuLinkDestroy_(link->state);
     links_.clear();

@@ -189,7 +189,7 @@ void ShareableHandles::answer(int conn, const std::vector<uint8_t>& handle) {
   {
     std::lock_guard lock(mu_);
     for (const auto& [object, e] : exports_)
-      if (e.handle == handle) fd = dup(e.fd);
+      if (e.fd >= 0 && e.handle == handle) fd = dup(e.fd);
   }
   if (!sendAnswer(conn, fd)) spdlog::debug("shareable handles: a peer went away before its answer");
   if (fd >= 0) close(fd);
@@ -220,6 +220,17 @@ proto::Status ShareableHandles::publish(Object kind, uint64_t object, int fd, ui
   return cu::kSuccess;
 }
 
+proto::Status ShareableHandles::file(uint64_t ptr, const std::vector<uint8_t>& record, std::vector<uint8_t>& handle) {
+  std::lock_guard lock(mu_);
+  if (auto it = exports_.find({Object::kPoolAllocation, ptr}); it != exports_.end()) {
+    handle = it->second.handle;
+    return cu::kSuccess;
+  }
+  proto::Status st = registry_.publish(IpcRegistry::Kind::kPoolPointer, record, handle);
+  if (st == cu::kSuccess) exports_[{Object::kPoolAllocation, ptr}] = Export{handle, -1};
+  return st;
+}
+
 proto::Status ShareableHandles::open(const std::vector<uint8_t>& handle, Object kind, int& fd, uint64_t& bytes) const {
   std::vector<uint8_t> record;
   if (proto::Status st = registry_.lookup(IpcRegistry::Kind::kShareable, handle, record); st != cu::kSuccess) return st;
@@ -246,7 +257,7 @@ void ShareableHandles::withdraw(Object kind, uint64_t object) {
   auto it = exports_.find({kind, object});
   if (it == exports_.end()) return;
   registry_.withdraw(it->second.handle);
-  close(it->second.fd);
+  if (it->second.fd >= 0) close(it->second.fd);
   exports_.erase(it);
 }
 
@@ -254,7 +265,7 @@ void ShareableHandles::clear() {
   std::lock_guard lock(mu_);
   for (auto& [object, e] : exports_) {
     registry_.withdraw(e.handle);
-    close(e.fd);
+    if (e.fd >= 0) close(e.fd);
   }
   exports_.clear();
 }

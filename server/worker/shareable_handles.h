@@ -9,9 +9,12 @@
 // descriptor only to a peer that presents a handle it filed; every read and write on it has a timeout,
 // and a peer that misbehaves loses only its own connection.
 //
-// An export lasts until its exporter releases the memory or destroys the pool (or resets its context, or
-// ends): importers keep what they imported, as with CUDA, but a descriptor received after that no longer
-// imports.
+// An allocation of a shared pool travels as a record instead (CUmemPoolPtrExportData: what the backend
+// needs to open it), filed here too, so that this one place knows everything the worker shares.
+//
+// An export lasts until its exporter releases the memory, destroys the pool or frees the allocation (or
+// resets its context, or ends): importers keep what they imported, as with CUDA, but a descriptor or record
+// received after that no longer imports.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +31,7 @@ namespace gpool::worker {
 
 class ShareableHandles {
  public:
-  enum class Object : uint32_t { kPhysical = 1, kPool = 2 };  // what a handle shares
+  enum class Object : uint32_t { kPhysical = 1, kPool = 2, kPoolAllocation = 3 };  // what a handle shares
 
   explicit ShareableHandles(IpcRegistry& registry) : registry_(registry) {}
   ~ShareableHandles();
@@ -42,6 +45,12 @@ class ShareableHandles {
   // recorded: kNotSupported for a handle of another host, kInvalidValue for one of another kind or that
   // nobody (or no longer anybody) exports.
   proto::Status open(const std::vector<uint8_t>& handle, Object kind, int& fd, uint64_t& bytes) const;
+  // Files `record` for the pool allocation at `ptr` and returns the handle that names it (the same again
+  // for an allocation already exported); and the record a handle names.
+  proto::Status file(uint64_t ptr, const std::vector<uint8_t>& record, std::vector<uint8_t>& handle);
+  proto::Status record(const std::vector<uint8_t>& handle, std::vector<uint8_t>& record) const {
+    return registry_.lookup(IpcRegistry::Kind::kPoolPointer, handle, record);
+  }
   // Ends the export of an object, or of everything.
   void withdraw(Object kind, uint64_t object);
   void clear();
@@ -53,7 +62,7 @@ class ShareableHandles {
  private:
   struct Export {
     std::vector<uint8_t> handle;
-    int fd = -1;
+    int fd = -1;  // none for a pool allocation's record
   };
   bool listen();
   void serve();

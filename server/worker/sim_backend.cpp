@@ -154,7 +154,7 @@ void SimBackend::releaseAll() {
 }
 
 Status SimBackend::CtxReset(ResetAll) {
-  withdrawAllSharing();
+  shareable_.clear();
   releaseAll();
   arrays_.clear();
   mipmaps_.clear();
