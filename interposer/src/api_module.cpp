@@ -246,6 +246,7 @@ GPOOL_EXPORT CUresult cuLibraryUnload(CUlibrary lib) {
   GPOOL_TRY
   GPOOL_CONN_OF_HANDLE(conn, raw(lib));
   for (auto [connection, copy] : crossDevice().forgetLibrary(raw(lib))) {
+    gpool::client::AsideScope aside;  // gpool's copies of the library on the lease's other devices
     CUresult err = CUDA_SUCCESS;
     if (auto* there = State::get().readyOn(connection, err)) there->call<calls::ModuleUnload>(gpool::proto::ModuleRef{copy, kLibrary});
   }

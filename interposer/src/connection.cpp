@@ -207,7 +207,7 @@ int Connection::memcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t str
   std::lock_guard lock(mu_);
   if (lost_) return lost_;
   try {
-    enqueue(proto::kMsgMemcpyDtoH, proto::kWantsReply, std::tuple<uint64_t, uint64_t, uint64_t>{src, bytes, stream});
+    enqueue(proto::kMsgMemcpyDtoH, proto::kWantsReply | AsideScope::flag(), std::tuple<uint64_t, uint64_t, uint64_t>{src, bytes, stream});
     flushLocked();
     proto::FrameHeader h = recvReplyHeader(UINT32_MAX);
     if (!(h.flags & proto::kIsReply) || h.msg != proto::kMsgMemcpyDtoH || h.seq != seq_)

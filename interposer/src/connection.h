@@ -36,6 +36,23 @@ class ForeignHandles {
   virtual uint64_t translate(Connection& here, uint64_t handle, tags::HandleClass what) = 0;
 };
 
+// While one is alive, the requests that wait which this thread sends go aside (proto::kAside): the client
+// library asks them for itself (handles to copy between devices, page-locked memory it registers), so the
+// worker answers them with their own status and keeps an earlier asynchronous failure for the program's
+// next wait, which a reply of gpool's own would otherwise have taken and dropped.
+class AsideScope {
+ public:
+  AsideScope() : was_(active_) { active_ = true; }
+  ~AsideScope() { active_ = was_; }
+  AsideScope(const AsideScope&) = delete;
+  AsideScope& operator=(const AsideScope&) = delete;
+  static uint16_t flag() { return active_ ? proto::kAside : 0; }
+
+ private:
+  static inline thread_local bool active_ = false;
+  bool was_;
+};
+
 class Connection {
  public:
   // How long the handshake may take (the server starts a worker, which opens its device).
@@ -74,7 +91,7 @@ class Connection {
     std::lock_guard lock(mu_);
     if (lost_) return lost_;
     try {
-      enqueue(C::id, proto::kWantsReply, ins);
+      enqueue(C::id, proto::kWantsReply | AsideScope::flag(), ins);
       flushLocked();
       awaitReply(C::id);
       proto::Reader r(reply_.data(), reply_.size());

@@ -72,6 +72,7 @@ uint64_t CrossDevice::libraryOn(Connection& here, Library& lib) {
 }
 
 uint64_t CrossDevice::translate(Connection& here, uint64_t handle, tags::HandleClass what) {
+  AsideScope aside;  // gpool's own loads and lookups
   std::lock_guard lock(mu_);
   if (what == tags::HandleClass::kLibrary) {
     auto lib = libraries_.find(handle);
@@ -97,6 +98,7 @@ uint64_t CrossDevice::translate(Connection& here, uint64_t handle, tags::HandleC
 }
 
 uint64_t CrossDevice::openedIn(int from, uint64_t base, int to) {
+  AsideScope aside;  // gpool's own handles; a failure they meet is an earlier call's, for the program
   std::lock_guard lock(mu_);
   auto key = std::make_tuple(from, base, to);
   if (auto it = opened_.find(key); it != opened_.end()) return it->second;
@@ -122,6 +124,7 @@ uint64_t CrossDevice::openedIn(int from, uint64_t base, int to) {
 }
 
 void CrossDevice::closeLocked(int to, uint64_t mapped) {
+  AsideScope aside;
   CUresult err = CUDA_SUCCESS;
   if (Connection* c = State::get().readyOn(to, err)) c->call<calls::IpcCloseMemHandle>(proto::IpcMapped{mapped});
 }
@@ -167,6 +170,7 @@ std::shared_ptr<CrossDevice::PeerLink> connectLink(Connection& from, Connection&
     why = "the destination's server is on loopback, the source's elsewhere";
     return nullptr;
   }
+  AsideScope aside;
   calls::PeerListen::out::tuple listening;
   calls::PeerConnect::out::tuple sending;
   int st = to.call<calls::PeerListen>(listening);

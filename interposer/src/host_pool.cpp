@@ -57,6 +57,7 @@ bool HostPool::agree(Connection& conn, void* at) {
   void* got = ::mmap(at, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd_, 0);
   if (got == MAP_FAILED) return false;
   auto base = reinterpret_cast<uint64_t>(got);
+  AsideScope aside;  // the pool is gpool's own
   int st = conn.call<calls::HostPoolAttach>(proto::HostWindow{base, bytes_});
   if (st == 0) {
     base_ = base;
@@ -82,6 +83,7 @@ void* HostPool::allocate(Connection& conn, size_t bytes) {
     at = base_ + off;
     used_[at] = need;
   }
+  AsideScope aside;
   if (conn.call<calls::HostPoolRegister>(proto::HostRange{at, need}) == 0) return reinterpret_cast<void*>(at);
   release(conn, reinterpret_cast<void*>(at));  // the worker did not register it; nothing to unregister there
   return nullptr;
@@ -97,6 +99,7 @@ bool HostPool::release(Connection& conn, void* p) {
     len = it->second;
     used_.erase(it);
   }
+  AsideScope aside;
   conn.call<calls::HostPoolUnregister>(proto::HostRangeBase{at});  // refused when it never was registered
   uint64_t off = at - base_;
   ::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off), static_cast<off_t>(len));

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstring>
 #include <optional>
+#include <utility>
 #include <tuple>
 
 namespace gpool::worker {
@@ -92,11 +93,8 @@ void Dispatcher::dispatch(const proto::FrameHeader& h) {
     throw Violation{std::string("malformed ") + C::kName + " request (" + std::to_string(h.length) + " bytes)"};
 
   const bool wants_reply = h.flags & proto::kWantsReply;
-  Status st;
-  if (wants_reply && latched_ != 0) {
-    st = latched_;  // an earlier asynchronous call failed: report it here, run nothing
-    latched_ = 0;
-  } else {
+  Status st = wants_reply ? takeLatched(h) : 0;
+  if (st == 0) {  // else an earlier asynchronous call's failure is the reply, and this call does not run
     st = execute<C>(ins, outs);
     if constexpr (std::is_same_v<C, proto::calls::LaunchKernel> || std::is_same_v<C, proto::calls::GraphLaunch>)
       if (st == 0 && launches_) launches_->add(launch_slot_, 1);
@@ -119,6 +117,11 @@ void Dispatcher::dispatch(const proto::FrameHeader& h) {
   w.put(st);
   std::apply([&](const auto&... o) { w.putAll(o...); }, outs);
   reply(h, out_);
+}
+
+Status Dispatcher::takeLatched(const proto::FrameHeader& h) {
+  if (h.flags & proto::kAside) return 0;
+  return std::exchange(latched_, 0);
 }
 
 std::unique_lock<std::mutex> Dispatcher::replyLock() {
@@ -148,8 +151,7 @@ void Dispatcher::memcpyDtoH(const proto::FrameHeader& h) {
     throw Violation{"malformed MemcpyDtoH request (" + std::to_string(h.length) + " bytes)"};
   if (!(h.flags & proto::kWantsReply)) throw Violation{"MemcpyDtoH without a reply"};
 
-  Status st = latched_;
-  latched_ = 0;
+  Status st = takeLatched(h);
   if (st == 0 && !table_.hasStream(stream)) st = cu::kInvalidHandle;
   if (st == 0 && !table_.containsRange(src, bytes)) st = cu::kInvalidValue;
   if (st != 0) {
@@ -198,8 +200,7 @@ void Dispatcher::moduleLoadCached(const proto::FrameHeader& h) {
   if (!r.getAll(hash, kind) || !r.atEnd() || hash.size() != 32)
     throw Violation{"malformed ModuleLoadCached request (" + std::to_string(h.length) + " bytes)"};
   if (!(h.flags & proto::kWantsReply)) throw Violation{"ModuleLoadCached without a reply"};
-  Status st = latched_;
-  latched_ = 0;
+  Status st = takeLatched(h);
   proto::calls::ModuleLoad::out::tuple out;
   if (st == 0) {
     ImageHash key;

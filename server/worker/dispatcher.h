@@ -57,6 +57,9 @@ class Dispatcher {
   void reply(const proto::FrameHeader& h, const std::vector<uint8_t>& payload);
   // A reply that carries only a status (refusals, unknown messages).
   void replyStatus(const proto::FrameHeader& h, Status st);
+  // What a request that waits reports before it runs: the latched failure of an earlier asynchronous
+  // call, which it takes (0 when none) — unless the client sent it aside (kAside), for itself.
+  Status takeLatched(const proto::FrameHeader& h);
   void memcpyDtoH(const proto::FrameHeader& h);
   void alive(const proto::FrameHeader& h);
   void moduleLoadCached(const proto::FrameHeader& h);

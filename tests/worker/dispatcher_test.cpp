@@ -318,6 +318,19 @@ TEST(Dispatcher, AsyncFailureIsLatchedUntilTheNextWait) {
   EXPECT_TRUE(h.finish().clean);
 }
 
+// The client library's own requests (kAside) answer for themselves: the failure stays for the program.
+TEST(Dispatcher, AsideRequestsLeaveTheLatchForTheProgram) {
+  Harness h;
+  test::RawClient c(*h.client);
+  c.post<calls::MemFree>(uint64_t{42});  // fails, nobody waits
+  auto made = c.aside<calls::MemAlloc>(uint64_t{4096});
+  EXPECT_EQ(made.first, 0);  // it ran
+  EXPECT_EQ(c.aside<calls::MemFree>(uint64_t{7}).first, kInvalidValue);  // its own failure, not latched
+  EXPECT_EQ(c.call<calls::CtxSynchronize>().first, kInvalidValue);       // the program's wait: MemFree(42)'s
+  EXPECT_EQ(c.call<calls::CtxSynchronize>().first, 0);
+  EXPECT_TRUE(h.finish().clean);
+}
+
 TEST(Dispatcher, MalformedRequestClosesTheConnection) {
   Harness h;
   test::RawClient c(*h.client);

@@ -33,6 +33,12 @@ class RawClient {
     send(C::id, proto::kWantsReply, payload<C>(std::forward<A>(a)...));
     return read<C>();
   }
+  // A request the client library sends for itself (proto::kAside).
+  template <typename C, typename... A>
+  std::pair<proto::Status, typename C::out::tuple> aside(A&&... a) {
+    send(C::id, proto::kWantsReply | proto::kAside, payload<C>(std::forward<A>(a)...));
+    return read<C>();
+  }
   template <typename C, typename... A>
   void post(A&&... a) {
     send(C::id, 0, payload<C>(std::forward<A>(a)...));

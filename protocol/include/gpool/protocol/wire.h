@@ -17,7 +17,7 @@ static_assert(std::endian::native == std::endian::little, "gpool's wire format i
 
 inline constexpr uint32_t kMagic = 0x4c4f5047;  // "GPOL"
 inline constexpr uint16_t kVersionMajor = 2;     // incompatible changes bump this; peers must match
-inline constexpr uint16_t kVersionMinor = 7;     // compatible additions (docs/protocol.md)
+inline constexpr uint16_t kVersionMinor = 8;     // compatible additions (docs/protocol.md)
 inline constexpr uint16_t kDefaultPort = 7420;
 
 // A request frame's payload may not exceed this; bulk copies are split into chunks well under it.
@@ -28,6 +28,9 @@ inline constexpr uint32_t kMaxStringBytes = 4096;  // symbol names, addresses, t
 enum FrameFlags : uint16_t {
   kWantsReply = 1u << 0,  // request: the sender waits for a reply frame with the same seq
   kIsReply = 1u << 1,     // reply frame
+  // request (2.8): the client library asks for itself, not for the program. Its reply carries its own
+  // status; an earlier asynchronous failure stays latched for the program's next wait.
+  kAside = 1u << 2,
 };
 
 #pragma pack(push, 1)
