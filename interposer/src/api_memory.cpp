@@ -16,18 +16,6 @@ namespace {
 
 uint64_t dptr(CUdeviceptr p) { return static_cast<uint64_t>(p); }
 
-// A copy on another device's stream than the memory's: that stream's earlier work is waited for, and
-// the copy runs on the memory's device, complete before the call returns (so also before the stream's
-// later work).
-CUresult onMemoryDevice(Connection* conn, uint64_t& stream, bool& async) {
-  int owner = gpool::client::tags::owner(stream);
-  if (owner < 0 || owner == conn->index() || State::get().connections() < 2) return CUDA_SUCCESS;
-  if (CUresult r = drainStream(stream)) return r;
-  stream = 0;
-  async = false;
-  return CUDA_SUCCESS;
-}
-
 // Between device memory and page-locked host memory the worker shares (host_pool.h): the worker's own
 // copy, direct DMA, as asynchronous as the program asked.
 CUresult sharedCopy(Connection* conn, uint64_t dst, uint64_t src, size_t n, uint64_t stream, bool async) {

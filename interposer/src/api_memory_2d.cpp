@@ -1,6 +1,8 @@
 // Pitched memory, 2D/3D copies and 2D memsets. Host rows live on the client: a host-to-device copy sends
 // the rows packed, a device-to-host copy receives them packed, and each side applies its own pitch.
-// Copies with a CUDA array at either end go to api_array.cpp, one slice's rectangle at a time.
+// Copies with a CUDA array at either end go to api_array.cpp, one slice's rectangle at a time. Device
+// memory is its device's, whichever is current (unified addressing); a rectangle between two devices of a
+// lease passes through this process.
 #include <cstring>
 #include <vector>
 
@@ -53,7 +55,8 @@ CUresult resolve(CUmemorytype type, const void* host, CUdeviceptr device, CUarra
 uint64_t rowsPerMessage(uint64_t width) { return std::max<uint64_t>(1, gpool::proto::kBulkChunk / std::max<uint64_t>(width, 1)); }
 
 CUresult hostToDevice(const End& src, const End& dst, uint64_t width, uint64_t height, uint64_t stream, bool async) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_POINTER(conn, dst.addr);
+  if (CUresult r = onMemoryDevice(conn, stream, async)) return r;
   std::vector<uint8_t> packed;
   for (uint64_t y = 0, step = rowsPerMessage(width); y < height; y += step) {
     uint64_t rows = std::min(step, height - y);
@@ -70,7 +73,9 @@ CUresult hostToDevice(const End& src, const End& dst, uint64_t width, uint64_t h
 
 // Always complete when it returns, as the 1D device-to-host copy.
 CUresult deviceToHost(const End& src, const End& dst, uint64_t width, uint64_t height, uint64_t stream) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_POINTER(conn, src.addr);
+  bool async = false;
+  if (CUresult r = onMemoryDevice(conn, stream, async)) return r;
   for (uint64_t y = 0, step = rowsPerMessage(width); y < height; y += step) {
     uint64_t rows = std::min(step, height - y);
     calls::MemcpyDtoH2D::out::tuple r;
@@ -86,6 +91,8 @@ CUresult deviceToHost(const End& src, const End& dst, uint64_t width, uint64_t h
 
 // A copy with an array at one end or both (api_array.cpp sends it).
 CUresult arrayCopy(End src, End dst, uint64_t width, uint64_t height, uint64_t stream, bool async) {
+  GPOOL_CONN_OF_HANDLE(conn, (dst.array ? dst : src).rect.array.v);
+  if (CUresult r = onMemoryDevice(conn, stream, async)) return r;
   src.rect.width = dst.rect.width = width;
   src.rect.height = dst.rect.height = height;
   if (src.array && dst.array) return arrays::arrayToArray(dst.rect, src.rect, stream, async);
@@ -97,13 +104,44 @@ CUresult arrayCopy(End src, End dst, uint64_t width, uint64_t height, uint64_t s
   return arrays::arrayToHost(src.rect, reinterpret_cast<uint8_t*>(dst.addr), dst.pitch, stream);
 }
 
+// The connection of the device an end's memory is on; -1 for host memory.
+int connectionOf(const End& e) {
+  if (e.array) return State::get().connectionOfHandle(e.rect.array.v);
+  return e.device ? State::get().connectionOfPointer(e.addr) : -1;
+}
+
+CUresult copyRect(const End& src, const End& dst, uint64_t width, uint64_t height, uint64_t stream, bool async);
+
+// The same end `rows` rows further down.
+End below(End e, uint64_t rows) {
+  if (e.array) e.rect.y += rows;
+  else e.addr += rows * e.pitch;
+  return e;
+}
+
+// Between two devices of a lease: to this process and on, up to 64 MiB at a time, complete when it returns.
+CUresult relayRect(const End& src, const End& dst, uint64_t width, uint64_t height, uint64_t stream) {
+  const uint64_t step = std::max<uint64_t>(1, (64ull << 20) / width);
+  std::vector<uint8_t> rows(width * std::min(step, height));
+  const End here{false, false, reinterpret_cast<uint64_t>(rows.data()), width, {}};
+  for (uint64_t y = 0; y < height; y += step) {
+    uint64_t n = std::min(step, height - y);
+    if (CUresult r = copyRect(below(src, y), here, width, n, stream, false)) return r;
+    if (CUresult r = copyRect(here, below(dst, y), width, n, stream, false)) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
 // One rectangle: `height` rows of `width` bytes from src to dst.
 CUresult copyRect(const End& src, const End& dst, uint64_t width, uint64_t height, uint64_t stream, bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (height > 1 && ((!src.array && width > src.pitch) || (!dst.array && width > dst.pitch))) return CUDA_ERROR_INVALID_VALUE;
+  int from = connectionOf(src), to = connectionOf(dst);
+  if (from >= 0 && to >= 0 && from != to) return relayRect(src, dst, width, height, stream);
   if (src.array || dst.array) return arrayCopy(src, dst, width, height, stream, async);
   if (src.device && dst.device) {
-    GPOOL_CONN(conn);
+    GPOOL_CONN_OF_POINTER(conn, dst.addr);
+    if (CUresult r = onMemoryDevice(conn, stream, async)) return r;
     gpool::proto::DevCopyRect rect{DevRect{dst.addr, dst.pitch, width, height}, DevRect{src.addr, src.pitch, width, height}};
     return static_cast<CUresult>(async ? conn->post<calls::MemcpyDtoD2D>(rect, stream, 1u) : conn->call<calls::MemcpyDtoD2D>(rect, stream, 0u));
   }
@@ -211,7 +249,8 @@ CUresult copy3DBatch(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail, unsign
 }
 
 CUresult memset2D(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t elem, size_t width, size_t height, uint64_t stream, bool async) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_POINTER(conn, dst);
+  if (CUresult r = onMemoryDevice(conn, stream, async)) return r;
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (width > SIZE_MAX / elem) return CUDA_ERROR_INVALID_VALUE;
   gpool::proto::DevFillRect f{DevRect{dst, pitch, uint64_t{width} * elem, height}, elem};

@@ -209,6 +209,15 @@ CUresult drainStream(uint64_t stream) {
   return static_cast<CUresult>(conn->call<calls::StreamSynchronize>(stream));
 }
 
+CUresult onMemoryDevice(Connection* conn, uint64_t& stream, bool& async) {
+  int owner = tags::owner(stream);
+  if (owner < 0 || owner == conn->index() || State::get().connections() < 2) return CUDA_SUCCESS;
+  if (CUresult r = drainStream(stream)) return r;
+  stream = 0;
+  async = false;
+  return CUDA_SUCCESS;
+}
+
 namespace {
 
 // Relayed through this process, in pieces; the legacy streams order each piece after the devices'

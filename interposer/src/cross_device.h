@@ -105,6 +105,10 @@ CUresult allocateApart(Connection* conn, Allocate allocate, Release release, uin
 
 // Waits for a stream's earlier work, on the device it belongs to (a default stream: the current one's).
 CUresult drainStream(uint64_t stream);
+// A copy on another device's stream than its memory's (`conn`): that stream's earlier work is waited for,
+// and `stream` and `async` change so that the copy runs on the memory's device, complete before the call
+// returns (so also before the stream's later work).
+CUresult onMemoryDevice(Connection* conn, uint64_t& stream, bool& async);
 
 // Loads an image on one connection (api_module.cpp).
 CUresult loadImageOn(Connection* conn, const void* image, uint64_t size, uint32_t kind, uint64_t& handle);

@@ -107,9 +107,11 @@ Connection* State::readyOn(int connection, CUresult& err) {
   return c;
 }
 
-Connection* State::readyForHandle(uint64_t handle, CUresult& err) {
+Connection* State::readyForHandle(uint64_t handle, CUresult& err) { return readyOn(connectionOfHandle(handle), err); }
+
+int State::connectionOfHandle(uint64_t handle) const {
   int owner = conns_.size() > 1 ? tags::owner(handle) : -1;
-  return readyOn(owner < 0 ? currentConnection() : owner, err);
+  return owner < 0 ? currentConnection() : owner;
 }
 
 CUdevice State::deviceOfHandle(uint64_t handle) const {

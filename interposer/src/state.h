@@ -83,6 +83,7 @@ class State {
   int connectionOf(CUdevice d) const;
   int currentConnection() const;
   int connectionOfPointer(uint64_t ptr);
+  int connectionOfHandle(uint64_t handle) const;
   int connections() const { return static_cast<int>(conns_.size()); }
   // The device a handle belongs to (a default stream: the current context's).
   CUdevice deviceOfHandle(uint64_t handle) const;

@@ -247,7 +247,96 @@ int main() {
     CK(cudaMemcpy2DToArray(arr, 0, 0, in.data(), 1024, 1024, 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy2DFromArray(out.data(), 1024, arr, 0, 0, 1024, 4, cudaMemcpyDeviceToHost));
     check(out == in, "an array of device 1's, copied in and out while device 0 is current");
+    for (int i = 0; i < 1024; ++i) in[i] = 5u * i + 1;
+    CK(cudaMemcpy2DToArrayAsync(arr, 0, 0, in.data(), 1024, 1024, 4, cudaMemcpyHostToDevice, stream[0]));
+    CK(cudaStreamSynchronize(stream[0]));
+    CK(cudaMemcpy2DFromArray(out.data(), 1024, arr, 0, 0, 1024, 4, cudaMemcpyDeviceToHost));
+    check(out == in, "an array of device 1's, copied in on device 0's stream");
     CK(cudaFreeArray(arr));
+  }
+
+  // Rectangles of device 1's memory while device 0 is current: a pointer says its device, as with 1D
+  // copies (unified addressing), and a rectangle from device 0 to device 1 crosses between them.
+  {
+    constexpr size_t kPitch = 1024, kWidth = 768, kRows = 8;  // a 768-byte row every 1 KiB
+    unsigned char *d1 = nullptr, *d0 = nullptr;
+    CK(cudaSetDevice(1));
+    CK(cudaMalloc(&d1, kPitch * kRows * 2));
+    CK(cudaSetDevice(0));
+    CK(cudaMalloc(&d0, kPitch * kRows * 2));
+    std::vector<unsigned char> in(kPitch * kRows), out(kPitch * kRows, 0);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>(i * 13 + 1);
+    auto rowsMatch = [&](unsigned char fill) {  // out's rectangle holds in's, and the rest of each row `fill`
+      for (size_t y = 0; y < kRows; ++y)
+        for (size_t x = 0; x < kPitch; ++x)
+          if (out[y * kPitch + x] != (x < kWidth ? in[y * kPitch + x] : fill)) return false;
+      return true;
+    };
+    cudaError_t e1 = cudaMemset2D(d1, kPitch, 0x5a, kPitch, kRows);
+    cudaError_t e2 = cudaMemcpy2D(d1, kPitch, in.data(), kPitch, kWidth, kRows, cudaMemcpyHostToDevice);
+    cudaError_t e3 = cudaMemcpy2D(out.data(), kPitch, d1, kPitch, kPitch, kRows, cudaMemcpyDeviceToHost);
+    std::snprintf(detail, sizeof detail, "%s, %s, %s", cudaGetErrorName(e1), cudaGetErrorName(e2), cudaGetErrorName(e3));
+    check(e1 == cudaSuccess && e2 == cudaSuccess && e3 == cudaSuccess && rowsMatch(0x5a),
+          "cudaMemset2D and cudaMemcpy2D in and out of device 1's memory while device 0 is current", detail);
+    (void)cudaGetLastError();
+
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>(i * 7 + 2);
+    e2 = cudaMemcpy2DAsync(d1, kPitch, in.data(), kPitch, kWidth, kRows, cudaMemcpyHostToDevice, stream[0]);
+    CK(cudaStreamSynchronize(stream[0]));
+    CK(cudaMemcpy2D(out.data(), kPitch, d1, kPitch, kPitch, kRows, cudaMemcpyDeviceToHost));
+    std::snprintf(detail, sizeof detail, "%s", cudaGetErrorName(e2));
+    check(e2 == cudaSuccess && rowsMatch(0x5a), "cudaMemcpy2DAsync into device 1's memory on device 0's stream", detail);
+    (void)cudaGetLastError();
+
+    // Device 0 -> device 1 and back, as rectangles (2D, then a 3D copy of two slices).
+    std::fill(out.begin(), out.end(), 0);
+    CK(cudaMemset2D(d0, kPitch, 0x11, kPitch, kRows * 2));
+    CK(cudaMemcpy2D(d0, kPitch, in.data(), kPitch, kWidth, kRows, cudaMemcpyHostToDevice));
+    CK(cudaSetDevice(1));
+    CK(cudaMemset2D(d1, kPitch, 0x22, kPitch, kRows * 2));
+    cudaError_t e4 = cudaMemcpy2D(d1, kPitch, d0, kPitch, kWidth, kRows, cudaMemcpyDefault);
+    CK(cudaMemcpy2D(out.data(), kPitch, d1, kPitch, kPitch, kRows, cudaMemcpyDeviceToHost));
+    std::snprintf(detail, sizeof detail, "%s", cudaGetErrorName(e4));
+    check(e4 == cudaSuccess && rowsMatch(0x22), "cudaMemcpy2D from device 0's memory to device 1's", detail);
+    (void)cudaGetLastError();
+
+    {  // 80 MiB, more than gpool relays at once (64 MiB): each row's first word says its row
+      constexpr size_t kBigPitch = 4096, kBigRows = 20480;
+      unsigned *b0 = nullptr, *b1 = nullptr;
+      std::vector<unsigned> rows(kBigPitch / sizeof(unsigned) * kBigRows, 0);
+      for (size_t y = 0; y < kBigRows; ++y) rows[y * kBigPitch / sizeof(unsigned)] = static_cast<unsigned>(y * 3 + 1);
+      CK(cudaSetDevice(0));
+      CK(cudaMalloc(&b0, kBigPitch * kBigRows));
+      CK(cudaMemcpy(b0, rows.data(), kBigPitch * kBigRows, cudaMemcpyHostToDevice));
+      CK(cudaSetDevice(1));
+      CK(cudaMalloc(&b1, kBigPitch * kBigRows));
+      cudaError_t e = cudaMemcpy2D(b1, kBigPitch, b0, kBigPitch, kBigPitch, kBigRows, cudaMemcpyDeviceToDevice);
+      std::vector<unsigned> back(rows.size(), 7);
+      CK(cudaMemcpy(back.data(), b1, kBigPitch * kBigRows, cudaMemcpyDeviceToHost));
+      std::snprintf(detail, sizeof detail, "%s", cudaGetErrorName(e));
+      check(e == cudaSuccess && back == rows, "an 80 MiB cudaMemcpy2D from device 0's memory to device 1's", detail);
+      (void)cudaGetLastError();
+      CK(cudaFree(b1));
+      CK(cudaSetDevice(0));
+      CK(cudaFree(b0));
+      CK(cudaSetDevice(1));
+    }
+
+    cudaMemcpy3DParms p{};
+    p.srcPtr = make_cudaPitchedPtr(d1, kPitch, kWidth, kRows / 2);
+    p.dstPtr = make_cudaPitchedPtr(d0 + kPitch * kRows, kPitch, kWidth, kRows / 2);
+    p.extent = make_cudaExtent(kWidth, kRows / 2, 2);
+    p.kind = cudaMemcpyDefault;
+    CK(cudaSetDevice(0));
+    cudaError_t e5 = cudaMemcpy3D(&p);
+    std::fill(out.begin(), out.end(), 0);
+    CK(cudaMemcpy2D(out.data(), kPitch, d0 + kPitch * kRows, kPitch, kPitch, kRows, cudaMemcpyDeviceToHost));
+    std::snprintf(detail, sizeof detail, "%s", cudaGetErrorName(e5));
+    check(e5 == cudaSuccess && rowsMatch(0x11), "cudaMemcpy3D from device 1's memory to device 0's", detail);
+    (void)cudaGetLastError();
+    CK(cudaFree(d0));
+    CK(cudaSetDevice(1));
+    CK(cudaFree(d1));
   }
 
   // A graph captured on device 1 is device 1's: queried, launched and destroyed while device 0 is current.
