@@ -132,8 +132,9 @@ CUresult addMemcpy(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_
 
 CUresult addHost(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUhostFn fn, void* data) {
   if (!fn) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN_OF_HANDLE(conn, raw(graph));
   uint64_t id = 0;
-  if (CUresult r = hostFunctionId([fn, data] { fn(data); }, id)) return r;
+  if (CUresult r = hostFunctionId(conn, [fn, data] { fn(data); }, id)) return r;
   return addNoted<calls::GraphAddHostNode>(node, graph, CU_GRAPH_NODE_TYPE_HOST, [fn, data](NodeInfo& i, const auto&) { i.host = {fn, data}; },
                                            graphDeps(d, n), id);
 }
@@ -363,8 +364,9 @@ GPOOL_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNo
 GPOOL_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_HOST_NODE_PARAMS* p) {
   GPOOL_TRY
   if (!p || !p->fn) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN_OF_HANDLE(conn, raw(exec));
   uint64_t id = 0;
-  if (CUresult r = hostFunctionId([fn = p->fn, data = p->userData] { fn(data); }, id)) return r;
+  if (CUresult r = hostFunctionId(conn, [fn = p->fn, data = p->userData] { fn(data); }, id)) return r;
   return setExecNode<calls::GraphExecHostNodeSetParams>(exec, node, id);
   GPOOL_CATCH
 }
@@ -430,8 +432,9 @@ CUresult setMemcpy(CUgraphNode node, const CUDA_MEMCPY3D* c) {
 }
 CUresult setHost(CUgraphNode node, CUhostFn fn, void* data) {
   if (!fn) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN_OF_HANDLE(conn, raw(node));
   uint64_t id = 0;
-  if (CUresult r = hostFunctionId([fn, data] { fn(data); }, id)) return r;
+  if (CUresult r = hostFunctionId(conn, [fn, data] { fn(data); }, id)) return r;
   return setGraphNode<calls::GraphHostNodeSetParams>(node, CU_GRAPH_NODE_TYPE_HOST, [fn, data](NodeInfo& i) { i.host = {fn, data}; }, id);
 }
 CUresult setEvent(CUgraphNode node, CUevent e, bool wait) {

@@ -1,8 +1,8 @@
 // Host functions (cuLaunchHostFunc, cuStreamAddCallback). The function runs here, on a thread of this
 // library, when the worker says its turn has come on its stream; the worker holds back the work queued
 // after it until this side answers that it has returned. The worker's word comes on a channel of its own
-// (server/worker/host_callbacks.h), opened at the first host function. As in CUDA, a host function must
-// not call CUDA itself.
+// (server/worker/host_callbacks.h), one per worker of the lease, opened at the first host function that
+// worker calls. As in CUDA, a host function must not call CUDA itself.
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -24,7 +24,8 @@ struct Pending {
 std::mutex g_mu;
 std::unordered_map<uint64_t, Pending> g_pending;
 uint64_t g_next_id = 1;
-std::shared_ptr<gpool::proto::Transport> g_channel;  // set once; the thread below owns its reads
+// By connection, each set once; the thread serving one owns its reads.
+std::unordered_map<int, std::shared_ptr<gpool::proto::Transport>> g_channels;
 
 // Runs each function the worker says is due, and answers when it has returned.
 void serve(std::shared_ptr<gpool::proto::Transport> channel) {
@@ -53,10 +54,11 @@ void serve(std::shared_ptr<gpool::proto::Transport> channel) {
   }
 }
 
-// Opens the channel once: the worker listens on a port of its host and wants its token first.
+// Opens `conn`'s channel once: its worker listens on a port of its host and wants its token first.
 CUresult openChannel(Connection* conn) {
   std::lock_guard lock(g_mu);
-  if (g_channel) return CUDA_SUCCESS;
+  if (g_channels.count(conn->index())) return CUDA_SUCCESS;
+  AsideScope aside;  // gpool's own request
   calls::HostFuncChannel::out::tuple out;
   if (int st = conn->call<calls::HostFuncChannel>(out)) return static_cast<CUresult>(st);
   std::string host;
@@ -68,7 +70,7 @@ CUresult openChannel(Connection* conn) {
     const std::vector<uint8_t>& token = std::get<1>(out);
     gpool::proto::ConstBuffer b{token.data(), token.size()};
     channel->send(std::span(&b, 1));
-    g_channel = channel;
+    g_channels[conn->index()] = channel;
     std::thread(serve, channel).detach();  // lives as long as the process or the channel
   } catch (const std::exception& e) {
     GPOOL_LOG(Level::kError, "cannot open the host-function channel to the worker (%s); host functions cannot run", e.what());
@@ -77,8 +79,9 @@ CUresult openChannel(Connection* conn) {
   return CUDA_SUCCESS;
 }
 
+// On the stream's device, whichever is current.
 CUresult launch(uint64_t stream, std::function<void()> fn) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, stream);
   if (CUresult r = openChannel(conn)) return r;
   uint64_t id;
   {
@@ -91,8 +94,7 @@ CUresult launch(uint64_t stream, std::function<void()> fn) {
 
 }  // namespace
 
-CUresult gpool::client::hostFunctionId(std::function<void()> fn, uint64_t& id, bool once) {
-  GPOOL_CONN(conn);
+CUresult gpool::client::hostFunctionId(Connection* conn, std::function<void()> fn, uint64_t& id, bool once) {
   if (CUresult r = openChannel(conn)) return r;
   std::lock_guard lock(g_mu);
   id = g_next_id++;

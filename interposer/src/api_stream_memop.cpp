@@ -8,8 +8,9 @@ namespace calls = gpool::proto::calls;
 
 namespace {
 
+// On the stream's device, whichever is current.
 CUresult memop(bool write, uint64_t stream, CUdeviceptr addr, uint32_t bytes, uint64_t value, unsigned flags) {
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_HANDLE(conn, stream);
   if (addr % bytes != 0) return CUDA_ERROR_INVALID_VALUE;  // as the driver says it, at once
   uint64_t base;
   Allocation a;

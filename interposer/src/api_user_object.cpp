@@ -22,7 +22,7 @@ GPOOL_EXPORT CUresult cuUserObjectCreate(CUuserObject* out, void* ptr, CUhostFn 
   if (!out || !destroy || !countTaken(refs) || flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
   uint64_t id = 0;
-  if (CUresult r = hostFunctionId([destroy, ptr] { destroy(ptr); }, id, true)) return r;
+  if (CUresult r = hostFunctionId(conn, [destroy, ptr] { destroy(ptr); }, id, true)) return r;
   calls::UserObjectCreate::out::tuple o;
   int st = conn->call<calls::UserObjectCreate>(o, id, refs);
   *out = st == CUDA_SUCCESS ? reinterpret_cast<CUuserObject>(std::get<0>(o).v) : nullptr;

@@ -216,9 +216,9 @@ CUresult managedBeforeDeviceWork();
 CUresult managedAtSync();
 bool isManaged(uint64_t p);
 bool freeManaged(uint64_t p, CUresult& result);
-// A host function that runs whenever the worker says so: for good (a graph's host node), or `once` (a user
-// object's destructor). api_host_func.cpp.
-CUresult hostFunctionId(std::function<void()> fn, uint64_t& id, bool once = false);
+// A host function that runs whenever `conn`'s worker says so: for good (a graph's host node), or `once` (a
+// user object's destructor). api_host_func.cpp.
+CUresult hostFunctionId(Connection* conn, std::function<void()> fn, uint64_t& id, bool once = false);
 // Asks `conn`'s worker which graph allocations' addresses are no longer this client's (after a graph or
 // an instantiation is destroyed, or `freed`, addresses taken for graph allocations, were freed) and forgets
 // them (api_graph_memory.cpp). Nothing is sent while there are no such records. Returns what the worker

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstring>
+#include <utility>
 
 #include "gpool/protocol/calls.h"
 #include "gpool/protocol/frame_io.h"
@@ -25,7 +26,11 @@ bool HostCallbacks::accept() {
 
 bool HostCallbacks::run(uint64_t id) {
   std::lock_guard lock(mu_);
-  if (!accept()) return false;
+  if (!accept()) {
+    if (!std::exchange(said_unreachable_, true))
+      spdlog::warn("host function {} is due, but the client has no host-function channel to this worker; host functions are skipped", id);
+    return false;
+  }
   try {
     proto::sendFrame(*channel_, proto::kMsgHostFuncDue, 0, id, &id, sizeof id);
     std::vector<uint8_t> payload;

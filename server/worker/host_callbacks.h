@@ -31,6 +31,7 @@ class HostCallbacks {
   std::mutex mu_;
   TokenListener listener_;
   bool opened_ = false;
+  bool said_unreachable_ = false;  // a function was due with no channel to run it on: logged once
   std::unique_ptr<proto::Transport> channel_;
 };
 

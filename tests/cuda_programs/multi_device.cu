@@ -2,6 +2,7 @@
 // copies and cudaMemcpyDefault), a kernel on each, and a stream on one device that waits for an event
 // recorded on the other; every value is checked. Devices of a lease are separate workers, so kernels get
 // no peer access, and the program checks that it is told so. Prints one line per check and ALL PASSED.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -337,6 +338,34 @@ int main() {
     CK(cudaFree(d0));
     CK(cudaSetDevice(1));
     CK(cudaFree(d1));
+  }
+
+  // A stream memory operation on device 1's stream while device 0 is current goes to device 1.
+  {
+    using WriteValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+    auto write32 = driverEntryPoint<WriteValue32>("cuStreamWriteValue32");
+    CK(cudaSetDevice(0));
+    CUresult r = write32(reinterpret_cast<CUstream>(stream[1]), reinterpret_cast<CUdeviceptr>(small[1]), 0xfeedu, 0);
+    CK(cudaStreamSynchronize(stream[1]));
+    unsigned word = 0;
+    CK(cudaMemcpy(&word, small[1], sizeof word, cudaMemcpyDeviceToHost));
+    std::snprintf(detail, sizeof detail, "CUresult %d, word %#x", static_cast<int>(r), word);
+    check(r == CUDA_SUCCESS && word == 0xfeedu, "cuStreamWriteValue32 on device 1's stream while device 0 is current", detail);
+  }
+
+  // Host functions on each device's stream, whichever device is current; each device's worker calls back.
+  {
+    static int ran[2] = {0, 0};
+    CK(cudaSetDevice(0));
+    CK(cudaLaunchHostFunc(stream[0], [](void*) { ++ran[0]; }, nullptr));
+    CK(cudaStreamSynchronize(stream[0]));
+    CK(cudaLaunchHostFunc(stream[1], [](void*) { ++ran[1]; }, nullptr));
+    CK(cudaStreamSynchronize(stream[1]));
+    CK(cudaSetDevice(1));
+    CK(cudaLaunchHostFunc(stream[1], [](void*) { ++ran[1]; }, nullptr));
+    CK(cudaStreamSynchronize(stream[1]));
+    std::snprintf(detail, sizeof detail, "device 0: %d, device 1: %d", ran[0], ran[1]);
+    check(ran[0] == 1 && ran[1] == 2, "host functions run on both devices' streams", detail);
   }
 
   // A graph captured on device 1 is device 1's: queried, launched and destroyed while device 0 is current.
