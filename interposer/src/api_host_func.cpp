@@ -10,6 +10,8 @@
 #include <unordered_map>
 
 #include "state.h"
+#include "captured_copies.h"
+#include "host_rows.h"
 
 using namespace gpool::client;
 namespace calls = gpool::proto::calls;
@@ -27,35 +29,43 @@ uint64_t g_next_id = 1;
 // By connection, each set once; the thread serving one owns its reads.
 std::unordered_map<int, std::shared_ptr<gpool::proto::Transport>> g_channels;
 
-// Runs each function the worker says is due, and answers when it has returned.
+// Runs the function `id`, when the worker says it is due, and answers once it has returned.
+void runDue(gpool::proto::Transport& channel, const gpool::proto::FrameHeader& h) {
+  uint64_t id = 0;
+  if (h.length != sizeof id) throw gpool::proto::ProtocolError("a malformed host function on the host-function channel");
+  channel.recv(&id, sizeof id);
+  std::function<void()> fn;
+  {
+    std::lock_guard lock(g_mu);
+    auto it = g_pending.find(id);
+    if (it != g_pending.end()) {
+      fn = it->second.fn;
+      if (!it->second.keep) g_pending.erase(it);
+    }
+  }
+  if (fn) fn();
+  else GPOOL_LOG(Level::kWarn, "the worker named host function %llu, which this process does not know", (unsigned long long)id);
+  gpool::proto::sendFrame(channel, gpool::proto::kMsgHostFuncDue, gpool::proto::kIsReply, h.seq, &id, sizeof id);
+}
+
+// Serves the worker's word on one channel: host functions due, and captured copies' rows.
 void serve(std::shared_ptr<gpool::proto::Transport> channel) {
   try {
     for (;;) {
-      std::vector<uint8_t> payload;
-      gpool::proto::FrameHeader h = gpool::proto::recvFrame(*channel, payload, 64);
-      uint64_t id = 0;
-      if (h.msg != gpool::proto::kMsgHostFuncDue || payload.size() != sizeof id) break;
-      std::memcpy(&id, payload.data(), sizeof id);
-      std::function<void()> fn;
-      {
-        std::lock_guard lock(g_mu);
-        auto it = g_pending.find(id);
-        if (it != g_pending.end()) {
-          fn = it->second.fn;
-          if (!it->second.keep) g_pending.erase(it);
-        }
-      }
-      if (fn) fn();
-      else GPOOL_LOG(Level::kWarn, "the worker named host function %llu, which this process does not know", (unsigned long long)id);
-      gpool::proto::sendFrame(*channel, gpool::proto::kMsgHostFuncDue, gpool::proto::kIsReply, h.seq, &id, sizeof id);
+      gpool::proto::FrameHeader h = gpool::proto::recvHeader(*channel, UINT32_MAX);
+      if (h.flags & gpool::proto::kIsReply) break;
+      if (h.msg == gpool::proto::kMsgHostFuncDue) runDue(*channel, h);
+      else if (!serveHostRows(*channel, h)) break;
     }
   } catch (const std::exception& e) {
     GPOOL_LOG(Level::kDebug, "host-function channel closed: %s", e.what());
   }
 }
 
+}  // namespace
+
 // Opens `conn`'s channel once: its worker listens on a port of its host and wants its token first.
-CUresult openChannel(Connection* conn) {
+CUresult gpool::client::openHostChannel(Connection* conn) {
   std::lock_guard lock(g_mu);
   if (g_channels.count(conn->index())) return CUDA_SUCCESS;
   AsideScope aside;  // gpool's own request
@@ -79,10 +89,12 @@ CUresult openChannel(Connection* conn) {
   return CUDA_SUCCESS;
 }
 
+namespace {
+
 // On the stream's device, whichever is current.
 CUresult launch(uint64_t stream, std::function<void()> fn) {
   GPOOL_CONN_OF_HANDLE(conn, stream);
-  if (CUresult r = openChannel(conn)) return r;
+  if (CUresult r = openHostChannel(conn)) return r;
   uint64_t id;
   {
     std::lock_guard lock(g_mu);
@@ -95,7 +107,7 @@ CUresult launch(uint64_t stream, std::function<void()> fn) {
 }  // namespace
 
 CUresult gpool::client::hostFunctionId(Connection* conn, std::function<void()> fn, uint64_t& id, bool once) {
-  if (CUresult r = openChannel(conn)) return r;
+  if (CUresult r = openHostChannel(conn)) return r;
   std::lock_guard lock(g_mu);
   id = g_next_id++;
   g_pending[id] = Pending{std::move(fn), !once};

@@ -8,6 +8,7 @@
 
 #include "state.h"  // first: cuda.h as the library includes it, its versioned names undefined (cuMemcpy3DBatchAsync)
 #include "arrays.h"
+#include "captured_copies.h"
 #include "cross_device.h"
 
 using namespace gpool::client;
@@ -57,6 +58,9 @@ uint64_t rowsPerMessage(uint64_t width) { return std::max<uint64_t>(1, gpool::pr
 CUresult hostToDevice(const End& src, const End& dst, uint64_t width, uint64_t height, uint64_t stream, bool async) {
   GPOOL_CONN_OF_POINTER(conn, dst.addr);
   if (CUresult r = onMemoryDevice(conn, stream, async)) return r;
+  bool captured = false;
+  if (CUresult r = captureHostCopy(conn, true, DevRect{dst.addr, dst.pitch, width, height}, src.addr, src.pitch, stream, captured); r || captured)
+    return r;
   std::vector<uint8_t> packed;
   for (uint64_t y = 0, step = rowsPerMessage(width); y < height; y += step) {
     uint64_t rows = std::min(step, height - y);
@@ -76,6 +80,9 @@ CUresult deviceToHost(const End& src, const End& dst, uint64_t width, uint64_t h
   GPOOL_CONN_OF_POINTER(conn, src.addr);
   bool async = false;
   if (CUresult r = onMemoryDevice(conn, stream, async)) return r;
+  bool captured = false;
+  if (CUresult r = captureHostCopy(conn, false, DevRect{src.addr, src.pitch, width, height}, dst.addr, dst.pitch, stream, captured); r || captured)
+    return r;
   for (uint64_t y = 0, step = rowsPerMessage(width); y < height; y += step) {
     uint64_t rows = std::min(step, height - y);
     calls::MemcpyDtoH2D::out::tuple r;

@@ -437,6 +437,52 @@ class CudaBackend final : public Backend {
     return r;
   }
 
+  // A copy between the client's memory and the device, captured: a host node fetches the client's rows
+  // into a staging buffer before a copy from it, or delivers them after a copy into it. The buffers, as
+  // captured host functions' arguments, live as long as the backend.
+  struct HostCopyArg {
+    HostCallbacks* callbacks;
+    uint64_t id;
+    std::vector<uint8_t> rows;
+  };
+  std::deque<HostCopyArg> host_copies_;
+  static void CUDA_CB fetchRows(void* p) {
+    auto* a = static_cast<HostCopyArg*>(p);
+    a->callbacks->fetch(a->id, a->rows.data(), a->rows.size());
+  }
+  static void CUDA_CB deliverRows(void* p) {
+    auto* a = static_cast<HostCopyArg*>(p);
+    a->callbacks->deliver(a->id, a->rows.data(), a->rows.size());
+  }
+  Status HostCopyCapture(uint32_t direction, DevRect device, Stream stream, uint64_t id, uint32_t& captured) {
+    captured = 0;
+    if (direction > 1) return CUDA_ERROR_INVALID_VALUE;
+    if (!capturing(stream)) return CUDA_SUCCESS;  // the client copies as usual
+    HostCopyArg& a = host_copies_.emplace_back(HostCopyArg{&callbacks_, id, std::vector<uint8_t>(device.width * device.height)});
+    CUDA_MEMCPY2D c = copy2D(device.width, device.height);
+    CUstream s = stream_(stream);
+    CUresult r = CUDA_SUCCESS;
+    if (direction == 0) {
+      c.srcMemoryType = CU_MEMORYTYPE_HOST;
+      c.srcHost = a.rows.data();
+      c.srcPitch = device.width;
+      toDevice(c, device);
+      r = d_.cuLaunchHostFunc_(s, &fetchRows, &a);
+      if (r == CUDA_SUCCESS) r = d_.cuMemcpy2DAsync_(&c, s);
+    } else {
+      c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+      c.srcDevice = device.ptr;
+      c.srcPitch = device.pitch;
+      c.dstMemoryType = CU_MEMORYTYPE_HOST;
+      c.dstHost = a.rows.data();
+      c.dstPitch = device.width;
+      r = d_.cuMemcpy2DAsync_(&c, s);
+      if (r == CUDA_SUCCESS) r = d_.cuLaunchHostFunc_(s, &deliverRows, &a);
+    }
+    captured = r == CUDA_SUCCESS;
+    return r;
+  }
+
   // User objects: the destructor is the client's host function `id`, run once when the driver drops the
   // last reference (on a thread of the driver's; it only tells the client, and calls no CUDA).
   Status UserObjectCreate(uint64_t id, NewRefs refs, Created<UserObject>& out) {

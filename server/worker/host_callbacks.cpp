@@ -3,7 +3,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
+#include <cstdint>
 #include <cstring>
+#include <span>
 #include <utility>
 
 #include "gpool/protocol/calls.h"
@@ -24,28 +27,58 @@ bool HostCallbacks::accept() {
   return channel_ != nullptr;
 }
 
-bool HostCallbacks::run(uint64_t id) {
-  std::lock_guard lock(mu_);
+bool HostCallbacks::exchange(uint16_t msg, uint64_t id, const uint8_t* data, uint64_t bytes, std::vector<uint8_t>& reply,
+                             uint64_t reply_bytes) {
   if (!accept()) {
     if (!std::exchange(said_unreachable_, true))
-      spdlog::warn("host function {} is due, but the client has no host-function channel to this worker; host functions are skipped", id);
+      spdlog::warn("host function or copy {} is due, but the client has no host-function channel to this worker; host functions "
+                   "and captured host copies are skipped", id);
     return false;
   }
   try {
-    proto::sendFrame(*channel_, proto::kMsgHostFuncDue, 0, id, &id, sizeof id);
-    std::vector<uint8_t> payload;
-    proto::FrameHeader h = proto::recvFrame(*channel_, payload, sizeof id);
-    uint64_t done = 0;
-    if (h.msg != proto::kMsgHostFuncDue || !(h.flags & proto::kIsReply) || payload.size() != sizeof done)
-      throw proto::ProtocolError("unexpected frame on the host-function channel");
-    std::memcpy(&done, payload.data(), sizeof done);
-    if (done != id) throw proto::ProtocolError("host function " + std::to_string(done) + " returned, " + std::to_string(id) + " was due");
+    if (sizeof id + bytes > UINT32_MAX || reply_bytes > UINT32_MAX) throw proto::ProtocolError("a host copy too large for one frame");
+    proto::FrameHeader h{static_cast<uint32_t>(sizeof id + bytes), msg, 0, id};
+    std::array<proto::ConstBuffer, 3> parts{proto::ConstBuffer{&h, sizeof h}, proto::ConstBuffer{&id, sizeof id},
+                                            proto::ConstBuffer{data, bytes}};
+    channel_->send(std::span(parts.data(), bytes ? 3 : 2));
+    proto::FrameHeader r = proto::recvFrame(*channel_, reply, static_cast<uint32_t>(reply_bytes));
+    if (r.msg != msg || !(r.flags & proto::kIsReply) || r.seq != id || reply.size() != reply_bytes)
+      throw proto::ProtocolError("unexpected answer on the host-function channel");
     return true;
   } catch (const std::exception& e) {
-    spdlog::warn("host-function channel closed: {}; later host functions are skipped", e.what());
+    spdlog::warn("host-function channel closed: {}; later host functions and captured host copies are skipped", e.what());
     channel_.reset();
     return false;
   }
+}
+
+bool HostCallbacks::run(uint64_t id) {
+  std::lock_guard lock(mu_);
+  std::vector<uint8_t> reply;
+  uint64_t done = 0;
+  if (!exchange(proto::kMsgHostFuncDue, id, nullptr, 0, reply, sizeof done)) return false;
+  std::memcpy(&done, reply.data(), sizeof done);
+  if (done == id) return true;
+  spdlog::warn("host-function channel closed: host function {} returned, {} was due; later host functions are skipped", done, id);
+  channel_.reset();
+  return false;
+}
+
+bool HostCallbacks::fetch(uint64_t id, uint8_t* into, uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  std::vector<uint8_t> reply;
+  if (!exchange(proto::kMsgHostRead, id, nullptr, 0, reply, bytes)) return false;
+  if (bytes) std::memcpy(into, reply.data(), bytes);
+  return true;
+}
+
+bool HostCallbacks::deliver(uint64_t id, const uint8_t* from, uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  std::vector<uint8_t> reply;
+  uint64_t done = 0;
+  if (!exchange(proto::kMsgHostWrite, id, from, bytes, reply, sizeof done)) return false;
+  std::memcpy(&done, reply.data(), sizeof done);
+  return done == id;
 }
 
 }  // namespace gpool::worker

@@ -23,11 +23,19 @@ class HostCallbacks {
   // Tells the client callback `id` is due and waits until it has returned; false when there is no channel
   // (never opened, the client never came, or it went away): the stream then goes on without it.
   bool run(uint64_t id);
+  // A captured copy's client side (HostCopyCapture), at a replay: `fetch` asks the client for copy `id`'s
+  // rows, `bytes` packed, into `into`; `deliver` gives it the rows at `from`. False as for `run` (the
+  // copy then moves nothing), or when the client answers anything but exactly what was asked.
+  bool fetch(uint64_t id, uint8_t* into, uint64_t bytes);
+  bool deliver(uint64_t id, const uint8_t* from, uint64_t bytes);
 
   static constexpr int kAcceptTimeoutMs = 10000;
 
  private:
   bool accept();  // with mu_ held
+  // Sends `msg` for `id` (with `data` after the id), then reads the reply into `reply`, which must be
+  // `reply_bytes` long: with mu_ held; false (the channel closed) on any failure.
+  bool exchange(uint16_t msg, uint64_t id, const uint8_t* data, uint64_t bytes, std::vector<uint8_t>& reply, uint64_t reply_bytes);
   std::mutex mu_;
   TokenListener listener_;
   bool opened_ = false;

@@ -12,18 +12,12 @@
 #include <vector>
 
 #include "checks.h"
+#include "increment.cuh"
 
 extern "C" __global__ void gpool_test_saxpy(int n, float a, const float* x, float* y) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] = a * x[i] + y[i];
 }
-
-extern "C" __global__ void gpool_test_increment(unsigned* p, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) p[i] += 1;
-}
-
-
 
 static void roundTrip(size_t n) {
   std::vector<unsigned char> src(n), dst(n, 0);

@@ -6,11 +6,7 @@
 #include <vector>
 
 #include "checks.h"
-
-extern "C" __global__ void gpool_test_increment(unsigned* p, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) p[i] += 1;
-}
+#include "increment.cuh"
 
 namespace {
 

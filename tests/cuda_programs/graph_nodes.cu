@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "increment.cuh"
 
 // One PASS/FAIL line whose text is formatted.
 #define CHECK(ok, ...)                               \
@@ -21,11 +22,6 @@
     std::snprintf(what_, sizeof what_, __VA_ARGS__); \
     check(ok_, what_);                               \
   } while (0)
-
-extern "C" __global__ void gpool_test_increment(unsigned* p, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) p[i] += 1;
-}
 
 // A loop's condition: counts its iterations and keeps the loop going while fewer than `limit` ran.
 extern "C" __global__ void gpool_test_loop_condition(cudaGraphConditionalHandle h, unsigned* counter, unsigned limit) {

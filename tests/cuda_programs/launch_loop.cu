@@ -7,10 +7,7 @@
 
 #include <cuda_runtime.h>
 
-extern "C" __global__ void gpool_test_increment(unsigned* p, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) p[i] += 1;
-}
+#include "increment.cuh"
 
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 3.0;

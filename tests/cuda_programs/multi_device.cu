@@ -11,11 +11,7 @@
 #include <vector>
 
 #include "checks.h"
-
-extern "C" __global__ void gpool_test_increment(unsigned* p, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) p[i] += 1;
-}
+#include "increment.cuh"
 
 constexpr int kN = 1 << 20;  // 4 MiB per buffer: copies span more than one protocol chunk
 constexpr size_t kBytes = kN * sizeof(unsigned);

@@ -638,6 +638,38 @@ TEST(HostCallbacks, OnlyTheClientWithTheTokenIsServed) {
   client.join();
 }
 
+// Captured host copies' rows on the channel: fetched and delivered exactly; a client that answers a fetch
+// with the wrong number of bytes loses its channel (the replay's copy then moves nothing).
+TEST(HostCallbacks, CapturedCopiesMoveExactlyTheirRows) {
+  worker::HostCallbacks callbacks;
+  uint32_t port = 0;
+  std::vector<uint8_t> token;
+  ASSERT_EQ(callbacks.open(port, token), 0);
+  std::thread client([&] {
+    auto c = connectTcp("127.0.0.1:" + std::to_string(port));
+    ConstBuffer t{token.data(), token.size()};
+    c->send(std::span(&t, 1));
+    std::vector<uint8_t> p;
+    FrameHeader h = recvFrame(*c, p, 64);  // a fetch of copy 7: its 5 bytes
+    EXPECT_EQ(h.msg, kMsgHostRead);
+    EXPECT_EQ(p.size(), 8u);
+    sendFrame(*c, kMsgHostRead, kIsReply, h.seq, "abcde", 5);
+    h = recvFrame(*c, p, 64);  // a delivery of copy 8: the id, then 3 bytes
+    EXPECT_EQ(h.msg, kMsgHostWrite);
+    EXPECT_EQ(std::string(p.begin() + 8, p.end()), "xyz");
+    sendFrame(*c, kMsgHostWrite, kIsReply, h.seq, p.data(), 8);
+    h = recvFrame(*c, p, 64);  // answered one byte short
+    sendFrame(*c, kMsgHostRead, kIsReply, h.seq, "abcd", 4);
+  });
+  uint8_t rows[5] = {};
+  EXPECT_TRUE(callbacks.fetch(7, rows, 5));
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(rows), 5), "abcde");
+  EXPECT_TRUE(callbacks.deliver(8, reinterpret_cast<const uint8_t*>("xyz"), 3));
+  EXPECT_FALSE(callbacks.fetch(9, rows, 5));
+  EXPECT_FALSE(callbacks.run(10));  // the channel is gone
+  client.join();
+}
+
 // Graph nodes belong to their graph: a node of another graph, a forged node, or a graph as its own child
 // is refused; destroying a graph ends its nodes.
 TEST(Dispatcher, GraphNodesBelongToTheirGraph) {

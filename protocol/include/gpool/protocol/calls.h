@@ -74,6 +74,12 @@ inline constexpr uint32_t kMaxOutputFrame = 1u << 20;
 // On the host-function channel only: the worker says callback `seq` is due (payload: u64 id); the client
 // answers with a reply frame carrying the same id once the function has returned.
 inline constexpr uint16_t kMsgHostFuncDue = 0x01c2;
+// Also on the host-function channel only (2.8), for a captured copy between the client's memory and the
+// device (HostCopyCapture): kMsgHostRead, payload u64 copy id, asks for the client's rows, which the reply
+// carries packed (exactly the copy's width × height bytes); kMsgHostWrite, payload u64 copy id then the
+// rows packed, gives the client its rows, and the reply carries the id once they are written.
+inline constexpr uint16_t kMsgHostRead = 0x01c4;
+inline constexpr uint16_t kMsgHostWrite = 0x01c5;
 
 namespace calls {
 // Loads a module image the worker host already holds, named by its SHA-256 (32 bytes). Answered by

@@ -1,0 +1,75 @@
+// The rows of captured host copies (host_rows.h).
+#include "host_rows.h"
+
+#include <array>
+#include <cstring>
+#include <mutex>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "gpool/protocol/calls.h"
+#include "log.h"
+
+namespace gpool::client {
+
+namespace {
+
+std::mutex g_mu;
+std::unordered_map<uint64_t, HostRows> g_copies;  // by copy id; kept while a graph may replay them
+uint64_t g_next_id = 1;
+
+bool rowsOf(uint64_t id, HostRows& rows) {
+  std::lock_guard lock(g_mu);
+  auto it = g_copies.find(id);
+  if (it == g_copies.end()) return false;
+  rows = it->second;
+  return true;
+}
+
+void sendReply(proto::Transport& channel, const proto::FrameHeader& h, const void* data, uint64_t bytes) {
+  proto::FrameHeader r{static_cast<uint32_t>(bytes), h.msg, proto::kIsReply, h.seq};
+  std::array<proto::ConstBuffer, 2> parts{proto::ConstBuffer{&r, sizeof r}, proto::ConstBuffer{data, bytes}};
+  channel.send(std::span(parts.data(), bytes ? 2 : 1));
+}
+
+}  // namespace
+
+uint64_t registerHostRows(const HostRows& rows) {
+  std::lock_guard lock(g_mu);
+  uint64_t id = g_next_id++;
+  g_copies[id] = rows;
+  return id;
+}
+
+void forgetHostRows(uint64_t id) {
+  std::lock_guard lock(g_mu);
+  g_copies.erase(id);
+}
+
+bool serveHostRows(proto::Transport& channel, const proto::FrameHeader& h) {
+  uint64_t id = 0;
+  HostRows rows;
+  if ((h.msg != proto::kMsgHostRead && h.msg != proto::kMsgHostWrite) || h.length < sizeof id) return false;
+  channel.recv(&id, sizeof id);
+  const bool known = rowsOf(id, rows);
+  if (!known || h.length != (h.msg == proto::kMsgHostRead ? sizeof id : sizeof id + rows.bytes())) {
+    GPOOL_LOG(Level::kWarn, "the worker asked for the rows of a captured copy this process does not have (%llu, %u bytes); "
+              "closing the host-function channel", (unsigned long long)id, h.length);
+    return false;
+  }
+  std::vector<uint8_t> packed(rows.bytes());
+  if (h.msg == proto::kMsgHostRead) {
+    for (uint64_t y = 0; y < rows.height; ++y)
+      std::memcpy(packed.data() + y * rows.width, reinterpret_cast<const void*>(rows.addr + y * rows.pitch), rows.width);
+    sendReply(channel, h, packed.data(), packed.size());
+    return true;
+  }
+  channel.recv(packed.data(), packed.size());
+  for (uint64_t y = 0; y < rows.height; ++y)
+    std::memcpy(reinterpret_cast<void*>(rows.addr + y * rows.pitch), packed.data() + y * rows.width, rows.width);
+  sendReply(channel, h, &id, sizeof id);
+  return true;
+}
+
+}  // namespace gpool::client
