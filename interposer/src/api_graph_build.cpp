@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "graph_nodes.h"
+#include "captured_copies.h"
+#include "host_rows.h"
 
 using namespace gpool::client;
 namespace calls = gpool::proto::calls;
@@ -113,8 +115,8 @@ bool isDevice(CUmemorytype type, CUdeviceptr ptr) {
 CUresult copyOf(const CUDA_MEMCPY3D* c, gpool::proto::DevCopyRect& rect) {
   if (!c) return CUDA_ERROR_INVALID_VALUE;
   if (!isDevice(c->srcMemoryType, c->srcDevice) || !isDevice(c->dstMemoryType, c->dstDevice) || c->Depth > 1 || c->srcZ || c->dstZ) {
-    GPOOL_LOG(Level::kWarn, "a graph memcpy node to or from host memory or an array, or of several slices, is not supported "
-              "by gpool (host memory is on this machine); copy outside the graph");
+    GPOOL_LOG(Level::kWarn, "a graph memcpy node to or from an array, between two host buffers, or of several slices, is not "
+              "supported by gpool; copy outside the graph");
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   uint64_t height = c->Height ? c->Height : 1;
@@ -124,7 +126,44 @@ CUresult copyOf(const CUDA_MEMCPY3D* c, gpool::proto::DevCopyRect& rect) {
   return CUDA_SUCCESS;
 }
 
+// One end of a copy as host memory: its address, when it is this process's memory and not an array.
+bool hostEnd(CUmemorytype type, const void* host, CUdeviceptr ptr, uint64_t& addr) {
+  if (type == CU_MEMORYTYPE_HOST) addr = reinterpret_cast<uint64_t>(host);
+  else if (type == CU_MEMORYTYPE_UNIFIED && !isDevice(type, ptr)) addr = ptr;
+  else return false;
+  return addr != 0;
+}
+
+// One end of a 2D copy: where its first row starts, and its pitch (0: the copy's width).
+uint64_t rowStart(uint64_t addr, uint64_t pitch, uint64_t x, uint64_t y, uint64_t width) { return addr + y * (pitch ? pitch : width) + x; }
+
+// A memcpy node between host memory and device memory (simpleCudaGraphs, jacobiCudaGraphs): the worker's
+// node moves the host rows on the host-function channel at every launch (captured_copies.h).
+CUresult addHostCopy(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, const CUDA_MEMCPY3D* c, bool to_device,
+                     uint64_t host) {
+  GPOOL_CONN_OF_HANDLE(conn, raw(graph));
+  if (CUresult r = openHostChannel(conn)) return r;
+  const uint64_t w = c->WidthInBytes, height = c->Height ? c->Height : 1;
+  const uint64_t src_pitch = c->srcPitch ? c->srcPitch : w, dst_pitch = c->dstPitch ? c->dstPitch : w;
+  const uint64_t src = rowStart(to_device ? host : c->srcDevice, src_pitch, c->srcXInBytes, c->srcY, w);
+  const uint64_t dst = rowStart(to_device ? c->dstDevice : host, dst_pitch, c->dstXInBytes, c->dstY, w);
+  HostRows rows = to_device ? HostRows{src, src_pitch, w, height} : HostRows{dst, dst_pitch, w, height};
+  DevRect device = to_device ? DevRect{dst, dst_pitch, w, height} : DevRect{src, src_pitch, w, height};
+  uint64_t id = registerHostRows(rows);
+  CUresult r = addNoted<calls::GraphAddHostCopyNode>(node, graph, CU_GRAPH_NODE_TYPE_MEMCPY, [c](NodeInfo& i, const auto&) { i.copy = *c; },
+                                                     graphDeps(d, n), uint32_t{to_device ? 0u : 1u}, device, id);
+  if (r != CUDA_SUCCESS) forgetHostRows(id);
+  return r;
+}
+
 CUresult addMemcpy(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, const CUDA_MEMCPY3D* c) {
+  uint64_t host = 0;
+  if (c && c->Depth <= 1 && !c->srcZ && !c->dstZ && c->WidthInBytes) {
+    if (hostEnd(c->srcMemoryType, c->srcHost, c->srcDevice, host) && isDevice(c->dstMemoryType, c->dstDevice))
+      return addHostCopy(node, graph, d, n, c, true, host);
+    if (hostEnd(c->dstMemoryType, c->dstHost, c->dstDevice, host) && isDevice(c->srcMemoryType, c->srcDevice))
+      return addHostCopy(node, graph, d, n, c, false, host);
+  }
   gpool::proto::DevCopyRect rect;
   if (CUresult r = copyOf(c, rect)) return r;
   return addNoted<calls::GraphAddMemcpyNode>(node, graph, CU_GRAPH_NODE_TYPE_MEMCPY, [c](NodeInfo& i, const auto&) { i.copy = *c; }, graphDeps(d, n), rect);

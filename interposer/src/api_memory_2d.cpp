@@ -112,7 +112,7 @@ CUresult arrayCopy(End src, End dst, uint64_t width, uint64_t height, uint64_t s
 }
 
 // The connection of the device an end's memory is on; -1 for host memory.
-int connectionOf(const End& e) {
+int memoryConnection(const End& e) {
   if (e.array) return State::get().connectionOfHandle(e.rect.array.v);
   return e.device ? State::get().connectionOfPointer(e.addr) : -1;
 }
@@ -143,7 +143,7 @@ CUresult relayRect(const End& src, const End& dst, uint64_t width, uint64_t heig
 CUresult copyRect(const End& src, const End& dst, uint64_t width, uint64_t height, uint64_t stream, bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (height > 1 && ((!src.array && width > src.pitch) || (!dst.array && width > dst.pitch))) return CUDA_ERROR_INVALID_VALUE;
-  int from = connectionOf(src), to = connectionOf(dst);
+  int from = memoryConnection(src), to = memoryConnection(dst);
   if (from >= 0 && to >= 0 && from != to) return relayRect(src, dst, width, height, stream);
   if (src.array || dst.array) return arrayCopy(src, dst, width, height, stream, async);
   if (src.device && dst.device) {

@@ -454,33 +454,61 @@ class CudaBackend final : public Backend {
     auto* a = static_cast<HostCopyArg*>(p);
     a->callbacks->deliver(a->id, a->rows.data(), a->rows.size());
   }
+  // Its staging buffer, and the copy between it and the device rows.
+  HostCopyArg& hostCopy(uint64_t id, const DevRect& device, uint32_t direction, CUDA_MEMCPY3D& p) {
+    HostCopyArg& a = host_copies_.emplace_back(HostCopyArg{&callbacks_, id, std::vector<uint8_t>(device.width * device.height)});
+    p = CUDA_MEMCPY3D{};
+    p.WidthInBytes = device.width;
+    p.Height = device.height;
+    p.Depth = 1;
+    if (direction == 0) {
+      p.srcMemoryType = CU_MEMORYTYPE_HOST;
+      p.srcHost = a.rows.data();
+      p.srcPitch = device.width;
+      p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+      p.dstDevice = device.ptr;
+      p.dstPitch = device.pitch;
+    } else {
+      p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+      p.srcDevice = device.ptr;
+      p.srcPitch = device.pitch;
+      p.dstMemoryType = CU_MEMORYTYPE_HOST;
+      p.dstHost = a.rows.data();
+      p.dstPitch = device.width;
+    }
+    return a;
+  }
   Status HostCopyCapture(uint32_t direction, DevRect device, Stream stream, uint64_t id, uint32_t& captured) {
     captured = 0;
     if (direction > 1) return CUDA_ERROR_INVALID_VALUE;
     if (!capturing(stream)) return CUDA_SUCCESS;  // the client copies as usual
-    HostCopyArg& a = host_copies_.emplace_back(HostCopyArg{&callbacks_, id, std::vector<uint8_t>(device.width * device.height)});
-    CUDA_MEMCPY2D c = copy2D(device.width, device.height);
+    CUDA_MEMCPY3D p;
+    HostCopyArg& a = hostCopy(id, device, direction, p);
     CUstream s = stream_(stream);
-    CUresult r = CUDA_SUCCESS;
-    if (direction == 0) {
-      c.srcMemoryType = CU_MEMORYTYPE_HOST;
-      c.srcHost = a.rows.data();
-      c.srcPitch = device.width;
-      toDevice(c, device);
-      r = d_.cuLaunchHostFunc_(s, &fetchRows, &a);
-      if (r == CUDA_SUCCESS) r = d_.cuMemcpy2DAsync_(&c, s);
-    } else {
-      c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-      c.srcDevice = device.ptr;
-      c.srcPitch = device.pitch;
-      c.dstMemoryType = CU_MEMORYTYPE_HOST;
-      c.dstHost = a.rows.data();
-      c.dstPitch = device.width;
-      r = d_.cuMemcpy2DAsync_(&c, s);
-      if (r == CUDA_SUCCESS) r = d_.cuLaunchHostFunc_(s, &deliverRows, &a);
-    }
+    CUresult r = direction == 0 ? d_.cuLaunchHostFunc_(s, &fetchRows, &a) : d_.cuMemcpy3DAsync_(&p, s);
+    if (r == CUDA_SUCCESS) r = direction == 0 ? d_.cuMemcpy3DAsync_(&p, s) : d_.cuLaunchHostFunc_(s, &deliverRows, &a);
     captured = r == CUDA_SUCCESS;
     return r;
+  }
+  // As a graph node: a child graph of the two (the driver copies it into the node).
+  Status GraphAddHostCopyNode(Graph g, GraphNodes deps, uint32_t direction, DevRect device, uint64_t id, Created<GraphNode>& out) {
+    if (direction > 1) return CUDA_ERROR_INVALID_VALUE;
+    CUDA_MEMCPY3D p;
+    HostCopyArg& a = hostCopy(id, device, direction, p);
+    CUDA_HOST_NODE_PARAMS hp{direction == 0 ? &fetchRows : &deliverRows, &a};
+    CUgraph child = nullptr;
+    if (CUresult r = d_.cuGraphCreate_(&child, 0); r != CUDA_SUCCESS) return r;
+    CUgraphNode first = nullptr, second = nullptr;
+    CUresult r = direction == 0 ? d_.cuGraphAddHostNode_(&first, child, nullptr, 0, &hp)
+                                : d_.cuGraphAddMemcpyNode_(&first, child, nullptr, 0, &p, ctx_);
+    if (r == CUDA_SUCCESS)
+      r = direction == 0 ? d_.cuGraphAddMemcpyNode_(&second, child, &first, 1, &p, ctx_) : d_.cuGraphAddHostNode_(&second, child, &first, 1, &hp);
+    auto d = nodes_(deps);
+    Status st = r;
+    if (r == CUDA_SUCCESS)
+      st = addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddChildGraphNode_(n, graph_(g), d.data(), d.size(), child); });
+    d_.cuGraphDestroy_(child);
+    return st;
   }
 
   // User objects: the destructor is the client's host function `id`, run once when the driver drops the

@@ -7,7 +7,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstring>
 #include <unordered_set>
 
 #include "sim_backend.h"
@@ -39,26 +38,14 @@ Status SimBackend::refuseInCapture(Capture& c, const char* what) {
   return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
-// A copy between the client's memory and the device, captured: a host node that fetches the client's rows
-// into a staging buffer and a copy from it (to the device), or the reverse (from it), run at each replay.
+// A copy between the client's memory and the device, captured: one node that fetches the client's rows
+// into a staging buffer and copies them to the device, or the reverse, at each replay (sim_graph.cpp).
 Status SimBackend::HostCopyCapture(uint32_t direction, DevRect device, Stream stream, uint64_t id, uint32_t& captured) {
   captured = 0;
   if (direction > 1) return CUDA_ERROR_INVALID_VALUE;
   Capture* c = capturing(stream);
   if (!c) return CUDA_SUCCESS;  // the client copies as usual
-  auto rows = std::make_shared<std::vector<uint8_t>>(device.width * device.height);
-  const auto staging = reinterpret_cast<uint64_t>(rows->data());
-  DevRect packed{staging, device.width, device.width, device.height};
-  auto copy = [this, rows, packed, device, direction] {
-    const DevRect& to = direction == 0 ? device : packed;
-    const DevRect& from = direction == 0 ? packed : device;
-    if (!reachable(device.ptr, device.span())) return;
-    for (uint64_t y = 0; y < to.height; ++y)
-      std::memcpy(reinterpret_cast<void*>(to.ptr + y * to.pitch), reinterpret_cast<const void*>(from.ptr + y * from.pitch), to.width);
-  };
-  if (direction == 0) captureNode(*c, [this, rows, id] { callbacks_.fetch(id, rows->data(), rows->size()); }, CU_GRAPH_NODE_TYPE_HOST);
-  captureNode(*c, std::move(copy), CU_GRAPH_NODE_TYPE_MEMCPY);
-  if (direction == 1) captureNode(*c, [this, rows, id] { callbacks_.deliver(id, rows->data(), rows->size()); }, CU_GRAPH_NODE_TYPE_HOST);
+  captureNode(*c, hostCopyOp(direction, device, id), CU_GRAPH_NODE_TYPE_MEMCPY);
   captured = 1;
   return CUDA_SUCCESS;
 }
