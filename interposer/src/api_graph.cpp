@@ -34,14 +34,14 @@ CUresult beginCaptureToGraph(uint64_t s, CUgraph graph, const CUgraphNode* deps,
   return static_cast<CUresult>(st);
 }
 
+// `graph` may be null (as the driver allows: a capture into a graph that exists hands back that graph).
 CUresult endCapture(uint64_t s, CUgraph* graph) {
-  if (!graph) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN_OF_HANDLE(conn, s);
   calls::StreamEndCapture::out::tuple r;
   int st = conn->call<calls::StreamEndCapture>(r, s);
   // The capture is over whether it produced a graph or was invalidated; ILLEGAL_STATE: there was none.
   if (st != CUDA_ERROR_ILLEGAL_STATE && State::get().active_captures > 0) --State::get().active_captures;
-  *graph = st == CUDA_SUCCESS ? reinterpret_cast<CUgraph>(std::get<0>(r).v) : nullptr;
+  if (graph) *graph = st == CUDA_SUCCESS ? reinterpret_cast<CUgraph>(std::get<0>(r).v) : nullptr;
   return static_cast<CUresult>(st);
 }
 
