@@ -438,14 +438,25 @@ class CudaBackend final : public Backend {
   }
 
   // A copy between the client's memory and the device, captured: a host node fetches the client's rows
-  // into a staging buffer before a copy from it, or delivers them after a copy into it. The buffers, as
-  // captured host functions' arguments, live as long as the backend.
+  // into a staging buffer before a copy from it, or delivers them after a copy into it. A user object
+  // the graph holds owns the buffer: it goes with the graph, its clones and its instantiations.
   struct HostCopyArg {
     HostCallbacks* callbacks;
     uint64_t id;
     std::vector<uint8_t> rows;
   };
-  std::deque<HostCopyArg> host_copies_;
+  static void CUDA_CB freeHostCopy(void* p) { delete static_cast<HostCopyArg*>(p); }
+  // Gives `a` to graph `g` (the driver frees it once no graph or instantiation holds it).
+  CUresult keepWith(CUgraph g, HostCopyArg* a) {
+    CUuserObject obj = nullptr;
+    if (CUresult r = d_.cuUserObjectCreate_(&obj, a, &freeHostCopy, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC); r != CUDA_SUCCESS) {
+      delete a;
+      return r;
+    }
+    CUresult r = g ? d_.cuGraphRetainUserObject_(g, obj, 1, CU_GRAPH_USER_OBJECT_MOVE) : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (r != CUDA_SUCCESS) d_.cuUserObjectRelease_(obj, 1);  // frees `a`
+    return r;
+  }
   static void CUDA_CB fetchRows(void* p) {
     auto* a = static_cast<HostCopyArg*>(p);
     a->callbacks->fetch(a->id, a->rows.data(), a->rows.size());
@@ -456,7 +467,7 @@ class CudaBackend final : public Backend {
   }
   // Its staging buffer, and the copy between it and the device rows.
   HostCopyArg& hostCopy(uint64_t id, const DevRect& device, uint32_t direction, CUDA_MEMCPY3D& p) {
-    HostCopyArg& a = host_copies_.emplace_back(HostCopyArg{&callbacks_, id, std::vector<uint8_t>(device.width * device.height)});
+    auto& a = *new HostCopyArg{&callbacks_, id, std::vector<uint8_t>(device.width * device.height)};
     p = CUDA_MEMCPY3D{};
     p.WidthInBytes = device.width;
     p.Height = device.height;
@@ -484,6 +495,8 @@ class CudaBackend final : public Backend {
     if (!capturing(stream)) return CUDA_SUCCESS;  // the client copies as usual
     CUDA_MEMCPY3D p;
     HostCopyArg& a = hostCopy(id, device, direction, p);
+    CUresult kept = keepWith(reinterpret_cast<CUgraph>(captureGraph(stream)), &a);
+    if (kept != CUDA_SUCCESS) return kept;
     CUstream s = stream_(stream);
     CUresult r = direction == 0 ? d_.cuLaunchHostFunc_(s, &fetchRows, &a) : d_.cuMemcpy3DAsync_(&p, s);
     if (r == CUDA_SUCCESS) r = direction == 0 ? d_.cuMemcpy3DAsync_(&p, s) : d_.cuLaunchHostFunc_(s, &deliverRows, &a);
@@ -495,6 +508,7 @@ class CudaBackend final : public Backend {
     if (direction > 1) return CUDA_ERROR_INVALID_VALUE;
     CUDA_MEMCPY3D p;
     HostCopyArg& a = hostCopy(id, device, direction, p);
+    if (CUresult kept = keepWith(graph_(g), &a); kept != CUDA_SUCCESS) return kept;
     CUDA_HOST_NODE_PARAMS hp{direction == 0 ? &fetchRows : &deliverRows, &a};
     CUgraph child = nullptr;
     if (CUresult r = d_.cuGraphCreate_(&child, 0); r != CUDA_SUCCESS) return r;
