@@ -1,7 +1,7 @@
 // Per-call costs through whatever libcuda.so.1 the loader finds (run it natively and through gpool in one
 // run with bench/run.sh): asynchronous launches, launch + synchronise, occupancy questions (repeated and
-// new), a 4-byte device-to-host copy, and 256 MiB copies each way (pageable and pinned). Prints "name
-// value unit" lines.
+// new), a 4-byte device-to-host copy (directly, and replayed by a graph that captured it), and 256 MiB
+// copies each way (pageable and pinned). Prints "name value unit" lines.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -53,6 +53,28 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n; ++i) CK(cudaMemcpy(&h4, d4, 4, cudaMemcpyDeviceToHost));
   });
   std::printf("dtoh_4B %.3f us\n", t / n * 1e6);
+
+  // The same 4 bytes copied by a graph: a captured device-to-host copy into pageable memory, replayed and
+  // waited for (jacobiCudaGraphs's pattern). Through gpool over TCP, each replay asks the client to take
+  // the bytes on its host-function channel.
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaMemcpyAsync(&h4, d4, 4, cudaMemcpyDeviceToHost, s));
+  CK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec;
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  t = bestSeconds(5, [&] {
+    for (int i = 0; i < n; ++i) {
+      CK(cudaGraphLaunch(exec, s));
+      CK(cudaStreamSynchronize(s));
+    }
+  });
+  std::printf("graph_dtoh_4B %.3f us\n", t / n * 1e6);
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  CK(cudaStreamDestroy(s));
 
   const size_t big = size_t{256} << 20;
   void* d = nullptr;
