@@ -10,7 +10,8 @@ namespace calls = proto::calls;
 CUresult captureHostCopy(Connection* conn, bool to_device, const proto::DevRect& device, uint64_t host, uint64_t host_pitch,
                          uint64_t stream, bool& captured) {
   captured = false;
-  if (State::get().active_captures.load() == 0) return CUDA_SUCCESS;
+  // The legacy stream (0, 1: CU_STREAM_LEGACY) never captures: nothing to ask.
+  if (State::get().active_captures.load() == 0 || stream <= 1) return CUDA_SUCCESS;
   HostRows rows{host, host_pitch, device.width, device.height};
   if (rows.bytes() == 0 || rows.bytes() > UINT32_MAX - sizeof(uint64_t)) return CUDA_SUCCESS;  // one channel frame at most
   if (CUresult r = openHostChannel(conn)) return r;
