@@ -56,7 +56,19 @@ void oneDimensional(cudaStream_t s, unsigned* d) {
     check(holds(out.data(), 1000u * round + 1) && last == 1000u * round + kN, "a replay reads the host input as it is and writes the outputs", detail);
   }
   CK(cudaGraphExecDestroy(exec));
+
+  // A clone replays the same copies, after the graph it was cloned from is gone (simpleCudaGraphs clones).
+  cudaGraph_t clone;
+  CK(cudaGraphClone(&clone, graph));
   CK(cudaGraphDestroy(graph));
+  CK(cudaGraphInstantiate(&exec, clone, 0));
+  CK(cudaGraphDestroy(clone));  // the instantiation holds what it needs
+  for (int i = 0; i < kN; ++i) pinned[i] = 7000u + i;
+  CK(cudaGraphLaunch(exec, s));
+  CK(cudaStreamSynchronize(s));
+  std::snprintf(detail, sizeof detail, "out[1] %u, last %u", out[1], last);
+  check(holds(out.data(), 7001u) && last == 7000u + kN, "a clone's instantiation replays the copies after both graphs are gone", detail);
+  CK(cudaGraphExecDestroy(exec));
   CK(cudaFreeHost(pinned));
 }
 
