@@ -112,6 +112,11 @@ bool isDevice(CUmemorytype type, CUdeviceptr ptr) {
   return type == CU_MEMORYTYPE_UNIFIED && State::get().findAllocation(ptr, base, a) && a.device;
 }
 
+// One end of a 2D copy as rows: its first row at (x, y) from `base`; a pitch of 0 is the copy's width.
+DevRect rowsAt(uint64_t base, uint64_t pitch, uint64_t x, uint64_t y, uint64_t width, uint64_t height) {
+  return DevRect{base + y * pitch + x, pitch ? pitch : width, width, height};
+}
+
 CUresult copyOf(const CUDA_MEMCPY3D* c, gpool::proto::DevCopyRect& rect) {
   if (!c) return CUDA_ERROR_INVALID_VALUE;
   if (!isDevice(c->srcMemoryType, c->srcDevice) || !isDevice(c->dstMemoryType, c->dstDevice) || c->Depth > 1 || c->srcZ || c->dstZ) {
@@ -120,9 +125,8 @@ CUresult copyOf(const CUDA_MEMCPY3D* c, gpool::proto::DevCopyRect& rect) {
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   uint64_t height = c->Height ? c->Height : 1;
-  rect = gpool::proto::DevCopyRect{
-      DevRect{c->dstDevice + c->dstY * c->dstPitch + c->dstXInBytes, c->dstPitch ? c->dstPitch : c->WidthInBytes, c->WidthInBytes, height},
-      DevRect{c->srcDevice + c->srcY * c->srcPitch + c->srcXInBytes, c->srcPitch ? c->srcPitch : c->WidthInBytes, c->WidthInBytes, height}};
+  rect = gpool::proto::DevCopyRect{rowsAt(c->dstDevice, c->dstPitch, c->dstXInBytes, c->dstY, c->WidthInBytes, height),
+                                   rowsAt(c->srcDevice, c->srcPitch, c->srcXInBytes, c->srcY, c->WidthInBytes, height)};
   return CUDA_SUCCESS;
 }
 
@@ -134,24 +138,21 @@ bool hostEnd(CUmemorytype type, const void* host, CUdeviceptr ptr, uint64_t& add
   return addr != 0;
 }
 
-// One end of a 2D copy: where its first row starts, and its pitch (0: the copy's width).
-uint64_t rowStart(uint64_t addr, uint64_t pitch, uint64_t x, uint64_t y, uint64_t width) { return addr + y * (pitch ? pitch : width) + x; }
-
 // A memcpy node between host memory and device memory (simpleCudaGraphs, jacobiCudaGraphs): the worker's
 // node moves the host rows on the host-function channel at every launch (captured_copies.h).
 CUresult addHostCopy(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, const CUDA_MEMCPY3D* c, bool to_device,
                      uint64_t host) {
   GPOOL_CONN_OF_HANDLE(conn, raw(graph));
   if (CUresult r = openHostChannel(conn)) return r;
-  const uint64_t w = c->WidthInBytes, height = c->Height ? c->Height : 1;
-  const uint64_t src_pitch = c->srcPitch ? c->srcPitch : w, dst_pitch = c->dstPitch ? c->dstPitch : w;
-  const uint64_t src = rowStart(to_device ? host : c->srcDevice, src_pitch, c->srcXInBytes, c->srcY, w);
-  const uint64_t dst = rowStart(to_device ? c->dstDevice : host, dst_pitch, c->dstXInBytes, c->dstY, w);
-  HostRows rows = to_device ? HostRows{src, src_pitch, w, height} : HostRows{dst, dst_pitch, w, height};
-  DevRect device = to_device ? DevRect{dst, dst_pitch, w, height} : DevRect{src, src_pitch, w, height};
-  uint64_t id = registerHostRows(rows);
+  const uint64_t height = c->Height ? c->Height : 1;
+  const DevRect src = rowsAt(to_device ? host : c->srcDevice, c->srcPitch, c->srcXInBytes, c->srcY, c->WidthInBytes, height);
+  const DevRect dst = rowsAt(to_device ? c->dstDevice : host, c->dstPitch, c->dstXInBytes, c->dstY, c->WidthInBytes, height);
+  const DevRect& host_rows = to_device ? src : dst;
+  uint64_t id = registerHostRows({host_rows.ptr, host_rows.pitch, host_rows.width, host_rows.height});
+  gpool::proto::HostRowsCopy copy{to_device ? gpool::proto::HostRowsCopy::kToDevice : gpool::proto::HostRowsCopy::kFromDevice,
+                                  to_device ? dst : src};
   CUresult r = addNoted<calls::GraphAddHostCopyNode>(node, graph, CU_GRAPH_NODE_TYPE_MEMCPY, [c](NodeInfo& i, const auto&) { i.copy = *c; },
-                                                     graphDeps(d, n), uint32_t{to_device ? 0u : 1u}, device, id);
+                                                     graphDeps(d, n), copy, id);
   if (r != CUDA_SUCCESS) forgetHostRows(id);
   return r;
 }

@@ -12,6 +12,7 @@
 using namespace gpool::client;
 namespace calls = gpool::proto::calls;
 using gpool::proto::Blob;
+using gpool::proto::HostRowsCopy;
 
 namespace {
 
@@ -37,7 +38,7 @@ CUresult copyHtoD(uint64_t dst, const void* src, size_t n, uint64_t stream, bool
   if (isManaged(s) || isManaged(dst)) return copyDtoD(dst, s, n, stream, async);  // managed: the device's copy
   if (shared(conn, s, n)) return sharedCopy(conn, dst, s, n, stream, async);
   bool captured = false;
-  if (CUresult r = captureHostCopy(conn, true, gpool::proto::DevRect{dst, n, n, 1}, s, n, stream, captured); r || captured) return r;
+  if (CUresult r = captureHostCopy(conn, {HostRowsCopy::kToDevice, {dst, n, n, 1}}, s, n, stream, captured); r || captured) return r;
   const auto* p = static_cast<const uint8_t*>(src);
   for (size_t off = 0; off < n;) {
     size_t k = std::min<size_t>(n - off, gpool::proto::kBulkChunk);
@@ -63,7 +64,7 @@ CUresult copyDtoH(void* dst, uint64_t src, size_t n, uint64_t stream, bool async
   if (isManaged(d) || isManaged(src)) return copyDtoD(d, src, n, stream, false);  // managed: the device's copy
   if (shared(conn, d, n)) return sharedCopy(conn, d, src, n, stream, async);
   bool captured = false;
-  if (CUresult r = captureHostCopy(conn, false, gpool::proto::DevRect{src, n, n, 1}, d, n, stream, captured); r || captured) return r;
+  if (CUresult r = captureHostCopy(conn, {HostRowsCopy::kFromDevice, {src, n, n, 1}}, d, n, stream, captured); r || captured) return r;
   constexpr size_t kMaxReply = 1u << 30;
   auto* p = static_cast<uint8_t*>(dst);
   for (size_t off = 0; off < n;) {

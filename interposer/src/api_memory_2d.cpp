@@ -15,6 +15,7 @@ using namespace gpool::client;
 namespace calls = gpool::proto::calls;
 using gpool::proto::Blob;
 using gpool::proto::DevRect;
+using gpool::proto::HostRowsCopy;
 
 namespace {
 
@@ -59,7 +60,7 @@ CUresult hostToDevice(const End& src, const End& dst, uint64_t width, uint64_t h
   GPOOL_CONN_OF_POINTER(conn, dst.addr);
   if (CUresult r = onMemoryDevice(conn, stream, async)) return r;
   bool captured = false;
-  if (CUresult r = captureHostCopy(conn, true, DevRect{dst.addr, dst.pitch, width, height}, src.addr, src.pitch, stream, captured); r || captured)
+  if (CUresult r = captureHostCopy(conn, {HostRowsCopy::kToDevice, {dst.addr, dst.pitch, width, height}}, src.addr, src.pitch, stream, captured); r || captured)
     return r;
   std::vector<uint8_t> packed;
   for (uint64_t y = 0, step = rowsPerMessage(width); y < height; y += step) {
@@ -81,7 +82,7 @@ CUresult deviceToHost(const End& src, const End& dst, uint64_t width, uint64_t h
   bool async = false;
   if (CUresult r = onMemoryDevice(conn, stream, async)) return r;
   bool captured = false;
-  if (CUresult r = captureHostCopy(conn, false, DevRect{src.addr, src.pitch, width, height}, dst.addr, dst.pitch, stream, captured); r || captured)
+  if (CUresult r = captureHostCopy(conn, {HostRowsCopy::kFromDevice, {src.addr, src.pitch, width, height}}, dst.addr, dst.pitch, stream, captured); r || captured)
     return r;
   for (uint64_t y = 0, step = rowsPerMessage(width); y < height; y += step) {
     uint64_t rows = std::min(step, height - y);

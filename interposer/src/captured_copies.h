@@ -10,11 +10,11 @@
 
 namespace gpool::client {
 
-// While a capture is active in this process, offers the copy between host rows (`host`, `host_pitch`)
-// and `device` on `stream` to `conn`'s worker; `captured` says whether the stream captured it, in which
+// While a capture is active in this process, offers `copy` between host rows (`host`, `host_pitch`) and
+// device rows on `stream` to `conn`'s worker; `captured` says whether the stream captured it, in which
 // case there is nothing more to do. Otherwise (and whenever no capture is active) the caller copies as usual.
-CUresult captureHostCopy(Connection* conn, bool to_device, const proto::DevRect& device, uint64_t host, uint64_t host_pitch,
-                         uint64_t stream, bool& captured);
+CUresult captureHostCopy(Connection* conn, const proto::HostRowsCopy& copy, uint64_t host, uint64_t host_pitch, uint64_t stream,
+                         bool& captured);
 
 // Opens `conn`'s host-function channel, once (api_host_func.cpp).
 CUresult openHostChannel(Connection* conn);

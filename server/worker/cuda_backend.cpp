@@ -466,57 +466,55 @@ class CudaBackend final : public Backend {
     a->callbacks->deliver(a->id, a->rows.data(), a->rows.size());
   }
   // Its staging buffer, and the copy between it and the device rows.
-  HostCopyArg& hostCopy(uint64_t id, const DevRect& device, uint32_t direction, CUDA_MEMCPY3D& p) {
-    auto& a = *new HostCopyArg{&callbacks_, id, std::vector<uint8_t>(device.width * device.height)};
+  HostCopyArg& hostCopy(uint64_t id, const HostRowsCopy& c, CUDA_MEMCPY3D& p) {
+    auto& a = *new HostCopyArg{&callbacks_, id, std::vector<uint8_t>(c.bytes())};
     p = CUDA_MEMCPY3D{};
-    p.WidthInBytes = device.width;
-    p.Height = device.height;
+    p.WidthInBytes = c.device.width;
+    p.Height = c.device.height;
     p.Depth = 1;
-    if (direction == 0) {
+    if (c.toDevice()) {
       p.srcMemoryType = CU_MEMORYTYPE_HOST;
       p.srcHost = a.rows.data();
-      p.srcPitch = device.width;
+      p.srcPitch = c.device.width;
       p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-      p.dstDevice = device.ptr;
-      p.dstPitch = device.pitch;
+      p.dstDevice = c.device.ptr;
+      p.dstPitch = c.device.pitch;
     } else {
       p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-      p.srcDevice = device.ptr;
-      p.srcPitch = device.pitch;
+      p.srcDevice = c.device.ptr;
+      p.srcPitch = c.device.pitch;
       p.dstMemoryType = CU_MEMORYTYPE_HOST;
       p.dstHost = a.rows.data();
-      p.dstPitch = device.width;
+      p.dstPitch = c.device.width;
     }
     return a;
   }
-  Status HostCopyCapture(uint32_t direction, DevRect device, Stream stream, uint64_t id, uint32_t& captured) {
+  Status HostCopyCapture(HostRowsCopy c, Stream stream, uint64_t id, uint32_t& captured) {
     captured = 0;
-    if (direction > 1) return CUDA_ERROR_INVALID_VALUE;
     if (!capturing(stream)) return CUDA_SUCCESS;  // the client copies as usual
     CUDA_MEMCPY3D p;
-    HostCopyArg& a = hostCopy(id, device, direction, p);
+    HostCopyArg& a = hostCopy(id, c, p);
     CUresult kept = keepWith(reinterpret_cast<CUgraph>(captureGraph(stream)), &a);
     if (kept != CUDA_SUCCESS) return kept;
     CUstream s = stream_(stream);
-    CUresult r = direction == 0 ? d_.cuLaunchHostFunc_(s, &fetchRows, &a) : d_.cuMemcpy3DAsync_(&p, s);
-    if (r == CUDA_SUCCESS) r = direction == 0 ? d_.cuMemcpy3DAsync_(&p, s) : d_.cuLaunchHostFunc_(s, &deliverRows, &a);
+    CUresult r = c.toDevice() ? d_.cuLaunchHostFunc_(s, &fetchRows, &a) : d_.cuMemcpy3DAsync_(&p, s);
+    if (r == CUDA_SUCCESS) r = c.toDevice() ? d_.cuMemcpy3DAsync_(&p, s) : d_.cuLaunchHostFunc_(s, &deliverRows, &a);
     captured = r == CUDA_SUCCESS;
     return r;
   }
   // As a graph node: a child graph of the two (the driver copies it into the node).
-  Status GraphAddHostCopyNode(Graph g, GraphNodes deps, uint32_t direction, DevRect device, uint64_t id, Created<GraphNode>& out) {
-    if (direction > 1) return CUDA_ERROR_INVALID_VALUE;
+  Status GraphAddHostCopyNode(Graph g, GraphNodes deps, HostRowsCopy c, uint64_t id, Created<GraphNode>& out) {
     CUDA_MEMCPY3D p;
-    HostCopyArg& a = hostCopy(id, device, direction, p);
+    HostCopyArg& a = hostCopy(id, c, p);
     if (CUresult kept = keepWith(graph_(g), &a); kept != CUDA_SUCCESS) return kept;
-    CUDA_HOST_NODE_PARAMS hp{direction == 0 ? &fetchRows : &deliverRows, &a};
+    CUDA_HOST_NODE_PARAMS hp{c.toDevice() ? &fetchRows : &deliverRows, &a};
     CUgraph child = nullptr;
     if (CUresult r = d_.cuGraphCreate_(&child, 0); r != CUDA_SUCCESS) return r;
     CUgraphNode first = nullptr, second = nullptr;
-    CUresult r = direction == 0 ? d_.cuGraphAddHostNode_(&first, child, nullptr, 0, &hp)
-                                : d_.cuGraphAddMemcpyNode_(&first, child, nullptr, 0, &p, ctx_);
+    CUresult r = c.toDevice() ? d_.cuGraphAddHostNode_(&first, child, nullptr, 0, &hp)
+                              : d_.cuGraphAddMemcpyNode_(&first, child, nullptr, 0, &p, ctx_);
     if (r == CUDA_SUCCESS)
-      r = direction == 0 ? d_.cuGraphAddMemcpyNode_(&second, child, &first, 1, &p, ctx_) : d_.cuGraphAddHostNode_(&second, child, &first, 1, &hp);
+      r = c.toDevice() ? d_.cuGraphAddMemcpyNode_(&second, child, &first, 1, &p, ctx_) : d_.cuGraphAddHostNode_(&second, child, &first, 1, &hp);
     auto d = nodes_(deps);
     Status st = r;
     if (r == CUDA_SUCCESS)

@@ -68,6 +68,15 @@ Status RequestChecks::admit(proto::DevWriteRect& w, CallScope& s) {
   return admit(w.dst, s);
 }
 
+// One of the two ways, of client memory, and no more rows than one channel frame carries.
+Status RequestChecks::admit(proto::HostRowsCopy& c, CallScope& s) {
+  const proto::DevRect& d = c.device;
+  if (c.direction > proto::HostRowsCopy::kFromDevice) return cu::kInvalidValue;
+  if (d.height != 0 && d.width > UINT64_MAX / d.height) return cu::kInvalidValue;
+  if (c.bytes() > UINT32_MAX - sizeof(uint64_t)) return cu::kInvalidValue;
+  return admit(c.device, s);
+}
+
 Status RequestChecks::admit(proto::DevCopyRect& c, CallScope& s) {
   if (c.dst.width != c.src.width || c.dst.height != c.src.height) return cu::kInvalidValue;
   Status st = admit(c.dst, s);

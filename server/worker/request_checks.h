@@ -97,6 +97,7 @@ class RequestChecks {
   proto::Status admit(proto::DevAddress& a, CallScope& s);
   proto::Status admit(proto::DevRect& r, CallScope&);
   proto::Status admit(proto::DevWriteRect& w, CallScope& s);
+  proto::Status admit(proto::HostRowsCopy& c, CallScope& s);
   proto::Status admit(proto::DevCopyRect& c, CallScope& s);
   proto::Status admit(proto::DevFillRect& f, CallScope& s);
   proto::Status admit(proto::PitchedAlloc& a, CallScope& s);

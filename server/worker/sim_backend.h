@@ -202,7 +202,7 @@ class SimBackend : public Backend {
   // Memsets and copies as work that may run later (captured, a graph's node): see reachable().
   std::function<void()> fillOp(const DevFillRect& f, uint32_t value);
   std::function<void()> copyOp(const DevCopyRect& c);
-  std::function<void()> hostCopyOp(uint32_t direction, const DevRect& device, uint64_t id);
+  std::function<void()> hostCopyOp(const HostRowsCopy& c, uint64_t id);
   // Whether [ptr, ptr+bytes) is still the client's memory when deferred work runs; if not, the launch
   // running it fails with CUDA_ERROR_ILLEGAL_ADDRESS (fault_).
   bool reachable(uint64_t ptr, uint64_t bytes);

@@ -40,12 +40,11 @@ Status SimBackend::refuseInCapture(Capture& c, const char* what) {
 
 // A copy between the client's memory and the device, captured: one node that fetches the client's rows
 // into a staging buffer and copies them to the device, or the reverse, at each replay (sim_graph.cpp).
-Status SimBackend::HostCopyCapture(uint32_t direction, DevRect device, Stream stream, uint64_t id, uint32_t& captured) {
+Status SimBackend::HostCopyCapture(HostRowsCopy copy, Stream stream, uint64_t id, uint32_t& captured) {
   captured = 0;
-  if (direction > 1) return CUDA_ERROR_INVALID_VALUE;
   Capture* c = capturing(stream);
   if (!c) return CUDA_SUCCESS;  // the client copies as usual
-  captureNode(*c, hostCopyOp(direction, device, id), CU_GRAPH_NODE_TYPE_MEMCPY);
+  captureNode(*c, hostCopyOp(copy, id), CU_GRAPH_NODE_TYPE_MEMCPY);
   captured = 1;
   return CUDA_SUCCESS;
 }

@@ -167,24 +167,24 @@ Status SimBackend::GraphAddMemcpyNode(Graph g, GraphNodes deps, DevCopyRect c, C
 
 // A copy between the client's rows and the device (HostCopyCapture, GraphAddHostCopyNode): the rows move
 // on the host-function channel through a staging buffer the op keeps.
-std::function<void()> SimBackend::hostCopyOp(uint32_t direction, const DevRect& device, uint64_t id) {
-  auto rows = std::make_shared<std::vector<uint8_t>>(device.width * device.height);
-  return [this, rows, device, direction, id] {
-    if (direction == 0 && !callbacks_.fetch(id, rows->data(), rows->size())) return;
+std::function<void()> SimBackend::hostCopyOp(const HostRowsCopy& c, uint64_t id) {
+  auto rows = std::make_shared<std::vector<uint8_t>>(c.bytes());
+  return [this, rows, c, id] {
+    const DevRect& device = c.device;
+    if (c.toDevice() && !callbacks_.fetch(id, rows->data(), rows->size())) return;
     if (!reachable(device.ptr, device.span())) return;
     for (uint64_t y = 0; y < device.height; ++y) {
       auto* at = reinterpret_cast<uint8_t*>(device.ptr + y * device.pitch);
       uint8_t* staged = rows->data() + y * device.width;
-      if (direction == 0) std::memcpy(at, staged, device.width);
+      if (c.toDevice()) std::memcpy(at, staged, device.width);
       else std::memcpy(staged, at, device.width);
     }
-    if (direction == 1) callbacks_.deliver(id, rows->data(), rows->size());
+    if (!c.toDevice()) callbacks_.deliver(id, rows->data(), rows->size());
   };
 }
 
-Status SimBackend::GraphAddHostCopyNode(Graph g, GraphNodes deps, uint32_t direction, DevRect device, uint64_t id, Created<GraphNode>& out) {
-  if (direction > 1) return CUDA_ERROR_INVALID_VALUE;
-  return addNode(g, deps, hostCopyOp(direction, device, id), out, CU_GRAPH_NODE_TYPE_MEMCPY);
+Status SimBackend::GraphAddHostCopyNode(Graph g, GraphNodes deps, HostRowsCopy copy, uint64_t id, Created<GraphNode>& out) {
+  return addNode(g, deps, hostCopyOp(copy, id), out, CU_GRAPH_NODE_TYPE_MEMCPY);
 }
 
 Status SimBackend::GraphAddHostNode(Graph g, GraphNodes deps, uint64_t id, Created<GraphNode>& out) {

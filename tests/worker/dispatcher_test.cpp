@@ -318,6 +318,29 @@ TEST(Dispatcher, AsyncFailureIsLatchedUntilTheNextWait) {
   EXPECT_TRUE(h.finish().clean);
 }
 
+// A host copy offered for a capture goes one of two ways, over the client's memory, in one channel frame;
+// on a stream that does not capture it is answered "not captured".
+TEST(Dispatcher, AHostCopyIsOneWayOverTheClientsMemory) {
+  Harness h;
+  test::RawClient c(*h.client);
+  auto [st, out] = c.call<calls::MemAlloc>(uint64_t{4096});
+  ASSERT_EQ(st, 0);
+  uint64_t p = std::get<0>(out).ptr;
+  auto [sst, s] = c.call<calls::StreamCreate>(0u, int32_t{0});
+  ASSERT_EQ(sst, 0);
+  uint64_t stream = std::get<0>(s).v;
+  auto offer = [&](uint32_t direction, DevRect rows) {
+    return c.call<calls::HostCopyCapture>(HostRowsCopy{direction, rows}, stream, uint64_t{1});
+  };
+  EXPECT_EQ(offer(2, DevRect{p, 64, 64, 4}).first, kInvalidValue);                          // neither way
+  EXPECT_EQ(offer(HostRowsCopy::kToDevice, DevRect{p + 4064, 64, 64, 1}).first, kInvalidValue);  // past the end
+  EXPECT_EQ(offer(HostRowsCopy::kFromDevice, DevRect{p, 1, UINT64_MAX / 2, 3}).first, kInvalidValue);  // overflows
+  auto [ost, captured] = offer(HostRowsCopy::kFromDevice, DevRect{p, 64, 64, 4});
+  EXPECT_EQ(ost, 0);
+  EXPECT_EQ(std::get<0>(captured), 0u);  // not capturing: the client copies as usual
+  EXPECT_TRUE(h.finish().clean);
+}
+
 // The client library's own requests (kAside) answer for themselves: the failure stays for the program.
 TEST(Dispatcher, AsideRequestsLeaveTheLatchForTheProgram) {
   Harness h;

@@ -169,6 +169,17 @@ struct DevWriteRect {
   Blob data;
   GPOOL_WIRE_FIELDS(dst, data)
 };
+// A copy between rows of the client's memory and device rows (HostCopyCapture, GraphAddHostCopyNode):
+// which way, and the device rows; the client's rows travel packed, width * height bytes, on the
+// host-function channel, in one frame.
+struct HostRowsCopy {
+  enum Direction : uint32_t { kToDevice = 0, kFromDevice = 1 };
+  uint32_t direction = kToDevice;
+  DevRect device;
+  GPOOL_WIRE_FIELDS(direction, device)
+  bool toDevice() const { return direction == kToDevice; }
+  uint64_t bytes() const { return device.width * device.height; }
+};
 // A 2D device-to-device copy: both regions have the same width and height.
 struct DevCopyRect {
   DevRect dst, src;
