@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "arrays.h"
+#include "host_rows.h"
 #include "state.h"
 
 using namespace gpool::client;
@@ -28,9 +29,6 @@ struct Mipmap {
 std::unordered_map<uint64_t, Mipmap> g_mipmaps;
 
 uint64_t raw(CUarray a) { return reinterpret_cast<uint64_t>(a); }
-
-// Rows per message so that one message's packed rows stay within a bulk chunk.
-uint64_t rowsPerMessage(uint64_t width) { return std::max<uint64_t>(1, gpool::proto::kBulkChunk / std::max<uint64_t>(width, 1)); }
 
 CUresult create(CUarray* out, const ArrayShape& shape) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
@@ -100,7 +98,7 @@ CUresult arrays::hostToArray(const ArrayRect& dst, const uint8_t* src, uint64_t 
   for (uint64_t y = 0, step = rowsPerMessage(dst.width); y < dst.height; y += step) {
     const uint64_t rows = std::min(step, dst.height - y);
     packed.resize(dst.width * rows);
-    for (uint64_t r = 0; r < rows; ++r) std::memcpy(packed.data() + r * dst.width, src + (y + r) * pitch, dst.width);
+    packRows(packed.data(), src + y * pitch, pitch, dst.width, rows);
     ArrayRect part = dst;
     part.y += y;
     part.height = rows;
@@ -124,7 +122,7 @@ CUresult arrays::arrayToHost(const ArrayRect& src, uint8_t* dst, uint64_t pitch,
     if (int st = conn->call<calls::MemcpyAtoH2D>(r, part, stream)) return static_cast<CUresult>(st);
     const std::vector<uint8_t>& packed = std::get<0>(r);
     if (packed.size() != src.width * rows) return CUDA_ERROR_UNKNOWN;
-    for (uint64_t k = 0; k < rows; ++k) std::memcpy(dst + (y + k) * pitch, packed.data() + k * src.width, src.width);
+    unpackRows(dst + y * pitch, pitch, packed.data(), src.width, rows);
   }
   return CUDA_SUCCESS;
 }

@@ -9,6 +9,7 @@
 #include "state.h"  // first: cuda.h as the library includes it, its versioned names undefined (cuMemcpy3DBatchAsync)
 #include "arrays.h"
 #include "captured_copies.h"
+#include "host_rows.h"
 #include "cross_device.h"
 
 using namespace gpool::client;
@@ -53,9 +54,6 @@ CUresult resolve(CUmemorytype type, const void* host, CUdeviceptr device, CUarra
   }
 }
 
-// Rows per message so that one message's packed rows stay within a bulk chunk.
-uint64_t rowsPerMessage(uint64_t width) { return std::max<uint64_t>(1, gpool::proto::kBulkChunk / std::max<uint64_t>(width, 1)); }
-
 CUresult hostToDevice(const End& src, const End& dst, uint64_t width, uint64_t height, uint64_t stream, bool async) {
   GPOOL_CONN_OF_POINTER(conn, dst.addr);
   if (CUresult r = onMemoryDevice(conn, stream, async)) return r;
@@ -66,8 +64,7 @@ CUresult hostToDevice(const End& src, const End& dst, uint64_t width, uint64_t h
   for (uint64_t y = 0, step = rowsPerMessage(width); y < height; y += step) {
     uint64_t rows = std::min(step, height - y);
     packed.resize(width * rows);
-    for (uint64_t r = 0; r < rows; ++r)
-      std::memcpy(packed.data() + r * width, reinterpret_cast<const void*>(src.addr + (y + r) * src.pitch), width);
+    packRows(packed.data(), reinterpret_cast<const uint8_t*>(src.addr + y * src.pitch), src.pitch, width, rows);
     gpool::proto::DevWriteRect w{DevRect{dst.addr + y * dst.pitch, dst.pitch, width, rows}, Blob{packed.data(), packed.size()}};
     bool last = y + rows == height;
     int st = (last && !async) ? conn->call<calls::MemcpyHtoD2D>(w, stream, 0u) : conn->post<calls::MemcpyHtoD2D>(w, stream, async ? 1u : 0u);
@@ -91,8 +88,7 @@ CUresult deviceToHost(const End& src, const End& dst, uint64_t width, uint64_t h
     if (st) return static_cast<CUresult>(st);
     const std::vector<uint8_t>& packed = std::get<0>(r);
     if (packed.size() != width * rows) return CUDA_ERROR_UNKNOWN;
-    for (uint64_t k = 0; k < rows; ++k)
-      std::memcpy(reinterpret_cast<void*>(dst.addr + (y + k) * dst.pitch), packed.data() + k * width, width);
+    unpackRows(reinterpret_cast<uint8_t*>(dst.addr + y * dst.pitch), dst.pitch, packed.data(), width, rows);
   }
   return CUDA_SUCCESS;
 }

@@ -1,10 +1,7 @@
 // The rows of captured host copies (host_rows.h).
 #include "host_rows.h"
 
-#include <array>
-#include <cstring>
 #include <mutex>
-#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -25,12 +22,6 @@ bool rowsOf(uint64_t id, HostRows& rows) {
   if (it == g_copies.end()) return false;
   rows = it->second;
   return true;
-}
-
-void sendReply(proto::Transport& channel, const proto::FrameHeader& h, const void* data, uint64_t bytes) {
-  proto::FrameHeader r{static_cast<uint32_t>(bytes), h.msg, proto::kIsReply, h.seq};
-  std::array<proto::ConstBuffer, 2> parts{proto::ConstBuffer{&r, sizeof r}, proto::ConstBuffer{data, bytes}};
-  channel.send(std::span(parts.data(), bytes ? 2 : 1));
 }
 
 }  // namespace
@@ -60,15 +51,13 @@ bool serveHostRows(proto::Transport& channel, const proto::FrameHeader& h) {
   }
   std::vector<uint8_t> packed(rows.bytes());
   if (h.msg == proto::kMsgHostRead) {
-    for (uint64_t y = 0; y < rows.height; ++y)
-      std::memcpy(packed.data() + y * rows.width, reinterpret_cast<const void*>(rows.addr + y * rows.pitch), rows.width);
-    sendReply(channel, h, packed.data(), packed.size());
+    packRows(packed.data(), reinterpret_cast<const uint8_t*>(rows.addr), rows.pitch, rows.width, rows.height);
+    proto::sendFrame(channel, h.msg, proto::kIsReply, h.seq, packed.data(), packed.size());
     return true;
   }
   channel.recv(packed.data(), packed.size());
-  for (uint64_t y = 0; y < rows.height; ++y)
-    std::memcpy(reinterpret_cast<void*>(rows.addr + y * rows.pitch), packed.data() + y * rows.width, rows.width);
-  sendReply(channel, h, &id, sizeof id);
+  unpackRows(reinterpret_cast<uint8_t*>(rows.addr), rows.pitch, packed.data(), rows.width, rows.height);
+  proto::sendFrame(channel, h.msg, proto::kIsReply, h.seq, &id, sizeof id);
   return true;
 }
 
