@@ -183,6 +183,23 @@ CUresult copy3D(const CUDA_MEMCPY3D* c, uint64_t stream, bool async) {
   return CUDA_SUCCESS;
 }
 
+// A 3D peer copy names each end's context; under unified addressing the memory already says its device
+// (a lease's devices are separate workers; copyRect relays between them), so the contexts are only checked.
+CUresult copy3DPeer(const CUDA_MEMCPY3D_PEER* p, uint64_t stream, bool async) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  auto contextOk = [](CUmemorytype type, CUcontext ctx) { return type != CU_MEMORYTYPE_DEVICE || State::get().isContext(ctx); };
+  if (!contextOk(p->srcMemoryType, p->srcContext) || !contextOk(p->dstMemoryType, p->dstContext)) return CUDA_ERROR_INVALID_CONTEXT;
+  CUDA_MEMCPY3D c{};
+  c.srcXInBytes = p->srcXInBytes, c.srcY = p->srcY, c.srcZ = p->srcZ, c.srcLOD = p->srcLOD;
+  c.srcMemoryType = p->srcMemoryType, c.srcHost = p->srcHost, c.srcDevice = p->srcDevice, c.srcArray = p->srcArray;
+  c.srcPitch = p->srcPitch, c.srcHeight = p->srcHeight;
+  c.dstXInBytes = p->dstXInBytes, c.dstY = p->dstY, c.dstZ = p->dstZ, c.dstLOD = p->dstLOD;
+  c.dstMemoryType = p->dstMemoryType, c.dstHost = p->dstHost, c.dstDevice = p->dstDevice, c.dstArray = p->dstArray;
+  c.dstPitch = p->dstPitch, c.dstHeight = p->dstHeight;
+  c.WidthInBytes = p->WidthInBytes, c.Height = p->Height, c.Depth = p->Depth;
+  return copy3D(&c, stream, async);
+}
+
 // Batched 3D copies (cuMemcpy3DBatchAsync): each operation is a 3D copy in stream order. Extents and
 // offsets count elements: an array's (both arrays' alike), else bytes.
 CUresult elementBytes(const CUmemcpy3DOperand& o, uint64_t& bytes) {
@@ -296,6 +313,10 @@ GPOOL_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D* c) { GPOOL_TRY return c
 GPOOL_EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D* c) { GPOOL_TRY return copy3D(c, streamArg(nullptr, true), false); GPOOL_CATCH }
 GPOOL_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* c, CUstream s) { GPOOL_TRY return copy3D(c, streamArg(s, false), true); GPOOL_CATCH }
 GPOOL_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* c, CUstream s) { GPOOL_TRY return copy3D(c, streamArg(s, true), true); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER* p) { GPOOL_TRY return copy3DPeer(p, 0, false); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER* p) { GPOOL_TRY return copy3DPeer(p, streamArg(nullptr, true), false); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER* p, CUstream s) { GPOOL_TRY return copy3DPeer(p, streamArg(s, false), true); GPOOL_CATCH }
+GPOOL_EXPORT CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* p, CUstream s) { GPOOL_TRY return copy3DPeer(p, streamArg(s, true), true); GPOOL_CATCH }
 // CUDA 12.8's batch names the failing operation; CUDA 13's (_v2) does not.
 GPOOL_EXPORT CUresult cuMemcpy3DBatchAsync(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail, unsigned long long flags, CUstream s) {
   GPOOL_TRY return copy3DBatch(n, ops, fail, flags, streamArg(s, false)); GPOOL_CATCH

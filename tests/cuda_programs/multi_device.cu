@@ -331,6 +331,35 @@ int main() {
     std::snprintf(detail, sizeof detail, "%s", cudaGetErrorName(e5));
     check(e5 == cudaSuccess && rowsMatch(0x11), "cudaMemcpy3D from device 1's memory to device 0's", detail);
     (void)cudaGetLastError();
+
+    // The same two slices back with cudaMemcpy3DPeer (device 0 -> device 1, each end naming its device),
+    // then device 1 -> device 0 again with cudaMemcpy3DPeerAsync on device 0's stream.
+    cudaMemcpy3DPeerParms q{};
+    q.srcPtr = make_cudaPitchedPtr(d0, kPitch, kWidth, kRows / 2);
+    q.srcDevice = 0;
+    q.dstPtr = make_cudaPitchedPtr(d1 + kPitch * kRows, kPitch, kWidth, kRows / 2);
+    q.dstDevice = 1;
+    q.extent = make_cudaExtent(kWidth, kRows / 2, 2);
+    CK(cudaSetDevice(1));
+    CK(cudaMemset2D(d1 + kPitch * kRows, kPitch, 0x33, kPitch, kRows));
+    cudaError_t e6 = cudaMemcpy3DPeer(&q);
+    std::fill(out.begin(), out.end(), 0);
+    CK(cudaMemcpy2D(out.data(), kPitch, d1 + kPitch * kRows, kPitch, kPitch, kRows, cudaMemcpyDeviceToHost));
+    std::snprintf(detail, sizeof detail, "%s", cudaGetErrorName(e6));
+    check(e6 == cudaSuccess && rowsMatch(0x33), "cudaMemcpy3DPeer from device 0's memory to device 1's", detail);
+    (void)cudaGetLastError();
+    std::swap(q.srcPtr, q.dstPtr);
+    std::swap(q.srcDevice, q.dstDevice);
+    q.dstPtr.ptr = d0 + kPitch * kRows;
+    CK(cudaSetDevice(0));
+    CK(cudaMemset2D(d0 + kPitch * kRows, kPitch, 0x44, kPitch, kRows));
+    cudaError_t e7 = cudaMemcpy3DPeerAsync(&q, stream[0]);
+    CK(cudaStreamSynchronize(stream[0]));
+    std::fill(out.begin(), out.end(), 0);
+    CK(cudaMemcpy2D(out.data(), kPitch, d0 + kPitch * kRows, kPitch, kPitch, kRows, cudaMemcpyDeviceToHost));
+    std::snprintf(detail, sizeof detail, "%s", cudaGetErrorName(e7));
+    check(e7 == cudaSuccess && rowsMatch(0x44), "cudaMemcpy3DPeerAsync from device 1's memory to device 0's", detail);
+    (void)cudaGetLastError();
     CK(cudaFree(d0));
     CK(cudaSetDevice(1));
     CK(cudaFree(d1));
