@@ -1,7 +1,7 @@
 // Per-call costs through whatever libcuda.so.1 the loader finds (run it natively and through gpool in one
 // run with bench/run.sh): asynchronous launches, launch + synchronise, occupancy questions (repeated and
-// new), a 4-byte device-to-host copy (directly, and replayed by a graph that captured it), and 256 MiB
-// copies each way (pageable and pinned). Prints "name value unit" lines.
+// new), a 4-byte device-to-host copy (directly, and replayed by a graph that captured it), a host function
+// and its wait, and 256 MiB copies each way (pageable and pinned). Prints "name value unit" lines.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -72,6 +72,18 @@ int main(int argc, char** argv) {
     }
   });
   std::printf("graph_dtoh_4B %.3f us\n", t / n * 1e6);
+
+  // A host function and a wait for it (cudaLaunchHostFunc; XLA's host callbacks). Through gpool the
+  // worker asks the client to run it on the host-function channel, and the stream waits for the answer.
+  static int calls = 0;
+  t = bestSeconds(5, [&] {
+    for (int i = 0; i < n; ++i) {
+      CK(cudaLaunchHostFunc(s, [](void*) { ++calls; }, nullptr));
+      CK(cudaStreamSynchronize(s));
+    }
+  });
+  if (calls != 5 * n) std::fprintf(stderr, "host functions ran %d times, not %d\n", calls, 5 * n);
+  std::printf("host_func %.3f us\n", t / n * 1e6);
   CK(cudaGraphExecDestroy(exec));
   CK(cudaGraphDestroy(graph));
   CK(cudaStreamDestroy(s));

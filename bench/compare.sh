@@ -11,7 +11,7 @@ for ((i = 0; i < rounds; i++)); do
   for side in before after; do
     dir=$before; [ $side = after ] && dir=$after
     # rows: metric  native  gpool  ...; the gpool column is "VALUE UNIT" after the native one
-    "$here/run.sh" "$dir" | awk -v s=$side '$1 ~ /^(async_launch|launch_sync|dtoh_4B|graph_dtoh_4B|htod_|dtoh_256)/ {print s, $1, $4, $5}' >> "$out" || exit 1
+    "$here/run.sh" "$dir" | awk -v s=$side '$1 ~ /^(async_launch|launch_sync|dtoh_4B|graph_dtoh_4B|host_func|htod_|dtoh_256)/ {print s, $1, $4, $5}' >> "$out" || exit 1
   done
 done
 python3 - "$out" "$rounds" <<'PY'

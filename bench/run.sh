@@ -41,6 +41,7 @@ row occupancy_repeat us "gpool answers a repeated question itself"
 row occupancy_new us ""
 row dtoh_4B us "GPU: shm <= 15 us"
 row graph_dtoh_4B us "a captured copy's replay + wait: one more round trip than dtoh_4B over tcp"
+row host_func us "a host function + wait: the worker's word to the client and back"
 for k in htod_256MiB_pageable dtoh_256MiB_pageable; do
   row $k GB/s "tcp >= 80% of TCP: $(awk -v a="$(get tcp $k)" -v b="$tcp" 'BEGIN{printf "%.0f%%", 100*a/b}'); shm >= 2x tcp; GPU: shm >= native"
 done

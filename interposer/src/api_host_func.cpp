@@ -3,15 +3,19 @@
 // after it until this side answers that it has returned. The worker's word comes on a channel of its own
 // (server/worker/host_callbacks.h), one per worker of the lease, opened at the first host function that
 // worker calls. As in CUDA, a host function must not call CUDA itself.
+#include <unistd.h>
+
 #include <cstring>
 #include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "state.h"
 #include "captured_copies.h"
 #include "host_rows.h"
+#include "gpool/protocol/shm_transport.h"
 
 using namespace gpool::client;
 namespace calls = gpool::proto::calls;
@@ -26,8 +30,8 @@ struct Pending {
 std::mutex g_mu;
 std::unordered_map<uint64_t, Pending> g_pending;
 uint64_t g_next_id = 1;
-// By connection, each set once; the thread serving one owns its reads.
-std::unordered_map<int, std::shared_ptr<gpool::proto::Transport>> g_channels;
+// The connections whose channel is open; the thread serving one owns it.
+std::unordered_set<int> g_opened;
 
 // Runs the function `id`, when the worker says it is due, and answers once it has returned.
 void runDue(gpool::proto::Transport& channel, const gpool::proto::FrameHeader& h) {
@@ -62,13 +66,47 @@ void serve(std::shared_ptr<gpool::proto::Transport> channel) {
   }
 }
 
+// The channel to a worker on this host, over shared memory: connects and presents the token now; the worker
+// takes the connection when the first function is due and hands over the segment, which the thread that
+// will serve the channel waits for. False (and the caller asks for TCP) when the worker cannot offer it.
+bool openLocalChannel(Connection* conn) {
+  calls::HostFuncChannelLocal::out::tuple out;
+  if (conn->call<calls::HostFuncChannelLocal>(out, gpool::proto::shmHostIdentity()) != CUDA_SUCCESS) return false;
+  int link = -1;
+  try {
+    link = gpool::proto::knockShm(std::get<0>(out), std::get<1>(out));
+  } catch (const std::exception& e) {
+    GPOOL_LOG(Level::kDebug, "host-function channel over shared memory: %s; asking for TCP", e.what());
+    return false;
+  }
+  std::string peer = "host-function channel of " + conn->address();
+  std::thread([link, peer] {
+    int pool = -1;
+    std::shared_ptr<gpool::proto::Transport> channel;
+    try {
+      channel = gpool::proto::joinShm(link, -1, pool, peer);
+    } catch (const std::exception& e) {
+      GPOOL_LOG(Level::kDebug, "%s: %s", peer.c_str(), e.what());
+      return;
+    }
+    if (pool >= 0) ::close(pool);  // never sent on this channel
+    serve(channel);
+  }).detach();
+  return true;
+}
+
 }  // namespace
 
-// Opens `conn`'s channel once: its worker listens on a port of its host and wants its token first.
+// Opens `conn`'s channel once: over shared memory when the connection is, else over TCP (its worker
+// listens on a port of its host and wants its token first).
 CUresult gpool::client::openHostChannel(Connection* conn) {
   std::lock_guard lock(g_mu);
-  if (g_channels.count(conn->index())) return CUDA_SUCCESS;
-  AsideScope aside;  // gpool's own request
+  if (g_opened.count(conn->index())) return CUDA_SUCCESS;
+  AsideScope aside;  // gpool's own requests
+  if (conn->sharesMemory() && openLocalChannel(conn)) {
+    g_opened.insert(conn->index());
+    return CUDA_SUCCESS;
+  }
   calls::HostFuncChannel::out::tuple out;
   if (int st = conn->call<calls::HostFuncChannel>(out)) return static_cast<CUresult>(st);
   std::string host;
@@ -80,7 +118,7 @@ CUresult gpool::client::openHostChannel(Connection* conn) {
     const std::vector<uint8_t>& token = std::get<1>(out);
     gpool::proto::ConstBuffer b{token.data(), token.size()};
     channel->send(std::span(&b, 1));
-    g_channels[conn->index()] = channel;
+    g_opened.insert(conn->index());
     std::thread(serve, channel).detach();  // lives as long as the process or the channel
   } catch (const std::exception& e) {
     GPOOL_LOG(Level::kError, "cannot open the host-function channel to the worker (%s); host functions cannot run", e.what());

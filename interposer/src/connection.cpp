@@ -51,6 +51,7 @@ Connection::Connection(std::unique_ptr<proto::Transport> transport, std::string 
     transport_ = std::move(moved.transport);
     transport_->setStallTimeout(static_cast<int>(kHandshakeTimeout.count()));
     kind_ = moved.kind;
+    shares_memory_ = moved.shared_memory;
   } else {
     GPOOL_LOG(Level::kDebug, "worker at %s: over TCP (%s)", address_.c_str(), moved.why.c_str());
   }

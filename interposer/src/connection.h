@@ -70,6 +70,8 @@ class Connection {
   const proto::HelloReply& hello() const { return hello_; }
   // "TCP", "shared memory" or "RDMA (UCX)" (transport_choice.h).
   const char* transportKind() const { return kind_; }
+  // Whether the worker is on this host and the connection moved to shared memory.
+  bool sharesMemory() const { return shares_memory_; }
   // The UUID this process shows for one of the worker's devices (State::connect keeps a lease's apart).
   void showUuid(uint32_t local, const std::array<uint8_t, 16>& uuid) { hello_.devices.at(local).uuid = uuid; }
   // Makes this connection the `index`th of a lease of several: its handles are marked (handle_tags.h).
@@ -218,6 +220,7 @@ class Connection {
   std::unique_ptr<proto::Transport> transport_;
   std::unique_ptr<proto::Transport> tcp_;  // the handshake's, once the connection moved off it
   const char* kind_ = "TCP";
+  bool shares_memory_ = false;
   std::string address_;
   proto::HelloReply hello_;
   std::vector<uint8_t> batch_;

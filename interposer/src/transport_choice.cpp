@@ -1,12 +1,7 @@
 // The move from TCP to a faster transport (transport_choice.h; docs/protocol.md, "Shared memory").
 #include "transport_choice.h"
 
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <utility>
 
@@ -83,23 +78,10 @@ std::unique_ptr<proto::Transport> toSharedMemory(proto::Transport& tcp, const st
   std::string name;
   std::vector<uint8_t> token;
   if (!askToSwitch(tcp, address, proto::kTransportShm, proto::shmHostIdentity(), name, token, why)) return nullptr;
-  int link = proto::connectAbstractSocket(name);
-  if (link < 0) {
-    why = std::string("cannot reach the worker's socket: ") + std::strerror(errno);
-    return nullptr;
-  }
-  proto::ShmParts parts;
-  if (::send(link, token.data(), token.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(token.size()) || !proto::recvShmParts(link, parts, 5000)) {
-    ::close(link);
-    why = "the worker sent no segment";
-    return nullptr;
-  }
-  pool = std::exchange(parts.pool, -1);  // not the transport's
   try {
-    return proto::openShmTransport(parts, proto::kClientSide, link, "shm " + address);
+    return proto::joinShm(proto::knockShm(name, token), 5000, pool, "shm " + address);
   } catch (const proto::TransportError& e) {
     why = e.what();
-    if (pool >= 0) ::close(std::exchange(pool, -1));
     return nullptr;
   }
 }
@@ -126,6 +108,7 @@ Move moveFromTcp(proto::Transport& tcp, const std::string& address, uint32_t fea
     else m.transport = toSharedMemory(tcp, address, m.why, m.pool);
     if (m.transport) {
       m.kind = "shared memory";
+      m.shared_memory = true;
       return m;
     }
     if (want == TransportChoice::kShm)

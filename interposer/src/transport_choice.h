@@ -22,6 +22,7 @@ TransportChoice transportChoice();
 struct Move {
   std::unique_ptr<proto::Transport> transport;
   const char* kind = "TCP";
+  bool shared_memory = false;  // the new transport is shared memory: the worker is on this host
   int pool = -1;
   std::string why;
 };

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "gpool/protocol/host_identity.h"
 
@@ -332,6 +333,54 @@ bool recvShmParts(int socket, ShmParts& parts, int timeout_ms) {
   parts.wake = {fds[1], fds[2]};
   parts.pool = fds[3];
   return true;
+}
+
+std::unique_ptr<Transport> offerShm(int link, size_t ring_bytes, int pool, std::string peer) {
+  ShmParts parts;
+  try {
+    parts = createShmParts(ring_bytes);
+  } catch (const TransportError&) {
+    ::close(link);
+    throw;
+  }
+  parts.pool = pool;
+  bool sent = sendShmParts(link, parts);
+  parts.pool = -1;  // the pool's owner keeps it
+  if (!sent) {
+    parts.close();
+    ::close(link);
+    throw TransportError("the client took no descriptors");
+  }
+  return openShmTransport(parts, kWorkerSide, link, std::move(peer));
+}
+
+int knockShm(const std::string& name, const std::vector<uint8_t>& token) {
+  int link = connectAbstractSocket(name);
+  if (link < 0) throw TransportError(std::string("cannot reach the worker's socket: ") + std::strerror(errno));
+  if (::send(link, token.data(), token.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(token.size())) {
+    std::string why = std::strerror(errno);
+    ::close(link);
+    throw TransportError("cannot present the token to the worker: " + why);
+  }
+  return link;
+}
+
+std::unique_ptr<Transport> joinShm(int link, int timeout_ms, int& pool, std::string peer) {
+  pool = -1;
+  ShmParts parts;
+  if (!recvShmParts(link, parts, timeout_ms)) {
+    ::close(link);
+    throw TransportError("the worker sent no segment");
+  }
+  int got = std::exchange(parts.pool, -1);  // not the transport's
+  try {
+    std::unique_ptr<Transport> t = openShmTransport(parts, kClientSide, link, std::move(peer));
+    pool = got;
+    return t;
+  } catch (const TransportError&) {
+    if (got >= 0) ::close(got);
+    throw;
+  }
 }
 
 }  // namespace gpool::proto

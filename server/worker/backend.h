@@ -57,6 +57,9 @@ class Backend {
 
   // The host-function channel is the worker's, whatever the backend (host_callbacks.h).
   Status HostFuncChannel(uint32_t& port, std::vector<uint8_t>& token) { return callbacks_.open(port, token); }
+  Status HostFuncChannelLocal(std::string client, std::string& name, std::vector<uint8_t>& token) {
+    return callbacks_.openLocal(client, name, token);
+  }
 
   // Answered from the worker's table and graph memory (request_checks.h), whatever the backend.
   Status LaunchableOwner(Launchable, OwnerOf&) { return proto::cu::kSuccess; }

@@ -11,6 +11,7 @@
 
 #include "gpool/protocol/calls.h"
 #include "gpool/protocol/frame_io.h"
+#include "gpool/protocol/shm_transport.h"
 
 namespace gpool::worker {
 
@@ -22,8 +23,30 @@ proto::Status HostCallbacks::open(uint32_t& port, std::vector<uint8_t>& token) {
   return st;
 }
 
+proto::Status HostCallbacks::openLocal(const std::string& client, std::string& name, std::vector<uint8_t>& token) {
+  std::lock_guard lock(mu_);
+  if (opened_) return proto::cu::kIllegalState;
+  std::string here = proto::shmHostIdentity();
+  if (here.empty() || client != here) return proto::cu::kNotSupported;
+  proto::Status st = listener_.openLocal(name, token);
+  opened_ = local_ = st == proto::cu::kSuccess;
+  return st;
+}
+
+// The client connected when it was told where (its connection waits in the listener's backlog); it is
+// taken when the first function is due.
 bool HostCallbacks::accept() {
-  if (!channel_ && listener_.isOpen()) channel_ = listener_.accept(kAcceptTimeoutMs, "host-function channel");
+  if (channel_ || !listener_.isOpen()) return channel_ != nullptr;
+  if (!local_) {
+    channel_ = listener_.accept(kAcceptTimeoutMs, "host-function channel");
+  } else if (int link = listener_.acceptFd(kAcceptTimeoutMs, "host-function channel"); link >= 0) {
+    try {
+      channel_ = proto::offerShm(link, proto::kShmChannelRingBytes, -1, "host-function channel (shared memory)");
+    } catch (const proto::TransportError& e) {
+      spdlog::warn("cannot give the client its host-function channel over shared memory: {}", e.what());
+    }
+  }
+  if (channel_) spdlog::info("host-function channel open over {}", local_ ? "shared memory" : "TCP");
   return channel_ != nullptr;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "gpool/protocol/status.h"
@@ -20,6 +21,10 @@ class HostCallbacks {
   // Listens on a new port (any address of this host); the client must connect within the accept timeout
   // and send `token` (16 random bytes) first. Once per worker.
   proto::Status open(uint32_t& port, std::vector<uint8_t>& token);
+  // The same channel over shared memory, for a client of host identity `client` (proto::shmHostIdentity):
+  // listens on an abstract Unix socket `name`; at the first function due, the client that presented
+  // `token` gets a segment of two rings. kNotSupported when the client is on another host or namespace.
+  proto::Status openLocal(const std::string& client, std::string& name, std::vector<uint8_t>& token);
   // Tells the client callback `id` is due and waits until it has returned; false when there is no channel
   // (never opened, the client never came, or it went away): the stream then goes on without it.
   bool run(uint64_t id);
@@ -39,6 +44,7 @@ class HostCallbacks {
   std::mutex mu_;
   TokenListener listener_;
   bool opened_ = false;
+  bool local_ = false;             // the channel is shared memory (openLocal)
   bool said_unreachable_ = false;  // a function was due with no channel to run it on: logged once
   std::unique_ptr<proto::Transport> channel_;
 };

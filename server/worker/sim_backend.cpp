@@ -398,6 +398,9 @@ bool waitSatisfied(const void* p, uint32_t bytes, uint64_t value, uint32_t flags
 Status SimBackend::HostFuncChannel(uint32_t& port, std::vector<uint8_t>& token) {
   return Backend::HostFuncChannel(port, token);  // the worker's, whatever the backend
 }
+Status SimBackend::HostFuncChannelLocal(std::string client, std::string& name, std::vector<uint8_t>& token) {
+  return Backend::HostFuncChannelLocal(std::move(client), name, token);
+}
 Status SimBackend::LaunchableOwner(Launchable f, OwnerOf& o) { return Backend::LaunchableOwner(f, o); }
 Status SimBackend::GraphAllocationsGone(FreedAddresses f, GoneAllocations& g) { return Backend::GraphAllocationsGone(f, g); }
 

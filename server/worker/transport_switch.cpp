@@ -47,15 +47,7 @@ std::unique_ptr<proto::Transport> TransportSwitch::completeShm(const std::string
   socklen_t len = sizeof cred;
   int pid = ::getsockopt(link, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? cred.pid : 0;
   try {
-    proto::ShmParts parts = proto::createShmParts(proto::kShmRingBytes);
-    parts.pool = pool;
-    bool sent = proto::sendShmParts(link, parts);
-    parts.pool = -1;  // the pool's owner keeps it
-    if (!sent) {
-      parts.close();
-      throw proto::TransportError("the client took no descriptors");
-    }
-    return proto::openShmTransport(parts, proto::kWorkerSide, link, "shm " + peer + " pid " + std::to_string(pid));
+    return proto::offerShm(link, proto::kShmRingBytes, pool, "shm " + peer + " pid " + std::to_string(pid));
   } catch (const proto::TransportError& e) {
     spdlog::warn("client {} stays on TCP: {}", peer, e.what());
     return nullptr;

@@ -26,6 +26,7 @@ if [ -n "${GPOOL_TEST_SHARES:-}" ]; then
 fi
 GPOOL_SERVER=127.0.0.1:$port LD_LIBRARY_PATH="$build/lib/gpool:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
 rc=$?
-grep -ohE "client .* moved to [A-Za-z ()]+" "$log" | sort | uniq -c  # which transport the program's connections got
+# which transport the program's connections got, and their host-function channels
+grep -ohE "client .* moved to [A-Za-z ()]+|host-function channel open over [A-Za-z ]+" "$log" | sort | uniq -c
 if [ $rc -ne 0 ]; then echo "--- gpool-server log ---"; cat "$log"; fi
 exit $rc

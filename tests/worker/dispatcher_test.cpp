@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "dispatcher.h"
+#include "gpool/protocol/shm_transport.h"
 #include "host_callbacks.h"
 #include "ipc_registry.h"
 #include "test_client.h"
@@ -691,6 +692,41 @@ TEST(HostCallbacks, CapturedCopiesMoveExactlyTheirRows) {
   EXPECT_FALSE(callbacks.fetch(9, rows, 5));
   EXPECT_FALSE(callbacks.run(10));  // the channel is gone
   client.join();
+}
+
+// The channel over shared memory (a client on the worker's host): refused to another host's identity; a
+// peer without the token gets no segment; the client with it gets one and is served through its rings,
+// host functions and captured copies alike; a second channel is refused.
+TEST(HostCallbacks, SharedMemoryChannelOnlyForThisHostsClientWithTheToken) {
+  worker::HostCallbacks callbacks;
+  std::string name;
+  std::vector<uint8_t> token;
+  EXPECT_EQ(callbacks.openLocal("another-boot-id net:[1]", name, token), kNotSupported);
+  ASSERT_EQ(callbacks.openLocal(shmHostIdentity(), name, token), 0);
+  ASSERT_EQ(token.size(), 16u);
+  EXPECT_EQ(callbacks.openLocal(shmHostIdentity(), name, token), cu::kIllegalState);
+  uint32_t port = 0;
+  EXPECT_EQ(callbacks.open(port, token), cu::kIllegalState);  // one channel per worker, of either kind
+  std::thread client([&] {
+    int pool = -1;
+    int intruder = knockShm(name, std::vector<uint8_t>(16, 0));
+    EXPECT_THROW(joinShm(intruder, 5000, pool, "intruder"), TransportError);  // dropped: no segment
+    std::unique_ptr<Transport> c = joinShm(knockShm(name, token), 5000, pool, "client");
+    EXPECT_EQ(pool, -1);  // the channel carries no page-locked pool
+    std::vector<uint8_t> p;
+    FrameHeader h = recvFrame(*c, p, 64);
+    EXPECT_EQ(h.msg, kMsgHostFuncDue);
+    sendFrame(*c, kMsgHostFuncDue, kIsReply, h.seq, p.data(), p.size());
+    h = recvFrame(*c, p, 64);  // a fetch of copy 7: its 5 bytes
+    EXPECT_EQ(h.msg, kMsgHostRead);
+    sendFrame(*c, kMsgHostRead, kIsReply, h.seq, "abcde", 5);
+  });
+  EXPECT_TRUE(callbacks.run(41));
+  uint8_t rows[5] = {};
+  EXPECT_TRUE(callbacks.fetch(7, rows, 5));
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(rows), 5), "abcde");
+  client.join();
+  EXPECT_FALSE(callbacks.run(42));  // the client has gone: the channel ends, and the stream goes on
 }
 
 // Graph nodes belong to their graph: a node of another graph, a forged node, or a graph as its own child

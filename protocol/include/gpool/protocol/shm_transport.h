@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gpool/protocol/transport.h"
 
@@ -41,6 +42,21 @@ bool sendShmParts(int socket, const ShmParts& parts);
 bool recvShmParts(int socket, ShmParts& parts, int timeout_ms);
 
 inline constexpr size_t kShmRingBytes = 8u << 20;
+// The host-function channel's rings (host functions are due one at a time; a captured copy's rows stream
+// through the ring however many they are).
+inline constexpr size_t kShmChannelRingBytes = 1u << 20;
+
+// The two ends of a shared-memory connection, after the worker answered a socket name and a token on an
+// authenticated connection (the transport switch; the host-function channel).
+// Worker: `link` is the Unix socket it accepted (with the token checked); makes the segment with rings of
+// `ring_bytes` and the eventfds and hands them over with `pool` (-1: none; it stays the caller's).
+// Client: `knockShm` connects to the worker's socket `name` and presents `token` (the socket, or throws);
+// `joinShm` waits up to `timeout_ms` (-1: until the worker answers or goes) for what the worker sends on
+// it; `pool` is then the worker's pool segment (-1: none came), the caller's to close.
+// offerShm and joinShm take their socket; each throws TransportError saying why it could not.
+std::unique_ptr<Transport> offerShm(int link, size_t ring_bytes, int pool, std::string peer);
+int knockShm(const std::string& name, const std::vector<uint8_t>& token);
+std::unique_ptr<Transport> joinShm(int link, int timeout_ms, int& pool, std::string peer);
 
 // Which processes can share memory and reach each other's abstract Unix sockets: the kernel's boot id and
 // the process's network namespace, as text. Equal identities: one host, one namespace.
