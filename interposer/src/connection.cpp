@@ -1,10 +1,13 @@
 // Connection: handshake, batching, replies and the loss of the server (see connection.h).
 #include "connection.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <mutex>
 
 #include "log.h"
 #include "transport_choice.h"
@@ -18,9 +21,27 @@ int64_t nowNs() {
 
 }  // namespace
 
+// Set in the child of every fork once a connection exists: the child's calls then stop short of the
+// parent's transports (connection.h, kErrForkedChild).
+void Connection::markForkedChild() { forked_child_.store(true, std::memory_order_relaxed); }
+
+int Connection::refuseInForkedChild() {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    static const char kWhy[] =
+        "gpool: this process was forked from one that had used CUDA, and CUDA cannot be used in it (CUDA calls "
+        "fail with CUDA_ERROR_NOT_INITIALIZED, as without gpool); start it with the 'spawn' start method, or "
+        "exec a new program\n";
+    [[maybe_unused]] ssize_t w = ::write(STDERR_FILENO, kWhy, sizeof kWhy - 1);  // no lock the fork may have left held
+  }
+  return kErrForkedChild;
+}
+
 Connection::Connection(std::unique_ptr<proto::Transport> transport, std::string address, uint32_t device,
                        const std::string& token, std::chrono::milliseconds worker_timeout)
     : transport_(std::move(transport)), address_(std::move(address)) {
+  static std::once_flag at_fork;
+  std::call_once(at_fork, [] { ::pthread_atfork(nullptr, nullptr, markForkedChild); });
   transport_->setStallTimeout(static_cast<int>(kHandshakeTimeout.count()));
   proto::HelloRequest req;
   req.device = device;
@@ -189,6 +210,7 @@ int Connection::fail(const std::string& why) {
 }
 
 int Connection::flush() {
+  if (forkedChild()) return refuseInForkedChild();
   std::lock_guard lock(mu_);
   if (lost_) return lost_;
   try {
@@ -205,6 +227,7 @@ int Connection::memcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t str
     if (int st = ownHandles(s)) return st;
     stream = std::get<0>(s);
   }
+  if (forkedChild()) return refuseInForkedChild();
   std::lock_guard lock(mu_);
   if (lost_) return lost_;
   try {

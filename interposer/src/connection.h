@@ -24,6 +24,10 @@ namespace gpool::client {
 // CUresult values the connection itself produces.
 inline constexpr int kErrNoDevice = proto::cu::kNoDevice;                    // never connected
 inline constexpr int kErrDeviceUnavailable = proto::cu::kDeviceUnavailable;  // connection lost
+// In a child forked from a process that had connected (Python's multiprocessing, PyTorch's DataLoader
+// workers): CUDA's state is not the child's, and its calls fail with CUDA_ERROR_NOT_INITIALIZED, as CUDA's
+// do there. The child shares the parent's sockets and rings and must never use them.
+inline constexpr int kErrForkedChild = proto::cu::kNotInitialized;
 
 class Connection;
 
@@ -90,6 +94,7 @@ class Connection {
     typename C::in::tuple ins{std::forward<A>(args)...};
     if (index_ >= 0)
       if (int st = ownHandles(ins)) return st;
+    if (forkedChild()) return refuseInForkedChild();
     std::lock_guard lock(mu_);
     if (lost_) return lost_;
     try {
@@ -118,6 +123,7 @@ class Connection {
     typename C::in::tuple ins{std::forward<A>(args)...};
     if (index_ >= 0)
       if (int st = ownHandles(ins)) return st;
+    if (forkedChild()) return refuseInForkedChild();
     std::lock_guard lock(mu_);
     if (lost_) return lost_;
     try {
@@ -137,8 +143,10 @@ class Connection {
   int memcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t stream);
   // Sends whatever is batched now.
   int flush();
-  // Non-zero once the connection is gone: every later call returns it.
-  int lost() const { return lost_; }
+  // Non-zero once the connection is gone (or this is a forked child): every later call returns it.
+  int lost() const { return forkedChild() ? refuseInForkedChild() : lost_; }
+  // Whether this process is a child forked after a connection was made (then no connection is usable).
+  static bool forkedChild() { return forked_child_.load(std::memory_order_relaxed); }
 
   // Statistics for tests and benchmarks.
   uint64_t framesSent() const { return frames_sent_; }
@@ -213,6 +221,11 @@ class Connection {
   void relayOutput(uint32_t length);  // an Output frame's bytes, to this process's standard output
   void markPending();
   int fail(const std::string& why);
+  // Says once, in a forked child, why its CUDA calls fail; returns kErrForkedChild. Never touches the
+  // transport or a lock the parent's threads may have held at the fork.
+  static int refuseInForkedChild();
+  static void markForkedChild();  // the pthread_atfork child handler
+  static inline std::atomic<bool> forked_child_{false};
   void flusherLoop();
   void attachHostPool(int fd);
 

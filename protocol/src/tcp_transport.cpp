@@ -176,6 +176,9 @@ std::unique_ptr<Transport> connectTcp(const std::string& address, int timeout_ms
     socket.close(ec);
     socket.open(ep.endpoint().protocol(), ec);
     if (ec) continue;
+    // Not inherited by a program the client's process execs: its end would keep the connection open for
+    // the worker after this process has gone.
+    ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
     socket.non_blocking(true, ec);
     socket.connect(ep.endpoint(), ec);
     if (ec == asio::error::in_progress || ec == asio::error::would_block) {
