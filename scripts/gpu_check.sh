@@ -52,11 +52,11 @@ compare_program() {  # label, program, args...
 compare_program basic_static "$build/tests/cuda_basic_static"
 compare_program basic_shared "$build/tests/cuda_basic_shared"
 compare_program libraries "$build/tests/cuda_libraries"
-for family in memory_2d memory_pools pointer_attributes stream_memops virtual_memory jit_link contexts host_functions graph_build graph_nodes graph_memory managed ipc vmm_ipc pool_ipc arrays device_output user_objects capture_streams driver_extras graph_host_copies; do  # issue 10's driver families
+for family in memory_2d memory_pools pointer_attributes stream_memops virtual_memory jit_link contexts host_functions graph_build graph_nodes graph_memory managed ipc vmm_ipc pool_ipc arrays device_output user_objects capture_streams driver_extras graph_host_copies fork_child; do  # issue 10's driver families
   compare_program "$family" "$build/tests/cuda_$family"
 done
-# Captured host copies go through the host-function channel over TCP (over shared memory, page-locked
-# memory needs none): the same program once more over TCP.
+# Captured host copies go through the host-function channel, which is shared memory above (page-locked
+# memory there needs none) and TCP here: the same program once more over TCP.
 GPOOL_TRANSPORT=tcp compare_program graph_host_copies.tcp "$build/tests/cuda_graph_host_copies"
 
 # --- NVML: nvidia-smi natively and through gpool's libnvidia-ml.so.1 ----------------------------------
