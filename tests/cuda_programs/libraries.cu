@@ -1,9 +1,10 @@
-// NVIDIA's CUDA libraries, unmodified, through gpool: a cuBLAS handle, an sgemm and a strided batched
-// gemm, a cuFFT plan and execution, and a cuDNN handle and convolution. On the sim backend the library kernels are recorded, not
+// NVIDIA's CUDA libraries, unmodified, through gpool: a cuBLAS handle, an sgemm, a strided batched gemm
+// and an fp16 gemm, a cuFFT plan and execution, and a cuDNN handle and convolution. On the sim backend the library kernels are recorded, not
 // computed, so results are compared only when GPOOL_TEST_EXPECT_COMPUTE=1 (natively, or with the cuda
 // backend on a GPU). Every library call's status is checked either way: that is what catches a gap in
 // the driver surface or the private tables without a GPU. Prints one line per check; exits 1 on failure.
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <cufft.h>
@@ -103,6 +104,25 @@ static void cublasChecks() {
     batch_ok = batch_ok && near(z, hostGemm(x, y, bm, bn, bk), 1e-4f);
   }
   checkResult(batch_ok, "cublasSgemmStridedBatched results match the host");
+
+  // Half inputs, single-precision compute and output (cusolverDnDHgesv's gemms; PyTorch's fp16 matmuls):
+  // cuBLASLt's half heuristics ask the driver for a private table of their own.
+  std::vector<__half> ha(a.size()), hb(b.size());
+  for (size_t i = 0; i < a.size(); ++i) ha[i] = __float2half(a[i]);
+  for (size_t i = 0; i < b.size(); ++i) hb[i] = __float2half(b[i]);
+  __half *dha = nullptr, *dhb = nullptr;
+  CK(cudaMalloc(&dha, ha.size() * sizeof(__half)));
+  CK(cudaMalloc(&dhb, hb.size() * sizeof(__half)));
+  CK(cudaMemcpy(dha, ha.data(), ha.size() * sizeof(__half), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dhb, hb.data(), hb.size() * sizeof(__half), cudaMemcpyHostToDevice));
+  CKB(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  CKB(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, dha, CUDA_R_16F, m, dhb, CUDA_R_16F, k, &zero, dc, CUDA_R_32F, m,
+                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  CKB(cublasGetMatrix(m, n, sizeof(float), dc, m, c.data(), m));
+  check(true, "cublasGemmEx fp16 x fp16 -> fp32 64x48x32 issued and synchronized");
+  checkResult(near(c, hostGemm(a, b, m, n, k), 1e-2f), "cublasGemmEx fp16 result matches the host");
+  CK(cudaFree(dha));
+  CK(cudaFree(dhb));
 
   for (float* p : {da, db, dc, dba, dbb, dbc}) CK(cudaFree(p));
   CKB(cublasDestroy(h));
