@@ -66,32 +66,23 @@ void serve(std::shared_ptr<gpool::proto::Transport> channel) {
   }
 }
 
-// The channel to a worker on this host, over shared memory: connects and presents the token now; the worker
-// takes the connection when the first function is due and hands over the segment, which the thread that
-// will serve the channel waits for. False (and the caller asks for TCP) when the worker cannot offer it.
+// The channel to a worker on this host, over shared memory: the worker takes the connection as soon as it
+// comes and hands over the segment. False (and the caller asks for TCP) when the worker cannot offer it.
 bool openLocalChannel(Connection* conn) {
   calls::HostFuncChannelLocal::out::tuple out;
   if (conn->call<calls::HostFuncChannelLocal>(out, gpool::proto::shmHostIdentity()) != CUDA_SUCCESS) return false;
-  int link = -1;
+  std::shared_ptr<gpool::proto::Transport> channel;
+  int pool = -1;
   try {
-    link = gpool::proto::knockShm(std::get<0>(out), std::get<1>(out));
+    channel = gpool::proto::joinShm(gpool::proto::knockShm(std::get<0>(out), std::get<1>(out)), 5000, pool,
+                                    "host-function channel of " + conn->address());
   } catch (const std::exception& e) {
-    GPOOL_LOG(Level::kDebug, "host-function channel over shared memory: %s; asking for TCP", e.what());
+    GPOOL_LOG(Level::kError, "cannot open the host-function channel to the worker over shared memory (%s); host functions "
+              "cannot run", e.what());
     return false;
   }
-  std::string peer = "host-function channel of " + conn->address();
-  std::thread([link, peer] {
-    int pool = -1;
-    std::shared_ptr<gpool::proto::Transport> channel;
-    try {
-      channel = gpool::proto::joinShm(link, -1, pool, peer);
-    } catch (const std::exception& e) {
-      GPOOL_LOG(Level::kDebug, "%s: %s", peer.c_str(), e.what());
-      return;
-    }
-    if (pool >= 0) ::close(pool);  // never sent on this channel
-    serve(channel);
-  }).detach();
+  if (pool >= 0) ::close(pool);  // never sent on this channel
+  std::thread(serve, channel).detach();  // lives as long as the process or the channel
   return true;
 }
 

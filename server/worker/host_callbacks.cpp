@@ -20,6 +20,7 @@ proto::Status HostCallbacks::open(uint32_t& port, std::vector<uint8_t>& token) {
   if (opened_) return proto::cu::kIllegalState;  // one channel per worker
   proto::Status st = listener_.open(port, token);
   opened_ = st == proto::cu::kSuccess;
+  if (opened_) startTaking();
   return st;
 }
 
@@ -30,23 +31,37 @@ proto::Status HostCallbacks::openLocal(const std::string& client, std::string& n
   if (here.empty() || client != here) return proto::cu::kNotSupported;
   proto::Status st = listener_.openLocal(name, token);
   opened_ = local_ = st == proto::cu::kSuccess;
+  if (opened_) startTaking();
   return st;
 }
 
-// The client connected when it was told where (its connection waits in the listener's backlog); it is
-// taken when the first function is due.
-bool HostCallbacks::accept() {
-  if (channel_ || !listener_.isOpen()) return channel_ != nullptr;
-  if (!local_) {
-    channel_ = listener_.accept(kAcceptTimeoutMs, "host-function channel");
-  } else if (int link = listener_.acceptFd(kAcceptTimeoutMs, "host-function channel"); link >= 0) {
-    try {
-      channel_ = proto::offerShm(link, proto::kShmChannelRingBytes, -1, "host-function channel (shared memory)");
-    } catch (const proto::TransportError& e) {
-      spdlog::warn("cannot give the client its host-function channel over shared memory: {}", e.what());
-    }
+HostCallbacks::~HostCallbacks() {
+  listener_.cancel();
+  if (taker_.joinable()) taker_.join();
+}
+
+void HostCallbacks::startTaking() {
+  taker_ = std::thread([this] { taken_ = take(); });
+}
+
+std::unique_ptr<proto::Transport> HostCallbacks::take() {
+  if (!local_) return listener_.accept(kAcceptTimeoutMs, "host-function channel");
+  int link = listener_.acceptFd(kAcceptTimeoutMs, "host-function channel");
+  if (link < 0) return nullptr;
+  try {
+    return proto::offerShm(link, proto::kShmChannelRingBytes, -1, "host-function channel (shared memory)");
+  } catch (const proto::TransportError& e) {
+    spdlog::warn("cannot give the client its host-function channel over shared memory: {}", e.what());
+    return nullptr;
   }
-  if (channel_) spdlog::info("host-function channel open over {}", local_ ? "shared memory" : "TCP");
+}
+
+bool HostCallbacks::accept() {
+  if (taker_.joinable()) {
+    taker_.join();
+    channel_ = std::move(taken_);
+    if (channel_) spdlog::info("host-function channel open over {}", local_ ? "shared memory" : "TCP");
+  }
   return channel_ != nullptr;
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpool/protocol/status.h"
@@ -18,8 +19,15 @@ namespace gpool::worker {
 
 class HostCallbacks {
  public:
+  HostCallbacks() = default;
+  HostCallbacks(const HostCallbacks&) = delete;
+  HostCallbacks& operator=(const HostCallbacks&) = delete;
+  ~HostCallbacks();
+
   // Listens on a new port (any address of this host); the client must connect within the accept timeout
-  // and send `token` (16 random bytes) first. Once per worker.
+  // and send `token` (16 random bytes) first. A thread of its own takes the connection as soon as it comes
+  // (the client connects on the answer), so nobody else can fill the listener's queue meanwhile. Once
+  // per worker.
   proto::Status open(uint32_t& port, std::vector<uint8_t>& token);
   // The same channel over shared memory, for a client of host identity `client` (proto::shmHostIdentity):
   // listens on an abstract Unix socket `name`; at the first function due, the client that presented
@@ -37,7 +45,9 @@ class HostCallbacks {
   static constexpr int kAcceptTimeoutMs = 10000;
 
  private:
-  bool accept();  // with mu_ held
+  void startTaking();                        // with mu_ held, once the listener is open
+  std::unique_ptr<proto::Transport> take();  // on taker_: the client's connection, made a channel
+  bool accept();                             // with mu_ held: the channel, once taker_ is done
   // Sends `msg` for `id` (with `data` after the id), then reads the reply into `reply`, which must be
   // `reply_bytes` long: with mu_ held; false (the channel closed) on any failure.
   bool exchange(uint16_t msg, uint64_t id, const uint8_t* data, uint64_t bytes, std::vector<uint8_t>& reply, uint64_t reply_bytes);
@@ -47,6 +57,8 @@ class HostCallbacks {
   bool local_ = false;             // the channel is shared memory (openLocal)
   bool said_unreachable_ = false;  // a function was due with no channel to run it on: logged once
   std::unique_ptr<proto::Transport> channel_;
+  std::thread taker_;
+  std::unique_ptr<proto::Transport> taken_;  // taker_'s result, read after joining it
 };
 
 }  // namespace gpool::worker

@@ -1,6 +1,7 @@
 // One-shot listeners guarded by a token (token_listener.h).
 #include "token_listener.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
@@ -10,7 +11,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <utility>
 
 #include "gpool/protocol/shm_transport.h"
 
@@ -29,7 +33,7 @@ int listenAny(uint32_t& port) {
     addr.sin6_family = AF_INET6;
     addr.sin6_addr = in6addr_any;
     socklen_t len = sizeof addr;
-    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && listen(fd, 4) == 0 &&
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && listen(fd, TokenListener::kBacklog) == 0 &&
         getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
       port = ntohs(addr.sin6_port);
       return fd;
@@ -42,7 +46,7 @@ int listenAny(uint32_t& port) {
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_ANY);
   socklen_t len = sizeof addr;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 4) != 0 ||
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, TokenListener::kBacklog) != 0 ||
       getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     ::close(fd);
     return -1;
@@ -51,16 +55,42 @@ int listenAny(uint32_t& port) {
   return fd;
 }
 
-// Whether the connection's first bytes, within kTokenWaitMs, are `token`.
-bool presents(int fd, const std::vector<uint8_t>& token) {
-  timeval tv{TokenListener::kTokenWaitMs / 1000, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  std::vector<uint8_t> got(token.size());
-  bool ok = recv(fd, got.data(), got.size(), MSG_WAITALL) == static_cast<ssize_t>(got.size()) &&
-            CRYPTO_memcmp(got.data(), token.data(), got.size()) == 0;
-  timeval none{0, 0};  // the channel's owner sets its own bounds
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
-  return ok;
+// A connection accepted and not yet judged: what it has sent of the token so far, and since when.
+struct Pending {
+  int fd = -1;
+  size_t got = 0;
+  std::vector<uint8_t> bytes;
+  std::chrono::steady_clock::time_point since;
+};
+
+// Reads what `p` has sent (it is non-blocking). Returns its descriptor once it presented the whole token;
+// -1 otherwise, having closed it (and counted it in `refused`) if it sent anything else or hung up.
+int judge(Pending& p, const std::vector<uint8_t>& token, int& refused) {
+  ssize_t r = ::recv(p.fd, p.bytes.data() + p.got, token.size() - p.got, 0);
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return -1;
+  if (r > 0) p.got += static_cast<size_t>(r);
+  bool wrong = r <= 0 || CRYPTO_memcmp(p.bytes.data(), token.data(), p.got) != 0;
+  if (!wrong && p.got < token.size()) return -1;  // a correct beginning: wait for the rest
+  int fd = std::exchange(p.fd, -1);
+  if (!wrong) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // the channel's owner uses blocking I/O
+    return fd;
+  }
+  ++refused;
+  ::close(fd);
+  return -1;
+}
+
+// Takes every connection waiting on listener `fd`, keeping at most kMaxPending (the oldest go first).
+void takeWaiting(int fd, std::vector<Pending>& pending, size_t token_bytes, int& refused) {
+  for (int c; (c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0;) {
+    if (pending.size() >= TokenListener::kMaxPending) {
+      ::close(pending.front().fd);
+      pending.erase(pending.begin());
+      ++refused;
+    }
+    pending.push_back(Pending{c, 0, std::vector<uint8_t>(token_bytes), std::chrono::steady_clock::now()});
+  }
 }
 
 }  // namespace
@@ -94,7 +124,7 @@ proto::Status TokenListener::openLocal(std::string& name, std::vector<uint8_t>& 
   socklen_t len = 0;
   proto::abstractSocketAddress(name, addr, len);  // 38 characters: always fits
   fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd_, 4) != 0) {
+  if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd_, kBacklog) != 0) {
     close();
     return proto::cu::kNotSupported;
   }
@@ -107,26 +137,35 @@ std::unique_ptr<proto::Transport> TokenListener::accept(int timeout_ms, const ch
   return fd < 0 ? nullptr : proto::adoptTcpSocket(fd);
 }
 
+// Every connection is judged as its bytes come, side by side: one that says nothing, or too little, holds
+// up no other, and is dropped after kTokenWaitMs; the first to present the whole token is taken.
 int TokenListener::acceptFd(int timeout_ms, const char* what) {
   if (fd_ < 0) return -1;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left.count()) + 1) <= 0) continue;
-    int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    if (!presents(fd, token_)) {
-      spdlog::warn("{}: a connection without the right token was refused", what);
-      ::close(fd);
-      continue;
-    }
-    close();
-    return fd;
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::vector<Pending> pending;
+  int chosen = -1, refused = 0;
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
+  for (auto now = Clock::now(); chosen < 0 && now < deadline && !cancelled_; now = Clock::now()) {
+    std::vector<pollfd> polls{{fd_, POLLIN, 0}};
+    for (const Pending& p : pending) polls.push_back({p.fd, POLLIN, 0});
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
+    if (::poll(polls.data(), polls.size(), static_cast<int>(std::min<int64_t>(left, 100))) < 0 && errno != EINTR) break;
+    for (size_t i = 0; i < pending.size() && chosen < 0; ++i)
+      if (polls[i + 1].revents) chosen = judge(pending[i], token_, refused);
+    for (Pending& p : pending)
+      if (p.fd >= 0 && Clock::now() - p.since > std::chrono::milliseconds(kTokenWaitMs)) {
+        ::close(std::exchange(p.fd, -1));  // silent too long
+        ++refused;
+      }
+    std::erase_if(pending, [](const Pending& p) { return p.fd < 0; });
+    if (chosen < 0 && (polls[0].revents & POLLIN)) takeWaiting(fd_, pending, token_.size(), refused);
   }
-  spdlog::warn("{}: nobody connected with the token within {} ms", what, timeout_ms);
+  for (const Pending& p : pending) ::close(p.fd);
   close();
-  return -1;
+  if (refused) spdlog::warn("{}: refused {} connection(s) without the right token", what, refused);
+  if (chosen < 0) spdlog::warn("{}: nobody connected with the token within {} ms", what, timeout_ms);
+  return chosen;
 }
 
 }  // namespace gpool::worker

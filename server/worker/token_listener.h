@@ -4,6 +4,7 @@
 // tells) can connect.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -26,17 +27,25 @@ class TokenListener {
   // reachable only from this host's network namespace, with a fresh 16-byte token.
   proto::Status openLocal(std::string& name, std::vector<uint8_t>& token);
   bool isOpen() const { return fd_ >= 0; }
-  // The first connection within `timeout_ms` whose first bytes are the token (others are closed, and logged
-  // as `what`'s); null when none came. The listener is closed either way.
+  // Makes a wait in accept/acceptFd on another thread give up within a tenth of a second.
+  void cancel() { cancelled_ = true; }
+  // The first connection within `timeout_ms` to present the token as its first bytes (connections are
+  // judged side by side as their bytes come; the others are closed, and counted in one line logged as
+  // `what`'s); null when none came. The listener is closed either way.
   std::unique_ptr<proto::Transport> accept(int timeout_ms, const char* what);
   // The same, as the connected socket's descriptor (-1: none came).
   int acceptFd(int timeout_ms, const char* what);
 
   static constexpr int kTokenWaitMs = 5000;  // a connection sends its token at once, or it is not ours
+  // Connections waiting to be accepted, and accepted ones waiting to be judged: others (anyone who can
+  // reach the port, or read the socket's name in /proc/net/unix) cannot crowd the client out.
+  static constexpr int kBacklog = 64;
+  static constexpr size_t kMaxPending = 64;
 
  private:
   void close();
   int fd_ = -1;
+  std::atomic<bool> cancelled_{false};
   std::vector<uint8_t> token_;
 };
 
