@@ -66,55 +66,61 @@ void serve(std::shared_ptr<gpool::proto::Transport> channel) {
   }
 }
 
+// Starts serving `channel` on a thread of its own, which lives as long as the process or the channel.
+void startServing(std::shared_ptr<gpool::proto::Transport> channel) { std::thread(serve, std::move(channel)).detach(); }
+
+enum class LocalChannel { kOpen, kNotOffered, kFailed };
+
 // The channel to a worker on this host, over shared memory: the worker takes the connection as soon as it
-// comes and hands over the segment. False (and the caller asks for TCP) when the worker cannot offer it.
-bool openLocalChannel(Connection* conn) {
+// comes and hands over the segment. kNotOffered: the worker is on another host or older (ask for TCP).
+LocalChannel openLocalChannel(Connection* conn) {
   calls::HostFuncChannelLocal::out::tuple out;
-  if (conn->call<calls::HostFuncChannelLocal>(out, gpool::proto::shmHostIdentity()) != CUDA_SUCCESS) return false;
-  std::shared_ptr<gpool::proto::Transport> channel;
+  if (conn->call<calls::HostFuncChannelLocal>(out, gpool::proto::shmHostIdentity()) != CUDA_SUCCESS) return LocalChannel::kNotOffered;
   int pool = -1;
   try {
-    channel = gpool::proto::joinShm(gpool::proto::knockShm(std::get<0>(out), std::get<1>(out)), 5000, pool,
-                                    "host-function channel of " + conn->address());
+    startServing(gpool::proto::joinShm(gpool::proto::knockShm(std::get<0>(out), std::get<1>(out)), 5000, pool,
+                                       "host-function channel of " + conn->address()));
   } catch (const std::exception& e) {
     GPOOL_LOG(Level::kError, "cannot open the host-function channel to the worker over shared memory (%s); host functions "
               "cannot run", e.what());
-    return false;
+    return LocalChannel::kFailed;
   }
   if (pool >= 0) ::close(pool);  // never sent on this channel
-  std::thread(serve, channel).detach();  // lives as long as the process or the channel
-  return true;
+  return LocalChannel::kOpen;
 }
 
-}  // namespace
-
-// Opens `conn`'s channel once: over shared memory when the connection is, else over TCP (its worker
-// listens on a port of its host and wants its token first).
-CUresult gpool::client::openHostChannel(Connection* conn) {
-  std::lock_guard lock(g_mu);
-  if (g_opened.count(conn->index())) return CUDA_SUCCESS;
-  AsideScope aside;  // gpool's own requests
-  if (conn->sharesMemory() && openLocalChannel(conn)) {
-    g_opened.insert(conn->index());
-    return CUDA_SUCCESS;
-  }
+// The channel over TCP: the worker listens on a port of its host and wants its token first.
+CUresult openTcpChannel(Connection* conn) {
   calls::HostFuncChannel::out::tuple out;
   if (int st = conn->call<calls::HostFuncChannel>(out)) return static_cast<CUresult>(st);
   std::string host;
   uint16_t ignored = 0;
   if (!gpool::proto::parseHostPort(conn->address(), host, ignored)) return CUDA_ERROR_INVALID_VALUE;
   try {
-    auto channel = std::shared_ptr<gpool::proto::Transport>(
-        gpool::proto::connectTcp(host + ":" + std::to_string(std::get<0>(out))));
+    std::shared_ptr<gpool::proto::Transport> channel = gpool::proto::connectTcp(host + ":" + std::to_string(std::get<0>(out)));
     const std::vector<uint8_t>& token = std::get<1>(out);
     gpool::proto::ConstBuffer b{token.data(), token.size()};
     channel->send(std::span(&b, 1));
-    g_opened.insert(conn->index());
-    std::thread(serve, channel).detach();  // lives as long as the process or the channel
+    startServing(std::move(channel));
   } catch (const std::exception& e) {
     GPOOL_LOG(Level::kError, "cannot open the host-function channel to the worker (%s); host functions cannot run", e.what());
     return CUDA_ERROR_NOT_SUPPORTED;
   }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+// Opens `conn`'s channel once: over shared memory when the connection is, else over TCP.
+CUresult gpool::client::openHostChannel(Connection* conn) {
+  std::lock_guard lock(g_mu);
+  if (g_opened.count(conn->index())) return CUDA_SUCCESS;
+  AsideScope aside;  // gpool's own requests
+  LocalChannel local = conn->sharesMemory() ? openLocalChannel(conn) : LocalChannel::kNotOffered;
+  if (local == LocalChannel::kFailed) return CUDA_ERROR_NOT_SUPPORTED;
+  if (local == LocalChannel::kNotOffered)
+    if (CUresult r = openTcpChannel(conn)) return r;
+  g_opened.insert(conn->index());
   return CUDA_SUCCESS;
 }
 
