@@ -105,6 +105,33 @@ void twoDimensional(cudaStream_t s) {
   CK(cudaFree(d));
 }
 
+// 24 MiB each way, far more than the host-function channel's rings hold (1 MiB over shared memory):
+// the rows stream through them at every replay.
+void largeCopies(cudaStream_t s) {
+  constexpr size_t kWords = size_t{6} << 20;
+  std::vector<unsigned> in(kWords), out(kWords, 0);
+  unsigned* big = nullptr;
+  CK(cudaMalloc(&big, kWords * sizeof(unsigned)));
+  cudaGraph_t graph;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaMemcpyAsync(big, in.data(), kWords * sizeof(unsigned), cudaMemcpyHostToDevice, s));
+  CK(cudaMemcpyAsync(out.data(), big, kWords * sizeof(unsigned), cudaMemcpyDeviceToHost, s));
+  CK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec;
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  for (unsigned round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < kWords; ++i) in[i] = static_cast<unsigned>(i * 7 + round);
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaStreamSynchronize(s));
+    char detail[32];
+    std::snprintf(detail, sizeof detail, "round %u", round);
+    check(out == in, "24 MiB captured copies each way, replayed", detail);
+  }
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  CK(cudaFree(big));
+}
+
 // While `s` captures (relaxed mode), a copy on stream `t`, which does not capture, runs at once.
 void besideACapture(cudaStream_t s, cudaStream_t t, unsigned* d) {
   std::vector<unsigned> in(kN), out(kN, 0);
@@ -173,6 +200,7 @@ int main() {
   CK(cudaMalloc(&d, kBytes));
   oneDimensional(s, d);
   twoDimensional(s);
+  largeCopies(s);
   besideACapture(s, t, d);
   builtByHand(s, d);
   CK(cudaFree(d));
