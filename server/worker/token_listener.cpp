@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <thread>
 #include <utility>
 
 #include "gpool/protocol/shm_transport.h"
@@ -83,7 +84,8 @@ int judge(Pending& p, const std::vector<uint8_t>& token, int& refused) {
 
 // Takes every connection waiting on listener `fd`, keeping at most kMaxPending (the oldest go first).
 void takeWaiting(int fd, std::vector<Pending>& pending, size_t token_bytes, int& refused) {
-  for (int c; (c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0;) {
+  int c;
+  while ((c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
     if (pending.size() >= TokenListener::kMaxPending) {
       ::close(pending.front().fd);
       pending.erase(pending.begin());
@@ -91,6 +93,8 @@ void takeWaiting(int fd, std::vector<Pending>& pending, size_t token_bytes, int&
     }
     pending.push_back(Pending{c, 0, std::vector<uint8_t>(token_bytes), std::chrono::steady_clock::now()});
   }
+  // Out of descriptors: the connection stays queued, and the listener readable; back off, not spin.
+  if (errno == EMFILE || errno == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 }  // namespace
