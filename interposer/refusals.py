@@ -8,7 +8,6 @@ REFUSED = [
     (r"^cu(GL|EGL|VDPAU|Graphics|D3D|WGL)", "graphics interoperability: the GPU is on another machine, with no display"),
     (r"^cu(Array|Mipmapped|Tex|Surf)|Array|TexRef|SurfRef|^cuMemcpy(AtoA|AtoD|AtoH|DtoA|HtoA)", "texture and surface references, sparse arrays and array memory requirements are not forwarded (arrays, mipmapped arrays, texture and surface objects are)"),
     (r"^cuGraph.*ExternalSemaphores", "external semaphores (Vulkan/D3D) are not supported"),
-    (r"^cuGraph", "batch memory-operation graph nodes are not forwarded yet"),
     (r"^cuExternal|^cuImportExternal|^cuDestroyExternal|^cuSignalExternal|^cuWaitExternal", "external memory and semaphores (Vulkan/D3D) are not supported"),
     (r"^cuGreenCtx|^cuDevResource|^cuDevSmResource|^cuDeviceGetDevResource|^cuCtxGetDevResource|^cuStreamGetGreenCtx|^cuCtxFromGreenCtx", "green contexts (SM partitions) are the lease's, which gpool sets, not the program's"),
     (r"^cuProfiler|^cuCheckpoint|^cuCoredump|^cuLogs|^cuLog", "tools interfaces (profiler, checkpoint, coredump, logs) are not forwarded"),

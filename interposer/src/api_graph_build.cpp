@@ -265,6 +265,9 @@ GPOOL_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph graph,
 
 // The generic form (CUDA 12.2): the node types above; others are refused, naming the type.
 namespace {
+CUDA_BATCH_MEM_OP_NODE_PARAMS batchOf(const CUDA_BATCH_MEM_OP_NODE_PARAMS_v2& b) {
+  return CUDA_BATCH_MEM_OP_NODE_PARAMS{b.ctx, b.count, b.paramArray, b.flags};
+}
 CUresult addGeneric(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUgraphNodeParams* p) {
   if (!p) return CUDA_ERROR_INVALID_VALUE;
   switch (p->type) {
@@ -293,8 +296,12 @@ CUresult addGeneric(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size
       return r;
     }
     case CU_GRAPH_NODE_TYPE_MEM_FREE: return addMemFreeNode(node, graph, d, n, p->free.dptr);
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
+      CUDA_BATCH_MEM_OP_NODE_PARAMS b = batchOf(p->memOp);
+      return addBatchMemOpNode(node, graph, d, n, &b);
+    }
     default:
-      GPOOL_LOG(Level::kWarn, "graph nodes of type %d (semaphore or batch nodes) are not supported by gpool yet",
+      GPOOL_LOG(Level::kWarn, "graph nodes of type %d (external semaphore nodes) are not supported by gpool",
                 static_cast<int>(p->type));
       return CUDA_ERROR_NOT_SUPPORTED;
   }
@@ -535,6 +542,10 @@ GPOOL_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode node, CUgraphNodeParams* 
     case CU_GRAPH_NODE_TYPE_HOST: return setHost(node, p->host.fn, p->host.userData);
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return setEvent(node, p->eventRecord.event, false);
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return setEvent(node, p->eventWait.event, true);
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
+      CUDA_BATCH_MEM_OP_NODE_PARAMS b = batchOf(p->memOp);
+      return setBatchMemOpNode(nullptr, node, &b);
+    }
     default: return CUDA_ERROR_NOT_SUPPORTED;  // as the driver answers for types it cannot update
   }
   GPOOL_CATCH
@@ -559,6 +570,10 @@ GPOOL_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode nod
     case CU_GRAPH_NODE_TYPE_GRAPH: return cuGraphExecChildGraphNodeSetParams(exec, node, p->graph.graph);
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return cuGraphExecEventRecordNodeSetEvent(exec, node, p->eventRecord.event);
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return cuGraphExecEventWaitNodeSetEvent(exec, node, p->eventWait.event);
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
+      CUDA_BATCH_MEM_OP_NODE_PARAMS b = batchOf(p->memOp);
+      return exec ? setBatchMemOpNode(exec, node, &b) : CUDA_ERROR_INVALID_VALUE;
+    }
     default: return CUDA_ERROR_NOT_SUPPORTED;
   }
   GPOOL_CATCH

@@ -26,6 +26,8 @@ struct GraphNodeInfo {
   CUDA_MEM_ALLOC_NODE_PARAMS alloc{};  // memory nodes (api_graph_memory.cpp): accessDescs points at `access`
   std::vector<CUmemAccessDesc> access;
   CUdeviceptr freed = 0;               // a free node's allocation
+  CUDA_BATCH_MEM_OP_NODE_PARAMS batch{};  // batch memory-operation nodes (api_graph_memops.cpp): paramArray
+  std::vector<CUstreamBatchMemOpParams> memops;  // points at `memops`
 
   GraphNodeInfo() = default;
   GraphNodeInfo(GraphNodeInfo&&) = default;
@@ -36,7 +38,9 @@ struct GraphNodeInfo {
     if (this == &o) return *this;
     graph = o.graph, type = o.type, kernel = o.kernel, packed = o.packed, memset = o.memset, copy = o.copy;
     host = o.host, event = o.event, bodies = o.bodies, alloc = o.alloc, access = o.access, freed = o.freed;
+    batch = o.batch, memops = o.memops;
     alloc.accessDescs = access.empty() ? nullptr : access.data();
+    batch.paramArray = memops.empty() ? nullptr : memops.data();
     args.clear();
     for (void* a : o.args) args.push_back(packed.data() + (static_cast<uint8_t*>(a) - o.packed.data()));
     kernel.kernelParams = args.empty() ? nullptr : args.data();
@@ -90,5 +94,11 @@ inline proto::GraphNodes graphDeps(const CUgraphNode* d, size_t n) {
 // Graph memory nodes (api_graph_memory.cpp), for cuGraphAddNode too.
 CUresult addMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUDA_MEM_ALLOC_NODE_PARAMS* p);
 CUresult addMemFreeNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUdeviceptr ptr);
+
+// Batch memory-operation nodes (api_graph_memops.cpp), for the generic forms too. setBatchMemOpNode sets
+// the graph's node when `exec` is null, else that instantiation's.
+CUresult addBatchMemOpNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, const CUDA_BATCH_MEM_OP_NODE_PARAMS* p);
+CUresult setBatchMemOpNode(CUgraphExec exec, CUgraphNode node, const CUDA_BATCH_MEM_OP_NODE_PARAMS* p);
+CUresult batchMemOpNodeParams(CUgraphNode node, CUDA_BATCH_MEM_OP_NODE_PARAMS* p);
 
 }  // namespace gpool::client

@@ -73,7 +73,8 @@ constexpr const char* kHostCopyInCapture = "copies between client memory and the
   F(cuStreamUpdateCaptureDependencies) F(cuCtxRecordEvent) F(cuCtxWaitEvent) F(cuCtxResetPersistingL2Cache) F(cuPointerSetAttribute) \
   F(cuOccupancyMaxPotentialClusterSize) F(cuDeviceGetTexture1DLinearMaxWidth) F(cuLibraryGetManaged) \
   F(cuFlushGPUDirectRDMAWrites) F(cuLibraryGetModule) F(cuMemExportToShareableHandle) F(cuMemImportFromShareableHandle) \
-  F(cuMemPoolExportToShareableHandle) F(cuMemPoolImportFromShareableHandle) F(cuMemPoolExportPointer) F(cuMemPoolImportPointer)
+  F(cuMemPoolExportToShareableHandle) F(cuMemPoolImportFromShareableHandle) F(cuMemPoolExportPointer) F(cuMemPoolImportPointer) \
+  F(cuGraphAddBatchMemOpNode) F(cuGraphBatchMemOpNodeSetParams) F(cuGraphExecBatchMemOpNodeSetParams)
 
 // NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
 class Nvml {
@@ -707,6 +708,45 @@ class CudaBackend final : public Backend {
   }
   static CUgraphExec exec_(uint64_t e) { return reinterpret_cast<CUgraphExec>(e); }
   static CUgraphNode node_(uint64_t n) { return reinterpret_cast<CUgraphNode>(n); }
+  // A batch memory-operation node: the operations as the driver takes them, for this worker's context.
+  struct BatchMemOps {
+    std::vector<CUstreamBatchMemOpParams> ops;
+    CUDA_BATCH_MEM_OP_NODE_PARAMS params{};
+  };
+  BatchMemOps batchMemOps(const MemOps& m) {
+    BatchMemOps b;
+    b.ops.resize(m.count());
+    for (size_t i = 0; i < m.count(); ++i) {
+      CUstreamBatchMemOpParams& o = b.ops[i];
+      o.operation = static_cast<CUstreamBatchMemOpType>(m.op(i));
+      if (m.bytes(i) == 0) {
+        o.flushRemoteWrites.flags = m.flags(i);  // a barrier's flags sit at the same place
+        continue;
+      }
+      auto fill = [&](auto& w) {
+        w.address = m.ptr(i);
+        w.value64 = m.value(i);
+        w.flags = m.flags(i);
+      };
+      if (m.op(i) == MemOps::kWait32 || m.op(i) == MemOps::kWait64) fill(o.waitValue);
+      else fill(o.writeValue);
+    }
+    b.params = CUDA_BATCH_MEM_OP_NODE_PARAMS{ctx_, static_cast<unsigned>(b.ops.size()), b.ops.data(), 0};
+    return b;
+  }
+  Status GraphAddBatchMemOpNode(Graph g, GraphNodes deps, MemOps m, Created<GraphNode>& out) {
+    BatchMemOps b = batchMemOps(m);
+    auto d = nodes_(deps);
+    return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddBatchMemOpNode_(n, graph_(g), d.data(), d.size(), &b.params); });
+  }
+  Status GraphBatchMemOpNodeSetParams(Graph, GraphNode node, MemOps m) {
+    BatchMemOps b = batchMemOps(m);
+    return d_.cuGraphBatchMemOpNodeSetParams_(node_(node.v), &b.params);
+  }
+  Status GraphExecBatchMemOpNodeSetParams(GraphExec exec, Graph, GraphNode node, MemOps m) {
+    BatchMemOps b = batchMemOps(m);
+    return d_.cuGraphExecBatchMemOpNodeSetParams_(exec_(exec.v), node_(node.v), &b.params);
+  }
   Status GraphExecMemsetNodeSetParams(GraphExec exec, Graph, GraphNode node, DevFillRect f, uint32_t value) {
     CUDA_MEMSET_NODE_PARAMS p = memsetParams(f, value);
     return d_.cuGraphExecMemsetNodeSetParams_(exec_(exec.v), node_(node.v), &p, ctx_);

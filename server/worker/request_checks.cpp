@@ -104,6 +104,17 @@ Status RequestChecks::admit(proto::DevWord& w, CallScope&) {
   return range(w.ptr, w.bytes);
 }
 
+Status RequestChecks::admit(proto::MemOps& ops, CallScope& s) {
+  if (ops.v.empty() || ops.v.size() % proto::MemOps::kWordsPerOp || ops.count() > proto::MemOps::kMaxOps) return cu::kInvalidValue;
+  for (size_t i = 0; i < ops.count(); ++i) {
+    uint32_t op = ops.op(i);
+    if (op < proto::MemOps::kWait32 || op > proto::MemOps::kBarrier) return cu::kInvalidValue;
+    proto::DevWord w{ops.ptr(i), ops.bytes(i)};
+    if (w.bytes == 0 ? (w.ptr != 0 || ops.value(i) != 0) : admit(w, s) != cu::kSuccess) return cu::kInvalidValue;
+  }
+  return cu::kSuccess;
+}
+
 Status RequestChecks::admit(proto::VaMap& m, CallScope& s) {
   const PhysicalMemory* p = table_.has(HandleKind::kPhysical, m.physical) ? table_.physical(m.physical) : nullptr;
   if (!p) return cu::kInvalidHandle;

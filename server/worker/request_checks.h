@@ -103,6 +103,7 @@ class RequestChecks {
   proto::Status admit(proto::PitchedAlloc& a, CallScope& s);
   proto::Status admit(proto::PoolAttribute& a, CallScope&);
   proto::Status admit(proto::DevWord& w, CallScope&);
+  proto::Status admit(proto::MemOps& ops, CallScope&);
   proto::Status admit(proto::VaMap& m, CallScope& s);
   proto::Status admit(proto::VaUnmap& u, CallScope& s);
   proto::Status admit(proto::VaMapped& m, CallScope&);

@@ -442,6 +442,22 @@ Status SimBackend::StreamWriteValue(Stream stream, DevWord w, uint64_t value, ui
   return CUDA_SUCCESS;
 }
 
+// Writes in order; a wait that does not hold when its node runs never will (work runs in issue order):
+// said once, and passed over.
+std::function<void()> SimBackend::memOpsOp(const MemOps& m) {
+  return [this, m] {
+    for (size_t i = 0; i < m.count(); ++i) {
+      uint32_t op = m.op(i), bytes = m.bytes(i);
+      if (bytes == 0 || !reachable(m.ptr(i), bytes)) continue;
+      auto* p = reinterpret_cast<void*>(m.ptr(i));
+      uint64_t value = m.value(i);
+      if (op == MemOps::kWrite32 || op == MemOps::kWrite64) std::memcpy(p, &value, bytes);
+      else if (!waitSatisfied(p, bytes, value, m.flags(i)) && !std::exchange(said_unsatisfied_wait_, true))
+        spdlog::warn("sim: a batch memory-operation node waits on {:#x}, which can never be satisfied here", m.ptr(i));
+    }
+  };
+}
+
 Status SimBackend::MemcpyHtoD(DevWrite w, Stream stream, uint32_t) {
   if (Capture* c = capturing(stream)) return refuseInCapture(*c, "a host-to-device copy");
   if (w.data.size) std::memcpy(reinterpret_cast<void*>(w.ptr), w.data.data, w.data.size);

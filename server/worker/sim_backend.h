@@ -203,10 +203,12 @@ class SimBackend : public Backend {
   std::function<void()> fillOp(const DevFillRect& f, uint32_t value);
   std::function<void()> copyOp(const DevCopyRect& c);
   std::function<void()> hostCopyOp(const HostRowsCopy& c, uint64_t id);
+  std::function<void()> memOpsOp(const MemOps& m);  // a batch memory-operation node's operations
   // Whether [ptr, ptr+bytes) is still the client's memory when deferred work runs; if not, the launch
   // running it fails with CUDA_ERROR_ILLEGAL_ADDRESS (fault_).
   bool reachable(uint64_t ptr, uint64_t bytes);
   Status fault_ = 0;
+  bool said_unsatisfied_wait_ = false;
   std::function<void()>* nodeOp(uint64_t node, uint32_t type);  // a node's work, if it is of `type`
   int execIndex(uint64_t exec, uint64_t node);  // the node's place in an instantiation, or -1
   char* enabledFlag(uint64_t exec, uint64_t node);  // an instantiation's switch for a node, if it has one

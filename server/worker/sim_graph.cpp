@@ -161,6 +161,10 @@ Status SimBackend::GraphAddMemsetNode(Graph g, GraphNodes deps, DevFillRect f, u
   return addNode(g, deps, fillOp(f, value), out, CU_GRAPH_NODE_TYPE_MEMSET);
 }
 
+Status SimBackend::GraphAddBatchMemOpNode(Graph g, GraphNodes deps, MemOps m, Created<GraphNode>& out) {
+  return addNode(g, deps, memOpsOp(m), out, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+}
+
 Status SimBackend::GraphAddMemcpyNode(Graph g, GraphNodes deps, DevCopyRect c, Created<GraphNode>& out) {
   return addNode(g, deps, copyOp(c), out, CU_GRAPH_NODE_TYPE_MEMCPY);
 }
@@ -318,6 +322,13 @@ Status SimBackend::GraphMemsetNodeSetParams(Graph, GraphNode node, DevFillRect f
   return CUDA_SUCCESS;
 }
 
+Status SimBackend::GraphBatchMemOpNodeSetParams(Graph, GraphNode node, MemOps m) {
+  auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+  if (!op) return CUDA_ERROR_INVALID_VALUE;
+  *op = memOpsOp(m);
+  return CUDA_SUCCESS;
+}
+
 Status SimBackend::GraphMemcpyNodeSetParams(Graph, GraphNode node, DevCopyRect c) {
   auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_MEMCPY);
   if (!op) return CUDA_ERROR_INVALID_VALUE;
@@ -414,6 +425,13 @@ Status SimBackend::GraphExecMemsetNodeSetParams(GraphExec exec, Graph, GraphNode
   auto* op = execOp(exec.v, node.v, CU_GRAPH_NODE_TYPE_MEMSET);
   if (!op) return CUDA_ERROR_INVALID_VALUE;
   *op = fillOp(f, value);
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphExecBatchMemOpNodeSetParams(GraphExec exec, Graph, GraphNode node, MemOps m) {
+  auto* op = execOp(exec.v, node.v, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+  if (!op) return CUDA_ERROR_INVALID_VALUE;
+  *op = memOpsOp(m);
   return CUDA_SUCCESS;
 }
 

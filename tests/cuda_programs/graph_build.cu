@@ -1,6 +1,8 @@
 // CUDA graphs built node by node through gpool, as XLA's command buffers are: memset, kernel, child
 // graph, device copy, host and event nodes with dependencies; kernel parameters changed in the graph and
-// in an instantiation; cudaGraphExecUpdate. Values are checked after each launch.
+// in an instantiation; cudaGraphExecUpdate; batch memory-operation nodes. Values are checked after each
+// launch.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -29,6 +31,108 @@ bool allEqual(const std::vector<unsigned>& v, size_t from, size_t to, unsigned w
   for (size_t i = from; i < to; ++i)
     if (v[i] != want) return false;
   return true;
+}
+
+const char* resultText(CUresult) { return "CUresult"; }  // CHECK_STATUS prints the number
+
+// The words a batch memory-operation node writes: a 32-bit one, then a 64-bit one.
+struct Words {
+  unsigned w32;
+  unsigned pad;
+  unsigned long long w64;
+};
+
+Words readWords(const Words* d) {
+  Words w{};
+  CK(cudaMemcpy(&w, d, sizeof w, cudaMemcpyDeviceToHost));
+  return w;
+}
+
+// Runs `exec` once on `s` and says whether the words then hold `w32` and `w64`.
+bool writes(cudaGraphExec_t exec, cudaStream_t s, Words* d, unsigned w32, unsigned long long w64) {
+  CK(cudaMemset(d, 0, sizeof(Words)));
+  CK(cudaGraphLaunch(exec, s));
+  CK(cudaStreamSynchronize(s));
+  Words w = readWords(d);
+  return w.w32 == w32 && w.w64 == w64;
+}
+
+void setWrites(CUstreamBatchMemOpParams (&ops)[2], Words* d, unsigned w32, unsigned long long w64) {
+  ops[0] = CUstreamBatchMemOpParams{};
+  ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  ops[0].writeValue.address = reinterpret_cast<CUdeviceptr>(&d->w32);
+  ops[0].writeValue.value = w32;
+  ops[1] = CUstreamBatchMemOpParams{};
+  ops[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+  ops[1].writeValue.address = reinterpret_cast<CUdeviceptr>(&d->w64);
+  ops[1].writeValue.value64 = w64;
+}
+
+// A batch memory-operation node (the driver's cuGraphAddBatchMemOpNode; the runtime has no such call):
+// writes a 32- and a 64-bit word at every launch; its getter returns its operations; new operations for
+// an instantiation's node change that instantiation only, and for the graph's node, later instantiations.
+void batchMemOpNodes(cudaStream_t s) {
+  using Add = CUresult (*)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, const CUDA_BATCH_MEM_OP_NODE_PARAMS*);
+  using Get = CUresult (*)(CUgraphNode, CUDA_BATCH_MEM_OP_NODE_PARAMS*);
+  using Set = CUresult (*)(CUgraphNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS*);
+  using ExecSet = CUresult (*)(CUgraphExec, CUgraphNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS*);
+  using AddGeneric = CUresult (*)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUgraphNodeParams*);
+  using Current = CUresult (*)(CUcontext*);
+  auto add = driverEntryPoint<Add>("cuGraphAddBatchMemOpNode");
+  auto get = driverEntryPoint<Get>("cuGraphBatchMemOpNodeGetParams");
+  auto set = driverEntryPoint<Set>("cuGraphBatchMemOpNodeSetParams");
+  auto execSet = driverEntryPoint<ExecSet>("cuGraphExecBatchMemOpNodeSetParams");
+  auto addGeneric = driverEntryPoint<AddGeneric>("cuGraphAddNode", 12020);  // CUDA 12.2's, without edge data
+  CUcontext ctx = nullptr;
+  CHECK_STATUS(driverEntryPoint<Current>("cuCtxGetCurrent")(&ctx), CUDA_SUCCESS, resultText);
+
+  Words* d = nullptr;
+  CK(cudaMalloc(&d, sizeof(Words)));
+  CUstreamBatchMemOpParams ops[2];
+  setWrites(ops, d, 0x1234u, 0x1122334455667788ull);
+  CUDA_BATCH_MEM_OP_NODE_PARAMS p{ctx, 2, ops, 0};
+  cudaGraph_t graph;
+  CK(cudaGraphCreate(&graph, 0));
+  CUgraphNode node = nullptr;
+  CHECK_STATUS(add(&node, graph, nullptr, 0, &p), CUDA_SUCCESS, resultText);
+  CUDA_BATCH_MEM_OP_NODE_PARAMS got{};
+  CHECK_STATUS(get(node, &got), CUDA_SUCCESS, resultText);
+  check(got.count == 2 && got.paramArray && got.paramArray != ops && got.paramArray[1].writeValue.value64 == 0x1122334455667788ull,
+        "cuGraphBatchMemOpNodeGetParams returns the node's own copy of its operations");
+  using GetType = CUresult (*)(CUgraphNode, CUgraphNodeType*);  // the runtime's enum has no such type
+  CUgraphNodeType type;
+  CHECK_STATUS(driverEntryPoint<GetType>("cuGraphNodeGetType")(node, &type), CUDA_SUCCESS, resultText);
+  check(type == CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, "the node is a batch memory-operation node");
+
+  cudaGraphExec_t exec;
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  check(writes(exec, s, d, 0x1234u, 0x1122334455667788ull), "a batch memory-operation node writes its words at a launch");
+  setWrites(ops, d, 0x5678u, 42ull);
+  CHECK_STATUS(execSet(exec, node, &p), CUDA_SUCCESS, resultText);
+  check(writes(exec, s, d, 0x5678u, 42ull), "cuGraphExecBatchMemOpNodeSetParams changes the instantiation's node");
+  setWrites(ops, d, 7u, 8ull);
+  CHECK_STATUS(set(node, &p), CUDA_SUCCESS, resultText);
+  cudaGraphExec_t later;
+  CK(cudaGraphInstantiate(&later, graph, 0));
+  check(writes(exec, s, d, 0x5678u, 42ull) && writes(later, s, d, 7u, 8ull),
+        "cuGraphBatchMemOpNodeSetParams changes later instantiations, not earlier ones");
+  CHECK_STATUS(get(node, &got), CUDA_SUCCESS, resultText);
+  check(got.paramArray[0].writeValue.value == 7u, "the getter returns the new operations");
+
+  cudaGraph_t generic;
+  CK(cudaGraphCreate(&generic, 0));
+  CUgraphNodeParams gp{};
+  gp.type = CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+  gp.memOp = CUDA_BATCH_MEM_OP_NODE_PARAMS_v2{ctx, 2, ops, 0};
+  CHECK_STATUS(addGeneric(&node, generic, nullptr, 0, &gp), CUDA_SUCCESS, resultText);
+  cudaGraphExec_t gexec;
+  CK(cudaGraphInstantiate(&gexec, generic, 0));
+  check(writes(gexec, s, d, 7u, 8ull), "cuGraphAddNode makes a batch memory-operation node too");
+
+  for (cudaGraphExec_t e : {exec, later, gexec}) CK(cudaGraphExecDestroy(e));
+  CK(cudaGraphDestroy(graph));
+  CK(cudaGraphDestroy(generic));
+  CK(cudaFree(d));
 }
 
 }  // namespace
@@ -137,6 +241,8 @@ int main() {
   CK(cudaMemcpy(back.data(), out, n * sizeof(unsigned), cudaMemcpyDeviceToHost));
   check(allEqual(back, 0, half, 11) && allEqual(back, half, n, 10), "cudaGraphExecMemsetNodeSetParams changed the memset value");
   check(host2_runs == 1 && host_runs == 4, "cudaGraphExecHostNodeSetParams changed the host function");
+
+  batchMemOpNodes(s);
 
   CK(cudaGraphExecDestroy(exec));
   CK(cudaGraphExecDestroy(exec2));

@@ -972,6 +972,37 @@ TEST(Dispatcher, LaunchAttributesNameOnlyTheClientsEventsAndMemory) {
   EXPECT_TRUE(h.finish().clean);
 }
 
+// A batch memory-operation node writes and waits only on aligned words of the client's own memory, with
+// known operations, a flush or barrier names no word, and the list is whole and bounded.
+TEST(Dispatcher, ABatchMemOpNodeTouchesOnlyTheClientsWords) {
+  Harness h;
+  test::RawClient c(*h.client);
+  uint64_t mem = std::get<0>(c.call<calls::MemAlloc>(AllocBytes{4096}).second).ptr;
+  uint64_t g = std::get<0>(c.call<calls::GraphCreate>(0u).second).v;
+  auto node = [&](MemOps m) { return c.call<calls::GraphAddBatchMemOpNode>(g, GraphNodes{}, m).first; };
+  auto one = [](uint32_t op, uint64_t ptr, uint64_t value = 1) {
+    MemOps m;
+    m.add(op, 0, ptr, value);
+    return m;
+  };
+  EXPECT_EQ(node(one(MemOps::kWrite32, mem + 8)), 0);
+  EXPECT_EQ(node(one(MemOps::kWait64, mem + 4088)), 0);
+  EXPECT_EQ(node(one(MemOps::kWrite64, mem + 4092)), kInvalidValue);        // past the allocation's end
+  EXPECT_EQ(node(one(MemOps::kWrite32, mem + 2)), kInvalidValue);           // misaligned
+  EXPECT_EQ(node(one(MemOps::kWrite64, 0x7f0000001000ull)), kInvalidValue);  // not the client's memory
+  EXPECT_EQ(node(one(7, mem)), kInvalidValue);                               // no such operation
+  EXPECT_EQ(node(one(MemOps::kBarrier, 0, 0)), 0);
+  EXPECT_EQ(node(one(MemOps::kFlush, mem, 0)), kInvalidValue);  // a flush names no word
+  MemOps torn = one(MemOps::kWrite32, mem);
+  torn.v.pop_back();
+  EXPECT_EQ(node(torn), kInvalidValue);
+  EXPECT_EQ(node(MemOps{}), kInvalidValue);
+  MemOps many;
+  for (size_t i = 0; i <= MemOps::kMaxOps; ++i) many.add(MemOps::kWrite32, 0, mem, i);
+  EXPECT_EQ(node(many), kInvalidValue);
+  EXPECT_TRUE(h.finish().clean);
+}
+
 // A graph's work runs later than the calls that built it: memory freed in between is not the client's any
 // more. Launching such a graph answers CUDA_ERROR_ILLEGAL_ADDRESS, as a GPU would, and the worker carries
 // on (issue 11: the sim worker crashed).

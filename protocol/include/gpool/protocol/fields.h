@@ -316,6 +316,31 @@ struct DevWord {
   GPOOL_WIRE_FIELDS(ptr, bytes)
 };
 
+// A batch memory-operation graph node's operations (cuGraphAddBatchMemOpNode), kWordsPerOp words each:
+// the operation (CUstreamBatchMemOpType: wait or write of a 32- or 64-bit word, flush of remote writes,
+// barrier) in the low half of the first and its flags in the high half, then the word's address and the
+// value (both 0 for a flush or a barrier). A word must be device memory of the client's, aligned to its
+// size; at most kMaxOps operations.
+struct MemOps {
+  std::vector<uint64_t> v;
+  static constexpr size_t kWordsPerOp = 3, kMaxOps = 256;
+  static constexpr uint32_t kWait32 = 1, kWrite32 = 2, kFlush = 3, kWait64 = 4, kWrite64 = 5, kBarrier = 6;
+  size_t count() const { return v.size() / kWordsPerOp; }
+  uint32_t op(size_t i) const { return static_cast<uint32_t>(v[i * kWordsPerOp]); }
+  uint32_t flags(size_t i) const { return static_cast<uint32_t>(v[i * kWordsPerOp] >> 32); }
+  uint64_t ptr(size_t i) const { return v[i * kWordsPerOp + 1]; }
+  uint64_t value(size_t i) const { return v[i * kWordsPerOp + 2]; }
+  // The bytes the operation reads or writes: 4, 8, or 0 (a flush or a barrier touches no word).
+  uint32_t bytes(size_t i) const {
+    uint32_t o = op(i);
+    return o == kWait32 || o == kWrite32 ? 4 : o == kWait64 || o == kWrite64 ? 8 : 0;
+  }
+  void add(uint32_t op, uint32_t flags, uint64_t ptr, uint64_t value) {
+    v.insert(v.end(), {uint64_t{op} | uint64_t{flags} << 32, ptr, value});
+  }
+  GPOOL_WIRE_FIELDS(v)
+};
+
 // A reserved virtual address range (cuMemAddressReserve). Created<VaRange> records it; Released<VaRange>
 // must name a whole reservation with nothing mapped in it.
 struct VaRange {
