@@ -41,12 +41,9 @@ CUresult addNoted(CUgraphNode* node, CUgraph graph, CUgraphNodeType type, const 
   int st = conn->call<Call>(out, raw(graph), std::forward<A>(args)...);
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
   *node = reinterpret_cast<CUgraphNode>(std::get<0>(out).v);
-  std::lock_guard lock(graphNodes().mu);
-  NodeInfo& info = graphNodes().nodes[std::get<0>(out).v];
-  info = NodeInfo{};
-  info.graph = raw(graph);
-  info.type = type;
-  if (note) note(info, out);
+  graphNodes().record(std::get<0>(out).v, raw(graph), type, [&](NodeInfo& info) {
+    if (note) note(info, out);
+  });
   return CUDA_SUCCESS;
 }
 template <typename Call, typename... A>

@@ -65,12 +65,7 @@ CUresult gpool::client::addBatchMemOpNode(CUgraphNode* node, CUgraph graph, cons
   int st = conn->call<calls::GraphAddBatchMemOpNode>(out, raw(graph), graphDeps(d, n), m);
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
   *node = reinterpret_cast<CUgraphNode>(std::get<0>(out).v);
-  std::lock_guard lock(graphNodes().mu);
-  GraphNodeInfo& info = graphNodes().nodes[std::get<0>(out).v];
-  info = GraphNodeInfo{};
-  info.graph = raw(graph);
-  info.type = CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
-  note(info, *p);
+  graphNodes().record(std::get<0>(out).v, raw(graph), CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, [p](GraphNodeInfo& info) { note(info, *p); });
   return CUDA_SUCCESS;
 }
 
@@ -89,12 +84,10 @@ CUresult gpool::client::setBatchMemOpNode(CUgraphExec exec, CUgraphNode node, co
 
 CUresult gpool::client::batchMemOpNodeParams(CUgraphNode node, CUDA_BATCH_MEM_OP_NODE_PARAMS* p) {
   if (!p) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = graphNodes().withNode(node, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, [p](GraphNodeInfo& i) { *p = i.batch; })) return r;
   // A node the worker captured (cuStreamBatchMemOp in a capture) has no recorded operations: CUDA's getter
   // would give them, gpool's cannot.
-  return graphNodes().withNode(node, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, [p](GraphNodeInfo& i) { *p = i.batch; }) == CUDA_SUCCESS &&
-                 p->paramArray
-             ? CUDA_SUCCESS
-             : CUDA_ERROR_INVALID_VALUE;
+  return p->paramArray ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 GPOOL_EXPORT CUresult cuGraphAddBatchMemOpNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n,

@@ -35,15 +35,12 @@ CUresult checkAllocation(const CUDA_MEM_ALLOC_NODE_PARAMS* p, CUdevice device) {
 
 // Records a node this process made or learnt of, with the parameters its getter returns.
 void remember(uint64_t node, uint64_t graph, CUgraphNodeType type, const CUDA_MEM_ALLOC_NODE_PARAMS& alloc, CUdeviceptr freed) {
-  std::lock_guard lock(graphNodes().mu);
-  GraphNodeInfo& info = graphNodes().nodes[node];
-  info = GraphNodeInfo{};
-  info.graph = graph;
-  info.type = type;
-  info.alloc = alloc;
-  info.access.assign(alloc.accessDescs, alloc.accessDescs + alloc.accessDescCount);
-  info.alloc.accessDescs = info.access.empty() ? nullptr : info.access.data();
-  info.freed = freed;
+  graphNodes().record(node, graph, type, [&](GraphNodeInfo& info) {
+    info.alloc = alloc;
+    info.access.assign(alloc.accessDescs, alloc.accessDescs + alloc.accessDescCount);
+    info.alloc.accessDescs = info.access.empty() ? nullptr : info.access.data();
+    info.freed = freed;
+  });
 }
 
 // The parameters of a memory node of `type`: as recorded, or asked of the worker (a captured node).

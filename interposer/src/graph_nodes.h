@@ -69,6 +69,16 @@ struct GraphNodeRegistry {
     f(it->second);
     return CUDA_SUCCESS;
   }
+  // Records `node` afresh, of `graph` and `type`; fill(info) adds what its getters return, under the lock.
+  template <typename F>
+  void record(uint64_t node, uint64_t graph, CUgraphNodeType type, F fill) {
+    std::lock_guard lock(mu);
+    GraphNodeInfo& info = nodes[node];
+    info = GraphNodeInfo{};
+    info.graph = graph;
+    info.type = type;
+    fill(info);
+  }
   void forgetGraph(uint64_t graph) {
     std::lock_guard lock(mu);
     std::erase_if(nodes, [graph](const auto& e) { return e.second.graph == graph; });
