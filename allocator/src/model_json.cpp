@@ -62,7 +62,8 @@ json toJson(const LeaseRequest& r) {
   return {{"n", r.n}, {"p", r.p}, {"m", r.m}, {"user", r.user}, {"group", r.group}, {"pool", r.pool},
           {"priority", r.priority}, {"wait_ms", r.wait_ms}, {"member_of", r.member_of}, {"preemptible", r.preemptible},
           {"min_p", r.min_p}, {"gpu_types", r.gpu_types}, {"kind", r.kind},
-          {"restartable", r.restartable}, {"job", r.job}, {"estimate_s", r.estimate_s}};
+          {"restartable", r.restartable}, {"job", r.job}, {"estimate_s", r.estimate_s},
+          {"ends_with_clients", r.ends_with_clients}};
 }
 
 json toJson(const Lease& l, LeaseView view) {
@@ -109,6 +110,7 @@ Lease leaseFromJson(const json& j) {
   l.req.restartable = r.value("restartable", false);
   l.req.job = r.value("job", std::string());
   l.req.estimate_s = r.value("estimate_s", 0.0);
+  l.req.ends_with_clients = r.value("ends_with_clients", true);
   l.preempt_at_ms = j.contains("preempt_at_ms") ? integer<int64_t>(j.at("preempt_at_ms")) : 0;
   l.preempted_for = j.value("preempted_for", "");
   l.notice = noticeFromName(j.value("notice", ""));
@@ -139,9 +141,9 @@ LeaseRequest requestFromJson(const json& j) {
     (void)v;
     if (k != "n" && k != "p" && k != "m" && k != "user" && k != "group" && k != "pool" && k != "priority" && k != "wait" &&
         k != "preemptible" && k != "min_p" && k != "gpu_types" && k != "kind" && k != "restartable" && k != "job" &&
-        k != "estimate_s" && k != "request_key")
+        k != "estimate_s" && k != "request_key" && k != "ends_with_clients")
       throw std::invalid_argument("unknown field '" + k + "' (fields: n, p, m, user, group, pool, priority, wait, preemptible, "
-                                  "min_p, gpu_types, kind, restartable, job, estimate_s, request_key)");
+                                  "min_p, gpu_types, kind, restartable, job, estimate_s, request_key, ends_with_clients)");
   }
   LeaseRequest r;
   auto field = [&](const char* name) -> const json* { return j.contains(name) ? &j.at(name) : nullptr; };
@@ -189,9 +191,11 @@ LeaseRequest requestFromJson(const json& j) {
       throw std::invalid_argument("estimate_s must be seconds, from 0 to 1e9");
     r.estimate_s = e->get<double>();
   }
-  if (auto rs = field("restartable")) {
-    if (!rs->is_boolean()) throw std::invalid_argument("restartable must be true or false");
-    r.restartable = rs->get<bool>();
+  for (auto [name, out] : {std::pair{"restartable", &r.restartable}, std::pair{"ends_with_clients", &r.ends_with_clients}}) {
+    if (auto v = field(name)) {
+      if (!v->is_boolean()) throw std::invalid_argument(std::string(name) + " must be true or false");
+      *out = v->get<bool>();
+    }
   }
   if (auto w = field("wait")) {
     if (w->is_number()) {

@@ -616,7 +616,7 @@ bool Scheduler::clientLeft(const std::string& server, const std::string& id, int
   const Lease* l = lease(id);
   if (auto it = serving_.find(server); it != serving_.end()) it->second.erase(id);
   if (settleDraining(server)) schedule(now);
-  if (!l || l->state != LeaseState::kGranted) return false;
+  if (!l || l->state != LeaseState::kGranted || !l->req.ends_with_clients) return false;  // its holder releases it
   bool on_server = std::any_of(l->shares.begin(), l->shares.end(), [&](const Share& s) { return s.server == server; });
   return on_server && end(id, "released (its client disconnected from " + server + ")", now);
 }

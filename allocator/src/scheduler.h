@@ -81,6 +81,10 @@ struct LeaseRequest {
   // attained counts for least-attained-service pools. Empty: the lease alone.
   std::string job;
   double estimate_s = 0;  // its run time alone on its fastest GPU type, if known (shortest-first pools)
+  // true: the lease ends once its last client process has left its servers (a lease taken through the API
+  // alone). false: it lasts from one process to the next until its holder releases it (gpool run and gpool
+  // lease, which release it when their command ends), it expires or is revoked.
+  bool ends_with_clients = true;
 
   std::vector<std::string> chargedGroups() const;  // `group` and `member_of`, each once
   bool accepts(const Gpu& g) const;                 // g is of a type it may run on
@@ -170,8 +174,9 @@ class Scheduler {
   }
   // Ends a lease (any state); false when unknown or already ended.
   bool end(const std::string& id, const std::string& reason, int64_t now);
-  // Ends the lease `id` if it has a share on `server` (the server saw its client leave). The server
-  // serves it no more: a draining share of it there is free.
+  // Ends the lease `id` if it has a share on `server` (the server saw its last client leave) and ends
+  // with its clients (LeaseRequest::ends_with_clients). The server serves it no more: a draining share of
+  // it there is free.
   bool clientLeft(const std::string& server, const std::string& id, int64_t now);
 
   // Ends leases and queued requests whose heartbeats stopped, marks silent servers down (ending their

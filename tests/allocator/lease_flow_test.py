@@ -143,6 +143,16 @@ class LeaseFlow(unittest.TestCase):
         self.assertLess(time.time() - exited, 1.0)
         self.assertIn("client disconnected", c.lease(lease["id"])["end_reason"])
 
+    def test_a_command_runs_one_cuda_process_after_another_on_its_lease(self):
+        # `gpool run -- sh -c "nvidia-smi; python train.py"`: the first process leaving must not end the
+        # lease under the second. The lease ends when the command does.
+        c = self.make(ttl="30s")
+        run = c.gpool("run", "-p", "0.5", "--", "sh", "-c", f"{NVML_QUERY} && sleep 1.5 && {NVML_QUERY}")
+        out, err = run.communicate(timeout=60)
+        self.assertEqual(run.returncode, 0, out + err)
+        self.assertEqual(out.count("ALL PASSED"), 2, out + err)
+        self.assertTrue(wait_for(lambda: c.status()["leases"] == [], timeout=5), "the lease outlived its command")
+
     @unittest.skipUnless(os.path.exists(SERVER_LOSS), "cuda_server_loss is built only with nvcc")
     def test_a_lease_ends_with_its_last_client_not_its_first(self):
         # A program of several processes: one exiting must not end the lease under the others (issue 11).

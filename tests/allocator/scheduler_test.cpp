@@ -178,6 +178,24 @@ TEST(Scheduler, ARevokedShareDrainsUntilItsServerStopsServingIt) {
   EXPECT_EQ(s.request(req("w"), 1950, "L3").kind, Decision::kGranted);
 }
 
+// A lease gpool run holds outlives each of its command's processes (`sh -c "prog1; prog2"`): only one taken
+// through the API alone ends when its last client leaves.
+TEST(Scheduler, ALeaseHeldForACommandOutlivesItsClientProcesses) {
+  Scheduler s = make();
+  s.registerServer(server("a", 1), 0);
+  LeaseRequest held = req("u", 0.5);
+  held.ends_with_clients = false;
+  s.request(held, 0, "L1");
+  s.request(req("v", 0.5), 0, "L2");
+  std::vector<std::string> revoked;
+  s.heartbeatServer("a", 100, {"L1", "L2"}, revoked);
+  EXPECT_FALSE(s.clientLeft("a", "L1", 200));
+  EXPECT_EQ(s.lease("L1")->state, LeaseState::kGranted);
+  EXPECT_TRUE(s.clientLeft("a", "L2", 200));
+  EXPECT_EQ(s.lease("L2")->state, LeaseState::kEnded);
+  EXPECT_EQ(s.request(req("w"), 300, "L3").kind, Decision::kQueued);  // L1 still holds its half
+}
+
 // Issue 11: a restarted allocator forgot the shares still draining on a server and granted them again
 // while the ended lease's worker ran on. Now it grants nothing on a server until the server has said
 // which leases it serves, and counts the ended ones among them until they stop.

@@ -322,7 +322,9 @@ int main(int argc, char** argv) {
   }
 
   if (*run_cmd || *lease_cmd) {
-    json req = {{"n", n}, {"p", p}, {"pool", pool}};
+    // The lease is held for the command, which may run one CUDA process after another: it lasts until
+    // the command ends, not only while a process is connected.
+    json req = {{"n", n}, {"p", p}, {"pool", pool}, {"ends_with_clients", false}};
     if (!user.empty()) req["user"] = user;
     if (!group.empty()) req["group"] = group;
     if (!priority.empty()) req["priority"] = priority;
