@@ -16,6 +16,9 @@ __attribute__((visibility("default"))) int gpool_client_library = 1;
 GPOOL_EXPORT CUresult cuInit(unsigned int flags) {
   GPOOL_TRY
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  // As CUDA answers in a child forked after its parent initialised it (Triton and PyTorch's compile
+  // workers probe with cuInit): the parent's connections are not the child's.
+  if (Connection::forkedChild()) return static_cast<CUresult>(Connection::refuseInForkedChild());
   return State::get().init();
   GPOOL_CATCH
 }

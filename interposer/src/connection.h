@@ -147,6 +147,9 @@ class Connection {
   int lost() const { return forkedChild() ? refuseInForkedChild() : lost_; }
   // Whether this process is a child forked after a connection was made (then no connection is usable).
   static bool forkedChild() { return forked_child_.load(std::memory_order_relaxed); }
+  // Says once, in a forked child, why its CUDA calls fail; returns kErrForkedChild. Never touches the
+  // transport or a lock the parent's threads may have held at the fork.
+  static int refuseInForkedChild();
 
   // Statistics for tests and benchmarks.
   uint64_t framesSent() const { return frames_sent_; }
@@ -221,9 +224,6 @@ class Connection {
   void relayOutput(uint32_t length);  // an Output frame's bytes, to this process's standard output
   void markPending();
   int fail(const std::string& why);
-  // Says once, in a forked child, why its CUDA calls fail; returns kErrForkedChild. Never touches the
-  // transport or a lock the parent's threads may have held at the fork.
-  static int refuseInForkedChild();
   static void markForkedChild();  // the pthread_atfork child handler
   static inline std::atomic<bool> forked_child_{false};
   void flusherLoop();

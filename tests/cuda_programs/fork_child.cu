@@ -13,6 +13,8 @@
 #include <cstring>
 #include <vector>
 
+#include <cuda.h>
+
 #include "checks.h"
 #include "increment.cuh"
 
@@ -20,14 +22,17 @@ namespace {
 
 constexpr int kWords = 4096;
 
+using CuInit = CUresult (*)(unsigned);
+
 // The child's calls, each of which must fail without reaching the parent's worker; exits with how many
-// did not.
-[[noreturn]] void child(unsigned* d) {
+// did not. cuInit says so first, as CUDA's does (Triton probes a forked compile worker with it).
+[[noreturn]] void child(unsigned* d, CuInit cu_init) {
   int wrong = 0;
   void* p = nullptr;
   unsigned word = 0;
   cudaStream_t s = nullptr;
   int count = 0;
+  if (cu_init(0) != CUDA_ERROR_NOT_INITIALIZED) ++wrong;
   if (cudaMalloc(&p, 1 << 20) == cudaSuccess) ++wrong;
   if (cudaMemcpy(&word, d, sizeof word, cudaMemcpyDeviceToHost) == cudaSuccess) ++wrong;
   if (cudaMemset(d, 0xff, kWords * sizeof(unsigned)) == cudaSuccess) ++wrong;
@@ -48,10 +53,12 @@ int main() {
   CK(cudaMemcpy(d, h.data(), kWords * sizeof(unsigned), cudaMemcpyHostToDevice));
   cudaStream_t stream;
   CK(cudaStreamCreate(&stream));
+  auto cu_init = driverEntryPoint<CuInit>("cuInit");
+  check(cu_init(0) == CUDA_SUCCESS, "cuInit in the parent");
   std::fflush(stdout);
 
   pid_t pid = fork();
-  if (pid == 0) child(d);
+  if (pid == 0) child(d, cu_init);
   int status = 0;
   check(pid > 0 && waitpid(pid, &status, 0) == pid, "fork and wait for the child");
   char detail[96];
