@@ -116,26 +116,6 @@ std::vector<Share> parseShares(const std::string& text, std::string& why) {
   return shares;
 }
 
-std::vector<int> visibleDevices(const char* env, int count, std::string& ignored) {
-  std::vector<int> out;
-  if (!env) {
-    for (int i = 0; i < count; ++i) out.push_back(i);
-    return out;
-  }
-  std::stringstream in(env);
-  for (std::string entry; std::getline(in, entry, ',');) {
-    char* end = nullptr;
-    long v = std::strtol(entry.c_str(), &end, 10);
-    bool repeated = std::find(out.begin(), out.end(), static_cast<int>(v)) != out.end();
-    if (entry.empty() || *end || v < 0 || v >= count || repeated) {
-      ignored = entry;
-      break;
-    }
-    out.push_back(static_cast<int>(v));
-  }
-  return out;
-}
-
 std::vector<Share> leaseShares(std::string& why) {
   std::vector<Share> all;
   const char* tok = std::getenv("GPOOL_TOKEN");
@@ -150,16 +130,7 @@ std::vector<Share> leaseShares(std::string& why) {
     all.push_back({env && *env ? env : "127.0.0.1:" + std::to_string(proto::kDefaultPort),
                    dev ? static_cast<uint32_t>(std::strtoul(dev, nullptr, 10)) : 0u, tok ? tok : ""});
   }
-  if (all.empty()) return all;
-  std::string ignored;
-  std::vector<Share> visible;
-  for (int i : visibleDevices(std::getenv("CUDA_VISIBLE_DEVICES"), static_cast<int>(all.size()), ignored))
-    visible.push_back(all[static_cast<size_t>(i)]);
-  if (!ignored.empty())
-    GPOOL_LOG(Level::kWarn, "CUDA_VISIBLE_DEVICES entry \"%s\" is not one of the lease's devices 0..%zu; it and the entries "
-              "after it are ignored", ignored.c_str(), all.size() - 1);
-  if (visible.empty()) why = "CUDA_VISIBLE_DEVICES hides every device of the lease";
-  return visible;
+  return all;
 }
 
 }  // namespace gpool::client

@@ -6,7 +6,9 @@
 #include <future>
 
 #include "cross_device.h"
+#include "gpool/protocol/gpu_uuid.h"
 #include "lease_shares.h"
+#include "visible_devices.h"
 
 namespace gpool::client {
 namespace {
@@ -41,38 +43,84 @@ State& State::get() {
 CUresult State::init() {
   std::call_once(once_, [this] {
     std::string why;
-    std::vector<Share> shares = leaseShares(why);
-    if (shares.empty()) {
+    std::vector<Share> lease = leaseShares(why);
+    if (lease.empty()) {
       GPOOL_LOG(Level::kError, "no lease: %s; CUDA reports no device", why.c_str());
       init_result_ = CUDA_ERROR_NO_DEVICE;
       return;
     }
-    init_result_ = connectAll(shares);
+    init_result_ = connectVisible(lease);
   });
   return init_result_;
 }
 
-// Connects to every share at once (each server starts a worker that opens its device); any that fails
-// fails them all, as a machine missing a GPU it should have.
-CUresult State::connectAll(const std::vector<Share>& shares) {
+// Connects to the lease's devices CUDA_VISIBLE_DEVICES shows (visible_devices.h): by index, to those only;
+// by UUID, to every one, to learn the UUIDs, keeping those it names.
+CUresult State::connectVisible(const std::vector<Share>& lease) {
+  const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
+  const int count = static_cast<int>(lease.size());
+  const bool by_uuid = namesDevicesByUuid(env);
+  std::string ignored;
+  std::vector<int> positions = visibleDevices(by_uuid ? nullptr : env, count, {}, ignored);
+  std::vector<std::unique_ptr<Connection>> conns;
+  if (!positions.empty() && !connectShares(lease, positions, conns)) return CUDA_ERROR_NO_DEVICE;
+  showDistinctUuids(lease, positions, conns);
+  if (by_uuid) {
+    std::vector<std::string> uuids;
+    for (auto& c : conns) uuids.push_back(proto::gpuUuidText(c->hello().devices.at(0).uuid.data()));
+    std::vector<int> chosen = visibleDevices(env, count, uuids, ignored);
+    std::vector<std::unique_ptr<Connection>> kept;
+    for (int i : chosen) kept.push_back(std::move(conns[static_cast<size_t>(i)]));
+    conns = std::move(kept);  // the others close: their workers end
+  }
+  if (!ignored.empty())
+    GPOOL_LOG(Level::kWarn, "CUDA_VISIBLE_DEVICES entry \"%s\" names none of the lease's devices 0..%d (or names one twice, "
+              "or the start of several UUIDs); it and the entries after it are ignored", ignored.c_str(), count - 1);
+  if (conns.empty()) {
+    GPOOL_LOG(Level::kError, "CUDA_VISIBLE_DEVICES hides every device of the lease; CUDA reports no device");
+    return CUDA_ERROR_NO_DEVICE;
+  }
+  adopt(std::move(conns));
+  return CUDA_SUCCESS;
+}
+
+// Connects to the shares at `positions` at once (each server starts a worker that opens its device); any
+// that fails fails them all, as a machine missing a GPU it should have.
+bool State::connectShares(const std::vector<Share>& lease, const std::vector<int>& positions,
+                          std::vector<std::unique_ptr<Connection>>& conns) {
   std::vector<std::future<std::unique_ptr<Connection>>> pending;
-  for (const Share& s : shares)
-    pending.push_back(std::async(std::launch::async, [&s] {
+  for (int p : positions)
+    pending.push_back(std::async(std::launch::async, [&s = lease[static_cast<size_t>(p)]] {
       return std::make_unique<Connection>(proto::connectTcp(s.address), s.address, s.device, s.token, workerTimeout());
     }));
   std::string failed;
-  for (size_t i = 0; i < pending.size(); ++i) {
+  for (auto& f : pending) {
     try {
-      conns_.push_back(pending[i].get());
+      conns.push_back(f.get());
     } catch (const std::exception& e) {
       failed += (failed.empty() ? "" : "; ") + std::string(e.what());
     }
   }
-  if (!failed.empty()) {
-    conns_.clear();
-    GPOOL_LOG(Level::kError, "%s; CUDA reports no device (set GPOOL_SERVER=HOST:PORT to a running gpool-server)", failed.c_str());
-    return CUDA_ERROR_NO_DEVICE;
-  }
+  if (failed.empty()) return true;
+  conns.clear();
+  GPOOL_LOG(Level::kError, "%s; CUDA reports no device (set GPOOL_SERVER=HOST:PORT to a running gpool-server)", failed.c_str());
+  return false;
+}
+
+// Gives each connected device the UUID it shows, the same whichever of the lease's devices are visible.
+void State::showDistinctUuids(const std::vector<Share>& lease, const std::vector<int>& positions,
+                              std::vector<std::unique_ptr<Connection>>& conns) {
+  std::vector<bool> repeat = repeatedShares(lease);
+  std::vector<LeaseDevice> devices;
+  for (size_t i = 0; i < conns.size(); ++i)
+    devices.push_back({positions[i], conns[i]->hello().devices.at(0).uuid, repeat[static_cast<size_t>(positions[i])]});
+  keepUuidsApart(devices);
+  for (size_t i = 0; i < conns.size(); ++i) conns[i]->showUuid(0, devices[i].uuid);
+}
+
+// The visible devices, in order, become this process's devices 0..N-1.
+void State::adopt(std::vector<std::unique_ptr<Connection>> conns) {
+  conns_ = std::move(conns);
   for (size_t c = 0; c < conns_.size(); ++c) {
     if (conns_.size() > 1) conns_[c]->joinLease(static_cast<int>(c), &crossDevice());
     for (uint32_t local = 0; local < conns_[c]->hello().devices.size(); ++local) devices_.push_back({static_cast<int>(c), local});
@@ -80,14 +128,12 @@ CUresult State::connectAll(const std::vector<Share>& shares) {
               conns_[c]->hello().devices[0].name.c_str(), conns_[c]->hello().backend.c_str(), conns_[c]->hello().driver_version,
               conns_[c]->transportKind());
   }
-  keepUuidsApart();
   current_pools_ = std::make_unique<std::atomic<uint64_t>[]>(conns_.size());
   primary_.resize(devices_.size());
   for (size_t i = 0; i < primary_.size(); ++i) {
     primary_[i].device = static_cast<int>(i);
     primary_[i].id = i + 1;
   }
-  return CUDA_SUCCESS;
 }
 
 Connection* State::readyOn(int connection, CUresult& err) {
@@ -139,25 +185,6 @@ int State::connectionOfPointer(uint64_t ptr) {
   uint64_t base;
   Allocation a;
   return findAllocation(ptr, base, a) && a.device ? a.owner : currentConnection();
-}
-
-// CUDA's devices have distinct UUIDs, and frameworks and NVML tell devices apart by them, but two shares of
-// one GPU report the GPU's. A device whose UUID an earlier one already shows gets it with the device's
-// number folded into its last byte and the version nibble set to 8 (a derived UUID, RFC 9562).
-void State::keepUuidsApart() {
-  for (size_t d = 1; d < devices_.size(); ++d) {
-    std::array<uint8_t, 16> uuid = device(static_cast<CUdevice>(d))->uuid;
-    auto taken = [&](const std::array<uint8_t, 16>& u) {
-      for (size_t e = 0; e < d; ++e)
-        if (device(static_cast<CUdevice>(e))->uuid == u) return true;
-      return false;
-    };
-    if (!taken(uuid)) continue;
-    uuid[6] = static_cast<uint8_t>((uuid[6] & 0x0f) | 0x80);
-    const uint8_t last = uuid[15];
-    for (unsigned k = 0; k < 256 && taken(uuid); ++k) uuid[15] = static_cast<uint8_t>(last ^ (d + k));
-    conns_[static_cast<size_t>(devices_[d].connection)]->showUuid(devices_[d].local, uuid);
-  }
 }
 
 const proto::DeviceInfo* State::device(CUdevice d) const {

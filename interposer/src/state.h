@@ -19,6 +19,7 @@
 #include "address_space.h"
 #include "connection.h"
 #include "log.h"
+#include "lease_shares.h"
 
 #define GPOOL_EXPORT extern "C" __attribute__((visibility("default")))
 // Every exported entry point's body sits between these: no exception crosses the C ABI.
@@ -57,12 +58,6 @@ struct Allocation {
 };
 
 // One share of the lease: a worker's address, the device it serves and the token that admits to it.
-struct Share {
-  std::string address;
-  uint32_t device = 0;
-  std::string token;
-};
-
 class State {
  public:
   static State& get();
@@ -187,9 +182,13 @@ class State {
   AddressSpace address_space_;  // device allocations' pages, reserved in this process
   std::once_flag once_;
   CUresult init_result_ = CUDA_ERROR_NOT_INITIALIZED;
-  CUresult connectAll(const std::vector<Share>& shares);
+  CUresult connectVisible(const std::vector<Share>& lease);
+  static bool connectShares(const std::vector<Share>& lease, const std::vector<int>& positions,
+                            std::vector<std::unique_ptr<Connection>>& conns);
+  static void showDistinctUuids(const std::vector<Share>& lease, const std::vector<int>& positions,
+                                std::vector<std::unique_ptr<Connection>>& conns);
+  void adopt(std::vector<std::unique_ptr<Connection>> conns);
   std::vector<std::unique_ptr<Connection>> conns_;
-  void keepUuidsApart();
   struct DeviceSlot {
     int connection;
     uint32_t local;  // the device's index in its worker's handshake

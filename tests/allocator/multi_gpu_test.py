@@ -5,6 +5,7 @@ usage: multi_gpu_test.py BUILD_DIR [unittest args]"""
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import unittest
@@ -15,6 +16,31 @@ from cluster import BUILD, GIB, GPOOL, KERNELS, LIB, Cluster, setUpModule, tearD
 
 PROGRAM = os.path.join(BUILD, "tests", "cuda_multi_device")
 NCCL_PROGRAM = os.path.join(BUILD, "tests", "cuda_nccl_all_reduce")
+LIST_DEVICES = os.path.join(BUILD, "tests", "list_devices")
+
+# Run under one `gpool run` (one lease): lists the devices each CUDA_VISIBLE_DEVICES value shows, as JSON
+# {value: [uuid, ...] or "NO DEVICE <error>", "stderr " + value: what gpool said}. The values come from
+# argv; "UUID1"/"UUID0" in one are replaced by the device's UUID read with the variable unset, and
+# "UUID1[:N]" by its first N characters. A value written "hold:VALUE" keeps its devices for 60 s.
+LIST_UNDER_VALUES = r"""
+import json, os, re, subprocess, sys
+def devices(value, hold=False):
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    if hold:
+        env["LIST_DEVICES_HOLD_S"] = "60"
+    if value is not None:
+        env["CUDA_VISIBLE_DEVICES"] = value
+    run = subprocess.run([sys.argv[1]], env=env, capture_output=True, text=True, timeout=120)
+    lines = run.stdout.split("\n")
+    found = [l.split()[2] for l in lines if l.startswith("DEVICE ")]
+    return (found or [l for l in lines if l.startswith("NO DEVICE")][0]), run.stderr
+uuids, _ = devices(None)
+out = {"all": uuids}
+for value in sys.argv[2:]:
+    real = re.sub(r"UUID(\d)(\[:(\d+)\])?", lambda m: uuids[int(m.group(1))][: int(m.group(3)) if m.group(3) else None], value)
+    out[value], out["stderr " + value] = devices(real.removeprefix("hold:"), real.startswith("hold:"))
+print(json.dumps(out))
+"""
 
 
 class MultiGpu(unittest.TestCase):
@@ -85,6 +111,47 @@ class MultiGpu(unittest.TestCase):
         p = self.cluster.gpool("run", "-n", "2", "-p", "1", "--", PROGRAM, env=env)
         out, err = p.communicate(timeout=120)
         self.assertIn("FAIL  cudaGetDeviceCount is the lease's 2 shares: 1 devices", out, out + err)
+
+    def list_under(self, *values, env=None):
+        p = self.cluster.gpool("run", "-n", "2", "-p", "0.5", "--", sys.executable, "-c", LIST_UNDER_VALUES, LIST_DEVICES, *values,
+                               env=env or {})
+        out, err = p.communicate(timeout=180)
+        self.assertEqual(p.returncode, 0, out + err)
+        return json.loads(out.strip().splitlines()[-1])
+
+    def test_cuda_visible_devices_names_devices_by_uuid_as_cuda_does(self):
+        # Two halves of one GPU: two devices whose UUIDs differ first in their third group ("-8" in the second).
+        prefix = "UUID1[:19]"
+        seen = self.list_under("UUID1", prefix + ",0", "1", "UUID0[:18]", "GPU-ffff,0", "1," + prefix)
+        u0, u1 = seen["all"]
+        self.assertNotEqual(u0, u1)
+        self.assertEqual(u0[:18], u1[:18], "the two UUIDs start alike (the test's ambiguous prefix relies on it)")
+        self.assertNotEqual(u0[:19], u1[:19])
+        self.assertEqual(seen["UUID1"], [u1], "a whole UUID names its device")
+        self.assertEqual(seen[prefix + ",0"], [u1, u0], "the start of one UUID names it, in the list's order")
+        self.assertEqual(seen["1"], [u1], "a device shows the same UUID whichever others are visible")
+        self.assertEqual(seen["UUID0[:18]"], "NO DEVICE 100", "the start of two UUIDs names neither")
+        self.assertIn("hides every device of the lease", seen["stderr UUID0[:18]"])
+        self.assertEqual(seen["GPU-ffff,0"], "NO DEVICE 100", "a UUID of no device ends the list")
+        self.assertIn('CUDA_VISIBLE_DEVICES entry "GPU-ffff" names none of the lease\'s devices', seen["stderr GPU-ffff,0"])
+        self.assertEqual(seen["1," + prefix], [u1], "a device named twice ends the list")
+
+    def test_the_devices_a_uuid_list_leaves_out_are_let_go(self):
+        # Every device is connected to learn its UUID; the one the list leaves out must not keep its worker
+        # (and its share of the GPU's memory) while the program runs. Its worker says it was let go while
+        # the program still holds the device it chose.
+        p = self.cluster.gpool("run", "-n", "2", "-p", "0.5", "--", sys.executable, "-c", LIST_UNDER_VALUES, LIST_DEVICES, "hold:UUID1",
+                               env={"GPOOL_LOG_LEVEL": "info"}, start_new_session=True)
+        try:
+            logs = lambda: self.cluster.log("sim0") + self.cluster.log("sim1")  # noqa: E731
+            gone = lambda: logs().count("disconnected after")  # noqa: E731
+            # The listing with the variable unset ends (two workers gone), then the one left out goes.
+            self.assertTrue(wait_for(lambda: gone() >= 3, timeout=30), logs())
+            self.assertIsNone(p.poll(), "the program holds its chosen device meanwhile")
+            self.assertEqual(gone(), 3, "only the device left out was let go: " + logs())
+        finally:
+            os.killpg(p.pid, signal.SIGKILL)  # the program too, which holds its device for a minute
+            p.communicate()
 
     @unittest.skipUnless(os.path.exists(NCCL_PROGRAM), "NCCL is not installed (the CUDA toolkit's libnccl)")
     def test_nccl_fails_at_once_with_one_line_saying_why(self):
