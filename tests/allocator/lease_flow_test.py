@@ -153,6 +153,18 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual(out.count("ALL PASSED"), 2, out + err)
         self.assertTrue(wait_for(lambda: c.status()["leases"] == [], timeout=5), "the lease outlived its command")
 
+    def test_the_command_finds_gpools_libcuda_first(self):
+        c = self.make(ttl="30s")
+        show = 'echo "$LD_LIBRARY_PATH|$TRITON_LIBCUDA_PATH"'
+        out, err = c.gpool("run", "--", "sh", "-c", show, env={"LD_LIBRARY_PATH": "/opt/mine"}).communicate(timeout=30)
+        ld, triton = out.strip().split("|")
+        first = ld.split(":")[0]
+        self.assertTrue(os.path.exists(os.path.join(first, "libcuda.so.1")), out + err)
+        self.assertEqual(ld.split(":")[1:], ["/opt/mine"])
+        self.assertEqual(triton, first, "Triton links its launchers against gpool's libcuda")
+        out, _ = c.gpool("run", "--", "sh", "-c", show, env={"TRITON_LIBCUDA_PATH": "/opt/chosen"}).communicate(timeout=30)
+        self.assertEqual(out.strip().split("|")[1], "/opt/chosen", "a path the user chose is kept")
+
     @unittest.skipUnless(os.path.exists(SERVER_LOSS), "cuda_server_loss is built only with nvcc")
     def test_a_lease_ends_with_its_last_client_not_its_first(self):
         # A program of several processes: one exiting must not end the lease under the others (issue 11).

@@ -261,6 +261,9 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
     for (int sig : kForwarded) signal(sig, SIG_DFL);
     std::string lib = clientLibDir(), ld = env("LD_LIBRARY_PATH");
     setenv("LD_LIBRARY_PATH", (lib + (ld.empty() ? "" : ":" + ld)).c_str(), 1);
+    // Triton (torch.compile) links its launchers against the libcuda of the driver ldconfig lists, when
+    // the client has one: point it at gpool's unless the user chose.
+    setenv("TRITON_LIBCUDA_PATH", lib.c_str(), 0);
     for (const auto& [k, v] : leaseEnv(lease)) setenv(k.c_str(), v.c_str(), 1);
     setenv("GPOOL_PREEMPT_FILE", notice.file().c_str(), 1);
     setenv("GPOOL_PROGRESS_FILE", progressFile().c_str(), 1);
