@@ -3,6 +3,7 @@
 // file at start, or the API at run time); every error names the key and what is expected.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -104,6 +105,9 @@ struct Policy {
   std::chrono::milliseconds lease_ttl{15000};      // a lease ends this long after its last heartbeat
   std::chrono::milliseconds server_timeout{15000}; // a server is down this long after its last heartbeat
   std::chrono::milliseconds token_ttl{600000};     // how long a lease token admits a connection
+  // How often a lease's holder heartbeats it: three times per lease_ttl, and per token_ttl too, since the
+  // heartbeats renew its tokens once half their life has passed (Scheduler::renewTokens).
+  std::chrono::milliseconds leaseHeartbeat() const { return std::min(lease_ttl, token_ttl) / 3; }
   std::chrono::milliseconds preemption_grace{30000};  // notice a preempted lease gets before its share is revoked
   std::chrono::milliseconds ended_lease_retention{std::chrono::hours(24 * 7)};  // ended leases then leave the database
   std::string source;                              // the TOML text it was read from ("" = defaults)

@@ -564,6 +564,19 @@ bool Scheduler::heartbeatLease(const std::string& id, int64_t now) {
   return true;
 }
 
+bool Scheduler::renewTokens(const std::string& id) {
+  auto it = leases_.find(id);
+  if (it == leases_.end() || it->second.state != LeaseState::kGranted) return false;
+  Lease& l = it->second;
+  const int64_t ttl_s = std::chrono::duration_cast<std::chrono::seconds>(policy_.token_ttl).count();
+  const int64_t now_s = unix_seconds_();
+  if (l.token_expiry_s - now_s > ttl_s / 2) return false;
+  l.token_expiry_s = now_s + ttl_s;
+  for (Share& s : l.shares) s.token = sign_(l, s, l.token_expiry_s);
+  touch(l);
+  return true;
+}
+
 bool Scheduler::reportProgress(const std::string& id, double progress, int64_t now) {
   auto it = leases_.find(id);
   if (it == leases_.end() || it->second.state != LeaseState::kGranted) return false;

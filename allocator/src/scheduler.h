@@ -158,6 +158,9 @@ class Scheduler {
   // `owner_key_hash`: what identifies the requester's lease key (Lease::owner_key_hash).
   Decision request(LeaseRequest req, int64_t now, const std::string& id, const std::string& owner_key_hash = "");
   bool heartbeatLease(const std::string& id, int64_t now);
+  // Keeps a granted lease's tokens fresh while its holder heartbeats it: once half of token_ttl has passed,
+  // its shares get new tokens, so a process its command starts later still connects. True when renewed.
+  bool renewTokens(const std::string& id);
   // A granted lease's job says how far it got (a count in its kind's unit, rising while it runs): between
   // two reports, its kind's throughput on its GPU type (single-GPU leases). False when not granted.
   bool reportProgress(const std::string& id, double progress, int64_t now);

@@ -474,7 +474,7 @@ void Service::replyAgain(httplib::Response& res, const Lease& l, const std::stri
     return error(res, 409, "this request_key names another request: make a new one for each request");
   json out = toJson(l, LeaseView::kOwner);
   out["lease_key"] = lease_key;
-  out["heartbeat_ms"] = sched_->policy().lease_ttl.count() / 3;
+  out["heartbeat_ms"] = sched_->policy().leaseHeartbeat().count();
   if (l.state == LeaseState::kQueued) out["position"] = sched_->position(l.id);
   reply(res, l.state == LeaseState::kGranted ? 201 : 202, out);
 }
@@ -534,7 +534,7 @@ void Service::leaseRoutes(httplib::Server& s) {
     }
     json out = toJson(*d.lease, LeaseView::kOwner);
     out["lease_key"] = lease_key;  // shown this once: it reads, heartbeats and releases the lease
-    out["heartbeat_ms"] = sched_->policy().lease_ttl.count() / 3;
+    out["heartbeat_ms"] = sched_->policy().leaseHeartbeat().count();
     if (d.kind == Decision::kQueued) {
       ++queued_;
       out["position"] = sched_->position(id);
@@ -577,7 +577,7 @@ void Service::leaseRoutes(httplib::Server& s) {
     if (!l) return error(res, 404, "no lease " + id);
     if (owner && l->state == LeaseState::kQueued) sched_->heartbeatLease(id, now());
     json out = toJson(*l, owner ? LeaseView::kOwner : LeaseView::kPublic);
-    out["heartbeat_ms"] = sched_->policy().lease_ttl.count() / 3;
+    out["heartbeat_ms"] = sched_->policy().leaseHeartbeat().count();
     if (l->state == LeaseState::kQueued) out["position"] = sched_->position(id);
     if (l->preempt_at_ms) out["preempt_in_ms"] = std::max<int64_t>(0, l->preempt_at_ms - now());
     reply(res, 200, out);
@@ -613,7 +613,12 @@ void Service::leaseRoutes(httplib::Server& s) {
     if (!sched_->heartbeatLease(l->id, now()))
       return reply(res, 410, {{"error", "lease " + l->id + " has ended: " + l->end_reason}, {"state", "ended"}});
     if (progress) sched_->reportProgress(l->id, *progress, now());
+    if (sched_->renewTokens(l->id)) persist();
     json out = {{"state", stateName(l->state)}};
+    if (l->state == LeaseState::kGranted) {  // the holder's (as GET shows the owner): its command's later processes use them
+      json owner = toJson(*l, LeaseView::kOwner);
+      out.update({{"shares", owner["shares"]}, {"token_expiry", owner["token_expiry"]}});
+    }
     if (l->preempt_at_ms)  // notice: the launcher tells the program, which has this long to stop
       out.update({{"preempt_in_ms", std::max<int64_t>(0, l->preempt_at_ms - now())}, {"preempted_for", l->preempted_for},
                   {"notice", noticeName(l->notice)}});

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -116,11 +117,27 @@ std::vector<Share> parseShares(const std::string& text, std::string& why) {
   return shares;
 }
 
+// GPOOL_LEASE_FILE (gpool run's): the lease's shares with the newest tokens, which the heartbeats renew;
+// empty when it is not set or cannot be read (then the environment's, which may have expired, serve).
+std::string leaseFileShares() {
+  const char* path = std::getenv("GPOOL_LEASE_FILE");
+  if (!path || !*path) return {};
+  std::ifstream in(path);
+  std::string line;
+  if (!std::getline(in, line) || line.empty()) {
+    GPOOL_LOG(Level::kWarn, "GPOOL_LEASE_FILE %s cannot be read; using the lease's first tokens, from GPOOL_SHARES", path);
+    return {};
+  }
+  return line;
+}
+
 std::vector<Share> leaseShares(std::string& why) {
   std::vector<Share> all;
   const char* tok = std::getenv("GPOOL_TOKEN");
   const char* allocator = std::getenv("GPOOL_ALLOCATOR");
-  if (const char* list = std::getenv("GPOOL_SHARES"); list && *list) {
+  if (std::string renewed = leaseFileShares(); !renewed.empty()) {
+    all = parseShares(renewed, why);
+  } else if (const char* list = std::getenv("GPOOL_SHARES"); list && *list) {
     all = parseShares(list, why);
   } else if (allocator && *allocator && !(tok && *tok)) {
     all = leaseFromAllocator(why);

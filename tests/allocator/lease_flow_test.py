@@ -153,6 +153,19 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual(out.count("ALL PASSED"), 2, out + err)
         self.assertTrue(wait_for(lambda: c.status()["leases"] == [], timeout=5), "the lease outlived its command")
 
+    def test_a_process_that_starts_after_the_first_token_expired_still_connects(self):
+        # A lease token admits connections for token_ttl (10 min by default) after its grant; a command may
+        # start its CUDA process later (an hour of data preparation first, or an interactive shell). Its
+        # launcher keeps fresh tokens where the client library reads them.
+        # Here tokens last 4 s, so heartbeats come every 1.3 s (a third of the shorter of token_ttl and
+        # lease_ttl); the second process starts 9 s after the grant, when the first tokens are long expired.
+        policy = POLICY.replace("[settings]\n", '[settings]\ntoken_ttl = "4s"\n')
+        c = self.make(ttl="30s", policy=policy)
+        run = c.gpool("run", "-p", "0.5", "--", "sh", "-c", f"{NVML_QUERY} && sleep 9 && {NVML_QUERY}")
+        out, err = run.communicate(timeout=60)
+        self.assertEqual(run.returncode, 0, out + err)
+        self.assertEqual(out.count("ALL PASSED"), 2, out + err)
+
     def test_the_command_finds_gpools_libcuda_first(self):
         c = self.make(ttl="30s")
         show = 'echo "$LD_LIBRARY_PATH|$TRITON_LIBCUDA_PATH"'

@@ -196,6 +196,37 @@ TEST(Scheduler, ALeaseHeldForACommandOutlivesItsClientProcesses) {
   EXPECT_EQ(s.request(req("w"), 300, "L3").kind, Decision::kQueued);  // L1 still holds its half
 }
 
+// A command may start a CUDA process long after its grant: the tokens its holder's heartbeats bring back
+// are renewed once half their life has passed, and the heartbeats come often enough for that.
+TEST(Scheduler, HeartbeatsRenewALeasesTokensOnceHalfTheirLifeHasPassed) {
+  int64_t clock_s = 1000, signed_with = 0;
+  Scheduler s(parsePolicy("[settings]\ntoken_ttl = \"60s\"\nlease_ttl = \"1h\"\n"),
+              [&](const Lease& l, const Share& sh, int64_t expiry) {
+                signed_with = expiry;
+                return "tok-" + l.id + "-" + sh.server + "-" + std::to_string(expiry);
+              },
+              [&] { return clock_s; });
+  EXPECT_EQ(s.policy().leaseHeartbeat(), std::chrono::seconds(20));  // a third of the shorter of the two
+  s.registerServer(server("a", 1), 0);
+  s.request(req("u"), 0, "L1");
+  const std::string first = s.lease("L1")->shares[0].token;
+  EXPECT_EQ(s.lease("L1")->token_expiry_s, 1060);
+  clock_s = 1029;
+  EXPECT_FALSE(s.renewTokens("L1"));  // 31 s left of 60
+  EXPECT_EQ(s.lease("L1")->shares[0].token, first);
+  clock_s = 1030;
+  EXPECT_TRUE(s.renewTokens("L1"));
+  EXPECT_EQ(s.lease("L1")->token_expiry_s, 1090);
+  EXPECT_EQ(signed_with, 1090);
+  EXPECT_NE(s.lease("L1")->shares[0].token, first);
+  EXPECT_FALSE(s.renewTokens("L1"));
+  s.request(req("v"), 0, "L2");  // queued: no tokens to renew
+  EXPECT_FALSE(s.renewTokens("L2"));
+  s.end("L1", "released", 0);
+  clock_s = 5000;
+  EXPECT_FALSE(s.renewTokens("L1"));  // an ended lease gets none
+}
+
 // Issue 11: a restarted allocator forgot the shares still draining on a server and granted them again
 // while the ended lease's worker ran on. Now it grants nothing on a server until the server has said
 // which leases it serves, and counts the ended ones among them until they stop.

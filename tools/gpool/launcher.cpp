@@ -150,12 +150,17 @@ json acquire(AllocatorClient& a, const json& request, double wait_s) {
 // GPOOL_SHARES ("ADDRESS DEVICE TOKEN", comma-separated; devices 0..N-1 in this order), the first one also
 // as GPOOL_SERVER/GPOOL_DEVICE/GPOOL_TOKEN, and what each share is (GPOOL_FRACTION, GPOOL_MEMORY in bytes:
 // an elastic request learns here what it got).
+std::string sharesText(const json& shares) {
+  std::string text;
+  for (const auto& s : shares)
+    text += (text.empty() ? "" : ",") + s.at("address").get<std::string>() + " " + std::to_string(s.at("device").get<int>()) + " " +
+            s.at("token").get<std::string>();
+  return text;
+}
+
 std::vector<std::pair<std::string, std::string>> leaseEnv(const json& lease) {
   const json& share = lease.at("shares").at(0);
-  std::string shares;
-  for (const auto& s : lease.at("shares"))
-    shares += (shares.empty() ? "" : ",") + s.at("address").get<std::string>() + " " + std::to_string(s.at("device").get<int>()) +
-              " " + s.at("token").get<std::string>();
+  std::string shares = sharesText(lease.at("shares"));
   std::ostringstream fraction;
   fraction << share.at("fraction").get<double>();
   return {{"GPOOL_SERVER", share.at("address")}, {"GPOOL_DEVICE", std::to_string(share.at("device").get<int>())},
@@ -193,6 +198,21 @@ const std::string& runDir() {
 // Where the command may write how far it got (GPOOL_PROGRESS_FILE), for its lease's heartbeats; one run
 // of the command at a time, each counting afresh.
 std::string progressFile() { return runDir() + "/progress"; }
+
+// GPOOL_LEASE_FILE: the lease's shares with their newest tokens (GPOOL_SHARES's format, one line), which
+// the client library prefers to its environment's. A token admits connections for the policy's token_ttl;
+// the heartbeats renew it, so a CUDA process the command starts an hour in still connects.
+std::string leaseFile() { return runDir() + "/lease"; }
+
+void writeLeaseFile(const json& shares) {
+  std::string tmp = leaseFile() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);  // in the run's directory, which only this user reads
+    out << sharesText(shares) << "\n";
+    if (!out) return;
+  }
+  std::rename(tmp.c_str(), leaseFile().c_str());
+}
 
 // How preemption notice reaches the leaseholder (the command of `gpool run`, or the program a `gpool lease`
 // helper holds its lease for): the file GPOOL_PREEMPT_FILE names appears (one line of JSON: the lease, the
@@ -256,6 +276,7 @@ class Notice {
 int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string>& command, Notice& notice, int restarts,
             int last_exit) {
   std::string id = lease.at("id");
+  writeLeaseFile(lease.at("shares"));
   pid_t pid = ::fork();
   if (pid == 0) {
     for (int sig : kForwarded) signal(sig, SIG_DFL);
@@ -267,6 +288,7 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
     for (const auto& [k, v] : leaseEnv(lease)) setenv(k.c_str(), v.c_str(), 1);
     setenv("GPOOL_PREEMPT_FILE", notice.file().c_str(), 1);
     setenv("GPOOL_PROGRESS_FILE", progressFile().c_str(), 1);
+    setenv("GPOOL_LEASE_FILE", leaseFile().c_str(), 1);
     setenv("GPOOL_RESTARTS", std::to_string(restarts).c_str(), 1);
     if (restarts > 0) setenv("GPOOL_LAST_EXIT", std::to_string(last_exit).c_str(), 1);
     unsetenv("GPOOL_ALLOCATOR");  // the lease is already held: the library must not ask for another
@@ -278,7 +300,9 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
     _exit(127);
   }
   g_child = pid;
-  auto watch = std::make_unique<LeaseWatch>(a.another(), id, lease.value("heartbeat_ms", 5000), notice.events(id), progressFile());
+  LeaseWatch::Events events = notice.events(id);
+  events.shares = writeLeaseFile;  // renewed tokens, for the command's later processes
+  auto watch = std::make_unique<LeaseWatch>(a.another(), id, lease.value("heartbeat_ms", 5000), events, progressFile());
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -287,6 +311,7 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
   if (st != 200 && !notice.given()) std::fprintf(stderr, "gpool: releasing lease %s: %s\n", id.c_str(), text.c_str());
   watch.reset();
   std::remove(progressFile().c_str());
+  std::remove(leaseFile().c_str());
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return WEXITSTATUS(status);
 }

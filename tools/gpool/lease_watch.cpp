@@ -91,6 +91,10 @@ bool LeaseWatch::see(int status, const std::string& text) {
     return false;
   }
   if (status != 200 || !object) return true;
+  if (const auto s = j.find("shares"); s != j.end() && s->is_array() && !s->empty() && s->at(0).contains("token") && *s != shares_) {
+    shares_ = *s;
+    if (events_.shares) events_.shares(shares_);
+  }
   if (j.contains("preempt_in_ms") && j["preempt_in_ms"].is_number_integer()) {
     if (!noticed_ && events_.notice) events_.notice(j["preempt_in_ms"].get<int64_t>(), allocator::noticeFromName(j.value("notice", "")), j.value("preempted_for", ""));
     noticed_ = true;

@@ -14,6 +14,8 @@
 #include <string>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "allocator_client.h"
 #include "scheduler.h"
 
@@ -27,6 +29,8 @@ class LeaseWatch {
     std::function<void(int64_t in_ms, gpool::allocator::Notice why, const std::string& for_request)> notice;
     std::function<void()> withdrawn;                        // the notice was withdrawn
     std::function<void(const std::string& reason)> ended;  // the allocator ended the lease
+    // The lease's shares with new tokens (the heartbeats renew them): the holder's JSON "shares".
+    std::function<void(const nlohmann::json& shares)> shares;
   };
   LeaseWatch(std::unique_ptr<AllocatorClient> client, std::string id, int heartbeat_ms, Events events,
              std::string progress_file = "");
@@ -49,6 +53,7 @@ class LeaseWatch {
   Events events_;
   std::string progress_file_;
   bool noticed_ = false;
+  nlohmann::json shares_;  // as last reported
   std::optional<std::chrono::steady_clock::time_point> away_since_;  // when it last stopped answering
   std::mutex mu_;
   std::condition_variable cv_;
