@@ -166,6 +166,23 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual(run.returncode, 0, out + err)
         self.assertEqual(out.count("ALL PASSED"), 2, out + err)
 
+    def test_the_commands_own_options_are_never_taken_for_gpools(self):
+        # As with sudo or env: gpool's options end where the command begins, `--` or not. (`-n 7` here
+        # used to lease 7 GPUs, or fail, instead of reaching the command.)
+        c = self.make(ttl="30s")
+        show = 'echo "$GPOOL_FRACTION $GPOOL_SHARES|$1 $2"'
+        out, err = c.gpool("run", "-p", "0.5", "sh", "-c", show, "sh", "-n", "7").communicate(timeout=30)
+        fraction, args = out.strip().split("|")
+        self.assertEqual(args, "-n 7", out + err)
+        self.assertTrue(fraction.startswith("0.5 "), out + err)
+        self.assertNotIn(",", fraction, "one share, as -n was not given to gpool")
+        out, err = c.gpool("run", "--fraction=0.5", "--pool", "default", "--", "sh", "-c", show, "sh", "--pool", "x").communicate(timeout=30)
+        self.assertEqual(out.strip().split("|")[1], "--pool x", out + err)
+        p = c.gpool("run", "--gpus-typo", "2", "true")
+        _, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 2, "bad usage: gpool's own status 2")
+        self.assertIn("--gpus-typo", err)
+
     def test_the_command_finds_gpools_libcuda_first(self):
         c = self.make(ttl="30s")
         show = 'echo "$LD_LIBRARY_PATH|$TRITON_LIBCUDA_PATH"'

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +19,7 @@
 
 #include "allocator_client.h"
 #include "cli_common.h"
+#include "command_line.h"
 #include "launcher.h"
 #include "gpool/printable.h"
 #include "lease_token.h"
@@ -34,6 +36,7 @@ using gpool::cli::die;
 using gpool::cli::env;
 using gpool::cli::kExitAllocator;
 using gpool::cli::kExitUsage;
+using gpool::cli::markCommandStart;
 using gpool::cli::must;
 using gpool::cli::Proof;
 
@@ -235,7 +238,9 @@ int main(int argc, char** argv) {
                     "when the command is preempted (SIGTERM, then the policy's grace period), wait for GPUs again and "
                     "rerun it (GPOOL_RESTARTS counts the runs before, GPOOL_LAST_EXIT is the last one's status); "
                     "without it gpool exits with status 75");
-  run_cmd->add_option("command", command, "the command and its arguments, after --")->required();
+  run_cmd->add_option("command", command, "the command and its arguments: gpool's options end where it begins (so its own, "
+                                           "as in `python train.py -n 5`, stay its own); a `--` before it is optional")
+      ->required();
   int notify_pid = 0;
   lease_cmd->add_option("--notify-pid", notify_pid,
                         "the process the lease is held for: on preemption notice it gets SIGTERM (after the file "
@@ -305,7 +310,15 @@ int main(int argc, char** argv) {
   accounts->add_subcommand("delete", "delete NAME: its key stops working")->add_option("name", account, "service account name")->required();
   accounts->add_subcommand("list", "list service accounts and their groups (never their keys)");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    // `gpool run python train.py -n 5`: the command's options are its own (command_line.h).
+    std::vector<std::string> args = markCommandStart(app, "run", std::vector<std::string>(argv + 1, argv + argc));
+    std::reverse(args.begin(), args.end());  // CLI11 takes them last first
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);  // prints the message, or the help asked for (code 0)
+    return code == 0 ? 0 : kExitUsage;
+  }
   std::unique_ptr<AllocatorClient> client;
   try {
     client = std::make_unique<AllocatorClient>(url, ca_file);
