@@ -36,6 +36,14 @@ std::string gpoolBinary() {
   return "gpool";  // on PATH
 }
 
+// The lease becomes this process's environment, as `gpool run` gives it to its command, so the processes
+// it starts use it too (until it ends with this process): a child with a lease of its own could wait
+// behind its parent's for ever. (Set at cuInit, the first call that needs the lease.)
+void exportLease(const nlohmann::json& lease) {
+  for (const auto& [name, value] : lease.items())
+    if (name.rfind("GPOOL_", 0) == 0 && value.is_string()) ::setenv(name.c_str(), value.get_ref<const std::string&>().c_str(), 1);
+}
+
 std::vector<Share> leaseFromAllocator(std::string& why) {
   // Preemption notice reaches this process as it reaches gpool run's command: GPOOL_PREEMPT_FILE (when
   // set), SIGTERM, then SIGKILL when the GPUs are revoked.
@@ -86,6 +94,7 @@ std::vector<Share> leaseFromAllocator(std::string& why) {
   }
   std::vector<Share> shares;
   if (j.contains("GPOOL_SHARES")) shares = parseShares(j["GPOOL_SHARES"].get<std::string>(), why);
+  if (!shares.empty()) exportLease(j);
   else shares.push_back({j["GPOOL_SERVER"].get<std::string>(), static_cast<uint32_t>(std::stoul(j.value("GPOOL_DEVICE", std::string("0")))),
                          j["GPOOL_TOKEN"].get<std::string>()});
   if (!shares.empty())

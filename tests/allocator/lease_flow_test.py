@@ -3,6 +3,7 @@
 launchers and CUDA client processes. usage: lease_flow_test.py BUILD_DIR [unittest args]"""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -562,6 +563,22 @@ class LeaseFlow(unittest.TestCase):
         exited = time.time()
         self.assertTrue(wait_for(lambda: c.status()["leases"] == [], timeout=5), "the lease was not released")
         self.assertLess(time.time() - exited, 1.0)
+
+    def test_processes_a_program_starts_share_the_lease_it_got_at_cuinit(self):
+        # One whole GPU: a child given a lease of its own would wait for its parent's to end, forever.
+        c = self.make(ttl="30s")
+        env = dict(os.environ, GPOOL_ALLOCATOR=c.url, LD_LIBRARY_PATH=LIB, GPOOL_LOG_LEVEL="info", GPOOL_WAIT="3s",
+                   GPOOL_BIN=GPOOL, GPOOL_MUNGE_SOCKET=cluster.MUNGED.socket)
+        for name in ("GPOOL_SERVER", "GPOOL_TOKEN", "GPOOL_SHARES", "GPOOL_LEASE_FILE"):
+            env.pop(name, None)
+        parent = ("import ctypes, subprocess, sys\n"
+                  "assert ctypes.CDLL('libcuda.so.1').cuInit(0) == 0\n"
+                  "sys.exit(subprocess.run([sys.argv[1]]).returncode)\n")
+        run = subprocess.run([sys.executable, "-c", parent, NVML_QUERY], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertIn("ALL PASSED", run.stdout)
+        self.assertEqual(len(re.findall(r"lease L[0-9a-f]+ from", run.stderr)), 1, "one lease for both: " + run.stderr)
+        self.assertTrue(wait_for(lambda: c.status()["leases"] == [], timeout=5), "the lease was not released")
 
     def test_random_requests_never_take_the_allocator_down(self):
         import random

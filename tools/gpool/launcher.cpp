@@ -348,11 +348,14 @@ int holdLease(AllocatorClient& a, const json& request, double wait_s, pid_t hold
   std::string id = lease.at("id");
   json out = json::object();
   for (const auto& [k, v] : leaseEnv(lease)) out[k] = v;
+  writeLeaseFile(lease.at("shares"));  // for the processes the holder starts (the library exports it)
+  out["GPOOL_LEASE_FILE"] = leaseFile();
   std::printf("%s\n", out.dump().c_str());
   std::fflush(stdout);
   std::atomic<bool> holding{true};  // until stdin closes: then the holder is gone, and no signal may reach its pid
   Notice notice(env("GPOOL_PREEMPT_FILE"), [&] { return holding ? holder : 0; });
   LeaseWatch::Events events = notice.events(id);
+  events.shares = writeLeaseFile;
   if (holder == 0) {  // nobody to tell but the terminal
     events.ended = [id](const std::string& reason) { std::fprintf(stderr, "gpool: lease %s ended: %s\n", id.c_str(), reason.c_str()); };
   }
