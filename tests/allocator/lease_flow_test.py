@@ -184,6 +184,31 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual(p.returncode, 2, "bad usage: gpool's own status 2")
         self.assertIn("--gpus-typo", err)
 
+    def test_gpool_release_ends_a_lease_from_another_terminal(self):
+        c = self.make(ttl="30s")
+        holder = c.gpool("run", "--", "sleep", "30", start_new_session=True)
+        self.children.append(holder)
+        self.assertTrue(wait_for(lambda: len(c.status()["leases"]) == 1, timeout=10))
+        lease = c.status()["leases"][0]["id"]
+        p = c.gpool("release", lease, user="capped")  # not its owner
+        _, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 3, err)
+        self.assertIn("is not yours", err)
+        self.assertEqual(len(c.status()["leases"]), 1)
+        p = c.gpool("release", "x/heartbeat")  # not an id: never a path of the API
+        _, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 2, err)
+        p = c.gpool("release", lease)  # its owner, from another terminal
+        out, err = p.communicate(timeout=30)
+        self.assertEqual((p.returncode, out.strip()), (0, lease + " released"), err)
+        self.assertEqual(c.status()["leases"], [])
+        time.sleep(2)  # its launcher's long poll hears of it at once
+        os.killpg(holder.pid, signal.SIGKILL)
+        _, err = holder.communicate()
+        self.assertIn(f"lease {lease} ended: released", err, "the launcher says so")
+        out, _ = c.gpool("release", lease).communicate(timeout=30)
+        self.assertEqual(out.strip(), lease + " had already ended")
+
     def test_the_command_finds_gpools_libcuda_first(self):
         c = self.make(ttl="30s")
         show = 'echo "$LD_LIBRARY_PATH|$TRITON_LIBCUDA_PATH"'

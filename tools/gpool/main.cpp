@@ -35,6 +35,7 @@ using gpool::cli::AllocatorClient;
 using gpool::cli::die;
 using gpool::cli::env;
 using gpool::cli::kExitAllocator;
+using gpool::cli::kExitRefused;
 using gpool::cli::kExitUsage;
 using gpool::cli::markCommandStart;
 using gpool::cli::must;
@@ -87,6 +88,25 @@ struct QueueFlags {
     return out;
   }
 };
+
+// `gpool release ID...`: each lease ended (or request withdrawn), or why not; the worst status of them.
+int release(AllocatorClient& a, const std::vector<std::string>& ids) {
+  int worst = 0;
+  for (const std::string& id : ids) {
+    if (!gpool::isPlainName(id)) die(kExitUsage, "'" + gpool::printable(id) + "' is not a lease id (gpool status lists them)");
+    auto [st, text] = a.call("DELETE", "/v1/leases/" + id, Proof::kIdentity);
+    if (st <= 0) die(kExitAllocator, text);  // unreachable, or no proof of who asks
+    json r = json::parse(text, nullptr, false);
+    if (st == 200) {
+      std::printf("%s %s\n", id.c_str(), r.value("ended", false) ? "released" : "had already ended");
+      continue;
+    }
+    std::string why = r.is_object() ? r.value("error", text) : text;
+    std::fprintf(stderr, "gpool: %s: %s\n", id.c_str(), gpool::printable(why).c_str());
+    worst = std::max(worst, st >= 500 ? kExitAllocator : kExitRefused);
+  }
+  return worst;
+}
 
 int status(AllocatorClient& a, bool as_json) {
   json s = must(a, "GET", "/v1/status", Proof::kNone);
@@ -248,6 +268,11 @@ int main(int argc, char** argv) {
                         "library passes its own pid)")
       ->check(CLI::PositiveNumber);
 
+  auto* release_cmd = app.add_subcommand(
+      "release", "end leases (a queued request is withdrawn): your own, or anyone's for an admin. The command "
+                 "running on one loses its GPUs; `gpool status` lists the leases");
+  std::vector<std::string> release_ids;
+  release_cmd->add_option("lease", release_ids, "lease ids (L...)")->required();
   auto* status_cmd = app.add_subcommand("status", "servers, GPUs, shares, leases and the queue");
   bool as_json = false;
   status_cmd->add_flag("--json", as_json, "print the allocator's status document");
@@ -383,6 +408,7 @@ int main(int argc, char** argv) {
     return gpool::cli::holdLease(a, req, wait_s, static_cast<pid_t>(notify_pid));
   }
   if (*status_cmd) return status(a, as_json);
+  if (*release_cmd) return release(a, release_ids);
   if (*whoami) {
     json w = must(a, "GET", "/v1/whoami", Proof::kIdentity);
     std::string groups;
