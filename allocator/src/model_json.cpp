@@ -76,7 +76,8 @@ json toJson(const Lease& l, LeaseView view) {
   }
   json j = {{"id", l.id}, {"state", stateName(l.state)}, {"request", toJson(l.req)}, {"priority", l.priority},
             {"seq", l.seq}, {"created_ms", l.created_ms}, {"granted_ms", l.granted_ms}, {"ended_ms", l.ended_ms},
-            {"token_expiry", l.token_expiry_s}, {"ended_unix_s", l.ended_unix_s}, {"shares", shares}};
+            {"token_expiry", l.token_expiry_s}, {"ended_unix_s", l.ended_unix_s},
+            {"granted_unix_s", l.granted_unix_s}, {"shares", shares}};
   if (!l.end_reason.empty()) j["end_reason"] = l.end_reason;
   if (!l.wait_reason.empty()) j["waiting_for"] = l.wait_reason;
   if (l.preempt_at_ms) {  // notice: the share is revoked at preempt_at_ms (the allocator's clock), for preempted_for
@@ -125,6 +126,7 @@ Lease leaseFromJson(const json& j) {
   l.ended_ms = integer<int64_t>(j.at("ended_ms"));
   l.token_expiry_s = integer<int64_t>(j.at("token_expiry"));
   l.ended_unix_s = j.contains("ended_unix_s") ? integer<int64_t>(j.at("ended_unix_s")) : 0;
+  l.granted_unix_s = j.contains("granted_unix_s") ? integer<int64_t>(j.at("granted_unix_s")) : 0;
   l.end_reason = j.value("end_reason", "");
   l.wait_reason = j.value("waiting_for", "");
   l.owner_key_hash = j.value("owner_key_hash", "");

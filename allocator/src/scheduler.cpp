@@ -267,6 +267,7 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
   placedOn(l, true);
   account(l, +1);
   l.granted_ms = now;
+  l.granted_unix_s = unix_seconds_();
   l.heartbeat_ms = now;
   l.token_expiry_s = expiry;
   l.wait_reason.clear();

@@ -98,6 +98,7 @@ struct Lease {
   LeaseState state = LeaseState::kQueued;
   int64_t created_ms = 0, heartbeat_ms = 0, granted_ms = 0, ended_ms = 0, token_expiry_s = 0;
   int64_t ended_unix_s = 0;  // when it ended by the wall clock (the *_ms times are the allocator's monotonic clock)
+  int64_t granted_unix_s = 0;  // when it was granted by the wall clock (0: never, or granted before it was kept)
   std::string end_reason;   // released, expired, server down, cancelled, wait ran out, disconnected
   std::string wait_reason;  // why it is queued
   std::string owner_key_hash;  // hex SHA-256 of the lease key its requester got (who may heartbeat, read, release it)

@@ -4,6 +4,7 @@
 #include "gpool/printable.h"
 #include "elastic_pool.h"
 #include "signed_request.h"
+#include "usage.h"
 
 #include <httplib.h>
 #include <netinet/in.h>
@@ -804,6 +805,37 @@ void Service::queueMetrics(std::ostream& o) const {
 
 // Reads anyone may make: status (without tokens), the policy, metrics.
 void Service::readRoutes(httplib::Server& s) {
+  // Accounting (usage.h): GPU time per user and group in [from, to), unix seconds; by default the last 7 days.
+  s.Get("/v1/usage", [this](const httplib::Request& req, httplib::Response& res) {
+    const int64_t now_s = unixSeconds();
+    int64_t window[2] = {0, now_s};
+    for (int i : {0, 1}) {
+      const char* name = i == 0 ? "from" : "to";
+      if (!req.has_param(name)) continue;
+      const std::string v = req.get_param_value(name);
+      char* end = nullptr;
+      window[i] = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end || window[i] < 0 || window[i] > now_s + 366 * 86400)
+        return error(res, 400, std::string(name) + " must be a time in unix seconds");
+    }
+    if (!req.has_param("from")) window[0] = std::max<int64_t>(0, window[1] - 7 * 86400);
+    if (window[0] >= window[1]) return error(res, 400, "from must be before to");
+    std::lock_guard lock(mu_);
+    std::map<std::string, Lease> leases;
+    try {
+      leases = commits_->direct([&] { return store_->leases(true); });
+    } catch (const std::exception& e) {
+      return error(res, 503, std::string("reading ended leases: ") + e.what());
+    }
+    for (const auto& [id, l] : sched_->live()) leases[id] = *l;  // the freshest state of those still live
+    json rows = json::array();
+    for (const Usage& u : usageBetween(leases, window[0], window[1], now_s))
+      rows.push_back({{"user", u.user}, {"group", u.group}, {"leases", u.leases}, {"gpu_seconds", u.gpu_seconds},
+                      {"gpu_hours", u.gpu_seconds / 3600}, {"memory_gib_hours", u.memory_gib_seconds / 3600}});
+    const int64_t kept_s = std::chrono::duration_cast<std::chrono::seconds>(sched_->policy().ended_lease_retention).count();
+    reply(res, 200, {{"from", window[0]}, {"to", window[1]}, {"kept_since", now_s - kept_s}, {"usage", rows}});
+  });
+
   s.Get("/v1/status", [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard lock(mu_);
     json servers = json::array(), leases = json::array(), queue = json::array(), pools = json::array();

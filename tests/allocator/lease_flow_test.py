@@ -209,6 +209,31 @@ class LeaseFlow(unittest.TestCase):
         out, _ = c.gpool("release", lease).communicate(timeout=30)
         self.assertEqual(out.strip(), lease + " had already ended")
 
+    def test_gpool_usage_counts_each_users_gpu_time(self):
+        c = self.make(ttl="30s")
+        for fraction in ("0.5", "0.25"):
+            run = c.gpool("run", "-p", fraction, "--", "sleep", "2")
+            run.communicate(timeout=30)
+            self.assertEqual(run.returncode, 0)
+        c.gpool("run", "-p", "1", "--", "sleep", "2", user="capped").communicate(timeout=30)  # over its quota: no time
+        u = json.loads(c.gpool("usage", "--json").communicate(timeout=30)[0])
+        self.assertEqual(len(u["usage"]), 1, u)  # the refused request held nothing
+        mine = u["usage"]
+        self.assertEqual(mine[0]["leases"], 2)
+        # 0.5 and 0.25 of a GPU for about 2 s each (whole seconds, the allocator's clock)
+        self.assertGreaterEqual(mine[0]["gpu_seconds"], 0.75 * 1)
+        self.assertLessEqual(mine[0]["gpu_seconds"], 0.75 * 4)
+        # The allocator restarted: what it counted comes from its database.
+        c.allocator.send_signal(signal.SIGKILL)
+        c.allocator.wait()
+        c.start_allocator()
+        out, err = c.gpool("usage", "--since", "1h").communicate(timeout=30)
+        self.assertRegex(out, r"USER\s+GROUP\s+LEASES\s+GPU-HOURS", err)
+        self.assertRegex(out, rf"{re.escape(mine[0]['user'])}\s+\S+\s+2\s+0\.00\d", out)
+        bad = c.gpool("usage", "--since", "forever")
+        bad.communicate(timeout=30)
+        self.assertEqual(bad.returncode, 2, "a bad duration is bad usage")
+
     def test_the_command_finds_gpools_libcuda_first(self):
         c = self.make(ttl="30s")
         show = 'echo "$LD_LIBRARY_PATH|$TRITON_LIBCUDA_PATH"'

@@ -89,6 +89,31 @@ struct QueueFlags {
   }
 };
 
+// `gpool usage`: a table of GPU time per user and group since `since` ago.
+int usage(AllocatorClient& a, const std::string& since, bool as_json) {
+  int64_t seconds = 0;
+  try {
+    seconds = std::chrono::duration_cast<std::chrono::seconds>(gpool::allocator::parseDuration(since)).count();
+  } catch (const std::exception& e) {
+    die(kExitUsage, std::string("--since: ") + e.what());
+  }
+  int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  json u = must(a, "GET", "/v1/usage?from=" + std::to_string(std::max<int64_t>(0, now_s - seconds)), Proof::kNone);
+  if (as_json) {
+    std::printf("%s\n", u.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%-16s %-16s %7s %11s %17s\n", "USER", "GROUP", "LEASES", "GPU-HOURS", "GPU-MEM-GiB-HOURS");
+  for (const auto& r : u["usage"])
+    std::printf("%-16s %-16s %7d %11.3f %17.3f\n", gpool::printable(r["user"].get<std::string>()).c_str(),
+                gpool::printable(r["group"].get<std::string>()).c_str(), r["leases"].get<int>(), r["gpu_hours"].get<double>(),
+                r["memory_gib_hours"].get<double>());
+  if (u["from"].get<int64_t>() < u["kept_since"].get<int64_t>())
+    std::printf("(leases that ended more than %.0f hours ago are forgotten: the policy's ended_lease_retention)\n",
+                static_cast<double>(now_s - u["kept_since"].get<int64_t>()) / 3600);
+  return 0;
+}
+
 // `gpool release ID...`: each lease ended (or request withdrawn), or why not; the worst status of them.
 int release(AllocatorClient& a, const std::vector<std::string>& ids) {
   int worst = 0;
@@ -273,8 +298,13 @@ int main(int argc, char** argv) {
                  "running on one loses its GPUs; `gpool status` lists the leases");
   std::vector<std::string> release_ids;
   release_cmd->add_option("lease", release_ids, "lease ids (L...)")->required();
-  auto* status_cmd = app.add_subcommand("status", "servers, GPUs, shares, leases and the queue");
   bool as_json = false;
+  auto* usage_cmd = app.add_subcommand("usage", "GPU time each user and group had (accounting), from live leases and the "
+                                                 "ended ones the allocator keeps (the policy's ended_lease_retention)");
+  std::string since = "168h";
+  usage_cmd->add_option("--since", since, "how far back to count (e.g. 24h, 90m; at most 30 days)")->capture_default_str();
+  usage_cmd->add_flag("--json", as_json, "print the allocator's answer");
+  auto* status_cmd = app.add_subcommand("status", "servers, GPUs, shares, leases and the queue");
   status_cmd->add_flag("--json", as_json, "print the allocator's status document");
   auto* whoami = app.add_subcommand("whoami", "who the allocator takes you for: user, groups, how it knows, admin or not");
 
@@ -409,6 +439,7 @@ int main(int argc, char** argv) {
   }
   if (*status_cmd) return status(a, as_json);
   if (*release_cmd) return release(a, release_ids);
+  if (*usage_cmd) return usage(a, since, as_json);
   if (*whoami) {
     json w = must(a, "GET", "/v1/whoami", Proof::kIdentity);
     std::string groups;
