@@ -272,6 +272,22 @@ void Service::forgetEndedLeases() {
   }
 }
 
+std::map<std::string, Lease> Service::leasesForUsage() {
+  std::map<std::string, Lease> leases;
+  {
+    std::lock_guard lock(usage_mu_);
+    auto t = std::chrono::steady_clock::now();
+    if (!usage_read_ || t - *usage_read_ >= kUsageReadEvery) {
+      usage_store_ = commits_->direct([&] { return store_->leases(true); });
+      usage_read_ = t;
+    }
+    leases = usage_store_;
+  }
+  std::lock_guard lock(mu_);
+  for (const auto& [id, l] : sched_->leases()) leases[id] = l;
+  return leases;
+}
+
 // Where a tick freed room for more than one pass grants, the rest is granted pass by pass, and requests
 // waiting for the lock are let in between.
 void Service::grantTheRest() {
@@ -820,14 +836,13 @@ void Service::readRoutes(httplib::Server& s) {
     }
     if (!req.has_param("from")) window[0] = std::max<int64_t>(0, window[1] - 7 * 86400);
     if (window[0] >= window[1]) return error(res, 400, "from must be before to");
-    std::lock_guard lock(mu_);
     std::map<std::string, Lease> leases;
     try {
-      leases = commits_->direct([&] { return store_->leases(true); });
+      leases = leasesForUsage();
     } catch (const std::exception& e) {
       return error(res, 503, std::string("reading ended leases: ") + e.what());
     }
-    for (const auto& [id, l] : sched_->live()) leases[id] = *l;  // the freshest state of those still live
+    std::lock_guard lock(mu_);
     json rows = json::array();
     for (const Usage& u : usageBetween(leases, window[0], window[1], now_s))
       rows.push_back({{"user", u.user}, {"group", u.group}, {"leases", u.leases}, {"gpu_seconds", u.gpu_seconds},

@@ -4,10 +4,13 @@
 #pragma once
 
 #include <atomic>
-#include <functional>
+#include <chrono>
 #include <condition_variable>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -84,6 +87,14 @@ class Service {
   // Whether requests wait unread: connections not yet accepted, or accepted and waiting for a thread.
   bool backlogged();
   void forgetEndedLeases();  // those that ended longer ago than the policy's retention
+  // What accounting (GET /v1/usage) counts: the store's leases, ended ones included, read at most every
+  // kUsageReadEvery however often it is asked (a scan holds the store's writer back), with the
+  // scheduler's own on top (live ones, and those that ended within its minute).
+  std::map<std::string, Lease> leasesForUsage();
+  static constexpr std::chrono::seconds kUsageReadEvery{30};
+  std::mutex usage_mu_;
+  std::map<std::string, Lease> usage_store_;
+  std::optional<std::chrono::steady_clock::time_point> usage_read_;
   int64_t now() const;
 
   ServiceOptions opt_;
