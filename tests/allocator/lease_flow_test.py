@@ -615,14 +615,16 @@ class LeaseFlow(unittest.TestCase):
         self.assertLess(time.time() - exited, 1.0)
 
     def test_processes_a_program_starts_share_the_lease_it_got_at_cuinit(self):
-        # One whole GPU: a child given a lease of its own would wait for its parent's to end, forever.
-        c = self.make(ttl="30s")
+        # One whole GPU: a child given a lease of its own would wait for its parent's to end, forever. The
+        # child starts after the lease's first tokens expired (token_ttl 4 s): it reads renewed ones.
+        c = self.make(ttl="30s", policy=POLICY.replace("[settings]\n", '[settings]\ntoken_ttl = "4s"\n'))
         env = dict(os.environ, GPOOL_ALLOCATOR=c.url, LD_LIBRARY_PATH=LIB, GPOOL_LOG_LEVEL="info", GPOOL_WAIT="3s",
                    GPOOL_BIN=GPOOL, GPOOL_MUNGE_SOCKET=cluster.MUNGED.socket)
         for name in ("GPOOL_SERVER", "GPOOL_TOKEN", "GPOOL_SHARES", "GPOOL_LEASE_FILE"):
             env.pop(name, None)
         parent = ("import ctypes, subprocess, sys\n"
                   "assert ctypes.CDLL('libcuda.so.1').cuInit(0) == 0\n"
+                  "import time; time.sleep(7)\n"
                   "sys.exit(subprocess.run([sys.argv[1]]).returncode)\n")
         run = subprocess.run([sys.executable, "-c", parent, NVML_QUERY], env=env, capture_output=True, text=True, timeout=60)
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
