@@ -234,6 +234,14 @@ class LeaseFlow(unittest.TestCase):
         bad.communicate(timeout=30)
         self.assertEqual(bad.returncode, 2, "a bad duration is bad usage")
 
+    def test_the_lease_file_is_its_users_alone(self):
+        c = self.make(ttl="30s")
+        out, err = c.gpool("run", "--", "sh", "-c", 'stat -c "%a" "$GPOOL_LEASE_FILE" "$(dirname "$GPOOL_LEASE_FILE")"; '
+                           'cut -d" " -f3 "$GPOOL_LEASE_FILE"; echo "$GPOOL_TOKEN"').communicate(timeout=30)
+        file_mode, dir_mode, token_in_file, token = out.split()
+        self.assertEqual((file_mode, dir_mode), ("600", "700"), out + err)
+        self.assertEqual(token_in_file, token)  # the shares, with the token the environment has
+
     def test_the_command_finds_gpools_libcuda_first(self):
         c = self.make(ttl="30s")
         show = 'echo "$LD_LIBRARY_PATH|$TRITON_LIBCUDA_PATH"'

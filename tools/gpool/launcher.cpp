@@ -207,10 +207,12 @@ std::string leaseFile() { return runDir() + "/lease"; }
 void writeLeaseFile(const json& shares) {
   std::string tmp = leaseFile() + ".tmp";
   {
-    std::ofstream out(tmp, std::ios::trunc);  // in the run's directory, which only this user reads
+    std::ofstream out(tmp, std::ios::trunc);
     out << sharesText(shares) << "\n";
     if (!out) return;
   }
+  std::error_code ec;  // its tokens are the lease's: this user's alone, as the directory is
+  fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace, ec);
   std::rename(tmp.c_str(), leaseFile().c_str());
 }
 
