@@ -75,6 +75,26 @@ same_gpu=DIFFERENT
 rows+=("$(printf '%-18s %-62s %-6s %-6s %s' nvidia-smi "name, uuid, memory.total as natively" "$([ $snrc -eq 0 ] && echo PASS || echo FAIL)" "$([ $sgrc -eq 0 ] && echo PASS || echo FAIL)" "$same_gpu")")
 rows+=("$(printf '%-18s %-62s %-6s %-6s %s' nvml_query "NVML subset against the CUDA driver API" "-" "$([ $nqrc -eq 0 ] && echo PASS || echo FAIL)" "-")")
 
+# --- GPU memory of processes that only ask (cuInit, the device count), as torch.cuda.is_available() does in
+# every DataLoader worker: natively no context exists; a gpool worker retains one when it opens its device.
+# Measured, not judged: what a context costs per such process says whether workers should make it lazily.
+idle_mib() {  # label, env...: MiB more in use on the GPU while 4 asking processes hold on
+  local before after label=$1; shift
+  before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+  for i in 1 2 3 4; do
+    env "$@" python3 -c "import ctypes, time; c = ctypes.CDLL('libcuda.so.1'); n = ctypes.c_int(); c.cuInit(0); c.cuDeviceGetCount(ctypes.byref(n)); time.sleep(6)" &
+  done
+  sleep 4
+  after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+  wait
+  echo "$label: $((after - before)) MiB for 4 processes that only ask" >> "$out/idle_contexts.txt"
+  echo "$((after - before))MiB"
+}
+start_server "$out/idle-server.log" "$out/cache-idle"
+idle_native=$(idle_mib native LD_LIBRARY_PATH=)
+idle_gpool=$(idle_mib gpool $(gpool_env $port))
+rows+=("$(printf '%-18s %-62s %-6s %-6s %s' idle_contexts "GPU memory of 4 processes that only ask (measured)" "$idle_native" "$idle_gpool" "-")")
+
 # --- PyTorch / CuPy / NCCL workloads ---------------------------------------------------------------------
 only=(); [ $quick -eq 1 ] && only=(--only tensors device_info matmul mlp resnet18 cuda_graph)
 echo "=== workloads natively ==="
