@@ -242,6 +242,17 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual((file_mode, dir_mode), ("600", "700"), out + err)
         self.assertEqual(token_in_file, token)  # the shares, with the token the environment has
 
+    def test_the_command_may_use_gpool_itself_and_its_cuda_uses_the_lease(self):
+        # A job script that logs `gpool status`, or runs a sub-job with `gpool run`: the allocator is still
+        # known in it, while its own CUDA processes use the lease it runs on, not one of their own.
+        c = self.make(ttl="30s")
+        script = (f'gpool_leases() {{ "{GPOOL}" status --json | python3 -c "import json,sys; print(len(json.load(sys.stdin)[\'leases\']))"; }}; '
+                  f'echo "leases $(gpool_leases)"; {NVML_QUERY} | tail -1; echo "leases $(gpool_leases)"')
+        out, err = c.gpool("run", "-p", "0.5", "--", "sh", "-c", script).communicate(timeout=60)
+        self.assertEqual(out.split("\n")[0], "leases 1", out + err)
+        self.assertIn("ALL PASSED", out)
+        self.assertEqual(out.strip().split("\n")[-1], "leases 1", "its CUDA process took no lease of its own: " + out + err)
+
     def test_the_command_finds_gpools_libcuda_first(self):
         c = self.make(ttl="30s")
         show = 'echo "$LD_LIBRARY_PATH|$TRITON_LIBCUDA_PATH"'

@@ -293,7 +293,8 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
     setenv("GPOOL_LEASE_FILE", leaseFile().c_str(), 1);
     setenv("GPOOL_RESTARTS", std::to_string(restarts).c_str(), 1);
     if (restarts > 0) setenv("GPOOL_LAST_EXIT", std::to_string(last_exit).c_str(), 1);
-    unsetenv("GPOOL_ALLOCATOR");  // the lease is already held: the library must not ask for another
+    // GPOOL_ALLOCATOR stays, for `gpool status` or a sub-job's `gpool run` in the command; the library
+    // asks for no lease of its own while GPOOL_SHARES names one (lease_shares.cpp).
     std::vector<char*> argv;
     for (const auto& c : command) argv.push_back(const_cast<char*>(c.c_str()));
     argv.push_back(nullptr);
