@@ -58,6 +58,8 @@ done
 # Captured host copies go through the host-function channel, which is shared memory above (page-locked
 # memory there needs none) and TCP here: the same program once more over TCP.
 GPOOL_TRANSPORT=tcp compare_program graph_host_copies.tcp "$build/tests/cuda_graph_host_copies"
+# CUDA_LAUNCH_BLOCKING=1: natively NVIDIA's driver makes launches synchronous; through gpool the client waits.
+CUDA_LAUNCH_BLOCKING=1 compare_program launch_blocking "$build/tests/cuda_launch_blocking"
 
 # --- NVML: nvidia-smi natively and through gpool's libnvidia-ml.so.1 ----------------------------------
 start_server "$out/nvml-server.log" "$out/cache-nvml"

@@ -1,6 +1,7 @@
 // Kernel launches: parameters are packed into one buffer with the layout the worker reported (cached
 // per function), and the launch goes out fire-and-forget.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "state.h"
@@ -90,6 +91,23 @@ CUresult ownAttributeEvents(const Connection* conn, const CUlaunchAttribute* att
   return CUDA_SUCCESS;
 }
 
+// CUDA_LAUNCH_BLOCKING=1, which PyTorch's errors advise for finding the kernel that failed: the driver
+// makes every launch synchronous. The worker's driver never sees this process's environment, so the
+// client waits for the launch's stream itself and returns what the wait says, unless a capture is under
+// way (a launch then only records into a graph, and a wait could end the capture).
+bool launchBlocking() {
+  static const bool on = [] {
+    const char* v = std::getenv("CUDA_LAUNCH_BLOCKING");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+CUresult waitIfBlocking(uint64_t stream, CUresult launched) {
+  if (launched != CUDA_SUCCESS || !launchBlocking() || State::get().active_captures != 0) return launched;
+  return cuStreamSynchronize(reinterpret_cast<CUstream>(stream));
+}
+
 CUresult launch(uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
                 uint64_t stream, void** params, void** extra, const CUlaunchAttribute* attrs, unsigned nattrs,
                 const char* call) {
@@ -105,7 +123,7 @@ CUresult launch(uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
     attrs = own.data();
   }
   Blob a{attrs, nattrs * sizeof(CUlaunchAttribute)};
-  return static_cast<CUresult>(conn->post<calls::LaunchKernel>(f, gx, gy, gz, bx, by, bz, shared, stream, packed, a));
+  return waitIfBlocking(stream, static_cast<CUresult>(conn->post<calls::LaunchKernel>(f, gx, gy, gz, bx, by, bz, shared, stream, packed, a)));
 }
 
 CUresult launchEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra, bool per_thread) {
