@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "gpool/protocol/driver_settings.h"
 #include "log.h"
 #include "transport_choice.h"
 
@@ -46,6 +47,7 @@ Connection::Connection(std::unique_ptr<proto::Transport> transport, std::string 
   proto::HelloRequest req;
   req.device = device;
   req.token = token;
+  req.driver_env = proto::driverSettingsFromEnvironment();  // for the worker's driver (driver_settings.h)
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   req.client = std::string(host) + " pid " + std::to_string(::getpid());

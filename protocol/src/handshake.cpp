@@ -1,20 +1,33 @@
 // Encoding of the handshake messages (docs/protocol.md, "Handshake").
 #include "gpool/protocol/handshake.h"
 
+#include "gpool/protocol/driver_settings.h"
+
 namespace gpool::proto {
 
 std::vector<uint8_t> encode(const HelloRequest& h) {
   std::vector<uint8_t> out;
   Writer w(out);
   w.putAll(h.magic, h.major, h.minor, h.device, h.token, h.client);
+  if (!h.driver_env.empty()) {
+    w.put(static_cast<uint32_t>(h.driver_env.size()));
+    for (const auto& e : h.driver_env) w.put(e);
+  }
   return out;
 }
 
 std::optional<HelloRequest> decodeHelloRequest(const std::vector<uint8_t>& payload) {
   HelloRequest h;
   Reader r(payload.data(), payload.size());
-  if (!r.getAll(h.magic, h.major, h.minor, h.device, h.token, h.client) || !r.atEnd()) return std::nullopt;
-  return h;
+  if (!r.getAll(h.magic, h.major, h.minor, h.device, h.token, h.client)) return std::nullopt;
+  if (!r.atEnd()) {  // the driver settings (2.10): at least one, at most one of each
+    uint32_t n = 0;
+    if (!r.get(n) || n == 0 || n > kDriverSettings.size()) return std::nullopt;
+    h.driver_env.resize(n);
+    for (auto& e : h.driver_env)
+      if (!r.get(e)) return std::nullopt;
+  }
+  return r.atEnd() ? std::optional<HelloRequest>(h) : std::nullopt;
 }
 
 std::vector<uint8_t> encode(const HelloReply& h) {

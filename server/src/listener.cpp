@@ -16,10 +16,12 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <string_view>
 
 #include "allocator_link.h"
 #include "shared_budget.h"
 #include "lease_gate.h"
+#include "gpool/protocol/driver_settings.h"
 #include "gpool/protocol/frame_io.h"
 #include "lease_token.h"
 #include "gpool/printable.h"
@@ -247,6 +249,11 @@ class Server {
       return refuse(p, 1, "protocol version " + std::to_string(hello->major) + "." + std::to_string(hello->minor) +
                               " is not supported by this server (" + std::to_string(proto::kVersionMajor) + "." +
                               std::to_string(proto::kVersionMinor) + "); install matching gpool versions");
+    for (const std::string& e : hello->driver_env)
+      if (!proto::validDriverSetting(e))
+        return refuse(p, 1, "driver setting '" + printable(e.substr(0, 64)) + "' is not one a client may give its worker " +
+                                "(CUDA_DEVICE_MAX_CONNECTIONS=1..32, CUDA_LAUNCH_BLOCKING, CUDA_MODULE_LOADING, CUDA_FORCE_PTX_JIT, "
+                                "CUDA_DISABLE_PTX_JIT)");
     if (std::string why = noRoomFor(""); !why.empty()) return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, why);
     std::optional<token::Claims> lease;
     if (link_) {
@@ -345,6 +352,21 @@ class Server {
     return b;
   }
 
+  // The server's environment, with the client's driver settings (checked at its Hello) in place of the
+  // server's own: the worker's driver reads them as the program's would.
+  static std::vector<std::string> workerEnvironment(const std::vector<std::string>& driver_env) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) {
+      std::string_view entry(*e);
+      std::string_view name = entry.substr(0, entry.find('='));
+      bool replaced = std::any_of(driver_env.begin(), driver_env.end(),
+                                  [&](const std::string& d) { return std::string_view(d).substr(0, d.find('=')) == name; });
+      if (!replaced) env.emplace_back(entry);
+    }
+    env.insert(env.end(), driver_env.begin(), driver_env.end());
+    return env;
+  }
+
   void spawnWorker(const std::shared_ptr<Pending>& p, const proto::HelloRequest& hello,
                    const std::optional<token::Claims>& lease) {
     std::vector<std::string> args{opt_.worker_path, "--fd", "3", "--device", std::to_string(hello.device), "--hello-seq",
@@ -388,7 +410,11 @@ class Server {
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     pid_t pid = 0;
-    int rc = posix_spawn(&pid, opt_.worker_path.c_str(), &fa, nullptr, argv.data(), environ);
+    std::vector<std::string> env = workerEnvironment(hello.driver_env);
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    int rc = posix_spawn(&pid, opt_.worker_path.c_str(), &fa, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
       if (lease && workersOf(lease->lease) == 0) lease_budgets_.erase(lease->lease);

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "gpool/protocol/calls.h"
+#include "gpool/protocol/driver_settings.h"
 #include "gpool/protocol/frame_io.h"
 #include "gpool/protocol/handshake.h"
 #include "gpool/protocol/loopback_transport.h"
@@ -128,6 +129,41 @@ TEST(Handshake, RoundTripsAndRejectsGarbage) {
   auto qq = decodeHelloRequest(qb);
   ASSERT_TRUE(qq);
   EXPECT_EQ(qq->token, "t");
+}
+
+// The program's driver settings travel in its Hello (2.10): only when it has some, so a Hello without
+// them is the 2.9 one byte for byte; only the settings and values the driver takes pass.
+TEST(Handshake, CarriesDriverSettingsOnlyWhenThereAreSome) {
+  HelloRequest plain;
+  plain.token = "t";
+  HelloRequest with = plain;
+  with.driver_env = {"CUDA_DEVICE_MAX_CONNECTIONS=1", "CUDA_LAUNCH_BLOCKING=1"};
+  auto a = encode(plain), b = encode(with);
+  EXPECT_EQ(std::vector<uint8_t>(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(a.size())), a);
+  auto back = decodeHelloRequest(b);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->driver_env, with.driver_env);
+  EXPECT_TRUE(decodeHelloRequest(a)->driver_env.empty());
+  auto truncated = b;
+  truncated.pop_back();
+  EXPECT_FALSE(decodeHelloRequest(truncated));
+  auto empty_list = a;
+  for (int i = 0; i < 4; ++i) empty_list.push_back(0);  // a count of none: not sent that way
+  EXPECT_FALSE(decodeHelloRequest(empty_list));
+  HelloRequest many = plain;
+  many.driver_env.assign(kDriverSettings.size() + 1, "CUDA_LAUNCH_BLOCKING=1");
+  EXPECT_FALSE(decodeHelloRequest(encode(many)));
+}
+
+TEST(Handshake, OnlyTheDriversOwnSettingsWithTheirValuesAreValid) {
+  for (const char* ok : {"CUDA_DEVICE_MAX_CONNECTIONS=1", "CUDA_DEVICE_MAX_CONNECTIONS=32", "CUDA_LAUNCH_BLOCKING=0",
+                         "CUDA_MODULE_LOADING=EAGER", "CUDA_FORCE_PTX_JIT=1", "CUDA_DISABLE_PTX_JIT=0"})
+    EXPECT_TRUE(validDriverSetting(ok)) << ok;
+  for (const char* bad : {"CUDA_DEVICE_MAX_CONNECTIONS=0", "CUDA_DEVICE_MAX_CONNECTIONS=33", "CUDA_DEVICE_MAX_CONNECTIONS=",
+                          "CUDA_DEVICE_MAX_CONNECTIONS=1x", "CUDA_DEVICE_MAX_CONNECTIONS=-1", "CUDA_LAUNCH_BLOCKING=yes",
+                          "CUDA_CACHE_PATH=/etc", "LD_PRELOAD=/tmp/x.so", "CUDA_LAUNCH_BLOCKING", "=1",
+                          "CUDA_MODULE_LOADING=lazy\nLD_PRELOAD=x"})
+    EXPECT_FALSE(validDriverSetting(bad)) << bad;
 }
 
 TEST(Loopback, CarriesFramesBothWays) {

@@ -184,6 +184,29 @@ TEST(Server, WorkerHoldsOnlyItsOwnConnection) {
   EXPECT_EQ(sockets, 1) << "the worker's descriptors:\n" << all;
 }
 
+// The program's CUDA driver settings reach its worker's environment, where the worker's driver reads
+// them; anything else a client sends as one is refused before a worker starts.
+TEST(Server, AClientsDriverSettingsAreItsWorkersEnvironment) {
+  test::ServerProcess server;
+  HelloRequest req;
+  req.driver_env = {"CUDA_DEVICE_MAX_CONNECTIONS=1", "CUDA_LAUNCH_BLOCKING=1"};
+  HelloReply r;
+  auto t = hello(server.address(), &r, req);
+  ASSERT_EQ(r.status, 0) << r.error;
+  ASSERT_TRUE(server.waitForLog("→ worker \\d+"));
+  std::ifstream in("/proc/" + std::to_string(server.lastWorker()) + "/environ");
+  std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(env.find(std::string("CUDA_DEVICE_MAX_CONNECTIONS=1") + '\0'), std::string::npos);
+  EXPECT_NE(env.find(std::string("CUDA_LAUNCH_BLOCKING=1") + '\0'), std::string::npos);
+
+  HelloRequest bad;
+  bad.driver_env = {"LD_PRELOAD=/tmp/evil.so"};
+  hello(server.address(), &r, bad);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.error.find("not one a client may give its worker"), std::string::npos) << r.error;
+  EXPECT_TRUE(server.alive());
+}
+
 // A server that dies takes its workers with it: their clients see the connection end at once instead of
 // being served by a worker nobody supervises.
 TEST(Server, WorkersEndWithTheirServer) {

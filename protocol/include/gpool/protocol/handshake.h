@@ -18,6 +18,9 @@ struct HelloRequest {
   uint32_t device = 0;     // device ordinal on the server
   std::string token;       // lease token (empty when the server needs none)
   std::string client;      // "host pid N" for the server's log lines
+  // The program's CUDA driver settings (driver_settings.h), NAME=VALUE, for the worker's driver. Sent
+  // (2.10) only when there are some, so a Hello without them reads as before.
+  std::vector<std::string> driver_env;
 };
 
 struct DeviceInfo {
