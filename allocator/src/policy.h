@@ -105,9 +105,10 @@ struct Policy {
   std::chrono::milliseconds lease_ttl{15000};      // a lease ends this long after its last heartbeat
   std::chrono::milliseconds server_timeout{15000}; // a server is down this long after its last heartbeat
   std::chrono::milliseconds token_ttl{600000};     // how long a lease token admits a connection
-  // How often a lease's holder heartbeats it: three times per lease_ttl, and per token_ttl too, since the
-  // heartbeats renew its tokens once half their life has passed (Scheduler::renewTokens).
-  std::chrono::milliseconds leaseHeartbeat() const { return std::min(lease_ttl, token_ttl) / 3; }
+  // How often a lease's holder heartbeats it: three times per lease_ttl, and four times per token_ttl,
+  // since the heartbeats renew its tokens once half their life has passed (Scheduler::renewTokens): the
+  // renewal comes at least a quarter of token_ttl before they expire, however late one beat is by less.
+  std::chrono::milliseconds leaseHeartbeat() const { return std::min(lease_ttl / 3, token_ttl / 4); }
   std::chrono::milliseconds preemption_grace{30000};  // notice a preempted lease gets before its share is revoked
   std::chrono::milliseconds ended_lease_retention{std::chrono::hours(24 * 7)};  // ended leases then leave the database
   std::string source;                              // the TOML text it was read from ("" = defaults)

@@ -158,9 +158,10 @@ class LeaseFlow(unittest.TestCase):
         # A lease token admits connections for token_ttl (10 min by default) after its grant; a command may
         # start its CUDA process later (an hour of data preparation first, or an interactive shell). Its
         # launcher keeps fresh tokens where the client library reads them.
-        # Here tokens last 4 s, so heartbeats come every 1.3 s (a third of the shorter of token_ttl and
-        # lease_ttl); the second process starts 9 s after the grant, when the first tokens are long expired.
-        policy = POLICY.replace("[settings]\n", '[settings]\ntoken_ttl = "4s"\n')
+        # Here tokens last 8 s, so heartbeats come every 2 s (a quarter of token_ttl, shorter than a third of
+        # lease_ttl) and renew them 2 s or more before they expire; the second process starts 9 s after the
+        # grant, when the first tokens have expired.
+        policy = POLICY.replace("[settings]\n", '[settings]\ntoken_ttl = "8s"\n')
         c = self.make(ttl="30s", policy=policy)
         run = c.gpool("run", "-p", "0.5", "--", "sh", "-c", f"{NVML_QUERY} && sleep 9 && {NVML_QUERY}")
         out, err = run.communicate(timeout=60)
@@ -635,15 +636,15 @@ class LeaseFlow(unittest.TestCase):
 
     def test_processes_a_program_starts_share_the_lease_it_got_at_cuinit(self):
         # One whole GPU: a child given a lease of its own would wait for its parent's to end, forever. The
-        # child starts after the lease's first tokens expired (token_ttl 4 s): it reads renewed ones.
-        c = self.make(ttl="30s", policy=POLICY.replace("[settings]\n", '[settings]\ntoken_ttl = "4s"\n'))
+        # child starts after the lease's first tokens expired (token_ttl 8 s): it reads renewed ones.
+        c = self.make(ttl="30s", policy=POLICY.replace("[settings]\n", '[settings]\ntoken_ttl = "8s"\n'))
         env = dict(os.environ, GPOOL_ALLOCATOR=c.url, LD_LIBRARY_PATH=LIB, GPOOL_LOG_LEVEL="info", GPOOL_WAIT="3s",
                    GPOOL_BIN=GPOOL, GPOOL_MUNGE_SOCKET=cluster.MUNGED.socket)
         for name in ("GPOOL_SERVER", "GPOOL_TOKEN", "GPOOL_SHARES", "GPOOL_LEASE_FILE"):
             env.pop(name, None)
         parent = ("import ctypes, subprocess, sys\n"
                   "assert ctypes.CDLL('libcuda.so.1').cuInit(0) == 0\n"
-                  "import time; time.sleep(7)\n"
+                  "import time; time.sleep(9)\n"
                   "sys.exit(subprocess.run([sys.argv[1]]).returncode)\n")
         run = subprocess.run([sys.executable, "-c", parent, NVML_QUERY], env=env, capture_output=True, text=True, timeout=60)
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)

@@ -206,7 +206,7 @@ TEST(Scheduler, HeartbeatsRenewALeasesTokensOnceHalfTheirLifeHasPassed) {
                 return "tok-" + l.id + "-" + sh.server + "-" + std::to_string(expiry);
               },
               [&] { return clock_s; });
-  EXPECT_EQ(s.policy().leaseHeartbeat(), std::chrono::seconds(20));  // a third of the shorter of the two
+  EXPECT_EQ(s.policy().leaseHeartbeat(), std::chrono::seconds(15));  // a quarter of token_ttl, shorter than lease_ttl / 3
   s.registerServer(server("a", 1), 0);
   s.request(req("u"), 0, "L1");
   const std::string first = s.lease("L1")->shares[0].token;
