@@ -94,9 +94,9 @@ std::vector<Share> leaseFromAllocator(std::string& why) {
   }
   std::vector<Share> shares;
   if (j.contains("GPOOL_SHARES")) shares = parseShares(j["GPOOL_SHARES"].get<std::string>(), why);
-  if (!shares.empty()) exportLease(j);
   else shares.push_back({j["GPOOL_SERVER"].get<std::string>(), static_cast<uint32_t>(std::stoul(j.value("GPOOL_DEVICE", std::string("0")))),
                          j["GPOOL_TOKEN"].get<std::string>()});
+  if (!shares.empty()) exportLease(j);
   if (!shares.empty())
     GPOOL_LOG(Level::kInfo, "lease %s from %s: %s device %u%s", j.value("GPOOL_LEASE", std::string("?")).c_str(),
               std::getenv("GPOOL_ALLOCATOR"), shares[0].address.c_str(), shares[0].device,
