@@ -842,12 +842,15 @@ void Service::readRoutes(httplib::Server& s) {
     } catch (const std::exception& e) {
       return error(res, 503, std::string("reading ended leases: ") + e.what());
     }
-    std::lock_guard lock(mu_);
-    json rows = json::array();
+    json rows = json::array();  // summed from the copy: the scheduler's lock is not held for it
     for (const Usage& u : usageBetween(leases, window[0], window[1], now_s))
       rows.push_back({{"user", u.user}, {"group", u.group}, {"leases", u.leases}, {"gpu_seconds", u.gpu_seconds},
                       {"gpu_hours", u.gpu_seconds / 3600}, {"memory_gib_hours", u.memory_gib_seconds / 3600}});
-    const int64_t kept_s = std::chrono::duration_cast<std::chrono::seconds>(sched_->policy().ended_lease_retention).count();
+    int64_t kept_s = 0;
+    {
+      std::lock_guard lock(mu_);
+      kept_s = std::chrono::duration_cast<std::chrono::seconds>(sched_->policy().ended_lease_retention).count();
+    }
     reply(res, 200, {{"from", window[0]}, {"to", window[1]}, {"kept_since", now_s - kept_s}, {"usage", rows}});
   });
 
