@@ -88,6 +88,10 @@ void waitForStore(const std::string& store, const gpool::allocator::EtcdAccess& 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A replica started again closes whatever its former image left open: close_range marked every
+  // descriptor close-on-exec, but one that a thread accepted or opened just after (httplib accepts without
+  // SOCK_CLOEXEC) would outlive the exec, and its client would wait on a connection nobody serves.
+  if (std::getenv(kRestarted)) ::close_range(3, ~0U, 0);
   CLI::App app{
       "gpool-allocator: grants whole or fractional GPUs of the registered gpool-servers as leases.\n"
       "Clients (gpool run, or a program with GPOOL_ALLOCATOR=http://HOST:PORT) ask it for leases;\n"

@@ -276,7 +276,7 @@ class Cluster:
                 status = r.status
         except urllib.error.HTTPError as e:
             text, status = e.read().decode(), e.code
-        except (urllib.error.URLError, ConnectionError):
+        except (urllib.error.URLError, ConnectionError, TimeoutError):  # as gpool's clients do: the next replica
             return 0, None
         try:
             return status, json.loads(text)

@@ -8,6 +8,7 @@ etcd member changes nothing.
 usage: replicas_test.py BUILD_DIR [unittest args]"""
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -159,6 +160,7 @@ class Replicas(unittest.TestCase):
         # The attack on a deposed leader: it wakes with a stale view (a lease it thinks is granted, a GPU
         # it thinks is free) and is asked to grant. It must neither answer with a grant nor change etcd.
         c = self.cluster
+        alice = c.bearer("alice")  # issued by the leader before the attack: the probe below is the attack
         holder = self.hold()
         held = list(self.granted())[0]
         old = c.leading()
@@ -167,7 +169,7 @@ class Replicas(unittest.TestCase):
         self.let_go(holder)  # released at the new leader; the stopped one still sees it held
         c.allocators[old].send_signal(signal.SIGCONT)
         status, out = c._try_http(c.urls[old], "POST", "/v1/leases", {"n": 1, "p": 1.0, "request_key": "stale-leader-probe-0001"},
-                                  headers=c.bearer("alice"))
+                                  headers=alice)
         self.assertNotIn(status, (201, 202), out)
         self.assertTrue(wait_for(lambda: "gpool_allocator_leader 0" in (c._try_http(c.urls[old], "GET", "/metrics")[1] or ""),
                                  timeout=15), c.log(f"allocator{old or ''}"))
@@ -249,6 +251,23 @@ class Replicas(unittest.TestCase):
         out, err = p.communicate(timeout=30)
         self.assertEqual(p.returncode, 0, err)
         self.assertIn(f"allocator leader: {c.urls[c.leading()]}", out)
+
+    def test_a_replica_started_again_keeps_no_descriptor_of_its_former_image(self):
+        # A deposed replica marks its descriptors close-on-exec and starts again; a connection that one of
+        # its threads accepted in between would outlive the exec, and its client would wait for nothing.
+        c = self.cluster
+        mine, inherited = socket.socketpair()
+        p = subprocess.Popen([ALLOCATOR, "--listen", "127.0.0.1:0", "--db", os.path.join(c.dir, "alloc.db"), "--store", self.etcd.url()],
+                             env={**os.environ, "GPOOL_ALLOCATOR_RESTARTED": "1"}, pass_fds=[inherited.fileno()],
+                             stderr=subprocess.DEVNULL)
+        inherited.close()
+        try:
+            mine.settimeout(20)
+            self.assertEqual(mine.recv(1), b"")  # closed by the new image (a timeout here: still held open)
+        finally:
+            p.terminate()
+            p.wait(timeout=30)
+            mine.close()
 
     def test_a_replica_with_another_token_key_does_not_start(self):
         c = self.cluster
