@@ -112,6 +112,31 @@ class FairShareFlow(unittest.TestCase):
         for p in ann[:2]:
             self.assertIsNone(p.poll())  # the first granted: untouched
 
+    def test_a_wrapper_scripts_job_gets_its_notice_and_is_stopped_when_the_gpus_are_revoked(self):
+        # The command is a shell that runs the job without exec: SIGTERM ends the shell at once. The job must
+        # still get SIGTERM and its grace period, and SIGKILL when its GPUs are revoked (not 10 s later).
+        c = self.make(servers=2)
+        job = os.path.join(c.dir, "job.sh")
+        with open(job, "w") as f:
+            f.write(STUBBORN.format(d=c.dir) + "\n")
+        self.launch("--", "sleep", "60", user="ann")  # within vision's guarantee
+        self.assertTrue(wait_for(lambda: len(self.granted("ann")) == 1))
+        wrapper = self.launch("--", "sh", "-c", f"sh {job}; echo the wrapper went on", user="ann")  # borrowed
+        self.assertTrue(wait_for(lambda: len(self.granted("ann")) == 2))
+        borrowed = max(self.granted("ann"), key=lambda lease: lease["granted_ms"])["id"]
+        bob = self.launch("--", "true", user="bob")
+        _, err = wrapper.communicate(timeout=30)
+        self.assertEqual(wrapper.returncode, 75, err)
+        self.assertNotIn("the wrapper went on", err)
+        self.assertIn("left 1 process running", err)
+        term, alive = float(read(f"{c.dir}/term-{borrowed}")), float(read(f"{c.dir}/alive-{borrowed}"))
+        self.assertGreater(alive - term, GRACE_S - 1.0)  # its grace period, less the shell's end
+        self.assertLess(alive - term, GRACE_S + 2.0)  # stopped at the revocation
+        time.sleep(0.3)
+        self.assertEqual(float(read(f"{c.dir}/alive-{borrowed}")), alive)  # and gone
+        _, err = bob.communicate(timeout=30)
+        self.assertEqual(bob.returncode, 0, err)
+
     def test_a_requeued_job_is_preempted_and_runs_to_completion_afterwards(self):
         c = self.make(servers=2, vision=1, speech=1)
         first = self.launch("--", "sleep", "60", user="ann")

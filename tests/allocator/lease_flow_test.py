@@ -84,6 +84,53 @@ class LeaseFlow(unittest.TestCase):
         self.assertTrue(os.path.exists(marker))
         self.assertEqual(c.status()["leases"], [])
 
+    def test_a_wrapper_scripts_program_gets_the_signal_and_keeps_its_lease_while_it_checkpoints(self):
+        # `gpool run -- ./train.sh` where the script runs the program without exec: SIGTERM ends the shell
+        # at once. The program must still be told, and its lease must last until it has exited.
+        c = self.make(ttl="30s")
+        program = os.path.join(c.dir, "train.py")
+        with open(program, "w") as f:
+            f.write("import os, signal, time\n"
+                    "def checkpoint(*_):\n"
+                    "    time.sleep(1.5)\n"
+                    f"    open({c.dir!r} + '/checkpoint', 'w').write(os.environ['GPOOL_LEASE'])\n"
+                    "    raise SystemExit(0)\n"
+                    "signal.signal(signal.SIGTERM, checkpoint)\n"
+                    f"open({c.dir!r} + '/ready', 'w').close()\n"
+                    "time.sleep(60)\n")
+        launcher = c.gpool("run", "--", "sh", "-c", f"python3 {program}; echo the shell went on")
+        self.children.append(launcher)
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(c.dir, "ready")), timeout=20))
+        lease_id = c.status()["leases"][0]["id"]
+        launcher.send_signal(signal.SIGTERM)
+        time.sleep(0.7)
+        self.assertEqual(c.lease(lease_id)["state"], "granted")  # the program is checkpointing on it
+        out, err = launcher.communicate(timeout=30)
+        self.assertEqual(launcher.returncode, 128 + signal.SIGTERM, err)  # the command's (the shell's) status
+        with open(os.path.join(c.dir, "checkpoint")) as f:
+            self.assertEqual(f.read(), lease_id)
+        self.assertIn("left 1 process running", err)
+        self.assertEqual(c.lease(lease_id)["state"], "ended")
+
+    def test_processes_the_command_leaves_running_end_before_its_lease_is_released(self):
+        c = self.make(ttl="30s")
+        pids = os.path.join(c.dir, "pids")
+        # One job in the background, and one that left the session and ignores SIGTERM, as a daemon may.
+        launcher = c.gpool("run", "--", "sh", "-c", f"sleep 300 >/dev/null 2>&1 & echo $! >> {pids}; "
+                           f"setsid sh -c 'trap \"\" TERM; echo $$ >> {pids}; sleep 300; true' >/dev/null 2>&1 & sleep 0.5")
+        self.children.append(launcher)
+        out, err = launcher.communicate(timeout=60)
+        self.assertEqual(launcher.returncode, 0, err)
+        with open(pids) as f:
+            left = [int(pid) for pid in f.read().split()]
+        self.assertEqual(len(left), 2)
+        for pid in left:
+            self.assertRaises(ProcessLookupError, os.kill, pid, 0)
+        self.assertIn("left 2 processes running", err)
+        self.assertIn("SIGTERM now, SIGKILL in 10 s", err)
+        self.assertIn("still running", err)  # the one that ignored SIGTERM
+        self.assertEqual(c.status()["leases"], [])
+
     def test_gpu_types_are_shown_and_requests_run_only_on_theirs(self):
         c = self.make(ttl="30s")
         out, err = c.gpool("status").communicate(timeout=10)

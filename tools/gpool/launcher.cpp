@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "cli_common.h"
+#include "descendants.h"
 #include "lease_token.h"
 #include "lease_watch.h"
 #include "scheduler.h"
@@ -226,8 +227,14 @@ class Notice {
   Notice(std::string file, std::function<pid_t()> holder) : file_(std::move(file)), holder_(std::move(holder)) {}
   const std::string& file() const { return file_; }
   bool given() const { return given_; }
+  bool revoked() const { return revoked_; }
+  // When the command's processes must have stopped: the GPUs' revocation under notice, else `otherwise`.
+  std::chrono::steady_clock::time_point stopBy(std::chrono::steady_clock::duration otherwise) const {
+    return given_ ? revoke_at_.load() : std::chrono::steady_clock::now() + otherwise;
+  }
   void reset() {
     given_ = false;
+    revoked_ = false;
     ::unlink(file_.c_str());
   }
   LeaseWatch::Events events(const std::string& lease) {
@@ -238,6 +245,7 @@ class Notice {
                            lease.c_str());
             },
             [this, lease](const std::string& reason) {
+              if (given_) revoked_ = true;
               pid_t c = holder_();
               if (!c) return;  // released after the command ended
               std::fprintf(stderr, "gpool: lease %s ended: %s\n", lease.c_str(), reason.c_str());
@@ -258,6 +266,7 @@ class Notice {
       std::ofstream(tmp) << j.dump() << "\n";
       std::rename(tmp.c_str(), file_.c_str());
     }
+    revoke_at_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(in_ms);
     given_ = true;
     pid_t c = holder_();
     std::string told = c ? "SIGTERM to process " + std::to_string(c) : std::string("no process to tell");
@@ -272,7 +281,12 @@ class Notice {
   std::string file_;
   std::function<pid_t()> holder_;
   std::atomic<bool> given_{false};
+  std::atomic<bool> revoked_{false};
+  std::atomic<std::chrono::steady_clock::time_point> revoke_at_{};
 };
+
+// How long the processes a command left running get, after SIGTERM, before SIGKILL (descendants.h).
+constexpr auto kLeftoverGrace = std::chrono::seconds(10);
 
 // Runs the command once on a granted lease; its exit status (128 + the signal when a signal ended it).
 int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string>& command, Notice& notice, int restarts,
@@ -306,10 +320,9 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
   LeaseWatch::Events events = notice.events(id);
   events.shares = writeLeaseFile;  // renewed tokens, for the command's later processes
   auto watch = std::make_unique<LeaseWatch>(a.another(), id, lease.value("heartbeat_ms", 5000), events, progressFile());
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  int status = waitForChild(pid);
   g_child = 0;
+  endLeftovers([&] { return notice.stopBy(kLeftoverGrace); }, [&] { return notice.revoked(); });
   auto [st, text] = release(a, id);  // ends the watch's long poll too
   if (st != 200 && !notice.given()) std::fprintf(stderr, "gpool: releasing lease %s: %s\n", id.c_str(), text.c_str());
   watch.reset();
@@ -327,6 +340,7 @@ int run(AllocatorClient& a, const RunOptions& o) {
   sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   for (int sig : kForwarded) sigaction(sig, &sa, nullptr);
+  becomeSubreaper();
   Notice notice(runDir() + "/preempted", [] { return g_child.load(); });
   int last_exit = 0;
   for (int restarts = 0;; ++restarts) {

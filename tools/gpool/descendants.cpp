@@ -1,0 +1,119 @@
+// What gpool run's command leaves behind (descendants.h).
+#include "descendants.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace gpool::cli {
+
+namespace fs = std::filesystem;
+
+void becomeSubreaper() {
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+    std::fprintf(stderr, "gpool: cannot become the subreaper of the command (%s): processes it leaves running may outlive the lease\n",
+                 std::strerror(errno));
+}
+
+namespace {
+
+// /proc/PID/stat: "PID (COMM) STATE PPID ...", where COMM may hold spaces and parentheses.
+bool parentAndName(const fs::path& stat, pid_t& ppid, std::string& name) {
+  std::ifstream in(stat);
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  size_t open = line.find('('), close = line.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return false;
+  name = line.substr(open + 1, close - open - 1);
+  std::istringstream rest(line.substr(close + 1));
+  char state = 0;
+  return static_cast<bool>(rest >> state >> ppid);
+}
+
+// Reaps every child that has ended; false when no child is left.
+bool reapEnded() {
+  for (;;) {
+    pid_t r = ::waitpid(-1, nullptr, WNOHANG);
+    if (r > 0) continue;
+    if (r < 0 && errno == EINTR) continue;
+    return r == 0;
+  }
+}
+
+std::string listed(const std::vector<Child>& left) {
+  std::string out;
+  for (size_t i = 0; i < left.size() && i < 5; ++i)
+    out += (i ? ", " : "") + std::to_string(left[i].pid) + " " + left[i].name;
+  if (left.size() > 5) out += ", ...";
+  return out;
+}
+
+void signalAll(const std::vector<Child>& left, int sig) {
+  for (const auto& c : left) ::kill(c.pid, sig);
+}
+
+}  // namespace
+
+std::vector<Child> children() {
+  std::vector<Child> out;
+  const pid_t self = ::getpid();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    pid_t ppid = 0;
+    std::string comm;
+    if (parentAndName(entry.path() / "stat", ppid, comm) && ppid == self) out.push_back({static_cast<pid_t>(std::stol(name)), comm});
+  }
+  return out;
+}
+
+int waitForChild(pid_t pid) {
+  for (;;) {
+    int status = 0;
+    pid_t r = ::waitpid(-1, &status, 0);
+    if (r == pid) return status;
+    if (r < 0 && errno != EINTR) return 0;  // (no child at all: not ours to wait for)
+  }
+}
+
+void endLeftovers(const std::function<std::chrono::steady_clock::time_point()>& stop_by, const std::function<bool()>& revoked) {
+  // A moment for those already on their way out (a helper that exits when its parent's pipe closes).
+  for (auto settle = std::chrono::steady_clock::now() + std::chrono::milliseconds(500); std::chrono::steady_clock::now() < settle;) {
+    if (!reapEnded()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  auto left = children();
+  if (left.empty()) return;
+  const bool at_once = revoked();
+  const auto deadline = stop_by();
+  double grace = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+  const std::string how = at_once ? "the lease's GPUs are revoked: SIGKILL"
+                                  : "SIGTERM now, SIGKILL in " + std::to_string(static_cast<int>(grace + 0.5)) + " s unless they exit";
+  std::fprintf(stderr, "gpool: the command exited and left %zu process%s running (%s); ending them before the lease is released: %s\n",
+               left.size(), left.size() == 1 ? "" : "es", listed(left).c_str(), how.c_str());
+  if (!at_once) {
+    signalAll(left, SIGTERM);
+    signalAll(left, SIGCONT);
+    while (reapEnded() && std::chrono::steady_clock::now() < deadline && !revoked())
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Until none is left: one that a leftover started, orphaned as that one dies, comes to gpool meanwhile.
+  for (bool told = at_once; reapEnded(); told = true) {
+    left = children();
+    if (!told && !left.empty()) std::fprintf(stderr, "gpool: still running: %s: SIGKILL\n", listed(left).c_str());
+    signalAll(left, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace gpool::cli
