@@ -49,6 +49,9 @@ bool reapEnded() {
   }
 }
 
+// How long processes SIGKILL does not end may hold the lease.
+constexpr auto kKillWait = std::chrono::seconds(10);
+
 std::string listed(const std::vector<Child>& left) {
   std::string out;
   for (size_t i = 0; i < left.size() && i < 5; ++i)
@@ -108,9 +111,16 @@ void endLeftovers(const std::function<std::chrono::steady_clock::time_point()>& 
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   // Until none is left: one that a leftover started, orphaned as that one dies, comes to gpool meanwhile.
+  // A process that SIGKILL does not end (stuck in the kernel) keeps the lease no longer than kKillWait.
+  const auto give_up = std::chrono::steady_clock::now() + kKillWait;
   for (bool told = at_once; reapEnded(); told = true) {
     left = children();
     if (!told && !left.empty()) std::fprintf(stderr, "gpool: still running: %s: SIGKILL\n", listed(left).c_str());
+    if (std::chrono::steady_clock::now() >= give_up) {
+      std::fprintf(stderr, "gpool: %s did not end %d s after SIGKILL (stuck in the kernel?); the lease is released without waiting for them\n",
+                   listed(left).c_str(), static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(kKillWait).count()));
+      return;
+    }
     signalAll(left, SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
