@@ -239,6 +239,19 @@ int main(int argc, char** argv) {
   app.add_option("--munge-socket", munge_socket, "munged's socket (default: $GPOOL_MUNGE_SOCKET, else munged's own)");
 
   auto* run_cmd = app.add_subcommand("run", "lease GPUs, run COMMAND on them, release them when it exits");
+  run_cmd->footer(
+      "Examples:\n"
+      "  gpool run -p 0.5 -- python train.py          half a GPU\n"
+      "  gpool run -n 2 -m 40GiB --wait 30m ./job.sh   two GPUs, 40 GiB each; give up after 30 min in the queue\n"
+      "\n"
+      "While GPUs are short, gpool waits and says what for. The command runs with gpool's libcuda.so.1 first\n"
+      "on LD_LIBRARY_PATH and the lease in its environment (GPOOL_SHARES, GPOOL_LEASE_FILE, GPOOL_FRACTION,\n"
+      "GPOOL_MEMORY, GPOOL_PREEMPT_FILE, GPOOL_PROGRESS_FILE): every CUDA program it starts, one after another\n"
+      "or at once, uses the lease. Signals sent to gpool go on to the command. Processes the command leaves\n"
+      "running get SIGTERM when it exits, and SIGKILL 10 s later; the lease is released when the last is gone.\n"
+      "\n"
+      "Exit status: the command's (128+N when signal N ended it); 2 bad usage, 3 refused, 4 --wait ran out,\n"
+      "5 allocator unreachable or in error, 75 preempted without --requeue. More: docs/user.md");
   auto* lease_cmd = app.add_subcommand(
       "lease", "hold a lease for another process: print it as one line of JSON (the GPOOL_* environment), heartbeat "
                "it until standard input closes, then release it. gpool's client library runs this when a program "
