@@ -62,7 +62,7 @@ json toJson(const LeaseRequest& r) {
   return {{"n", r.n}, {"p", r.p}, {"m", r.m}, {"user", r.user}, {"group", r.group}, {"pool", r.pool},
           {"priority", r.priority}, {"wait_ms", r.wait_ms}, {"member_of", r.member_of}, {"preemptible", r.preemptible},
           {"min_p", r.min_p}, {"gpu_types", r.gpu_types}, {"kind", r.kind},
-          {"restartable", r.restartable}, {"job", r.job}, {"estimate_s", r.estimate_s},
+          {"restartable", r.restartable}, {"job", r.job}, {"estimate_s", r.estimate_s}, {"time_limit_ms", r.time_limit_ms},
           {"ends_with_clients", r.ends_with_clients}};
 }
 
@@ -111,6 +111,7 @@ Lease leaseFromJson(const json& j) {
   l.req.restartable = r.value("restartable", false);
   l.req.job = r.value("job", std::string());
   l.req.estimate_s = r.value("estimate_s", 0.0);
+  l.req.time_limit_ms = r.contains("time_limit_ms") ? integer<int64_t>(r.at("time_limit_ms")) : 0;
   l.req.ends_with_clients = r.value("ends_with_clients", true);
   l.preempt_at_ms = j.contains("preempt_at_ms") ? integer<int64_t>(j.at("preempt_at_ms")) : 0;
   l.preempted_for = j.value("preempted_for", "");
@@ -143,9 +144,9 @@ LeaseRequest requestFromJson(const json& j) {
     (void)v;
     if (k != "n" && k != "p" && k != "m" && k != "user" && k != "group" && k != "pool" && k != "priority" && k != "wait" &&
         k != "preemptible" && k != "min_p" && k != "gpu_types" && k != "kind" && k != "restartable" && k != "job" &&
-        k != "estimate_s" && k != "request_key" && k != "ends_with_clients")
+        k != "estimate_s" && k != "request_key" && k != "ends_with_clients" && k != "time_limit")
       throw std::invalid_argument("unknown field '" + k + "' (fields: n, p, m, user, group, pool, priority, wait, preemptible, "
-                                  "min_p, gpu_types, kind, restartable, job, estimate_s, request_key, ends_with_clients)");
+                                  "min_p, gpu_types, kind, restartable, job, estimate_s, request_key, ends_with_clients, time_limit)");
   }
   LeaseRequest r;
   auto field = [&](const char* name) -> const json* { return j.contains(name) ? &j.at(name) : nullptr; };
@@ -197,6 +198,18 @@ LeaseRequest requestFromJson(const json& j) {
     if (auto v = field(name)) {
       if (!v->is_boolean()) throw std::invalid_argument(std::string(name) + " must be true or false");
       *out = v->get<bool>();
+    }
+  }
+  if (auto t = field("time_limit")) {  // seconds, or a duration such as "2h"
+    if (t->is_number()) {
+      double s = t->get<double>();
+      if (!(s > 0 && s <= 30 * 86400.0)) throw std::invalid_argument("time_limit must be more than 0 s and at most 30 days");
+      r.time_limit_ms = std::max<int64_t>(1, static_cast<int64_t>(std::llround(s * 1000)));
+    } else if (t->is_string()) {
+      r.time_limit_ms = parseDuration(t->get<std::string>()).count();
+      if (r.time_limit_ms <= 0) throw std::invalid_argument("time_limit must be more than 0 s");
+    } else {
+      throw std::invalid_argument("time_limit must be seconds or a duration such as \"2h\"");
     }
   }
   if (auto w = field("wait")) {

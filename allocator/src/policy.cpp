@@ -390,7 +390,7 @@ Policy parsePolicy(const std::string& toml_text) {
       std::string where = "pools." + std::string(k.str());
       const toml::table* t = v.as_table();
       if (!t) fail(where + " must be a table");
-      checkKeys(*t, {"servers", "fractions", "isolation", "placement", "heterogeneity", "moves_per_hour", "order", "round", "round_stay", "elastic_after"},
+      checkKeys(*t, {"servers", "fractions", "isolation", "placement", "heterogeneity", "moves_per_hour", "order", "round", "round_stay", "elastic_after", "max_time"},
                 where);
       Pool pool;
       pool.name = std::string(k.str());
@@ -441,6 +441,7 @@ Policy parsePolicy(const std::string& toml_text) {
         if (e->value<std::string>() == "never") pool.elastic_after.reset();
         else pool.elastic_after = duration(*e, where + ".elastic_after");
       }
+      if (auto mt = t->get("max_time")) pool.max_time = duration(*mt, where + ".max_time");
       p.pools.push_back(std::move(pool));
     }
     if (p.pools.empty()) fail("[pools] must define at least one pool");

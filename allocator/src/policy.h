@@ -60,6 +60,9 @@ struct Pool {
   // Elastic requests (--min-fraction): how long one waits for its whole fraction before it takes a smaller
   // one this pool offers (0: at once); absent ("never"): always the whole fraction.
   std::optional<std::chrono::milliseconds> elastic_after{std::chrono::milliseconds(0)};
+  // The longest a lease of this pool runs (time_limits.cpp): the time limit of a request that names none,
+  // and the most one may name. 0: no limit.
+  std::chrono::milliseconds max_time{0};
 };
 
 struct Quota {

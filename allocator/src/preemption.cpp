@@ -188,6 +188,11 @@ void Scheduler::revokePreempted(int64_t now) {
       finish(id, "preempted by its pool's round: " + why.substr(std::min(why.size(), kRoundPrefix.size())), now);
       continue;
     }
+    if (v.notice == Notice::kTimeLimit) {  // (limitTimes ends it first; here, should the two disagree)
+      ++time_limited_;
+      finish(id, "reached its time limit (" + why.substr(std::min(why.size(), kTimeLimitPrefix.size())) + ")", now);
+      continue;
+    }
     if (v.notice == Notice::kMove) {
       ++moved_;
       finish(id, "moved: its job runs faster elsewhere (" + why + ", where it was free)", now);

@@ -23,12 +23,13 @@ const char* noticeName(Notice n) {
     case Notice::kPreemption: return "preemption";
     case Notice::kMove: return "move";
     case Notice::kRound: return "round";
+    case Notice::kTimeLimit: return "time-limit";
     default: return "";
   }
 }
 
 Notice noticeFromName(std::string_view name) {
-  for (Notice n : {Notice::kPreemption, Notice::kMove, Notice::kRound})
+  for (Notice n : {Notice::kPreemption, Notice::kMove, Notice::kRound, Notice::kTimeLimit})
     if (name == noticeName(n)) return n;
   return Notice::kNone;
 }
@@ -69,6 +70,7 @@ std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
     for (double f : pool->fractions) fr += (fr.empty() ? "" : ", ") + formatNumber(f);
     return "pool '" + pool->name + "' offers fractions " + fr + " of a GPU, not " + formatNumber(r.p);
   }
+  if (auto why = exceedsMaxTime(*pool, r)) return why;
   int gpus = 0, in_pool = 0;
   uint64_t largest = 0;
   std::set<std::string> types;  // of the pool's GPUs
@@ -266,7 +268,7 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
   l.state = LeaseState::kGranted;
   placedOn(l, true);
   account(l, +1);
-  l.granted_ms = now;
+  l.granted_ms = l.limit_from_ms = now;
   l.granted_unix_s = unix_seconds_();
   l.heartbeat_ms = now;
   l.token_expiry_s = expiry;
@@ -507,6 +509,7 @@ Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id
   Lease l;
   l.id = id;
   l.req = std::move(req);
+  if (l.req.time_limit_ms == 0) l.req.time_limit_ms = policy_.pool(l.req.pool)->max_time.count();
   l.owner_key_hash = owner_key_hash;
   l.priority = priorityOf(l.req.priority);
   l.queue = fair_.queueOf(policy_, l.req.user, l.req.chargedGroups());
@@ -749,7 +752,8 @@ void Scheduler::setPolicy(Policy p, int64_t now) {
 
 bool Scheduler::tick(int64_t now, bool judge) {
   uint64_t before = version_;
-  if (!judge) {  // preemption's deadlines are the allocator's own: kept even while it is backlogged
+  if (!judge) {  // preemption's deadlines and time limits are the allocator's own: kept even while it is backlogged
+    limitTimes(now);
     revokePreempted(now);
     schedule(now, true);
     return version_ != before;
@@ -771,6 +775,7 @@ bool Scheduler::tick(int64_t now, bool judge) {
   for (const auto& id : silent)
     finish(id, std::string("expired: no heartbeat for ") + std::to_string(policy_.lease_ttl.count()) + " ms while " +
                 stateName(leases_.at(id).state), now);
+  limitTimes(now);
   revokePreempted(now);
   planRounds(now);
   schedule(now, true);
@@ -831,6 +836,9 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
     l.queue = fair_.queueOf(policy_, l.req.user, l.req.chargedGroups());
     if (l.state == LeaseState::kQueued) enqueue(l);
     if (l.state != LeaseState::kGranted) continue;
+    // Its time limit counts from its grant by the wall clock, which another host's replica shares (the
+    // *_ms times are this host's monotonic clock).
+    l.limit_from_ms = l.granted_unix_s > 0 ? now - (unix_seconds_() - l.granted_unix_s) * 1000 : l.granted_ms;
     account(l, +1);
     placedOn(l, true);
     for (const auto& sh : l.shares) {

@@ -47,12 +47,14 @@ struct Share {
 enum class LeaseState { kQueued, kGranted, kEnded };
 // Why a granted lease has notice (Lease::notice): a queue takes back its guarantee (preemption.cpp; its
 // preempted_for names the request it makes room for), its job moves to a faster GPU type (moves.cpp;
-// "move to V100"), or its pool's round gives its GPUs to other jobs or another type (rounds.cpp; "round: ...").
-enum class Notice { kNone, kPreemption, kMove, kRound };
+// "move to V100"), its pool's round gives its GPUs to other jobs or another type (rounds.cpp; "round: ..."),
+// or it reaches its time limit (time_limits.cpp; "time limit: 2h").
+enum class Notice { kNone, kPreemption, kMove, kRound, kTimeLimit };
 inline constexpr std::string_view kMovePrefix = "move to ";
 inline constexpr std::string_view kRoundPrefix = "round: ";
+inline constexpr std::string_view kTimeLimitPrefix = "time limit: ";
 const char* stateName(LeaseState s);
-const char* noticeName(Notice n);              // "", "preemption", "move", "round" (the API's `notice`)
+const char* noticeName(Notice n);              // "", "preemption", "move", "round", "time-limit" (the API's `notice`)
 Notice noticeFromName(std::string_view name);  // kNone for anything else
 
 struct LeaseRequest {
@@ -85,6 +87,10 @@ struct LeaseRequest {
   // alone). false: it lasts from one process to the next until its holder releases it (gpool run and gpool
   // lease, which release it when their command ends), it expires or is revoked.
   bool ends_with_clients = true;
+  // The lease ends this long after its grant (gpool run --time), with notice the policy's
+  // preemption_grace before (time_limits.cpp). 0: none asked; the pool's max_time, where it has one, is
+  // then the limit, and caps what is asked.
+  int64_t time_limit_ms = 0;
 
   std::vector<std::string> chargedGroups() const;  // `group` and `member_of`, each once
   bool accepts(const Gpu& g) const;                 // g is of a type it may run on
@@ -99,6 +105,7 @@ struct Lease {
   int64_t created_ms = 0, heartbeat_ms = 0, granted_ms = 0, ended_ms = 0, token_expiry_s = 0;
   int64_t ended_unix_s = 0;  // when it ended by the wall clock (the *_ms times are the allocator's monotonic clock)
   int64_t granted_unix_s = 0;  // when it was granted by the wall clock (0: never, or granted before it was kept)
+  int64_t limit_from_ms = 0;   // its grant on this allocator's clock, from granted_unix_s after a restore (time limits). Not persisted
   std::string end_reason;   // released, expired, server down, cancelled, wait ran out, disconnected
   std::string wait_reason;  // why it is queued
   std::string owner_key_hash;  // hex SHA-256 of the lease key its requester got (who may heartbeat, read, release it)
@@ -213,6 +220,7 @@ class Scheduler {
   uint64_t preempted() const { return preempted_; }  // leases revoked to give a queue its guarantee back
   uint64_t moved() const { return moved_; }          // leases revoked to move their jobs to a faster type
   uint64_t rotated() const { return rotated_; }      // notices given by pools' rounds (rounds.cpp)
+  uint64_t timeLimited() const { return time_limited_; }  // leases ended at their time limit (time_limits.cpp)
   // When the next round of a pool with rounds is due (a tick then decides it); INT64_MAX: no pool has rounds.
   int64_t nextRound() const;
   uint64_t version() const { return version_; }  // bumps on every change (long-poll waiters watch it)
@@ -274,6 +282,7 @@ class Scheduler {
   bool more_to_grant_ = false;  // the last pass stopped at kGrantsPerPass
   uint64_t moved_ = 0;
   uint64_t rotated_ = 0;
+  uint64_t time_limited_ = 0;
   std::map<std::string, std::deque<int64_t>> moves_;  // pool → when its recent moves were noticed (rate cap)
   std::vector<std::string> dirty_leases_, dirty_servers_;
   // server → leases it runs workers for (its reports). A server with no entry has not reported since this
@@ -302,6 +311,10 @@ class Scheduler {
   bool withinGuarantee(const Lease& l) const;
   int preemptFor(const Lease& l, int64_t now);
   void revokePreempted(int64_t now);
+  // Time limits (time_limits.cpp): notice to granted leases within preemption_grace of their limit, and
+  // the end of those that reached it.
+  void limitTimes(int64_t now);
+  static std::optional<std::string> exceedsMaxTime(const Pool& pool, const LeaseRequest& r);  // why, if it does
   // Moves (moves.cpp): where a pool allows them and nothing of it waits, notice to restartable leases of
   // known kinds on a type much slower for them than one with room now (kMovePrefix in preempted_for).
   void planMoves(int64_t now);

@@ -930,6 +930,9 @@ void Service::readRoutes(httplib::Server& s) {
       << "# HELP gpool_leases_rotated_total Notices given by pools' rounds (round, order max-min): other jobs' turn, or a move to another GPU type.\n"
       << "# TYPE gpool_leases_rotated_total counter\n"
       << "gpool_leases_rotated_total " << sched_->rotated() << "\n"
+      << "# HELP gpool_leases_time_limited_total Leases ended at their time limit (gpool run --time, a pool's max_time).\n"
+      << "# TYPE gpool_leases_time_limited_total counter\n"
+      << "gpool_leases_time_limited_total " << sched_->timeLimited() << "\n"
       << "# HELP gpool_grant_decision_seconds Time to grant, queue or refuse a request (without the store write its answer then waits for).\n"
       << "# TYPE gpool_grant_decision_seconds histogram\n";
     uint64_t cum = 0;

@@ -137,6 +137,26 @@ class FairShareFlow(unittest.TestCase):
         _, err = bob.communicate(timeout=30)
         self.assertEqual(bob.returncode, 0, err)
 
+    def test_a_lease_with_a_time_limit_gives_notice_then_ends_and_gpool_exits_124(self):
+        c = self.make(servers=1)
+        p = self.launch("--time", "4s", "--requeue", "--", "sh", "-c", STUBBORN.format(d=c.dir), user="ann")
+        self.assertTrue(wait_for(lambda: len(self.granted("ann")) == 1))
+        lease = self.granted("ann")[0]
+        self.assertEqual(lease["request"]["time_limit_ms"], 4000)
+        _, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 124, err)  # not requeued: a time limit is not a preemption
+        self.assertIn(f"lease {lease['id']} is being stopped at its time limit (4s)", err)
+        self.assertIn("reached the lease's time limit", err)
+        ended = c.lease(lease["id"])
+        self.assertEqual(ended["end_reason"], "reached its time limit (4s)")
+        notice = json.loads(read(f"{c.dir}/notice-{lease['id']}"))  # the file, then SIGTERM, the grace before
+        self.assertAlmostEqual(notice["grace_s"], GRACE_S, delta=0.5)
+        ran = float(read(f"{c.dir}/alive-{lease['id']}")) - float(read(f"{c.dir}/term-{lease['id']}"))
+        self.assertGreater(ran, GRACE_S - 0.5)  # it ran on after SIGTERM until the limit
+        held_s = (ended["ended_ms"] - ended["granted_ms"]) / 1000
+        self.assertGreater(held_s, 3.9)
+        self.assertLess(held_s, 6)
+
     def test_a_requeued_job_is_preempted_and_runs_to_completion_afterwards(self):
         c = self.make(servers=2, vision=1, speech=1)
         first = self.launch("--", "sleep", "60", user="ann")

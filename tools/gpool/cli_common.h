@@ -15,6 +15,7 @@ constexpr int kExitUsage = 2, kExitRefused = 3, kExitWaitRanOut = 4, kExitAlloca
 // The command was preempted (its GPUs went to a queue's guarantee) and --requeue was not given:
 // EX_TEMPFAIL of sysexits.h, "try again later".
 constexpr int kExitPreempted = 75;
+constexpr int kExitTimeLimit = 124;  // the lease reached its time limit (as timeout(1) exits)
 
 [[noreturn]] void die(int code, const std::string& msg);
 std::string env(const char* name, const std::string& fallback = "");

@@ -228,6 +228,7 @@ class Notice {
   const std::string& file() const { return file_; }
   bool given() const { return given_; }
   bool revoked() const { return revoked_; }
+  allocator::Notice why() const { return why_; }
   // When the command's processes must have stopped: the GPUs' revocation under notice, else `otherwise`.
   std::chrono::steady_clock::time_point stopBy(std::chrono::steady_clock::duration otherwise) const {
     return given_ ? revoke_at_.load() : std::chrono::steady_clock::now() + otherwise;
@@ -267,12 +268,14 @@ class Notice {
       std::rename(tmp.c_str(), file_.c_str());
     }
     revoke_at_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(in_ms);
+    why_ = why;
     given_ = true;
     pid_t c = holder_();
     std::string told = c ? "SIGTERM to process " + std::to_string(c) : std::string("no process to tell");
     auto after = [&](std::string_view prefix) { return for_request.substr(std::min(for_request.size(), prefix.size())); };
     std::string what = why == allocator::Notice::kMove    ? "moved to a faster GPU type (" + after(allocator::kMovePrefix) + ", free now)"
                        : why == allocator::Notice::kRound ? "preempted by its pool's round: " + after(allocator::kRoundPrefix)
+                       : why == allocator::Notice::kTimeLimit ? "stopped at its time limit (" + after(allocator::kTimeLimitPrefix) + ")"
                                                           : "preempted for request " + for_request;
     std::fprintf(stderr, "gpool: lease %s is being %s: %s; its GPUs are revoked in %.1fs\n", lease.c_str(), what.c_str(),
                  told.c_str(), grace);
@@ -282,6 +285,7 @@ class Notice {
   std::function<pid_t()> holder_;
   std::atomic<bool> given_{false};
   std::atomic<bool> revoked_{false};
+  std::atomic<allocator::Notice> why_{allocator::Notice::kNone};
   std::atomic<std::chrono::steady_clock::time_point> revoke_at_{};
 };
 
@@ -349,6 +353,11 @@ int run(AllocatorClient& a, const RunOptions& o) {
     describe(lease, o.request);
     int status = runOnce(a, lease, o.command, notice, restarts, last_exit);
     if (!notice.given()) return status;
+    if (notice.why() == allocator::Notice::kTimeLimit) {  // not preempted: done, whatever --requeue says
+      std::fprintf(stderr, "gpool: the command reached the lease's time limit (it exited with status %d); gpool exits with %d\n",
+                   status, kExitTimeLimit);
+      return kExitTimeLimit;
+    }
     if (!o.requeue) {
       std::fprintf(stderr, "gpool: the command was preempted (it exited with status %d); gpool exits with %d. "
                            "With --requeue, gpool would have run it again once granted\n", status, kExitPreempted);

@@ -251,7 +251,8 @@ int main(int argc, char** argv) {
       "running get SIGTERM when it exits, and SIGKILL 10 s later; the lease is released when the last is gone.\n"
       "\n"
       "Exit status: the command's (128+N when signal N ended it); 2 bad usage, 3 refused, 4 --wait ran out,\n"
-      "5 allocator unreachable or in error, 75 preempted without --requeue. More: docs/user.md");
+      "5 allocator unreachable or in error, 75 preempted without --requeue, 124 the time limit (--time) came.\n"
+      "More: docs/user.md");
   auto* lease_cmd = app.add_subcommand(
       "lease", "hold a lease for another process: print it as one line of JSON (the GPOOL_* environment), heartbeat "
                "it until standard input closes, then release it. gpool's client library runs this when a program "
@@ -259,7 +260,7 @@ int main(int argc, char** argv) {
   int n = 1;
   double p = 1.0, min_fraction = 0;
   bool requeue = false, non_preemptible = false;
-  std::string m, wait = "1h", pool = "default", priority, user, group, gpu_types, kind, estimate;
+  std::string m, wait = "1h", pool = "default", priority, user, group, gpu_types, kind, estimate, time_limit;
   std::vector<std::string> command;
   for (CLI::App* sub : {run_cmd, lease_cmd}) {
     sub->add_option("-n,--gpus", n, "number of GPUs")->capture_default_str()->check(CLI::Range(1, 1024));
@@ -288,6 +289,10 @@ int main(int argc, char** argv) {
     sub->add_option("--estimate", estimate,
                     "how long the job runs alone on its fastest GPU type (e.g. 2h): pools ordered shortest-first grant "
                     "shorter jobs first");
+    sub->add_option("--time", time_limit,
+                    "time limit (e.g. 2h): the lease ends this long after its grant, with notice as for preemption "
+                    "(SIGTERM, then the policy's grace period); gpool run then exits with 124 (default: the pool's max_time, "
+                    "if it has one)");
     sub->add_flag("--non-preemptible", non_preemptible,
                   "never preempt this lease to give a queue its guarantee back (it is then granted only within your "
                   "queue's guarantee)");
@@ -423,6 +428,14 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {
         die(kExitUsage, std::string("--estimate: ") + e.what());
       }
+    }
+    if (!time_limit.empty()) {
+      try {
+        req["time_limit"] = static_cast<double>(gpool::allocator::parseDuration(time_limit).count()) / 1000;
+      } catch (const std::exception& e) {
+        die(kExitUsage, std::string("--time: ") + e.what());
+      }
+      if (req["time_limit"].get<double>() <= 0) die(kExitUsage, "--time must be longer than 0s");
     }
     if (!gpu_types.empty()) {
       std::vector<std::string> types;
