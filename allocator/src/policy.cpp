@@ -390,7 +390,7 @@ Policy parsePolicy(const std::string& toml_text) {
       std::string where = "pools." + std::string(k.str());
       const toml::table* t = v.as_table();
       if (!t) fail(where + " must be a table");
-      checkKeys(*t, {"servers", "fractions", "isolation", "placement", "heterogeneity", "moves_per_hour", "order", "round", "round_stay", "elastic_after", "max_time"},
+      checkKeys(*t, {"servers", "fractions", "isolation", "placement", "heterogeneity", "moves_per_hour", "order", "round", "round_stay", "elastic_after", "max_time", "idle_timeout"},
                 where);
       Pool pool;
       pool.name = std::string(k.str());
@@ -442,6 +442,11 @@ Policy parsePolicy(const std::string& toml_text) {
         else pool.elastic_after = duration(*e, where + ".elastic_after");
       }
       if (auto mt = t->get("max_time")) pool.max_time = duration(*mt, where + ".max_time");
+      if (auto it = t->get("idle_timeout")) {
+        pool.idle_timeout = duration(*it, where + ".idle_timeout");
+        if (pool.idle_timeout.count() != 0 && pool.idle_timeout < std::chrono::seconds(1))
+          fail(where + ".idle_timeout must be 0 (never) or at least 1s (servers report kernels with their heartbeats)");
+      }
       p.pools.push_back(std::move(pool));
     }
     if (p.pools.empty()) fail("[pools] must define at least one pool");

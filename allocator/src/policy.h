@@ -63,6 +63,9 @@ struct Pool {
   // The longest a lease of this pool runs (time_limits.cpp): the time limit of a request that names none,
   // and the most one may name. 0: no limit.
   std::chrono::milliseconds max_time{0};
+  // A granted lease on whose GPUs no kernel ran for this long ends (idle_leases.cpp): its GPUs go to those
+  // who wait. 0: never.
+  std::chrono::milliseconds idle_timeout{0};
 };
 
 struct Quota {

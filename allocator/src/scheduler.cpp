@@ -268,7 +268,7 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
   l.state = LeaseState::kGranted;
   placedOn(l, true);
   account(l, +1);
-  l.granted_ms = l.limit_from_ms = now;
+  l.granted_ms = l.limit_from_ms = l.active_ms = now;
   l.granted_unix_s = unix_seconds_();
   l.heartbeat_ms = now;
   l.token_expiry_s = expiry;
@@ -592,6 +592,7 @@ bool Scheduler::reportLaunches(const std::string& server, const std::string& id,
   auto on = granted_on_.find(server);
   if (on == granted_on_.end() || !on->second.count(id)) return false;
   Lease& l = leases_.at(id);
+  noteLaunches(l, server, launches, now);
   measure(launch_rates_, l, l.launches, launches, now);
   return true;
 }
@@ -776,6 +777,7 @@ bool Scheduler::tick(int64_t now, bool judge) {
     finish(id, std::string("expired: no heartbeat for ") + std::to_string(policy_.lease_ttl.count()) + " ms while " +
                 stateName(leases_.at(id).state), now);
   limitTimes(now);
+  reclaimIdle(now);
   revokePreempted(now);
   planRounds(now);
   schedule(now, true);
@@ -791,7 +793,7 @@ bool Scheduler::grantMore(int64_t now) {
 
 void Scheduler::forgive(int64_t ms) {
   for (auto& [name, s] : servers_) s.heartbeat_ms += ms;
-  for (const auto& [id, lp] : live_) lp->heartbeat_ms += ms;
+  for (const auto& [id, lp] : live_) lp->heartbeat_ms += ms, lp->active_ms += ms;
 }
 
 const Lease* Scheduler::lease(const std::string& id) const {
@@ -839,6 +841,7 @@ void Scheduler::restore(std::map<std::string, Server> servers, std::map<std::str
     // Its time limit counts from its grant by the wall clock, which another host's replica shares (the
     // *_ms times are this host's monotonic clock).
     l.limit_from_ms = l.granted_unix_s > 0 ? now - (unix_seconds_() - l.granted_unix_s) * 1000 : l.granted_ms;
+    l.active_ms = now;  // (its servers' counts are not kept: idle from here at most)
     account(l, +1);
     placedOn(l, true);
     for (const auto& sh : l.shares) {

@@ -106,6 +106,10 @@ struct Lease {
   int64_t ended_unix_s = 0;  // when it ended by the wall clock (the *_ms times are the allocator's monotonic clock)
   int64_t granted_unix_s = 0;  // when it was granted by the wall clock (0: never, or granted before it was kept)
   int64_t limit_from_ms = 0;   // its grant on this allocator's clock, from granted_unix_s after a restore (time limits). Not persisted
+  // Idleness (idle_leases.cpp): when a kernel last ran on its GPUs as its servers count them (from its
+  // grant, or this allocator's start), and each server's last count. Not persisted.
+  int64_t active_ms = 0;
+  std::map<std::string, double> launched_on;
   std::string end_reason;   // released, expired, server down, cancelled, wait ran out, disconnected
   std::string wait_reason;  // why it is queued
   std::string owner_key_hash;  // hex SHA-256 of the lease key its requester got (who may heartbeat, read, release it)
@@ -221,6 +225,7 @@ class Scheduler {
   uint64_t moved() const { return moved_; }          // leases revoked to move their jobs to a faster type
   uint64_t rotated() const { return rotated_; }      // notices given by pools' rounds (rounds.cpp)
   uint64_t timeLimited() const { return time_limited_; }  // leases ended at their time limit (time_limits.cpp)
+  uint64_t reclaimedIdle() const { return reclaimed_idle_; }  // leases ended for their pool's idle_timeout
   // When the next round of a pool with rounds is due (a tick then decides it); INT64_MAX: no pool has rounds.
   int64_t nextRound() const;
   uint64_t version() const { return version_; }  // bumps on every change (long-poll waiters watch it)
@@ -283,6 +288,7 @@ class Scheduler {
   uint64_t moved_ = 0;
   uint64_t rotated_ = 0;
   uint64_t time_limited_ = 0;
+  uint64_t reclaimed_idle_ = 0;
   std::map<std::string, std::deque<int64_t>> moves_;  // pool → when its recent moves were noticed (rate cap)
   std::vector<std::string> dirty_leases_, dirty_servers_;
   // server → leases it runs workers for (its reports). A server with no entry has not reported since this
@@ -315,6 +321,10 @@ class Scheduler {
   // the end of those that reached it.
   void limitTimes(int64_t now);
   static std::optional<std::string> exceedsMaxTime(const Pool& pool, const LeaseRequest& r);  // why, if it does
+  // Idle leases (idle_leases.cpp): a server's count of a lease's kernels (a rise is activity), and the end
+  // of granted leases on whose GPUs none ran for their pool's idle_timeout.
+  static void noteLaunches(Lease& l, const std::string& server, double launches, int64_t now);
+  void reclaimIdle(int64_t now);
   // Moves (moves.cpp): where a pool allows them and nothing of it waits, notice to restartable leases of
   // known kinds on a type much slower for them than one with room now (kMovePrefix in preempted_for).
   void planMoves(int64_t now);

@@ -933,6 +933,9 @@ void Service::readRoutes(httplib::Server& s) {
       << "# HELP gpool_leases_time_limited_total Leases ended at their time limit (gpool run --time, a pool's max_time).\n"
       << "# TYPE gpool_leases_time_limited_total counter\n"
       << "gpool_leases_time_limited_total " << sched_->timeLimited() << "\n"
+      << "# HELP gpool_leases_reclaimed_idle_total Leases ended because no kernel ran on their GPUs for their pool's idle_timeout.\n"
+      << "# TYPE gpool_leases_reclaimed_idle_total counter\n"
+      << "gpool_leases_reclaimed_idle_total " << sched_->reclaimedIdle() << "\n"
       << "# HELP gpool_grant_decision_seconds Time to grant, queue or refuse a request (without the store write its answer then waits for).\n"
       << "# TYPE gpool_grant_decision_seconds histogram\n";
     uint64_t cum = 0;
