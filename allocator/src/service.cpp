@@ -143,6 +143,15 @@ void Service::campaign() {
   tick_thread_ = std::thread([this] { tickLoop(); });
 }
 
+// A granted lease's times that depend on now: `ends_in_ms` (its time limit, where it has one) and `idle_ms`
+// (since a kernel last ran on its GPUs, or its grant).
+json Service::withTimes(json j, const Lease& l) const {
+  const int64_t t = now();
+  if (l.req.time_limit_ms > 0) j["ends_in_ms"] = std::max<int64_t>(0, l.limit_from_ms + l.req.time_limit_ms - t);
+  j["idle_ms"] = std::max<int64_t>(0, t - l.active_ms);
+  return j;
+}
+
 bool Service::standingBy(const std::string& path, httplib::Response& res) {
   if (leading_ || path == "/metrics") return false;
   std::string leader = store_->leaderSeen();
@@ -597,7 +606,7 @@ void Service::leaseRoutes(httplib::Server& s) {
     out["heartbeat_ms"] = sched_->policy().leaseHeartbeat().count();
     if (l->state == LeaseState::kQueued) out["position"] = sched_->position(id);
     if (l->preempt_at_ms) out["preempt_in_ms"] = std::max<int64_t>(0, l->preempt_at_ms - now());
-    reply(res, 200, out);
+    reply(res, 200, l->state == LeaseState::kGranted ? withTimes(std::move(out), *l) : out);
   });
 
   // The lease `id` when the caller may act for it; otherwise replies 401, 403 or 404 (mu_ held).
@@ -864,7 +873,7 @@ void Service::readRoutes(httplib::Server& s) {
       servers.push_back(j);
     }
     for (const auto& [id, l] : sched_->live())
-      if (l->state == LeaseState::kGranted) leases.push_back(toJson(*l, LeaseView::kPublic));
+      if (l->state == LeaseState::kGranted) leases.push_back(withTimes(toJson(*l, LeaseView::kPublic), *l));
     int pos = 0;
     for (const Lease* l : sched_->queue()) {
       json j = toJson(*l, LeaseView::kPublic);
@@ -875,7 +884,9 @@ void Service::readRoutes(httplib::Server& s) {
       pools.push_back({{"name", p.name}, {"servers", p.servers}, {"fractions", p.fractions}, {"isolation", isolationName(p.isolation)},
                        {"placement", placementName(p.placement)},
                        {"order", orderName(p.order)}, {"heterogeneity", heterogeneityName(p.heterogeneity)},
-                       {"moves_per_hour", p.moves_per_hour}, {"round_s", std::chrono::duration<double>(p.round).count()}, {"round_stay", p.round_stay}});
+                       {"moves_per_hour", p.moves_per_hour}, {"round_s", std::chrono::duration<double>(p.round).count()}, {"round_stay", p.round_stay},
+                       {"max_time_s", std::chrono::duration<double>(p.max_time).count()},
+                       {"idle_timeout_s", std::chrono::duration<double>(p.idle_timeout).count()}});
     auto measuredJson = [](const Throughputs& t) {  // kind → type → what was measured
       json out = json::object();
       for (const auto& [kind, types] : t.measured())

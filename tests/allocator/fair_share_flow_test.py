@@ -143,6 +143,9 @@ class FairShareFlow(unittest.TestCase):
         self.assertTrue(wait_for(lambda: len(self.granted("ann")) == 1))
         lease = self.granted("ann")[0]
         self.assertEqual(lease["request"]["time_limit_ms"], 4000)
+        self.assertLessEqual(lease["ends_in_ms"], 4000)
+        out, _ = c.gpool("status", user="ann").communicate(timeout=30)
+        self.assertRegex(out, lease["id"] + r" .*\(ends in [0-4]s\)")
         _, err = p.communicate(timeout=30)
         self.assertEqual(p.returncode, 124, err)  # not requeued: a time limit is not a preemption
         self.assertIn(f"lease {lease['id']} is being stopped at its time limit (4s)", err)

@@ -19,7 +19,8 @@ std::string env(const char* name, const std::string& fallback) {
 std::string fmtDuration(double s) {
   std::ostringstream o;
   if (s < 120) o << static_cast<int>(s) << "s";
-  else o << static_cast<int>(s / 60) << "m" << static_cast<int>(s) % 60 << "s";
+  else if (s < 3600) o << static_cast<int>(s / 60) << "m" << static_cast<int>(s) % 60 << "s";
+  else o << static_cast<int64_t>(s / 3600) << "h" << static_cast<int64_t>(s) % 3600 / 60 << "m";
   return o.str();
 }
 

@@ -155,12 +155,20 @@ int status(AllocatorClient& a, bool as_json) {
                   (std::to_string(static_cast<int>(std::lround(g["used_fraction"].get<double>() * 100))) + "%").c_str(),
                   gib(g["used_memory"]).c_str());
   std::printf("\n%-26s %-10s %s\n", "LEASE", "USER", "SHARES (its devices 0, 1...: server:GPU x fraction)");
+  std::map<std::string, double> idle_timeout_s;  // pool → its idle_timeout (0: none)
+  for (const auto& p : s.value("pools", json::array())) idle_timeout_s[p.value("name", "")] = p.value("idle_timeout_s", 0.0);
   for (const auto& l : s["leases"]) {
     std::string shares;
     for (const auto& sh : l["shares"])
       shares += (shares.empty() ? "" : ", ") + show(sh["server"]) + ":" + std::to_string(sh["device"].get<int>()) + " x " +
                 gpool::allocator::formatNumber(sh["fraction"].get<double>());
-    std::printf("%-26s %-10s %s\n", show(l["id"]).c_str(), show(l["request"]["user"]).c_str(), shares.c_str());
+    std::string times;  // when its time limit ends it; how long it has been idle, where its pool reclaims idle leases
+    if (l.contains("ends_in_ms")) times = "ends in " + gpool::cli::fmtDuration(l["ends_in_ms"].get<double>() / 1000);
+    double timeout = idle_timeout_s[l["request"].value("pool", "")], idle = l.value("idle_ms", 0.0) / 1000;
+    if (timeout > 0 && idle >= std::min(60.0, timeout / 2))
+      times += (times.empty() ? "" : "; ") + ("idle " + gpool::cli::fmtDuration(idle) + " of " + gpool::cli::fmtDuration(timeout));
+    std::printf("%-26s %-10s %s%s\n", show(l["id"]).c_str(), show(l["request"]["user"]).c_str(), shares.c_str(),
+                times.empty() ? "" : ("  (" + times + ")").c_str());
   }
   if (s.contains("queues") && !s["queues"].empty()) {  // guaranteed shares (the policy's [queues])
     std::printf("\n");
