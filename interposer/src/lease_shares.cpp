@@ -51,7 +51,8 @@ std::vector<Share> leaseFromAllocator(std::string& why) {
   for (auto [env, flag] : {std::pair{"GPOOL_GPUS", "-n"}, std::pair{"GPOOL_FRACTION", "-p"}, std::pair{"GPOOL_MEMORY", "-m"},
                            std::pair{"GPOOL_WAIT", "--wait"}, std::pair{"GPOOL_POOL", "--pool"},
                            std::pair{"GPOOL_PRIORITY", "--priority"}, std::pair{"GPOOL_MIN_FRACTION", "--min-fraction"},
-                           std::pair{"GPOOL_GPU_TYPE", "--gpu-type"}, std::pair{"GPOOL_JOB_KIND", "--kind"}})
+                           std::pair{"GPOOL_GPU_TYPE", "--gpu-type"}, std::pair{"GPOOL_JOB_KIND", "--kind"},
+                           std::pair{"GPOOL_TIME_LIMIT", "--time"}})
     if (const char* v = std::getenv(env); v && *v) args.insert(args.end(), {flag, v});
   int to_helper[2], from_helper[2];
   if (::pipe2(to_helper, O_CLOEXEC) != 0 || ::pipe2(from_helper, O_CLOEXEC) != 0) {

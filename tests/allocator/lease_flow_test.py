@@ -670,13 +670,15 @@ class LeaseFlow(unittest.TestCase):
     def test_a_program_with_only_the_allocator_address_gets_its_lease_at_cuinit(self):
         c = self.make(ttl="30s")
         env = dict(os.environ, GPOOL_ALLOCATOR=c.url, GPOOL_FRACTION="0.5", LD_LIBRARY_PATH=LIB, GPOOL_LOG_LEVEL="info",
-                   GPOOL_BIN=GPOOL, GPOOL_MUNGE_SOCKET=cluster.MUNGED.socket)
+                   GPOOL_BIN=GPOOL, GPOOL_MUNGE_SOCKET=cluster.MUNGED.socket, GPOOL_TIME_LIMIT="90m")
         env.pop("GPOOL_SERVER", None)
         env.pop("GPOOL_TOKEN", None)
         run = subprocess.run([NVML_QUERY], env=env, capture_output=True, text=True, timeout=30)
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
         self.assertIn("4096, 0, gpool-sim", run.stdout)  # half of the 8 GiB sim GPU: the lease's cap
-        self.assertRegex(run.stderr, r"lease L[0-9a-f]+ from http://127\.0\.0\.1:\d+: 127\.0\.0\.1:\d+ device 0")
+        got = re.search(r"lease (L[0-9a-f]+) from http://127\.0\.0\.1:\d+: 127\.0\.0\.1:\d+ device 0", run.stderr)
+        self.assertIsNotNone(got, run.stderr)
+        self.assertEqual(c.lease(got.group(1))["request"]["time_limit_ms"], 90 * 60 * 1000)  # GPOOL_TIME_LIMIT
         exited = time.time()
         self.assertTrue(wait_for(lambda: c.status()["leases"] == [], timeout=5), "the lease was not released")
         self.assertLess(time.time() - exited, 1.0)
