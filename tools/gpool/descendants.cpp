@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "gpool/printable.h"
+
 namespace gpool::cli {
 
 namespace fs = std::filesystem;
@@ -55,7 +57,7 @@ constexpr auto kKillWait = std::chrono::seconds(10);
 std::string listed(const std::vector<Child>& left) {
   std::string out;
   for (size_t i = 0; i < left.size() && i < 5; ++i)
-    out += (i ? ", " : "") + std::to_string(left[i].pid) + " " + left[i].name;
+    out += (i ? ", " : "") + std::to_string(left[i].pid) + " " + gpool::printable(left[i].name);  // (a name is the process's to choose)
   if (left.size() > 5) out += ", ...";
   return out;
 }
@@ -70,12 +72,12 @@ std::vector<Child> children() {
   std::vector<Child> out;
   const pid_t self = ::getpid();
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {  // (processes come and go meanwhile)
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.size() > 9 || name.find_first_not_of("0123456789") != std::string::npos) continue;
     pid_t ppid = 0;
     std::string comm;
-    if (parentAndName(entry.path() / "stat", ppid, comm) && ppid == self) out.push_back({static_cast<pid_t>(std::stol(name)), comm});
+    if (parentAndName(it->path() / "stat", ppid, comm) && ppid == self) out.push_back({static_cast<pid_t>(std::stol(name)), comm});
   }
   return out;
 }
