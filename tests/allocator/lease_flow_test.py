@@ -131,6 +131,27 @@ class LeaseFlow(unittest.TestCase):
         self.assertIn("still running", err)  # the one that ignored SIGTERM
         self.assertEqual(c.status()["leases"], [])
 
+    def test_a_launcher_stopped_with_its_command_keeps_the_lease(self):
+        # Ctrl-Z stops gpool run and its command together, and a stopped gpool sends no heartbeat: `fg`
+        # must still find the lease, and the program its GPU. (SIGSTOP: this group has no terminal, where
+        # SIGTSTP would be discarded.)
+        c = self.make(ttl="1s")
+        go = os.path.join(c.dir, "go")
+        launcher = c.gpool("run", "--", "sh", "-c", f"until [ -f {go} ]; do sleep 0.05; done; {NVML_QUERY}", start_new_session=True)
+        self.children.append(launcher)
+        self.assertTrue(wait_for(lambda: len(c.status()["leases"]) == 1))
+        lease_id = c.status()["leases"][0]["id"]
+        time.sleep(0.3)
+        os.killpg(launcher.pid, signal.SIGSTOP)
+        time.sleep(3.5)  # past the lease's ttl three times over
+        self.assertEqual(c.lease(lease_id)["state"], "granted")
+        open(go, "w").close()
+        os.killpg(launcher.pid, signal.SIGCONT)
+        out, err = launcher.communicate(timeout=30)
+        self.assertEqual(launcher.returncode, 0, out + err)
+        self.assertIn("gpool-sim", out)  # its CUDA program ran on the lease
+        self.assertEqual(c.lease(lease_id)["end_reason"], "released")
+
     def test_gpu_types_are_shown_and_requests_run_only_on_theirs(self):
         c = self.make(ttl="30s")
         out, err = c.gpool("status").communicate(timeout=10)

@@ -19,6 +19,7 @@
 
 #include "cli_common.h"
 #include "descendants.h"
+#include "stopped_keeper.h"
 #include "lease_token.h"
 #include "lease_watch.h"
 #include "scheduler.h"
@@ -321,11 +322,14 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
     _exit(127);
   }
   g_child = pid;
+  const int heartbeat_ms = lease.value("heartbeat_ms", 5000);
+  auto keeper = std::make_unique<StoppedKeeper>(a, id, heartbeat_ms);  // (before the watch's thread: a fork)
   LeaseWatch::Events events = notice.events(id);
   events.shares = writeLeaseFile;  // renewed tokens, for the command's later processes
-  auto watch = std::make_unique<LeaseWatch>(a.another(), id, lease.value("heartbeat_ms", 5000), events, progressFile());
+  auto watch = std::make_unique<LeaseWatch>(a.another(), id, heartbeat_ms, events, progressFile());
   int status = waitForChild(pid);
   g_child = 0;
+  keeper.reset();  // (first: it is no leftover of the command's)
   endLeftovers([&] { return notice.stopBy(kLeftoverGrace); }, [&] { return notice.revoked(); });
   auto [st, text] = release(a, id);  // ends the watch's long poll too
   if (st != 200 && !notice.given()) std::fprintf(stderr, "gpool: releasing lease %s: %s\n", id.c_str(), text.c_str());
