@@ -129,6 +129,8 @@ int Scheduler::preemptFor(const Lease& l, int64_t now) {
     if (v.state != LeaseState::kGranted || v.req.pool != l.req.pool) continue;
     if (v.preempt_at_ms) {
       if (v.preempted_for == l.id) room.giveBack(v, +1), ++leases;  // notice given already
+      // One its time limit ends before a notice given now would: its room comes as soon, nobody preempted.
+      else if (v.notice == Notice::kTimeLimit && v.preempt_at_ms <= now + policy_.preemption_grace.count()) room.giveBack(v, +1);
       continue;
     }
     int q = v.queue;

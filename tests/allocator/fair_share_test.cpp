@@ -214,6 +214,25 @@ TEST(Preemption, ExactlyEnoughBorrowedLeasesGetNoticeThenGoAndTheRequestIsGrante
   EXPECT_EQ(s.lease("V2")->state, LeaseState::kGranted);
 }
 
+TEST(Preemption, ALeaseWhoseTimeLimitEndsItWithinTheGraceSparesTheOthers) {
+  Scheduler s = make(kPreempt);
+  s.registerServer(server("a", 4), 0);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(s.request(req("ann"), i, "V" + std::to_string(i)).kind, Decision::kGranted);
+  auto limited = req("ann");
+  limited.time_limit_ms = 15000;
+  ASSERT_EQ(s.request(limited, 3, "V3").kind, Decision::kGranted);  // the newest: the first to go, but for its limit
+  s.tick(5003);
+  EXPECT_EQ(s.lease("V3")->notice, Notice::kTimeLimit);  // its limit comes in 10 s: notice now
+  ASSERT_EQ(s.request(req("bob"), 5004, "S0").kind, Decision::kQueued);  // within speech's guarantee
+  s.tick(5005);
+  EXPECT_EQ(preempting(s), 1);  // V3's limit, and no preemption
+  EXPECT_EQ(s.lease("V2")->preempt_at_ms, 0);
+  s.tick(15003);
+  EXPECT_EQ(s.lease("V3")->state, LeaseState::kEnded);
+  EXPECT_EQ(s.lease("S0")->state, LeaseState::kGranted);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(s.lease("V" + std::to_string(i))->state, LeaseState::kGranted);
+}
+
 TEST(Preemption, ANonPreemptibleLeaseIsNeverTouched) {
   std::string policy = kPreempt;
   policy.replace(policy.find("guarantee = { gpus = 1 }"), 24, "guarantee = { gpus = 2 }");
