@@ -298,9 +298,17 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
             int last_exit) {
   std::string id = lease.at("id");
   writeLeaseFile(lease.at("shares"));
+  // A signal that comes while the command starts waits (else the child's copy of `forward` would swallow
+  // it): the child takes it, with the default action, once its handlers are reset; gpool passes it on
+  // once it knows the child.
+  sigset_t forwarded, before;
+  sigemptyset(&forwarded);
+  for (int sig : kForwarded) sigaddset(&forwarded, sig);
+  pthread_sigmask(SIG_BLOCK, &forwarded, &before);
   pid_t pid = ::fork();
   if (pid == 0) {
     for (int sig : kForwarded) signal(sig, SIG_DFL);
+    pthread_sigmask(SIG_SETMASK, &before, nullptr);
     std::string lib = clientLibDir(), ld = env("LD_LIBRARY_PATH");
     setenv("LD_LIBRARY_PATH", (lib + (ld.empty() ? "" : ":" + ld)).c_str(), 1);
     // Triton (torch.compile) links its launchers against the libcuda of the driver ldconfig lists, when
@@ -321,7 +329,14 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
     std::fprintf(stderr, "gpool: cannot run %s: %s\n", argv[0], std::strerror(errno));
     _exit(127);
   }
+  if (pid < 0) {  // (never -1 in g_child: kill(-1, sig) would reach every process of the user)
+    int err = errno;
+    pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    release(a, id);
+    die(kExitUsage, std::string("cannot start the command (fork: ") + std::strerror(err) + "); lease " + id + " released");
+  }
   g_child = pid;
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
   const int heartbeat_ms = lease.value("heartbeat_ms", 5000);
   auto keeper = std::make_unique<StoppedKeeper>(a, id, heartbeat_ms);  // (before the watch's thread: a fork)
   LeaseWatch::Events events = notice.events(id);
