@@ -148,6 +148,8 @@ class FairShareFlow(unittest.TestCase):
         self.assertRegex(out, lease["id"] + r" .*\(ends in [0-4]s\)")
         _, err = p.communicate(timeout=30)
         self.assertEqual(p.returncode, 124, err)  # not requeued: a time limit is not a preemption
+        self.assertIn(f"lease {lease['id']}: 1 x 1 GPU on sim0:0", err)
+        self.assertRegex(err, r"GPU on sim0:0 \([0-9.:]+\); time limit 4s\n")  # said at the start
         self.assertIn(f"lease {lease['id']} is being stopped at its time limit (4s)", err)
         self.assertIn("reached the lease's time limit", err)
         ended = c.lease(lease["id"])

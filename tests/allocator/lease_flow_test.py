@@ -152,6 +152,23 @@ class LeaseFlow(unittest.TestCase):
         self.assertIn("gpool-sim", out)  # its CUDA program ran on the lease
         self.assertEqual(c.lease(lease_id)["end_reason"], "released")
 
+    def test_a_cuda_visible_devices_meant_for_this_hosts_gpus_does_not_hide_the_lease(self):
+        # A batch scheduler chose GPU 3 of the submit host; the lease has one device (0). Through the
+        # inherited variable, CUDA would see none.
+        c = self.make(ttl="30s")
+        p = c.gpool("run", "--", NVML_QUERY, env={"CUDA_VISIBLE_DEVICES": "3,5"})
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, out + err)
+        self.assertIn("gpool-sim", out)
+        self.assertIn("CUDA_VISIBLE_DEVICES=3,5 (inherited", err)
+        # One that names a device of the lease is the user's choice among them: kept, silently.
+        p = c.gpool("run", "--", "sh", "-c", f'echo "visible=$CUDA_VISIBLE_DEVICES"; {NVML_QUERY}', env={"CUDA_VISIBLE_DEVICES": "0"})
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, out + err)
+        self.assertIn("visible=0", out)
+        self.assertIn("gpool-sim", out)
+        self.assertNotIn("CUDA_VISIBLE_DEVICES", err)
+
     def test_gpu_types_are_shown_and_requests_run_only_on_theirs(self):
         c = self.make(ttl="30s")
         out, err = c.gpool("status").communicate(timeout=10)

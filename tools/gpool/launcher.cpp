@@ -13,12 +13,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include "cli_common.h"
 #include "descendants.h"
+#include "gpool/printable.h"
 #include "stopped_keeper.h"
 #include "lease_token.h"
 #include "lease_watch.h"
@@ -178,8 +180,23 @@ void describe(const json& lease, const json& request) {
   double got = lease.at("shares").at(0).at("fraction").get<double>(), asked = request.value("p", 1.0);
   std::ostringstream elastic;
   if (got + 1e-9 < asked) elastic << " (elastic: asked for " << asked << ", took what was free)";
-  std::fprintf(stderr, "gpool: lease %s: %zu x %g GPU on %s%s\n", lease.at("id").get<std::string>().c_str(), lease.at("shares").size(),
-               got, where.c_str(), elastic.str().c_str());
+  int64_t limit_ms = lease.contains("request") ? lease["request"].value("time_limit_ms", int64_t{0}) : 0;
+  std::string limit = limit_ms > 0 ? "; time limit " + fmtDuration(static_cast<double>(limit_ms) / 1000) : "";
+  std::fprintf(stderr, "gpool: lease %s: %zu x %g GPU on %s%s%s\n", lease.at("id").get<std::string>().c_str(), lease.at("shares").size(),
+               got, where.c_str(), elastic.str().c_str(), limit.c_str());
+}
+
+// An inherited CUDA_VISIBLE_DEVICES whose first entry is a device number past the lease's `n` devices (a
+// batch scheduler's choice among this host's GPUs): through it, the command's CUDA would see no device
+// at all. Returns its value when so (the command then runs without it), else nothing.
+std::optional<std::string> localVisibleDevices(size_t n) {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (!v || !*v) return std::nullopt;
+  std::string first(v, std::strcspn(v, ","));
+  first.erase(0, first.find_first_not_of(' '));
+  if (first.empty() || first.find_first_not_of("0123456789") != std::string::npos || first.size() > 6) return std::nullopt;
+  if (std::stoul(first) < n) return std::nullopt;
+  return std::string(v);
 }
 
 // A private directory for the run's preemption and progress files, removed however gpool exits.
@@ -298,6 +315,12 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
             int last_exit) {
   std::string id = lease.at("id");
   writeLeaseFile(lease.at("shares"));
+  const auto local_visible = localVisibleDevices(lease.at("shares").size());
+  if (local_visible)
+    std::fprintf(stderr, "gpool: CUDA_VISIBLE_DEVICES=%s (inherited: a batch scheduler's choice among this host's GPUs?) names "
+                         "none of the lease's devices 0..%zu, so CUDA would see no device: the command runs without it. Set it "
+                         "inside the command to choose among the lease's devices\n",
+                 gpool::printable(*local_visible).c_str(), lease.at("shares").size() - 1);
   // A signal that comes while the command starts waits (else the child's copy of `forward` would swallow
   // it): the child takes it, with the default action, once its handlers are reset; gpool passes it on
   // once it knows the child.
@@ -315,6 +338,7 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
     // the client has one: point it at gpool's unless the user chose.
     setenv("TRITON_LIBCUDA_PATH", lib.c_str(), 0);
     for (const auto& [k, v] : leaseEnv(lease)) setenv(k.c_str(), v.c_str(), 1);
+    if (local_visible) unsetenv("CUDA_VISIBLE_DEVICES");
     setenv("GPOOL_PREEMPT_FILE", notice.file().c_str(), 1);
     setenv("GPOOL_PROGRESS_FILE", progressFile().c_str(), 1);
     setenv("GPOOL_LEASE_FILE", leaseFile().c_str(), 1);
