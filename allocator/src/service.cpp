@@ -143,11 +143,12 @@ void Service::campaign() {
   tick_thread_ = std::thread([this] { tickLoop(); });
 }
 
-// A granted lease's times that depend on now: `ends_in_ms` (its time limit, where it has one) and `idle_ms`
-// (since a kernel last ran on its GPUs, or its grant).
+// A granted lease's times that depend on now: `ends_in_ms` (its time limit, where it has one), `idle_ms`
+// (since a kernel last ran on its GPUs, or its grant) and `preempt_in_ms` (while it has notice).
 json Service::withTimes(json j, const Lease& l) const {
   const int64_t t = now();
   if (l.req.time_limit_ms > 0) j["ends_in_ms"] = std::max<int64_t>(0, l.limit_from_ms + l.req.time_limit_ms - t);
+  if (l.preempt_at_ms) j["preempt_in_ms"] = std::max<int64_t>(0, l.preempt_at_ms - t);
   j["idle_ms"] = std::max<int64_t>(0, t - l.active_ms);
   return j;
 }

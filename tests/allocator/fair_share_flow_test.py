@@ -146,6 +146,9 @@ class FairShareFlow(unittest.TestCase):
         self.assertLessEqual(lease["ends_in_ms"], 4000)
         out, _ = c.gpool("status", user="ann").communicate(timeout=30)
         self.assertRegex(out, lease["id"] + r" .*\(ends in [0-4]s\)")
+        self.assertTrue(wait_for(lambda: os.path.exists(f"{c.dir}/term-{lease['id']}"), timeout=10))
+        out, _ = c.gpool("status", user="ann").communicate(timeout=30)
+        self.assertRegex(out, lease["id"] + r" .*\(time-limit notice: revoked in [0-2]s\)")
         _, err = p.communicate(timeout=30)
         self.assertEqual(p.returncode, 124, err)  # not requeued: a time limit is not a preemption
         self.assertIn(f"lease {lease['id']}: 1 x 1 GPU on sim0:0", err)

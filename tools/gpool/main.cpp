@@ -162,8 +162,13 @@ int status(AllocatorClient& a, bool as_json) {
     for (const auto& sh : l["shares"])
       shares += (shares.empty() ? "" : ", ") + show(sh["server"]) + ":" + std::to_string(sh["device"].get<int>()) + " x " +
                 gpool::allocator::formatNumber(sh["fraction"].get<double>());
-    std::string times;  // when its time limit ends it; how long it has been idle, where its pool reclaims idle leases
-    if (l.contains("ends_in_ms")) times = "ends in " + gpool::cli::fmtDuration(l["ends_in_ms"].get<double>() / 1000);
+    // Notice, with when its GPUs are revoked; when its time limit ends it; how long it has been idle, where
+    // its pool reclaims idle leases.
+    std::string times;
+    if (l.contains("notice") && l.contains("preempt_in_ms"))
+      times = show(l["notice"]) + " notice: revoked in " + gpool::cli::fmtDuration(l["preempt_in_ms"].get<double>() / 1000);
+    if (l.contains("ends_in_ms") && (!l.contains("notice") || l["notice"] != "time-limit"))
+      times += (times.empty() ? "" : "; ") + ("ends in " + gpool::cli::fmtDuration(l["ends_in_ms"].get<double>() / 1000));
     double timeout = idle_timeout_s[l["request"].value("pool", "")], idle = l.value("idle_ms", 0.0) / 1000;
     if (timeout > 0 && idle >= std::min(60.0, timeout / 2))
       times += (times.empty() ? "" : "; ") + ("idle " + gpool::cli::fmtDuration(idle) + " of " + gpool::cli::fmtDuration(timeout));
