@@ -26,20 +26,21 @@ void becomeSubreaper() {
                  std::strerror(errno));
 }
 
-namespace {
-
 // /proc/PID/stat: "PID (COMM) STATE PPID ...", where COMM may hold spaces and parentheses.
-bool parentAndName(const fs::path& stat, pid_t& ppid, std::string& name) {
-  std::ifstream in(stat);
+std::optional<ProcStat> procStat(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
-  if (!std::getline(in, line)) return false;
+  if (!std::getline(in, line)) return std::nullopt;
   size_t open = line.find('('), close = line.rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close < open) return false;
-  name = line.substr(open + 1, close - open - 1);
+  if (open == std::string::npos || close == std::string::npos || close < open) return std::nullopt;
+  ProcStat st;
+  st.name = line.substr(open + 1, close - open - 1);
   std::istringstream rest(line.substr(close + 1));
-  char state = 0;
-  return static_cast<bool>(rest >> state >> ppid);
+  if (!(rest >> st.state >> st.ppid)) return std::nullopt;
+  return st;
 }
+
+namespace {
 
 // Reaps every child that has ended; false when no child is left.
 bool reapEnded() {
@@ -75,9 +76,8 @@ std::vector<Child> children() {
   for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {  // (processes come and go meanwhile)
     const std::string name = it->path().filename().string();
     if (name.empty() || name.size() > 9 || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    pid_t ppid = 0;
-    std::string comm;
-    if (parentAndName(it->path() / "stat", ppid, comm) && ppid == self) out.push_back({static_cast<pid_t>(std::stol(name)), comm});
+    const auto pid = static_cast<pid_t>(std::stol(name));
+    if (auto st = procStat(pid); st && st->ppid == self) out.push_back({pid, st->name});
   }
   return out;
 }

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,15 @@ namespace gpool::cli {
 
 // Makes this process the subreaper of the processes it starts (prctl PR_SET_CHILD_SUBREAPER).
 void becomeSubreaper();
+
+// What /proc/PID/stat says of process `pid`: its state letter (R, S, T for stopped...), its parent and its
+// command name (comm); nothing when it is gone.
+struct ProcStat {
+  char state = 0;
+  pid_t ppid = 0;
+  std::string name;
+};
+std::optional<ProcStat> procStat(pid_t pid);
 
 struct Child {
   pid_t pid;

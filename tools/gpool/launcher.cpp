@@ -13,7 +13,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -186,17 +185,21 @@ void describe(const json& lease, const json& request) {
                got, where.c_str(), elastic.str().c_str(), limit.c_str());
 }
 
-// An inherited CUDA_VISIBLE_DEVICES whose first entry is a device number past the lease's `n` devices (a
-// batch scheduler's choice among this host's GPUs): through it, the command's CUDA would see no device
-// at all. Returns its value when so (the command then runs without it), else nothing.
-std::optional<std::string> localVisibleDevices(size_t n) {
+// Whether an inherited CUDA_VISIBLE_DEVICES's first entry is a device number past the lease's `n` devices
+// (a batch scheduler's choice among this host's GPUs), through which the command's CUDA would see no
+// device at all. Says so when it is: the command then runs without it.
+bool visibleDevicesHideLease(size_t n) {
   const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (!v || !*v) return std::nullopt;
+  if (!v || !*v) return false;
   std::string first(v, std::strcspn(v, ","));
   first.erase(0, first.find_first_not_of(' '));
-  if (first.empty() || first.find_first_not_of("0123456789") != std::string::npos || first.size() > 6) return std::nullopt;
-  if (std::stoul(first) < n) return std::nullopt;
-  return std::string(v);
+  if (first.empty() || first.find_first_not_of("0123456789") != std::string::npos || first.size() > 6) return false;
+  if (std::stoul(first) < n) return false;
+  std::fprintf(stderr, "gpool: CUDA_VISIBLE_DEVICES=%s (inherited: a batch scheduler's choice among this host's GPUs?) names "
+                       "none of the lease's devices 0..%zu, so CUDA would see no device: the command runs without it. Set it "
+                       "inside the command to choose among the lease's devices\n",
+               gpool::printable(v).c_str(), n - 1);
+  return true;
 }
 
 // A private directory for the run's preemption and progress files, removed however gpool exits.
@@ -310,17 +313,40 @@ class Notice {
 // How long the processes a command left running get, after SIGTERM, before SIGKILL (descendants.h).
 constexpr auto kLeftoverGrace = std::chrono::seconds(10);
 
+// In the forked child: default dispositions for the signals gpool forwards (then `mask`, the signal mask
+// from before the fork), the lease in the environment, and the command.
+[[noreturn]] void execCommand(const json& lease, const std::vector<std::string>& command, const Notice& notice, int restarts,
+                              int last_exit, bool drop_visible, const sigset_t& mask) {
+  for (int sig : kForwarded) signal(sig, SIG_DFL);
+  pthread_sigmask(SIG_SETMASK, &mask, nullptr);
+  std::string lib = clientLibDir(), ld = env("LD_LIBRARY_PATH");
+  setenv("LD_LIBRARY_PATH", (lib + (ld.empty() ? "" : ":" + ld)).c_str(), 1);
+  // Triton (torch.compile) links its launchers against the libcuda of the driver ldconfig lists, when
+  // the client has one: point it at gpool's unless the user chose.
+  setenv("TRITON_LIBCUDA_PATH", lib.c_str(), 0);
+  for (const auto& [k, v] : leaseEnv(lease)) setenv(k.c_str(), v.c_str(), 1);
+  if (drop_visible) unsetenv("CUDA_VISIBLE_DEVICES");
+  setenv("GPOOL_PREEMPT_FILE", notice.file().c_str(), 1);
+  setenv("GPOOL_PROGRESS_FILE", progressFile().c_str(), 1);
+  setenv("GPOOL_LEASE_FILE", leaseFile().c_str(), 1);
+  setenv("GPOOL_RESTARTS", std::to_string(restarts).c_str(), 1);
+  if (restarts > 0) setenv("GPOOL_LAST_EXIT", std::to_string(last_exit).c_str(), 1);
+  // GPOOL_ALLOCATOR stays, for `gpool status` or a sub-job's `gpool run` in the command; the library
+  // asks for no lease of its own while GPOOL_SHARES names one (lease_shares.cpp).
+  std::vector<char*> argv;
+  for (const auto& c : command) argv.push_back(const_cast<char*>(c.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  std::fprintf(stderr, "gpool: cannot run %s: %s\n", argv[0], std::strerror(errno));
+  _exit(127);
+}
+
 // Runs the command once on a granted lease; its exit status (128 + the signal when a signal ended it).
 int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string>& command, Notice& notice, int restarts,
             int last_exit) {
   std::string id = lease.at("id");
   writeLeaseFile(lease.at("shares"));
-  const auto local_visible = localVisibleDevices(lease.at("shares").size());
-  if (local_visible)
-    std::fprintf(stderr, "gpool: CUDA_VISIBLE_DEVICES=%s (inherited: a batch scheduler's choice among this host's GPUs?) names "
-                         "none of the lease's devices 0..%zu, so CUDA would see no device: the command runs without it. Set it "
-                         "inside the command to choose among the lease's devices\n",
-                 gpool::printable(*local_visible).c_str(), lease.at("shares").size() - 1);
+  const bool drop_visible = visibleDevicesHideLease(lease.at("shares").size());
   // A signal that comes while the command starts waits (else the child's copy of `forward` would swallow
   // it): the child takes it, with the default action, once its handlers are reset; gpool passes it on
   // once it knows the child.
@@ -329,30 +355,7 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
   for (int sig : kForwarded) sigaddset(&forwarded, sig);
   pthread_sigmask(SIG_BLOCK, &forwarded, &before);
   pid_t pid = ::fork();
-  if (pid == 0) {
-    for (int sig : kForwarded) signal(sig, SIG_DFL);
-    pthread_sigmask(SIG_SETMASK, &before, nullptr);
-    std::string lib = clientLibDir(), ld = env("LD_LIBRARY_PATH");
-    setenv("LD_LIBRARY_PATH", (lib + (ld.empty() ? "" : ":" + ld)).c_str(), 1);
-    // Triton (torch.compile) links its launchers against the libcuda of the driver ldconfig lists, when
-    // the client has one: point it at gpool's unless the user chose.
-    setenv("TRITON_LIBCUDA_PATH", lib.c_str(), 0);
-    for (const auto& [k, v] : leaseEnv(lease)) setenv(k.c_str(), v.c_str(), 1);
-    if (local_visible) unsetenv("CUDA_VISIBLE_DEVICES");
-    setenv("GPOOL_PREEMPT_FILE", notice.file().c_str(), 1);
-    setenv("GPOOL_PROGRESS_FILE", progressFile().c_str(), 1);
-    setenv("GPOOL_LEASE_FILE", leaseFile().c_str(), 1);
-    setenv("GPOOL_RESTARTS", std::to_string(restarts).c_str(), 1);
-    if (restarts > 0) setenv("GPOOL_LAST_EXIT", std::to_string(last_exit).c_str(), 1);
-    // GPOOL_ALLOCATOR stays, for `gpool status` or a sub-job's `gpool run` in the command; the library
-    // asks for no lease of its own while GPOOL_SHARES names one (lease_shares.cpp).
-    std::vector<char*> argv;
-    for (const auto& c : command) argv.push_back(const_cast<char*>(c.c_str()));
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    std::fprintf(stderr, "gpool: cannot run %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
-  }
+  if (pid == 0) execCommand(lease, command, notice, restarts, last_exit, drop_visible, before);
   if (pid < 0) {  // (never -1 in g_child: kill(-1, sig) would reach every process of the user)
     int err = errno;
     pthread_sigmask(SIG_SETMASK, &before, nullptr);

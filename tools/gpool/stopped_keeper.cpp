@@ -10,9 +10,10 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <thread>
+
+#include "descendants.h"
 
 namespace gpool::cli {
 
@@ -27,13 +28,10 @@ bool singleThreaded() {
   return !ec && tasks == 1;
 }
 
-// Whether process `pid` is stopped (job control, or traced): its state in /proc/PID/stat.
+// Whether process `pid` is stopped (job control, or traced).
 bool stopped(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return false;
-  size_t close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && (line[close + 2] == 'T' || line[close + 2] == 't');
+  auto st = procStat(pid);
+  return st && (st->state == 'T' || st->state == 't');
 }
 
 [[noreturn]] void keep(std::unique_ptr<AllocatorClient> a, const std::string& id, pid_t gpool, int every_ms) {
