@@ -6,18 +6,6 @@
 
 namespace gpool::allocator {
 
-namespace {
-
-// "90s", "30m", "2h": how a timeout is named to users.
-std::string timeoutText(int64_t ms) {
-  int64_t s = ms / 1000;
-  if (s % 3600 == 0) return std::to_string(s / 3600) + "h";
-  if (s % 60 == 0) return std::to_string(s / 60) + "m";
-  return std::to_string(s) + "s";
-}
-
-}  // namespace
-
 void Scheduler::noteLaunches(Lease& l, const std::string& server, double launches, int64_t now) {
   auto [it, first] = l.launched_on.try_emplace(server, launches);
   if ((first && launches > 0) || launches > it->second) l.active_ms = now;
@@ -31,7 +19,7 @@ void Scheduler::reclaimIdle(int64_t now) {
     if (l.state != LeaseState::kGranted) continue;
     const Pool* pool = policy_.pool(l.req.pool);
     if (!pool || pool->idle_timeout.count() == 0 || now - l.active_ms < pool->idle_timeout.count()) continue;
-    idle.emplace_back(id, "reclaimed: no kernel ran on its GPUs for " + timeoutText(pool->idle_timeout.count()) + " (pool '" +
+    idle.emplace_back(id, "reclaimed: no kernel ran on its GPUs for " + durationText(pool->idle_timeout) + " (pool '" +
                               pool->name + "' idle_timeout)");
   }
   for (const auto& [id, why] : idle) {

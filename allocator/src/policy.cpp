@@ -120,6 +120,16 @@ std::chrono::milliseconds parseDuration(const std::string& s) {
   return std::chrono::milliseconds(static_cast<int64_t>(ms));
 }
 
+std::string durationText(std::chrono::milliseconds d) {
+  int64_t s = (d.count() + 999) / 1000, h = s / 3600, m = s % 3600 / 60;
+  s %= 60;
+  std::string out;
+  if (h) out += std::to_string(h) + "h";
+  if (m) out += std::to_string(m) + "m";
+  if (s || out.empty()) out += std::to_string(s) + "s";
+  return out;
+}
+
 uint64_t parseSize(const std::string& s) {
   size_t i = 0;
   while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.' || s[i] == 'e' || s[i] == 'E'))

@@ -144,6 +144,8 @@ std::chrono::milliseconds parseDuration(const std::string& text);
 uint64_t parseSize(const std::string& text);
 // The other way, for messages: 0.5 → "0.5"; 42949672960 → "40 GiB" (MiB below 1 GiB, bytes below 1 MiB).
 std::string formatNumber(double v);
+// A duration for messages, in whole seconds rounded up: 90 s → "1m30s", 2 h → "2h", 45 min → "45m".
+std::string durationText(std::chrono::milliseconds d);
 std::string formatSize(uint64_t bytes);
 
 }  // namespace gpool::allocator

@@ -170,7 +170,7 @@ void Scheduler::revokePreempted(int64_t now) {
   std::vector<std::string> due;
   for (const auto& [id, lp] : live_) {
     Lease& v = *lp;
-    if (v.state != LeaseState::kGranted || !v.preempt_at_ms) continue;
+    if (v.state != LeaseState::kGranted || !v.preempt_at_ms || v.notice == Notice::kTimeLimit) continue;  // (that end: limitTimes)
     const Lease* waiting = v.notice == Notice::kPreemption ? lease(v.preempted_for) : nullptr;
     if (v.notice != Notice::kPreemption) {  // a move or a round's: kept until due
       if (now >= v.preempt_at_ms) due.push_back(id);
@@ -188,11 +188,6 @@ void Scheduler::revokePreempted(int64_t now) {
     const std::string& why = v.preempted_for;
     if (v.notice == Notice::kRound) {
       finish(id, "preempted by its pool's round: " + why.substr(std::min(why.size(), kRoundPrefix.size())), now);
-      continue;
-    }
-    if (v.notice == Notice::kTimeLimit) {  // (limitTimes ends it first; here, should the two disagree)
-      ++time_limited_;
-      finish(id, "reached its time limit (" + why.substr(std::min(why.size(), kTimeLimitPrefix.size())) + ")", now);
       continue;
     }
     if (v.notice == Notice::kMove) {

@@ -606,8 +606,9 @@ void Service::leaseRoutes(httplib::Server& s) {
     json out = toJson(*l, owner ? LeaseView::kOwner : LeaseView::kPublic);
     out["heartbeat_ms"] = sched_->policy().leaseHeartbeat().count();
     if (l->state == LeaseState::kQueued) out["position"] = sched_->position(id);
-    if (l->preempt_at_ms) out["preempt_in_ms"] = std::max<int64_t>(0, l->preempt_at_ms - now());
-    reply(res, 200, l->state == LeaseState::kGranted ? withTimes(std::move(out), *l) : out);
+    if (l->state == LeaseState::kGranted) out = withTimes(std::move(out), *l);
+    else if (l->preempt_at_ms) out["preempt_in_ms"] = std::max<int64_t>(0, l->preempt_at_ms - now());
+    reply(res, 200, out);
   });
 
   // The lease `id` when the caller may act for it; otherwise replies 401, 403 or 404 (mu_ held).

@@ -9,16 +9,7 @@ namespace gpool::allocator {
 
 namespace {
 
-// "90s", "45m", "2h", "1h30m": how a limit is named to users.
-std::string limitText(int64_t ms) {
-  int64_t s = (ms + 999) / 1000, h = s / 3600, m = s % 3600 / 60;
-  s %= 60;
-  std::string out;
-  if (h) out += std::to_string(h) + "h";
-  if (m) out += std::to_string(m) + "m";
-  if (s || out.empty()) out += std::to_string(s) + "s";
-  return out;
-}
+std::string limitText(int64_t ms) { return durationText(std::chrono::milliseconds(ms)); }
 
 }  // namespace
 

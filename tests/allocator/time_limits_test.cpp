@@ -110,3 +110,13 @@ TEST(TimeLimits, APolicyMayGiveAPoolAMaxTime) {
   EXPECT_NE(policyError("[pools.default]\nmax_time = \"two hours\"\n"), "accepted");
   EXPECT_EQ(parsePolicy("[pools.default]\nmax_time = \"2h\"\n").pools.at(0).max_time, std::chrono::hours(2));
 }
+
+TEST(TimeLimits, DurationsAreNamedInWholeSecondsRoundedUp) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(durationText(milliseconds(0)), "0s");
+  EXPECT_EQ(durationText(milliseconds(1)), "1s");
+  EXPECT_EQ(durationText(milliseconds(90'000)), "1m30s");
+  EXPECT_EQ(durationText(milliseconds(5'400'000)), "1h30m");
+  EXPECT_EQ(durationText(milliseconds(7'200'000)), "2h");
+  EXPECT_EQ(durationText(milliseconds(3'661'000)), "1h1m1s");
+}
