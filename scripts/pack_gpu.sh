@@ -21,5 +21,11 @@ cp "$build"/tests/cuda_basic_static "$build"/tests/cuda_basic_shared "$build"/te
    "$build"/tests/cuda_multi_device "$build"/tests/cuda_nccl_all_reduce \
    "$build"/tests/libgpool_test_sim_kernels.so .gpu/tests/
 cp "$build"/bench/gpool_bench_call_costs "$build"/bench/gpool_bench_tcp_loopback "$build"/bench/gpool_bench_peer_copy .gpu/bench/
+# The driver-call tracer of ../shared/tools/trace, where this checkout has it: gpu_run_all.sh lists what
+# JAX asks of NVIDIA's driver natively with it.
+trace=../shared/tools/trace
+if [ -f "$trace/trace.c" ]; then
+  mkdir -p .gpu/trace && gcc -O2 -shared -fPIC -o .gpu/trace/libtrace.so "$trace/trace.c" "$trace/tramp.S" -ldl -lpthread
+fi
 find .gpu -type f -exec strip --strip-debug {} +
 du -sh .gpu

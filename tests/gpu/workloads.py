@@ -355,11 +355,91 @@ def w_torchrun_two():
     return {"values": {"all_reduced": {"dtype": "fp32", "data": [float(total)]}}}
 
 
+# JAX (issue 9): XLA's GPU runtime, which TensorFlow shares, run unmodified with JAX's default settings
+# (it preallocates most of the GPU's memory, builds CUDA graphs and links kernels at run time).
+
+def jax_values(x, dtype):
+    import numpy as np
+    flat = np.asarray(x, dtype=np.float64).ravel()
+    step = max(1, flat.size // SAMPLE)
+    return {"dtype": dtype, "data": flat[::step][:SAMPLE].tolist() + [float(flat.sum()), float(np.abs(flat).sum())]}
+
+
+def w_jax_mlp():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    assert jax.default_backend() == "gpu", f"JAX runs on {jax.default_backend()}, not the GPU"
+    rng = np.random.default_rng(5)
+    sizes = [(512, 1024), (1024, 1024), (1024, 10)]
+    params = [(jnp.asarray(rng.standard_normal(s, dtype=np.float32) * (2 / s[0]) ** 0.5),
+               jnp.zeros(s[1], jnp.float32)) for s in sizes]
+    data = [(jnp.asarray(rng.standard_normal((256, 512), dtype=np.float32)), jnp.asarray(rng.integers(0, 10, 256)))
+            for _ in range(8)]
+
+    def loss_fn(params, x, y):
+        for w, b in params[:-1]:
+            x = jax.nn.relu(x @ w + b)
+        logits = x @ params[-1][0] + params[-1][1]
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
+
+    @jax.jit
+    def step(params, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        return jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads), loss
+
+    losses = []
+    for i in range(20):
+        params, loss = step(params, *data[i % len(data)])
+        losses.append(float(loss))
+    for i in range(5):
+        params, loss = step(params, *data[i % len(data)])
+    loss.block_until_ready()
+    start = time.perf_counter()
+    for i in range(100):
+        params, loss = step(params, *data[i % len(data)])
+    loss.block_until_ready()
+    t = (time.perf_counter() - start) / 100
+    return {"values": {"losses": jax_values(losses, "tf32")}, "timings": {"jax_mlp_step_s": t}}
+
+
+def w_jax_scan():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    rng = np.random.default_rng(11)
+    w = jnp.asarray(rng.standard_normal((64, 64), dtype=np.float32) / 8)
+    xs = jnp.asarray(rng.standard_normal((200, 64), dtype=np.float32))
+
+    @jax.jit
+    def run(h0):
+        def body(h, x):
+            h = jnp.tanh(h @ w + x)
+            return h, h.sum()
+        return jax.lax.scan(body, h0, xs)
+
+    h, sums = run(jnp.zeros(64, jnp.float32))
+    return {"values": {"final": jax_values(h, "tf32"), "sums": jax_values(sums, "tf32")}}
+
+
+def w_jax_fft():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    rng = np.random.default_rng(13)
+    x = jnp.asarray((rng.standard_normal((128, 128)) + 1j * rng.standard_normal((128, 128))).astype(np.complex64))
+    f = jax.jit(jnp.fft.fft2)(x)
+    r = jnp.fft.irfft(jnp.fft.rfft(x.real))
+    f = np.asarray(f)
+    return {"values": {"fft2": jax_values(np.stack([f.real, f.imag]), "fp32"), "rfft_roundtrip": jax_values(r, "fp32")}}
+
+
 WORKLOADS = {
     "tensors": w_tensors, "streams_events": w_streams_events, "device_info": w_device_info,
     "caching_allocator": w_caching_allocator, "matmul": w_matmul, "cudnn": w_cudnn, "mlp": w_mlp,
     "resnet18": w_resnet18, "compile": w_compile, "fft_sparse": w_fft_sparse, "cuda_graph": w_cuda_graph,
     "cupy": w_cupy, "nccl": w_nccl, "two_devices": w_two_devices, "torchrun_two": w_torchrun_two,
+    "jax_mlp": w_jax_mlp, "jax_scan": w_jax_scan, "jax_fft": w_jax_fft,
 }
 
 
