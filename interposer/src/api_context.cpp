@@ -358,8 +358,9 @@ GPOOL_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) {
 namespace {
 template <typename Call>
 CUresult contextEvent(CUcontext ctx, CUevent event) {
+  // The context must be named: NVIDIA's driver refuses NULL (seen on an H200, driver 580), where other
+  // calls take NULL for the current context.
   if (!event) return CUDA_ERROR_INVALID_HANDLE;
-  if (!ctx) ctx = State::get().current();
   if (!ctx || !State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
   GPOOL_CONN_OF_DEVICE(conn, ctxOf(ctx)->device);
   return static_cast<CUresult>(conn->post<Call>(reinterpret_cast<uint64_t>(event)));

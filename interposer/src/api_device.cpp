@@ -112,7 +112,9 @@ GPOOL_EXPORT CUresult cuDeviceGetPCIBusId(char* id, int len, CUdevice d) {
   if (!id || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = checkDevice(d)) return r;
   auto& s = State::get();
-  std::snprintf(id, static_cast<size_t>(len), "%08x:%02x:%02x.0", s.attribute(d, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
+  // Four hexadecimal digits of domain, as NVIDIA's driver writes it (read on an H200, driver 580: "0000:00:06.0");
+  // NVML's busId has eight.
+  std::snprintf(id, static_cast<size_t>(len), "%04x:%02x:%02x.0", s.attribute(d, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
                 s.attribute(d, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID), s.attribute(d, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID));
   return CUDA_SUCCESS;
   GPOOL_CATCH

@@ -55,10 +55,12 @@ CUresult attribute(void* data, CUpointer_attribute attr, CUdeviceptr p, uint64_t
   return CUDA_SUCCESS;
 }
 
-// What cuPointerGetAttributes reports for memory CUDA does not know: NULL and zero, an ordinal of -2.
-void unknown(void* data, CUpointer_attribute attr) {
+// What cuPointerGetAttributes reports for memory CUDA does not know: NULL and zero, an ordinal of -2, and
+// the address itself as the host's (the runtime's hostPointer for unregistered memory, seen on an H200).
+void unknown(void* data, CUpointer_attribute attr, CUdeviceptr p) {
   switch (attr) {
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: put<int>(data, -2); break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: put<void*>(data, reinterpret_cast<void*>(p)); break;
     case CU_POINTER_ATTRIBUTE_P2P_TOKENS: std::memset(data, 0, sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS)); break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
@@ -92,7 +94,7 @@ GPOOL_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute
   bool known = State::get().findAllocation(p, base, a);
   for (unsigned i = 0; i < n; ++i) {
     if (!data[i]) continue;
-    if (!known) unknown(data[i], attrs[i]);
+    if (!known) unknown(data[i], attrs[i], p);
     else if (CUresult r = attribute(data[i], attrs[i], p, base, a, true)) return r;
   }
   return CUDA_SUCCESS;

@@ -6,6 +6,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -31,11 +32,16 @@ void contextFunctions(unsigned* d) {
   auto affinity = driverEntryPoint<CUresult (*)(CUexecAffinityParam*, CUexecAffinityType)>("cuCtxGetExecAffinity", 11040);
   cudaEvent_t e;
   CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  auto current = driverEntryPoint<CUresult (*)(CUcontext*)>("cuCtxGetCurrent", 4000);
+  CUcontext ctx = nullptr;
+  check(current(&ctx) == CUDA_SUCCESS && ctx, "the runtime's context is current");
   gpool_test_increment<<<kN / 256, 256>>>(d, kN);
-  check(record(nullptr, reinterpret_cast<CUevent>(e)) == CUDA_SUCCESS, "cuCtxRecordEvent records after the context's work");
+  check(record(nullptr, reinterpret_cast<CUevent>(e)) != CUDA_SUCCESS, "cuCtxRecordEvent needs its context named (NULL is refused)");
+  check(record(ctx, reinterpret_cast<CUevent>(e)) == CUDA_SUCCESS, "cuCtxRecordEvent records after the context's work");
   CK(cudaEventSynchronize(e));
   check(allEqual(d, 1), "once the event has happened, the work before it has too");
-  check(wait(nullptr, reinterpret_cast<CUevent>(e)) == CUDA_SUCCESS, "cuCtxWaitEvent makes the context's later work wait on it");
+  check(wait(nullptr, reinterpret_cast<CUevent>(e)) != CUDA_SUCCESS, "so does cuCtxWaitEvent");
+  check(wait(ctx, reinterpret_cast<CUevent>(e)) == CUDA_SUCCESS, "cuCtxWaitEvent makes the context's later work wait on it");
   check(resetL2() == CUDA_SUCCESS, "cuCtxResetPersistingL2Cache");
   int flush = 0;
   CK(cudaDeviceGetAttribute(&flush, cudaDevAttrGPUDirectRDMAFlushWritesOptions, 0));
@@ -57,6 +63,10 @@ void deviceFunctions() {
   char id[32];
   CK(cudaDeviceGetPCIBusId(id, sizeof id, 0));
   CUdevice dev = -1;
+  unsigned domain = 0, bus = 0, slot = 0;
+  int end = 0;
+  check(std::sscanf(id, "%4x:%2x:%2x.0%n", &domain, &bus, &slot, &end) == 3 && end == 12 && std::strlen(id) == 12,
+        "the address reads as NVIDIA's driver writes it (dddd:bb:ss.0)", id);
   check(byBusId(&dev, id) == CUDA_SUCCESS && dev == 0, "cuDeviceGetByPCIBusId finds the device by its own address", id);
   int runtime_dev = -1;
   check(cudaDeviceGetByPCIBusId(&runtime_dev, id) == cudaSuccess && runtime_dev == 0, "so does cudaDeviceGetByPCIBusId");
