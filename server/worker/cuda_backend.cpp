@@ -165,7 +165,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     // Exiting the process frees everything; release the context for a tidy driver state.
     releaseBuffers();
-    if (ctx_) d_.cuDevicePrimaryCtxRelease_(dev_);
+    for (; ctx_ && retains_ > 0; --retains_) d_.cuDevicePrimaryCtxRelease_(dev_);
   }
   // The page-locked receive slots and staging buffer (made again on next use).
   void releaseBuffers() {
@@ -230,6 +230,7 @@ class CudaBackend final : public Backend {
     if (device < 0 || device >= count) return CUDA_ERROR_INVALID_DEVICE;
     if ((r = d_.cuDeviceGet_(&dev_, device)) != CUDA_SUCCESS) return r;
     if ((r = d_.cuDevicePrimaryCtxRetain_(&ctx_, dev_)) != CUDA_SUCCESS) return r;
+    retains_ = 1;
     if ((r = d_.cuCtxSetCurrent_(ctx_)) != CUDA_SUCCESS) return r;
     int version = 0;
     d_.cuDriverGetVersion_(&version);
@@ -932,6 +933,11 @@ class CudaBackend final : public Backend {
     links_.clear();
     layouts_.clear();
     if ((r = d_.cuDevicePrimaryCtxReset_(dev_)) != CUDA_SUCCESS) return r;
+    // A reset leaves the primary context inactive, and making its old handle current does not bring it
+    // back: every later call would fail with CUDA_ERROR_CONTEXT_IS_DESTROYED. Retaining it again does,
+    // as NVIDIA's runtime does after cudaDeviceReset.
+    if ((r = d_.cuDevicePrimaryCtxRetain_(&ctx_, dev_)) != CUDA_SUCCESS) return r;
+    ++retains_;
     if ((r = d_.cuCtxSetCurrent_(ctx_)) != CUDA_SUCCESS) return r;
     host_pool_.repin([this](uint64_t p, uint64_t n) { return pinHost(p, n); });  // the client's host memory stays
     return CUDA_SUCCESS;
@@ -1613,6 +1619,8 @@ class CudaBackend final : public Backend {
         layout.push_back(static_cast<uint32_t>(off));
         layout.push_back(static_cast<uint32_t>(size));
       }
+      spdlog::debug("function {:#x}{}: {} parameters, {} bytes", f.v, f.is_kernel ? " (a CUkernel)" : "", layout.size() / 2,
+                    layout.empty() ? 0 : layout[layout.size() - 2] + layout.back());
       it = layouts_.emplace(f, std::move(layout)).first;
     }
     out = &it->second;
@@ -1624,6 +1632,7 @@ class CudaBackend final : public Backend {
   size_t staging_size_ = 0;
   CUdevice dev_ = 0;
   CUcontext ctx_ = nullptr;
+  int retains_ = 0;  // of the primary context: one at open, one more after each reset
   std::unordered_map<uint64_t, std::vector<uint32_t>> layouts_;
   std::vector<void*> args_;
   std::vector<CUlaunchAttribute> attrs_;
