@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "log.h"
 #include "state.h"
 
 namespace gpool::client {
@@ -90,7 +91,11 @@ GraphNodeRegistry& graphNodes();
 // Whether every edge is a plain one (gpool forwards no other kind); no edge data means plain edges.
 inline bool plainEdges(const CUgraphEdgeData* edges, size_t n) {
   for (size_t i = 0; edges && i < n; ++i)
-    if (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || edges[i].from_port || edges[i].to_port) return false;
+    if (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || edges[i].from_port || edges[i].to_port) {
+      GPOOL_LOG(Level::kWarn, "a graph edge of type %d from port %d (programmatic dependent launch) is not supported by gpool "
+                "(returning CUDA_ERROR_NOT_SUPPORTED)", edges[i].type, edges[i].from_port);
+      return false;
+    }
   return true;
 }
 

@@ -93,6 +93,7 @@ void Dispatcher::dispatch(const proto::FrameHeader& h) {
     throw Violation{std::string("malformed ") + C::kName + " request (" + std::to_string(h.length) + " bytes)"};
 
   const bool wants_reply = h.flags & proto::kWantsReply;
+  spdlog::trace("{} (request {}, {} bytes)", C::kName, h.seq, h.length);
   Status st = wants_reply ? takeLatched(h) : 0;
   if (st == 0) {  // else an earlier asynchronous call's failure is the reply, and this call does not run
     st = execute<C>(ins, outs);
@@ -105,11 +106,11 @@ void Dispatcher::dispatch(const proto::FrameHeader& h) {
       if (st == 0 && cache_) cache_->put(image.data, image.size);  // only images the device accepted
     }
   }
+  // Every call that fails, at debug level: on a GPU, the first line with a driver's error says which
+  // call the program's later error came from (gpu_check.sh runs its servers at this level).
+  if (st != 0) spdlog::debug("{} (request {}) returned {}{}", C::kName, h.seq, st, wants_reply ? "" : ", latched until the client waits");
   if (!wants_reply) {
-    if (st != 0 && latched_ == 0) {
-      spdlog::debug("{} failed with {} (latched until the client waits)", C::kName, st);
-      latched_ = st;
-    }
+    if (st != 0 && latched_ == 0) latched_ = st;
     return;
   }
   out_.clear();
