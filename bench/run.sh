@@ -9,17 +9,18 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-"$build/bench/gpool_bench_tcp_loopback" > "$out/tcp_limit" || exit 1
+"$build/bench/gpool_bench_tcp_loopback" > "$out/tcp_limit" || { echo "the loopback TCP benchmark failed"; exit 1; }
 if nvidia-smi >/dev/null 2>&1; then
   backend=cuda
-  "$build/bench/gpool_bench_call_costs" > "$out/native" || exit 1
+  "$build/bench/gpool_bench_call_costs" > "$out/native" 2>&1 || { echo "the benchmark failed natively:"; cat "$out/native"; exit 1; }
 else
   backend=sim
   : > "$out/native"
 fi
 # Through gpool over each transport, one after the other in this run (shm: the worker on this host).
 for t in tcp shm rdma; do
-  GPOOL_TRANSPORT=$t "$here/../tests/cuda_programs/run_through_gpool.sh" "$build" "$backend" "$build/bench/gpool_bench_call_costs" > "$out/$t" 2>&1 || exit 1
+  GPOOL_TRANSPORT=$t "$here/../tests/cuda_programs/run_through_gpool.sh" "$build" "$backend" "$build/bench/gpool_bench_call_costs" > "$out/$t" 2>&1 ||
+    { echo "the benchmark failed through gpool over $t:"; cat "$out/$t"; exit 1; }
 done
 grep -q "moved to RDMA" "$out/rdma" || : > "$out/rdma"  # no UCX here: no column
 get() { awk -v k="$2" '$1==k {print $2}' "$out/$1"; }

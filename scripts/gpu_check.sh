@@ -11,7 +11,7 @@
 # environment: GPOOL_CHECK_LOGS=DIR keeps every log there (else a temporary folder, removed at the end);
 #   GPOOL_CHECK_JOBS=N runs the C++ programs N at a time (default 1: timings inside them stay quiet);
 #   GPOOL_CHECK_WORKLOADS="a b" runs only these workloads; GPOOL_CHECK_TIMEOUT=S bounds each program and
-#   workload (default 300 s).
+#   workload (default 300 s); GPOOL_CHECK_SERVER_ARGS adds options to its gpool-servers (--log-level debug).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:-$here/../build}" && pwd)
@@ -42,7 +42,8 @@ row() { rows+=("$(printf '%-18s %-62s %-6s %-6s %s' "$@")"); }
 
 # Starts gpool-server (cuda backend) with module cache $2; sets $port. Its log is $1.
 start_server() {
-  LD_LIBRARY_PATH="$build/server" "$build/server/gpool-server" --listen 127.0.0.1:0 --backend cuda --module-cache "$2" 2>"$1" &
+  # shellcheck disable=SC2086  # extra server options, split on spaces
+  LD_LIBRARY_PATH="$build/server" "$build/server/gpool-server" --listen 127.0.0.1:0 --backend cuda --module-cache "$2" ${GPOOL_CHECK_SERVER_ARGS:-} 2>"$1" &
   servers+=($!)
   port=
   for _ in $(seq 200); do

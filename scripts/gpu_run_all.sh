@@ -1,29 +1,38 @@
 #!/usr/bin/env bash
 # The GPU check for a lent machine whose time is short: runs scripts/gpu_check.sh section by section, most
-# telling first, each within what is left of BUDGET seconds, each into its own log under OUT, so that a run
-# cut short still brings back everything it did. Ends every gpool process a section leaves behind.
+# telling first, each within what is left of BUDGET seconds, so that a run cut short still brings back
+# everything it did. Ends every gpool process a section leaves behind. Servers log at debug level: every
+# driver call that fails on the worker is a line in its log.
+# Leaves three files in OUT, as few as the device tool brings back: steps.txt (each step's exit status and
+# time), summary.txt (each step's result tables) and logs.tgz (every log, refreshed after each step).
 # usage: scripts/gpu_run_all.sh BUILD_DIR OUT BUDGET_S   (BUILD_DIR: a build tree or the .gpu folder)
 #   e.g. on the device: scripts/gpu_run_all.sh .gpu "$OUT" 540
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=$1; out=$2; budget=$3
 mkdir -p "$out"
+work=$(mktemp -d /tmp/gpool-gpu-XXXXXX)
 deadline=$((SECONDS + budget))
 export GPOOL_CHECK_TIMEOUT=${GPOOL_CHECK_TIMEOUT:-90}
+export GPOOL_TEST_SERVER_ARGS="--log-level debug" GPOOL_CHECK_SERVER_ARGS="--log-level debug"
 
-cleanup() { pkill -f gpool-server 2>/dev/null; pkill -f gpool-worker 2>/dev/null; sleep 0.5; pkill -9 -f gpool-worker 2>/dev/null; true; }
-# step NAME SECONDS COMMAND...: runs COMMAND with at most SECONDS (and what is left), output to OUT/NAME.txt.
+cleanup() { pkill -x gpool-server 2>/dev/null; pkill -x gpool-worker 2>/dev/null; sleep 0.5; pkill -9 -x gpool-worker 2>/dev/null; true; }
+# Packs every log but the module caches into OUT/logs.tgz (replaced whole, so a kill leaves the last one).
+pack() { tar czf "$out/logs.tgz.new" -C "$work" --exclude='cache-*' . 2>/dev/null && mv "$out/logs.tgz.new" "$out/logs.tgz"; }
+# step NAME SECONDS COMMAND...: runs COMMAND with at most SECONDS (and what is left), output to NAME.txt.
 step() {
   local name=$1 most=$2 left=$((deadline - SECONDS)); shift 2
   [ "$left" -gt 15 ] || { echo "$name: skipped, no time left" | tee -a "$out/steps.txt"; return; }
   [ "$most" -lt "$left" ] || most=$left
   local t0=$SECONDS
-  timeout -k 5 "$most" "$@" > "$out/$name.txt" 2>&1
+  timeout -k 5 "$most" "$@" > "$work/$name.txt" 2>&1
   echo "$name: exit $? after $((SECONDS - t0)) s (limit $most s)" | tee -a "$out/steps.txt"
   cleanup
+  { echo "##### $name"; sed -n '/^=== driver entry points/,$p' "$work/$name.txt"; } >> "$out/summary.txt"
+  pack
 }
-# check NAME SECONDS SECTION: one section of gpu_check.sh as a step, its logs in OUT/logs-NAME.
-check() { GPOOL_CHECK_LOGS="$out/logs-$1" step "$1" "$2" "$here/gpu_check.sh" "$build" --only "$3"; }
+# check NAME SECONDS SECTION: one section of gpu_check.sh as a step, its logs in logs-NAME.
+check() { GPOOL_CHECK_LOGS="$work/logs-$1" step "$1" "$2" "$here/gpu_check.sh" "$build" --only "$3"; }
 
 step environment 30 bash -c 'nvidia-smi; nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version;
   python3 -c "import torch; print(\"torch\", torch.__version__, torch.version.cuda)";
@@ -32,8 +41,14 @@ GPOOL_CHECK_JOBS=4 check programs 150 programs
 check bench 120 bench
 GPOOL_CHECK_WORKLOADS="tensors matmul mlp resnet18 jax_mlp jax_scan jax_fft" check workloads-core 200 workloads
 if [ -f "$build/trace/libtrace.so" ]; then  # what JAX asks of the driver natively (the tracer of shared/tools)
-  step trace-jax 40 env TRACE_OUT="$out/trace-jax" LD_PRELOAD="$build/trace/libtrace.so" \
-    python3 "$here/../tests/gpu/workloads.py" run --out "$out/trace-jax-wl" --only jax_mlp
+  mkdir -p "$work/trace"
+  step trace-jax 40 env TRACE_OUT="$work/trace/jax" LD_PRELOAD="$build/trace/libtrace.so" \
+    python3 "$here/../tests/gpu/workloads.py" run --out "$work/trace/wl" --only jax_mlp
+  # one file of counts, summed over the processes (each wrote its own)
+  cat "$work"/trace/jax.*.counts 2>/dev/null | awk -F'\t' '{n[$2]+=$1} END {for (k in n) print n[k] "\t" k}' | sort -rn > "$work/trace-jax-counts.txt"
+  cat "$work"/trace/jax.*.log 2>/dev/null | sort | uniq -c | sort -rn > "$work/trace-jax-tables.txt"
+  rm -rf "$work/trace"
+  pack
 fi
 check nvml 40 nvml
 GPOOL_CHECK_WORKLOADS="streams_events device_info caching_allocator cudnn cuda_graph fft_sparse cupy compile nccl" \
@@ -42,3 +57,5 @@ check two 120 two
 check cache 60 cache
 check idle 40 idle
 echo "done with $((deadline - SECONDS)) s of the budget left" | tee -a "$out/steps.txt"
+pack
+rm -rf "$work"
