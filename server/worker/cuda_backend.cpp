@@ -351,11 +351,15 @@ class CudaBackend final : public Backend {
   }
 
   // JIT linking: the driver's link state, with log buffers the worker owns and the inputs kept until the
-  // link is destroyed.
+  // link is destroyed. So are the option arrays given to cuLinkCreate: the driver keeps them and writes
+  // its answers (log sizes, wall time) into them at cuLinkComplete (a local array there crashed the
+  // worker inside NVIDIA's JIT compiler on the first GPU run).
   struct Link {
     CUlinkState state = nullptr;
     std::vector<char> info = std::vector<char>(1 << 14), error = std::vector<char>(1 << 14);
     std::vector<std::vector<uint8_t>> inputs;
+    std::vector<CUjit_option> option_ids;
+    std::vector<void*> option_values;
   };
   std::unordered_map<uint64_t, std::unique_ptr<Link>> links_;
   static std::vector<char> logOf(const std::vector<char>& buffer) {
@@ -363,8 +367,8 @@ class CudaBackend final : public Backend {
   }
   Status LinkCreate(JitOptions o, Created<LinkState>& out) {
     auto link = std::make_unique<Link>();
-    std::vector<CUjit_option> ids;
-    std::vector<void*> values;
+    std::vector<CUjit_option>& ids = link->option_ids;
+    std::vector<void*>& values = link->option_values;
     for (size_t i = 0; i < o.ids.size(); ++i) {
       ids.push_back(static_cast<CUjit_option>(o.ids[i]));
       values.push_back(reinterpret_cast<void*>(o.values[i]));  // numbers travel in the pointer slot
