@@ -462,6 +462,14 @@ Status SimBackend::GraphExecChildGraphNodeSetParams(GraphExec exec, Graph, Graph
   Ops ops;
   if (!op || !graphOps(child.v, order, ops)) return CUDA_ERROR_INVALID_VALUE;
   if (order.size() != graphs_[nodes_.at(node.v).bodies.at(0)].size()) return CUDA_ERROR_INVALID_VALUE;  // another topology
+  // Node for node the same types, as the driver requires (a memset in a kernel's place is refused: seen on an H200).
+  const std::vector<uint64_t>& now = graphs_[nodes_.at(node.v).bodies.at(0)];
+  std::vector<uint32_t> was_types, new_types;
+  for (uint64_t id : now) was_types.push_back(nodes_.at(id).type);
+  for (uint64_t id : graphs_[child.v]) new_types.push_back(nodes_.at(id).type);
+  std::sort(was_types.begin(), was_types.end());
+  std::sort(new_types.begin(), new_types.end());
+  if (was_types != new_types) return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
   *op = [ops] { runAll(ops); };
   return CUDA_SUCCESS;
 }
