@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""NVIDIA's public CUDA samples (github.com/NVIDIA/cuda-samples), natively and through gpool (issue 9).
+
+  cuda_samples.py build SAMPLES_SRC OUT [--jobs N]
+      Builds every sample of a cuda-samples checkout for Hopper only (sm_90) with the shared CUDA runtime
+      (small binaries, to carry to a GPU host that has no network), and gathers each sample that built
+      into OUT/bin/NAME/ with its data files and OUT/test_args.json (the samples' own arguments).
+  cuda_samples.py run OUT GPOOL_BUILD [--backend cuda|sim] [--jobs N] [--timeout S] [--only NAME ...]
+      Runs each gathered sample natively (only where a GPU is present) and through gpool (gpool-server on
+      loopback, tests/cuda_programs/run_through_gpool.sh), several at a time, each in its own folder, and
+      prints a table: sample, native, gpool, result. Exit status 1 when a sample that passes natively does
+      not pass through gpool. Each run's output is kept in OUT/logs/NAME.{native,gpool}.
+
+A sample's verdict is its exit status: 0 PASS, 2 WAIVED (the samples' own word for "cannot run here", such
+as a second GPU missing), anything else FAIL, TIMEOUT past --timeout. Samples that need a display, MPI or
+more than one GPU are left out (DISPLAY_OR_MPI), or waive themselves natively.
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNNER = os.path.join(HERE, "..", "tests", "cuda_programs", "run_through_gpool.sh")
+# Samples that need a display, a graphics API, MPI or another platform: never built or run.
+DISPLAY_OR_MPI = re.compile(r"GL|D3D|Vulkan|^vk|EGL|NvSci|MPI|Tegra")
+
+
+def patch_architectures(src):
+    """Every sample's CMakeLists names nine architectures: Hopper alone builds in a fraction of the time."""
+    for root, _, files in os.walk(src):
+        if "CMakeLists.txt" in files:
+            path = os.path.join(root, "CMakeLists.txt")
+            with open(path) as f:
+                text = f.read()
+            patched = re.sub(r"set\(CMAKE_CUDA_ARCHITECTURES [^)]*\)", "set(CMAKE_CUDA_ARCHITECTURES 90)", text)
+            if patched != text:
+                with open(path, "w") as f:
+                    f.write(patched)
+
+
+def sample_dirs(src, only):
+    """Samples/CATEGORY/NAME folders that build a sample, those named in `only` when given."""
+    found = []
+    for category in sorted(os.listdir(os.path.join(src, "Samples"))):
+        folder = os.path.join(src, "Samples", category)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            if os.path.isfile(os.path.join(folder, name, "CMakeLists.txt")) and (not only or name in only) \
+                    and not DISPLAY_OR_MPI.search(name):
+                found.append(os.path.join("Samples", category, name))
+    return found
+
+
+def build(a):
+    work = os.path.join(os.path.abspath(a.out), "src")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    for shared in ("Common", "cmake"):
+        if os.path.isdir(os.path.join(a.src, shared)):
+            shutil.copytree(os.path.join(a.src, shared), os.path.join(work, shared))
+    samples = sample_dirs(a.src, a.only)
+    for rel in samples:
+        shutil.copytree(os.path.join(a.src, rel), os.path.join(work, rel))
+    # One project of the chosen samples (each sample's own CMakeLists stands alone).
+    with open(os.path.join(work, "CMakeLists.txt"), "w") as f:
+        f.write("cmake_minimum_required(VERSION 3.20)\nproject(gpool-cuda-samples LANGUAGES C CXX CUDA)\n")
+        f.write("find_package(CUDAToolkit REQUIRED)\n")
+        f.writelines(f"add_subdirectory({rel})\n" for rel in samples)
+    patch_architectures(work)
+    tree = os.path.join(os.path.abspath(a.out), "build")
+    subprocess.run(["cmake", "-S", work, "-B", tree, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+                    "-DCMAKE_CUDA_RUNTIME_LIBRARY=Shared", "-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc"], check=True)
+    # -k 0: a sample that does not build (a library this host lacks) costs only its own row
+    subprocess.run(["cmake", "--build", tree, "-j", str(a.jobs), "--", "-k", "0"])
+    bins = os.path.join(os.path.abspath(a.out), "bin")
+    shutil.rmtree(bins, ignore_errors=True)
+    count = 0
+    for root, dirs, files in os.walk(tree):
+        dirs[:] = [d for d in dirs if d != "CMakeFiles"]
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.access(path, os.X_OK) or "." in name or DISPLAY_OR_MPI.search(name):
+                continue
+            with open(path, "rb") as f:
+                if f.read(4) != b"\x7fELF":
+                    continue
+            dest = os.path.join(bins, name)
+            os.makedirs(dest, exist_ok=True)
+            shutil.copy2(path, dest)
+            subprocess.run(["strip", "--strip-debug", os.path.join(dest, name)])
+            # the sample's data files, where it looks for them (beside itself, in ./data)
+            rel = os.path.relpath(root, tree)
+            data = os.path.join(work, rel, "data")
+            if os.path.isdir(data):
+                shutil.copytree(data, os.path.join(dest, "data"), dirs_exist_ok=True)
+            for f in os.listdir(os.path.join(work, rel)):
+                if os.path.splitext(f)[1] in (".ptx", ".cu", ".cuh", ".ll", ".bin", ".ppm", ".pgm", ".raw", ".dat", ".txt"):
+                    shutil.copy2(os.path.join(work, rel, f), dest)
+            count += 1
+    shutil.copy2(os.path.join(a.src, "test_args.json"), os.path.join(os.path.abspath(a.out), "test_args.json"))
+    print(f"{count} samples gathered in {bins}")
+
+
+def verdict(rc):
+    return {0: "PASS", 2: "WAIVED", None: "TIMEOUT"}.get(rc, f"FAIL({rc})")
+
+
+def run_one(cmd, cwd, env, timeout, log):
+    try:
+        p = subprocess.run(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+        rc, text = p.returncode, p.stdout + p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, text = None, (e.stdout or b"") + (e.stderr or b"")
+    with open(log, "wb") as f:
+        f.write(text[-200000:])
+    return rc
+
+
+def runs_of(name, config):
+    """The argument lists the samples' own test_args.json gives a sample (None: skip it)."""
+    c = config.get(name, {})
+    if c.get("skip"):
+        return None
+    if "runs" in c:
+        return [r.get("args", []) for r in c["runs"]]
+    return [c.get("args", [])]
+
+
+def run(a):
+    out = os.path.abspath(a.out)
+    gpool = os.path.abspath(a.gpool_build)
+    bins = os.path.join(out, "bin")
+    logs = os.path.join(out, "logs")
+    os.makedirs(logs, exist_ok=True)
+    try:
+        with open(os.path.join(out, "test_args.json")) as f:
+            config = json.load(f)
+    except OSError:
+        config = {}
+    native = a.backend == "cuda" and shutil.which("nvidia-smi") is not None
+    names = sorted(n for n in os.listdir(bins) if not a.only or n in a.only)
+    cuda_libs = "/usr/local/cuda/lib64"
+
+    def both(name):
+        runs = runs_of(name, config)
+        if runs is None:
+            return name, "SKIPPED", "SKIPPED"
+        here = os.path.join(bins, name)
+        results = {"native": [], "gpool": []}
+        for i, args in enumerate(runs):
+            cmd = [os.path.join(here, name)] + args
+            if native:
+                env = dict(os.environ, LD_LIBRARY_PATH=cuda_libs)
+                results["native"].append(run_one(cmd, here, env, a.timeout, os.path.join(logs, f"{name}.{i}.native")))
+            env = dict(os.environ, GPOOL_LOG_LEVEL="info")
+            results["gpool"].append(run_one([RUNNER, gpool, a.backend] + cmd, here, env, a.timeout,
+                                            os.path.join(logs, f"{name}.{i}.gpool")))
+        worst = lambda rcs: next((verdict(r) for r in rcs if r != 0), "PASS") if rcs else "-"
+        return name, worst(results["native"]), worst(results["gpool"])
+
+    start = time.time()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        rows = list(pool.map(both, names))
+    failed = 0
+    print(f"{'sample':34} {'native':10} {'gpool':10} result")
+    for name, n, g in rows:
+        result = "-" if n in ("-", "SKIPPED") else "same" if n == g else "DIFFERENT"
+        if n == "PASS" and g != "PASS":
+            failed += 1
+        print(f"{name:34} {n:10} {g:10} {result}")
+    passing = sum(1 for _, n, _ in rows if n == "PASS")
+    both_pass = sum(1 for _, n, g in rows if n == "PASS" and g == "PASS")
+    gpool_pass = sum(1 for _, _, g in rows if g == "PASS")
+    print(f"{len(rows)} samples in {time.time() - start:.0f} s: " +
+          (f"{passing} pass natively, {both_pass} of them through gpool too" if native
+           else f"{gpool_pass} pass through gpool on the {a.backend} backend (no native column without a GPU)"))
+    return 1 if failed else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("src")
+    b.add_argument("out")
+    b.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    b.add_argument("--only", nargs="*", help="these samples alone (by name)")
+    r = sub.add_parser("run")
+    r.add_argument("out")
+    r.add_argument("gpool_build")
+    r.add_argument("--backend", choices=["cuda", "sim"], default="cuda")
+    r.add_argument("--jobs", type=int, default=4)
+    r.add_argument("--timeout", type=int, default=120)
+    r.add_argument("--only", nargs="*")
+    a = ap.parse_args()
+    return build(a) or 0 if a.cmd == "build" else run(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
