@@ -1,5 +1,5 @@
-// Real-driver backend (see cuda_backend.h). Entry points are resolved by name through the driver's own
-// cuGetProcAddress, so each pointer has the ABI of the newest variant cuda.h declares.
+// Real-driver backend (see cuda_backend.h). Entry points are found by the exported symbol of the prototype
+// cuda.h gives each name (Driver::load), so each pointer has the ABI it is called with.
 #include "cuda_backend.h"
 
 #include <cuda.h>
@@ -131,21 +131,23 @@ struct Driver {
               "directory from LD_LIBRARY_PATH/LD_PRELOAD for gpool-server";
       return false;
     }
-    auto gpa = reinterpret_cast<decltype(&cuGetProcAddress_v2)>(dlsym(lib, "cuGetProcAddress_v2"));
-    if (!gpa) {
-      error = "the driver lacks cuGetProcAddress_v2 (driver older than CUDA 12)";
-      return false;
-    }
+    // Each function by the symbol of the very prototype cuda.h gives its name here (cuMemAlloc is
+    // cuMemAlloc_v2, cuCtxSynchronize is cuCtxSynchronize), not by cuGetProcAddress at CUDA_VERSION: that
+    // answers the newest version, whose parameters may differ. On CUDA 13 it answered cuCtxSynchronize_v2,
+    // which takes a context: called without one, every cuCtxSynchronize of the first GPU run read a stray
+    // register as its context and failed with CUDA_ERROR_CONTEXT_IS_DESTROYED.
+#define GPOOL_SYMBOL_OF(name) GPOOL_STRINGIFY(name)
+#define GPOOL_STRINGIFY(name) #name
 #define F(name)                                                                                       \
-  {                                                                                                   \
-    CUdriverProcAddressQueryResult q;                                                                 \
-    if (gpa(#name, reinterpret_cast<void**>(&name##_), CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS || !name##_) { \
-      error = std::string("the driver does not provide ") + #name;                                    \
-      return false;                                                                                   \
-    }                                                                                                 \
+  if (!(name##_ = reinterpret_cast<decltype(name##_)>(dlsym(lib, GPOOL_SYMBOL_OF(name))))) {          \
+    error = std::string("the driver does not provide ") + GPOOL_SYMBOL_OF(name) + " (a driver older than CUDA " + \
+            std::to_string(CUDA_VERSION / 1000) + "?)";                                              \
+    return false;                                                                                     \
   }
     GPOOL_DRIVER_FUNCTIONS(F)
 #undef F
+#undef GPOOL_SYMBOL_OF
+#undef GPOOL_STRINGIFY
     return true;
   }
 };
