@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <array>
 #include <deque>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <cstdio>
 #include <cstring>
 #include <unordered_map>
@@ -448,17 +450,54 @@ class CudaBackend final : public Backend {
   // A copy between the client's memory and the device, captured: a host node fetches the client's rows
   // into a staging buffer before a copy from it, or delivers them after a copy into it. A user object
   // the graph holds owns the buffer: it goes with the graph, its clones and its instantiations.
+  // The buffer is page-locked: the driver stages a copy from pageable memory when the work is issued, not
+  // in stream order, so a replay copied the rows its fetch had not yet written (the first GPU run's
+  // replays each saw the round before). Buffers come back from the user object's destructor, which runs
+  // on a driver thread that may call no CUDA: it only returns them, for later copies. A context reset
+  // frees them all, and buffers of an earlier context are not taken back.
+  struct PinnedBlocks {
+    std::mutex mu;
+    std::multimap<size_t, uint8_t*> idle;  // by capacity
+    uint64_t context = 0;                  // counts resets
+  };
   struct HostCopyArg {
     HostCallbacks* callbacks;
     uint64_t id;
-    std::vector<uint8_t> rows;
+    std::shared_ptr<PinnedBlocks> blocks;
+    uint64_t context;
+    uint8_t* rows;
+    size_t bytes, capacity;
   };
-  static void CUDA_CB freeHostCopy(void* p) { delete static_cast<HostCopyArg*>(p); }
+  static void CUDA_CB freeHostCopy(void* p) {
+    std::unique_ptr<HostCopyArg> a(static_cast<HostCopyArg*>(p));
+    std::lock_guard lock(a->blocks->mu);
+    if (a->context == a->blocks->context) a->blocks->idle.emplace(a->capacity, a->rows);
+  }
+  // A staging buffer of at least `bytes`, idle or new; null when no page-locked memory is left. The
+  // lock is not held across the driver's call (a destructor may wait for it on a driver thread).
+  HostCopyArg* stagingFor(uint64_t id, size_t bytes) {
+    auto a = std::make_unique<HostCopyArg>(HostCopyArg{&callbacks_, id, host_copy_blocks_, 0, nullptr, bytes, 0});
+    {
+      std::lock_guard lock(host_copy_blocks_->mu);
+      a->context = host_copy_blocks_->context;
+      if (auto it = host_copy_blocks_->idle.lower_bound(bytes); it != host_copy_blocks_->idle.end()) {
+        a->capacity = it->first;
+        a->rows = it->second;
+        host_copy_blocks_->idle.erase(it);
+        return a.release();
+      }
+    }
+    void* p = nullptr;
+    a->capacity = std::max<size_t>(bytes, 1);
+    if (d_.cuMemHostAlloc_(&p, a->capacity, 0) != CUDA_SUCCESS) return nullptr;
+    a->rows = static_cast<uint8_t*>(p);
+    return a.release();
+  }
   // Gives `a` to graph `g` (the driver frees it once no graph or instantiation holds it).
   CUresult keepWith(CUgraph g, HostCopyArg* a) {
     CUuserObject obj = nullptr;
     if (CUresult r = d_.cuUserObjectCreate_(&obj, a, &freeHostCopy, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC); r != CUDA_SUCCESS) {
-      delete a;
+      freeHostCopy(a);
       return r;
     }
     CUresult r = g ? d_.cuGraphRetainUserObject_(g, obj, 1, CU_GRAPH_USER_OBJECT_MOVE) : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
@@ -467,22 +506,23 @@ class CudaBackend final : public Backend {
   }
   static void CUDA_CB fetchRows(void* p) {
     auto* a = static_cast<HostCopyArg*>(p);
-    a->callbacks->fetch(a->id, a->rows.data(), a->rows.size());
+    a->callbacks->fetch(a->id, a->rows, a->bytes);
   }
   static void CUDA_CB deliverRows(void* p) {
     auto* a = static_cast<HostCopyArg*>(p);
-    a->callbacks->deliver(a->id, a->rows.data(), a->rows.size());
+    a->callbacks->deliver(a->id, a->rows, a->bytes);
   }
-  // Its staging buffer, and the copy between it and the device rows.
-  HostCopyArg& hostCopy(uint64_t id, const HostRowsCopy& c, CUDA_MEMCPY3D& p) {
-    auto& a = *new HostCopyArg{&callbacks_, id, std::vector<uint8_t>(c.bytes())};
+  // Its staging buffer, and the copy between it and the device rows (null: no page-locked memory left).
+  HostCopyArg* hostCopy(uint64_t id, const HostRowsCopy& c, CUDA_MEMCPY3D& p) {
+    HostCopyArg* a = stagingFor(id, c.bytes());
+    if (!a) return nullptr;
     p = CUDA_MEMCPY3D{};
     p.WidthInBytes = c.device.width;
     p.Height = c.device.height;
     p.Depth = 1;
     if (c.toDevice()) {
       p.srcMemoryType = CU_MEMORYTYPE_HOST;
-      p.srcHost = a.rows.data();
+      p.srcHost = a->rows;
       p.srcPitch = c.device.width;
       p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
       p.dstDevice = c.device.ptr;
@@ -492,7 +532,7 @@ class CudaBackend final : public Backend {
       p.srcDevice = c.device.ptr;
       p.srcPitch = c.device.pitch;
       p.dstMemoryType = CU_MEMORYTYPE_HOST;
-      p.dstHost = a.rows.data();
+      p.dstHost = a->rows;
       p.dstPitch = c.device.width;
     }
     return a;
@@ -501,21 +541,23 @@ class CudaBackend final : public Backend {
     captured = 0;
     if (!capturing(stream)) return CUDA_SUCCESS;  // the client copies as usual
     CUDA_MEMCPY3D p;
-    HostCopyArg& a = hostCopy(id, c, p);
-    CUresult kept = keepWith(reinterpret_cast<CUgraph>(captureGraph(stream)), &a);
+    HostCopyArg* a = hostCopy(id, c, p);
+    if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult kept = keepWith(reinterpret_cast<CUgraph>(captureGraph(stream)), a);
     if (kept != CUDA_SUCCESS) return kept;
     CUstream s = stream_(stream);
-    CUresult r = c.toDevice() ? d_.cuLaunchHostFunc_(s, &fetchRows, &a) : d_.cuMemcpy3DAsync_(&p, s);
-    if (r == CUDA_SUCCESS) r = c.toDevice() ? d_.cuMemcpy3DAsync_(&p, s) : d_.cuLaunchHostFunc_(s, &deliverRows, &a);
+    CUresult r = c.toDevice() ? d_.cuLaunchHostFunc_(s, &fetchRows, a) : d_.cuMemcpy3DAsync_(&p, s);
+    if (r == CUDA_SUCCESS) r = c.toDevice() ? d_.cuMemcpy3DAsync_(&p, s) : d_.cuLaunchHostFunc_(s, &deliverRows, a);
     captured = r == CUDA_SUCCESS;
     return r;
   }
   // As a graph node: a child graph of the two (the driver copies it into the node).
   Status GraphAddHostCopyNode(Graph g, GraphNodes deps, HostRowsCopy c, uint64_t id, Created<GraphNode>& out) {
     CUDA_MEMCPY3D p;
-    HostCopyArg& a = hostCopy(id, c, p);
-    if (CUresult kept = keepWith(graph_(g), &a); kept != CUDA_SUCCESS) return kept;
-    CUDA_HOST_NODE_PARAMS hp{c.toDevice() ? &fetchRows : &deliverRows, &a};
+    HostCopyArg* a = hostCopy(id, c, p);
+    if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (CUresult kept = keepWith(graph_(g), a); kept != CUDA_SUCCESS) return kept;
+    CUDA_HOST_NODE_PARAMS hp{c.toDevice() ? &fetchRows : &deliverRows, a};
     CUgraph child = nullptr;
     if (CUresult r = d_.cuGraphCreate_(&child, 0); r != CUDA_SUCCESS) return r;
     CUgraphNode first = nullptr, second = nullptr;
@@ -938,6 +980,11 @@ class CudaBackend final : public Backend {
     for (auto& [handle, link] : links_) d_.cuLinkDestroy_(link->state);
     links_.clear();
     layouts_.clear();
+    {
+      std::lock_guard lock(host_copy_blocks_->mu);  // the reset frees every staging block, idle or held by a graph
+      host_copy_blocks_->idle.clear();
+      ++host_copy_blocks_->context;
+    }
     if ((r = d_.cuDevicePrimaryCtxReset_(dev_)) != CUDA_SUCCESS) return r;
     // A reset leaves the primary context inactive, and making its old handle current does not bring it
     // back: every later call would fail with CUDA_ERROR_CONTEXT_IS_DESTROYED. Retaining it again does,
@@ -1638,6 +1685,7 @@ class CudaBackend final : public Backend {
   size_t staging_size_ = 0;
   CUdevice dev_ = 0;
   CUcontext ctx_ = nullptr;
+  std::shared_ptr<PinnedBlocks> host_copy_blocks_ = std::make_shared<PinnedBlocks>();  // captured host copies' buffers
   int retains_ = 0;  // of the primary context: one at open, one more after each reset
   std::unordered_map<uint64_t, std::vector<uint32_t>> layouts_;
   std::vector<void*> args_;
