@@ -1,6 +1,6 @@
 // CUDA arrays (cuArray*, cuMipmappedArray*, cuMemcpy{HtoA,AtoH,DtoA,AtoD,AtoA}): forwarded to the worker, which keeps the
 // array on its GPU. This library keeps each array's shape, for cuArray*GetDescriptor and for the 1D copies,
-// which address an array as its rows laid end to end.
+// which take 1D arrays only.
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -47,8 +47,11 @@ CUresult create(CUarray* out, const ArrayShape& shape) {
   return CUDA_SUCCESS;
 }
 
-// The 1D copies address an array as its rows laid end to end (row k: row k % rows() of slice k / rows()).
-bool holds(const ArrayShape& a, uint64_t offset, uint64_t bytes) { return offset <= a.bytes() && bytes <= a.bytes() - offset; }
+// The 1D copies (cuMemcpyHtoA, AtoH, AtoA, DtoA, AtoD) take 1D arrays only, as NVIDIA's driver does (it
+// refused a 2D array's on an H200); a range must lie within the array.
+bool holds(const ArrayShape& a, uint64_t offset, uint64_t bytes) {
+  return a.rows() == 1 && a.slices() == 1 && offset <= a.bytes() && bytes <= a.bytes() - offset;
+}
 // The `n` bytes at linear offset `at`, which lie within one row.
 ArrayRect rowPiece(uint64_t array, const ArrayShape& a, uint64_t at, uint64_t n) {
   const uint64_t k = at / a.rowBytes();
@@ -242,7 +245,7 @@ GPOOL_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) {
   GPOOL_CATCH
 }
 
-// The 1D copies: a byte range of the array's rows laid end to end.
+// The 1D copies: a byte range of a 1D array.
 namespace {
 
 CUresult htoA(CUarray dst, size_t offset, const void* src, size_t bytes, uint64_t stream, bool async) {

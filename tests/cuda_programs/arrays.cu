@@ -194,7 +194,8 @@ void layered() {
   CK(cudaFreeArray(a));
 }
 
-// The driver's 1D copies address an array as its rows end to end: a range that spans rows.
+// The driver's 1D copies, of 1D arrays: a byte range at any offset. A 2D array's are refused (NVIDIA's
+// driver refused this program's first version, which copied a 2D array's rows end to end).
 void linear() {
   auto htoA = driverEntryPoint<CUresult (*)(CUarray, size_t, const void*, size_t)>("cuMemcpyHtoA");
   auto atoH = driverEntryPoint<CUresult (*)(void*, CUarray, size_t, size_t)>("cuMemcpyAtoH");
@@ -203,27 +204,31 @@ void linear() {
   auto describe = driverEntryPoint<CUresult (*)(CUDA_ARRAY_DESCRIPTOR*, CUarray)>("cuArrayGetDescriptor");
   auto destroy = driverEntryPoint<CUresult (*)(CUarray)>("cuArrayDestroy");
   CUDA_ARRAY_DESCRIPTOR d{};
-  d.Width = 50;  // 50 x 2 bytes per row
-  d.Height = 8;
+  d.Width = 400;  // 400 x 2 bytes, one row
+  d.Height = 0;
   d.Format = CU_AD_FORMAT_UNSIGNED_INT16;
   d.NumChannels = 1;
-  CUarray a = nullptr, b = nullptr;
+  CUarray a = nullptr, b = nullptr, flat = nullptr;
   check(create(&a, &d) == CUDA_SUCCESS && create(&b, &d) == CUDA_SUCCESS, "cuArrayCreate");
   CUDA_ARRAY_DESCRIPTOR got{};
-  check(describe(&got, a) == CUDA_SUCCESS && got.Width == 50 && got.Height == 8 && got.Format == CU_AD_FORMAT_UNSIGNED_INT16 &&
+  check(describe(&got, a) == CUDA_SUCCESS && got.Width == 400 && got.Height == 0 && got.Format == CU_AD_FORMAT_UNSIGNED_INT16 &&
             got.NumChannels == 1,
         "cuArrayGetDescriptor");
   std::vector<uint8_t> h(800);
   for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint8_t>(i * 7);
   std::vector<uint8_t> back(800, 0);
-  check(htoA(a, 0, h.data(), h.size()) == CUDA_SUCCESS, "cuMemcpyHtoA of the whole array (eight rows)");
+  check(htoA(a, 0, h.data(), h.size()) == CUDA_SUCCESS, "cuMemcpyHtoA of the whole 1D array");
   check(atoH(back.data(), a, 0, back.size()) == CUDA_SUCCESS && back == h, "cuMemcpyAtoH gives it back");
-  check(atoA(b, 30, a, 150, 300) == CUDA_SUCCESS, "cuMemcpyAtoA of 300 bytes across rows, at other offsets");
+  check(atoA(b, 30, a, 150, 300) == CUDA_SUCCESS, "cuMemcpyAtoA of 300 bytes, at other offsets");
   std::vector<uint8_t> part(300, 0);
   check(atoH(part.data(), b, 30, 300) == CUDA_SUCCESS && std::memcmp(part.data(), h.data() + 150, 300) == 0,
         "cuMemcpyAtoA moved the right bytes");
   check(htoA(a, 700, h.data(), 101) == CUDA_ERROR_INVALID_VALUE, "cuMemcpyHtoA past the array's end is refused");
-  check(destroy(a) == CUDA_SUCCESS && destroy(b) == CUDA_SUCCESS, "cuArrayDestroy");
+  d.Width = 50;  // 50 x 2 bytes per row, 8 rows
+  d.Height = 8;
+  CK(static_cast<cudaError_t>(create(&flat, &d)));
+  check(htoA(flat, 0, h.data(), 100) != CUDA_SUCCESS, "cuMemcpyHtoA into a 2D array is refused");
+  check(destroy(a) == CUDA_SUCCESS && destroy(b) == CUDA_SUCCESS && destroy(flat) == CUDA_SUCCESS, "cuArrayDestroy");
   check(destroy(a) != CUDA_SUCCESS, "an array destroyed twice is refused the second time");
 }
 
