@@ -122,7 +122,8 @@ Status SimBackend::TexObjectCreate(TexResource, TexDescs, Created<TexObject>& ou
 Status SimBackend::TexObjectDestroy(Released<TexObject>) { return CUDA_SUCCESS; }
 
 Status SimBackend::SurfObjectCreate(TexResource r, Created<SurfObject>& out) {
-  if (r.type != CU_RESOURCE_TYPE_ARRAY || !(arrays_.at(r.array).shape.flags & CUDA_ARRAY3D_SURFACE_LDST)) return CUDA_ERROR_INVALID_VALUE;
+  // Over any array, as NVIDIA's driver allows (an H200's made one over an array without SURFACE_LDST).
+  if (r.type != CU_RESOURCE_TYPE_ARRAY) return CUDA_ERROR_INVALID_VALUE;
   out = newHandle(HandleKind::kSurfObject);
   return CUDA_SUCCESS;
 }

@@ -301,10 +301,17 @@ void textures() {
   cudaResourceDesc surf_back{};
   CK(cudaGetSurfaceObjectResourceDesc(&surf_back, surf));
   check(surf != 0 && surf_back.res.array.array == a, "cudaCreateSurfaceObject over a surface array");
+  // An array made without cudaArraySurfaceLoadStore takes a surface too: NVIDIA's driver makes one (H200).
   res.res.array.array = plain;
+  cudaSurfaceObject_t also = 0;
+  check(cudaCreateSurfaceObject(&also, &res) == cudaSuccess && also != 0, "a surface over an array not made for surfaces, as the driver allows");
+  if (also) CK(cudaDestroySurfaceObject(also));
+  res.res.array.array = a;
+  res.resType = cudaResourceTypeLinear;
   cudaSurfaceObject_t no = 0;
-  check(cudaCreateSurfaceObject(&no, &res) != cudaSuccess, "a surface over an array not made for surfaces is refused");
+  check(cudaCreateSurfaceObject(&no, &res) != cudaSuccess, "a surface over linear memory is refused");
   cudaGetLastError();
+  res.resType = cudaResourceTypeArray;
 
   CK(cudaDestroySurfaceObject(surf));
   CK(cudaDestroyTextureObject(t));
