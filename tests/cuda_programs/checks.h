@@ -4,14 +4,26 @@
 
 #include <cuda_runtime.h>
 
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <cstdlib>
 
 static int failures = 0;
 
+// Each line is written at once: a program that crashes still shows how far it got.
 static void check(bool ok, const char* what, const char* detail = "") {
   std::printf("%s  %s%s%s\n", ok ? "PASS" : "FAIL", what, *detail ? ": " : "", detail);
+  std::fflush(stdout);
   if (!ok) ++failures;
+}
+
+// Whether this process's CUDA driver is gpool's client library. Checks that gpool refuses what NVIDIA's
+// driver lets a program do to itself (a copy past its allocation, which crashed the memory_2d program
+// natively on an H200) run only through gpool: natively their line is absent, and nothing is compared.
+static bool throughGpool() {
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  return driver && dlsym(driver, "gpool_client_library") != nullptr;
 }
 
 // Stops the program when `call` does not return `success`; `describe(status)` names the error.
