@@ -6,6 +6,7 @@
 # Leaves three files in OUT, as few as the device tool brings back: steps.txt (each step's exit status and
 # time), summary.txt (each step's result tables) and logs.tgz (every log, refreshed after each step).
 # usage: scripts/gpu_run_all.sh BUILD_DIR OUT BUDGET_S   (BUILD_DIR: a build tree or the .gpu folder)
+#   NVIDIA's samples run too where .samples/bin exists (scripts/cuda_samples.py build SRC .samples; carry it)
 #   e.g. on the device: scripts/gpu_run_all.sh .gpu "$OUT" 540
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -51,6 +52,14 @@ if [ -f "$build/trace/libtrace.so" ]; then  # what JAX asks of the driver native
   pack
 fi
 check nvml 40 nvml
+# NVIDIA's CUDA samples, where they were built and carried (scripts/cuda_samples.py build SRC .samples)
+samples=${GPOOL_SAMPLES:-$here/../.samples}
+if [ -d "$samples/bin" ]; then
+  step samples 180 python3 "$here/cuda_samples.py" run "$samples" "$build" --jobs 8 --timeout 60
+  cp -r "$samples/logs" "$work/samples-logs" 2>/dev/null
+  { echo "##### samples table"; sed -n '/^sample /,$p' "$work/samples.txt"; } >> "$out/summary.txt"
+  pack
+fi
 GPOOL_CHECK_WORKLOADS="streams_events device_info caching_allocator cudnn cuda_graph fft_sparse cupy compile nccl" \
   check workloads-rest 240 workloads
 check two 120 two
