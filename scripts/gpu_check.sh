@@ -11,7 +11,8 @@
 # environment: GPOOL_CHECK_LOGS=DIR keeps every log there (else a temporary folder, removed at the end);
 #   GPOOL_CHECK_JOBS=N runs the C++ programs N at a time (default 1: timings inside them stay quiet);
 #   GPOOL_CHECK_WORKLOADS="a b" runs only these workloads; GPOOL_CHECK_TIMEOUT=S bounds each program and
-#   workload (default 300 s); GPOOL_CHECK_SERVER_ARGS adds options to its gpool-servers (--log-level debug).
+#   workload (default 300 s); GPOOL_CHECK_SERVER_ARGS adds options to its gpool-servers (--log-level debug);
+#   GPOOL_CHECK_TRANSPORT picks the transport of every gpool run (default tcp, as issue 9 measures).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:-$here/../build}" && pwd)
@@ -26,6 +27,9 @@ while [ $# -gt 0 ]; do
   shift
 done
 limit=${GPOOL_CHECK_TIMEOUT:-300}
+# Issue 9 measures gpool over loopback TCP: every gpool run takes it unless GPOOL_CHECK_TRANSPORT says
+# otherwise (auto: shared memory, as a client on the GPU's own host gets it). The benchmarks run both.
+export GPOOL_TRANSPORT=${GPOOL_CHECK_TRANSPORT:-tcp}
 runner=$here/../tests/cuda_programs/run_through_gpool.sh
 workloads=$here/../tests/gpu/workloads.py
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || { echo "no NVIDIA GPU here"; exit 2; }
@@ -82,14 +86,14 @@ section_programs() {
     run_program "$label" "$build/tests/cuda_$label" &
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
   done
-  # Captured host copies go through the host-function channel, which is shared memory above (page-locked
-  # memory there needs none) and TCP here: the same program once more over TCP.
-  GPOOL_TRANSPORT=tcp run_program graph_host_copies.tcp "$build/tests/cuda_graph_host_copies" &
+  # Captured host copies go through the host-function channel, over TCP above and over shared memory
+  # here (where page-locked memory needs none): the same program once more over shared memory.
+  GPOOL_TRANSPORT=shm run_program graph_host_copies.shm "$build/tests/cuda_graph_host_copies" &
   wait
   # CUDA_LAUNCH_BLOCKING=1: natively NVIDIA's driver makes launches synchronous; through gpool the client
   # waits. It times itself, so it runs alone.
   CUDA_LAUNCH_BLOCKING=1 run_program launch_blocking "$build/tests/cuda_launch_blocking"
-  for label in "${labels[@]}" graph_host_copies.tcp launch_blocking; do compare_program "$label"; done
+  for label in "${labels[@]}" graph_host_copies.shm launch_blocking; do compare_program "$label"; done
 }
 
 # --- NVML: nvidia-smi natively and through gpool's libnvidia-ml.so.1 ----------------------------------

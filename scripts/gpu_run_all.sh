@@ -39,7 +39,7 @@ step environment 30 bash -c 'nvidia-smi; nvcc --version 2>/dev/null || /usr/loca
   python3 -c "import torch; print(\"torch\", torch.__version__, torch.version.cuda)";
   python3 -c "import jax; print(\"jax\", jax.__version__, jax.devices())"; python3 -c "import cupy; print(\"cupy\", cupy.__version__)"'
 GPOOL_CHECK_JOBS=4 check programs 150 programs
-check bench 120 bench
+GPOOL_BENCH_TRANSPORTS="tcp shm" check bench 120 bench  # no UCX on the GPU host
 GPOOL_CHECK_WORKLOADS="tensors matmul mlp resnet18 jax_mlp jax_scan jax_fft" check workloads-core 200 workloads
 if [ -f "$build/trace/libtrace.so" ]; then  # what JAX asks of the driver natively (the tracer of shared/tools)
   mkdir -p "$work/trace"
