@@ -395,6 +395,18 @@ const Allocation* State::lookupLocked(uint64_t ptr, uint64_t& base) const {
   return &it->second;
 }
 
+// Whether `ptr` lies in device memory, also where host memory of this process lies at the same address
+// (a worker's driver places device memory in its own address space, which may cover the program's): the
+// nearest allocations below `ptr` are looked at, device memory that starts further down is not found.
+bool State::inDeviceMemoryLocked(uint64_t ptr) const {
+  auto it = allocations_.upper_bound(ptr);
+  for (int looked = 0; it != allocations_.begin() && looked < 64; ++looked) {
+    --it;
+    if (it->second.device && ptr - it->first < std::max<uint64_t>(it->second.size, 1)) return true;
+  }
+  return false;
+}
+
 bool State::clashesAcrossDevices(uint64_t base, uint64_t size, int owner) {
   std::lock_guard lock(mu);
   return clashesLocked(base, size, owner);
@@ -438,7 +450,8 @@ uint64_t State::firstHostPointer(const uint8_t* words, size_t count, size_t& ind
     uint64_t v, base;
     std::memcpy(&v, words + 8 * i, 8);
     if (v == 0) continue;
-    if (const Allocation* a = lookupLocked(v, base); a && !a->device && !(a->shared && a->owner == reaching)) {
+    if (const Allocation* a = lookupLocked(v, base);
+        a && !a->device && !(a->shared && a->owner == reaching) && !inDeviceMemoryLocked(v)) {
       index = i;
       return v;
     }

@@ -176,6 +176,7 @@ class State {
  private:
   State() = default;
   const Allocation* lookupLocked(uint64_t ptr, uint64_t& base) const;  // with mu held
+  bool inDeviceMemoryLocked(uint64_t ptr) const;                         // with mu held
   bool clashesLocked(uint64_t base, uint64_t size, int owner) const;
   void insertLocked(uint64_t base, const Allocation& a, int owner = -1);
   std::map<uint64_t, Allocation>::iterator eraseLocked(std::map<uint64_t, Allocation>::iterator it);
