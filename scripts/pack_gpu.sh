@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Copies what the GPU check needs from a build tree into .gpu/ (same layout, a few MiB), to carry to a
 # GPU machine that has no -dev packages: run scripts/gpu_check.sh .gpu there (the scripts and
-# tests/gpu/workloads.py travel with the working tree).
+# tests/gpu/workloads.py travel with the working tree). Also packs .gpu, and .samples where built, into
+# .carry/ (compressed: the device tool carries 64 MiB at most).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -29,3 +30,10 @@ if [ -f "$trace/trace.c" ]; then
 fi
 find .gpu -type f -exec strip --strip-debug {} +
 du -sh .gpu
+# What the device tool carries (64 MiB at most): .gpu and, where built (scripts/cuda_samples.py build SRC
+# .samples), NVIDIA's samples, compressed into .carry/. On the device: tar xJf .carry/gpu.tar.xz;
+# mkdir -p .samples && tar xJf .carry/samples.tar.xz -C .samples
+mkdir -p .carry
+tar cf - .gpu | xz -T0 -6 > .carry/gpu.tar.xz
+if [ -d .samples/bin ]; then tar cf - -C .samples bin test_args.json | xz -T0 -6 > .carry/samples.tar.xz; else rm -f .carry/samples.tar.xz; fi
+du -sh .carry
