@@ -5,6 +5,8 @@
       Builds every sample of a cuda-samples checkout for Hopper only (sm_90) with the shared CUDA runtime
       (small binaries, to carry to a GPU host that has no network), and gathers each sample that built
       into OUT/bin/NAME/ with its data files and OUT/test_args.json (the samples' own arguments).
+  cuda_samples.py gather SAMPLES_SRC OUT
+      Gathers the samples of that build again.
   cuda_samples.py run OUT GPOOL_BUILD [--backend cuda|sim] [--jobs N] [--timeout S] [--only NAME ...]
       Runs each gathered sample natively (only where a GPU is present) and through gpool (gpool-server on
       loopback, tests/cuda_programs/run_through_gpool.sh), several at a time, each in its own folder, and
@@ -29,6 +31,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RUNNER = os.path.join(HERE, "..", "tests", "cuda_programs", "run_through_gpool.sh")
 # Samples that need a display, a graphics API, MPI or another platform: never built or run.
 DISPLAY_OR_MPI = re.compile(r"GL|D3D|Vulkan|^vk|EGL|NvSci|MPI|Tegra")
+
+
+# What samples read at run time besides their data folders.
+RUN_TIME_FILES = (".ptx", ".fatbin", ".cubin", ".cu", ".cuh", ".ll", ".bin", ".ppm", ".pgm", ".raw", ".dat", ".txt", ".mtx")
 
 
 def patch_architectures(src):
@@ -94,7 +100,13 @@ def build(a):
     configure(work, tree, samples)
     # -k 0: a sample that does not build (a library this host lacks) costs only its own row
     subprocess.run(["cmake", "--build", tree, "-j", str(a.jobs), "--", "-k", "0"])
-    bins = os.path.join(os.path.abspath(a.out), "bin")
+    gather(a.src, os.path.abspath(a.out))
+
+
+def gather(src, out):
+    """Each built sample into OUT/bin/NAME/, with what it reads at run time."""
+    work, tree = os.path.join(out, "src"), os.path.join(out, "build")
+    bins = os.path.join(out, "bin")
     shutil.rmtree(bins, ignore_errors=True)
     count = 0
     for root, dirs, files in os.walk(tree):
@@ -110,16 +122,19 @@ def build(a):
             os.makedirs(dest, exist_ok=True)
             shutil.copy2(path, dest)
             subprocess.run(["strip", "--strip-debug", os.path.join(dest, name)])
-            # the sample's data files, where it looks for them (beside itself, in ./data)
+            # the files the sample reads at run time, where it looks for them (beside itself, in ./data):
+            # its source folder's data and kernels (NVRTC compiles them), and the modules its build made
+            # (the driver-API samples load a .fatbin, .ptx or .cubin)
             rel = os.path.relpath(root, tree)
             data = os.path.join(work, rel, "data")
             if os.path.isdir(data):
                 shutil.copytree(data, os.path.join(dest, "data"), dirs_exist_ok=True)
-            for f in os.listdir(os.path.join(work, rel)):
-                if os.path.splitext(f)[1] in (".ptx", ".cu", ".cuh", ".ll", ".bin", ".ppm", ".pgm", ".raw", ".dat", ".txt"):
-                    shutil.copy2(os.path.join(work, rel, f), dest)
+            for folder in (os.path.join(work, rel), root):
+                for f in os.listdir(folder):
+                    if os.path.isfile(os.path.join(folder, f)) and os.path.splitext(f)[1] in RUN_TIME_FILES:
+                        shutil.copy2(os.path.join(folder, f), dest)
             count += 1
-    shutil.copy2(os.path.join(a.src, "test_args.json"), os.path.join(os.path.abspath(a.out), "test_args.json"))
+    shutil.copy2(os.path.join(src, "test_args.json"), os.path.join(out, "test_args.json"))
     print(f"{count} samples gathered in {bins}")
 
 
@@ -207,6 +222,9 @@ def main():
     b.add_argument("out")
     b.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     b.add_argument("--only", nargs="*", help="these samples alone (by name)")
+    g = sub.add_parser("gather", help="gathers a build's samples again (after `build`)")
+    g.add_argument("src")
+    g.add_argument("out")
     r = sub.add_parser("run")
     r.add_argument("out")
     r.add_argument("gpool_build")
@@ -215,7 +233,11 @@ def main():
     r.add_argument("--timeout", type=int, default=120)
     r.add_argument("--only", nargs="*")
     a = ap.parse_args()
-    return build(a) or 0 if a.cmd == "build" else run(a)
+    if a.cmd == "build":
+        return build(a) or 0
+    if a.cmd == "gather":
+        return gather(a.src, os.path.abspath(a.out)) or 0
+    return run(a)
 
 
 if __name__ == "__main__":
