@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -143,11 +144,17 @@ def verdict(rc):
 
 
 def run_one(cmd, cwd, env, timeout, log):
+    # In its own process group, all of which ends at the timeout: a sample that loops (and the gpool-server
+    # and worker it runs through) would otherwise keep the GPU busy under every later run.
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        p = subprocess.run(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
-        rc, text = p.returncode, p.stdout + p.stderr
-    except subprocess.TimeoutExpired as e:
-        rc, text = None, (e.stdout or b"") + (e.stderr or b"")
+        text, _ = p.communicate(timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        text, _ = p.communicate()
+        rc = None
     with open(log, "wb") as f:
         f.write(text[-200000:])
     return rc
