@@ -108,7 +108,9 @@ void Dispatcher::dispatch(const proto::FrameHeader& h) {
   }
   // Every call that fails, at debug level: on a GPU, the first line with a driver's error says which
   // call the program's later error came from (gpu_check.sh runs its servers at this level).
-  if (st != 0) spdlog::debug("{} (request {}) returned {}{}", C::kName, h.seq, st, wants_reply ? "" : ", latched until the client waits");
+  // (Not "not ready": an answer, which programs poll for.)
+  if (st != 0 && st != cu::kNotReady)
+    spdlog::debug("{} (request {}) returned {}{}", C::kName, h.seq, st, wants_reply ? "" : ", latched until the client waits");
   if (!wants_reply) {
     if (st != 0 && latched_ == 0) latched_ = st;
     return;
