@@ -461,15 +461,16 @@ Status SimBackend::GraphExecChildGraphNodeSetParams(GraphExec exec, Graph, Graph
   std::vector<uint64_t> order;
   Ops ops;
   if (!op || !graphOps(child.v, order, ops)) return CUDA_ERROR_INVALID_VALUE;
-  if (order.size() != graphs_[nodes_.at(node.v).bodies.at(0)].size()) return CUDA_ERROR_INVALID_VALUE;  // another topology
-  // Node for node the same types, as the driver requires (a memset in a kernel's place is refused: seen on an H200).
-  const std::vector<uint64_t>& now = graphs_[nodes_.at(node.v).bodies.at(0)];
-  std::vector<uint32_t> was_types, new_types;
-  for (uint64_t id : now) was_types.push_back(nodes_.at(id).type);
-  for (uint64_t id : graphs_[child.v]) new_types.push_back(nodes_.at(id).type);
-  std::sort(was_types.begin(), was_types.end());
-  std::sort(new_types.begin(), new_types.end());
-  if (was_types != new_types) return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  const uint64_t embedded = nodes_.at(node.v).bodies.at(0);
+  if (order.size() != graphs_[embedded].size()) return CUDA_ERROR_INVALID_VALUE;  // another topology
+  // The same node types, as the driver requires (a memset in a kernel's place is refused: seen on an H200).
+  auto types = [this](uint64_t graph) {
+    std::vector<uint32_t> t;
+    for (uint64_t id : graphs_[graph]) t.push_back(nodes_.at(id).type);
+    std::sort(t.begin(), t.end());
+    return t;
+  };
+  if (types(embedded) != types(child.v)) return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
   *op = [ops] { runAll(ops); };
   return CUDA_SUCCESS;
 }
