@@ -21,23 +21,43 @@ CUresult checkWord(CUdeviceptr addr, uint32_t bytes) {
   return CUDA_SUCCESS;
 }
 
-// On the stream's device, whichever is current.
-CUresult memop(bool write, uint64_t stream, CUdeviceptr addr, uint32_t bytes, uint64_t value, unsigned flags) {
-  GPOOL_CONN_OF_HANDLE(conn, stream);
-  if (CUresult r = checkWord(addr, bytes)) return r;
+// A wait on or a write of a checked word, to the worker of the stream's device.
+CUresult post(Connection* conn, bool write, uint64_t stream, CUdeviceptr addr, uint32_t bytes, uint64_t value, unsigned flags) {
   gpool::proto::DevWord w{addr, bytes};
   return static_cast<CUresult>(write ? conn->post<calls::StreamWriteValue>(stream, w, value, uint32_t{flags})
                                      : conn->post<calls::StreamWaitValue>(stream, w, value, uint32_t{flags}));
 }
 
+// On the stream's device, whichever is current.
+CUresult memop(bool write, uint64_t stream, CUdeviceptr addr, uint32_t bytes, uint64_t value, unsigned flags) {
+  GPOOL_CONN_OF_HANDLE(conn, stream);
+  if (CUresult r = checkWord(addr, bytes)) return r;
+  return post(conn, write, stream, addr, bytes, value, flags);
+}
+
+// A batch operation on a word (flushes and barriers have none).
+struct WordOp {
+  bool write;
+  CUdeviceptr addr;
+  uint32_t bytes;
+  uint64_t value;
+  unsigned flags;
+};
+bool wordOf(const CUstreamBatchMemOpParams& op, WordOp& w) {
+  switch (op.operation) {
+    case CU_STREAM_MEM_OP_WAIT_VALUE_32: w = {false, op.waitValue.address, 4, op.waitValue.value, op.waitValue.flags}; return true;
+    case CU_STREAM_MEM_OP_WAIT_VALUE_64: w = {false, op.waitValue.address, 8, op.waitValue.value64, op.waitValue.flags}; return true;
+    case CU_STREAM_MEM_OP_WRITE_VALUE_32: w = {true, op.writeValue.address, 4, op.writeValue.value, op.writeValue.flags}; return true;
+    case CU_STREAM_MEM_OP_WRITE_VALUE_64: w = {true, op.writeValue.address, 8, op.writeValue.value64, op.writeValue.flags}; return true;
+    default: return false;
+  }
+}
+
 // One operation of a batch, checked as the driver checks the whole batch before any of it runs. A flush of
 // remote writes only where the device can flush them (NVIDIA's driver refuses it elsewhere: an H200 cannot).
 CUresult checkOp(uint64_t stream, const CUstreamBatchMemOpParams& op) {
+  if (WordOp w; wordOf(op, w)) return checkWord(w.addr, w.bytes);
   switch (op.operation) {
-    case CU_STREAM_MEM_OP_WAIT_VALUE_32: return checkWord(op.waitValue.address, 4);
-    case CU_STREAM_MEM_OP_WAIT_VALUE_64: return checkWord(op.waitValue.address, 8);
-    case CU_STREAM_MEM_OP_WRITE_VALUE_32: return checkWord(op.writeValue.address, 4);
-    case CU_STREAM_MEM_OP_WRITE_VALUE_64: return checkWord(op.writeValue.address, 8);
     case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
       return State::get().attribute(State::get().deviceOfHandle(stream), CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES)
                  ? CUDA_SUCCESS
@@ -51,17 +71,13 @@ CUresult batch(uint64_t stream, unsigned count, const CUstreamBatchMemOpParams* 
   if (flags != 0 || (count && !ops)) return CUDA_ERROR_INVALID_VALUE;
   for (unsigned i = 0; i < count; ++i)
     if (CUresult r = checkOp(stream, ops[i])) return r;
+  // Each word's operation in order; flushes and barriers order nothing more than the worker's in-order
+  // stream already does.
   for (unsigned i = 0; i < count; ++i) {
-    const CUstreamBatchMemOpParams& op = ops[i];
-    CUresult r = CUDA_SUCCESS;
-    switch (op.operation) {
-      case CU_STREAM_MEM_OP_WAIT_VALUE_32: r = memop(false, stream, op.waitValue.address, 4, op.waitValue.value, op.waitValue.flags); break;
-      case CU_STREAM_MEM_OP_WAIT_VALUE_64: r = memop(false, stream, op.waitValue.address, 8, op.waitValue.value64, op.waitValue.flags); break;
-      case CU_STREAM_MEM_OP_WRITE_VALUE_32: r = memop(true, stream, op.writeValue.address, 4, op.writeValue.value, op.writeValue.flags); break;
-      case CU_STREAM_MEM_OP_WRITE_VALUE_64: r = memop(true, stream, op.writeValue.address, 8, op.writeValue.value64, op.writeValue.flags); break;
-      default: break;  // flushes and barriers order nothing more than the worker's in-order stream already does
-    }
-    if (r != CUDA_SUCCESS) return r;
+    WordOp w;
+    if (!wordOf(ops[i], w)) continue;
+    GPOOL_CONN_OF_HANDLE(conn, stream);
+    if (CUresult r = post(conn, w.write, stream, w.addr, w.bytes, w.value, w.flags)) return r;
   }
   return CUDA_SUCCESS;
 }
