@@ -375,6 +375,8 @@ class Server {
                                   std::to_string(opt_.stall_timeout_ms)};
     if (backend_ == "sim") {
       args.insert(args.end(), {"--sim-memory", std::to_string(opt_.sim_memory)});
+      if (opt_.sim_context_memory)
+        args.insert(args.end(), {"--sim-context-memory", std::to_string(opt_.sim_context_memory)});
       for (const auto& k : opt_.sim_kernels) args.insert(args.end(), {"--sim-kernels", k});
       if (opt_.sim_fixed_addresses) args.push_back("--sim-fixed-addresses");
       if (opt_.sim_separate_host) args.push_back("--sim-separate-host");

@@ -13,6 +13,7 @@ struct ServerOptions {
   std::string worker_path;  // empty: gpool-worker beside this executable
   std::vector<std::string> sim_kernels;
   uint64_t sim_memory = 16ull << 30;
+  uint64_t sim_context_memory = 0;  // what each worker's context takes of it, once made
   bool sim_fixed_addresses = false;
   bool sim_separate_host = false;
   bool peer_links = true;  // workers copy straight to other servers' workers of the same lease

@@ -22,6 +22,10 @@ int main(int argc, char** argv) {
   app.add_option("--worker", opt.worker_path, "gpool-worker binary (default: beside gpool-server)");
   app.add_option("--sim-kernels", opt.sim_kernels, "sim backend: plugin(s) with host kernel implementations");
   app.add_option("--sim-memory", opt.sim_memory, "sim backend: device memory in bytes")->capture_default_str();
+  app.add_option("--sim-context-memory", opt.sim_context_memory,
+                 "sim backend: device memory each client's context takes once its worker makes it (on a GPU, "
+                 "hundreds of MiB), to test what contexts cost")
+      ->capture_default_str();
   app.add_flag("--sim-fixed-addresses", opt.sim_fixed_addresses,
                "sim backend: every worker hands out the same device addresses, as a driver may in every process");
   app.add_flag("--sim-separate-host", opt.sim_separate_host,

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "gpool/protocol/calls.h"
@@ -32,6 +33,26 @@ using proto::AllocBase, proto::AllocBytes, proto::Array, proto::ArrayCopy, proto
     proto::JitOptions, proto::Launchable, proto::LaunchableList, proto::LinkState, proto::MemPool, proto::MemView, proto::ModuleGlobal, proto::ModuleRef,
     proto::NewAlloc, proto::RangeOf, proto::HostWindow, proto::HostRange, proto::HostRangeBase, proto::Released, proto::Stream;
 
+// Whether call C, with its fields `ins`, needs the device's context (Backend::openContext). All do but
+// attaching the shared host pool (which only maps it: its pages are pinned later, with a context), the
+// device's status (answered without one, for nvidia-smi through the NVML shim), and a library's load,
+// kernels and unload: CUDA keeps libraries apart from contexts, and NVIDIA's runtime loads its images as
+// libraries in every process that asks it anything, before any context exists.
+template <typename C>
+bool needsContext(const typename C::in::tuple& ins) {
+  namespace calls = proto::calls;
+  constexpr uint32_t kLibrary = 1;  // ModuleRef::kind
+  if constexpr (std::is_same_v<C, calls::HostPoolAttach> || std::is_same_v<C, calls::DeviceStatus>)
+    return false;
+  else if constexpr (std::is_same_v<C, calls::ModuleLoad>)
+    return std::get<1>(ins) != kLibrary;
+  else if constexpr (std::is_same_v<C, calls::ModuleUnload> || std::is_same_v<C, calls::ModuleGetFunction> ||
+                     std::is_same_v<C, calls::ModuleFunctions>)
+    return std::get<0>(ins).kind != kLibrary;
+  else
+    return true;
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -46,6 +67,11 @@ class Backend {
   // The lease's memory cap (before open): the device's memory is reported as the cap in the handshake.
   // The cap itself is enforced by the worker's MemoryLedger.
   virtual void setMemoryCap(uint64_t bytes) = 0;
+  // The device's context, made on the first call that needs one (needsContext above), not at open:
+  // natively a process that only asks about its device (cuInit, the device count, torch.cuda's checks in
+  // every DataLoader worker) has no context, and on a GPU each context takes hundreds of MiB of its memory.
+  // Fails as the driver does where the context cannot be made (a full device: out of memory).
+  virtual Status openContext() { return proto::cu::kSuccess; }
 
   // One overload per call in calls.def, selected by the call's tag type. Backends implement them with
   // GPOOL_BACKEND_RUN (below), which calls the backend's member of the call's name.

@@ -78,9 +78,19 @@ constexpr const char* kHostCopyInCapture = "copies between client memory and the
   F(cuMemPoolExportToShareableHandle) F(cuMemPoolImportFromShareableHandle) F(cuMemPoolExportPointer) F(cuMemPoolImportPointer) \
   F(cuGraphAddBatchMemOpNode) F(cuGraphBatchMemOpNodeSetParams) F(cuGraphExecBatchMemOpNodeSetParams)
 
-// NVML on the GPU host, for utilization and the driver version (optional: zeros when absent).
+// NVML on the GPU host, for utilization, the driver version and, before the worker has a context, the
+// device's free memory (optional: zeros when absent).
 class Nvml {
  public:
+  // The device's free memory, as cuMemGetInfo would give it, without a context; false without NVML.
+  bool freeMemory(const std::array<uint8_t, 16>& uuid, uint64_t& free) {
+    if (!load() || !memory_info_) return false;
+    struct { unsigned long long total, free, used; } m{};  // nvmlMemory_t
+    void* device = nullptr;
+    if (by_uuid_(proto::gpuUuidText(uuid.data()).c_str(), &device) != 0 || memory_info_(device, &m) != 0) return false;
+    free = m.free;
+    return true;
+  }
   void query(const std::array<uint8_t, 16>& uuid, uint32_t& gpu, uint32_t& memory, std::string& driver) {
     gpu = memory = 0;
     driver = "unknown";
@@ -106,6 +116,7 @@ class Nvml {
     system_driver_version_ = reinterpret_cast<int (*)(char*, unsigned)>(dlsym(lib, "nvmlSystemGetDriverVersion"));
     by_uuid_ = reinterpret_cast<int (*)(const char*, void**)>(dlsym(lib, "nvmlDeviceGetHandleByUUID"));
     utilization_ = reinterpret_cast<int (*)(void*, void*)>(dlsym(lib, "nvmlDeviceGetUtilizationRates"));
+    memory_info_ = reinterpret_cast<int (*)(void*, void*)>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
     ready_ = init && system_driver_version_ && by_uuid_ && utilization_ && init() == 0;
     return ready_;
   }
@@ -113,6 +124,7 @@ class Nvml {
   int (*system_driver_version_)(char*, unsigned) = nullptr;
   int (*by_uuid_)(const char*, void**) = nullptr;
   int (*utilization_)(void*, void*) = nullptr;
+  int (*memory_info_)(void*, void*) = nullptr;
 };
 
 struct Driver {
@@ -233,9 +245,6 @@ class CudaBackend final : public Backend {
     if ((r = d_.cuDeviceGetCount_(&count)) != CUDA_SUCCESS) return r;
     if (device < 0 || device >= count) return CUDA_ERROR_INVALID_DEVICE;
     if ((r = d_.cuDeviceGet_(&dev_, device)) != CUDA_SUCCESS) return r;
-    if ((r = d_.cuDevicePrimaryCtxRetain_(&ctx_, dev_)) != CUDA_SUCCESS) return r;
-    retains_ = 1;
-    if ((r = d_.cuCtxSetCurrent_(ctx_)) != CUDA_SUCCESS) return r;
     int version = 0;
     d_.cuDriverGetVersion_(&version);
     hello.driver_version = static_cast<uint32_t>(version);
@@ -250,6 +259,7 @@ class CudaBackend final : public Backend {
     std::memcpy(uuid_.data(), uuid.bytes, 16);
     size_t total = 0;
     d_.cuDeviceTotalMem_(&total, dev_);
+    total_ = total;
     info.total_mem = cap_ ? std::min<uint64_t>(cap_, total) : total;
     info.attributes.assign(CU_DEVICE_ATTRIBUTE_MAX, 0);
     for (int a = 1; a < CU_DEVICE_ATTRIBUTE_MAX; ++a) {
@@ -972,6 +982,23 @@ class CudaBackend final : public Backend {
   }
 
   // A context reset: the worker's own buffers in the context go first, then the driver resets it.
+  // The primary context, retained on the first call that needs it (backend.h) and current on the
+  // dispatcher's thread, the only one that calls the driver with it.
+  Status openContext() override {
+    if (ctx_) return CUDA_SUCCESS;
+    CUcontext ctx = nullptr;
+    CUresult r = d_.cuDevicePrimaryCtxRetain_(&ctx, dev_);
+    if (r != CUDA_SUCCESS) return r;
+    if ((r = d_.cuCtxSetCurrent_(ctx)) != CUDA_SUCCESS) {
+      d_.cuDevicePrimaryCtxRelease_(dev_);
+      return r;
+    }
+    ctx_ = ctx;
+    retains_ = 1;
+    spdlog::debug("primary context of device {} made, on the client's first call that needs one", dev_);
+    return CUDA_SUCCESS;
+  }
+
   Status CtxReset(ResetAll) {
     CUresult r = d_.cuCtxSynchronize_();
     if (r != CUDA_SUCCESS) return r;
@@ -1499,7 +1526,15 @@ class CudaBackend final : public Backend {
   }
 
   Status DeviceStatus(MemView& m, uint32_t& gpu, uint32_t& memory, std::string& driver) {
-    if (Status st = MemGetInfo(m); st != CUDA_SUCCESS) return st;
+    // Without a context (a client that has only asked so far, nvidia-smi through the NVML shim), NVML
+    // says what is free; only where NVML is missing does this make the context cuMemGetInfo needs.
+    uint64_t free = 0;
+    if (!ctx_ && nvml_.freeMemory(uuid_, free)) {
+      m = MemView{std::min(free, total_), total_};
+    } else {
+      if (Status st = openContext(); st != CUDA_SUCCESS) return st;
+      if (Status st = MemGetInfo(m); st != CUDA_SUCCESS) return st;
+    }
     nvml_.query(uuid_, gpu, memory, driver);
     return CUDA_SUCCESS;
   }
@@ -1684,9 +1719,10 @@ class CudaBackend final : public Backend {
   void* staging_ = nullptr;  // page-locked, for device-to-host replies
   size_t staging_size_ = 0;
   CUdevice dev_ = 0;
-  CUcontext ctx_ = nullptr;
+  uint64_t total_ = 0;      // the device's memory (cuDeviceTotalMem)
+  CUcontext ctx_ = nullptr;  // none until the first call that needs one (openContext)
   std::shared_ptr<PinnedBlocks> host_copy_blocks_ = std::make_shared<PinnedBlocks>();  // captured host copies' buffers
-  int retains_ = 0;  // of the primary context: one at open, one more after each reset
+  int retains_ = 0;  // of the primary context: one when made, one more after each reset
   std::unordered_map<uint64_t, std::vector<uint32_t>> layouts_;
   std::vector<void*> args_;
   std::vector<CUlaunchAttribute> attrs_;

@@ -23,6 +23,8 @@ struct Violation {
 
 template <typename C>
 Status Dispatcher::execute(typename C::in::tuple& ins, typename C::out::tuple& outs) {
+  if (needsContext<C>(ins))
+    if (Status st = backend_.openContext(); st != cu::kSuccess) return st;
   CallScope scope;
   uint64_t headroom = 0;
   Status st = beforeCall<C>(ins, scope, headroom);

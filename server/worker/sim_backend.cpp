@@ -221,6 +221,15 @@ Status SimBackend::open(int device, proto::HelloReply& hello) {
   return CUDA_SUCCESS;
 }
 
+Status SimBackend::openContext() {
+  if (context_open_) return CUDA_SUCCESS;
+  // Held until the worker ends (gpool-server reclaims its slot), as a driver holds a context's memory.
+  if (options_.device && options_.context_bytes && !options_.device->reserve(options_.slot, options_.context_bytes))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  context_open_ = true;
+  return CUDA_SUCCESS;
+}
+
 void* SimBackend::mapShared(int fd, uint64_t size) {
   if (!options_.fixed_addresses) return mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   constexpr uint64_t kStep = 2 << 20;

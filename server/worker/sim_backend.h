@@ -17,6 +17,7 @@
 #include "cubin_index.h"
 #include "gpool/sim_kernel.h"
 #include "handle_table.h"
+#include "shared_budget.h"
 
 namespace gpool::worker {
 
@@ -29,6 +30,11 @@ struct SimOptions {
   // Non-zero: CUDA IPC sees this worker on a host of its own, shared by the workers of the same salt
   // (gpool-server --sim-separate-host: its pid), so a lease's copies across two servers go as between hosts.
   uint64_t host_salt = 0;
+  // Device memory the worker's context takes once made (what a context costs on a GPU), from `device`:
+  // the device's memory shared by the server's workers (memory_ledger.h), in this worker's `slot`.
+  uint64_t context_bytes = 0;
+  std::shared_ptr<budget::SharedBudget> device;
+  int slot = 0;
 };
 
 class SimBackend : public Backend {
@@ -40,6 +46,7 @@ class SimBackend : public Backend {
 
   Status open(int device, proto::HelloReply& hello) override;
   void setMemoryCap(uint64_t bytes) override { options_.memory_bytes = std::min(options_.memory_bytes, bytes); }
+  Status openContext() override;
 // One method per call, declared through the call table, and the run() overrides that call them.
 #define X(name, number, mode, ins, outs) proto::calls::name::handler name; GPOOL_BACKEND_RUN(name)
 #include "gpool/protocol/calls.def"
@@ -105,6 +112,7 @@ class SimBackend : public Backend {
   void releaseAll();  // frees every allocation, global, physical allocation and reservation
 
   SimOptions options_;
+  bool context_open_ = false;
   std::set<uint64_t> allocations_;  // host memory standing in for device allocations
   struct Pool {
     std::unordered_map<uint32_t, uint64_t> attributes;  // set by the client; the rest have defaults

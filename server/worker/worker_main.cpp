@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   app.add_option("--sim-kernels", sim.kernel_plugins, "sim backend: plugin(s) with host kernel implementations");
   app.add_option("--sim-memory", sim.memory_bytes, "sim backend: device memory in bytes");
   app.add_flag("--sim-fixed-addresses", sim.fixed_addresses, "sim backend: large allocations from one fixed address up");
+  app.add_option("--sim-context-memory", sim.context_bytes, "sim backend: device memory the context takes once made");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   app.add_option("--module-cache", module_cache_dir, "directory of the host's module image cache (none when empty)");
@@ -140,6 +141,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<gpool::worker::Backend> backend;
   gpool::proto::HelloReply hello;
   try {
+    sim.device = shared.device;
+    sim.slot = budget_slot;
     if (backend_name == "cuda")
       backend = gpool::worker::makeCudaBackend();
     else
