@@ -2,6 +2,8 @@
 # Compares two builds' client-side call costs side by side in one run: alternates bench/run.sh between
 # them ROUNDS times (so both see the same machine load) and prints each metric's median and the ratio.
 # usage: bench/compare.sh BEFORE_BUILD_DIR AFTER_BUILD_DIR [ROUNDS=5]
+# GPOOL_COMPARE_BEFORE_ENV / GPOOL_COMPARE_AFTER_ENV: VAR=VALUE settings for one side only, to compare
+# one build with itself under two settings (e.g. GPOOL_COMPARE_BEFORE_ENV=GPOOL_TCP_SPIN_US=0).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 before=$1; after=$2; rounds=${3:-5}
@@ -9,9 +11,11 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for ((i = 0; i < rounds; i++)); do
   for side in before after; do
-    dir=$before; [ $side = after ] && dir=$after
+    dir=$before; settings=${GPOOL_COMPARE_BEFORE_ENV:-}
+    [ $side = after ] && dir=$after settings=${GPOOL_COMPARE_AFTER_ENV:-}
     # rows: metric  native  gpool  ...; the gpool column is "VALUE UNIT" after the native one
-    "$here/run.sh" "$dir" | awk -v s=$side '$1 ~ /^(async_launch|launch_sync|dtoh_4B|graph_dtoh_4B|host_func|htod_|dtoh_256)/ {print s, $1, $4, $5}' >> "$out" || exit 1
+    # shellcheck disable=SC2086  # settings split on spaces
+    env $settings "$here/run.sh" "$dir" | awk -v s=$side '$1 ~ /^(async_launch|launch_sync|dtoh_4B|graph_dtoh_4B|host_func|htod_|dtoh_256)/ {print s, $1, $4, $5}' >> "$out" || exit 1
   done
 done
 python3 - "$out" "$rounds" <<'PY'

@@ -10,7 +10,10 @@
 #include <sys/uio.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "gpool/protocol/transport.h"
 #include "gpool/protocol/wire.h"
@@ -74,7 +77,7 @@ class TcpTransport final : public Transport {
     auto* p = static_cast<char*>(data);
     size_t got = 0;
     while (got < n) {
-      ssize_t r = ::recv(socket_.native_handle(), p + got, n - got, 0);
+      ssize_t r = receiveSome(p + got, n - got);
       if (r > 0) {
         got += static_cast<size_t>(r);
       } else if (r == 0) {
@@ -109,6 +112,28 @@ class TcpTransport final : public Transport {
   int liveness() const override { return const_cast<asio::ip::tcp::socket&>(socket_).native_handle(); }
 
  private:
+  // One receive of what has arrived. When nothing has, it polls for up to the spin time first (yielding
+  // the core, as the shared-memory transport does) and only then blocks: waking a thread blocked in recv
+  // costs more on loopback than a short answer takes to come.
+  ssize_t receiveSome(char* p, size_t n) {
+    const int fd = socket_.native_handle();
+    auto arrived = [](ssize_t r) { return r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK); };
+    static const std::chrono::microseconds spin = spinTime();
+    if (spin.count() > 0) {
+      const auto start = std::chrono::steady_clock::now();
+      do {
+        if (ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT); arrived(r)) return r;
+        std::this_thread::yield();
+      } while (std::chrono::steady_clock::now() - start < spin);
+    }
+    return ::recv(fd, p, n, 0);  // blocks until the stall timeout (EAGAIN then)
+  }
+  // GPOOL_TCP_SPIN_US (0: block at once), else 50 µs.
+  static std::chrono::microseconds spinTime() {
+    const char* v = std::getenv("GPOOL_TCP_SPIN_US");
+    long us = v && *v ? std::strtol(v, nullptr, 10) : 50;
+    return std::chrono::microseconds(us < 0 ? 0 : std::min(us, 10000L));
+  }
   // Bytes received and not yet read.
   int unread() {
     int n = 0;
