@@ -175,6 +175,12 @@ void Dispatcher::memcpyDtoH(const proto::FrameHeader& h) {
   }
   auto lock = replyLock();
   proto::FrameHeader rh{static_cast<uint32_t>(bytes + sizeof(Status)), h.msg, proto::kIsReply, h.seq};
+  if (chunk == bytes) {  // one chunk: the whole reply in one write
+    std::array<proto::ConstBuffer, 3> all{proto::ConstBuffer{&rh, sizeof rh}, proto::ConstBuffer{staging, chunk},
+                                          proto::ConstBuffer{&st, sizeof st}};
+    transport_->send(all);
+    return;
+  }
   std::array<proto::ConstBuffer, 2> first{proto::ConstBuffer{&rh, sizeof rh}, proto::ConstBuffer{staging, chunk}};
   transport_->send(first);
   for (uint64_t off = chunk; off < bytes;) {
