@@ -73,12 +73,19 @@ class TcpTransport final : public Transport {
     }
   }
 
+  // Small reads are served from a buffer that each receive fills with what has arrived, so a run of
+  // frames (a batch of launches, a header and its payload) costs one system call, not two per frame;
+  // reads of a buffer's size or more go straight to their destination.
   void recv(void* data, size_t n, bool idle_ok = false) override {
     auto* p = static_cast<char*>(data);
-    size_t got = 0;
+    size_t got = takeBuffered(p, n);
     while (got < n) {
-      ssize_t r = receiveSome(p + got, n - got);
-      if (r > 0) {
+      const bool direct = n - got >= kBuffer;
+      ssize_t r = direct ? receiveSome(p + got, n - got) : receiveSome(buffer_.get(), kBuffer);
+      if (r > 0 && !direct) {
+        head_ = 0, tail_ = static_cast<size_t>(r);
+        got += takeBuffered(p + got, n - got);
+      } else if (r > 0) {
         got += static_cast<size_t>(r);
       } else if (r == 0) {
         throw TransportError("connection closed by " + peer_);
@@ -112,6 +119,14 @@ class TcpTransport final : public Transport {
   int liveness() const override { return const_cast<asio::ip::tcp::socket&>(socket_).native_handle(); }
 
  private:
+  static constexpr size_t kBuffer = 64 << 10;
+  // Copies up to n buffered bytes to p; returns how many.
+  size_t takeBuffered(char* p, size_t n) {
+    size_t k = std::min(n, tail_ - head_);
+    std::memcpy(p, buffer_.get() + head_, k);
+    head_ += k;
+    return k;
+  }
   // One receive of what has arrived. When nothing has, it polls for up to the spin time first (yielding
   // the core, as the shared-memory transport does) and only then blocks: waking a thread blocked in recv
   // costs more on loopback than a short answer takes to come.
@@ -134,15 +149,17 @@ class TcpTransport final : public Transport {
     long us = v && *v ? std::strtol(v, nullptr, 10) : 50;
     return std::chrono::microseconds(us < 0 ? 0 : std::min(us, 10000L));
   }
-  // Bytes received and not yet read.
+  // Bytes received and not yet read (buffered here, or still the kernel's).
   int unread() {
     int n = 0;
-    return ::ioctl(socket_.native_handle(), FIONREAD, &n) == 0 ? n : 0;
+    return (::ioctl(socket_.native_handle(), FIONREAD, &n) == 0 ? n : 0) + static_cast<int>(tail_ - head_);
   }
   std::string stalled(const char* what) const {
     return peer_ + " " + what + " for " + std::to_string(stall_ms_) + " ms (the stall timeout)";
   }
   int stall_ms_ = 0;
+  std::unique_ptr<char[]> buffer_ = std::make_unique<char[]>(kBuffer);
+  size_t head_ = 0, tail_ = 0;  // buffer_[head_, tail_) is received and not yet read
   asio::ip::tcp::socket socket_;
   std::string peer_;
 };

@@ -1,6 +1,13 @@
 // Wire encoding, address parsing, handshake and the loopback transport's fault injection.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
 #include <set>
 #include <thread>
 
@@ -209,6 +216,64 @@ TEST(Tcp, UnreachableServerNamesTheAddress) {
   }
   EXPECT_THROW(connectTcp("bad address:x"), TransportError);
   EXPECT_THROW(connectTcp("127.0.0.1:0"), TransportError);
+}
+
+// A connected pair of TCP transports on loopback (client, server end).
+static std::pair<std::unique_ptr<Transport>, std::unique_ptr<Transport>> tcpPair() {
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listener, 1) != 0 ||
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw std::runtime_error("no loopback listener");
+  auto client = connectTcp("127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+  auto server = adoptTcpSocket(::accept(listener, nullptr, nullptr));
+  ::close(listener);
+  return {std::move(client), std::move(server)};
+}
+
+// Reads are buffered: frames that arrive in one write are read out in order, whatever their sizes (a
+// header, a payload larger than the buffer that is partly in it, then small ones), each byte once.
+TEST(Tcp, BufferedReadsGiveEveryByteOnceInOrder) {
+  auto [client, server] = tcpPair();
+  std::vector<uint8_t> big(200 << 10);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 7 + i / 251);
+  sendFrame(*client, 1, 0, 1, "head", 4);
+  sendFrame(*client, 2, 0, 2, big.data(), big.size());
+  for (uint32_t i = 0; i < 100; ++i) sendFrame(*client, 3, 0, 3 + i, &i, sizeof i);
+  std::vector<uint8_t> p;
+  FrameHeader h = recvFrame(*server, p, kMaxRequestPayload);
+  EXPECT_EQ(h.msg, 1);
+  EXPECT_EQ(std::string(p.begin(), p.end()), "head");
+  h = recvFrame(*server, p, kMaxRequestPayload);
+  EXPECT_EQ(h.msg, 2);
+  EXPECT_TRUE(p == big);
+  for (uint32_t i = 0; i < 100; ++i) {
+    h = recvFrame(*server, p, kMaxRequestPayload);
+    uint32_t v = 0;
+    ASSERT_EQ(p.size(), sizeof v);
+    std::memcpy(&v, p.data(), sizeof v);
+    EXPECT_EQ(h.seq, 3 + i);
+    EXPECT_EQ(v, i);
+  }
+}
+
+// A read cut short still ends in a stall, named as one mid-frame, when its start sits in the buffer.
+TEST(Tcp, AReadCutShortStallsMidFrame) {
+  auto [client, server] = tcpPair();
+  server->setStallTimeout(200);
+  FrameHeader h{8, 1, 0, 1};
+  ConstBuffer part{&h, 10};
+  client->send(std::span(&part, 1));  // 10 of the header's 16 bytes
+  std::vector<uint8_t> p;
+  try {
+    recvFrame(*server, p, kMaxRequestPayload);
+    FAIL() << "a frame without its payload was read";
+  } catch (const TransportStalled& e) {
+    EXPECT_NE(std::string(e.what()).find("mid-frame"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ModuleImage, SizingNeverReadsPastWhatArrived) {
