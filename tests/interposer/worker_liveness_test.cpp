@@ -16,6 +16,7 @@
 #include "dispatcher.h"
 #include "gpool/protocol/frame_io.h"
 #include "gpool/protocol/handshake.h"
+#include "loopback_listener.h"
 #include "server_process.h"
 #include "sim_backend.h"
 
@@ -67,15 +68,8 @@ struct InProcessWorker {
   std::unique_ptr<client::Connection> conn;
 
   explicit InProcessWorker(std::chrono::milliseconds bound) {
-    int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listener, 1) != 0 ||
-        ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-      throw std::runtime_error("cannot listen on loopback");
-    std::string address = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+    std::string address;
+    int listener = test::listenOnLoopback(address);
     thread = std::thread([this, listener] {
       worker_end = proto::adoptTcpSocket(::accept(listener, nullptr, nullptr));
       ::close(listener);

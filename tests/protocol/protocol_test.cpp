@@ -1,9 +1,6 @@
 // Wire encoding, address parsing, handshake and the loopback transport's fault injection.
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -18,6 +15,7 @@
 #include "gpool/protocol/loopback_transport.h"
 #include "gpool/protocol/module_image.h"
 #include "gpool/protocol/transport.h"
+#include "loopback_listener.h"
 
 using namespace gpool::proto;
 
@@ -220,15 +218,9 @@ TEST(Tcp, UnreachableServerNamesTheAddress) {
 
 // A connected pair of TCP transports on loopback (client, server end).
 static std::pair<std::unique_ptr<Transport>, std::unique_ptr<Transport>> tcpPair() {
-  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listener, 1) != 0 ||
-      ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw std::runtime_error("no loopback listener");
-  auto client = connectTcp("127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+  std::string address;
+  int listener = gpool::test::listenOnLoopback(address);
+  auto client = connectTcp(address);
   auto server = adoptTcpSocket(::accept(listener, nullptr, nullptr));
   ::close(listener);
   return {std::move(client), std::move(server)};
