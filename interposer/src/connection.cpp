@@ -233,19 +233,18 @@ int Connection::memcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t str
   std::lock_guard lock(mu_);
   if (lost_) return lost_;
   try {
+    profile::WaitTimer timer;
     enqueue(proto::kMsgMemcpyDtoH, proto::kWantsReply | AsideScope::flag(), std::tuple<uint64_t, uint64_t, uint64_t>{src, bytes, stream});
+    const size_t sent = frame_bytes_;
     flushLocked();
     proto::FrameHeader h = recvReplyHeader(UINT32_MAX);
     if (!(h.flags & proto::kIsReply) || h.msg != proto::kMsgMemcpyDtoH || h.seq != seq_)
       throw proto::ProtocolError("unexpected frame from the worker during a copy");
     proto::Status st = 0;
-    if (h.length == sizeof st) {
-      transport_->recv(&st, sizeof st);
-      return st;
-    }
-    if (h.length != bytes + sizeof st) throw proto::ProtocolError("copy reply of the wrong length");
-    transport_->recv(dst, bytes);
+    if (h.length != sizeof st && h.length != bytes + sizeof st) throw proto::ProtocolError("copy reply of the wrong length");
+    if (h.length != sizeof st) transport_->recv(dst, bytes);
     transport_->recv(&st, sizeof st);
+    timer.done(proto::kMsgMemcpyDtoH, sent, sizeof h + h.length);
     return st;
   } catch (const std::exception& e) {
     return fail(e.what());

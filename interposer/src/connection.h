@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "call_profile.h"
 #include "gpool/protocol/calls.h"
 #include "gpool/protocol/frame_io.h"
 #include "gpool/protocol/handshake.h"
@@ -98,9 +99,12 @@ class Connection {
     std::lock_guard lock(mu_);
     if (lost_) return lost_;
     try {
+      profile::WaitTimer timer;
       enqueue(C::id, proto::kWantsReply | AsideScope::flag(), ins);
+      const size_t sent = frame_bytes_;
       flushLocked();
       awaitReply(C::id);
+      timer.done(C::id, sent, sizeof(proto::FrameHeader) + reply_.size());
       proto::Reader r(reply_.data(), reply_.size());
       proto::Status st = 0;
       bool ok = r.get(st) && std::apply([&](auto&... o) { return r.getAll(o...); }, outs) && r.atEnd();
@@ -128,6 +132,7 @@ class Connection {
     if (lost_) return lost_;
     try {
       bool direct = enqueue(C::id, 0, ins);
+      profile::posted(C::id, frame_bytes_);
       if (direct || batch_.size() >= kBatchBytes) flushLocked();
       else markPending();
       return 0;
@@ -198,6 +203,7 @@ class Connection {
     proto::FrameHeader h{static_cast<uint32_t>(batch_.size() - at - sizeof(proto::FrameHeader) + extra), msg, flags, ++seq_};
     std::memcpy(batch_.data() + at, &h, sizeof h);
     ++frames_sent_;
+    frame_bytes_ = sizeof h + h.length;
     return direct;
   }
   template <typename T>
@@ -237,6 +243,7 @@ class Connection {
   std::string address_;
   proto::HelloReply hello_;
   std::vector<uint8_t> batch_;
+  size_t frame_bytes_ = 0;  // the last frame enqueued, header included (for GPOOL_PROFILE)
   std::vector<uint8_t> reply_;
   proto::Blob direct_{};
   size_t direct_at_ = 0;
