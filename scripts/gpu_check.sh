@@ -145,7 +145,9 @@ section_workloads() {
   python3 "$workloads" run --timeout "$limit" --out "$out/wl-native" "${only[@]}"
   start_server "$out/wl-server.log" "$out/cache-workloads"
   echo "=== workloads through gpool ==="
-  env $(gpool_env $port) GPOOL_LOG_LEVEL=info python3 "$workloads" run --timeout "$limit" --out "$out/wl-gpool" "${only[@]}"
+  # Each workload's requests, waits and bytes (GPOOL_PROFILE), one file per process, named by its command line.
+  env $(gpool_env $port) GPOOL_LOG_LEVEL=info GPOOL_PROFILE="$out/wl-gpool/profile.%p" \
+    python3 "$workloads" run --timeout "$limit" --out "$out/wl-gpool" "${only[@]}"
   cat "$out"/wl-gpool/*.log >> "$out/all-gpool.log" 2>/dev/null
 }
 

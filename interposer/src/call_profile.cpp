@@ -51,7 +51,18 @@ std::string duration(double ns) {
   return out;
 }
 
-std::string programName() { return program_invocation_short_name; }
+// The program and its arguments (python3 workloads.py one resnet18), as far as 160 characters.
+std::string programName() {
+  std::string name = program_invocation_short_name;
+  if (FILE* f = std::fopen("/proc/self/cmdline", "r")) {
+    std::string args;
+    for (int c; (c = std::fgetc(f)) != EOF && args.size() < 4096;) args += c ? static_cast<char>(c) : ' ';
+    std::fclose(f);
+    if (size_t first = args.find(' '); first != std::string::npos && first + 1 < args.size())
+      name += " " + args.substr(first + 1, args.size() - first - 2);  // less argv[0] and the last NUL
+  }
+  return name.size() > 160 ? name.substr(0, 157) + "..." : name;
+}
 
 // The table: a summary line, then one row per request number used, the longest waits first.
 std::string table(const Profile& p) {

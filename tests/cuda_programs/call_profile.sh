@@ -23,7 +23,7 @@ expect "LaunchKernel waited for" "$(column LaunchKernel 3)" 0
 expect "CtxSynchronize waited for" "$(column CtxSynchronize 3)" $((launched / 50))
 expect "MemcpyDtoH waited for" "$(column MemcpyDtoH 3)" 1
 expect "one profile, from the program's process" "$(ls "$dir"/profile.* | wc -l)" 1
-grep -q "^gpool profile of cuda_launch_loop (pid $(basename "$profile" | cut -d. -f2))" "$profile" ||
+grep -q "^gpool profile of cuda_launch_loop 0.5 (pid $(basename "$profile" | cut -d. -f2))" "$profile" ||
   { echo "FAIL  the summary names the program and its process"; fail=1; }
 [ $fail = 0 ] && echo "ALL PASSED"
 exit $fail
