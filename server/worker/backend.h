@@ -36,13 +36,14 @@ using proto::AllocBase, proto::AllocBytes, proto::Array, proto::ArrayCopy, proto
 // Whether call C, with its fields `ins`, needs the device's context (Backend::openContext). All do but
 // attaching the shared host pool (which only maps it: its pages are pinned later, with a context), the
 // device's status (answered without one, for nvidia-smi through the NVML shim), and a library's load,
-// kernels and unload: CUDA keeps libraries apart from contexts, and NVIDIA's runtime loads its images as
-// libraries in every process that asks it anything, before any context exists.
+// kernels, their owner and unload: CUDA keeps libraries apart from contexts, and NVIDIA's runtime loads its
+// images as libraries in every process that asks it anything, before any context exists.
 template <typename C>
 bool needsContext(const typename C::in::tuple& ins) {
   namespace calls = proto::calls;
   constexpr uint32_t kLibrary = 1;  // ModuleRef::kind
-  if constexpr (std::is_same_v<C, calls::HostPoolAttach> || std::is_same_v<C, calls::DeviceStatus>)
+  if constexpr (std::is_same_v<C, calls::HostPoolAttach> || std::is_same_v<C, calls::DeviceStatus> ||
+                std::is_same_v<C, calls::LaunchableOwner>)  // (answered from the worker's table)
     return false;
   else if constexpr (std::is_same_v<C, calls::ModuleLoad>)
     return std::get<1>(ins) != kLibrary;
