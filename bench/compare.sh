@@ -3,7 +3,7 @@
 # them ROUNDS times (so both see the same machine load) and prints each metric's median and the ratio.
 # usage: bench/compare.sh BEFORE_BUILD_DIR AFTER_BUILD_DIR [ROUNDS=5]
 # GPOOL_COMPARE_BEFORE_ENV / GPOOL_COMPARE_AFTER_ENV: VAR=VALUE settings for one side only, to compare
-# one build with itself under two settings (e.g. GPOOL_COMPARE_BEFORE_ENV=GPOOL_TCP_SPIN_US=0).
+# one build with itself under two settings (e.g. GPOOL_COMPARE_BEFORE_ENV=GPOOL_SPIN_US=0).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 before=$1; after=$2; rounds=${3:-5}

@@ -10,8 +10,8 @@ build=${1:-$here/../build}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # The loopback TCP limit as a program with blocking sockets sees it, and gpool's transport, which polls
-# before it blocks (GPOOL_TCP_SPIN_US).
-GPOOL_TCP_SPIN_US=0 "$build/bench/gpool_bench_tcp_loopback" > "$out/tcp_limit" || { echo "the loopback TCP benchmark failed"; exit 1; }
+# before it blocks (GPOOL_SPIN_US).
+GPOOL_SPIN_US=0 "$build/bench/gpool_bench_tcp_loopback" > "$out/tcp_limit" || { echo "the loopback TCP benchmark failed"; exit 1; }
 "$build/bench/gpool_bench_tcp_loopback" > "$out/tcp_polled" || { echo "the loopback TCP benchmark failed"; exit 1; }
 if nvidia-smi >/dev/null 2>&1; then
   backend=cuda

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "gpool/protocol/host_identity.h"
+#include "wait_polling.h"
 
 namespace gpool::proto {
 
@@ -123,7 +124,6 @@ class ShmTransport final : public Transport {
 
  private:
   static constexpr size_t kPublishEvery = 256u << 10;  // the reader starts on a large write's first part
-  static constexpr auto kSpin = std::chrono::microseconds(50);
   static constexpr int kSafetyMs = 1000;
 
   // Waits until `ready()`, spinning first, then sleeping on this side's eventfd and the link. Throws when
@@ -132,13 +132,18 @@ class ShmTransport final : public Transport {
   void wait(Ready ready, bool idle_ok, const char* stall_what) {
     if (ready()) return;
     auto start = std::chrono::steady_clock::now();
-    // Spin briefly, yielding the core: on a host with few cores the peer may need this one to answer.
-    while (std::chrono::steady_clock::now() - start < kSpin) {
+    const auto began = start;
+    // Spin a while first, yielding the core (wait_polling.h: how long, and when not at all).
+    for (const auto budget = polling_.budget(); std::chrono::steady_clock::now() - start < budget;) {
       for (int i = 0; i < 16; ++i) cpuRelax();
-      if (ready()) return;
+      if (ready()) return polling_.waited(std::chrono::steady_clock::now() - began);
       std::this_thread::yield();
-      if (ready()) return;
     }
+    struct Measured {  // however the wait ends (ready, or a throw), the next one's spin learns from it
+      WaitPolling& p;
+      std::chrono::steady_clock::time_point began;
+      ~Measured() { p.waited(std::chrono::steady_clock::now() - began); }
+    } measured{polling_, began};
     Word& sleeping = h_->sleeping[side_];
     // A peer too busy to read that still writes to us (a worker's Alive frames) is alive: what it wrote
     // restarts the stall timeout of a send, as on TCP.
@@ -198,6 +203,7 @@ class ShmTransport final : public Transport {
   }
 
   ShmParts parts_;
+  WaitPolling polling_;  // how long a wait spins before it sleeps
   int side_, link_;
   void* base_;
   size_t ring_bytes_;

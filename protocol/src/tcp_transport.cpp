@@ -13,9 +13,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "gpool/protocol/transport.h"
-#include "spare_cores.h"
+#include "wait_polling.h"
 #include "gpool/protocol/wire.h"
 
 namespace gpool::proto {
@@ -127,41 +128,25 @@ class TcpTransport final : public Transport {
     head_ += k;
     return k;
   }
-  // One receive of what has arrived. When nothing has, it polls for a while first and only then blocks:
-  // waking a thread blocked in recv costs more on loopback than a short answer takes to come. It polls
-  // without yielding the core: beside busy processes each sched_yield handed them a whole time slice, and
-  // a round trip between two threads of one process took over a millisecond. How long it polls adapts
-  // to how long this connection's waits take (at most GPOOL_TCP_SPIN_US): twice the last wait that ended
-  // within the limit, half as long after one that did not, so a connection that waits long (a host-function
-  // channel, a worker whose client computes) stops polling and leaves the core to threads that need it.
-  // Nor does it poll while the host's cores are all busy (spare_cores.h), where waking is quick anyway.
+  // One receive of what has arrived. When nothing has, it polls for a while first (wait_polling.h) and
+  // only then blocks.
   ssize_t receiveSome(char* p, size_t n) {
-    using std::chrono::steady_clock;
+    using Clock = WaitPolling::Clock;
     const int fd = socket_.native_handle();
     auto arrived = [](ssize_t r) { return r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK); };
     if (ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT); arrived(r)) return r;
-    const auto start = steady_clock::now();
-    const auto poll = poll_.count() > 0 && hostHasSpareCores() ? poll_ : std::chrono::nanoseconds(0);
-    while (steady_clock::now() - start < poll) {
+    const auto start = Clock::now();
+    const auto budget = polling_.budget();
+    while (Clock::now() - start < budget) {
       if (ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT); arrived(r)) {
-        adaptPolling(steady_clock::now() - start);
+        polling_.waited(Clock::now() - start);
         return r;
       }
+      std::this_thread::yield();
     }
     ssize_t r = ::recv(fd, p, n, 0);  // blocks until the stall timeout (EAGAIN then)
-    adaptPolling(steady_clock::now() - start);
+    polling_.waited(Clock::now() - start);
     return r;
-  }
-  void adaptPolling(std::chrono::steady_clock::duration waited) {
-    static const std::chrono::nanoseconds limit = spinTime();
-    if (waited <= limit) poll_ = std::min<std::chrono::nanoseconds>(limit, std::max<std::chrono::nanoseconds>(2 * waited, std::chrono::microseconds(2)));
-    else poll_ /= 2;
-  }
-  // GPOOL_TCP_SPIN_US (0: block at once), else 50 µs.
-  static std::chrono::microseconds spinTime() {
-    const char* v = std::getenv("GPOOL_TCP_SPIN_US");
-    long us = v && *v ? std::strtol(v, nullptr, 10) : 50;
-    return std::chrono::microseconds(us < 0 ? 0 : std::min(us, 10000L));
   }
   // Bytes received and not yet read (buffered here, or still the kernel's).
   int unread() {
@@ -172,7 +157,7 @@ class TcpTransport final : public Transport {
     return peer_ + " " + what + " for " + std::to_string(stall_ms_) + " ms (the stall timeout)";
   }
   int stall_ms_ = 0;
-  std::chrono::nanoseconds poll_ = spinTime();  // how long the next wait polls before it blocks
+  WaitPolling polling_;
   std::unique_ptr<char[]> buffer_ = std::make_unique<char[]>(kBuffer);
   size_t head_ = 0, tail_ = 0;  // buffer_[head_, tail_) is received and not yet read
   asio::ip::tcp::socket socket_;
