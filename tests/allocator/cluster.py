@@ -3,6 +3,7 @@ gpool-servers (sim backend) in a temporary directory, and the ways a caller prov
 Used by tests/allocator/lease_flow_test.py and tests/security/*_test.py."""
 import hashlib
 import hmac
+import http.client
 import json
 import os
 import shutil
@@ -275,9 +276,12 @@ class Cluster:
                 text = r.read().decode()
                 status = r.status
         except urllib.error.HTTPError as e:
-            text, status = e.read().decode(), e.code
-        except (urllib.error.URLError, ConnectionError, TimeoutError):  # as gpool's clients do: the next replica
-            return 0, None
+            try:
+                text, status = e.read().decode(), e.code
+            except http.client.HTTPException:  # the body cut short: a deposed leader restarts as a standby
+                text, status = "", e.code      # right after it refused (503)
+        except (urllib.error.URLError, ConnectionError, TimeoutError, http.client.HTTPException):
+            return 0, None  # as gpool's clients do: the next replica
         try:
             return status, json.loads(text)
         except ValueError:
