@@ -175,24 +175,18 @@ void Dispatcher::memcpyDtoH(const proto::FrameHeader& h) {
   }
   auto lock = replyLock();
   proto::FrameHeader rh{static_cast<uint32_t>(bytes + sizeof(Status)), h.msg, proto::kIsReply, h.seq};
-  if (chunk == bytes) {  // one chunk: the whole reply in one write
-    std::array<proto::ConstBuffer, 3> all{proto::ConstBuffer{&rh, sizeof rh}, proto::ConstBuffer{staging, chunk},
-                                          proto::ConstBuffer{&st, sizeof st}};
-    transport_->send(all);
-    return;
-  }
-  std::array<proto::ConstBuffer, 2> first{proto::ConstBuffer{&rh, sizeof rh}, proto::ConstBuffer{staging, chunk}};
-  transport_->send(first);
+  // A write per chunk: the first carries the header too, the last the status (a copy of one chunk is one write).
+  const proto::ConstBuffer status{&st, sizeof st};  // (st as it is when the last chunk goes)
+  std::array<proto::ConstBuffer, 3> first{proto::ConstBuffer{&rh, sizeof rh}, proto::ConstBuffer{staging, chunk}, status};
+  transport_->send(std::span(first).first(chunk == bytes ? 3 : 2));
   for (uint64_t off = chunk; off < bytes;) {
     uint64_t n = std::min<uint64_t>(bytes - off, chunk);
     if (st == 0) st = backend_.MemcpyDtoH(staging, src + off, n, stream);
     if (st != 0) std::memset(staging, 0, n);  // keep the promised length
-    proto::ConstBuffer b{staging, n};
-    transport_->send(std::span(&b, 1));
     off += n;
+    std::array<proto::ConstBuffer, 2> next{proto::ConstBuffer{staging, n}, status};
+    transport_->send(std::span(next).first(off == bytes ? 2 : 1));
   }
-  proto::ConstBuffer sb{&st, sizeof st};
-  transport_->send(std::span(&sb, 1));
 }
 
 // The client asks for liveness frames (protocol 2.2): payload u32 interval in ms, no reply.
