@@ -86,8 +86,8 @@ class Nvml {
   bool freeMemory(const std::array<uint8_t, 16>& uuid, uint64_t& free) {
     if (!load() || !memory_info_) return false;
     struct { unsigned long long total, free, used; } m{};  // nvmlMemory_t
-    void* device = nullptr;
-    if (by_uuid_(proto::gpuUuidText(uuid.data()).c_str(), &device) != 0 || memory_info_(device, &m) != 0) return false;
+    void* device = handleOf(uuid);
+    if (!device || memory_info_(device, &m) != 0) return false;
     free = m.free;
     return true;
   }
@@ -97,16 +97,20 @@ class Nvml {
     if (!load()) return;
     char version[96] = {};
     if (system_driver_version_(version, sizeof version - 1) == 0) driver = version;
-    std::string name = proto::gpuUuidText(uuid.data());
-    void* device = nullptr;
+    void* device = handleOf(uuid);
     struct { unsigned gpu, memory; } util{};
-    if (by_uuid_(name.c_str(), &device) == 0 && utilization_(device, &util) == 0) {
+    if (device && utilization_(device, &util) == 0) {
       gpu = util.gpu;
       memory = util.memory;
     }
   }
 
  private:
+  // NVML's handle of the device (loaded), looked up once; null when NVML does not know it.
+  void* handleOf(const std::array<uint8_t, 16>& uuid) {
+    if (!handle_ && by_uuid_(proto::gpuUuidText(uuid.data()).c_str(), &handle_) != 0) handle_ = nullptr;
+    return handle_;
+  }
   bool load() {
     if (tried_) return ready_;
     tried_ = true;
@@ -125,6 +129,7 @@ class Nvml {
   int (*by_uuid_)(const char*, void**) = nullptr;
   int (*utilization_)(void*, void*) = nullptr;
   int (*memory_info_)(void*, void*) = nullptr;
+  void* handle_ = nullptr;  // (one worker, one device)
 };
 
 struct Driver {
