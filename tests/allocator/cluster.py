@@ -8,13 +8,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+
+from ports import free_port
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 ALLOCATOR = os.path.join(BUILD, "allocator", "gpool-allocator")
@@ -114,10 +115,6 @@ def ed25519_sign(key_file, message):
                               check=True, capture_output=True).stdout
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(predicate, timeout=10.0, step=0.02):

@@ -4,19 +4,16 @@ import base64
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 import urllib.request
 
+from ports import free_port
+
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _openssl(*args):
@@ -36,8 +33,8 @@ class EtcdCluster:
         if tls:
             self._make_certificates()
         self.names = [f"m{i}" for i in range(members)]
-        self.client = {n: f"127.0.0.1:{_free_port()}" for n in self.names}
-        peer = {n: f"http://127.0.0.1:{_free_port()}" for n in self.names}
+        self.client = {n: f"127.0.0.1:{free_port()}" for n in self.names}
+        peer = {n: f"http://127.0.0.1:{free_port()}" for n in self.names}
         initial = ",".join(f"{n}={peer[n]}" for n in self.names)
         try:
             for n in self.names:

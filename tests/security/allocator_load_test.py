@@ -16,6 +16,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "allocator"))
 from cluster import Cluster, setUpModule, tearDownModule  # noqa: E402,F401
+from ports import free_port  # noqa: E402
 
 SLOW, POLLS, PROBES = 1000, 1000, 200
 
@@ -147,9 +148,7 @@ class AllocatorAtItsDescriptorLimit(unittest.TestCase):
         import tempfile
         build = sys.argv[1]
         with tempfile.TemporaryDirectory() as d:
-            with socket.socket() as s:  # a free port
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
+            port = free_port()
             log = open(os.path.join(d, "log"), "w+")
             limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))  # noqa: E731
             p = subprocess.Popen([os.path.join(build, "allocator", "gpool-allocator"), "--listen", f"127.0.0.1:{port}",
