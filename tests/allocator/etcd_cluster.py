@@ -33,21 +33,34 @@ class EtcdCluster:
         if tls:
             self._make_certificates()
         self.names = [f"m{i}" for i in range(members)]
-        self.client = {n: f"127.0.0.1:{free_port()}" for n in self.names}
-        peer = {n: f"http://127.0.0.1:{free_port()}" for n in self.names}
-        initial = ",".join(f"{n}={peer[n]}" for n in self.names)
         try:
-            for n in self.names:
-                with open(os.path.join(self.dir, n + ".log"), "w") as log:  # (the member writes to its own copy)
-                    self.procs[n] = self._start(n, log, peer, initial)
-            deadline = time.time() + 30
-            while not all(self.healthy(n) for n in self.names):
-                if time.time() > deadline:
+            for attempt in range(3):
+                if self._form():
+                    return
+                if not self._lost_a_port() or attempt == 2:
                     raise RuntimeError("etcd did not start: " + self.log(self.names[0]))
-                time.sleep(0.1)
+                self._stop_members()  # another process bound a port between our choice and etcd's bind: new ports
         except BaseException:
             self.close()  # the members already started go too
             raise
+
+    def _form(self):
+        """Starts every member on ports of its own and waits for all to be healthy; False after 30 s."""
+        self.client = {n: f"127.0.0.1:{free_port()}" for n in self.names}
+        peer = {n: f"http://127.0.0.1:{free_port()}" for n in self.names}
+        initial = ",".join(f"{n}={peer[n]}" for n in self.names)
+        for n in self.names:
+            with open(os.path.join(self.dir, n + ".log"), "w") as log:  # (the member writes to its own copy)
+                self.procs[n] = self._start(n, log, peer, initial)
+        deadline = time.time() + 30
+        while not all(self.healthy(n) for n in self.names):
+            if time.time() > deadline or self._lost_a_port():
+                return False
+            time.sleep(0.1)
+        return True
+
+    def _lost_a_port(self):
+        return any(self.procs[n].poll() is not None and "address already in use" in self.log(n) for n in self.names)
 
     def _make_certificates(self):
         d = self.dir
@@ -136,7 +149,7 @@ class EtcdCluster:
         with open(os.path.join(self.dir, name + ".log"), errors="replace") as f:
             return f.read()[-3000:]
 
-    def close(self):
+    def _stop_members(self):
         for p in self.procs.values():
             if p.poll() is None:
                 p.terminate()
@@ -145,4 +158,10 @@ class EtcdCluster:
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 p.kill()
+        self.procs = {}
+        for n in self.names:
+            shutil.rmtree(os.path.join(self.dir, n), ignore_errors=True)
+
+    def close(self):
+        self._stop_members()
         shutil.rmtree(self.dir, ignore_errors=True)
