@@ -1,15 +1,8 @@
 #include "shared_budget.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <new>
-#include <stdexcept>
-#include <string>
+
+#include "shared_page.h"
 
 namespace gpool::budget {
 
@@ -38,45 +31,17 @@ uint64_t takeAway(std::atomic<uint64_t>& a, uint64_t bytes) {
 }  // namespace
 
 std::shared_ptr<SharedBudget> SharedBudget::create(uint64_t limit) {
-  int fd = ::memfd_create("gpool-budget", MFD_CLOEXEC);
-  if (fd >= 0 && fd < kLowestFd) {  // above the numbers a worker receives descriptors at (3, 4, 5)
-    int high = ::fcntl(fd, F_DUPFD_CLOEXEC, kLowestFd);
-    ::close(fd);
-    fd = high;
-  }
-  if (fd < 0 || ::ftruncate(fd, sizeof(Page)) != 0) {
-    std::string why = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    throw std::runtime_error("cannot make a shared memory budget: " + why);
-  }
-  void* p = ::mmap(nullptr, sizeof(Page), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    ::close(fd);
-    throw std::runtime_error(std::string("cannot map a shared memory budget: ") + std::strerror(errno));
-  }
-  auto* page = new (p) Page{Page::kMagic, limit, {0}, {}};
+  int fd = -1;
+  auto* page = new (createSharedPage(sizeof(Page), kLowestFd, "memory budget", fd)) Page{Page::kMagic, limit, {0}, {}};
   for (auto& s : page->slots) s.store(0);
   return std::shared_ptr<SharedBudget>(new SharedBudget(fd, page));
 }
 
 std::shared_ptr<SharedBudget> SharedBudget::adopt(int fd) {
-  struct stat st{};
-  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != sizeof(Page))
-    throw std::runtime_error("descriptor " + std::to_string(fd) + " is not a gpool memory budget");
-  void* p = ::mmap(nullptr, sizeof(Page), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) throw std::runtime_error(std::string("cannot map the memory budget: ") + std::strerror(errno));
-  auto* page = static_cast<Page*>(p);
-  if (page->magic != Page::kMagic) {
-    ::munmap(p, sizeof(Page));
-    throw std::runtime_error("descriptor " + std::to_string(fd) + " is not a gpool memory budget");
-  }
-  return std::shared_ptr<SharedBudget>(new SharedBudget(fd, page));
+  return std::shared_ptr<SharedBudget>(new SharedBudget(fd, static_cast<Page*>(adoptSharedPage(fd, sizeof(Page), Page::kMagic, "memory budget"))));
 }
 
-SharedBudget::~SharedBudget() {
-  ::munmap(page_, sizeof(Page));
-  ::close(fd_);
-}
+SharedBudget::~SharedBudget() { releaseSharedPage(page_, sizeof(Page), fd_); }
 
 uint64_t SharedBudget::limit() const { return page_->limit; }
 uint64_t SharedBudget::used() const { return page_->total.load(); }

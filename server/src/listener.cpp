@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "allocator_link.h"
+#include "compute_pace.h"
 #include "shared_budget.h"
 #include "lease_gate.h"
 #include "gpool/protocol/driver_settings.h"
@@ -352,6 +353,12 @@ class Server {
     return b;
   }
 
+  std::shared_ptr<budget::ComputePace> leasePace(const std::string& lease) {
+    auto& pace = lease_paces_[lease];
+    if (!pace) pace = budget::ComputePace::create();
+    return pace;
+  }
+
   // The server's environment, with the client's driver settings (checked at its Hello) in place of the
   // server's own: the worker's driver reads them as the program's would.
   static std::vector<std::string> workerEnvironment(const std::vector<std::string>& driver_env) {
@@ -394,6 +401,16 @@ class Server {
       }
       args.insert(args.end(), {"--memory-cap", std::to_string(lease->memory)});
     }
+    std::shared_ptr<budget::ComputePace> pace;  // the lease's compute share, paced across all its workers
+    const double share = lease ? lease->fraction : opt_.client_share;
+    if (share < 1) {
+      try {
+        pace = lease ? leasePace(lease->lease) : budget::ComputePace::create();
+      } catch (const std::exception& e) {
+        return refuse(p, 999, e.what());
+      }
+      args.insert(args.end(), {"--compute-share", std::to_string(share)});
+    }
     args.insert(args.end(), {"--budget-slot", std::to_string(slot)});
     launch_counts_->reclaim(slot);  // (what a worker before it counted there was taken when it ended)
     posix_spawn_file_actions_t fa;
@@ -407,6 +424,10 @@ class Server {
       posix_spawn_file_actions_adddup2(&fa, budget->fd(), next);
       args.insert(args.end(), {flag, std::to_string(next++)});
     }
+    if (pace) {
+      posix_spawn_file_actions_adddup2(&fa, pace->fd(), next);
+      args.insert(args.end(), {"--compute-pace-fd", std::to_string(next++)});
+    }
     posix_spawn_file_actions_addclosefrom_np(&fa, next);  // nothing else of ours: listener, other clients, pipes
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -419,7 +440,10 @@ class Server {
     int rc = posix_spawn(&pid, opt_.worker_path.c_str(), &fa, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
-      if (lease && workersOf(lease->lease) == 0) lease_budgets_.erase(lease->lease);
+      if (lease && workersOf(lease->lease) == 0) {
+        lease_budgets_.erase(lease->lease);
+        lease_paces_.erase(lease->lease);
+      }
       return refuse(p, 999, std::string("cannot start gpool-worker: ") + std::strerror(rc));
     }
     ++workers_;
@@ -448,6 +472,7 @@ class Server {
           if (slot >= 0) ended_launches_[lease] += launch_counts_->heldBy(slot);
           if (workersOf(lease) == 0) {
             lease_budgets_.erase(lease);
+            lease_paces_.erase(lease);
             ended_launches_.erase(lease);
             if (link_) link_->released(lease);  // its last client left: the share is free at once
           }
@@ -481,6 +506,7 @@ class Server {
   std::map<pid_t, std::string> worker_leases_;  // worker → the lease it serves
   std::map<pid_t, int> worker_slots_;            // worker → its slot in the shared budgets
   std::map<std::string, std::shared_ptr<budget::SharedBudget>> lease_budgets_;  // a lease's memory, across its workers
+  std::map<std::string, std::shared_ptr<budget::ComputePace>> lease_paces_;     // a lease's compute share, across its workers
   std::shared_ptr<budget::SharedBudget> sim_memory_;  // sim: the device's memory, across every worker
   // Kernels each worker launched, in its slot (gpool-worker --launch-counter-fd), and what each lease's
   // ended workers launched: reported with heartbeats (AllocatorLink::launches).

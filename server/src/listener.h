@@ -30,6 +30,7 @@ struct ServerOptions {
   std::string name;          // this server's name at the allocator (default: the host name)
   std::string advertise;     // HOST:PORT clients reach this server at (default: from --listen)
   uint64_t module_cache_max = 8ull << 30;
+  double client_share = 1.0;  // without an allocator: the share of its device's time each client's kernels get
 };
 
 // Where module images are cached when --module-cache is not given.

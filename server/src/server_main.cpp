@@ -57,6 +57,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--name", opt.name, "this server's name at the allocator (default: the host name)");
   app.add_option("--advertise", opt.advertise, "HOST:PORT clients reach this server at (default: from --listen)");
+  app.add_option("--client-share", opt.client_share,
+                 "without --allocator: the share of its device's time each client's kernels may use, below 1 to "
+                 "pace them (with an allocator, each lease's fraction is its share)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 1.0));
   app.add_option("--max-clients", opt.max_clients, "concurrent client connections accepted (at most 256)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));

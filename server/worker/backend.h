@@ -19,6 +19,7 @@
 #include "host_callbacks.h"
 #include "host_pool.h"
 #include "ipc_registry.h"
+#include "launch_timer.h"
 #include "peer_links.h"
 #include "shareable_handles.h"
 
@@ -54,7 +55,8 @@ bool needsContext(const typename C::in::tuple& ins) {
     return true;
 }
 
-class Backend {
+// A backend also times its launches for the lease's compute share (launch_timer.h).
+class Backend : public LaunchTimer {
  public:
   virtual ~Backend() = default;
 

@@ -188,7 +188,7 @@ class CudaBackend final : public Backend {
     releaseBuffers();
     for (; ctx_ && retains_ > 0; --retains_) d_.cuDevicePrimaryCtxRelease_(dev_);
   }
-  // The page-locked receive slots and staging buffer (made again on next use).
+  // The page-locked receive slots, staging buffer and timing events (made again on next use).
   void releaseBuffers() {
     for (auto& slot : slots_) {
       if (slot.in_use) d_.cuEventSynchronize_(slot.done);
@@ -199,6 +199,10 @@ class CudaBackend final : public Backend {
     if (staging_) d_.cuMemFreeHost_(staging_);
     staging_ = nullptr;
     staging_size_ = 0;
+    for (auto [start, end] : timed_) spare_events_.insert(spare_events_.end(), {start, end});  // (unmeasured)
+    timed_.clear();
+    for (CUevent e : spare_events_) d_.cuEventDestroy_(e);
+    spare_events_.clear();
   }
 
   void* stagingBuffer(size_t bytes) override {
@@ -1600,7 +1604,59 @@ class CudaBackend final : public Backend {
     return r;
   }
 
+  // Launch timing for the compute share (launch_timer.h): a pair of timing events around each launch,
+  // read in launch order once the second completed. Events are reused.
+  void startTiming(uint64_t stream) override {
+    timing_start_ = timingEvent();
+    if (timing_start_ && d_.cuEventRecordWithFlags_(timing_start_, stream_(stream), 0) != CUDA_SUCCESS) {
+      spare_events_.push_back(timing_start_);
+      timing_start_ = nullptr;
+    }
+  }
+  void stopTiming(uint64_t stream) override {
+    if (!timing_start_) return;  // (no event: this launch goes unmeasured)
+    CUevent end = timingEvent();
+    if (end && d_.cuEventRecordWithFlags_(end, stream_(stream), 0) == CUDA_SUCCESS) {
+      timed_.push_back({timing_start_, end});
+    } else {
+      spare_events_.push_back(timing_start_);
+      if (end) spare_events_.push_back(end);
+    }
+    timing_start_ = nullptr;
+  }
+  Finished takeFinished(bool wait_oldest) override {
+    Finished f;
+    while (!timed_.empty()) {
+      auto [start, end] = timed_.front();
+      CUresult r = wait_oldest && f.launches == 0 ? d_.cuEventSynchronize_(end) : d_.cuEventQuery_(end);
+      if (r == CUDA_ERROR_NOT_READY) break;
+      float ms = 0;  // (an event that failed, as after a fault, counts as no time)
+      if (r == CUDA_SUCCESS && d_.cuEventElapsedTime_(&ms, start, end) == CUDA_SUCCESS && ms > 0)
+        f.busy_ns += static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
+      ++f.launches;
+      spare_events_.push_back(start);
+      spare_events_.push_back(end);
+      timed_.pop_front();
+    }
+    f.running = timed_.size();
+    return f;
+  }
+
  private:
+  CUevent timingEvent() {
+    CUevent e = nullptr;
+    if (!spare_events_.empty()) {
+      e = spare_events_.back();
+      spare_events_.pop_back();
+    } else if (d_.cuEventCreate_(&e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+      e = nullptr;
+    }
+    return e;
+  }
+  std::deque<std::pair<CUevent, CUevent>> timed_;  // timed launches still running, oldest first
+  std::vector<CUevent> spare_events_;
+  CUevent timing_start_ = nullptr;
+
   struct Slot {
     void* data = nullptr;
     size_t capacity = 0;

@@ -78,6 +78,20 @@ uint64_t Dispatcher::captureOf(proto::Stream stream) {
   return stream.v > 1 && table_.hasStream(stream.v) ? backend_.captureGraph(stream.v) : 0;
 }
 
+template <typename C>
+std::optional<uint64_t> Dispatcher::pacedStream(const typename C::in::tuple& ins) {
+  proto::Stream stream;
+  if constexpr (std::is_same_v<C, proto::calls::LaunchKernel>)
+    stream = std::get<8>(ins);
+  else if constexpr (std::is_same_v<C, proto::calls::GraphLaunch>)
+    stream = std::get<1>(ins);
+  else
+    return std::nullopt;
+  if (!compute_ || !table_.hasStream(stream.v) || captureOf(stream) != 0) return std::nullopt;
+  if (backend_.openContext() != cu::kSuccess) return std::nullopt;  // (timing needs it; the launch then fails)
+  return stream.v;
+}
+
 void Dispatcher::settleGraphMemory(uint64_t headroom) {
   if (!graph_memory_.active() && headroom == 0) return;
   uint64_t used = 0, reserved = 0;
@@ -98,7 +112,10 @@ void Dispatcher::dispatch(const proto::FrameHeader& h) {
   spdlog::trace("{} (request {}, {} bytes)", C::kName, h.seq, h.length);
   Status st = wants_reply ? takeLatched(h) : 0;
   if (st == 0) {  // else an earlier asynchronous call's failure is the reply, and this call does not run
+    const std::optional<uint64_t> paced = pacedStream<C>(ins);
+    if (paced) compute_->beforeLaunch(*paced);
     st = execute<C>(ins, outs);
+    if (paced) compute_->afterLaunch(*paced);
     if constexpr (std::is_same_v<C, proto::calls::LaunchKernel> || std::is_same_v<C, proto::calls::GraphLaunch>)
       if (st == 0 && launches_) launches_->add(launch_slot_, 1);
     if constexpr (std::is_same_v<C, proto::calls::ModuleLoad>) {

@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "alive_signal.h"
 #include "backend.h"
+#include "compute_share.h"
 #include "graph_memory.h"
 #include "handle_table.h"
 #include "memory_ledger.h"
@@ -47,6 +50,9 @@ class Dispatcher {
   // Counts each kernel or graph the device accepted in `slot` of `page` (gpool-server's page of launch
   // counters, shared with its workers: what it reports to the allocator as the lease's activity).
   void countLaunchesIn(std::shared_ptr<budget::SharedBudget> page, int slot) { launches_ = std::move(page), launch_slot_ = slot; }
+  // Holds the lease's kernels and graphs to its compute share (compute_share.h); without it they run unpaced.
+  void shareCompute(std::unique_ptr<ComputeShare> share) { compute_ = std::move(share); }
+  const ComputeShare* computeShare() const { return compute_.get(); }
   // Relays `relay`'s output (the worker's standard output) to a client that asks for it (kMsgOutput).
   void relayOutput(OutputRelay* relay) { output_ = relay; }
   // Runs until the client disconnects or violates the protocol.
@@ -78,6 +84,9 @@ class Dispatcher {
   template <typename C>
   void afterCall(typename C::in::tuple& ins, Status st, const CallScope& s, uint64_t headroom);
   uint64_t captureOf(proto::Stream stream);
+  // The stream a kernel or graph launch runs on when the compute share times it (not while it captures).
+  template <typename C>
+  std::optional<uint64_t> pacedStream(const typename C::in::tuple& ins);
   void settleGraphMemory(uint64_t headroom = 0);
 
   Backend& backend_;
@@ -93,6 +102,7 @@ class Dispatcher {
   int stall_ms_ = 0;  // first failure of a call nobody waited for
   ModuleCache* cache_;
   OutputRelay* output_ = nullptr;
+  std::unique_ptr<ComputeShare> compute_;  // (shareCompute; null: launches are not paced)
   std::shared_ptr<budget::SharedBudget> launches_;  // (countLaunchesIn; null: not counted)
   int launch_slot_ = 0;
   ServeResult stats_;

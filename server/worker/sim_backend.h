@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend.h"
@@ -65,6 +66,11 @@ class SimBackend : public Backend {
   // Registration entry used by plugins (and tests in-process).
   void registerKernel(const char* name, gpool_sim_kernel_fn fn, unsigned n, const unsigned* sizes, const unsigned* aligns);
   uint64_t launches() const { return launches_; }
+
+  // A sim kernel runs as it is launched: its time on the device is the host time of its launch.
+  void startTiming(uint64_t) override { timing_from_ = std::chrono::steady_clock::now(); }
+  void stopTiming(uint64_t) override;
+  Finished takeFinished(bool) override { return std::exchange(timed_, Finished{}); }
 
  private:
   struct RegisteredKernel {
@@ -153,6 +159,8 @@ class SimBackend : public Backend {
   std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, std::vector<uint8_t>>>> links_;  // sim_link.cpp
   uint64_t next_handle_ = 1;
   uint64_t launches_ = 0;
+  std::chrono::steady_clock::time_point timing_from_;  // (startTiming)
+  Finished timed_;  // launches timed since the last takeFinished
   std::unordered_map<std::string, RegisteredKernel> kernels_;
   std::unordered_map<uint64_t, EventState> events_;
   std::unordered_map<uint64_t, Function> functions_;  // CUfunction and CUkernel handles

@@ -68,6 +68,11 @@ int main(int argc, char** argv) {
   int launch_counter_fd = -1;
   app.add_option("--launch-counter-fd", launch_counter_fd,
                  "gpool-server's page of launch counters: this worker counts the kernels it launches in its slot");
+  double compute_share = 1.0;
+  int compute_pace_fd = -1;
+  app.add_option("--compute-share", compute_share, "the lease's share of the device's time (below 1: its launches are paced)")
+      ->check(CLI::Range(0.0, 1.0, "a fraction"));
+  app.add_option("--compute-pace-fd", compute_pace_fd, "the lease's compute pace, shared with its other workers (from gpool-server)");
   app.add_option("--server-pid", server_pid, "the gpool-server that started this worker: the worker ends with it");
   app.add_flag("--inventory", inventory, "print this host's devices as JSON for the allocator, then exit");
   bool separate_host = false;
@@ -128,7 +133,10 @@ int main(int argc, char** argv) {
 
   gpool::worker::SharedLimits shared{nullptr, nullptr, budget_slot};
   std::shared_ptr<gpool::budget::SharedBudget> launch_counter;
+  std::shared_ptr<gpool::budget::ComputePace> pace;
   try {
+    if (compute_share > 0 && compute_share < 1)
+      pace = compute_pace_fd >= 0 ? gpool::budget::ComputePace::adopt(compute_pace_fd) : gpool::budget::ComputePace::create();
     if (budget_fd >= 0) shared.lease = gpool::budget::SharedBudget::adopt(budget_fd);
     if (device_budget_fd >= 0) shared.device = gpool::budget::SharedBudget::adopt(device_budget_fd);
     if (launch_counter_fd >= 0) launch_counter = gpool::budget::SharedBudget::adopt(launch_counter_fd);
@@ -182,12 +190,16 @@ int main(int argc, char** argv) {
   dispatcher.setStallTimeout(stall_timeout_ms);
   dispatcher.relayOutput(output.get());
   if (launch_counter) dispatcher.countLaunchesIn(launch_counter, budget_slot);
+  if (pace) dispatcher.shareCompute(std::make_unique<gpool::worker::ComputeShare>(compute_share, pace, *backend));
   auto result = dispatcher.serve();
   if (result.clean)
     spdlog::info("client {} disconnected after {} messages ({}); releasing its resources", transport->peer(), result.frames,
                  result.transport);
   else
     spdlog::warn("closing connection to {}: {}", transport->peer(), result.reason);
+  if (const auto* share = dispatcher.computeShare())
+    spdlog::info("compute share {}: the client's kernels ran {:.3f} s on the device; its launches waited {:.3f} s for its share",
+                 share->share(), share->chargedNs() / 1e9, share->pacedNs() / 1e9);
   spdlog::info("module images: {} received ({} bytes), {} loaded from the host cache ({} bytes not sent)",
                result.images_received, result.image_bytes_received, result.images_from_cache,
                result.image_bytes_from_cache);

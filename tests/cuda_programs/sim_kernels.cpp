@@ -1,4 +1,5 @@
 // Host implementations of the test programs' kernels for gpool-worker's sim backend (loaded with --sim-kernels).
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -51,6 +52,13 @@ void say(const gpool_sim_launch* l) {
   for (uint64_t i = 0; i < threads(l); ++i) std::printf("gpool device says %d from thread %llu\n", tag, static_cast<unsigned long long>(i));
 }
 
+// compute_share.cu: keeps the device busy for the given nanoseconds.
+void spin(const gpool_sim_launch* l) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(arg<unsigned long long>(l, 0));
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
 }  // namespace
 
 extern "C" void gpool_sim_register_kernels(gpool_sim_register_fn reg) {
@@ -64,4 +72,6 @@ extern "C" void gpool_sim_register_kernels(gpool_sim_register_fn reg) {
   reg("gpool_test_set_condition", &setCondition, 2, set_sizes, nullptr);
   const unsigned say_sizes[] = {4};
   reg("gpool_test_say", &say, 1, say_sizes, nullptr);
+  const unsigned spin_sizes[] = {8};
+  reg("gpool_test_spin", &spin, 1, spin_sizes, nullptr);
 }
