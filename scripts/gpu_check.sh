@@ -7,7 +7,7 @@
 # usage: scripts/gpu_check.sh [BUILD_DIR] [--quick] [--only SECTION,...]
 #   BUILD_DIR: a build tree, or the .gpu folder scripts/pack_gpu.sh makes
 #   --quick: skips the benchmarks and the slowest workloads
-#   --only: runs these sections, in this order: programs nvml idle workloads two cache bench (default: all)
+#   --only: runs these sections, in this order: programs nvml idle share workloads two cache bench (default: all)
 # environment: GPOOL_CHECK_LOGS=DIR keeps every log there (else a temporary folder, removed at the end);
 #   GPOOL_CHECK_JOBS=N runs the C++ programs N at a time (default 1: timings inside them stay quiet);
 #   GPOOL_CHECK_WORKLOADS="a b" runs only these workloads; GPOOL_CHECK_TIMEOUT=S bounds each program and
@@ -17,7 +17,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:-$here/../build}" && pwd)
 shift || true
-quick=0; sections="programs nvml idle workloads two cache bench"
+quick=0; sections="programs nvml idle share workloads two cache bench"
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
@@ -136,6 +136,28 @@ section_idle() {
   row idle_contexts "GPU memory of 4 processes that only ask (measured)" "$idle_native" "$idle_gpool" "-"
 }
 
+# --- compute shares: a client's kernels held to its share of the device's time (gpool-server --client-share
+# stands for a lease's fraction). One client at 0.25, judged by the program's own check; then two clients at
+# 0.5 at once, and the same two processes natively: what time-slicing between them leaves, measured.
+device_share() { grep -oE '[0-9.]+ of the device' "$1" | awk '{print $1}'; }
+section_share() {
+  local prog=$build/tests/cuda_compute_share nrc grc verdict=FAIL
+  LD_LIBRARY_PATH=/usr/local/cuda/lib64 timeout "$limit" "$prog" 2 1000 > "$out/share.native" 2>&1; nrc=$?
+  GPOOL_TEST_SERVER_ARGS="${GPOOL_TEST_SERVER_ARGS:-} --client-share=0.25" timeout "$limit" "$runner" "$build" cuda "$prog" 2 1000 0.25 \
+    > "$out/share.gpool" 2>&1; grc=$?
+  LD_LIBRARY_PATH=/usr/local/cuda/lib64 timeout "$limit" "$prog" 2 1000 0 2 > "$out/share-two.native" 2>&1
+  GPOOL_TEST_SERVER_ARGS="${GPOOL_TEST_SERVER_ARGS:-} --client-share=0.5" timeout "$limit" "$runner" "$build" cuda "$prog" 2 1000 0 2 \
+    > "$out/share-two.gpool" 2>&1
+  for f in share.native share.gpool share-two.native share-two.gpool; do echo "=== compute share: $f ==="; cat "$out/$f"; done
+  cat "$out/share.gpool" "$out/share-two.gpool" >> "$out/all-gpool.log"
+  [ $nrc -eq 0 ] && [ $grc -eq 0 ] && verdict=PASS
+  [ $verdict = PASS ] || status=1
+  row compute_share "device time of one client at a share of 0.25 (<= 0.3075)" "$(device_share "$out/share.native")" \
+    "$(device_share "$out/share.gpool")" "$verdict"
+  row compute_share "device time of two clients at 0.5 at once, together" "$(device_share "$out/share-two.native")" \
+    "$(device_share "$out/share-two.gpool")" "-"
+}
+
 # --- PyTorch / CuPy / JAX workloads ------------------------------------------------------------------------
 section_workloads() {
   local only=()
@@ -191,8 +213,8 @@ section_bench() {
 
 for section in $sections; do
   case $section in
-    programs|nvml|idle|workloads|two|cache|bench) echo "### section $section ($(date +%T))"; "section_$section" ;;
-    *) echo "unknown section $section (programs nvml idle workloads two cache bench)"; exit 2 ;;
+    programs|nvml|idle|share|workloads|two|cache|bench) echo "### section $section ($(date +%T))"; "section_$section" ;;
+    *) echo "unknown section $section (programs nvml idle share workloads two cache bench)"; exit 2 ;;
   esac
 done
 

@@ -52,6 +52,7 @@ if [ -f "$build/trace/libtrace.so" ]; then  # what JAX asks of the driver native
   pack
 fi
 check nvml 40 nvml
+check share 50 share
 # NVIDIA's CUDA samples, where they were built and carried (scripts/cuda_samples.py build SRC .samples)
 samples=${GPOOL_SAMPLES:-$here/../.samples}
 if [ -d "$samples/bin" ]; then

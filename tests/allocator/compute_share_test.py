@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""A lease's compute share, end to end: a real allocator, a sim gpool-server, and `gpool run -p F` of a
+program whose processes launch kernels that keep the device busy (tests/cuda_programs/compute_share.cu).
+Its fraction is its share of the device's time, across all its processes together.
+usage: compute_share_test.py BUILD_DIR [unittest args]"""
+import os
+import re
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster import BUILD, GIB, KERNELS, Cluster, setUpModule, tearDownModule  # noqa: F401,E402
+
+PROGRAM = os.path.join(BUILD, "tests", "cuda_compute_share")
+
+
+class ComputeShares(unittest.TestCase):
+    def setUp(self):
+        self.cluster = Cluster(servers=1, ttl="1s", memory=GIB, server_args=["--sim-kernels", KERNELS])
+
+    def tearDown(self):
+        self.cluster.close()
+
+    def run_program(self, fraction, *args):
+        p = self.cluster.gpool("run", "-p", fraction, "--", PROGRAM, *args)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, out + err + self.cluster.log("sim0"))
+        return out
+
+    def test_the_processes_of_a_quarter_lease_together_keep_the_device_busy_a_quarter_of_the_time(self):
+        out = self.run_program("0.25", "2", "1000", "0.25", "2")  # two processes, checked against 0.25 together
+        self.assertIn("ALL PASSED", out)
+        print(out.strip(), file=sys.stderr)
+        log = self.cluster.log("sim0")
+        paced = re.findall(r"compute share 0\.25: the client's kernels ran ([\d.]+) s on the device; its launches waited ([\d.]+) s", log)
+        self.assertEqual(len(paced), 2, log)  # each worker says what it enforced
+        self.assertTrue(all(float(waited) > 0 for _, waited in paced), paced)
+
+    def test_a_whole_gpu_is_not_paced(self):
+        out = self.run_program("1", "1", "1000")  # (its share, about 0.95 here, is printed, not checked: no timed assertions)
+        print(out.strip(), file=sys.stderr)
+        self.assertRegex(out, r"\d+ kernels of 1000 us")
+        self.assertNotIn("compute share", self.cluster.log("sim0"))
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1] + sys.argv[2:], verbosity=2)
