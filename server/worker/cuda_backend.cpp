@@ -1626,6 +1626,7 @@ class CudaBackend final : public Backend {
   }
   Finished takeFinished(bool wait_oldest) override {
     Finished f;
+    RelaxedCapture relaxed(d_);  // (querying an event is not allowed while the client captures in global mode)
     while (!timed_.empty()) {
       auto [start, end] = timed_.front();
       CUresult r = wait_oldest && f.launches == 0 ? d_.cuEventSynchronize_(end) : d_.cuEventQuery_(end);
@@ -1648,11 +1649,21 @@ class CudaBackend final : public Backend {
     if (!spare_events_.empty()) {
       e = spare_events_.back();
       spare_events_.pop_back();
-    } else if (d_.cuEventCreate_(&e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+    } else if (RelaxedCapture relaxed(d_); d_.cuEventCreate_(&e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
       e = nullptr;
     }
     return e;
   }
+  // While it lives, this thread may make calls that a capture in global mode forbids (as PyTorch's
+  // allocator does around its own): the worker's own timing events are none of the client's capture.
+  struct RelaxedCapture {
+    explicit RelaxedCapture(Driver& d) : d_(d) { d_.cuThreadExchangeStreamCaptureMode_(&mode_); }
+    ~RelaxedCapture() { d_.cuThreadExchangeStreamCaptureMode_(&mode_); }
+    RelaxedCapture(const RelaxedCapture&) = delete;
+    RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+    Driver& d_;
+    CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  };
   std::deque<std::pair<CUevent, CUevent>> timed_;  // timed launches still running, oldest first
   std::vector<CUevent> spare_events_;
   CUevent timing_start_ = nullptr;

@@ -2,7 +2,8 @@
 // each launch kernels that keep the device busy for KERNEL_US, synchronizing every 4, for SECONDS. The
 // program prints what share of the device's time their kernels took together (their kernels' time over
 // the wall time), and with MAX_SHARE > 0 checks it is at most that share (with 15% room and 2 points:
-// what a share lets through after idling, and the work queued before it is measured).
+// what a share lets through after idling, and the work queued before it is measured). Each process first
+// captures a graph in global mode on one stream while it launches on another, which pacing must not break.
 // usage: compute_share [SECONDS=2] [KERNEL_US=1000] [MAX_SHARE=0] [PROCS=1]
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,9 +22,37 @@ extern "C" __global__ void gpool_test_spin(unsigned long long ns) {
   while (now - start < ns);
 }
 
+// A capture in global mode on one stream while kernels go to another: a paced worker's own timing (its
+// events around those kernels) must not invalidate the client's capture. True when the graph was made and ran.
+static bool captureBesidePacedLaunches(unsigned long long ns) {
+  cudaStream_t captured, other;
+  if (cudaStreamCreateWithFlags(&captured, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) != cudaSuccess)
+    return false;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  bool ok = cudaStreamBeginCapture(captured, cudaStreamCaptureModeGlobal) == cudaSuccess;
+  for (int k = 0; ok && k < 8; ++k) {
+    gpool_test_spin<<<1, 1, 0, captured>>>(ns);
+    gpool_test_spin<<<1, 1, 0, other>>>(ns);
+  }
+  ok = cudaStreamEndCapture(captured, &graph) == cudaSuccess && ok;
+  ok = ok && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess && cudaGraphLaunch(exec, captured) == cudaSuccess;
+  ok = cudaDeviceSynchronize() == cudaSuccess && ok;
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  cudaStreamDestroy(captured);
+  cudaStreamDestroy(other);
+  return ok;
+}
+
 // Launches for `seconds`; returns how many kernels ran, or -1.
 static long spinFor(double seconds, unsigned long long ns) {
   if (cudaFree(nullptr) != cudaSuccess) return -1;  // the context, before the clock starts
+  if (!captureBesidePacedLaunches(ns)) {
+    std::printf("FAIL: a stream capture beside launches on another stream\n");
+    return -1;
+  }
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   long launched = 0;
   while (std::chrono::steady_clock::now() < end) {
