@@ -3,6 +3,7 @@
 #include "listener.h"
 
 #include <algorithm>
+#include <climits>
 #include <chrono>
 #include <asio.hpp>
 #include <spawn.h>
@@ -347,16 +348,23 @@ class Server {
     return slot;
   }
 
-  std::shared_ptr<budget::SharedBudget> leaseBudget(const std::string& lease, uint64_t memory) {
+  // A lease's memory and compute share on one device, across its workers there.
+  using OnDevice = std::pair<std::string, int>;  // (lease, device)
+  std::shared_ptr<budget::SharedBudget> leaseBudget(const OnDevice& lease, uint64_t memory) {
     auto& b = lease_budgets_[lease];
     if (!b) b = budget::SharedBudget::create(memory);
     return b;
   }
 
-  std::shared_ptr<budget::ComputePace> leasePace(const std::string& lease) {
+  std::shared_ptr<budget::ComputePace> leasePace(const OnDevice& lease) {
     auto& pace = lease_paces_[lease];
     if (!pace) pace = budget::ComputePace::create();
     return pace;
+  }
+  // The lease's last worker here ended.
+  void forgetShares(const std::string& lease) {
+    std::erase_if(lease_budgets_, [&](const auto& b) { return b.first.first == lease; });
+    std::erase_if(lease_paces_, [&](const auto& p) { return p.first.first == lease; });
   }
 
   // The server's environment, with the client's driver settings (checked at its Hello) in place of the
@@ -395,7 +403,7 @@ class Server {
     std::shared_ptr<budget::SharedBudget> memory;  // the lease's cap, held across all its workers
     if (lease && lease->memory) {
       try {
-        memory = leaseBudget(lease->lease, lease->memory);
+        memory = leaseBudget({lease->lease, hello.device}, lease->memory);
       } catch (const std::exception& e) {
         return refuse(p, 999, e.what());
       }
@@ -405,7 +413,7 @@ class Server {
     const double share = lease ? lease->fraction : opt_.client_share;
     if (share < 1) {
       try {
-        pace = lease ? leasePace(lease->lease) : budget::ComputePace::create();
+        pace = lease ? leasePace({lease->lease, hello.device}) : budget::ComputePace::create();
       } catch (const std::exception& e) {
         return refuse(p, 999, e.what());
       }
@@ -440,10 +448,7 @@ class Server {
     int rc = posix_spawn(&pid, opt_.worker_path.c_str(), &fa, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
-      if (lease && workersOf(lease->lease) == 0) {
-        lease_budgets_.erase(lease->lease);
-        lease_paces_.erase(lease->lease);
-      }
+      if (lease && workersOf(lease->lease) == 0) forgetShares(lease->lease);
       return refuse(p, 999, std::string("cannot start gpool-worker: ") + std::strerror(rc));
     }
     ++workers_;
@@ -468,11 +473,11 @@ class Server {
         if (auto it = worker_leases_.find(pid); it != worker_leases_.end()) {
           std::string lease = it->second;
           worker_leases_.erase(it);
-          if (auto b = lease_budgets_.find(lease); b != lease_budgets_.end()) b->second->reclaim(slot);  // the driver freed it
+          for (auto b = lease_budgets_.lower_bound({lease, INT_MIN}); b != lease_budgets_.end() && b->first.first == lease; ++b)
+            b->second->reclaim(slot);  // the driver freed it (the slot is this worker's alone, on whichever device)
           if (slot >= 0) ended_launches_[lease] += launch_counts_->heldBy(slot);
           if (workersOf(lease) == 0) {
-            lease_budgets_.erase(lease);
-            lease_paces_.erase(lease);
+            forgetShares(lease);
             ended_launches_.erase(lease);
             if (link_) link_->released(lease);  // its last client left: the share is free at once
           }
@@ -505,8 +510,8 @@ class Server {
   std::unique_ptr<AllocatorLink> link_;
   std::map<pid_t, std::string> worker_leases_;  // worker → the lease it serves
   std::map<pid_t, int> worker_slots_;            // worker → its slot in the shared budgets
-  std::map<std::string, std::shared_ptr<budget::SharedBudget>> lease_budgets_;  // a lease's memory, across its workers
-  std::map<std::string, std::shared_ptr<budget::ComputePace>> lease_paces_;     // a lease's compute share, across its workers
+  std::map<OnDevice, std::shared_ptr<budget::SharedBudget>> lease_budgets_;  // a lease's memory on a device, across its workers
+  std::map<OnDevice, std::shared_ptr<budget::ComputePace>> lease_paces_;     // its compute share there, likewise
   std::shared_ptr<budget::SharedBudget> sim_memory_;  // sim: the device's memory, across every worker
   // Kernels each worker launched, in its slot (gpool-worker --launch-counter-fd), and what each lease's
   // ended workers launched: reported with heartbeats (AllocatorLink::launches).
