@@ -74,8 +74,11 @@ void waitForStore(const std::string& store, const gpool::allocator::EtcdAccess& 
 }
 
 // Another replica leads now: this process starts again from nothing, as a standby. Its descriptors (the
-// listening sockets among them) close on exec, so that the new image can bind them again.
+// listening sockets among them) close on exec, so that the new image can bind them again. The requests it
+// was answering (a write that found the lead lost answers 503) first get half a second to go out whole:
+// an exec at once cut their replies short.
 [[noreturn]] void startAgainAsStandby(char** argv) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   spdlog::critical("starting again as a standby");
   spdlog::default_logger()->flush();
   ::setenv(kRestarted, "1", 1);
