@@ -19,7 +19,7 @@ cp "$build"/tests/cuda_basic_static "$build"/tests/cuda_basic_shared "$build"/te
    "$build"/tests/cuda_stream_memops "$build"/tests/cuda_virtual_memory "$build"/tests/cuda_jit_link "$build"/tests/cuda_contexts \
    "$build"/tests/cuda_host_functions "$build"/tests/cuda_graph_build "$build"/tests/cuda_managed "$build"/tests/cuda_ipc \
    "$build"/tests/cuda_graph_nodes "$build"/tests/cuda_graph_memory "$build"/tests/cuda_arrays "$build"/tests/cuda_device_output "$build"/tests/cuda_user_objects "$build"/tests/cuda_capture_streams "$build"/tests/cuda_driver_extras "$build"/tests/cuda_vmm_ipc "$build"/tests/cuda_pool_ipc "$build"/tests/cuda_graph_host_copies "$build"/tests/cuda_fork_child "$build"/tests/cuda_launch_blocking \
-   "$build"/tests/cuda_multi_device "$build"/tests/cuda_nccl_all_reduce \
+   "$build"/tests/cuda_multi_device "$build"/tests/cuda_nccl_all_reduce "$build"/tests/cuda_compute_share \
    "$build"/tests/libgpool_test_sim_kernels.so .gpu/tests/
 cp "$build"/bench/gpool_bench_call_costs "$build"/bench/gpool_bench_tcp_loopback "$build"/bench/gpool_bench_peer_copy .gpu/bench/
 # The driver-call tracer of ../shared/tools/trace, where this checkout has it: gpu_run_all.sh lists what
