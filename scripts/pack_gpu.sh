@@ -14,13 +14,10 @@ for lib in libcpp-httplib.so.0.11 libbrotlicommon.so.1 libbrotlidec.so.1 libbrot
   cp -L "/usr/lib/x86_64-linux-gnu/$lib" .gpu/server/
 done
 cp -a "$build"/lib/gpool .gpu/lib/
-cp "$build"/tests/cuda_basic_static "$build"/tests/cuda_basic_shared "$build"/tests/cuda_libraries "$build"/tests/nvml_query \
-   "$build"/tests/cuda_memory_2d "$build"/tests/cuda_memory_pools "$build"/tests/cuda_pointer_attributes \
-   "$build"/tests/cuda_stream_memops "$build"/tests/cuda_virtual_memory "$build"/tests/cuda_jit_link "$build"/tests/cuda_contexts \
-   "$build"/tests/cuda_host_functions "$build"/tests/cuda_graph_build "$build"/tests/cuda_managed "$build"/tests/cuda_ipc \
-   "$build"/tests/cuda_graph_nodes "$build"/tests/cuda_graph_memory "$build"/tests/cuda_arrays "$build"/tests/cuda_device_output "$build"/tests/cuda_user_objects "$build"/tests/cuda_capture_streams "$build"/tests/cuda_driver_extras "$build"/tests/cuda_vmm_ipc "$build"/tests/cuda_pool_ipc "$build"/tests/cuda_graph_host_copies "$build"/tests/cuda_fork_child "$build"/tests/cuda_launch_blocking \
-   "$build"/tests/cuda_multi_device "$build"/tests/cuda_nccl_all_reduce "$build"/tests/cuda_compute_share \
-   "$build"/tests/libgpool_test_sim_kernels.so .gpu/tests/
+# Every nvcc-built test program (whatever gpu_check.sh runs, now or after a change, is among them), the
+# NVML probe and the sim kernels (bench/run.sh's sim runs).
+find "$build"/tests -maxdepth 1 -type f -name 'cuda_*' -perm -u+x -exec cp {} .gpu/tests/ \;
+cp "$build"/tests/nvml_query "$build"/tests/libgpool_test_sim_kernels.so .gpu/tests/
 cp "$build"/bench/gpool_bench_call_costs "$build"/bench/gpool_bench_tcp_loopback "$build"/bench/gpool_bench_peer_copy .gpu/bench/
 # The driver-call tracer of ../shared/tools/trace, where this checkout has it: gpu_run_all.sh lists what
 # JAX asks of NVIDIA's driver natively with it.
