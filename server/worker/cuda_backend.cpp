@@ -1626,6 +1626,7 @@ class CudaBackend final : public Backend {
   }
   Finished takeFinished(bool wait_oldest) override {
     Finished f;
+    if (timed_.empty()) return f;  // (nothing to ask the driver: no change of capture mode either)
     RelaxedCapture relaxed(d_);  // (querying an event is not allowed while the client captures in global mode)
     while (!timed_.empty()) {
       auto [start, end] = timed_.front();
