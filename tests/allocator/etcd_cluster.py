@@ -14,8 +14,6 @@ from ports import free_port
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
 
-
-
 def _openssl(*args):
     subprocess.run(["openssl", *args], check=True, capture_output=True)
 
