@@ -1,7 +1,8 @@
 // Lease tokens: what the allocator signs for each share of a lease and a gpool-server verifies offline
 // (Ed25519: the allocator holds the private key, GPU hosts the public one). Text form:
 // "gpl2.<hex payload>.<hex signature>", where the payload is "lease|server|device|memory bytes|fraction|
-// expiry unix seconds".
+// expiry unix seconds|share". A lease's shares are numbered from 0; two on one GPU differ only in it. (A token
+// of six fields, from an allocator before the share number, is share 0.)
 #pragma once
 
 #include <cstdint>
@@ -12,12 +13,15 @@
 
 namespace gpool::token {
 
+inline constexpr int kMaxShares = 1024;  // the most shares one lease may ask for
+
 struct Claims {
   std::string lease, server;
   int device = 0;
   uint64_t memory = 0;
   double fraction = 1.0;
   int64_t expiry_s = 0;
+  int share = 0;  // which of the lease's shares (each is a device of its own, with its own memory and time)
 };
 
 std::string sign(const Claims& c, const Ed25519Key& key);

@@ -1,6 +1,7 @@
 #include "model_json.h"
 
 #include "gpool/printable.h"
+#include "lease_token.h"
 
 #include <algorithm>
 #include <cctype>
@@ -151,8 +152,8 @@ LeaseRequest requestFromJson(const json& j) {
   LeaseRequest r;
   auto field = [&](const char* name) -> const json* { return j.contains(name) ? &j.at(name) : nullptr; };
   if (auto n = field("n")) {
-    if (!n->is_number_integer() || n->get<int64_t>() < 1 || n->get<int64_t>() > 1024)
-      throw std::invalid_argument("n must be an integer from 1 to 1024");
+    if (!n->is_number_integer() || n->get<int64_t>() < 1 || n->get<int64_t>() > token::kMaxShares)
+      throw std::invalid_argument("n must be an integer from 1 to " + std::to_string(token::kMaxShares));
     r.n = n->get<int>();
   }
   if (auto p = field("p")) {

@@ -260,7 +260,7 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
     c.gpu->used_fraction += p;
     c.gpu->used_memory += c.memory;
     Share s{c.server->name, c.server->address, c.gpu->uuid, "", c.gpu->index, p, c.memory};
-    s.token = sign_(l, s, expiry);
+    s.token = sign_(l, s, i, expiry);
     l.shares.push_back(std::move(s));
     touch(*c.server);
   }
@@ -576,7 +576,8 @@ bool Scheduler::renewTokens(const std::string& id) {
   const int64_t now_s = unix_seconds_();
   if (l.token_expiry_s - now_s > ttl_s / 2) return false;
   l.token_expiry_s = now_s + ttl_s;
-  for (Share& s : l.shares) s.token = sign_(l, s, l.token_expiry_s);
+  for (size_t i = 0; i < l.shares.size(); ++i)
+    l.shares[i].token = sign_(l, l.shares[i], static_cast<int>(i), l.token_expiry_s);
   touch(l);
   return true;
 }

@@ -149,7 +149,7 @@ struct RoundJob;  // a candidate of a pool's round (rounds.cpp)
 class Scheduler {
  public:
   // Signs a share's token: (lease, share, expiry in unix seconds) → token text.
-  using Signer = std::function<std::string(const Lease&, const Share&, int64_t expiry_s)>;
+  using Signer = std::function<std::string(const Lease&, const Share&, int index, int64_t expiry_s)>;  // index: the share's, in the lease
   Scheduler(Policy policy, Signer signer, std::function<int64_t()> unix_seconds);
 
   const Policy& policy() const { return policy_; }

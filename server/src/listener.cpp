@@ -348,15 +348,16 @@ class Server {
     return slot;
   }
 
-  // A lease's memory and compute share on one device, across its workers there.
-  using OnDevice = std::pair<std::string, int>;  // (lease, device)
-  std::shared_ptr<budget::SharedBudget> leaseBudget(const OnDevice& lease, uint64_t memory) {
+  // One share of a lease's memory and compute, across its workers here. A lease's shares are numbered in
+  // its tokens; two of them on one GPU are two devices to the program, each with its own memory and time.
+  using LeaseShare = std::pair<std::string, int>;  // (lease, share)
+  std::shared_ptr<budget::SharedBudget> leaseBudget(const LeaseShare& lease, uint64_t memory) {
     auto& b = lease_budgets_[lease];
     if (!b) b = budget::SharedBudget::create(memory);
     return b;
   }
 
-  std::shared_ptr<budget::ComputePace> leasePace(const OnDevice& lease) {
+  std::shared_ptr<budget::ComputePace> leasePace(const LeaseShare& lease) {
     auto& pace = lease_paces_[lease];
     if (!pace) pace = budget::ComputePace::create();
     return pace;
@@ -403,7 +404,7 @@ class Server {
     std::shared_ptr<budget::SharedBudget> memory;  // the lease's cap, held across all its workers
     if (lease && lease->memory) {
       try {
-        memory = leaseBudget({lease->lease, hello.device}, lease->memory);
+        memory = leaseBudget({lease->lease, lease->share}, lease->memory);
       } catch (const std::exception& e) {
         return refuse(p, 999, e.what());
       }
@@ -413,7 +414,7 @@ class Server {
     const double share = lease ? lease->fraction : opt_.client_share;
     if (share < 1) {
       try {
-        pace = lease ? leasePace({lease->lease, hello.device}) : budget::ComputePace::create();
+        pace = lease ? leasePace({lease->lease, lease->share}) : budget::ComputePace::create();
       } catch (const std::exception& e) {
         return refuse(p, 999, e.what());
       }
@@ -510,8 +511,8 @@ class Server {
   std::unique_ptr<AllocatorLink> link_;
   std::map<pid_t, std::string> worker_leases_;  // worker → the lease it serves
   std::map<pid_t, int> worker_slots_;            // worker → its slot in the shared budgets
-  std::map<OnDevice, std::shared_ptr<budget::SharedBudget>> lease_budgets_;  // a lease's memory on a device, across its workers
-  std::map<OnDevice, std::shared_ptr<budget::ComputePace>> lease_paces_;     // its compute share there, likewise
+  std::map<LeaseShare, std::shared_ptr<budget::SharedBudget>> lease_budgets_;  // a share's memory, across its workers
+  std::map<LeaseShare, std::shared_ptr<budget::ComputePace>> lease_paces_;     // its compute share, likewise
   std::shared_ptr<budget::SharedBudget> sim_memory_;  // sim: the device's memory, across every worker
   // Kernels each worker launched, in its slot (gpool-worker --launch-counter-fd), and what each lease's
   // ended workers launched: reported with heartbeats (AllocatorLink::launches).

@@ -595,6 +595,31 @@ class LeaseFlow(unittest.TestCase):
         self.assertTrue(wait_for(lambda: hold(3 * GIB // 4)[1][0] == "HELD", timeout=5), "the killed process's part was not given back")
         open(go, "w").close()
 
+    def test_two_shares_of_one_lease_on_one_gpu_each_get_their_own_memory(self):
+        # `-n 2 -p 0.5` on one GPU is two devices of half its memory each. Their tokens named the same lease,
+        # server and device, so the server kept one half for both: the second device's allocations failed
+        # once the first held its half.
+        c = self.make(ttl="30s")
+        _, lease = c.http("POST", "/v1/leases", {"user": "u", "n": 2, "p": 0.5})
+        first, second = lease["shares"]
+        self.assertEqual((first["server"], first["device"]), (second["server"], second["device"]), "both on one GPU")
+        half = first["memory"]
+        go = os.path.join(c.dir, "go")
+
+        def hold(share, nbytes):
+            p = subprocess.Popen([MEMCAP, "hold", str(nbytes), go], env=c.client_env(share), stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+            self.children.append(p)
+            return p.stdout.readline().split()
+
+        self.assertEqual(hold(first, 3 * half // 4)[0], "HELD")
+        said = hold(second, 3 * half // 4)
+        self.assertEqual(said[0], "HELD", said)  # the second device's half is its own
+        said = hold(second, half // 2)
+        self.assertEqual(said[0], "OOM", said)  # and no more than a half: its processes share it
+        self.assertEqual(int(said[1]), half // 4)
+        open(go, "w").close()
+
     def test_an_ended_leases_share_is_not_granted_again_while_its_worker_runs(self):
         # The allocator holds an ended lease's share until its server reports the worker gone, and names the
         # lease in every heartbeat answer until then (issue 11: revocations were sent once, and the share

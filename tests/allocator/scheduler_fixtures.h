@@ -28,7 +28,7 @@ inline Server typed(const std::string& name, int gpus, const std::string& model)
 }
 
 inline Scheduler make(const std::string& toml) {
-  return Scheduler(parsePolicy(toml), [](const Lease& l, const Share&, int64_t) { return "tok-" + l.id; }, [] { return int64_t{1000}; });
+  return Scheduler(parsePolicy(toml), [](const Lease& l, const Share&, int, int64_t) { return "tok-" + l.id; }, [] { return int64_t{1000}; });
 }
 
 // What parsePolicy says about `toml`: its error, or "accepted".

@@ -27,7 +27,7 @@ Server server(const std::string& name, int gpus, uint64_t memory = 80 * kGiB) {
 
 Scheduler make(const std::string& toml = "") {
   Policy p = toml.empty() ? Policy{} : parsePolicy(toml);
-  return Scheduler(p, [](const Lease& l, const Share& s, int64_t) { return "tok-" + l.id + "-" + s.server; },
+  return Scheduler(p, [](const Lease& l, const Share& s, int, int64_t) { return "tok-" + l.id + "-" + s.server; },
                    [] { return int64_t{1000}; });
 }
 
@@ -201,7 +201,7 @@ TEST(Scheduler, ALeaseHeldForACommandOutlivesItsClientProcesses) {
 TEST(Scheduler, HeartbeatsRenewALeasesTokensOnceHalfTheirLifeHasPassed) {
   int64_t clock_s = 1000, signed_with = 0;
   Scheduler s(parsePolicy("[settings]\ntoken_ttl = \"60s\"\nlease_ttl = \"1h\"\n"),
-              [&](const Lease& l, const Share& sh, int64_t expiry) {
+              [&](const Lease& l, const Share& sh, int, int64_t expiry) {
                 signed_with = expiry;
                 return "tok-" + l.id + "-" + sh.server + "-" + std::to_string(expiry);
               },
@@ -352,6 +352,48 @@ TEST(LeaseToken, VerifiesAndRefusesForgedExpiredAndMisdirected) {
   EXPECT_FALSE(gpool::token::check("", key, "gpu1", 0, 4000, why));
 }
 
+// Two shares of one lease on one GPU differ only in their number, which the server keys their memory and
+// time by; a token signed before shares were numbered is share 0; a number out of range is refused.
+TEST(LeaseToken, NumbersTheLeasesShares) {
+  using gpool::token::Ed25519Key;
+  Ed25519Key signer = Ed25519Key::generate();
+  Ed25519Key key = Ed25519Key::fromPublicPem(signer.publicPem());
+  std::string why;
+  auto c = gpool::token::check(gpool::token::sign({"L1", "gpu1", 2, kGiB, 0.5, 5000, 7}, signer), key, "gpu1", 2, 4000, why);
+  ASSERT_TRUE(c) << why;
+  EXPECT_EQ(c->share, 7);
+  auto raw = [&](const std::string& payload) {
+    return "gpl2." + gpool::token::hex(reinterpret_cast<const unsigned char*>(payload.data()), payload.size()) + "." +
+           signer.sign(payload);
+  };
+  c = gpool::token::check(raw("L1|gpu1|2|1073741824|0.5|5000"), key, "gpu1", 2, 4000, why);
+  ASSERT_TRUE(c) << why;
+  EXPECT_EQ(c->share, 0);
+  for (const char* bad : {"L1|gpu1|2|1073741824|0.5|5000|-1", "L1|gpu1|2|1073741824|0.5|5000|1024",
+                          "L1|gpu1|2|1073741824|0.5|5000|x", "L1|gpu1|2|1073741824|0.5|5000|0|0"}) {
+    EXPECT_FALSE(gpool::token::check(raw(bad), key, "gpu1", 2, 4000, why)) << bad;
+    EXPECT_EQ(why, "malformed lease token claims") << bad;
+  }
+}
+
+TEST(Scheduler, SignsEachShareWithItsNumberInTheLease) {
+  std::vector<int> numbers;
+  Scheduler s(parsePolicy("[pools.default]\nfractions = [1, 0.5]\n"),
+              [&](const Lease& l, const Share&, int index, int64_t) {
+                numbers.push_back(index);
+                return "tok-" + l.id + "-" + std::to_string(index);
+              },
+              [] { return int64_t{1000}; });
+  s.registerServer(server("a", 1), 0);
+  s.request(req("u", 0.5, 2), 0, "L1");
+  const Lease* l = s.lease("L1");
+  ASSERT_EQ(l->shares.size(), 2u);
+  EXPECT_EQ(l->shares[0].device, l->shares[1].device);  // two halves of one GPU
+  EXPECT_EQ(l->shares[0].token, "tok-L1-0");
+  EXPECT_EQ(l->shares[1].token, "tok-L1-1");
+  EXPECT_EQ(numbers, (std::vector<int>{0, 1}));
+}
+
 TEST(Store, KeepsServersLeasesAndPolicyAcrossReopening) {
   fs::path db = fs::temp_directory_path() / ("gpool-store-test-" + std::to_string(::getpid()) + ".db");
   fs::remove(db);
@@ -393,7 +435,7 @@ TEST(Store, ForgetsEndedLeasesAfterTheRetentionPeriod) {
   {
     int64_t wall_s = 1000;
     Scheduler s(parsePolicy("[settings]\nended_lease_retention = \"1h\"\n"),
-                [](const Lease& l, const Share& sh, int64_t) { return "tok-" + l.id + "-" + sh.server; }, [&wall_s] { return wall_s; });
+                [](const Lease& l, const Share& sh, int, int64_t) { return "tok-" + l.id + "-" + sh.server; }, [&wall_s] { return wall_s; });
     EXPECT_EQ(s.policy().ended_lease_retention, std::chrono::hours(1));
     s.registerServer(server("a", 2), 0);
     s.request(req("u", 0.5), 0, "old");

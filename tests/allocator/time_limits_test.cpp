@@ -76,7 +76,7 @@ TEST(TimeLimits, ARestoredLeaseKeepsItsLimitFromItsGrantByTheWallClock) {
   // Another host's replica takes over: its monotonic clock has nothing to do with the first one's.
   int64_t unix_s = 5000;
   auto make_at = [&] {
-    return Scheduler(parsePolicy(kPolicy), [](const Lease& l, const Share&, int64_t) { return "tok-" + l.id; }, [&] { return unix_s; });
+    return Scheduler(parsePolicy(kPolicy), [](const Lease& l, const Share&, int, int64_t) { return "tok-" + l.id; }, [&] { return unix_s; });
   };
   Scheduler first = make_at();
   first.registerServer(server("a", 1), 0);

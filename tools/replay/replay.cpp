@@ -31,7 +31,7 @@ allocator::Policy timeless(allocator::Policy p, const Trace& t, bool learn) {
 Replay::Replay(const Trace& trace, allocator::Policy policy, ReplayOptions options)
     : trace_(trace),
       options_(options),
-      sched_(timeless(std::move(policy), trace, options.learn), [](const Lease&, const allocator::Share&, int64_t) { return std::string(); },
+      sched_(timeless(std::move(policy), trace, options.learn), [](const Lease&, const allocator::Share&, int, int64_t) { return std::string(); },
              [this] { return now_ms_ / 1000; }) {
   for (const auto& [type, count] : trace_.cluster)
     for (int first = 0, s = 0; first < count; first += trace_.gpus_per_server, ++s) {
