@@ -166,12 +166,18 @@ bool Service::standingBy(const std::string& path, httplib::Response& res) {
 namespace {
 
 // httplib listens with a backlog of 5 (compiled into Debian's library): a burst of connections then
-// waits a second for the kernel's SYN retry. This widens it once the socket is bound.
+// waits a second for the kernel's SYN retry. This widens it once the socket is bound. And httplib sets
+// SO_REUSEPORT, with which a second allocator started on the same port binds it too and the kernel splits
+// the clients between the two: only SO_REUSEADDR here (a restart still binds at once), so it fails instead.
 template <class Base>
 class WideBacklog : public Base {
  public:
   using Base::Base;
   int bindWide(const std::string& host, int port) {
+    this->set_socket_options([](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     int bound = port == 0 ? this->bind_to_any_port(host) : (this->bind_to_port(host, port) ? port : -1);
     if (bound >= 0) ::listen(this->svr_sock_, 4096);
     return bound;

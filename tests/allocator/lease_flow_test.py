@@ -561,6 +561,17 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)  # other leases are still served
         open(go, "w").close()
 
+    def test_a_second_allocator_on_the_same_port_fails_naming_it(self):
+        # httplib binds with SO_REUSEPORT: a second allocator on a port in use started, and the kernel split
+        # the clients between two allocators with different state.
+        import cluster
+        c = self.make()
+        run = subprocess.run([cluster.ALLOCATOR, "--listen", f"127.0.0.1:{c.port}", "--db", os.path.join(c.dir, "second.db"),
+                              "--munge-socket", cluster.MUNGED.socket], capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(run.returncode, 0, run.stderr)
+        self.assertIn(f"cannot listen on 127.0.0.1:{c.port}", run.stderr)
+        self.assertEqual(c.try_http("GET", "/v1/status")[0], 200)  # the first one still answers
+
     def test_a_program_cannot_allocate_past_its_memory_cap(self):
         c = self.make()
         p = c.gpool("run", "-m", "1GiB", "--", MEMCAP, str(GIB))
