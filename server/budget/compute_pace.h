@@ -29,6 +29,11 @@ class ComputePace {
   void charge(int64_t busy_ns, double share, int64_t now_ns, int64_t burst_ns);
   // Until when (CLOCK_MONOTONIC ns) the device time used so far is paid for; at most now, the lease may run.
   int64_t paidUntil() const;
+  // A worker held a launch back `ns` for the share (compute_share.h).
+  void waited(int64_t ns);
+  // What all the lease's workers did, for gpool-server's /metrics: device time charged, time held back.
+  int64_t busyNs() const;
+  int64_t waitedNs() const;
 
  private:
   struct Page;

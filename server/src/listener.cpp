@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <future>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -23,6 +24,7 @@
 #include "compute_pace.h"
 #include "shared_budget.h"
 #include "lease_gate.h"
+#include "server_metrics.h"
 #include "gpool/protocol/driver_settings.h"
 #include "gpool/protocol/frame_io.h"
 #include "lease_token.h"
@@ -137,6 +139,7 @@ class Server {
                    opt_.allocator, opt_.name, advertise);
     }
 
+    if (!opt_.metrics.empty()) metrics_ = std::make_unique<MetricsEndpoint>(opt_.metrics, [this] { return gathered(); });
     awaitSignal();
     watchChildren();
     accept();
@@ -214,6 +217,7 @@ class Server {
       if (ec) return (void)p->timer.cancel();
       if (p->header.msg != proto::kMsgHello || p->header.length > 64 * 1024 || (p->header.flags & proto::kIsReply)) {
         spdlog::warn("{} did not start with a valid Hello (message {:#06x}, {} bytes); closing", peer(p), p->header.msg, p->header.length);
+        ++refused_[static_cast<size_t>(Refusal::kRequest)];
         return close(p);
       }
       p->payload.resize(p->header.length);
@@ -231,8 +235,19 @@ class Server {
     p->socket.close(ignored);
   }
 
+  // Why a refusal's status turned a client away, for /metrics.
+  static Refusal refusalOf(int32_t status) {
+    switch (status) {
+      case 2: return Refusal::kCapacity;    // CUDA_ERROR_OUT_OF_MEMORY: no room
+      case 100: return Refusal::kLease;     // CUDA_ERROR_NO_DEVICE: no valid lease
+      case 999: return Refusal::kInternal;  // the worker could not start
+      default: return Refusal::kRequest;
+    }
+  }
+
   void refuse(const std::shared_ptr<Pending>& p, int32_t status, const std::string& why) {
     spdlog::warn("refusing {}: {}", peer(p), why);
+    ++refused_[static_cast<size_t>(refusalOf(status))];
     proto::HelloReply r;
     r.status = status;
     r.error = why;
@@ -351,21 +366,61 @@ class Server {
   // One share of a lease's memory and compute, across its workers here. A lease's shares are numbered in
   // its tokens; two of them on one GPU are two devices to the program, each with its own memory and time.
   using LeaseShare = std::pair<std::string, int>;  // (lease, share)
-  std::shared_ptr<budget::SharedBudget> leaseBudget(const LeaseShare& lease, uint64_t memory) {
-    auto& b = lease_budgets_[lease];
-    if (!b) b = budget::SharedBudget::create(memory);
-    return b;
-  }
-
-  std::shared_ptr<budget::ComputePace> leasePace(const LeaseShare& lease) {
-    auto& pace = lease_paces_[lease];
-    if (!pace) pace = budget::ComputePace::create();
-    return pace;
+  struct ShareState {
+    int device = 0;
+    double fraction = 1;
+    std::shared_ptr<budget::SharedBudget> memory;  // its cap, when it has one
+    std::shared_ptr<budget::ComputePace> pace;     // below a whole GPU
+  };
+  // The share's state, made at its first worker: throws std::runtime_error when a page cannot be made.
+  ShareState& shareOf(const token::Claims& lease) {
+    auto [it, made] = shares_.try_emplace({lease.lease, lease.share});
+    ShareState& s = it->second;
+    if (made) {
+      s.device = lease.device, s.fraction = lease.fraction;
+      try {
+        if (lease.memory) s.memory = budget::SharedBudget::create(lease.memory);
+        if (lease.fraction < 1) s.pace = budget::ComputePace::create();
+      } catch (...) {
+        shares_.erase(it);
+        throw;
+      }
+    }
+    return s;
   }
   // The lease's last worker here ended.
   void forgetShares(const std::string& lease) {
-    std::erase_if(lease_budgets_, [&](const auto& b) { return b.first.first == lease; });
-    std::erase_if(lease_paces_, [&](const auto& p) { return p.first.first == lease; });
+    std::erase_if(shares_, [&](const auto& s) { return s.first.first == lease; });
+  }
+
+  // What /metrics shows, gathered on the server's thread; nullopt when it does not answer within 2 s.
+  std::optional<ServerFigures> gathered() {
+    auto answer = std::make_shared<std::promise<ServerFigures>>();
+    std::future<ServerFigures> figures = answer->get_future();
+    asio::post(io_, [this, answer] { answer->set_value(figuresNow()); });
+    if (figures.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return std::nullopt;
+    return figures.get();
+  }
+  ServerFigures figuresNow() const {
+    ServerFigures f{backend_, workers_, opt_.max_clients, draining_, refused_, {}, {}};
+    std::map<std::string, LeaseFigures> leases;
+    for (const auto& [pid, lease] : worker_leases_) {
+      LeaseFigures& l = leases[lease];
+      l.lease = lease;
+      ++l.workers;
+      if (auto slot = worker_slots_.find(pid); slot != worker_slots_.end()) l.launches += launch_counts_->heldBy(slot->second);
+    }
+    for (auto& [lease, l] : leases) {
+      if (auto ended = ended_launches_.find(lease); ended != ended_launches_.end()) l.launches += ended->second;
+      f.leases.push_back(l);
+    }
+    for (const auto& [key, s] : shares_) {
+      ShareFigures sf{key.first, key.second, s.device, s.fraction};
+      if (s.memory) sf.capped = true, sf.memory_used = s.memory->used(), sf.memory_limit = s.memory->limit();
+      if (s.pace) sf.paced = true, sf.busy_ns = s.pace->busyNs(), sf.waited_ns = s.pace->waitedNs();
+      f.shares.push_back(sf);
+    }
+    return f;
   }
 
   // The server's environment, with the client's driver settings (checked at its Hello) in place of the
@@ -401,25 +456,21 @@ class Server {
     if (opt_.module_cache != "none")
       args.insert(args.end(), {"--module-cache", opt_.module_cache, "--module-cache-max", std::to_string(opt_.module_cache_max)});
     int slot = freeSlot();
-    std::shared_ptr<budget::SharedBudget> memory;  // the lease's cap, held across all its workers
-    if (lease && lease->memory) {
-      try {
-        memory = leaseBudget({lease->lease, lease->share}, lease->memory);
-      } catch (const std::exception& e) {
-        return refuse(p, 999, e.what());
-      }
-      args.insert(args.end(), {"--memory-cap", std::to_string(lease->memory)});
-    }
-    std::shared_ptr<budget::ComputePace> pace;  // the lease's compute share, paced across all its workers
+    std::shared_ptr<budget::SharedBudget> memory;  // the share's cap, held across all the lease's workers using it
+    std::shared_ptr<budget::ComputePace> pace;     // its compute share, paced across them likewise
     const double share = lease ? lease->fraction : opt_.client_share;
-    if (share < 1) {
-      try {
-        pace = lease ? leasePace({lease->lease, lease->share}) : budget::ComputePace::create();
-      } catch (const std::exception& e) {
-        return refuse(p, 999, e.what());
+    try {
+      if (lease) {
+        ShareState& s = shareOf(*lease);
+        memory = s.memory, pace = s.pace;
+      } else if (share < 1) {
+        pace = budget::ComputePace::create();  // (no lease: each client is paced on its own)
       }
-      args.insert(args.end(), {"--compute-share", std::to_string(share)});
+    } catch (const std::exception& e) {
+      return refuse(p, 999, e.what());
     }
+    if (memory) args.insert(args.end(), {"--memory-cap", std::to_string(lease->memory)});
+    if (pace) args.insert(args.end(), {"--compute-share", std::to_string(share)});
     args.insert(args.end(), {"--budget-slot", std::to_string(slot)});
     launch_counts_->reclaim(slot);  // (what a worker before it counted there was taken when it ended)
     posix_spawn_file_actions_t fa;
@@ -474,8 +525,8 @@ class Server {
         if (auto it = worker_leases_.find(pid); it != worker_leases_.end()) {
           std::string lease = it->second;
           worker_leases_.erase(it);
-          for (auto b = lease_budgets_.lower_bound({lease, INT_MIN}); b != lease_budgets_.end() && b->first.first == lease; ++b)
-            b->second->reclaim(slot);  // the driver freed it (the slot is this worker's alone, on whichever device)
+          for (auto s = shares_.lower_bound({lease, INT_MIN}); s != shares_.end() && s->first.first == lease; ++s)
+            if (s->second.memory) s->second.memory->reclaim(slot);  // the driver freed it (the slot is this worker's alone)
           if (slot >= 0) ended_launches_[lease] += launch_counts_->heldBy(slot);
           if (workersOf(lease) == 0) {
             forgetShares(lease);
@@ -511,8 +562,7 @@ class Server {
   std::unique_ptr<AllocatorLink> link_;
   std::map<pid_t, std::string> worker_leases_;  // worker → the lease it serves
   std::map<pid_t, int> worker_slots_;            // worker → its slot in the shared budgets
-  std::map<LeaseShare, std::shared_ptr<budget::SharedBudget>> lease_budgets_;  // a share's memory, across its workers
-  std::map<LeaseShare, std::shared_ptr<budget::ComputePace>> lease_paces_;     // its compute share, likewise
+  std::map<LeaseShare, ShareState> shares_;  // the leases' shares served here
   std::shared_ptr<budget::SharedBudget> sim_memory_;  // sim: the device's memory, across every worker
   // Kernels each worker launched, in its slot (gpool-worker --launch-counter-fd), and what each lease's
   // ended workers launched: reported with heartbeats (AllocatorLink::launches).
@@ -520,6 +570,8 @@ class Server {
   std::map<std::string, uint64_t> ended_launches_;
   std::set<std::string> revoked_;
   LeaseGate gate_;
+  std::array<uint64_t, kRefusals> refused_{};  // connections turned away, by why (/metrics)
+  std::unique_ptr<MetricsEndpoint> metrics_;   // last: it stops (and stops asking) before the rest goes
 };
 
 }  // namespace

@@ -31,6 +31,7 @@ struct ServerOptions {
   std::string advertise;     // HOST:PORT clients reach this server at (default: from --listen)
   uint64_t module_cache_max = 8ull << 30;
   double client_share = 1.0;  // without an allocator: the share of its device's time each client's kernels get
+  std::string metrics;        // HOST:PORT serving /metrics (server_metrics.h); empty: none
 };
 
 // Where module images are cached when --module-cache is not given.

@@ -62,6 +62,9 @@ int main(int argc, char** argv) {
                  "pace them (with an allocator, each lease's fraction is its share)")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 1.0));
+  app.add_option("--metrics", opt.metrics,
+                 "serve Prometheus metrics at http://HOST:PORT/metrics: clients, refusals, and per lease its workers, "
+                 "launches, memory against its cap and device time against its share (default: none)");
   app.add_option("--max-clients", opt.max_clients, "concurrent client connections accepted (at most 256)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));

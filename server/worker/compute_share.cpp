@@ -50,6 +50,7 @@ void ComputeShare::beforeLaunch(uint64_t stream) {
     const int64_t nap = std::min(ahead, kLongestSleepNs);
     sleep_(nap);
     paced_ns_ += nap;
+    pace_->waited(nap);
     charge(false);
   }
   timer_.startTiming(stream);

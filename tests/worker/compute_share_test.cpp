@@ -84,6 +84,21 @@ TEST(ComputeShare, AQuarterShareHoldsAKernelLoopToAQuarterOfTheDevice) {
   EXPECT_GT(s.pacedNs(), 7000 * kMs);  // it waited most of the time
 }
 
+// The pace counts, for gpool-server's /metrics, the device time every worker of the lease charged and the
+// time they held launches back.
+TEST(ComputeShare, ThePaceCountsTheLeasesDeviceTimeAndItsWaits) {
+  FakeDevice d;
+  FakeTimer a(d, 1 * kMs), b(d, 1 * kMs);
+  auto pace = ComputePace::create();
+  auto sa = share(0.25, pace, a, d), sb = share(0.25, pace, b, d);
+  launchUntil(sa, d, d.now + 2000 * kMs);
+  launchUntil(sb, d, d.now + 2000 * kMs);
+  EXPECT_EQ(pace->busyNs(), sa.chargedNs() + sb.chargedNs());
+  EXPECT_EQ(pace->waitedNs(), sa.pacedNs() + sb.pacedNs());
+  EXPECT_GT(sb.pacedNs(), 0);
+  EXPECT_GE(static_cast<double>(pace->busyNs()), 0.9 * static_cast<double>(d.busy));  // (what still runs is not charged yet)
+}
+
 TEST(ComputeShare, TheWorkersOfALeaseShareOnePace) {
   FakeDevice d;
   FakeTimer a(d, 2 * kMs), b(d, 1 * kMs);
