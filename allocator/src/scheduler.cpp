@@ -598,6 +598,13 @@ bool Scheduler::reportLaunches(const std::string& server, const std::string& id,
   return true;
 }
 
+bool Scheduler::reportUse(const std::string& server, const std::string& id, const Lease::Use& use) {
+  auto on = granted_on_.find(server);
+  if (on == granted_on_.end() || !on->second.count(id)) return false;
+  leases_.at(id).use_on[server] = use;
+  return true;
+}
+
 void Scheduler::measure(Throughputs& into, Lease& l, Lease::Count& last, double count, int64_t now) {
   const Gpu* g = l.req.n == 1 && !l.shares.empty() ? gpuOf(l.shares[0]) : nullptr;
   if (g && last.ms > 0 && count > last.value && now > last.ms)

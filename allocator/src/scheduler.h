@@ -133,6 +133,12 @@ struct Lease {
   };
   Count progress;  // what its job last reported (GPOOL_PROGRESS_FILE), in its kind's unit. Not persisted
   Count launches;  // the kernels its workers launched, as its server last counted them. Not persisted
+  struct Use {      // what a server measured of its shares there (gpool-server's heartbeats)
+    double memory = 0;    // bytes its processes hold
+    double device_s = 0;  // device time its kernels took (shares below a whole GPU: those are timed)
+    double held_s = 0;    // time its launches waited for its share of the GPU's time
+  };
+  std::map<std::string, Use> use_on;  // by server, as each last reported it. Not persisted
   std::vector<Share> shares;
 
   double heldGpus() const;  // the fractions of GPUs its shares hold, summed
@@ -180,6 +186,8 @@ class Scheduler {
   // counts of a granted single-GPU lease, its kind's launch rate on the GPU's type. False when the lease
   // is not granted with a share on that server.
   bool reportLaunches(const std::string& server, const std::string& id, double launches, int64_t now);
+  // What `server` measured of the lease's shares there; false as for reportLaunches.
+  bool reportUse(const std::string& server, const std::string& id, const Lease::Use& use);
   const Throughputs& throughputs() const { return throughputs_; }
   const Throughputs& launchRates() const { return launch_rates_; }
   // How fast `kind` runs on `type` against its fastest (0 to 1): by progress reports, else by kernel

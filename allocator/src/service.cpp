@@ -150,6 +150,11 @@ json Service::withTimes(json j, const Lease& l) const {
   if (l.req.time_limit_ms > 0) j["ends_in_ms"] = std::max<int64_t>(0, l.limit_from_ms + l.req.time_limit_ms - t);
   if (l.preempt_at_ms) j["preempt_in_ms"] = std::max<int64_t>(0, l.preempt_at_ms - t);
   j["idle_ms"] = std::max<int64_t>(0, t - l.active_ms);
+  if (!l.use_on.empty()) {  // what its servers measured, summed over them
+    Lease::Use sum;
+    for (const auto& [server, u] : l.use_on) sum.memory += u.memory, sum.device_s += u.device_s, sum.held_s += u.held_s;
+    j["use"] = {{"memory", sum.memory}, {"device_seconds", sum.device_s}, {"held_back_seconds", sum.held_s}};
+  }
   return j;
 }
 
@@ -467,6 +472,21 @@ void Service::serverRoutes(httplib::Server& s) {
         return error(res, 400, "launches must map at most 4096 lease ids to counts of kernels (whole numbers up to 2^53)");
       for (const auto& [lease, n] : counts.items()) launches.emplace_back(lease, n.get<double>());
     }
+    std::vector<std::pair<std::string, Lease::Use>> uses;  // lease → what this server measured of its shares
+    if (j.contains("use")) {
+      auto figure = [](const json& u, const char* name, double most) {
+        return u.contains(name) && u[name].is_number() && u[name].get<double>() >= 0 && u[name].get<double>() <= most;
+      };
+      const json& all = j["use"];
+      if (!all.is_object() || all.size() > 4096 || !std::all_of(all.items().begin(), all.items().end(), [&](const auto& kv) {
+            const json& u = kv.value();
+            return kv.key().size() <= 64 && u.is_object() && u.size() == 3 && figure(u, "memory", 0x1p53) &&
+                   figure(u, "device_s", 1e12) && figure(u, "held_s", 1e12);
+          }))
+        return error(res, 400, "use must map at most 4096 lease ids to {memory, device_s, held_s}: bytes up to 2^53, seconds up to 1e12");
+      for (const auto& [lease, u] : all.items())
+        uses.emplace_back(lease, Lease::Use{u["memory"].get<double>(), u["device_s"].get<double>(), u["held_s"].get<double>()});
+    }
     std::lock_guard lock(mu_);
     std::vector<std::string> revoked;
     if (!sched_->heartbeatServer(req.matches[1], now(), serving, revoked)) {
@@ -474,6 +494,7 @@ void Service::serverRoutes(httplib::Server& s) {
       return;
     }
     for (const auto& [lease, n] : launches) sched_->reportLaunches(req.matches[1], lease, n, now());
+    for (const auto& [lease, u] : uses) sched_->reportUse(req.matches[1], lease, u);
     persist();
     reply(res, 200, {{"revoked", revoked},
                      {"live", sched_->liveLeasesOn(req.matches[1])},

@@ -49,10 +49,10 @@ void AllocatorLink::serving(std::vector<std::string> leases) {
   if (added) refresh();
 }
 
-void AllocatorLink::launches(std::shared_ptr<budget::SharedBudget> page, std::map<std::string, LaunchSources> by_lease) {
+void AllocatorLink::leaseSources(std::shared_ptr<budget::SharedBudget> launch_page, std::map<std::string, LeaseSources> by_lease) {
   std::lock_guard lock(mu_);
-  launch_page_ = std::move(page);
-  launch_sources_ = std::move(by_lease);
+  launch_page_ = std::move(launch_page);
+  lease_sources_ = std::move(by_lease);
 }
 
 uint64_t AllocatorLink::refresh() {
@@ -107,13 +107,17 @@ void AllocatorLink::loop() {
     }
     uint64_t request = ++requests_;
     wake_ = false;
-    nlohmann::json launched = nlohmann::json::object();
-    for (const auto& [lease, from] : launch_sources_) {
-      uint64_t n = from.ended;
+    nlohmann::json launched = nlohmann::json::object(), use = nlohmann::json::object();
+    for (const auto& [lease, from] : lease_sources_) {
+      uint64_t n = from.ended, memory = 0;
       for (int slot : from.slots) n += launch_page_ ? launch_page_->heldBy(slot) : 0;
       launched[lease] = n;
+      int64_t busy_ns = 0, held_ns = 0;
+      for (const auto& b : from.memory) memory += b->used();
+      for (const auto& p : from.paces) busy_ns += p->busyNs(), held_ns += p->waitedNs();
+      use[lease] = {{"memory", memory}, {"device_s", static_cast<double>(busy_ns) / 1e9}, {"held_s", static_cast<double>(held_ns) / 1e9}};
     }
-    std::string beat = nlohmann::json{{"serving", serving_}, {"launches", launched}}.dump();
+    std::string beat = nlohmann::json{{"serving", serving_}, {"launches", launched}, {"use", use}}.dump();
     lock.unlock();
     std::string path = registered ? "/v1/servers/" + name_ + "/heartbeat" : "/v1/servers";
     auto r = post(path, registered ? beat : registration_);

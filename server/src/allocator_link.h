@@ -1,6 +1,7 @@
 // gpool-server's side of the allocator: registers this server's GPUs, heartbeats, reports clients
 // that left (so their shares free at once) and hands back the leases the allocator revoked and, with
-// every answer, the leases it calls live on this server, with how many kernels each lease's workers launched.
+// every answer, the leases it calls live on this server, with how many kernels each lease's workers launched
+// and what its shares use.
 // Requests are signed with this server's own key (X-Gpool-Signature, docs/api.md).
 #pragma once
 
@@ -17,6 +18,7 @@
 
 #include "allocator_connection.h"
 #include "ed25519_key.h"
+#include "compute_pace.h"
 #include "shared_budget.h"
 
 
@@ -36,14 +38,18 @@ class AllocatorLink {
   // The leases this server runs workers for, reported with every heartbeat (the allocator holds an ended
   // lease's share until they are gone). A lease new in the list is reported at once.
   void serving(std::vector<std::string> leases);
-  // Where each lease's kernel launches are counted (gpool-worker counts them in its slot of `page`): what
-  // its ended workers launched, and the slots of its running ones. Each heartbeat reports their sums
-  // (`launches`), from which the allocator measures how fast a job's kind runs on this server's GPUs.
-  struct LaunchSources {
+  // Where each lease's figures are read for the heartbeats. Kernel launches: gpool-worker counts them in its
+  // slot of `launch_page`; what a lease's ended workers launched, and the slots of its running ones, sum to
+  // `launches`, from which the allocator measures how fast a job's kind runs on this server's GPUs. And its
+  // shares' memory budgets and compute paces, summed to `use` (its memory, device time and time held back),
+  // which `gpool status` shows.
+  struct LeaseSources {
     uint64_t ended = 0;
     std::vector<int> slots;
+    std::vector<std::shared_ptr<budget::SharedBudget>> memory;
+    std::vector<std::shared_ptr<budget::ComputePace>> paces;
   };
-  void launches(std::shared_ptr<budget::SharedBudget> page, std::map<std::string, LaunchSources> by_lease);
+  void leaseSources(std::shared_ptr<budget::SharedBudget> launch_page, std::map<std::string, LeaseSources> by_lease);
   // Asks for a heartbeat now; returns the number of the request whose answer will be the first one
   // given after this call.
   uint64_t refresh();
@@ -66,7 +72,7 @@ class AllocatorLink {
   std::deque<std::string> released_;
   std::vector<std::string> serving_;
   std::shared_ptr<budget::SharedBudget> launch_page_;
-  std::map<std::string, LaunchSources> launch_sources_;
+  std::map<std::string, LeaseSources> lease_sources_;
   bool stop_ = false;
   std::thread thread_;
 };

@@ -344,13 +344,19 @@ class Server {
   void reportServing() {
     if (!link_) return;
     std::set<std::string> leases;
-    std::map<std::string, AllocatorLink::LaunchSources> launches;
+    std::map<std::string, AllocatorLink::LeaseSources> sources;
     for (const auto& [pid, lease] : worker_leases_) {
       leases.insert(lease);
-      launches[lease].slots.push_back(worker_slots_.at(pid));
+      sources[lease].slots.push_back(worker_slots_.at(pid));
     }
-    for (auto& [lease, from] : launches) from.ended = ended_launches_.count(lease) ? ended_launches_.at(lease) : 0;
-    link_->launches(launch_counts_, std::move(launches));
+    for (auto& [lease, from] : sources) from.ended = ended_launches_.count(lease) ? ended_launches_.at(lease) : 0;
+    for (const auto& [key, share] : shares_) {
+      auto from = sources.find(key.first);
+      if (from == sources.end()) continue;
+      if (share.memory) from->second.memory.push_back(share.memory);
+      if (share.pace) from->second.paces.push_back(share.pace);
+    }
+    link_->leaseSources(launch_counts_, std::move(sources));
     link_->serving({leases.begin(), leases.end()});
   }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gpool-server's /metrics end to end: a real allocator, a sim gpool-server started with --metrics, and
+"""gpool-server's /metrics, and the same figures in `gpool status`, end to end: a real allocator, a sim gpool-server started with --metrics, and
 processes of a lease's share (a memory holder, a kernel loop paced to a quarter of the device) whose use
 the server's figures must show; a forged token shows as a refusal.
 usage: server_metrics_test.py BUILD_DIR [unittest args]"""
@@ -76,6 +76,17 @@ class ServerMetrics(unittest.TestCase):
         print(f"1 s of a kernel loop at a quarter share: {busy:.3f} s on the device, {held:.3f} s held back", file=sys.stderr)
         self.assertGreater(busy, 0.1)  # (not timed assertions: it ran, and it was paced)
         self.assertGreater(held, 0.1)
+
+        # The server's heartbeats carry the same figures to the allocator: `gpool status` shows them.
+        def use():
+            found = [x for x in c.status()["leases"] if x["id"] == lease["id"]]
+            return found[0].get("use", {}) if found else {}
+        # (/metrics rounds to 6 digits)
+        self.assertTrue(wait_for(lambda: use().get("device_seconds", 0) >= busy - 0.001, timeout=10), use())
+        self.assertEqual(use()["memory"], 64 * MIB)
+        self.assertGreaterEqual(use()["held_back_seconds"], held - 0.001)
+        out, _ = c.gpool("status").communicate(timeout=30)
+        self.assertRegex(out, lease["id"] + r".*\n\s+uses 0\.0625 GiB; its kernels ran \d+\.\d s on the GPU and waited \d+\.\d s for its share\n")
 
         forged = subprocess.run([MEMCAP, str(GIB)], env=c.client_env(share, token=share["token"][:-2] + "00"),
                                 capture_output=True, text=True, timeout=60)

@@ -61,6 +61,26 @@ class HostKeys(unittest.TestCase):
         status, out = self.c.try_http("POST", path, b"", headers=headers)
         self.assertEqual(status, 401, out)
 
+    def test_a_servers_figures_are_checked_and_count_only_for_leases_it_serves(self):
+        # A heartbeat's `use` (what the server measured of each lease: `gpool status` shows it) is bounded,
+        # and a server cannot set the figures of a lease whose shares are on another server.
+        _, lease = self.c.http("POST", "/v1/leases", {"user": "u", "p": 1.0})
+        elsewhere = "sim1" if lease["shares"][0]["server"] == "sim0" else "sim0"
+        path = f"/v1/servers/{elsewhere}/heartbeat"
+        good = {"memory": GIB, "device_s": 1.5, "held_s": 0}
+        for use in ({lease["id"]: dict(good, memory=-1)}, {lease["id"]: dict(good, device_s=1e13)}, {lease["id"]: {"memory": 1}},
+                    {lease["id"]: dict(good, held_s="1")}, {lease["id"]: dict(good, extra=1)}, [good], {"x" * 65: good}):
+            body = json.dumps({"use": use}).encode()
+            status, out = self.c.try_http("POST", path, body, headers=self.c.server_signature(elsewhere, "POST", path, body))
+            self.assertEqual(status, 400, use)
+            self.assertIn("use must map", out["error"])
+        body = json.dumps({"use": {lease["id"]: good}}).encode()
+        status, _ = self.c.try_http("POST", path, body, headers=self.c.server_signature(elsewhere, "POST", path, body))
+        self.assertEqual(status, 200)
+        mine = [x for x in self.c.status()["leases"] if x["id"] == lease["id"]][0]
+        self.assertNotIn("use", mine, "another server's figures were taken for the lease")
+        self.c.http("DELETE", "/v1/leases/" + lease["id"])
+
     def test_an_unenrolled_server_is_refused(self):
         path = "/v1/servers/stranger/heartbeat"
         key = os.path.join(self.c.dir, "stranger.pem")

@@ -49,6 +49,18 @@ std::string gib(uint64_t b) {
   return o.str();
 }
 
+// Under a lease's line, what its servers measured of it: memory held, and for shares below a whole GPU the
+// device time its kernels took and the time its launches waited for its share.
+void printUse(const json& u) {
+  const double device_s = u.value("device_seconds", 0.0), held_s = u.value("held_back_seconds", 0.0);
+  std::printf("%-26s uses %s", "", gib(static_cast<uint64_t>(u.value("memory", 0.0))).c_str());
+  if (device_s > 0 || held_s > 0) {
+    std::printf("; its kernels ran %.1f s on the GPU", device_s);
+    if (held_s > 0) std::printf(" and waited %.1f s for its share", held_s);
+  }
+  std::printf("\n");
+}
+
 // The QUEUE table: each queue's guarantee, limit, weight, what it holds, borrows, and its waiting requests.
 void printQueues(const json& queues) {
   auto show = [](const json& v) { return gpool::printable(v.get<std::string>()); };
@@ -174,6 +186,7 @@ int status(AllocatorClient& a, bool as_json) {
       times += (times.empty() ? "" : "; ") + ("idle " + gpool::cli::fmtDuration(idle) + " of " + gpool::cli::fmtDuration(timeout));
     std::printf("%-26s %-10s %s%s\n", show(l["id"]).c_str(), show(l["request"]["user"]).c_str(), shares.c_str(),
                 times.empty() ? "" : ("  (" + times + ")").c_str());
+    if (l.contains("use")) printUse(l["use"]);
   }
   if (s.contains("queues") && !s["queues"].empty()) {  // guaranteed shares (the policy's [queues])
     std::printf("\n");
