@@ -857,6 +857,35 @@ void Service::queueMetrics(std::ostream& o) const {
   }
 }
 
+// Per user, over their granted leases: GPUs held, and what the leases' servers measured of them (heartbeats'
+// `use`). Gauges: a lease that ends leaves the sums.
+void Service::userMetrics(std::ostream& o) const {
+  struct Sums {
+    double gpus = 0, memory = 0, device_s = 0, held_s = 0;
+  };
+  std::map<std::string, Sums> users;
+  for (const auto& [id, l] : sched_->live()) {
+    if (l->state != LeaseState::kGranted) continue;
+    Sums& u = users[l->req.user];
+    u.gpus += l->heldGpus();
+    for (const auto& [server, use] : l->use_on) u.memory += use.memory, u.device_s += use.device_s, u.held_s += use.held_s;
+  }
+  auto label = [](const std::string& v) {  // escaped as the text format wants
+    std::string out;
+    for (char c : v) out += c == '\\' ? "\\\\" : c == '"' ? "\\\"" : c == '\n' ? "\\n" : std::string(1, c);
+    return out;
+  };
+  for (auto [name, help, field] : {std::tuple{"gpool_user_gpus", "GPUs (sums of fractions) the user's leases hold.", &Sums::gpus},
+                                   std::tuple{"gpool_user_memory_bytes", "Device memory the user's leases hold, as their servers measure it.", &Sums::memory},
+                                   std::tuple{"gpool_user_device_seconds", "Device time the kernels of the user's live leases took (shares below a whole GPU).", &Sums::device_s},
+                                   std::tuple{"gpool_user_held_back_seconds", "Time the launches of the user's live leases waited for their shares.", &Sums::held_s}}) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n";
+    const auto was = o.precision(15);  // (bytes and seconds: more than the stream's 6 digits)
+    for (const auto& [user, sums] : users) o << name << "{user=\"" << label(user) << "\"} " << sums.*field << "\n";
+    o.precision(was);
+  }
+}
+
 // Reads anyone may make: status (without tokens), the policy, metrics.
 void Service::readRoutes(httplib::Server& s) {
   // Accounting (usage.h): GPU time per user and group in [from, to), unix seconds; by default the last 7 days.
@@ -997,6 +1026,7 @@ void Service::readRoutes(httplib::Server& s) {
         o << "gpool_grant_decision_recent_seconds{quantile=\"" << q << "\"} "
           << recent[std::min(recent.size() - 1, static_cast<size_t>(q * static_cast<double>(recent.size())))] << "\n";
     queueMetrics(o);
+    userMetrics(o);
     o << "# HELP gpool_store_transactions_total Store transactions written (each holds the changes of one request or more).\n"
       << "# TYPE gpool_store_transactions_total counter\ngpool_store_transactions_total " << commits_->transactions() << "\n"
       << "# HELP gpool_store_changes_total Changes (requests, ticks) written to the store.\n"

@@ -63,6 +63,7 @@ class Service {
   static bool validRequestKey(const nlohmann::json& j, std::string& out);
   void replyAgain(httplib::Response& res, const Lease& l, const std::string& user, const std::string& lease_key);  // mu_ held
   void queueMetrics(std::ostream& o) const;
+  void userMetrics(std::ostream& o) const;  // per user: GPUs held, memory, device time, time held back
   struct Caller {
     Authenticator::Outcome outcome = Authenticator::Outcome::kAnonymous;
     Identity who;

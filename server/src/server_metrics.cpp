@@ -64,6 +64,7 @@ void shareFigures(std::ostringstream& o, const std::vector<ShareFigures>& shares
 
 std::string renderMetrics(const ServerFigures& f) {
   std::ostringstream o;
+  o.precision(15);  // seconds counted over days keep their milliseconds
   family(o, "gpool_server_info", "gauge", "This gpool-server, labelled with its backend.");
   o << "gpool_server_info{backend=" << quoted(f.backend) << "} 1\n";
   family(o, "gpool_server_clients", "gauge", "Clients connected, each served by a worker process.");

@@ -18,9 +18,11 @@ MIB = 1 << 20
 SAMPLE = re.compile(r'^([a-z_]+)(\{[^}]*\})? (\S+)$')
 
 
-def scrape(port):
-    """{(name, labels): value} of every sample; the labels as the text has them ("" for none)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+def scrape(where):
+    """{(name, labels): value} of every sample at a port of this host or a URL; the labels as the text has
+    them ("" for none)."""
+    url = where if isinstance(where, str) else f"http://127.0.0.1:{where}"
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         text = r.read().decode()
     samples = {}
     for line in text.splitlines():
@@ -81,12 +83,18 @@ class ServerMetrics(unittest.TestCase):
         def use():
             found = [x for x in c.status()["leases"] if x["id"] == lease["id"]]
             return found[0].get("use", {}) if found else {}
-        # (/metrics rounds to 6 digits)
+        # (/metrics writes 15 digits: a margin for the last)
         self.assertTrue(wait_for(lambda: use().get("device_seconds", 0) >= busy - 0.001, timeout=10), use())
         self.assertEqual(use()["memory"], 64 * MIB)
         self.assertGreaterEqual(use()["held_back_seconds"], held - 0.001)
         out, _ = c.gpool("status").communicate(timeout=30)
         self.assertRegex(out, lease["id"] + r".*\n\s+uses 0\.0625 GiB; its kernels ran \d+\.\d s on the GPU and waited \d+\.\d s for its share\n")
+
+        # And the allocator's /metrics sums them per user.
+        users = scrape(c.leader)
+        self.assertEqual(users[("gpool_user_gpus", '{user="u"}')], 0.25)
+        self.assertEqual(users[("gpool_user_memory_bytes", '{user="u"}')], 64 * MIB)
+        self.assertGreaterEqual(users[("gpool_user_device_seconds", '{user="u"}')], busy - 0.001)
 
         forged = subprocess.run([MEMCAP, str(GIB)], env=c.client_env(share, token=share["token"][:-2] + "00"),
                                 capture_output=True, text=True, timeout=60)
