@@ -107,6 +107,36 @@ class ServerMetrics(unittest.TestCase):
         self.assertTrue(wait_for(lambda: ("gpool_lease_workers", f'{{lease="{lease["id"]}"}}') not in scrape(self.port), timeout=10),
                         "the lease's figures outlived its last worker")
 
+    def test_two_shares_of_one_lease_on_one_gpu_are_paced_apart(self):
+        # `-n 2 -p 0.5` on one GPU: two devices, each with half the GPU's time of its own (the server keeps a
+        # pace per share, not one per device). A kernel loop on each at once: two series, each paced.
+        c = self.cluster
+        _, lease = c.http("POST", "/v1/leases", {"user": "u", "n": 2, "p": 0.5})
+        first, second = lease["shares"]
+        self.assertEqual((first["server"], first["device"]), (second["server"], second["device"]), "both on one GPU")
+        go = os.path.join(c.dir, "go2")
+        holders = []
+        for share in (first, second):  # (keep each share's figures after its loop ends)
+            holders.append(subprocess.Popen([MEMCAP, "hold", str(MIB), go], env=c.client_env(share), stdout=subprocess.PIPE, text=True))
+            self.children.append(holders[-1])
+            self.assertEqual(holders[-1].stdout.readline().split()[0], "HELD")
+        loops = [subprocess.Popen([SPIN, "1", "1000"], env=c.client_env(share), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for share in (first, second)]
+        self.children += loops
+        for p in loops:
+            out, _ = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, out)
+        m = scrape(self.port)
+        for n in ("0", "1"):
+            labels = f'{{lease="{lease["id"]}",share="{n}",device="{first["device"]}"}}'
+            busy, held = m[("gpool_share_device_seconds_total", labels)], m[("gpool_share_held_back_seconds_total", labels)]
+            print(f"share {n} at 0.5, beside the other: {busy:.3f} s on the device, {held:.3f} s held back", file=sys.stderr)
+            self.assertGreater(busy, 0.1)
+            self.assertEqual(m[("gpool_share_memory_bytes", labels)], MIB)
+        open(go, "w").close()
+        for p in holders:
+            p.communicate(timeout=30)
+
     def test_a_port_in_use_stops_the_server_naming_it(self):
         taken = f"127.0.0.1:{self.port}"  # the cluster's server holds it
         run = subprocess.run([os.path.join(BUILD, "server", "gpool-server"), "--backend", "sim", "--listen", "127.0.0.1:0",
