@@ -150,12 +150,15 @@ json Service::withTimes(json j, const Lease& l) const {
   if (l.req.time_limit_ms > 0) j["ends_in_ms"] = std::max<int64_t>(0, l.limit_from_ms + l.req.time_limit_ms - t);
   if (l.preempt_at_ms) j["preempt_in_ms"] = std::max<int64_t>(0, l.preempt_at_ms - t);
   j["idle_ms"] = std::max<int64_t>(0, t - l.active_ms);
-  if (!l.use_on.empty()) {  // what its servers measured, summed over them
-    Lease::Use sum;
-    for (const auto& [server, u] : l.use_on) sum.memory += u.memory, sum.device_s += u.device_s, sum.held_s += u.held_s;
-    j["use"] = {{"memory", sum.memory}, {"device_seconds", sum.device_s}, {"held_back_seconds", sum.held_s}};
-  }
+  if (!l.use_on.empty()) j["use"] = useJson(l);
   return j;
+}
+
+// What a lease's servers last measured of it, summed over them (their heartbeats' `use`).
+json Service::useJson(const Lease& l) {
+  Lease::Use sum;
+  for (const auto& [server, u] : l.use_on) sum.memory += u.memory, sum.device_s += u.device_s, sum.held_s += u.held_s;
+  return {{"memory", sum.memory}, {"device_seconds", sum.device_s}, {"held_back_seconds", sum.held_s}};
 }
 
 bool Service::standingBy(const std::string& path, httplib::Response& res) {
@@ -686,9 +689,11 @@ void Service::leaseRoutes(httplib::Server& s) {
     const Lease* l = owned(req, res, c);
     if (!l) return;
     std::string id = l->id;
-    bool ended = sched_->end(id, l->state == LeaseState::kQueued ? "cancelled while queued" : "released", now());
+    json answer = {{"id", id}, {"state", "ended"}};
+    if (!l->use_on.empty()) answer["use"] = useJson(*l);  // what it used, for its holder's last word
+    answer["ended"] = sched_->end(id, l->state == LeaseState::kQueued ? "cancelled while queued" : "released", now());
     persist();
-    reply(res, 200, {{"id", id}, {"ended", ended}, {"state", "ended"}});
+    reply(res, 200, answer);
   });
 
   s.Get("/v1/whoami", [this](const httplib::Request& req, httplib::Response& res) {

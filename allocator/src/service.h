@@ -98,6 +98,7 @@ class Service {
   std::optional<std::chrono::steady_clock::time_point> usage_read_;
   int64_t now() const;
   nlohmann::json withTimes(nlohmann::json j, const Lease& l) const;  // a granted lease's ends_in_ms, idle_ms, preempt_in_ms
+  static nlohmann::json useJson(const Lease& l);  // its `use`: memory, device_seconds, held_back_seconds
 
   ServiceOptions opt_;
   token::Ed25519Key token_key_;  // signs lease tokens (opt_.token_key), read once at start

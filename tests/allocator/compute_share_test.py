@@ -25,22 +25,29 @@ class ComputeShares(unittest.TestCase):
         p = self.cluster.gpool("run", "-p", fraction, "--", PROGRAM, *args)
         out, err = p.communicate(timeout=120)
         self.assertEqual(p.returncode, 0, out + err + self.cluster.log("sim0"))
-        return out
+        return out, err
 
     def test_the_processes_of_a_quarter_lease_together_keep_the_device_busy_a_quarter_of_the_time(self):
-        out = self.run_program("0.25", "2", "1000", "0.25", "2")  # two processes, checked against 0.25 together
+        out, err = self.run_program("0.25", "2", "1000", "0.25", "2")  # two processes, checked against 0.25 together
         self.assertIn("ALL PASSED", out)
         print(out.strip(), file=sys.stderr)
         log = self.cluster.log("sim0")
         paced = re.findall(r"compute share 0\.25: the client's kernels ran ([\d.]+) s on the device; its launches waited ([\d.]+) s", log)
         self.assertEqual(len(paced), 2, log)  # each worker says what it enforced
         self.assertTrue(all(float(waited) > 0 for _, waited in paced), paced)
+        # gpool run says so at the end, from what the server last reported to the allocator.
+        said = re.search(r"gpool: lease L[0-9a-f]+: in \S+ its kernels ran ([\d.]+) s on the GPU, and its processes' launches waited "
+                         r"([\d.]+) s in all for its 0\.25 share of the GPU's time \(as its servers last reported\); with a larger -p it would wait less", err)
+        self.assertIsNotNone(said, err)
+        print(said.group(0), file=sys.stderr)
+        self.assertGreater(float(said.group(2)), 0)
 
     def test_a_whole_gpu_is_not_paced(self):
-        out = self.run_program("1", "1", "1000")  # (its share, about 0.95 here, is printed, not checked: no timed assertions)
+        out, err = self.run_program("1", "1", "1000")  # (its share, about 0.95 here, is printed, not checked: no timed assertions)
         print(out.strip(), file=sys.stderr)
         self.assertRegex(out, r"\d+ kernels of 1000 us")
         self.assertNotIn("compute share", self.cluster.log("sim0"))
+        self.assertNotIn("waited", err)  # a whole GPU is not held back
 
 
 if __name__ == "__main__":

@@ -185,6 +185,22 @@ void describe(const json& lease, const json& request) {
                got, where.c_str(), elastic.str().c_str(), limit.c_str());
 }
 
+// After the command: what its lease's servers measured of it (the release's answer carries their last
+// report), said when its launches were held back for its share, so its user knows a larger -p would run
+// it faster. Nothing for a whole GPU (not timed) or a lease whose servers never reported.
+void sayWhatItUsed(const std::string& answer, const json& lease, double ran_s) {
+  json r = json::parse(answer, nullptr, false);
+  if (!r.is_object() || !r.contains("use") || !r["use"].is_object()) return;
+  const double device_s = r["use"].value("device_seconds", 0.0), held_s = r["use"].value("held_back_seconds", 0.0);
+  if (held_s <= 0) return;
+  const double share = lease.at("shares").at(0).at("fraction").get<double>();
+  std::fprintf(stderr,
+               "gpool: lease %s: in %s its kernels ran %.1f s on the GPU, and its processes' launches waited %.1f s in all "
+               "for its %g share of the GPU's time (as its servers last reported)%s\n",
+               lease.at("id").get<std::string>().c_str(), fmtDuration(ran_s).c_str(), device_s, held_s, share,
+               held_s >= 0.1 * ran_s ? "; with a larger -p it would wait less" : "");
+}
+
 // Whether an inherited CUDA_VISIBLE_DEVICES's first entry is a device number past the lease's `n` devices
 // (a batch scheduler's choice among this host's GPUs), through which the command's CUDA would see no
 // device at all. Says so when it is: the command then runs without it.
@@ -369,12 +385,15 @@ int runOnce(AllocatorClient& a, const json& lease, const std::vector<std::string
   LeaseWatch::Events events = notice.events(id);
   events.shares = writeLeaseFile;  // renewed tokens, for the command's later processes
   auto watch = std::make_unique<LeaseWatch>(a.another(), id, heartbeat_ms, events, progressFile());
+  const auto started = std::chrono::steady_clock::now();
   int status = waitForChild(pid);
+  const double ran_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   g_child = 0;
   keeper.reset();  // (first: it is no leftover of the command's)
   endLeftovers([&] { return notice.stopBy(kLeftoverGrace); }, [&] { return notice.revoked(); });
   auto [st, text] = release(a, id);  // ends the watch's long poll too
   if (st != 200 && !notice.given()) std::fprintf(stderr, "gpool: releasing lease %s: %s\n", id.c_str(), text.c_str());
+  if (st == 200) sayWhatItUsed(text, lease, ran_s);
   watch.reset();
   std::remove(progressFile().c_str());
   std::remove(leaseFile().c_str());
