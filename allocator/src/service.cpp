@@ -154,6 +154,16 @@ json Service::withTimes(json j, const Lease& l) const {
   return j;
 }
 
+// One lease's figures in a server's heartbeat, when they are well formed and in bounds.
+std::optional<Lease::Use> Service::useFrom(const json& u) {
+  auto figure = [&](const char* name, double most) {
+    return u.contains(name) && u[name].is_number() && u[name].get<double>() >= 0 && u[name].get<double>() <= most;
+  };
+  if (!u.is_object() || u.size() != 3 || !figure("memory", 0x1p53) || !figure("device_s", 1e12) || !figure("held_s", 1e12))
+    return std::nullopt;
+  return Lease::Use{u["memory"].get<double>(), u["device_s"].get<double>(), u["held_s"].get<double>()};
+}
+
 // What a lease's servers last measured of it, summed over them (their heartbeats' `use`).
 json Service::useJson(const Lease& l) {
   Lease::Use sum;
@@ -477,18 +487,13 @@ void Service::serverRoutes(httplib::Server& s) {
     }
     std::vector<std::pair<std::string, Lease::Use>> uses;  // lease → what this server measured of its shares
     if (j.contains("use")) {
-      auto figure = [](const json& u, const char* name, double most) {
-        return u.contains(name) && u[name].is_number() && u[name].get<double>() >= 0 && u[name].get<double>() <= most;
-      };
       const json& all = j["use"];
-      if (!all.is_object() || all.size() > 4096 || !std::all_of(all.items().begin(), all.items().end(), [&](const auto& kv) {
-            const json& u = kv.value();
-            return kv.key().size() <= 64 && u.is_object() && u.size() == 3 && figure(u, "memory", 0x1p53) &&
-                   figure(u, "device_s", 1e12) && figure(u, "held_s", 1e12);
-          }))
-        return error(res, 400, "use must map at most 4096 lease ids to {memory, device_s, held_s}: bytes up to 2^53, seconds up to 1e12");
-      for (const auto& [lease, u] : all.items())
-        uses.emplace_back(lease, Lease::Use{u["memory"].get<double>(), u["device_s"].get<double>(), u["held_s"].get<double>()});
+      if (!all.is_object() || all.size() > 4096) return error(res, 400, std::string("use must map at most 4096 lease ids to ") + kUseForm);
+      for (const auto& [lease, u] : all.items()) {
+        auto use = useFrom(u);
+        if (lease.size() > 64 || !use) return error(res, 400, std::string("use must map at most 4096 lease ids to ") + kUseForm);
+        uses.emplace_back(lease, *use);
+      }
     }
     std::lock_guard lock(mu_);
     std::vector<std::string> revoked;

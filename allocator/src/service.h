@@ -99,6 +99,8 @@ class Service {
   int64_t now() const;
   nlohmann::json withTimes(nlohmann::json j, const Lease& l) const;  // a granted lease's ends_in_ms, idle_ms, preempt_in_ms
   static nlohmann::json useJson(const Lease& l);  // its `use`: memory, device_seconds, held_back_seconds
+  static std::optional<Lease::Use> useFrom(const nlohmann::json& u);  // a server's figures of one lease (kUseForm)
+  static constexpr const char* kUseForm = "{memory, device_s, held_s}: bytes up to 2^53, seconds up to 1e12";
 
   ServiceOptions opt_;
   token::Ed25519Key token_key_;  // signs lease tokens (opt_.token_key), read once at start
