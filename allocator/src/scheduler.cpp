@@ -598,6 +598,12 @@ bool Scheduler::reportLaunches(const std::string& server, const std::string& id,
   return true;
 }
 
+Lease::Use Lease::used() const {
+  Use sum;
+  for (const auto& [server, u] : use_on) sum.memory += u.memory, sum.device_s += u.device_s, sum.held_s += u.held_s;
+  return sum;
+}
+
 bool Scheduler::reportUse(const std::string& server, const std::string& id, const Lease::Use& use) {
   auto on = granted_on_.find(server);
   if (on == granted_on_.end() || !on->second.count(id)) return false;

@@ -139,6 +139,7 @@ struct Lease {
     double held_s = 0;    // time its launches waited for its share of the GPU's time
   };
   std::map<std::string, Use> use_on;  // by server, as each last reported it. Not persisted
+  Use used() const;                   // use_on summed over its servers
   std::vector<Share> shares;
 
   double heldGpus() const;  // the fractions of GPUs its shares hold, summed

@@ -166,8 +166,7 @@ std::optional<Lease::Use> Service::useFrom(const json& u) {
 
 // What a lease's servers last measured of it, summed over them (their heartbeats' `use`).
 json Service::useJson(const Lease& l) {
-  Lease::Use sum;
-  for (const auto& [server, u] : l.use_on) sum.memory += u.memory, sum.device_s += u.device_s, sum.held_s += u.held_s;
+  const Lease::Use sum = l.used();
   return {{"memory", sum.memory}, {"device_seconds", sum.device_s}, {"held_back_seconds", sum.held_s}};
 }
 
@@ -488,10 +487,11 @@ void Service::serverRoutes(httplib::Server& s) {
     std::vector<std::pair<std::string, Lease::Use>> uses;  // lease → what this server measured of its shares
     if (j.contains("use")) {
       const json& all = j["use"];
-      if (!all.is_object() || all.size() > 4096) return error(res, 400, std::string("use must map at most 4096 lease ids to ") + kUseForm);
+      const std::string malformed = std::string("use must map at most 4096 lease ids to ") + kUseForm;
+      if (!all.is_object() || all.size() > 4096) return error(res, 400, malformed);
       for (const auto& [lease, u] : all.items()) {
         auto use = useFrom(u);
-        if (lease.size() > 64 || !use) return error(res, 400, std::string("use must map at most 4096 lease ids to ") + kUseForm);
+        if (lease.size() > 64 || !use) return error(res, 400, malformed);
         uses.emplace_back(lease, *use);
       }
     }
@@ -878,20 +878,16 @@ void Service::userMetrics(std::ostream& o) const {
     if (l->state != LeaseState::kGranted) continue;
     Sums& u = users[l->req.user];
     u.gpus += l->heldGpus();
-    for (const auto& [server, use] : l->use_on) u.memory += use.memory, u.device_s += use.device_s, u.held_s += use.held_s;
+    const Lease::Use use = l->used();
+    u.memory += use.memory, u.device_s += use.device_s, u.held_s += use.held_s;
   }
-  auto label = [](const std::string& v) {  // escaped as the text format wants
-    std::string out;
-    for (char c : v) out += c == '\\' ? "\\\\" : c == '"' ? "\\\"" : c == '\n' ? "\\n" : std::string(1, c);
-    return out;
-  };
   for (auto [name, help, field] : {std::tuple{"gpool_user_gpus", "GPUs (sums of fractions) the user's leases hold.", &Sums::gpus},
                                    std::tuple{"gpool_user_memory_bytes", "Device memory the user's leases hold, as their servers measure it.", &Sums::memory},
                                    std::tuple{"gpool_user_device_seconds", "Device time the kernels of the user's live leases took (shares below a whole GPU).", &Sums::device_s},
                                    std::tuple{"gpool_user_held_back_seconds", "Time the launches of the user's live leases waited for their shares.", &Sums::held_s}}) {
     o << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n";
     const auto was = o.precision(15);  // (bytes and seconds: more than the stream's 6 digits)
-    for (const auto& [user, sums] : users) o << name << "{user=\"" << label(user) << "\"} " << sums.*field << "\n";
+    for (const auto& [user, sums] : users) o << name << "{user=\"" << gpool::metricLabel(user) << "\"} " << sums.*field << "\n";
     o.precision(was);
   }
 }

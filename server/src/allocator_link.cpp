@@ -55,6 +55,12 @@ void AllocatorLink::leaseSources(std::shared_ptr<budget::SharedBudget> launch_pa
   lease_sources_ = std::move(by_lease);
 }
 
+uint64_t AllocatorLink::LeaseSources::launched(const budget::SharedBudget* launch_page) const {
+  uint64_t n = ended;
+  for (int slot : slots) n += launch_page ? launch_page->heldBy(slot) : 0;
+  return n;
+}
+
 uint64_t AllocatorLink::refresh() {
   uint64_t next;
   {
@@ -109,9 +115,8 @@ void AllocatorLink::loop() {
     wake_ = false;
     nlohmann::json launched = nlohmann::json::object(), use = nlohmann::json::object();
     for (const auto& [lease, from] : lease_sources_) {
-      uint64_t n = from.ended, memory = 0;
-      for (int slot : from.slots) n += launch_page_ ? launch_page_->heldBy(slot) : 0;
-      launched[lease] = n;
+      uint64_t memory = 0;
+      launched[lease] = from.launched(launch_page_.get());
       int64_t busy_ns = 0, held_ns = 0;
       for (const auto& b : from.memory) memory += b->used();
       for (const auto& p : from.paces) busy_ns += p->busyNs(), held_ns += p->waitedNs();

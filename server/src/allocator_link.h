@@ -48,6 +48,7 @@ class AllocatorLink {
     std::vector<int> slots;
     std::vector<std::shared_ptr<budget::SharedBudget>> memory;
     std::vector<std::shared_ptr<budget::ComputePace>> paces;
+    uint64_t launched(const budget::SharedBudget* launch_page) const;  // ended, and what the running ones counted
   };
   void leaseSources(std::shared_ptr<budget::SharedBudget> launch_page, std::map<std::string, LeaseSources> by_lease);
   // Asks for a heartbeat now; returns the number of the request whose answer will be the first one

@@ -343,12 +343,18 @@ class Server {
   // Tells the allocator which leases have workers here (it holds an ended lease's share until none has).
   void reportServing() {
     if (!link_) return;
-    std::set<std::string> leases;
+    auto sources = leaseSources();
+    std::vector<std::string> leases;
+    for (const auto& [lease, from] : sources) leases.push_back(lease);
+    link_->leaseSources(launch_counts_, std::move(sources));
+    link_->serving(std::move(leases));
+  }
+
+  // Where the figures of each lease with workers here are read: its workers' slots, what its ended ones
+  // launched, its shares' memory budgets and compute paces.
+  std::map<std::string, AllocatorLink::LeaseSources> leaseSources() const {
     std::map<std::string, AllocatorLink::LeaseSources> sources;
-    for (const auto& [pid, lease] : worker_leases_) {
-      leases.insert(lease);
-      sources[lease].slots.push_back(worker_slots_.at(pid));
-    }
+    for (const auto& [pid, lease] : worker_leases_) sources[lease].slots.push_back(worker_slots_.at(pid));
     for (auto& [lease, from] : sources) from.ended = ended_launches_.count(lease) ? ended_launches_.at(lease) : 0;
     for (const auto& [key, share] : shares_) {
       auto from = sources.find(key.first);
@@ -356,8 +362,7 @@ class Server {
       if (share.memory) from->second.memory.push_back(share.memory);
       if (share.pace) from->second.paces.push_back(share.pace);
     }
-    link_->leaseSources(launch_counts_, std::move(sources));
-    link_->serving({leases.begin(), leases.end()});
+    return sources;
   }
 
   // The lowest slot no running worker holds (there are at most --max-clients <= kSlots workers).
@@ -409,17 +414,8 @@ class Server {
   }
   ServerFigures figuresNow() const {
     ServerFigures f{backend_, workers_, opt_.max_clients, draining_, refused_, {}, {}};
-    std::map<std::string, LeaseFigures> leases;
-    for (const auto& [pid, lease] : worker_leases_) {
-      LeaseFigures& l = leases[lease];
-      l.lease = lease;
-      ++l.workers;
-      if (auto slot = worker_slots_.find(pid); slot != worker_slots_.end()) l.launches += launch_counts_->heldBy(slot->second);
-    }
-    for (auto& [lease, l] : leases) {
-      if (auto ended = ended_launches_.find(lease); ended != ended_launches_.end()) l.launches += ended->second;
-      f.leases.push_back(l);
-    }
+    for (const auto& [lease, from] : leaseSources())
+      f.leases.push_back({lease, static_cast<unsigned>(from.slots.size()), from.launched(launch_counts_.get())});
     for (const auto& [key, s] : shares_) {
       ShareFigures sf{key.first, key.second, s.device, s.fraction};
       if (s.memory) sf.capped = true, sf.memory_used = s.memory->used(), sf.memory_limit = s.memory->limit();

@@ -8,20 +8,13 @@
 #include <stdexcept>
 #include <thread>
 
+#include "gpool/printable.h"
 #include "gpool/protocol/transport.h"
 
 namespace gpool::server {
 namespace {
 
-// A label value as the text format writes it: backslash, double quote and newline escaped.
-std::string quoted(const std::string& v) {
-  std::string out = "\"";
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    out += c == '\n' ? std::string("\\n") : std::string(1, c);
-  }
-  return out + "\"";
-}
+std::string quoted(const std::string& v) { return "\"" + metricLabel(v) + "\""; }
 
 void family(std::ostringstream& o, const char* name, const char* type, const char* help) {
   o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';

@@ -27,6 +27,17 @@ inline std::string printable(std::string_view text) {
   return out;
 }
 
+// A label value as Prometheus's text format writes it between its double quotes: backslash, double quote
+// and newline escaped (both daemons' /metrics).
+inline std::string metricLabel(std::string_view value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') out += '\\';
+    out += c == '\n' ? std::string("\\n") : std::string(1, c);
+  }
+  return out;
+}
+
 // Whether a name is 1-64 letters, digits, '.', '_' or '-': names (servers, queues, GPU types) that go into
 // metrics, status and command lines unquoted.
 inline bool isPlainName(std::string_view name) {
