@@ -117,6 +117,12 @@ def ed25519_sign(key_file, message):
 
 
 
+def forged(token):
+    """`token` with the last hex digit of its signature changed: it no longer verifies (a fixed ending would
+    leave the token as it was whenever the signature happened to end that way)."""
+    return token[:-1] + ("1" if token[-1] == "0" else "0")
+
+
 def wait_for(predicate, timeout=10.0, step=0.02):
     end = time.time() + timeout
     while time.time() < end:

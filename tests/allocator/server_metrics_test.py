@@ -11,7 +11,7 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import BUILD, GIB, KERNELS, MEMCAP, Cluster, setUpModule, tearDownModule, wait_for  # noqa: F401,E402
+from cluster import BUILD, GIB, KERNELS, MEMCAP, Cluster, forged, setUpModule, tearDownModule, wait_for  # noqa: F401,E402
 
 SPIN = os.path.join(BUILD, "tests", "cuda_compute_share")
 MIB = 1 << 20
@@ -96,9 +96,10 @@ class ServerMetrics(unittest.TestCase):
         self.assertEqual(users[("gpool_user_memory_bytes", '{user="u"}')], 64 * MIB)
         self.assertGreaterEqual(users[("gpool_user_device_seconds", '{user="u"}')], busy - 0.001)
 
-        forged = subprocess.run([MEMCAP, str(GIB)], env=c.client_env(share, token=share["token"][:-2] + "00"),
-                                capture_output=True, text=True, timeout=60)
-        self.assertNotEqual(forged.returncode, 0)
+        refused = subprocess.run([MEMCAP, str(GIB)], env=c.client_env(share, token=forged(share["token"])),
+                                 capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(refused.returncode, 0)
+        self.assertIn("does not verify", refused.stdout + refused.stderr)
         self.assertEqual(scrape(self.port)[("gpool_server_clients_refused_total", '{reason="lease"}')],
                          m[("gpool_server_clients_refused_total", '{reason="lease"}')] + 1)
 
