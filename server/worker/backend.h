@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -18,6 +19,7 @@
 #include "handle_table.h"
 #include "host_callbacks.h"
 #include "host_pool.h"
+#include "import_holds.h"
 #include "ipc_registry.h"
 #include "launch_timer.h"
 #include "peer_links.h"
@@ -135,14 +137,17 @@ class Backend : public LaunchTimer {
                  [&](int& fd) { return exportPhysical(h.v, fd); }, handle);
   }
   Status MemImportShareable(std::vector<uint8_t> handle, uint32_t type, ImportedPhysical& out) {
-    return openShared(handle, type, ShareableHandles::Object::kPhysical, out.bytes,
-                      [&](int fd) { return importPhysical(fd, out.bytes, out.handle.v); });
+    IpcRegistry::RecordFile hold;
+    Status st = openShared(handle, type, ShareableHandles::Object::kPhysical, out.bytes,
+                           [&](int fd) { return importPhysical(fd, out.bytes, out.handle.v); }, &hold);
+    if (st == proto::cu::kSuccess) imports_.keep(Shared::kPhysical, out.handle.v, std::move(hold));
+    return st;
   }
   Status MemPoolExportShareable(MemPool p, uint32_t type, std::vector<uint8_t>& handle) {
     return share(type, ShareableHandles::Object::kPool, p.v, 0, [&](int& fd) { return exportPool(p.v, fd); }, handle);
   }
   Status MemPoolImportShareable(std::vector<uint8_t> handle, uint32_t type, Created<MemPool>& out) {
-    uint64_t unused = 0;
+    uint64_t unused = 0;  // (a pool holds no memory itself: its allocations are held as they are opened)
     return openShared(handle, type, ShareableHandles::Object::kPool, unused, [&](int fd) { return importPool(fd, out.v); });
   }
   Status MemPoolExportPointer(AllocBase a, std::vector<uint8_t>& data) {
@@ -152,12 +157,51 @@ class Backend : public LaunchTimer {
   }
   Status MemPoolImportPointer(MemPool p, std::vector<uint8_t> data, IpcMapping& out) {
     std::vector<uint8_t> record;
-    if (Status st = shareable_.record(data, record); st != proto::cu::kSuccess) return st;
-    return importPoolPointer(p.v, record, out);
+    IpcRegistry::RecordFile hold;
+    if (Status st = shareable_.record(data, record, hold); st != proto::cu::kSuccess) return st;
+    Status st = importPoolPointer(p.v, record, out);
+    if (st == proto::cu::kSuccess) imports_.keep(Shared::kAllocation, out.ptr, std::move(hold));
+    return st;
   }
-  Status MemPoolFreeImported(IpcMapped m, Stream s) { return freeImportedPointer(m.ptr, s.v); }
-  // An allocation was freed: its export, if any, ends.
-  void allocationFreed(uint64_t ptr) { shareable_.withdraw(ShareableHandles::Object::kPoolAllocation, ptr); }
+  Status MemPoolFreeImported(IpcMapped m, Stream s) {
+    imports_.letGo(Shared::kAllocation, m.ptr);
+    return freeImportedPointer(m.ptr, s.v);
+  }
+
+  // Exports end with what they share (import_holds.h): an allocation freed, physical memory released, or
+  // every export at a context reset or the client's end. Those importers still hold come back.
+  struct HeldExport {
+    Shared kind;
+    uint64_t object;
+    IpcRegistry::RecordFile file;
+  };
+  std::vector<HeldExport> endExports(Shared kind, uint64_t object) {
+    std::vector<HeldExport> held;
+    auto add = [&](IpcRegistry::RecordFile f) {
+      if (f) held.push_back(HeldExport{kind, object, std::move(f)});
+    };
+    if (kind == Shared::kPhysical) {
+      add(shareable_.withdraw(ShareableHandles::Object::kPhysical, object));
+      return held;
+    }
+    if (auto it = memory_exports_.find(object); it != memory_exports_.end()) {
+      add(ipc_.withdraw(it->second));
+      memory_exports_.erase(it);
+    }
+    add(shareable_.withdraw(ShareableHandles::Object::kPoolAllocation, object));
+    return held;
+  }
+  std::vector<HeldExport> endAllExports() {
+    std::vector<HeldExport> held;
+    for (auto& [ptr, handle] : memory_exports_)
+      if (auto f = ipc_.withdraw(handle)) held.push_back(HeldExport{Shared::kAllocation, ptr, std::move(f)});
+    memory_exports_.clear();
+    for (auto& h : shareable_.clear())
+      if (h.kind != ShareableHandles::Object::kPool)
+        held.push_back(HeldExport{h.kind == ShareableHandles::Object::kPhysical ? Shared::kPhysical : Shared::kAllocation,
+                                  h.object, std::move(h.file)});
+    return held;
+  }
 
   // Graph memory (graph_memory.h): the graph a stream is capturing into (0: none), and what the device
   // holds for graphs' allocations now: in use by live allocations, and reserved (in use or cached).
@@ -201,8 +245,21 @@ class Backend : public LaunchTimer {
   virtual Status freeImportedPointer(uint64_t ptr, uint64_t stream) = 0;
   HostPool host_pool_;
   HostCallbacks callbacks_;
+  // An allocation's IPC export (cuIpcGetMemHandle): filed once, the same handle again after; it ends when
+  // the allocation is freed (endExports).
+  Status publishMemory(uint64_t ptr, const std::vector<uint8_t>& record, std::vector<uint8_t>& handle) {
+    if (auto it = memory_exports_.find(ptr); it != memory_exports_.end()) {
+      handle = it->second;
+      return proto::cu::kSuccess;
+    }
+    Status st = ipc_.publish(IpcRegistry::Kind::kMemory, record, handle);
+    if (st == proto::cu::kSuccess) memory_exports_[ptr] = handle;
+    return st;
+  }
   IpcRegistry ipc_;
   ShareableHandles shareable_{ipc_};
+  ImportHolds imports_;  // what this worker holds of other workers' memory
+  std::map<uint64_t, std::vector<uint8_t>> memory_exports_;  // allocation -> its IPC handle
   PeerLinks peers_;
   const HandleTable* memory_ = nullptr;
 
@@ -219,10 +276,10 @@ class Backend : public LaunchTimer {
   }
   template <typename Import>
   Status openShared(const std::vector<uint8_t>& handle, uint32_t type, ShareableHandles::Object kind, uint64_t& bytes,
-                    Import importFd) {
+                    Import importFd, IpcRegistry::RecordFile* hold = nullptr) {
     if (type != kPosixFileDescriptor) return proto::cu::kNotSupported;
     int fd = -1;
-    if (Status st = shareable_.open(handle, kind, fd, bytes); st != proto::cu::kSuccess) return st;
+    if (Status st = shareable_.open(handle, kind, fd, bytes, hold); st != proto::cu::kSuccess) return st;
     Status st = importFd(fd);
     close(fd);
     return st;

@@ -363,7 +363,7 @@ class CudaBackend final : public Backend {
     return r;
   }
   Status MemRelease(Released<Physical> h) {
-    shareable_.withdraw(ShareableHandles::Object::kPhysical, h.v);
+    imports_.letGo(Shared::kPhysical, h.v);  // (its export, if any, was ended by the worker: import_holds.h)
     return d_.cuMemRelease_(h.v);
   }
   Status MemMap(VaMap m) { return d_.cuMemMap_(m.ptr, m.size, m.offset, m.physical.v, 0); }
@@ -957,11 +957,12 @@ class CudaBackend final : public Backend {
     uint64_t bytes = size;
     std::memcpy(record.data(), &h, sizeof h);
     std::memcpy(record.data() + sizeof h, &bytes, sizeof bytes);
-    return ipc_.publish(IpcRegistry::Kind::kMemory, record, handle);
+    return publishMemory(p.ptr, record, handle);
   }
   Status IpcOpenMemHandle(std::vector<uint8_t> handle, uint32_t flags, IpcMapping& out) {
     std::vector<uint8_t> record;
-    if (Status st = ipc_.lookup(IpcRegistry::Kind::kMemory, handle, record); st != CUDA_SUCCESS) return st;
+    IpcRegistry::RecordFile hold;
+    if (Status st = ipc_.lookupHeld(IpcRegistry::Kind::kMemory, handle, record, hold); st != CUDA_SUCCESS) return st;
     CUipcMemHandle h;
     uint64_t bytes = 0;
     if (record.size() != sizeof h + sizeof bytes) return CUDA_ERROR_INVALID_VALUE;
@@ -970,9 +971,13 @@ class CudaBackend final : public Backend {
     CUdeviceptr p = 0;
     CUresult r = d_.cuIpcOpenMemHandle_(&p, h, flags);
     out = IpcMapping{p, bytes};
+    if (r == CUDA_SUCCESS) imports_.keep(Shared::kAllocation, p, std::move(hold));
     return r;
   }
-  Status IpcCloseMemHandle(IpcMapped p) { return d_.cuIpcCloseMemHandle_(p.ptr); }
+  Status IpcCloseMemHandle(IpcMapped p) {
+    imports_.letGo(Shared::kAllocation, p.ptr);
+    return d_.cuIpcCloseMemHandle_(p.ptr);
+  }
   Status IpcGetEventHandle(Event e, std::vector<uint8_t>& handle) {
     CUipcEventHandle h;
     if (CUresult r = d_.cuIpcGetEventHandle_(&h, event_(e)); r != CUDA_SUCCESS) return r;
@@ -1011,7 +1016,7 @@ class CudaBackend final : public Backend {
   Status CtxReset(ResetAll) {
     CUresult r = d_.cuCtxSynchronize_();
     if (r != CUDA_SUCCESS) return r;
-    shareable_.clear();
+    imports_.clear();  // (its exports were ended by the worker: import_holds.h)
     releaseBuffers();
     for (auto& [handle, link] : links_) d_.cuLinkDestroy_(link->state);
     links_.clear();

@@ -4,10 +4,12 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <optional>
-#include <utility>
+#include <thread>
 #include <tuple>
+#include <utility>
 
 namespace gpool::worker {
 namespace {
@@ -30,8 +32,12 @@ Status Dispatcher::execute(typename C::in::tuple& ins, typename C::out::tuple& o
   Status st = beforeCall<C>(ins, scope, headroom);
   if (st == cu::kSuccess) st = checks_.admitAll(ins, scope);
   if (st == cu::kSuccess) st = backend_.run(C{}, ins, outs);
-  if (st == cu::kSuccess) checks_.commit(outs, scope);
-  else checks_.abandon(scope);
+  if (st == cu::kSuccess) {
+    endExports<C>(ins, scope);
+    checks_.commit(outs, scope);
+  } else {
+    checks_.abandon(scope);
+  }
   afterCall<C>(ins, st, scope, headroom);
   return st;
 }
@@ -65,12 +71,49 @@ void Dispatcher::afterCall(typename C::in::tuple& ins, Status st, const CallScop
     if (st == cu::kSuccess) graph_memory_.launched(std::get<0>(ins).v);
     settleGraphMemory(headroom);
   } else if constexpr (std::is_same_v<C, calls::MemFree> || std::is_same_v<C, calls::MemFreeAsync>) {
-    if (st == cu::kSuccess) backend_.allocationFreed(std::get<0>(ins).ptr);
     settleGraphMemory();
   } else if constexpr (std::is_same_v<C, calls::GraphExecDestroy> || std::is_same_v<C, calls::GraphDestroy> ||
                        std::is_same_v<C, calls::DeviceGraphMemTrim>) {
     settleGraphMemory();
   }
+}
+
+template <typename C>
+void Dispatcher::endExports(typename C::in::tuple& ins, const CallScope& s) {
+  namespace calls = proto::calls;
+  auto physicalBytes = [this](uint64_t h) {
+    const PhysicalMemory* p = table_.physical(h);
+    return p ? p->charge() : 0;  // (while its exporter still maps it too, counted twice until importers let go)
+  };
+  if constexpr (std::is_same_v<C, calls::MemFree> || std::is_same_v<C, calls::MemFreeAsync>) {
+    for (auto& held : backend_.endExports(Shared::kAllocation, std::get<0>(ins).ptr))
+      freed_imported_.keep(std::move(held.file), s.freed ? s.freed->bytes : 0);
+  } else if constexpr (std::is_same_v<C, calls::MemRelease>) {
+    for (auto& held : backend_.endExports(Shared::kPhysical, std::get<0>(ins).v))
+      freed_imported_.keep(std::move(held.file), physicalBytes(held.object));
+  } else if constexpr (std::is_same_v<C, calls::CtxReset>) {
+    for (auto& held : backend_.endAllExports()) {
+      const DeviceRange* r = held.kind == Shared::kAllocation ? table_.allocationAt(held.object) : nullptr;
+      freed_imported_.keep(std::move(held.file), r ? r->bytes : physicalBytes(held.object));
+    }
+  }
+}
+
+void Dispatcher::waitForImporters() {
+  for (auto& held : backend_.endAllExports()) freed_imported_.keep(std::move(held.file), 0);  // (all still charged)
+  freed_imported_.settle();
+  if (freed_imported_.empty()) return;
+  spdlog::info("the client's memory is still imported by {} other process(es); staying, with the lease charged for it, "
+               "until they let go", freed_imported_.size());
+  auto since = std::chrono::steady_clock::now();
+  for (; !freed_imported_.empty(); freed_imported_.settle()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (std::chrono::steady_clock::now() - since > std::chrono::minutes(10)) {
+      spdlog::info("the client's memory is still imported by {} other process(es)", freed_imported_.size());
+      since = std::chrono::steady_clock::now();
+    }
+  }
+  spdlog::info("the other processes let go of the client's memory");
 }
 
 uint64_t Dispatcher::captureOf(proto::Stream stream) {
@@ -111,6 +154,7 @@ void Dispatcher::dispatch(const proto::FrameHeader& h) {
   const bool wants_reply = h.flags & proto::kWantsReply;
   spdlog::trace("{} (request {}, {} bytes)", C::kName, h.seq, h.length);
   Status st = wants_reply ? takeLatched(h) : 0;
+  if (!freed_imported_.empty()) freed_imported_.settle();  // (what importers let go of since)
   if (st == 0) {  // else an earlier asynchronous call's failure is the reply, and this call does not run
     const std::optional<uint64_t> paced = pacedStream<C>(ins);
     if (paced) compute_->beforeLaunch(*paced);

@@ -14,6 +14,7 @@
 #include "compute_share.h"
 #include "graph_memory.h"
 #include "handle_table.h"
+#include "import_holds.h"
 #include "memory_ledger.h"
 #include "module_cache.h"
 #include "output_relay.h"
@@ -57,6 +58,10 @@ class Dispatcher {
   void relayOutput(OutputRelay* relay) { output_ = relay; }
   // Runs until the client disconnects or violates the protocol.
   ServeResult serve();
+  // After serve: ends the client's exports and, while other processes still hold any of its memory,
+  // waits for them to let go (import_holds.h), so that the lease stays charged for it. The lease's end
+  // stops the wait (gpool-server stops the worker).
+  void waitForImporters();
 
  private:
   void handle(const proto::FrameHeader& h);
@@ -88,6 +93,10 @@ class Dispatcher {
   template <typename C>
   std::optional<uint64_t> pacedStream(const typename C::in::tuple& ins);
   void settleGraphMemory(uint64_t headroom = 0);
+  // Exports a successful call ends (a free, a release, a context reset): memory importers still hold
+  // stays charged (import_holds.h). Called before the call's record gives its memory back.
+  template <typename C>
+  void endExports(typename C::in::tuple& ins, const CallScope& s);
 
   Backend& backend_;
   proto::Transport* transport_;  // the TCP connection, or what it moved to (moved_)
@@ -96,6 +105,7 @@ class Dispatcher {
   MemoryLedger ledger_;  // the lease's memory
   GraphMemory graph_memory_{table_, ledger_};
   RequestChecks checks_{table_, ledger_, graph_memory_};
+  FreedWhileImported freed_imported_{ledger_};
   std::span<const uint8_t> payload_;  // the current request's payload, in the backend's frame buffer
   std::vector<uint8_t> out_;
   Status latched_ = 0;

@@ -3,6 +3,11 @@
 // export (a driver IPC handle, or the sim's memory descriptor) under that key in a directory of the host
 // that the same user's workers share. A worker on another host sees a foreign host in the handle and
 // says so; a key nobody filed is refused.
+//
+// A record's file also tells its exporter whether anyone still holds what it names: an importer of memory
+// keeps the file open with a shared lock for as long as it holds the memory (the kernel drops the lock when
+// the importer's process ends, however it ends), and an exporter that withdraws a record learns from an
+// exclusive lock it cannot take that someone does (import_holds.h).
 #pragma once
 
 #include <array>
@@ -21,15 +26,39 @@ class IpcRegistry {
   // kShareable: a descriptor's record (shareable_handles.h); kPoolPointer: an allocation of a shared pool.
   enum class Kind : uint32_t { kMemory = 1, kEvent = 2, kShareable = 3, kPoolPointer = 4 };
 
+  // An open record file: an importer's holds the memory it names; an exporter's, kept after withdrawing the
+  // record, tells when its importers let go.
+  class RecordFile {
+   public:
+    RecordFile() = default;
+    explicit RecordFile(int fd) : fd_(fd) {}
+    RecordFile(RecordFile&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+    RecordFile& operator=(RecordFile&& o) noexcept;
+    RecordFile(const RecordFile&) = delete;
+    RecordFile& operator=(const RecordFile&) = delete;
+    ~RecordFile();
+    explicit operator bool() const { return fd_ >= 0; }
+    // Whether no importer holds the record any more (the exporter's question).
+    bool unheld() const;
+
+   private:
+    int fd_ = -1;
+    friend class IpcRegistry;
+  };
+
   ~IpcRegistry();  // withdraws what this worker filed
   // Files `record` and returns the 64-byte handle that names it.
   proto::Status publish(Kind kind, const std::vector<uint8_t>& record, std::vector<uint8_t>& handle);
   // The record a handle names: kNotSupported for a handle made on another host, kInvalidValue for one
   // that is malformed, of another kind, or names nothing.
   proto::Status lookup(Kind kind, const std::vector<uint8_t>& handle, std::vector<uint8_t>& record) const;
+  // The same for memory about to be imported: `hold` holds it until it is closed. kInvalidValue also for a
+  // record its exporter is withdrawing.
+  proto::Status lookupHeld(Kind kind, const std::vector<uint8_t>& handle, std::vector<uint8_t>& record, RecordFile& hold) const;
 
-  // Removes what `handle` (one this worker published) names: later lookups of it fail.
-  void withdraw(const std::vector<uint8_t>& handle);
+  // Removes what `handle` (one this worker published) names: later lookups of it fail. Returns the record's
+  // file, open, when importers still hold it (else an empty one).
+  RecordFile withdraw(const std::vector<uint8_t>& handle);
 
   static std::string directory();  // /dev/shm/gpool-ipc-<uid>
   // Makes this worker's handles name a host of their own, shared with every worker salted alike (sim:
@@ -38,6 +67,8 @@ class IpcRegistry {
 
  private:
   std::array<uint8_t, 16> host() const;
+  // The record file a handle of `kind` names, open.
+  proto::Status open(Kind kind, const std::vector<uint8_t>& handle, RecordFile& file) const;
   std::vector<std::string> filed_;
   uint64_t salt_ = 0;
 };

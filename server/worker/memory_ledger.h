@@ -68,14 +68,26 @@ class MemoryLedger {
     if (const auto& d = shared_.device) m.free = std::min(m.free, d->limit() - std::min(d->limit(), d->used()));
   }
 
-  // Everything this worker held is gone (a context reset).
-  void clear() { release(used_); }
+  // Memory the client freed that other processes still hold (import_holds.h): counted, even past the
+  // limit, until they let go, and through a context reset.
+  void keepFreed(uint64_t bytes) {
+    kept_ += bytes;
+    settle(0, bytes);
+  }
+  void letGo(uint64_t bytes) {
+    kept_ -= std::min(kept_, bytes);
+    release(bytes);
+  }
+
+  // Everything this worker held is gone (a context reset), but for what importers hold.
+  void clear() { release(used_ - std::min(used_, kept_)); }
   uint64_t used() const { return used_; }
   uint64_t limit() const { return limit_; }
 
  private:
   uint64_t limit_;
   uint64_t used_ = 0;  // this worker's part
+  uint64_t kept_ = 0;  // of it, memory freed that importers hold
   SharedLimits shared_;
 };
 

@@ -231,9 +231,13 @@ proto::Status ShareableHandles::file(uint64_t ptr, const std::vector<uint8_t>& r
   return st;
 }
 
-proto::Status ShareableHandles::open(const std::vector<uint8_t>& handle, Object kind, int& fd, uint64_t& bytes) const {
+proto::Status ShareableHandles::open(const std::vector<uint8_t>& handle, Object kind, int& fd, uint64_t& bytes,
+                                     IpcRegistry::RecordFile* hold) const {
   std::vector<uint8_t> record;
-  if (proto::Status st = registry_.lookup(IpcRegistry::Kind::kShareable, handle, record); st != cu::kSuccess) return st;
+  IpcRegistry::RecordFile held;
+  proto::Status found = hold ? registry_.lookupHeld(IpcRegistry::Kind::kShareable, handle, record, held)
+                             : registry_.lookup(IpcRegistry::Kind::kShareable, handle, record);
+  if (found != cu::kSuccess) return found;
   Record r;
   if (record.size() != sizeof r) return cu::kInvalidValue;
   std::memcpy(&r, record.data(), sizeof r);
@@ -249,25 +253,30 @@ proto::Status ShareableHandles::open(const std::vector<uint8_t>& handle, Object 
     fd = receiveAnswer(conn);
   close(conn);
   bytes = r.bytes;
-  return fd >= 0 ? cu::kSuccess : cu::kInvalidValue;  // the exporter released it, or went away
+  if (fd < 0) return cu::kInvalidValue;  // the exporter released it, or went away
+  if (hold) *hold = std::move(held);
+  return cu::kSuccess;
 }
 
-void ShareableHandles::withdraw(Object kind, uint64_t object) {
+IpcRegistry::RecordFile ShareableHandles::withdraw(Object kind, uint64_t object) {
   std::lock_guard lock(mu_);
   auto it = exports_.find({kind, object});
-  if (it == exports_.end()) return;
-  registry_.withdraw(it->second.handle);
+  if (it == exports_.end()) return {};
+  IpcRegistry::RecordFile held = registry_.withdraw(it->second.handle);
   if (it->second.fd >= 0) close(it->second.fd);
   exports_.erase(it);
+  return held;
 }
 
-void ShareableHandles::clear() {
+std::vector<ShareableHandles::Held> ShareableHandles::clear() {
   std::lock_guard lock(mu_);
+  std::vector<Held> held;
   for (auto& [object, e] : exports_) {
-    registry_.withdraw(e.handle);
+    if (auto file = registry_.withdraw(e.handle)) held.push_back(Held{object.first, object.second, std::move(file)});
     if (e.fd >= 0) close(e.fd);
   }
   exports_.clear();
+  return held;
 }
 
 }  // namespace gpool::worker

@@ -44,16 +44,25 @@ class ShareableHandles {
   // The descriptor a handle of an object of `kind` names (the caller closes it) and the size its exporter
   // recorded: kNotSupported for a handle of another host, kInvalidValue for one of another kind or that
   // nobody (or no longer anybody) exports.
-  proto::Status open(const std::vector<uint8_t>& handle, Object kind, int& fd, uint64_t& bytes) const;
+  // `hold`, when given, holds the export until it is closed (ipc_registry.h).
+  proto::Status open(const std::vector<uint8_t>& handle, Object kind, int& fd, uint64_t& bytes,
+                     IpcRegistry::RecordFile* hold = nullptr) const;
   // Files `record` for the pool allocation at `ptr` and returns the handle that names it (the same again
   // for an allocation already exported); and the record a handle names.
   proto::Status file(uint64_t ptr, const std::vector<uint8_t>& record, std::vector<uint8_t>& handle);
-  proto::Status record(const std::vector<uint8_t>& handle, std::vector<uint8_t>& record) const {
-    return registry_.lookup(IpcRegistry::Kind::kPoolPointer, handle, record);
+  // (`hold`: as for open.)
+  proto::Status record(const std::vector<uint8_t>& handle, std::vector<uint8_t>& record, IpcRegistry::RecordFile& hold) const {
+    return registry_.lookupHeld(IpcRegistry::Kind::kPoolPointer, handle, record, hold);
   }
-  // Ends the export of an object, or of everything.
-  void withdraw(Object kind, uint64_t object);
-  void clear();
+  // Ends the export of an object: its record's file when importers still hold it (ipc_registry.h).
+  IpcRegistry::RecordFile withdraw(Object kind, uint64_t object);
+  // Ends every export; those importers still hold come back, with what they share.
+  struct Held {
+    Object kind;
+    uint64_t object;
+    IpcRegistry::RecordFile file;
+  };
+  std::vector<Held> clear();
 
   // The socket's wait for a request, and a fetch's for the answer.
   static constexpr int kTimeoutMs = 2000;

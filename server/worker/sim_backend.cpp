@@ -154,7 +154,7 @@ void SimBackend::releaseAll() {
 }
 
 Status SimBackend::CtxReset(ResetAll) {
-  shareable_.clear();
+  imports_.clear();  // (its exports were ended by the worker: import_holds.h)
   releaseAll();
   arrays_.clear();
   mipmaps_.clear();

@@ -37,7 +37,7 @@ Status SimBackend::IpcGetMemHandle(AllocBase p, std::vector<uint8_t>& handle) {
   Export e{getpid(), it->second.fd, it->second.size};
   std::vector<uint8_t> record(sizeof e);
   std::memcpy(record.data(), &e, sizeof e);
-  return ipc_.publish(IpcRegistry::Kind::kMemory, record, handle);
+  return publishMemory(p.ptr, record, handle);
 }
 
 Status SimBackend::openShared(int32_t pid, int32_t fd, uint64_t size, IpcMapping& out) {
@@ -59,15 +59,19 @@ Status SimBackend::openShared(int32_t pid, int32_t fd, uint64_t size, IpcMapping
 
 Status SimBackend::IpcOpenMemHandle(std::vector<uint8_t> handle, uint32_t, IpcMapping& out) {
   std::vector<uint8_t> record;
-  if (Status st = ipc_.lookup(IpcRegistry::Kind::kMemory, handle, record); st != CUDA_SUCCESS) return st;
+  IpcRegistry::RecordFile hold;
+  if (Status st = ipc_.lookupHeld(IpcRegistry::Kind::kMemory, handle, record, hold); st != CUDA_SUCCESS) return st;
   Export e;
   if (record.size() != sizeof e) return CUDA_ERROR_INVALID_VALUE;
   std::memcpy(&e, record.data(), sizeof e);
   if (e.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT;  // as the driver: not in the exporting process
-  return openShared(e.pid, e.fd, e.size, out);
+  Status st = openShared(e.pid, e.fd, e.size, out);
+  if (st == CUDA_SUCCESS) imports_.keep(Shared::kAllocation, out.ptr, std::move(hold));
+  return st;
 }
 
 Status SimBackend::IpcCloseMemHandle(IpcMapped p) {
+  imports_.letGo(Shared::kAllocation, p.ptr);
   if (auto it = opened_.find(p.ptr); it != opened_.end()) {
     munmap(reinterpret_cast<void*>(it->first), it->second);
     opened_.erase(it);

@@ -197,6 +197,7 @@ int main(int argc, char** argv) {
                  result.transport);
   else
     spdlog::warn("closing connection to {}: {}", transport->peer(), result.reason);
+  dispatcher.waitForImporters();
   if (const auto* share = dispatcher.computeShare())
     spdlog::info("compute share {}: the client's kernels ran {:.3f} s on the device; its launches waited {:.3f} s for its share",
                  share->share(), share->chargedNs() / 1e9, share->pacedNs() / 1e9);

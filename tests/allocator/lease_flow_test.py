@@ -630,6 +630,48 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual(int(said[1]), half // 4)
         open(go, "w").close()
 
+    def test_memory_another_process_imported_stays_charged_until_it_lets_go(self):
+        # Memory one process exported (IPC) and another opened lives on while the importer holds it, also after
+        # its exporter freed it or ended. It was then charged to no one: a lease could export, have its other
+        # process open, free, and allocate its whole cap again, as often as it liked.
+        c = self.make(ttl="60s")
+        _, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.25})
+        share = lease["shares"][0]
+        most = 3 * share["memory"] // 4
+
+        def process():
+            p = subprocess.Popen([MEMCAP, "commands"], env=c.client_env(share), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+            self.children.append(p)
+
+            def ask(line):
+                p.stdin.write(line + "\n")
+                p.stdin.flush()
+                return p.stdout.readline().strip()
+            return p, ask
+
+        exporter, ex = process()
+        importer, im = process()
+        self.assertEqual(ex(f"alloc {most}"), "OK")
+        handle = ex("export")
+        self.assertEqual(im(f"open {handle}"), "OK")
+        self.assertEqual(ex("free"), "OK")
+        self.assertEqual(ex(f"alloc {most}"), "OOM", "freed by its exporter, the memory is still held by its importer")
+        self.assertEqual(im("close"), "OK")
+        self.assertEqual(ex(f"alloc {most}"), "OK", "the importer let go: the lease has its memory back")
+
+        # An exporter that ends while its memory is imported: the lease stays charged (its worker stays) until
+        # the importer lets go.
+        handle = ex("export")
+        self.assertEqual(im(f"open {handle}"), "OK")
+        exporter.communicate(timeout=30)  # (its input ends: it exits)
+        later, again = process()
+        self.assertEqual(again(f"alloc {most}"), "OOM", "the exporter ended; its memory is still imported")
+        self.assertEqual(im("close"), "OK")
+        self.assertTrue(wait_for(lambda: again(f"alloc {most}") == "OK", timeout=10), "the importer let go")
+        for p in (importer, later):
+            p.communicate(timeout=30)
+
     def test_an_ended_leases_share_is_not_granted_again_while_its_worker_runs(self):
         # The allocator holds an ended lease's share until its server reports the worker gone, and names the
         # lease in every heartbeat answer until then (issue 11: revocations were sent once, and the share

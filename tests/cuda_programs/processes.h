@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "hex.h"
 
 // One byte with room for one descriptor, as sendFd sends it and receiveFd receives it.
 struct FdMessage {
@@ -43,21 +44,6 @@ inline int receiveFd(int sock) {
   int fd = -1;
   std::memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m.msg)), sizeof fd);
   return fd;
-}
-
-inline std::string hex(const void* p, size_t n) {
-  std::string s;
-  char b[3];
-  for (size_t i = 0; i < n; ++i) {
-    std::snprintf(b, sizeof b, "%02x", static_cast<const unsigned char*>(p)[i]);
-    s += b;
-  }
-  return s;
-}
-
-inline void unhex(const std::string& s, void* out, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    static_cast<unsigned char*>(out)[i] = static_cast<unsigned char>(std::stoi(s.substr(2 * i, 2), nullptr, 16));
 }
 
 // Starts this program again as `argv0 child SOCKET ARGS...`, sends it `fd` over SOCKET, waits for its one

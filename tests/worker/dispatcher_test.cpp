@@ -1071,44 +1071,57 @@ TEST(Dispatcher, ImportedPhysicalMemoryIsTheExportersLeases) {
   EXPECT_TRUE(im.finish().clean);
 }
 
+// An exportable pool of `e`'s, a 1 MiB allocation from it, and both exported: the pool's handle and the
+// allocation's export data (ptr 0 when a step failed).
+struct PoolExport {
+  uint64_t pool = 0, ptr = 0;
+  std::vector<uint8_t> handle, data;
+};
+PoolExport exportPoolAllocation(test::RawClient& e) {
+  PoolExport x;
+  auto [st, created] = e.call<calls::MemPoolCreate>(1u /*pinned*/, 1u /*POSIX fd*/, uint64_t{0}, 0u);
+  x.pool = std::get<0>(created).v;
+  auto [st2, alloc] = e.call<calls::MemAllocFromPoolAsync>(uint64_t{1} << 20, x.pool, uint64_t{0});
+  auto [st3, handle] = e.call<calls::MemPoolExportShareable>(x.pool, 1u);
+  auto [st4, data] = e.call<calls::MemPoolExportPointer>(std::get<0>(alloc).ptr);
+  if (st || st2 || st3 || st4) return x;
+  x.ptr = std::get<0>(alloc).ptr;
+  x.handle = std::get<0>(handle);
+  x.data = std::get<0>(data);
+  return x;
+}
+
 // A pool one worker exports another imports; against it, the exporter's allocations open as memory of the
 // exporter's lease (the importer is charged nothing), and are freed only as what they are. Forged export
 // data, another pool's, and allocating from an imported pool are refused; destroying the pool ends its export.
 TEST(Dispatcher, ImportedPoolAllocationsAreTheExportersLeases) {
   Harness ex, im;
   test::RawClient e(*ex.client), i(*im.client);
-  auto [st, created] = e.call<calls::MemPoolCreate>(1u /*pinned*/, 1u /*POSIX fd*/, uint64_t{0}, 0u);
-  ASSERT_EQ(st, 0);
-  uint64_t pool = std::get<0>(created).v;
-  auto [st2, alloc] = e.call<calls::MemAllocFromPoolAsync>(uint64_t{1} << 20, pool, uint64_t{0});
-  ASSERT_EQ(st2, 0);
-  uint64_t ptr = std::get<0>(alloc).ptr;
-  auto [st3, handle] = e.call<calls::MemPoolExportShareable>(pool, 1u);
-  ASSERT_EQ(st3, 0);
+  const PoolExport exported = exportPoolAllocation(e);
+  ASSERT_TRUE(exported.ptr);
+  const uint64_t pool = exported.pool, ptr = exported.ptr;
   EXPECT_EQ(e.call<calls::MemPoolExportPointer>(ptr + 1).first, kInvalidValue);
-  auto [st4, data] = e.call<calls::MemPoolExportPointer>(ptr);
-  ASSERT_EQ(st4, 0);
-  EXPECT_EQ(e.call<calls::MemPoolExportPointer>(ptr).second, data) << "exported again: the same data";
+  EXPECT_EQ(std::get<0>(e.call<calls::MemPoolExportPointer>(ptr).second), exported.data) << "exported again: the same data";
   worker::IpcRegistry registry;
   std::vector<uint8_t> record;
-  EXPECT_EQ(registry.lookup(worker::IpcRegistry::Kind::kPoolPointer, std::get<0>(data), record), 0) << "filed";
+  EXPECT_EQ(registry.lookup(worker::IpcRegistry::Kind::kPoolPointer, exported.data, record), 0) << "filed";
 
   auto used = [&] {
     auto view = std::get<0>(i.call<calls::MemGetInfo>().second);
     return view.total - view.free;
   };
   const uint64_t own = used();
-  EXPECT_EQ(i.call<calls::MemPoolImportShareable>(std::get<0>(handle), 2u).first, kNotSupported);
-  auto [st5, imported] = i.call<calls::MemPoolImportShareable>(std::get<0>(handle), 1u);
+  EXPECT_EQ(i.call<calls::MemPoolImportShareable>(exported.handle, 2u).first, kNotSupported);
+  auto [st5, imported] = i.call<calls::MemPoolImportShareable>(exported.handle, 1u);
   ASSERT_EQ(st5, 0);
   uint64_t ipool = std::get<0>(imported).v;
   EXPECT_EQ(i.call<calls::MemPoolImportPointer>(ipool, std::vector<uint8_t>(64, 0)).first, kInvalidValue);
   auto [st6, own_pool] = i.call<calls::MemPoolCreate>(1u, 1u, uint64_t{0}, 0u);
   ASSERT_EQ(st6, 0);
-  EXPECT_EQ(i.call<calls::MemPoolImportPointer>(std::get<0>(own_pool).v, std::get<0>(data)).first, kInvalidValue)
+  EXPECT_EQ(i.call<calls::MemPoolImportPointer>(std::get<0>(own_pool).v, exported.data).first, kInvalidValue)
       << "opened against a pool that is not the allocation's";
   EXPECT_EQ(i.call<calls::MemAllocFromPoolAsync>(uint64_t{4096}, ipool, uint64_t{0}).first, kInvalidValue);
-  auto [st7, mapping] = i.call<calls::MemPoolImportPointer>(ipool, std::get<0>(data));
+  auto [st7, mapping] = i.call<calls::MemPoolImportPointer>(ipool, exported.data);
   ASSERT_EQ(st7, 0);
   uint64_t opened = std::get<0>(mapping).ptr;
   EXPECT_GE(std::get<0>(mapping).bytes, uint64_t{1} << 20);
@@ -1121,10 +1134,52 @@ TEST(Dispatcher, ImportedPoolAllocationsAreTheExportersLeases) {
   EXPECT_EQ(used(), own);
 
   EXPECT_EQ(e.call<calls::MemFreeAsync>(ptr, uint64_t{0}).first, 0);
-  EXPECT_EQ(registry.lookup(worker::IpcRegistry::Kind::kPoolPointer, std::get<0>(data), record), kInvalidValue)
+  EXPECT_EQ(registry.lookup(worker::IpcRegistry::Kind::kPoolPointer, exported.data, record), kInvalidValue)
       << "the allocation's export ends when it is freed";
   EXPECT_EQ(e.call<calls::MemPoolDestroy>(pool).first, 0);
-  EXPECT_EQ(i.call<calls::MemPoolImportShareable>(std::get<0>(handle), 1u).first, kInvalidValue) << "destroyed: no longer exported";
+  EXPECT_EQ(i.call<calls::MemPoolImportShareable>(exported.handle, 1u).first, kInvalidValue) << "destroyed: no longer exported";
+  EXPECT_TRUE(ex.finish().clean);
+  EXPECT_TRUE(im.finish().clean);
+}
+
+// Memory another process imported lives on while it holds it, also once its exporter freed it (CUDA keeps
+// it): the exporter's lease stays charged for it until the importer lets go (import_holds.h). Physical
+// memory from a shareable handle and a shared pool's allocation; the IPC handle's way is checked end to end
+// (allocator.lease_flow).
+TEST(Dispatcher, MemoryAnotherWorkerImportedStaysChargedUntilItLetsGo) {
+  Harness ex, im;
+  test::RawClient e(*ex.client), i(*im.client);
+  auto used = [&] {
+    auto view = std::get<0>(e.call<calls::MemGetInfo>().second);
+    return view.total - view.free;
+  };
+  const uint64_t none = used(), g = 2u << 20;
+
+  auto [st, phys] = e.call<calls::MemCreate>(2 * g, 1u /*POSIX fd*/, 0u, 0u);
+  ASSERT_EQ(st, 0);
+  auto [st2, exported] = e.call<calls::MemExportShareable>(std::get<0>(phys).v, 1u);
+  ASSERT_EQ(st2, 0);
+  auto [st3, imported] = i.call<calls::MemImportShareable>(std::get<0>(exported), 1u);
+  ASSERT_EQ(st3, 0);
+  EXPECT_EQ(e.call<calls::MemRelease>(std::get<0>(phys).v).first, 0);
+  EXPECT_EQ(used(), none + 2 * g) << "released by its exporter, still held by its importer";
+  EXPECT_EQ(i.call<calls::MemRelease>(std::get<0>(imported).handle.v).first, 0);
+  EXPECT_EQ(used(), none) << "the importer let go";
+
+  const PoolExport pooled = exportPoolAllocation(e);
+  ASSERT_TRUE(pooled.ptr);
+  const uint64_t holding = used();
+  ASSERT_GT(holding, none);
+  auto [st8, ipool] = i.call<calls::MemPoolImportShareable>(pooled.handle, 1u);
+  ASSERT_EQ(st8, 0);
+  auto [st9, mapping] = i.call<calls::MemPoolImportPointer>(std::get<0>(ipool).v, pooled.data);
+  ASSERT_EQ(st9, 0);
+  EXPECT_EQ(e.call<calls::MemFreeAsync>(pooled.ptr, uint64_t{0}).first, 0);
+  EXPECT_EQ(used(), holding) << "freed by its exporter, still held by its importer";
+  EXPECT_EQ(i.call<calls::MemPoolImportPointer>(std::get<0>(ipool).v, pooled.data).first, kInvalidValue)
+      << "freed: no longer exported";
+  EXPECT_EQ(i.call<calls::MemPoolFreeImported>(std::get<0>(mapping).ptr, uint64_t{0}).first, 0);
+  EXPECT_EQ(used(), none) << "the importer let go";
   EXPECT_TRUE(ex.finish().clean);
   EXPECT_TRUE(im.finish().clean);
 }

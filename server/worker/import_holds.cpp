@@ -1,0 +1,19 @@
+// Memory held by importers stays charged (import_holds.h).
+#include "import_holds.h"
+
+namespace gpool::worker {
+
+void FreedWhileImported::keep(IpcRegistry::RecordFile file, uint64_t bytes) {
+  ledger_.keepFreed(bytes);
+  kept_.push_back(Kept{std::move(file), bytes});
+}
+
+void FreedWhileImported::settle() {
+  std::erase_if(kept_, [this](const Kept& k) {
+    if (!k.file.unheld()) return false;
+    ledger_.letGo(k.bytes);
+    return true;
+  });
+}
+
+}  // namespace gpool::worker

@@ -1,0 +1,61 @@
+// Where memory shared between processes stays charged while anyone holds it. CUDA keeps memory another
+// process imported (an IPC handle, physical memory from a shareable handle, a shared pool's allocation)
+// alive until every importer lets go, even after its exporter freed it or ended. Its exporter's lease pays
+// for it until then, so that exporting, importing and freeing cannot take a lease past its memory cap:
+//  - ImportHolds, in an importing worker: for each export it holds, the export's record file, open with a
+//    shared lock (ipc_registry.h); closed when its client closes or frees what it imported, releases the
+//    imported handle, or resets its context, and by the kernel when the worker ends, however it ends.
+//  - FreedWhileImported, in an exporting worker: memory its client freed while importers held it, still
+//    charged to the lease (memory_ledger.h) until they let go.
+// A worker whose client ends while others hold its memory stays, with its lease charged, until they let go
+// or the lease ends (Dispatcher::waitForImporters).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "ipc_registry.h"
+#include "memory_ledger.h"
+
+namespace gpool::worker {
+
+// What an export shares: an allocation (an IPC handle's, or a shared pool's) or physical memory.
+enum class Shared : uint8_t { kAllocation, kPhysical };
+
+class ImportHolds {
+ public:
+  // Holds `object` (this worker's handle or address of what it imported) through `file`.
+  void keep(Shared kind, uint64_t object, IpcRegistry::RecordFile file) {
+    if (file) held_[{kind, object}] = std::move(file);
+  }
+  void letGo(Shared kind, uint64_t object) { held_.erase({kind, object}); }
+  void clear() { held_.clear(); }
+  size_t size() const { return held_.size(); }
+
+ private:
+  std::map<std::pair<Shared, uint64_t>, IpcRegistry::RecordFile> held_;
+};
+
+class FreedWhileImported {
+ public:
+  explicit FreedWhileImported(MemoryLedger& ledger) : ledger_(ledger) {}
+  // `bytes` the client freed while importers hold them (`file`, its export's record): charged until they
+  // let go. Called before the ledger gives the freed bytes back, so that the lease's count never dips.
+  void keep(IpcRegistry::RecordFile file, uint64_t bytes);
+  // Gives back what importers let go of.
+  void settle();
+  bool empty() const { return kept_.empty(); }
+  size_t size() const { return kept_.size(); }
+
+ private:
+  struct Kept {
+    IpcRegistry::RecordFile file;
+    uint64_t bytes;
+  };
+  MemoryLedger& ledger_;
+  std::vector<Kept> kept_;
+};
+
+}  // namespace gpool::worker
