@@ -168,6 +168,9 @@ class Backend : public LaunchTimer {
     return freeImportedPointer(m.ptr, s.v);
   }
 
+  // Imported physical memory, released and no longer mapped, is not held any more (import_holds.h).
+  void physicalImportGone(uint64_t h) { imports_.letGo(Shared::kPhysical, h); }
+
   // Exports end with what they share (import_holds.h): an allocation freed, physical memory released, or
   // every export at a context reset or the client's end. Those importers still hold come back.
   struct HeldExport {

@@ -363,7 +363,7 @@ class CudaBackend final : public Backend {
     return r;
   }
   Status MemRelease(Released<Physical> h) {
-    imports_.letGo(Shared::kPhysical, h.v);  // (its export, if any, was ended by the worker: import_holds.h)
+    // (Its export, if any, was ended by the worker, which also lets go of it once imported and unmapped: import_holds.h.)
     return d_.cuMemRelease_(h.v);
   }
   Status MemMap(VaMap m) { return d_.cuMemMap_(m.ptr, m.size, m.offset, m.physical.v, 0); }

@@ -38,7 +38,7 @@ Status Dispatcher::execute(typename C::in::tuple& ins, typename C::out::tuple& o
   } else {
     checks_.abandon(scope);
   }
-  afterCall<C>(ins, st, scope, headroom);
+  afterCall<C>(ins, outs, st, scope, headroom);
   return st;
 }
 
@@ -63,7 +63,8 @@ Status Dispatcher::beforeCall(typename C::in::tuple& ins, CallScope& s, uint64_t
 }
 
 template <typename C>
-void Dispatcher::afterCall(typename C::in::tuple& ins, Status st, const CallScope& s, uint64_t headroom) {
+void Dispatcher::afterCall(typename C::in::tuple& ins, const typename C::out::tuple& outs, Status st, const CallScope& s,
+                           uint64_t headroom) {
   namespace calls = proto::calls;
   if constexpr (std::is_same_v<C, calls::StreamEndCapture>) {
     if (s.capture) checks_.captureEnded(s.capture, st == cu::kSuccess);
@@ -72,6 +73,16 @@ void Dispatcher::afterCall(typename C::in::tuple& ins, Status st, const CallScop
     settleGraphMemory(headroom);
   } else if constexpr (std::is_same_v<C, calls::MemFree> || std::is_same_v<C, calls::MemFreeAsync>) {
     settleGraphMemory();
+  } else if constexpr (std::is_same_v<C, calls::MemImportShareable>) {
+    if (st == cu::kSuccess) imported_physical_.push_back(std::get<0>(outs).handle.v);
+  } else if constexpr (std::is_same_v<C, calls::MemRelease> || std::is_same_v<C, calls::MemUnmap> ||
+                       std::is_same_v<C, calls::CtxReset>) {
+    // Imported physical memory is held while the client has its handle or maps it (CUDA keeps it as long).
+    std::erase_if(imported_physical_, [this](uint64_t h) {
+      if (table_.physical(h)) return false;
+      backend_.physicalImportGone(h);
+      return true;
+    });
   } else if constexpr (std::is_same_v<C, calls::GraphExecDestroy> || std::is_same_v<C, calls::GraphDestroy> ||
                        std::is_same_v<C, calls::DeviceGraphMemTrim>) {
     settleGraphMemory();

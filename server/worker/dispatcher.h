@@ -87,7 +87,8 @@ class Dispatcher {
   template <typename C>
   Status beforeCall(typename C::in::tuple& ins, CallScope& s, uint64_t& headroom);
   template <typename C>
-  void afterCall(typename C::in::tuple& ins, Status st, const CallScope& s, uint64_t headroom);
+  void afterCall(typename C::in::tuple& ins, const typename C::out::tuple& outs, Status st, const CallScope& s,
+                 uint64_t headroom);
   uint64_t captureOf(proto::Stream stream);
   // The stream a kernel or graph launch runs on when the compute share times it (not while it captures).
   template <typename C>
@@ -106,6 +107,7 @@ class Dispatcher {
   GraphMemory graph_memory_{table_, ledger_};
   RequestChecks checks_{table_, ledger_, graph_memory_};
   FreedWhileImported freed_imported_{ledger_};
+  std::vector<uint64_t> imported_physical_;  // held until released and unmapped (afterCall)
   std::span<const uint8_t> payload_;  // the current request's payload, in the backend's frame buffer
   std::vector<uint8_t> out_;
   Status latched_ = 0;

@@ -64,7 +64,7 @@ Status SimBackend::MemCreate(AllocBytes bytes, uint32_t, uint32_t, uint32_t, Cre
 }
 
 Status SimBackend::MemRelease(Released<Physical> h) {
-  imports_.letGo(Shared::kPhysical, h.v);  // (its export, if any, was ended by the worker: import_holds.h)
+  // (Its export, if any, was ended by the worker, which also lets go of it once imported and unmapped: import_holds.h.)
   // Mappings hold their own reference to the memory: it lives on until the last is unmapped.
   if (auto it = physical_fds_.find(h.v); it != physical_fds_.end()) {
     close(it->second);

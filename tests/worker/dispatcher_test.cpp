@@ -1161,9 +1161,15 @@ TEST(Dispatcher, MemoryAnotherWorkerImportedStaysChargedUntilItLetsGo) {
   ASSERT_EQ(st2, 0);
   auto [st3, imported] = i.call<calls::MemImportShareable>(std::get<0>(exported), 1u);
   ASSERT_EQ(st3, 0);
+  auto [st4, va] = i.call<calls::MemAddressReserve>(2 * g, uint64_t{0}, uint64_t{0}, uint64_t{0});
+  ASSERT_EQ(st4, 0);
+  const uint64_t base = std::get<0>(va).ptr;
+  EXPECT_EQ(i.call<calls::MemMap>(VaMap{base, 2 * g, 0, std::get<0>(imported).handle.v}).first, 0);
   EXPECT_EQ(e.call<calls::MemRelease>(std::get<0>(phys).v).first, 0);
   EXPECT_EQ(used(), none + 2 * g) << "released by its exporter, still held by its importer";
   EXPECT_EQ(i.call<calls::MemRelease>(std::get<0>(imported).handle.v).first, 0);
+  EXPECT_EQ(used(), none + 2 * g) << "the importer released its handle but still maps the memory";
+  EXPECT_EQ(i.call<calls::MemUnmap>(VaUnmap{base, 2 * g}).first, 0);
   EXPECT_EQ(used(), none) << "the importer let go";
 
   const PoolExport pooled = exportPoolAllocation(e);
