@@ -24,7 +24,8 @@ enum class RangeKind { kAllocation, kGlobal, kMapping, kIpc, kSharedHost, kGraph
 struct DeviceRange {
   uint64_t base = 0, bytes = 0;
   RangeKind kind = RangeKind::kAllocation;
-  uint64_t owner = 0;  // the module a global belongs to; the physical allocation a mapping shows
+  uint64_t owner = 0;  // the module a global belongs to; the physical allocation a mapping shows; how often
+                       // IPC memory is open (the driver hands the same address out again, and counts)
 };
 
 // Physical memory from cuMemCreate: its size, the mappings that show it, and whether the client has
@@ -71,6 +72,17 @@ class HandleTable {
   // Device ranges.
   void addRange(const DeviceRange& r) { ranges_[r.base] = r; }
   void removeRange(uint64_t base) { ranges_.erase(base); }
+  // Memory opened by IPC (or from another process's pool): each open counts, and each close takes one back;
+  // the range goes with the last.
+  void openIpc(uint64_t base, uint64_t bytes) {
+    auto [it, added] = ranges_.try_emplace(base, DeviceRange{base, bytes, RangeKind::kIpc, 0});
+    if (!added && it->second.kind != RangeKind::kIpc) it->second = DeviceRange{base, bytes, RangeKind::kIpc, 0};
+    ++it->second.owner;
+  }
+  void closeIpc(uint64_t base) {
+    auto it = ranges_.find(base);
+    if (it != ranges_.end() && it->second.kind == RangeKind::kIpc && --it->second.owner == 0) ranges_.erase(it);
+  }
   // The range that fully contains [ptr, ptr+bytes), if any.
   const DeviceRange* findRange(uint64_t ptr, uint64_t bytes = 1) const;
   // Whether [ptr, ptr+bytes) is the client's device memory: inside one allocation or global, or across

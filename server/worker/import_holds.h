@@ -26,16 +26,19 @@ enum class Shared : uint8_t { kAllocation, kPhysical };
 
 class ImportHolds {
  public:
-  // Holds `object` (this worker's handle or address of what it imported) through `file`.
+  // Holds `object` (this worker's handle or address of what it imported) through `file`. An object
+  // imported twice (the driver hands out the same address again) is held until it was let go twice.
   void keep(Shared kind, uint64_t object, IpcRegistry::RecordFile file) {
-    if (file) held_[{kind, object}] = std::move(file);
+    if (file) held_.emplace(std::make_pair(kind, object), std::move(file));
   }
-  void letGo(Shared kind, uint64_t object) { held_.erase({kind, object}); }
+  void letGo(Shared kind, uint64_t object) {
+    if (auto it = held_.find({kind, object}); it != held_.end()) held_.erase(it);
+  }
   void clear() { held_.clear(); }
   size_t size() const { return held_.size(); }
 
  private:
-  std::map<std::pair<Shared, uint64_t>, IpcRegistry::RecordFile> held_;
+  std::multimap<std::pair<Shared, uint64_t>, IpcRegistry::RecordFile> held_;
 };
 
 class FreedWhileImported {

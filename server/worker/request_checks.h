@@ -115,7 +115,7 @@ class RequestChecks {
   proto::Status admit(proto::IpcMapped& m, CallScope& s) {
     const DeviceRange* r = table_.findRange(m.ptr);
     if (!r || r->base != m.ptr || r->kind != RangeKind::kIpc) return proto::cu::kInvalidValue;
-    s.effects.push_back([this, p = m.ptr] { table_.removeRange(p); });
+    s.effects.push_back([this, p = m.ptr] { table_.closeIpc(p); });
     return proto::cu::kSuccess;
   }
   proto::Status admit(proto::GraphNodes& n, CallScope& s);
@@ -200,7 +200,7 @@ class RequestChecks {
   void record(proto::CaptureState& c, CallScope&);
   void record(proto::ModuleGlobal& g, CallScope& s);
   void record(proto::MemView& m, CallScope&) { ledger_.view(m); }
-  void record(proto::IpcMapping& m, CallScope&) { table_.addRange(DeviceRange{m.ptr, m.bytes, RangeKind::kIpc, 0}); }
+  void record(proto::IpcMapping& m, CallScope&) { table_.openIpc(m.ptr, m.bytes); }
   void record(proto::ImportedPhysical& p, CallScope&) { table_.addPhysical(p.handle.v, p.bytes, false); }
   void record(proto::GoneAllocations& g, CallScope& s) {
     g.v = graph_memory_.takeGone();

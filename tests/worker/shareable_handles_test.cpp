@@ -11,6 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "handle_table.h"
+#include "import_holds.h"
 #include "ipc_registry.h"
 #include "shareable_handles.h"
 
@@ -146,4 +148,36 @@ TEST(ShareableHandles, APeerThatStallsOrLiesCostsOnlyItsConnection) {
   close(silent);
   close(liar);
   close(shorter);
+}
+
+// An importer's hold on an export (import_holds.h) ends only when it lets go; the exporter learns that from
+// the record it withdrew. CUDA hands the same address out again for a handle opened twice, and counts: so
+// does the worker, which keeps it held and the range the client's until the second close.
+TEST(ImportHolds, AnExportImportedTwiceIsHeldUntilLetGoTwice) {
+  IpcRegistry exporter, importer;
+  std::vector<uint8_t> handle, record;
+  ASSERT_EQ(exporter.publish(IpcRegistry::Kind::kMemory, {1, 2, 3}, handle), cu::kSuccess);
+  gpool::worker::ImportHolds holds;
+  for (int i = 0; i < 2; ++i) {
+    IpcRegistry::RecordFile hold;
+    ASSERT_EQ(importer.lookupHeld(IpcRegistry::Kind::kMemory, handle, record, hold), cu::kSuccess);
+    EXPECT_EQ(record, (std::vector<uint8_t>{1, 2, 3}));
+    holds.keep(gpool::worker::Shared::kAllocation, 0x1000, std::move(hold));
+  }
+  IpcRegistry::RecordFile withdrawn = exporter.withdraw(handle);
+  ASSERT_TRUE(withdrawn) << "held by its importer";
+  IpcRegistry::RecordFile late;
+  EXPECT_EQ(importer.lookupHeld(IpcRegistry::Kind::kMemory, handle, record, late), cu::kInvalidValue) << "withdrawn";
+  holds.letGo(gpool::worker::Shared::kAllocation, 0x1000);
+  EXPECT_FALSE(withdrawn.unheld()) << "opened twice, closed once";
+  holds.letGo(gpool::worker::Shared::kAllocation, 0x1000);
+  EXPECT_TRUE(withdrawn.unheld());
+
+  gpool::worker::HandleTable table;
+  table.openIpc(0x1000, 4096);
+  table.openIpc(0x1000, 4096);
+  table.closeIpc(0x1000);
+  EXPECT_TRUE(table.findRange(0x1000, 4096)) << "opened twice, closed once: still the client's";
+  table.closeIpc(0x1000);
+  EXPECT_FALSE(table.findRange(0x1000, 4096));
 }
