@@ -147,6 +147,7 @@ void SimBackend::releaseAll() {
   for (const auto& [base, size] : opened_) munmap(reinterpret_cast<void*>(base), size);
   shared_.clear();
   opened_.clear();
+  opened_handles_.clear();
   allocations_.clear();
   globals_.clear();
   physical_fds_.clear();

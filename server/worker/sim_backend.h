@@ -155,6 +155,8 @@ class SimBackend : public Backend {
   void* mapShared(int fd, uint64_t size);  // where the next large allocation goes
   uint64_t next_fixed_ = 0x300000000;       // SimOptions::fixed_addresses: the next address tried
   std::unordered_map<uint64_t, uint64_t> opened_;      // other workers' memory opened by IPC: base -> size
+  // An IPC handle opened again gives the same address, counted, as the driver does: handle -> (base, opens).
+  std::map<std::vector<uint8_t>, std::pair<uint64_t, uint32_t>> opened_handles_;
   Status openShared(int32_t pid, int32_t fd, uint64_t size, IpcMapping& out);  // maps another worker's memfd
   std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, std::vector<uint8_t>>>> links_;  // sim_link.cpp
   uint64_t next_handle_ = 1;

@@ -65,13 +65,22 @@ Status SimBackend::IpcOpenMemHandle(std::vector<uint8_t> handle, uint32_t, IpcMa
   if (record.size() != sizeof e) return CUDA_ERROR_INVALID_VALUE;
   std::memcpy(&e, record.data(), sizeof e);
   if (e.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT;  // as the driver: not in the exporting process
-  Status st = openShared(e.pid, e.fd, e.size, out);
-  if (st == CUDA_SUCCESS) imports_.keep(Shared::kAllocation, out.ptr, std::move(hold));
-  return st;
+  if (auto it = opened_handles_.find(handle); it != opened_handles_.end()) {
+    out = IpcMapping{it->second.first, opened_.at(it->second.first)};
+    ++it->second.second;
+  } else {
+    if (Status st = openShared(e.pid, e.fd, e.size, out); st != CUDA_SUCCESS) return st;
+    opened_handles_[handle] = {out.ptr, 1};
+  }
+  imports_.keep(Shared::kAllocation, out.ptr, std::move(hold));
+  return CUDA_SUCCESS;
 }
 
 Status SimBackend::IpcCloseMemHandle(IpcMapped p) {
   imports_.letGo(Shared::kAllocation, p.ptr);
+  auto opened = std::find_if(opened_handles_.begin(), opened_handles_.end(), [&](const auto& o) { return o.second.first == p.ptr; });
+  if (opened != opened_handles_.end() && --opened->second.second > 0) return CUDA_SUCCESS;  // opened again: still open
+  if (opened != opened_handles_.end()) opened_handles_.erase(opened);
   if (auto it = opened_.find(p.ptr); it != opened_.end()) {
     munmap(reinterpret_cast<void*>(it->first), it->second);
     opened_.erase(it);

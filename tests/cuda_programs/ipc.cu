@@ -1,6 +1,7 @@
 // IPC between two processes through gpool, as PyTorch's multiprocessing shares CUDA tensors: the parent
 // exports an allocation and an event, a child process (the same program, started again) opens them, reads
-// what the parent wrote and writes back; a handle that claims another GPU host is refused with a reason.
+// what the parent wrote and writes back (opening the memory twice and closing it once leaves it open); a
+// handle that claims another GPU host is refused with a reason.
 #include <cuda_runtime.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +29,10 @@ int child(const char* mem_hex, const char* event_hex) {
     check(cudaIpcOpenMemHandle(&p, foreign, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess, "child: a handle from another host is refused");
   cudaGetLastError();
   CK(cudaIpcOpenMemHandle(&p, mh, cudaIpcMemLazyEnablePeerAccess));
+  void* again = nullptr;  // the driver counts opens of one handle, and hands out the same address
+  CK(cudaIpcOpenMemHandle(&again, mh, cudaIpcMemLazyEnablePeerAccess));
+  check(again == p, "child: the handle opened again gives the same address");
+  CK(cudaIpcCloseMemHandle(again));
   std::vector<uint8_t> got(kBytes);
   CK(cudaMemcpy(got.data(), p, kBytes, cudaMemcpyDeviceToHost));
   bool ok = true;
