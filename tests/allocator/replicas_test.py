@@ -173,7 +173,9 @@ class Replicas(unittest.TestCase):
         self.assertNotIn(status, (201, 202), out)
         self.assertTrue(wait_for(lambda: "gpool_allocator_leader 0" in (c._try_http(c.urls[old], "GET", "/metrics")[1] or ""),
                                  timeout=15), c.log(f"allocator{old or ''}"))
-        self.assertIn("starting again as a standby", c.log(f"allocator{old or ''}"))
+        # (its metrics say so as it steps down; the line follows once it has)
+        self.assertTrue(wait_for(lambda: "starting again as a standby" in c.log(f"allocator{old or ''}"), timeout=15),
+                        c.log(f"allocator{old or ''}"))
         self.assertEqual(self.granted(), {})  # at the leader, from etcd: nothing the stale one did
         self.assertEqual(c.lease(held)["state"], "ended")
 
