@@ -168,6 +168,8 @@ class Backend : public LaunchTimer {
     return freeImportedPointer(m.ptr, s.v);
   }
 
+  // The client ended: what it imported is not held any more (import_holds.h).
+  void letGoOfImports() { imports_.clear(); }
   // Imported physical memory, released and no longer mapped, is not held any more (import_holds.h).
   void physicalImportGone(uint64_t h) { imports_.letGo(Shared::kPhysical, h); }
 

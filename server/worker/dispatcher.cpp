@@ -110,9 +110,14 @@ void Dispatcher::endExports(typename C::in::tuple& ins, const CallScope& s) {
   }
 }
 
-void Dispatcher::waitForImporters() {
+bool Dispatcher::importersHold() {
+  backend_.letGoOfImports();
   for (auto& held : backend_.endAllExports()) freed_imported_.keep(std::move(held.file), 0);  // (all still charged)
   freed_imported_.settle();
+  return !freed_imported_.empty();
+}
+
+void Dispatcher::waitForImporters() {
   if (freed_imported_.empty()) return;
   spdlog::info("the client's memory is still imported by {} other process(es); staying, with the lease charged for it, "
                "until they let go", freed_imported_.size());

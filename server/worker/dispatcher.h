@@ -58,9 +58,11 @@ class Dispatcher {
   void relayOutput(OutputRelay* relay) { output_ = relay; }
   // Runs until the client disconnects or violates the protocol.
   ServeResult serve();
-  // After serve: ends the client's exports and, while other processes still hold any of its memory,
-  // waits for them to let go (import_holds.h), so that the lease stays charged for it. The lease's end
-  // stops the wait (gpool-server stops the worker).
+  // After serve: lets go of what the client imported (so that two workers that imported from each other
+  // do not wait for each other), ends the client's exports, and says whether other processes still hold
+  // any of its memory (import_holds.h).
+  bool importersHold();
+  // Then waits for them to let go, so that the lease stays charged for it meanwhile.
   void waitForImporters();
 
  private:

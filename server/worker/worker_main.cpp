@@ -197,7 +197,13 @@ int main(int argc, char** argv) {
                  result.transport);
   else
     spdlog::warn("closing connection to {}: {}", transport->peer(), result.reason);
-  dispatcher.waitForImporters();
+  if (dispatcher.importersHold()) {
+    // The memory lives on, and so does this worker, also past its lease's end (gpool-server's SIGTERM):
+    // the allocator keeps the lease's share held meanwhile, as the GPU's memory is. gpool-server's own end
+    // still ends it (PR_SET_PDEATHSIG).
+    ::signal(SIGTERM, SIG_IGN);
+    dispatcher.waitForImporters();
+  }
   if (const auto* share = dispatcher.computeShare())
     spdlog::info("compute share {}: the client's kernels ran {:.3f} s on the device; its launches waited {:.3f} s for its share",
                  share->share(), share->chargedNs() / 1e9, share->pacedNs() / 1e9);

@@ -640,15 +640,7 @@ class LeaseFlow(unittest.TestCase):
         most = 3 * share["memory"] // 4
 
         def process():
-            p = subprocess.Popen([MEMCAP, "commands"], env=c.client_env(share), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True)
-            self.children.append(p)
-
-            def ask(line):
-                p.stdin.write(line + "\n")
-                p.stdin.flush()
-                return p.stdout.readline().strip()
-            return p, ask
+            return self.commands(c, share)
 
         exporter, ex = process()
         importer, im = process()
@@ -671,6 +663,61 @@ class LeaseFlow(unittest.TestCase):
         self.assertTrue(wait_for(lambda: again(f"alloc {most}") == "OK", timeout=10), "the importer let go")
         for p in (importer, later):
             p.communicate(timeout=30)
+
+    def commands(self, c, share):
+        """A CUDA process of `share`'s that allocates, exports and opens memory as told (memcap_probe commands),
+        and a function that tells it one command and returns its answer."""
+        p = subprocess.Popen([MEMCAP, "commands"], env=c.client_env(share), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        self.children.append(p)
+
+        def ask(line):
+            p.stdin.write(line + "\n")
+            p.stdin.flush()
+            return p.stdout.readline().strip()
+        return p, ask
+
+    def test_two_processes_that_imported_each_others_memory_both_end(self):
+        # A worker whose client ended waits for the processes holding its memory; two that imported from each
+        # other would wait for each other for ever, so each lets go of what its client imported first.
+        c = self.make(ttl="60s")
+        _, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.25})
+        share = lease["shares"][0]
+        most = 3 * share["memory"] // 4
+        (one, a), (two, b) = self.commands(c, share), self.commands(c, share)
+        self.assertEqual(a(f"alloc {most // 2}"), "OK")
+        self.assertEqual(b(f"alloc {most // 2}"), "OK")
+        mine, theirs = a("export"), b("export")
+        self.assertEqual(a(f"open {theirs}"), "OK")
+        self.assertEqual(b(f"open {mine}"), "OK")
+        one.communicate(timeout=30)
+        two.communicate(timeout=30)
+        later, again = self.commands(c, share)
+        self.assertTrue(wait_for(lambda: again(f"alloc {most}") == "OK", timeout=10), c.log("sim0"))
+        later.communicate(timeout=30)
+
+    def test_a_worker_holding_memory_for_another_lease_stays_past_its_leases_end(self):
+        # The memory lives on while another lease's process holds it: the exporter's worker stays, and keeps
+        # its lease's share held at the allocator, also once that lease has ended.
+        import re
+        c = self.make(ttl="60s")
+        _, exporting = c.http("POST", "/v1/leases", {"user": "u", "p": 0.25})
+        _, importing = c.http("POST", "/v1/leases", {"user": "u", "p": 0.25})
+        (exporter, ex), (importer, im) = self.commands(c, exporting["shares"][0]), self.commands(c, importing["shares"][0])
+        self.assertEqual(ex(f"alloc {exporting['shares'][0]['memory'] // 2}"), "OK")
+        self.assertEqual(im("open " + ex("export")), "OK")
+        exporter.communicate(timeout=30)
+        c.http("DELETE", "/v1/leases/" + exporting["id"])
+        stopping = re.compile(f"lease {exporting['id']} ended at the allocator; stopping its worker (\\d+)")
+        self.assertTrue(wait_for(lambda: stopping.search(c.log("sim0")), timeout=15), c.log("sim0"))
+        pid = int(stopping.search(c.log("sim0")).group(1))
+        time.sleep(0.5)
+        with open(f"/proc/{pid}/stat") as f:
+            self.assertNotIn(f.read().split()[2], ("Z", "X"), "the worker stays while its memory is imported")
+        self.assertEqual(c.lease(exporting["id"])["state"], "ended")
+        self.assertEqual(im("close"), "OK")
+        self.assertTrue(wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=10), "the importer let go: it ends")
+        importer.communicate(timeout=30)
 
     def test_an_ended_leases_share_is_not_granted_again_while_its_worker_runs(self):
         # The allocator holds an ended lease's share until its server reports the worker gone, and names the
