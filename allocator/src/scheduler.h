@@ -223,6 +223,19 @@ class Scheduler {
   // tick makes one), or its place in priority order until a pass has reached it.
   int position(const std::string& id) const;
   const std::map<std::string, Server>& servers() const { return servers_; }
+  // A share of an ended lease that its server still serves (a worker still runs, or stays while other
+  // processes hold its memory): it stays counted on its GPU until the server reports the worker gone.
+  struct Draining {
+    std::string lease;
+    int device;
+    double fraction;
+    uint64_t memory;
+  };
+  const std::vector<Draining>& drainingOn(const std::string& server) const {
+    static const std::vector<Draining> none;
+    auto it = draining_.find(server);
+    return it == draining_.end() ? none : it->second;
+  }
   const Gpu* gpuOf(const Share& s) const;  // the GPU a share is on (null: its server is gone)
   const std::map<std::string, Lease>& leases() const { return leases_; }
   // Queued and granted leases, by id.
@@ -303,12 +316,6 @@ class Scheduler {
   // server → leases it runs workers for (its reports). A server with no entry has not reported since this
   // allocator started (or since it went down): its GPUs take no new share until it does.
   std::map<std::string, std::set<std::string>> serving_;
-  struct Draining {
-    std::string lease;
-    int device;
-    double fraction;
-    uint64_t memory;
-  };
   std::map<std::string, std::vector<Draining>> draining_;  // server → shares of ended leases it still serves
   std::map<std::string, std::set<std::string>> granted_on_;  // server → granted leases with a share there
   void placedOn(const Lease& l, bool granted);               // keeps granted_on_ as l is granted or ends

@@ -934,6 +934,10 @@ void Service::readRoutes(httplib::Server& s) {
       json j = toJson(srv);
       const Pool* p = sched_->policy().poolOfServer(name);
       j["pool"] = p ? p->name : "";
+      json ending = json::array();  // shares of ended leases whose workers still run there
+      for (const auto& d : sched_->drainingOn(name))
+        ending.push_back({{"lease", d.lease}, {"device", d.device}, {"fraction", d.fraction}, {"memory", d.memory}});
+      j["ended_leases_held"] = ending;
       servers.push_back(j);
     }
     for (const auto& [id, l] : sched_->live())

@@ -715,8 +715,15 @@ class LeaseFlow(unittest.TestCase):
         with open(f"/proc/{pid}/stat") as f:
             self.assertNotIn(f.read().split()[2], ("Z", "X"), "the worker stays while its memory is imported")
         self.assertEqual(c.lease(exporting["id"])["state"], "ended")
+
+        def held():  # what the allocator counts on the GPU for ended leases, and `gpool status` says of it
+            return [d["lease"] for d in c.status()["servers"][0]["ended_leases_held"]]
+        self.assertTrue(wait_for(lambda: held() == [exporting["id"]], timeout=10), c.status())
+        out, _ = c.gpool("status").communicate(timeout=30)
+        self.assertIn(f"sim0:0: 25% held by ended lease {exporting['id']} until its last worker there ends", out)
         self.assertEqual(im("close"), "OK")
         self.assertTrue(wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=10), "the importer let go: it ends")
+        self.assertTrue(wait_for(lambda: held() == [], timeout=10), c.status())
         importer.communicate(timeout=30)
 
     def test_an_ended_leases_share_is_not_granted_again_while_its_worker_runs(self):

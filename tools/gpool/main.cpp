@@ -166,6 +166,11 @@ int status(AllocatorClient& a, bool as_json) {
                   show(g.value("type", json(""))).c_str(), show(g["model"]).c_str(), gib(g["memory"]).c_str(),
                   (std::to_string(static_cast<int>(std::lround(g["used_fraction"].get<double>() * 100))) + "%").c_str(),
                   gib(g["used_memory"]).c_str());
+  for (const auto& srv : s["servers"])  // counted in IN USE above, by leases that ended
+    for (const auto& d : srv.value("ended_leases_held", json::array()))
+      std::printf("  %s:%d: %s%% held by ended lease %s until its last worker there ends\n", show(srv["name"]).c_str(),
+                  d["device"].get<int>(), std::to_string(static_cast<int>(std::lround(d["fraction"].get<double>() * 100))).c_str(),
+                  show(d["lease"]).c_str());
   std::printf("\n%-26s %-10s %s\n", "LEASE", "USER", "SHARES (its devices 0, 1...: server:GPU x fraction)");
   std::map<std::string, double> idle_timeout_s;  // pool → its idle_timeout (0: none)
   for (const auto& p : s.value("pools", json::array())) idle_timeout_s[p.value("name", "")] = p.value("idle_timeout_s", 0.0);
