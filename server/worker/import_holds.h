@@ -35,7 +35,6 @@ class ImportHolds {
     if (auto it = held_.find({kind, object}); it != held_.end()) held_.erase(it);
   }
   void clear() { held_.clear(); }
-  size_t size() const { return held_.size(); }
 
  private:
   std::multimap<std::pair<Shared, uint64_t>, IpcRegistry::RecordFile> held_;

@@ -144,7 +144,7 @@ void SimBackend::releaseAll() {
     munmap(reinterpret_cast<void*>(base), m.size);
     close(m.fd);
   }
-  for (const auto& [base, size] : opened_) munmap(reinterpret_cast<void*>(base), size);
+  for (const auto& [base, o] : opened_) munmap(reinterpret_cast<void*>(base), o.size);
   shared_.clear();
   opened_.clear();
   opened_handles_.clear();

@@ -154,10 +154,17 @@ class SimBackend : public Backend {
   std::unordered_map<uint64_t, SharedMemory> shared_;  // large allocations: memfd mappings (sim_ipc.cpp)
   void* mapShared(int fd, uint64_t size);  // where the next large allocation goes
   uint64_t next_fixed_ = 0x300000000;       // SimOptions::fixed_addresses: the next address tried
-  std::unordered_map<uint64_t, uint64_t> opened_;      // other workers' memory opened by IPC: base -> size
-  // An IPC handle opened again gives the same address, counted, as the driver does: handle -> (base, opens).
-  std::map<std::vector<uint8_t>, std::pair<uint64_t, uint32_t>> opened_handles_;
+  // Other workers' memory opened here. An IPC handle opened again gives the same address, counted, as the
+  // driver does (`handle`: the IPC handle it was opened by; none for a pool's allocation).
+  struct Opened {
+    uint64_t size = 0;
+    uint32_t opens = 1;
+    std::vector<uint8_t> handle;
+  };
+  std::unordered_map<uint64_t, Opened> opened_;                // base -> what is open there
+  std::map<std::vector<uint8_t>, uint64_t> opened_handles_;    // IPC handle -> base
   Status openShared(int32_t pid, int32_t fd, uint64_t size, IpcMapping& out);  // maps another worker's memfd
+  void closeOpened(uint64_t ptr);  // one open of what openShared mapped there ends (the last unmaps it)
   std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, std::vector<uint8_t>>>> links_;  // sim_link.cpp
   uint64_t next_handle_ = 1;
   uint64_t launches_ = 0;

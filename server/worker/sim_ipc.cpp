@@ -53,7 +53,7 @@ Status SimBackend::openShared(int32_t pid, int32_t fd, uint64_t size, IpcMapping
   close(own);
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   out = IpcMapping{reinterpret_cast<uint64_t>(p), size};
-  opened_[out.ptr] = size;
+  opened_[out.ptr] = Opened{size};
   return CUDA_SUCCESS;
 }
 
@@ -66,11 +66,13 @@ Status SimBackend::IpcOpenMemHandle(std::vector<uint8_t> handle, uint32_t, IpcMa
   std::memcpy(&e, record.data(), sizeof e);
   if (e.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT;  // as the driver: not in the exporting process
   if (auto it = opened_handles_.find(handle); it != opened_handles_.end()) {
-    out = IpcMapping{it->second.first, opened_.at(it->second.first)};
-    ++it->second.second;
+    Opened& o = opened_.at(it->second);
+    out = IpcMapping{it->second, o.size};
+    ++o.opens;
   } else {
     if (Status st = openShared(e.pid, e.fd, e.size, out); st != CUDA_SUCCESS) return st;
-    opened_handles_[handle] = {out.ptr, 1};
+    opened_.at(out.ptr).handle = handle;
+    opened_handles_[handle] = out.ptr;
   }
   imports_.keep(Shared::kAllocation, out.ptr, std::move(hold));
   return CUDA_SUCCESS;
@@ -78,14 +80,17 @@ Status SimBackend::IpcOpenMemHandle(std::vector<uint8_t> handle, uint32_t, IpcMa
 
 Status SimBackend::IpcCloseMemHandle(IpcMapped p) {
   imports_.letGo(Shared::kAllocation, p.ptr);
-  auto opened = std::find_if(opened_handles_.begin(), opened_handles_.end(), [&](const auto& o) { return o.second.first == p.ptr; });
-  if (opened != opened_handles_.end() && --opened->second.second > 0) return CUDA_SUCCESS;  // opened again: still open
-  if (opened != opened_handles_.end()) opened_handles_.erase(opened);
-  if (auto it = opened_.find(p.ptr); it != opened_.end()) {
-    munmap(reinterpret_cast<void*>(it->first), it->second);
+  closeOpened(p.ptr);
+  return CUDA_SUCCESS;
+}
+
+void SimBackend::closeOpened(uint64_t ptr) {
+  if (auto it = opened_.find(ptr); it != opened_.end()) {
+    if (--it->second.opens > 0) return;  // opened again: still open
+    opened_handles_.erase(it->second.handle);
+    munmap(reinterpret_cast<void*>(it->first), it->second.size);
     opened_.erase(it);
   }
-  return CUDA_SUCCESS;
 }
 
 Status SimBackend::IpcGetEventHandle(Event e, std::vector<uint8_t>& handle) {
@@ -159,6 +164,9 @@ Status SimBackend::importPoolPointer(uint64_t pool, const std::vector<uint8_t>& 
   return openShared(e.memory.pid, e.memory.fd, e.memory.size, out);
 }
 
-Status SimBackend::freeImportedPointer(uint64_t ptr, uint64_t) { return IpcCloseMemHandle(ptr); }  // issue order
+Status SimBackend::freeImportedPointer(uint64_t ptr, uint64_t) {  // in issue order; its hold went with the call
+  closeOpened(ptr);
+  return CUDA_SUCCESS;
+}
 
 }  // namespace gpool::worker

@@ -159,18 +159,18 @@ int status(AllocatorClient& a, bool as_json) {
   for (const auto& srv : s["servers"])
     std::printf("%-16s %-22s %-10s %-6s %zu\n", show(srv["name"]).c_str(), show(srv["address"]).c_str(), show(srv["pool"]).c_str(),
                 !srv["up"].get<bool>() ? "down" : srv["drain"].get<bool>() ? "drain" : "up", srv["gpus"].size());
+  auto percent = [](const json& fraction) { return std::to_string(static_cast<int>(std::lround(fraction.get<double>() * 100))) + "%"; };
   std::printf("\n%-20s %-10s %-28s %-10s %-8s %s\n", "GPU", "TYPE", "MODEL", "MEMORY", "IN USE", "MEMORY LEASED");
   for (const auto& srv : s["servers"])
     for (const auto& g : srv["gpus"])
       std::printf("%-20s %-10s %-28s %-10s %-8s %s\n", (show(srv["name"]) + ":" + std::to_string(g["index"].get<int>())).c_str(),
                   show(g.value("type", json(""))).c_str(), show(g["model"]).c_str(), gib(g["memory"]).c_str(),
-                  (std::to_string(static_cast<int>(std::lround(g["used_fraction"].get<double>() * 100))) + "%").c_str(),
+                  percent(g["used_fraction"]).c_str(),
                   gib(g["used_memory"]).c_str());
   for (const auto& srv : s["servers"])  // counted in IN USE above, by leases that ended
     for (const auto& d : srv.value("ended_leases_held", json::array()))
-      std::printf("  %s:%d: %s%% held by ended lease %s until its last worker there ends\n", show(srv["name"]).c_str(),
-                  d["device"].get<int>(), std::to_string(static_cast<int>(std::lround(d["fraction"].get<double>() * 100))).c_str(),
-                  show(d["lease"]).c_str());
+      std::printf("  %s:%d: %s held by ended lease %s until its last worker there ends\n", show(srv["name"]).c_str(),
+                  d["device"].get<int>(), percent(d["fraction"]).c_str(), show(d["lease"]).c_str());
   std::printf("\n%-26s %-10s %s\n", "LEASE", "USER", "SHARES (its devices 0, 1...: server:GPU x fraction)");
   std::map<std::string, double> idle_timeout_s;  // pool → its idle_timeout (0: none)
   for (const auto& p : s.value("pools", json::array())) idle_timeout_s[p.value("name", "")] = p.value("idle_timeout_s", 0.0);
