@@ -329,8 +329,10 @@ void Dispatcher::switchTransport(const proto::FrameHeader& h) {
   next->setStallTimeout(stall_ms_);
   const char* where = shm ? "shared memory" : "RDMA (UCX)";
   spdlog::info("client {} moved to {} ({})", transport_->peer(), where, next->peer());
+  std::lock_guard lock(transport_mu_);
   moved_ = std::move(next);
   transport_ = moved_.get();
+  if (stopped_) transport_->shutdown();
   stats_.transport = shm ? "over shared memory" : "over RDMA (UCX)";
   alive_.use(*transport_);
 }
@@ -383,8 +385,16 @@ ServeResult Dispatcher::serve() {
   } catch (const Violation& v) {
     result.reason = "protocol violation: " + v.what;
   }
+  std::lock_guard lock(transport_mu_);
+  if (stopped_) result.clean = false, result.reason = "its lease ended at the allocator";
   if (!result.clean) transport_->shutdown();  // a violator loses its connection
   return result;
+}
+
+void Dispatcher::stop() {
+  std::lock_guard lock(transport_mu_);
+  stopped_ = true;
+  transport_->shutdown();
 }
 
 }  // namespace gpool::worker

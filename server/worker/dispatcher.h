@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -56,8 +57,11 @@ class Dispatcher {
   const ComputeShare* computeShare() const { return compute_.get(); }
   // Relays `relay`'s output (the worker's standard output) to a client that asks for it (kMsgOutput).
   void relayOutput(OutputRelay* relay) { output_ = relay; }
-  // Runs until the client disconnects or violates the protocol.
+  // Runs until the client disconnects or violates the protocol, or stop is called.
   ServeResult serve();
+  // From another thread (revocation.h): the lease ended. The connection is shut down, so serve returns
+  // once the call it may be in does; called before serve, serve returns at once.
+  void stop();
   // After serve: lets go of what the client imported (so that two workers that imported from each other
   // do not wait for each other), ends the client's exports, and says whether other processes still hold
   // any of its memory (import_holds.h).
@@ -102,7 +106,9 @@ class Dispatcher {
   void endExports(typename C::in::tuple& ins, const CallScope& s);
 
   Backend& backend_;
-  proto::Transport* transport_;  // the TCP connection, or what it moved to (moved_)
+  proto::Transport* transport_;  // the TCP connection, or what it moved to (moved_); set under transport_mu_
+  std::mutex transport_mu_;      // (so that stop shuts down the one in use)
+  bool stopped_ = false;         // (stop; under transport_mu_)
   std::unique_ptr<proto::Transport> moved_;
   HandleTable table_;    // what this worker handed out
   MemoryLedger ledger_;  // the lease's memory

@@ -15,6 +15,7 @@
 #include "cuda_backend.h"
 #include "dispatcher.h"
 #include "output_relay.h"
+#include "revocation.h"
 #include "gpool/printable.h"
 #include "gpool/protocol/frame_io.h"
 #include "gpool/protocol/gpu_uuid.h"
@@ -122,6 +123,8 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Before any other thread starts: SIGTERM (the lease ended) is for the revocation watcher's only.
+  gpool::worker::Revocation& revocation = gpool::worker::Revocation::watch();
   std::unique_ptr<gpool::proto::Transport> transport;
   try {
     transport = gpool::proto::adoptTcpSocket(fd);
@@ -191,17 +194,18 @@ int main(int argc, char** argv) {
   dispatcher.relayOutput(output.get());
   if (launch_counter) dispatcher.countLaunchesIn(launch_counter, budget_slot);
   if (pace) dispatcher.shareCompute(std::make_unique<gpool::worker::ComputeShare>(compute_share, pace, *backend));
+  revocation.serving(&dispatcher);
   auto result = dispatcher.serve();
   if (result.clean)
     spdlog::info("client {} disconnected after {} messages ({}); releasing its resources", transport->peer(), result.frames,
                  result.transport);
   else
     spdlog::warn("closing connection to {}: {}", transport->peer(), result.reason);
+  revocation.serving(nullptr);
   if (dispatcher.importersHold()) {
-    // The memory lives on, and so does this worker, also past its lease's end (gpool-server's SIGTERM):
-    // the allocator keeps the lease's share held meanwhile, as the GPU's memory is. gpool-server's own end
+    // The memory lives on, and so does this worker, also past its lease's end (revocation.h): the
+    // allocator keeps the lease's share held meanwhile, as the GPU's memory is. gpool-server's own end
     // still ends it (PR_SET_PDEATHSIG).
-    ::signal(SIGTERM, SIG_IGN);
     dispatcher.waitForImporters();
   }
   if (const auto* share = dispatcher.computeShare())

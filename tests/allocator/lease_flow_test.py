@@ -13,8 +13,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster  # noqa: E402
-from cluster import (GIB, GPOOL, LIB, MEMCAP, NVML_QUERY, POLICY, SANITIZED, SERVER_LOSS, Cluster, ed25519_sign, forged,  # noqa: F401
-                     setUpModule, tearDownModule, wait_for)
+from cluster import (BUILD, GIB, GPOOL, KERNELS, LIB, MEMCAP, NVML_QUERY, POLICY, SANITIZED, SERVER_LOSS,  # noqa: F401
+                     Cluster, ed25519_sign, forged, setUpModule, tearDownModule, wait_for)
 
 
 class LeaseFlow(unittest.TestCase):
@@ -696,9 +696,10 @@ class LeaseFlow(unittest.TestCase):
         self.assertTrue(wait_for(lambda: again(f"alloc {most}") == "OK", timeout=10), c.log("sim0"))
         later.communicate(timeout=30)
 
-    def test_a_worker_holding_memory_for_another_lease_stays_past_its_leases_end(self):
-        # The memory lives on while another lease's process holds it: the exporter's worker stays, and keeps
-        # its lease's share held at the allocator, also once that lease has ended.
+    def end_a_lease_whose_memory_another_lease_imported(self, exporter_left_first):
+        """Lease A's process exports memory that lease B's process opens, then A's lease ends (A's process
+        having left first, or still connected). A's worker stays, with A's share held at the allocator, until
+        B's process lets go."""
         import re
         c = self.make(ttl="60s")
         _, exporting = c.http("POST", "/v1/leases", {"user": "u", "p": 0.25})
@@ -706,11 +707,16 @@ class LeaseFlow(unittest.TestCase):
         (exporter, ex), (importer, im) = self.commands(c, exporting["shares"][0]), self.commands(c, importing["shares"][0])
         self.assertEqual(ex(f"alloc {exporting['shares'][0]['memory'] // 2}"), "OK")
         self.assertEqual(im("open " + ex("export")), "OK")
-        exporter.communicate(timeout=30)
+        if exporter_left_first:
+            exporter.communicate(timeout=30)
         c.http("DELETE", "/v1/leases/" + exporting["id"])
         stopping = re.compile(f"lease {exporting['id']} ended at the allocator; stopping its worker (\\d+)")
         self.assertTrue(wait_for(lambda: stopping.search(c.log("sim0")), timeout=15), c.log("sim0"))
         pid = int(stopping.search(c.log("sim0")).group(1))
+        if not exporter_left_first:
+            stopped = re.compile(f"gpool-worker\\[{pid}\\] closing connection to .*: its lease ended at the allocator")
+            self.assertTrue(wait_for(lambda: stopped.search(c.log("sim0")), timeout=10), c.log("sim0"))
+            self.assertNotEqual(ex("alloc 1"), "OK", "the ended lease's process is served no more")
         time.sleep(0.5)
         with open(f"/proc/{pid}/stat") as f:
             self.assertNotIn(f.read().split()[2], ("Z", "X"), "the worker stays while its memory is imported")
@@ -725,6 +731,41 @@ class LeaseFlow(unittest.TestCase):
         self.assertTrue(wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=10), "the importer let go: it ends")
         self.assertTrue(wait_for(lambda: held() == [], timeout=10), c.status())
         importer.communicate(timeout=30)
+        exporter.communicate(timeout=30)
+
+    def test_a_worker_holding_memory_for_another_lease_stays_past_its_leases_end(self):
+        # The memory lives on while another lease's process holds it: the exporter's worker stays, and keeps
+        # its lease's share held at the allocator, also once that lease has ended.
+        self.end_a_lease_whose_memory_another_lease_imported(exporter_left_first=True)
+
+    def test_a_lease_ended_while_its_process_runs_keeps_memory_another_lease_imported_held(self):
+        # The lease ends while its process is still connected: its worker stops serving that process, and
+        # stays as above. It used to die at once (SIGTERM), and the memory the importer kept was then
+        # counted for no lease.
+        self.end_a_lease_whose_memory_another_lease_imported(exporter_left_first=False)
+
+    def test_a_worker_inside_a_kernel_that_does_not_end_ends_a_while_after_its_lease(self):
+        # Ending its lease stops a worker once the call it is in returns, but no later than its bound
+        # (revocation.h, kStopGraceMs): a kernel that runs on does not keep the GPU from the next lease.
+        import re
+        c = self.make(ttl="60s", server_args=["--sim-kernels", KERNELS])
+        _, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 1.0})
+        spinning = subprocess.Popen([os.path.join(BUILD, "tests", "cuda_compute_share"), "120", str(100 * 10**6)],
+                                    env=c.client_env(lease["shares"][0]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True)  # 100-second kernels
+        self.children.append(spinning)
+        worker = re.compile(r"→ worker (\d+) on device 0 for lease " + lease["id"])
+        self.assertTrue(wait_for(lambda: worker.search(c.log("sim0")), timeout=10), c.log("sim0"))
+        pid = int(worker.search(c.log("sim0")).group(1))
+        time.sleep(1)  # inside the first kernel
+        c.http("DELETE", "/v1/leases/" + lease["id"])
+        ended = time.monotonic()
+        self.assertTrue(wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=30), c.log("sim0"))
+        self.assertGreater(time.monotonic() - ended, 5, "it had its bound to return from the kernel")
+        self.assertIn("still inside a driver call 10000 ms after its lease ended; ending now", c.log("sim0"))
+        _, after = c.http("POST", "/v1/leases", {"user": "v", "p": 1.0, "wait": 10})
+        self.assertTrue(wait_for(lambda: c.lease(after["id"])["state"] == "granted", timeout=10), c.lease(after["id"]))
+        spinning.communicate(timeout=30)
 
     def test_an_ended_leases_share_is_not_granted_again_while_its_worker_runs(self):
         # The allocator holds an ended lease's share until its server reports the worker gone, and names the

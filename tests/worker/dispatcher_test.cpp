@@ -1238,3 +1238,29 @@ TEST(HandleTable, PhysicalMemoryAddedAgainKeepsItsMappings) {
   EXPECT_EQ(t.unmap(0x100000000, 2u << 20), 0u);
   EXPECT_EQ(t.physical(7), nullptr) << "gone with its last mapping";
 }
+
+// The lease ended (revocation.h): stop, from another thread, ends serving the client, between its calls
+// or before the first; the client sees its connection end.
+TEST(Dispatcher, StopEndsServingFromAnotherThread) {
+  auto [client, server] = makeLoopbackPair();
+  worker::SimBackend backend{worker::SimOptions{}};
+  HelloReply hello;
+  backend.open(0, hello);
+  worker::Dispatcher d(backend, *server, hello.devices.at(0).total_mem);
+  worker::ServeResult r;
+  std::thread serving([&] { r = d.serve(); });
+  test::RawClient c(*client);
+  EXPECT_EQ(c.call<calls::MemAlloc>(uint64_t{1024}).first, 0);
+  d.stop();
+  serving.join();
+  EXPECT_FALSE(r.clean);
+  EXPECT_EQ(r.reason, "its lease ended at the allocator");
+  EXPECT_EQ(r.frames, 1u);
+  std::vector<uint8_t> p;
+  EXPECT_THROW(recvFrame(*client, p, 1024), TransportError);
+
+  auto [late_client, late_server] = makeLoopbackPair();
+  worker::Dispatcher stopped_first(backend, *late_server, hello.devices.at(0).total_mem);
+  stopped_first.stop();
+  EXPECT_EQ(stopped_first.serve().reason, "its lease ended at the allocator");
+}
