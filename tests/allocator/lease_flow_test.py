@@ -667,8 +667,11 @@ class LeaseFlow(unittest.TestCase):
     def commands(self, c, share):
         """A CUDA process of `share`'s that allocates, exports and opens memory as told (memcap_probe commands),
         and a function that tells it one command and returns its answer."""
+        log = open(os.path.join(c.dir, f"commands-{len(self.children)}.log"), "w")  # the client library's warnings
         p = subprocess.Popen([MEMCAP, "commands"], env=c.client_env(share), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+                             stderr=log, text=True)
+        log.close()
+        p.log = log.name
         self.children.append(p)
 
         def ask(line):
@@ -744,6 +747,8 @@ class LeaseFlow(unittest.TestCase):
         # counted for no lease.
         self.end_a_lease_whose_memory_another_lease_imported(exporter_left_first=False)
 
+    @unittest.skipUnless(os.path.exists(os.path.join(BUILD, "tests", "cuda_compute_share")),
+                         "no cuda_compute_share in this build (the sanitizer build has no CUDA programs)")
     def test_a_worker_inside_a_kernel_that_does_not_end_ends_a_while_after_its_lease(self):
         # Ending its lease stops a worker once the call it is in returns, but no later than its bound
         # (revocation.h, kStopGraceMs): a kernel that runs on does not keep the GPU from the next lease.
