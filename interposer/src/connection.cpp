@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "gpool/printable.h"
 #include "gpool/protocol/driver_settings.h"
 #include "log.h"
 #include "transport_choice.h"
@@ -80,6 +81,7 @@ Connection::Connection(std::unique_ptr<proto::Transport> transport, std::string 
   }
   watchWorker(worker_timeout);
   if (hello_.features & proto::kFeatureOutput) proto::sendFrame(*transport_, proto::kMsgOutput, 0, 0, nullptr, 0);
+  if (hello_.features & proto::kFeatureEnded) proto::sendFrame(*transport_, proto::kMsgEnded, 0, 0, nullptr, 0);
   flusher_ = std::thread([this] { flusherLoop(); });
   if (moved.pool >= 0) attachHostPool(moved.pool);
 }
@@ -172,6 +174,17 @@ void Connection::relayOutput(uint32_t length) {
   std::fflush(stdout);
 }
 
+// Why the worker ends the connection (kMsgEnded), as it said.
+std::string Connection::endedBecause(uint32_t length) {
+  if (length > proto::kMaxEndedReason + sizeof(uint32_t)) throw proto::ProtocolError("an Ended frame from the worker is too long");
+  std::vector<uint8_t> bytes(length);
+  if (length) transport_->recv(bytes.data(), length);
+  proto::Reader r(bytes.data(), bytes.size());
+  std::string why;
+  if (!r.getAll(why) || !r.atEnd()) throw proto::ProtocolError("malformed Ended frame from the worker");
+  return "the worker ended the connection: " + printable(why);
+}
+
 // The next frame that is not a liveness frame (nor the worker's output, which it passes on). Each wait is bounded by the worker timeout: a worker
 // that is busy says so in time, so silence means it stopped.
 proto::FrameHeader Connection::recvReplyHeader(uint32_t max_payload) {
@@ -187,6 +200,7 @@ proto::FrameHeader Connection::recvReplyHeader(uint32_t max_payload) {
       relayOutput(h.length);
       continue;
     }
+    if (h.msg == proto::kMsgEnded && !(h.flags & proto::kIsReply)) throw proto::TransportError(endedBecause(h.length));
     if (h.msg != proto::kMsgAlive || (h.flags & proto::kIsReply)) return h;
     if (h.length != 0) throw proto::ProtocolError("malformed Alive frame from the worker");
     ++alive_frames_;

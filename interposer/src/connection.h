@@ -228,6 +228,7 @@ class Connection {
   proto::FrameHeader recvReplyHeader(uint32_t max_payload);
   void watchWorker(std::chrono::milliseconds timeout);
   void relayOutput(uint32_t length);  // an Output frame's bytes, to this process's standard output
+  std::string endedBecause(uint32_t length);  // an Ended frame's reason (kMsgEnded)
   void markPending();
   int fail(const std::string& why);
   static void markForkedChild();  // the pthread_atfork child handler

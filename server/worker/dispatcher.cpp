@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <optional>
 #include <thread>
 #include <tuple>
@@ -355,6 +356,10 @@ void Dispatcher::handle(const proto::FrameHeader& h) {
       if (h.length != 0 || (h.flags & proto::kWantsReply)) throw Violation{"malformed Output request"};
       if (output_) output_->enable();
       return;
+    case proto::kMsgEnded:  // the client wants to know why the worker ends the connection (protocol 2.11)
+      if (h.length != 0 || (h.flags & proto::kWantsReply)) throw Violation{"malformed Ended request"};
+      tell_end_ = true;
+      return;
     default:
       spdlog::warn("unknown message number {:#06x} ({} bytes) from {}", h.msg, h.length, transport_->peer());
       if (h.flags & proto::kWantsReply) replyStatus(h, cu::kNotSupported);
@@ -386,7 +391,7 @@ ServeResult Dispatcher::serve() {
     result.reason = "protocol violation: " + v.what;
   }
   std::lock_guard lock(transport_mu_);
-  if (stopped_) result.clean = false, result.reason = "its lease ended at the allocator";
+  if (stopped_) result.clean = false, result.reason = kLeaseEndedReason;
   if (!result.clean) transport_->shutdown();  // a violator loses its connection
   return result;
 }
@@ -394,7 +399,25 @@ ServeResult Dispatcher::serve() {
 void Dispatcher::stop() {
   std::lock_guard lock(transport_mu_);
   stopped_ = true;
+  std::future<void> told;
+  if (tell_end_) {
+    told = std::async(std::launch::async, [this] { tellEnded(); });
+    told.wait_for(std::chrono::milliseconds(kTellEndedMs));  // a client that reads nothing is not waited for
+  }
   transport_->shutdown();
+}  // (told's end waits for its send, which the shutdown ended if the client did not take it)
+
+static_assert(std::char_traits<char>::length(kLeaseEndedReason) <= proto::kMaxEndedReason);
+
+void Dispatcher::tellEnded() {
+  std::vector<uint8_t> payload;
+  proto::Writer(payload).putAll(std::string(kLeaseEndedReason));
+  try {
+    auto lock = replyLock();  // (after the output the client has not had yet)
+    proto::sendFrame(*transport_, proto::kMsgEnded, 0, 0, payload.data(), payload.size());
+  } catch (const std::exception& e) {
+    spdlog::debug("could not tell the client why its connection ends: {}", e.what());
+  }
 }
 
 }  // namespace gpool::worker

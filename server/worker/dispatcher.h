@@ -2,6 +2,7 @@
 // asynchronous errors and writes replies. A protocol violation ends this connection only.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -25,6 +26,9 @@
 #include "gpool/protocol/transport.h"
 
 namespace gpool::worker {
+
+// Why a worker stopped serving a client whose lease ended: its log's reason, and what the client is told.
+inline constexpr const char* kLeaseEndedReason = "its lease ended at the allocator (released, expired, preempted or past its time limit)";
 
 struct ServeResult {
   bool clean = false;  // the client closed the connection
@@ -59,9 +63,11 @@ class Dispatcher {
   void relayOutput(OutputRelay* relay) { output_ = relay; }
   // Runs until the client disconnects or violates the protocol, or stop is called.
   ServeResult serve();
-  // From another thread (revocation.h): the lease ended. The connection is shut down, so serve returns
-  // once the call it may be in does; called before serve, serve returns at once.
+  // From another thread (revocation.h): the lease ended. A client that asked is told so (kMsgEnded) if
+  // that takes less than kTellEndedMs, and the connection is shut down, so serve returns once the call it
+  // may be in does; called before serve, serve returns at once.
   void stop();
+  static constexpr int kTellEndedMs = 1000;
   // After serve: lets go of what the client imported (so that two workers that imported from each other
   // do not wait for each other), ends the client's exports, and says whether other processes still hold
   // any of its memory (import_holds.h).
@@ -81,6 +87,7 @@ class Dispatcher {
   void alive(const proto::FrameHeader& h);
   void moduleLoadCached(const proto::FrameHeader& h);
   void switchTransport(const proto::FrameHeader& h);
+  void tellEnded();
   // The send lock every reply holds, with the worker's output written since the last reply sent first.
   std::unique_lock<std::mutex> replyLock();
   template <typename C>
@@ -109,6 +116,7 @@ class Dispatcher {
   proto::Transport* transport_;  // the TCP connection, or what it moved to (moved_); set under transport_mu_
   std::mutex transport_mu_;      // (so that stop shuts down the one in use)
   bool stopped_ = false;         // (stop; under transport_mu_)
+  std::atomic<bool> tell_end_{false};  // the client asked why the worker ends the connection (kMsgEnded)
   std::unique_ptr<proto::Transport> moved_;
   HandleTable table_;    // what this worker handed out
   MemoryLedger ledger_;  // the lease's memory

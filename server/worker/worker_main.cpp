@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
     hello.status = 999;  // CUDA_ERROR_UNKNOWN
     hello.error = e.what();
   }
-  hello.features |= gpool::proto::kFeatureAlive | gpool::proto::kFeatureShm;
+  hello.features |= gpool::proto::kFeatureAlive | gpool::proto::kFeatureShm | gpool::proto::kFeatureEnded;
   if (output) hello.features |= gpool::proto::kFeatureOutput;
   if (std::string why; gpool::proto::ucxAvailable(why)) hello.features |= gpool::proto::kFeatureRdma;
   if (gpool::proto::hostHasRdmaDevice()) hello.features |= gpool::proto::kFeatureRdmaDevice;

@@ -720,6 +720,10 @@ class LeaseFlow(unittest.TestCase):
             stopped = re.compile(f"gpool-worker\\[{pid}\\] closing connection to .*: its lease ended at the allocator")
             self.assertTrue(wait_for(lambda: stopped.search(c.log("sim0")), timeout=10), c.log("sim0"))
             self.assertNotEqual(ex("alloc 1"), "OK", "the ended lease's process is served no more")
+            with open(exporter.log) as f:  # and the program's CUDA library says why
+                self.assertRegex(f.read(), r"lost the connection to gpool-server at 127\.0\.0\.1:\d+ \(the worker ended the "
+                                 r"connection: its lease ended at the allocator \(released, expired, preempted or past its "
+                                 r"time limit\)\); CUDA calls now fail with CUDA_ERROR_DEVICE_UNAVAILABLE")
         time.sleep(0.5)
         with open(f"/proc/{pid}/stat") as f:
             self.assertNotIn(f.read().split()[2], ("Z", "X"), "the worker stays while its memory is imported")

@@ -1240,8 +1240,8 @@ TEST(HandleTable, PhysicalMemoryAddedAgainKeepsItsMappings) {
 }
 
 // The lease ended (revocation.h): stop, from another thread, ends serving the client, between its calls
-// or before the first; the client sees its connection end.
-TEST(Dispatcher, StopEndsServingFromAnotherThread) {
+// or before the first; a client that asked is told why (kMsgEnded), and then sees its connection end.
+TEST(Dispatcher, StopEndsServingFromAnotherThreadAndSaysWhy) {
   auto [client, server] = makeLoopbackPair();
   worker::SimBackend backend{worker::SimOptions{}};
   HelloReply hello;
@@ -1250,17 +1250,36 @@ TEST(Dispatcher, StopEndsServingFromAnotherThread) {
   worker::ServeResult r;
   std::thread serving([&] { r = d.serve(); });
   test::RawClient c(*client);
+  c.send(kMsgEnded, 0, {});
   EXPECT_EQ(c.call<calls::MemAlloc>(uint64_t{1024}).first, 0);
   d.stop();
   serving.join();
   EXPECT_FALSE(r.clean);
-  EXPECT_EQ(r.reason, "its lease ended at the allocator");
-  EXPECT_EQ(r.frames, 1u);
+  EXPECT_STREQ(r.reason.c_str(), worker::kLeaseEndedReason);
+  EXPECT_EQ(r.frames, 2u);
   std::vector<uint8_t> p;
+  FrameHeader fh = recvFrame(*client, p, 4096);
+  EXPECT_EQ(fh.msg, kMsgEnded);
+  EXPECT_EQ(fh.flags, 0u);
+  std::string why;
+  Reader reader(p.data(), p.size());
+  ASSERT_TRUE(reader.getAll(why) && reader.atEnd());
+  EXPECT_EQ(why, worker::kLeaseEndedReason);
   EXPECT_THROW(recvFrame(*client, p, 1024), TransportError);
 
   auto [late_client, late_server] = makeLoopbackPair();
   worker::Dispatcher stopped_first(backend, *late_server, hello.devices.at(0).total_mem);
   stopped_first.stop();
-  EXPECT_EQ(stopped_first.serve().reason, "its lease ended at the allocator");
+  EXPECT_STREQ(stopped_first.serve().reason.c_str(), worker::kLeaseEndedReason);
+  EXPECT_THROW(recvFrame(*late_client, p, 1024), TransportError);  // (it did not ask: not told)
+}
+
+TEST(Dispatcher, AnEndedRequestWithAPayloadIsAViolation) {
+  Harness h;
+  test::RawClient c(*h.client);
+  c.send(kMsgEnded, 0, {1});
+  std::vector<uint8_t> p;
+  EXPECT_THROW(recvFrame(*h.client, p, 1024), TransportError);
+  auto r = h.finish();
+  EXPECT_NE(r.reason.find("malformed Ended request"), std::string::npos) << r.reason;
 }

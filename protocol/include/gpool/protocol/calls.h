@@ -71,6 +71,12 @@ inline constexpr uint32_t kTransportRdma = 2;
 // kMaxOutputFrame each); the client writes them to its own standard output and reads on.
 inline constexpr uint16_t kMsgOutput = 0x0004;
 inline constexpr uint32_t kMaxOutputFrame = 1u << 20;
+// Why the worker ends the connection (protocol 2.11, workers with kFeatureEnded): the client asks once,
+// right after the handshake, with a frame of this number, no payload and no reply. When the worker stops
+// serving it (its lease ended at the allocator), it first sends a frame of this number (flags 0, seq 0,
+// payload: string, at most kMaxEndedReason bytes), then shuts the connection down.
+inline constexpr uint16_t kMsgEnded = 0x0005;
+inline constexpr uint32_t kMaxEndedReason = 1024;
 // On the host-function channel only: the worker says callback `seq` is due (payload: u64 id); the client
 // answers with a reply frame carrying the same id once the function has returned.
 inline constexpr uint16_t kMsgHostFuncDue = 0x01c2;

@@ -47,6 +47,7 @@ inline constexpr uint32_t kFeatureShm = 4;          // the worker moves a client
 inline constexpr uint32_t kFeatureRdma = 8;         // the worker can move a client to UCX (kTransportRdma): libucp loads
 inline constexpr uint32_t kFeatureRdmaDevice = 16;  // the worker's host has an RDMA device (InfiniBand or RoCE)
 inline constexpr uint32_t kFeatureOutput = 32;      // the worker relays its standard output (kMsgOutput, calls.h)
+inline constexpr uint32_t kFeatureEnded = 64;       // the worker says why it ends the connection (kMsgEnded, calls.h)
 
 std::vector<uint8_t> encode(const HelloRequest& h);
 std::vector<uint8_t> encode(const HelloReply& h);
