@@ -9,7 +9,9 @@
 
 #include "dispatcher.h"
 #include "gpool/protocol/shm_transport.h"
+#include "gpool/protocol/transport.h"
 #include "host_callbacks.h"
+#include "../protocol/loopback_listener.h"
 #include "ipc_registry.h"
 #include "test_client.h"
 #include "worker_harness.h"
@@ -1282,4 +1284,37 @@ TEST(Dispatcher, AnEndedRequestWithAPayloadIsAViolation) {
   EXPECT_THROW(recvFrame(*h.client, p, 1024), TransportError);
   auto r = h.finish();
   EXPECT_NE(r.reason.find("malformed Ended request"), std::string::npos) << r.reason;
+}
+
+// A client that asked why and then reads nothing (its replies fill the connection) does not keep the
+// worker from stopping: the reason goes out if it can within a second, and the connection is shut down
+// regardless. Were stop to wait for the send, this test would never end.
+TEST(Dispatcher, StopDoesNotWaitForAClientThatReadsNothing) {
+  std::string address;
+  int listener = test::listenOnLoopback(address);
+  auto client = connectTcp(address);
+  auto server = adoptTcpSocket(::accept(listener, nullptr, nullptr));
+  ::close(listener);
+  worker::SimBackend backend{worker::SimOptions{}};
+  HelloReply hello;
+  backend.open(0, hello);
+  worker::Dispatcher d(backend, *server, hello.devices.at(0).total_mem);
+  worker::ServeResult r;
+  std::thread serving([&] { r = d.serve(); });
+  test::RawClient c(*client);
+  c.send(kMsgEnded, 0, {});
+  constexpr uint64_t kBytes = 64u << 20;
+  auto [st, out] = c.call<calls::MemAlloc>(kBytes);
+  ASSERT_EQ(st, 0);
+  for (int i = 0; i < 4; ++i)  // 256 MiB of replies nobody reads
+    c.send(kMsgMemcpyDtoH, kWantsReply, [&] {
+      std::vector<uint8_t> v;
+      Writer(v).putAll(std::get<0>(out).ptr, kBytes, uint64_t{0});
+      return v;
+    }());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // (stopping sooner must work as well)
+  d.stop();
+  serving.join();
+  EXPECT_FALSE(r.clean);
+  EXPECT_STREQ(r.reason.c_str(), worker::kLeaseEndedReason);
 }
