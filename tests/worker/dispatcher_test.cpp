@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include "dispatcher.h"
@@ -1241,21 +1242,37 @@ TEST(HandleTable, PhysicalMemoryAddedAgainKeepsItsMappings) {
   EXPECT_EQ(t.physical(7), nullptr) << "gone with its last mapping";
 }
 
+// A dispatcher serving `server` from a thread of its own, which the test stops as the revocation would.
+struct StoppableWorker {
+  worker::SimBackend backend{worker::SimOptions{}};
+  std::optional<worker::Dispatcher> dispatcher;
+  worker::ServeResult result;
+  std::thread thread;
+  explicit StoppableWorker(Transport& server) {
+    HelloReply hello;
+    backend.open(0, hello);
+    dispatcher.emplace(backend, server, hello.devices.at(0).total_mem);
+    thread = std::thread([this] { result = dispatcher->serve(); });
+  }
+  worker::ServeResult stop() {
+    dispatcher->stop();
+    thread.join();
+    return result;
+  }
+  ~StoppableWorker() {
+    if (thread.joinable()) stop();
+  }
+};
+
 // The lease ended (revocation.h): stop, from another thread, ends serving the client, between its calls
 // or before the first; a client that asked is told why (kMsgEnded), and then sees its connection end.
 TEST(Dispatcher, StopEndsServingFromAnotherThreadAndSaysWhy) {
   auto [client, server] = makeLoopbackPair();
-  worker::SimBackend backend{worker::SimOptions{}};
-  HelloReply hello;
-  backend.open(0, hello);
-  worker::Dispatcher d(backend, *server, hello.devices.at(0).total_mem);
-  worker::ServeResult r;
-  std::thread serving([&] { r = d.serve(); });
+  StoppableWorker w(*server);
   test::RawClient c(*client);
   c.send(kMsgEnded, 0, {});
   EXPECT_EQ(c.call<calls::MemAlloc>(uint64_t{1024}).first, 0);
-  d.stop();
-  serving.join();
+  worker::ServeResult r = w.stop();
   EXPECT_FALSE(r.clean);
   EXPECT_STREQ(r.reason.c_str(), worker::kLeaseEndedReason);
   EXPECT_EQ(r.frames, 2u);
@@ -1270,6 +1287,9 @@ TEST(Dispatcher, StopEndsServingFromAnotherThreadAndSaysWhy) {
   EXPECT_THROW(recvFrame(*client, p, 1024), TransportError);
 
   auto [late_client, late_server] = makeLoopbackPair();
+  worker::SimBackend backend{worker::SimOptions{}};
+  HelloReply hello;
+  backend.open(0, hello);
   worker::Dispatcher stopped_first(backend, *late_server, hello.devices.at(0).total_mem);
   stopped_first.stop();
   EXPECT_STREQ(stopped_first.serve().reason.c_str(), worker::kLeaseEndedReason);
@@ -1295,12 +1315,7 @@ TEST(Dispatcher, StopDoesNotWaitForAClientThatReadsNothing) {
   auto client = connectTcp(address);
   auto server = adoptTcpSocket(::accept(listener, nullptr, nullptr));
   ::close(listener);
-  worker::SimBackend backend{worker::SimOptions{}};
-  HelloReply hello;
-  backend.open(0, hello);
-  worker::Dispatcher d(backend, *server, hello.devices.at(0).total_mem);
-  worker::ServeResult r;
-  std::thread serving([&] { r = d.serve(); });
+  StoppableWorker w(*server);
   test::RawClient c(*client);
   c.send(kMsgEnded, 0, {});
   constexpr uint64_t kBytes = 64u << 20;
@@ -1313,8 +1328,7 @@ TEST(Dispatcher, StopDoesNotWaitForAClientThatReadsNothing) {
       return v;
     }());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // (stopping sooner must work as well)
-  d.stop();
-  serving.join();
+  worker::ServeResult r = w.stop();
   EXPECT_FALSE(r.clean);
   EXPECT_STREQ(r.reason.c_str(), worker::kLeaseEndedReason);
 }
