@@ -10,7 +10,10 @@
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
+#include <atomic>
 #include <chrono>
+#include <future>
+#include <memory>
 #include <cstdlib>
 #include <thread>
 #include <cstring>
@@ -73,12 +76,46 @@ void waitForStore(const std::string& store, const gpool::allocator::EtcdAccess& 
   }
 }
 
+// SIGINT and SIGTERM stop the allocator whatever it is doing. Before it serves (waiting for etcd,
+// reading its state) it exits at once: it has nothing to finish. Once it serves, main stops the service,
+// which gets kStopGrace to finish; a stop that takes longer (a store that does not answer) ends the
+// process then. A replica that is told to stop never starts again as a standby (startAgainAsStandby).
+constexpr auto kStopGrace = std::chrono::seconds(20);
+std::atomic<bool> g_serving{false}, g_stopping{false};
+
+std::future<int> watchStopSignals(sigset_t signals) {
+  auto told = std::make_shared<std::promise<int>>();
+  std::future<int> stop = told->get_future();
+  std::thread([signals, told] {
+    int sig = 0;
+    while (sigwait(&signals, &sig) != 0) {
+    }
+    g_stopping = true;
+    if (!g_serving) {
+      spdlog::info("signal {} while starting: exiting", sig);
+      spdlog::default_logger()->flush();
+      std::_Exit(0);
+    }
+    told->set_value(sig);
+    std::this_thread::sleep_for(kStopGrace);
+    spdlog::error("still stopping {} s after signal {}: exiting now", kStopGrace.count(), sig);
+    spdlog::default_logger()->flush();
+    std::_Exit(1);
+  }).detach();
+  return stop;
+}
+
 // Another replica leads now: this process starts again from nothing, as a standby. Its descriptors (the
 // listening sockets among them) close on exec, so that the new image can bind them again. The requests it
 // was answering (a write that found the lead lost answers 503) first get half a second to go out whole:
 // an exec at once cut their replies short.
 [[noreturn]] void startAgainAsStandby(char** argv) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  if (g_stopping) {
+    spdlog::info("no longer leads, and was told to stop: exiting");
+    spdlog::default_logger()->flush();
+    std::_Exit(0);
+  }
   spdlog::critical("starting again as a standby");
   spdlog::default_logger()->flush();
   ::setenv(kRestarted, "1", 1);
@@ -186,7 +223,8 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // every thread; main waits for them below
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // in every thread: watchStopSignals takes them
+  std::future<int> stop = watchStopSignals(stop_signals);
   try {
     if (key_file.empty()) key_file = db + ".key";
     if (token_key.empty()) token_key = db + ".token.pem";
@@ -202,8 +240,8 @@ int main(int argc, char** argv) {
     spdlog::info("listening on {}://{}:{}{} (state in {}, admin key {}, token key {}: GPU hosts verify with {})",
                  tls_cert.empty() ? "http" : "https", host, bound, socket.empty() ? "" : " and unix:" + socket, opt.db_path, key_file, token_key,
                  gpool::token::Ed25519Key::publicPath(token_key));
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
+    g_serving = true;
+    int sig = stop.get();
     spdlog::info("signal {}: stopping (state is in {})", sig, store.empty() ? db : store);
     service.stop();
   } catch (const std::exception& e) {

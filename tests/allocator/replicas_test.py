@@ -7,10 +7,12 @@ share its server serves it); queued requests keep their order; granted leases st
 etcd member changes nothing.
 usage: replicas_test.py BUILD_DIR [unittest args]"""
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -259,17 +261,19 @@ class Replicas(unittest.TestCase):
         # its threads accepted in between would outlive the exec, and its client would wait for nothing.
         c = self.cluster
         mine, inherited = socket.socketpair()
-        p = subprocess.Popen([ALLOCATOR, "--listen", "127.0.0.1:0", "--db", os.path.join(c.dir, "alloc.db"), "--store", self.etcd.url()],
-                             env={**os.environ, "GPOOL_ALLOCATOR_RESTARTED": "1"}, pass_fds=[inherited.fileno()],
-                             stderr=subprocess.DEVNULL)
+        log = os.path.join(c.dir, "restarted.log")
+        with open(log, "w") as f:
+            p = subprocess.Popen([ALLOCATOR, "--listen", "127.0.0.1:0", "--db", os.path.join(c.dir, "alloc.db"), "--store",
+                                  self.etcd.url()], env={**os.environ, "GPOOL_ALLOCATOR_RESTARTED": "1"},
+                                 pass_fds=[inherited.fileno()], stderr=f)
         inherited.close()
         try:
             mine.settimeout(20)
             self.assertEqual(mine.recv(1), b"")  # closed by the new image (a timeout here: still held open)
         finally:
-            p.terminate()
-            p.wait(timeout=30)
             mine.close()
+            self.assertTrue(stops(p), open(log).read())
+
 
     def test_a_replica_with_another_token_key_does_not_start(self):
         c = self.cluster
@@ -280,6 +284,42 @@ class Replicas(unittest.TestCase):
                             "--token-key", other], capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertIn("give every replica a copy of the same --token-key file", r.stderr)
+
+
+def stops(allocator):
+    """Whether `allocator` exits within 30 s of SIGTERM (killed otherwise, so that it holds no test's pipes)."""
+    allocator.terminate()
+    try:
+        allocator.wait(timeout=30)
+        return True
+    except subprocess.TimeoutExpired:
+        allocator.kill()
+        allocator.wait()
+        return False
+
+
+class Stopping(unittest.TestCase):
+    def test_an_allocator_told_to_stop_while_it_waits_for_etcd_exits(self):
+        # A replica started again (after losing its lead) waits for etcd before it serves; SIGTERM used to
+        # wait for it too, blocked until the allocator served, so a replica whose etcd was gone could not
+        # be stopped but with SIGKILL.
+        with socket.socket() as closed:  # a port nothing listens on
+            closed.bind(("127.0.0.1", 0))
+            port = closed.getsockname()[1]
+        d = tempfile.mkdtemp(prefix="gpool-stopping-")
+        log = os.path.join(d, "allocator.log")
+        with open(log, "w") as f:
+            p = subprocess.Popen([ALLOCATOR, "--listen", "127.0.0.1:0", "--db", os.path.join(d, "alloc.db"), "--store",
+                                  f"etcd://127.0.0.1:{port}"], env={**os.environ, "GPOOL_ALLOCATOR_RESTARTED": "1"}, stderr=f)
+        try:
+            self.assertTrue(wait_for(lambda: "waiting for etcd" in open(log).read(), timeout=20), open(log).read())
+            self.assertTrue(stops(p), open(log).read())
+            self.assertEqual(p.returncode, 0)
+            self.assertIn("signal 15 while starting: exiting", open(log).read())
+        finally:
+            if p.poll() is None:
+                p.kill()
+            shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":
