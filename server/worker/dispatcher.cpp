@@ -333,7 +333,7 @@ void Dispatcher::switchTransport(const proto::FrameHeader& h) {
   std::lock_guard lock(transport_mu_);
   moved_ = std::move(next);
   transport_ = moved_.get();
-  if (stopped_) transport_->shutdown();
+  if (!stopped_.empty()) transport_->shutdown();
   stats_.transport = shm ? "over shared memory" : "over RDMA (UCX)";
   alive_.use(*transport_);
 }
@@ -391,27 +391,25 @@ ServeResult Dispatcher::serve() {
     result.reason = "protocol violation: " + v.what;
   }
   std::lock_guard lock(transport_mu_);
-  if (stopped_) result.clean = false, result.reason = kLeaseEndedReason;
+  if (!stopped_.empty()) result.clean = false, result.reason = stopped_;
   if (!result.clean) transport_->shutdown();  // a violator loses its connection
   return result;
 }
 
-void Dispatcher::stop() {
+void Dispatcher::stop(const std::string& why) {
   std::lock_guard lock(transport_mu_);
-  stopped_ = true;
+  stopped_ = why.empty() ? std::string("stopped") : why.substr(0, proto::kMaxEndedReason);
   std::future<void> told;
   if (tell_end_) {
-    told = std::async(std::launch::async, [this] { tellEnded(); });
+    told = std::async(std::launch::async, [this] { tellEnded(stopped_); });
     told.wait_for(std::chrono::milliseconds(kTellEndedMs));  // a client that reads nothing is not waited for
   }
   transport_->shutdown();
 }  // (told's end waits for its send, which the shutdown ended if the client did not take it)
 
-static_assert(std::char_traits<char>::length(kLeaseEndedReason) <= proto::kMaxEndedReason);
-
-void Dispatcher::tellEnded() {
+void Dispatcher::tellEnded(const std::string& why) {
   std::vector<uint8_t> payload;
-  proto::Writer(payload).putAll(std::string(kLeaseEndedReason));
+  proto::Writer(payload).putAll(why);
   try {
     auto lock = replyLock();  // (after the output the client has not had yet)
     proto::sendFrame(*transport_, proto::kMsgEnded, 0, 0, payload.data(), payload.size());

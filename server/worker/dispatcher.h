@@ -63,10 +63,10 @@ class Dispatcher {
   void relayOutput(OutputRelay* relay) { output_ = relay; }
   // Runs until the client disconnects or violates the protocol, or stop is called.
   ServeResult serve();
-  // From another thread (revocation.h): the lease ended. A client that asked is told so (kMsgEnded) if
-  // that takes less than kTellEndedMs, and the connection is shut down, so serve returns once the call it
-  // may be in does; called before serve, serve returns at once.
-  void stop();
+  // From another thread (revocation.h): the lease ended, or the worker was told to stop (`why`). A client
+  // that asked is told why (kMsgEnded) if that takes less than kTellEndedMs, and the connection is shut
+  // down, so serve returns once the call it may be in does; called before serve, serve returns at once.
+  void stop(const std::string& why = kLeaseEndedReason);
   static constexpr int kTellEndedMs = 1000;
   // After serve: lets go of what the client imported (so that two workers that imported from each other
   // do not wait for each other), ends the client's exports, and says whether other processes still hold
@@ -87,7 +87,7 @@ class Dispatcher {
   void alive(const proto::FrameHeader& h);
   void moduleLoadCached(const proto::FrameHeader& h);
   void switchTransport(const proto::FrameHeader& h);
-  void tellEnded();
+  void tellEnded(const std::string& why);
   // The send lock every reply holds, with the worker's output written since the last reply sent first.
   std::unique_lock<std::mutex> replyLock();
   template <typename C>
@@ -115,7 +115,7 @@ class Dispatcher {
   Backend& backend_;
   proto::Transport* transport_;  // the TCP connection, or what it moved to (moved_); set under transport_mu_
   std::mutex transport_mu_;      // (so that stop shuts down the one in use)
-  bool stopped_ = false;         // (stop; under transport_mu_)
+  std::string stopped_;          // why stop was called (empty: it was not); under transport_mu_
   std::atomic<bool> tell_end_{false};  // the client asked why the worker ends the connection (kMsgEnded)
   std::unique_ptr<proto::Transport> moved_;
   HandleTable table_;    // what this worker handed out

@@ -23,10 +23,10 @@ sigset_t termOnly() {
 
 }  // namespace
 
-Revocation& Revocation::watch() {
+Revocation& Revocation::watch(pid_t server) {
   sigset_t set = termOnly();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  static Revocation* const watcher = new Revocation;  // outlives main: its thread may run until exit
+  static Revocation* const watcher = new Revocation(server);  // outlives main: its thread may run until exit
   static const bool started = [] {
     std::thread([] { watcher->loop(); }).detach();
     return true;
@@ -38,38 +38,40 @@ Revocation& Revocation::watch() {
 void Revocation::serving(Dispatcher* d) {
   std::unique_lock lock(mu_);
   serving_ = d;
-  if (d && revoked_) stop();
+  if (d && !why_.empty()) stop();
   if (!d) served_.notify_all();
 }
 
 void Revocation::loop() {
   const sigset_t set = termOnly();
   for (;;) {
-    int sig = 0;
-    if (sigwait(&set, &sig) != 0) continue;
+    siginfo_t info{};
+    if (sigwaitinfo(&set, &info) != SIGTERM) continue;
     std::unique_lock lock(mu_);
-    if (revoked_) {
+    if (!why_.empty()) {
       spdlog::info("SIGTERM again: this worker already stopped serving its client");
       continue;
     }
-    revoked_ = true;
+    why_ = info.si_pid == server_ ? kLeaseEndedReason
+                                  : "gpool-worker was stopped (SIGTERM from process " + std::to_string(info.si_pid) +
+                                        ", not its gpool-server)";
     if (!serving_) {
-      spdlog::info("its lease ended (SIGTERM) while it serves no client");
+      spdlog::info("{}, while it serves no client", why_);
       continue;
     }
     stop();
     // The dispatcher may be inside a driver call: it gets kStopGraceMs to return from it.
     if (served_.wait_for(lock, std::chrono::milliseconds(kStopGraceMs), [this] { return serving_ == nullptr; })) continue;
-    spdlog::error("still inside a driver call {} ms after its lease ended; ending now (memory other processes "
-                  "imported from it is no longer counted for its lease)",
+    spdlog::error("still inside a driver call {} ms after SIGTERM; ending now (memory other processes imported "
+                  "from it is no longer counted for its lease)",
                   kStopGraceMs);
     ::_exit(1);
   }
 }
 
 void Revocation::stop() {
-  spdlog::info("its lease ended at the allocator (SIGTERM): no longer serving the client");
-  serving_->stop();
+  spdlog::info("{}: no longer serving the client", why_);
+  serving_->stop(why_);
 }
 
 }  // namespace gpool::worker

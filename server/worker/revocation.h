@@ -1,12 +1,16 @@
 // Where a worker learns that its lease ended: gpool-server sends it SIGTERM (listener.cpp, revoke). A
 // worker serving its client then stops serving (Dispatcher::stop shuts the connection down) and ends the
-// way one whose client left does: at once, or once other processes let go of memory they imported from it
+// way one whose client left does (SIGTERM from another process, an init system stopping the whole
+// service, does the same, and the worker says who sent it): at once, or once other processes let go of memory they imported from it
 // (import_holds.h), so that its lease's share stays held at the allocator for as long as the GPU's memory
 // is. A worker still inside a driver call (a kernel that does not end) kStopGraceMs after SIGTERM ends then.
 #pragma once
 
 #include <condition_variable>
+#include <sys/types.h>
+
 #include <mutex>
+#include <string>
 
 namespace gpool::worker {
 
@@ -17,20 +21,22 @@ class Revocation {
   static constexpr int kStopGraceMs = 10000;
 
   // Blocks SIGTERM in the calling thread, and so in every thread started after, and waits for it in a
-  // thread of its own. Call once, early in main, before any other thread starts. Never destroyed.
-  static Revocation& watch();
+  // thread of its own; `server` is the gpool-server whose SIGTERM means the lease ended. Call once, early
+  // in main, before any other thread starts. Never destroyed.
+  static Revocation& watch(pid_t server);
   // `d` serves from now on (null: it stopped): SIGTERM stops it; one that came already stops it now.
   void serving(Dispatcher* d);
 
  private:
-  Revocation() = default;
+  explicit Revocation(pid_t server) : server_(server) {}
   void loop();
-  void stop();  // (mu_ held, serving_ set)
+  void stop();  // (mu_ held, serving_ and why_ set)
 
   std::mutex mu_;
   std::condition_variable served_;
+  const pid_t server_;
   Dispatcher* serving_ = nullptr;
-  bool revoked_ = false;
+  std::string why_;  // why it stops serving: empty until SIGTERM came
 };
 
 }  // namespace gpool::worker

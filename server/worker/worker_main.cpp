@@ -124,7 +124,10 @@ int main(int argc, char** argv) {
   }
 
   // Before any other thread starts: SIGTERM (the lease ended) is for the revocation watcher's only.
-  gpool::worker::Revocation& revocation = gpool::worker::Revocation::watch();
+  gpool::worker::Revocation& revocation = gpool::worker::Revocation::watch(server_pid ? server_pid : ::getppid());
+  // Ctrl-C at the terminal gpool-server runs in reaches its workers too (one process group); the server
+  // then lets them finish with their clients, and they end with it in any case (bindLifetimeToServer).
+  ::signal(SIGINT, SIG_IGN);
   std::unique_ptr<gpool::proto::Transport> transport;
   try {
     transport = gpool::proto::adoptTcpSocket(fd);

@@ -26,6 +26,7 @@ class ServerProcess {
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = ::fork();
     if (pid_ == 0) {
+      ::setpgid(0, 0);  // a process group of its own, as a shell gives a command (interruptGroup)
       FILE* f = std::fopen(log_.c_str(), "w");
       ::dup2(fileno(f), 2);
       if (open_files) {
@@ -70,6 +71,8 @@ class ServerProcess {
   pid_t pid() const { return pid_; }
   void kill9() const { ::kill(pid_, SIGKILL); }
   void terminate() const { ::kill(pid_, SIGTERM); }
+  // Ctrl-C at the terminal the server runs in: SIGINT to its whole process group, its workers too.
+  void interruptGroup() const { ::killpg(pid_, SIGINT); }
   // Whether the server process has ended (reaping it) within `ms`.
   bool exitsWithin(int ms) {
     for (int i = 0; i < ms / 20; ++i) {

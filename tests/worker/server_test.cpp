@@ -225,19 +225,41 @@ TEST(Server, WorkersEndWithTheirServer) {
   EXPECT_TRUE(ended) << "worker " << worker << " outlived its server";
 }
 
-// The first SIGTERM stops new clients but lets a running one finish; the server leaves with its last worker.
-TEST(Server, ShutdownLetsRunningClientsFinish) {
+// A server with one client that has been served once, for tests of how the server and its worker stop.
+struct ServedClient {
   test::ServerProcess server;
-  auto t = hello(server.address());
-  test::RawClient c(*t);
-  ASSERT_EQ(c.call<calls::MemAlloc>(uint64_t{4096}).first, 0);
-  server.terminate();
-  ASSERT_TRUE(server.waitForLog("no new clients; 1 worker\\(s\\) finish with their clients"));
-  EXPECT_EQ(c.call<calls::MemAlloc>(uint64_t{4096}).first, 0);  // still served
-  EXPECT_THROW(hello(server.address()), std::exception);           // nobody new
-  EXPECT_FALSE(server.exitsWithin(200));
-  t.reset();  // the client leaves
-  EXPECT_TRUE(server.exitsWithin(5000));
+  std::unique_ptr<Transport> t = hello(server.address());
+  test::RawClient c{*t};
+  ServedClient() { EXPECT_EQ(alloc(), 0); }
+  int alloc() { return c.call<calls::MemAlloc>(uint64_t{4096}).first; }
+};
+
+// The first SIGTERM stops new clients but lets a running one finish; the server leaves with its last worker.
+// Ctrl-C at the server's terminal (SIGINT to its process group, its workers too) does the same.
+TEST(Server, ShutdownAndCtrlCLetRunningClientsFinish) {
+  for (bool ctrl_c : {false, true}) {
+    SCOPED_TRACE(ctrl_c ? "Ctrl-C" : "SIGTERM");
+    ServedClient s;
+    ctrl_c ? s.server.interruptGroup() : s.server.terminate();
+    ASSERT_TRUE(s.server.waitForLog("no new clients; 1 worker\\(s\\) finish with their clients"));
+    EXPECT_EQ(s.alloc(), 0);                                     // still served
+    EXPECT_THROW(hello(s.server.address()), std::exception);     // nobody new
+    EXPECT_FALSE(s.server.exitsWithin(200));
+    s.t.reset();  // the client leaves
+    EXPECT_TRUE(s.server.exitsWithin(5000));
+  }
+}
+
+// SIGTERM from anyone but its server (an init system stopping the whole service) is not a lease's end:
+// the worker stops serving its client, and says who stopped it.
+TEST(Server, AWorkerStoppedByAnotherProcessSaysSo) {
+  ServedClient s;
+  pid_t worker = s.server.lastWorker();
+  ASSERT_GT(worker, 0);
+  ::kill(worker, SIGTERM);
+  ASSERT_TRUE(s.server.waitForLog("gpool-worker\\[" + std::to_string(worker) + "\\] closing connection to .*: gpool-worker was stopped "
+                                  "\\(SIGTERM from process " + std::to_string(::getpid()) + ", not its gpool-server\\)"));
+  EXPECT_ANY_THROW(s.alloc());  // not served: the connection ended
 }
 
 // At the open-file limit accepting fails; the server backs off and logs once instead of spinning, and
