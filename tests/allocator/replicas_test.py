@@ -112,8 +112,10 @@ class Replicas(unittest.TestCase):
         for code, rc, err in results:
             self.assertEqual(rc, code, err)  # every launcher finished with its command's status
         self.assertEqual(self.granted(), {})  # every lease was released, at whichever leader
-        for name in ("sim0", "sim1"):  # no server was told that a lease still in use had ended
-            self.assertNotIn("ended at the allocator; stopping its worker", c.log(name))
+        for name in ("sim0", "sim1"):  # no worker was stopped while it served a lease still in use
+            # (a release that reaches a server before it has reaped the worker of a command that just ended
+            # is logged as a revocation too: that worker serves nobody, and says nothing of the kind)
+            self.assertNotRegex(c.log(name), r"closing connection to .*: its lease ended at the allocator")
         notes = sorted({line for _, _, err in results for line in err.splitlines() if "retry" in line or "replica" in line})
         print("what launchers said during the failover:\n  " + "\n  ".join(notes[:6]), file=sys.stderr)
         # No GPU served two commands at once: each server:device's intervals do not overlap.
