@@ -26,12 +26,11 @@ sigset_t termOnly() {
 Revocation& Revocation::watch(pid_t server) {
   sigset_t set = termOnly();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  static Revocation* const watcher = new Revocation(server);  // outlives main: its thread may run until exit
-  static const bool started = [] {
-    std::thread([] { watcher->loop(); }).detach();
-    return true;
+  static Revocation* const watcher = [server] {  // never destroyed: its thread may run until exit
+    auto* w = new Revocation(server);
+    std::thread([w] { w->loop(); }).detach();
+    return w;
   }();
-  (void)started;
   return *watcher;
 }
 
