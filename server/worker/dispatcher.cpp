@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstring>
@@ -76,8 +77,15 @@ void Dispatcher::afterCall(typename C::in::tuple& ins, const typename C::out::tu
     settleGraphMemory();
   } else if constexpr (std::is_same_v<C, calls::MemImportShareable>) {
     if (st == cu::kSuccess) imported_physical_.push_back(std::get<0>(outs).handle.v);
+  } else if constexpr (std::is_same_v<C, calls::MemPoolImportPointer>) {
+    if (st == cu::kSuccess) pool_imports_.push_back(std::get<0>(outs).ptr);
+  } else if constexpr (std::is_same_v<C, calls::MemPoolFreeImported>) {
+    if (auto it = std::find(pool_imports_.begin(), pool_imports_.end(), std::get<0>(ins).ptr);
+        st == cu::kSuccess && it != pool_imports_.end())
+      pool_imports_.erase(it);
   } else if constexpr (std::is_same_v<C, calls::MemRelease> || std::is_same_v<C, calls::MemUnmap> ||
                        std::is_same_v<C, calls::CtxReset>) {
+    if constexpr (std::is_same_v<C, calls::CtxReset>) pool_imports_.clear();
     // Imported physical memory is held while the client has its handle or maps it (CUDA keeps it as long).
     std::erase_if(imported_physical_, [this](uint64_t h) {
       if (table_.physical(h)) return false;
@@ -113,9 +121,15 @@ void Dispatcher::endExports(typename C::in::tuple& ins, const CallScope& s) {
 
 bool Dispatcher::importersHold() {
   backend_.letGoOfImports();
-  for (auto& held : backend_.endAllExports()) freed_imported_.keep(std::move(held.file), 0);  // (all still charged)
+  std::set<std::pair<Shared, uint64_t>> held;
+  for (auto& export_ : backend_.endAllExports()) {
+    held.emplace(export_.kind, export_.object);
+    freed_imported_.keep(std::move(export_.file), 0);  // (still charged: the worker keeps it)
+  }
   freed_imported_.settle();
-  return !freed_imported_.empty();
+  if (freed_imported_.empty()) return false;
+  freeAllBut(held);
+  return true;
 }
 
 void Dispatcher::waitForImporters() {

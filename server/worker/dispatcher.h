@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -111,6 +112,15 @@ class Dispatcher {
   // stays charged (import_holds.h). Called before the call's record gives its memory back.
   template <typename C>
   void endExports(typename C::in::tuple& ins, const CallScope& s);
+  // After its client left, while other processes hold some of its memory (`held`): frees everything else
+  // the client had and closes what it imported (client_departure.cpp).
+  void freeAllBut(const std::set<std::pair<Shared, uint64_t>>& held);
+  // Runs call C for the client that left, through the same checks and records as the client's own calls.
+  template <typename C>
+  Status runForDeparted(typename C::in::tuple ins) {
+    typename C::out::tuple outs;
+    return execute<C>(ins, outs);
+  }
 
   Backend& backend_;
   proto::Transport* transport_;  // the TCP connection, or what it moved to (moved_); set under transport_mu_
@@ -124,6 +134,7 @@ class Dispatcher {
   RequestChecks checks_{table_, ledger_, graph_memory_};
   FreedWhileImported freed_imported_{ledger_};
   std::vector<uint64_t> imported_physical_;  // held until released and unmapped (afterCall)
+  std::vector<uint64_t> pool_imports_;       // another process's pool allocations opened here, once per open
   std::span<const uint8_t> payload_;  // the current request's payload, in the backend's frame buffer
   std::vector<uint8_t> out_;
   Status latched_ = 0;

@@ -28,6 +28,13 @@ class GraphMemory {
   void addAllocation(uint64_t graph, uint64_t ptr, uint64_t bytes);
   void addFree(uint64_t graph, uint64_t ptr);
   bool isAllocation(uint64_t ptr) const { return allocations_.count(ptr) != 0; }
+  // The graph allocations a launch made and nothing freed yet.
+  std::vector<uint64_t> live() const {
+    std::vector<uint64_t> out;
+    for (const auto& [ptr, a] : allocations_)
+      if (a.live) out.push_back(ptr);
+    return out;
+  }
 
   // A clone or an instantiation holds what its graph holds; a destroyed graph or instantiation no longer does.
   void copyHolder(uint64_t from, uint64_t to);

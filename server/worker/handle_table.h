@@ -165,6 +165,20 @@ class HandleTable {
     return take(mipmaps_, h);
   }
 
+  // What the client holds of a kind, for a worker that frees it once its client left (client_departure.cpp).
+  std::vector<uint64_t> handlesOf(HandleKind k) const {
+    std::vector<uint64_t> out;
+    for (const auto& [key, owner] : handles_)
+      if (key.kind == k) out.push_back(key.h);
+    return out;
+  }
+  std::vector<DeviceRange> rangesOf(RangeKind k) const {
+    std::vector<DeviceRange> out;
+    for (const auto& [base, r] : ranges_)
+      if (r.kind == k) out.push_back(r);
+    return out;
+  }
+
   // The live allocation that starts at `base` (never a global).
   const DeviceRange* allocationAt(uint64_t base) const {
     auto it = ranges_.find(base);

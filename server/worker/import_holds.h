@@ -7,8 +7,8 @@
 //    imported handle, or resets its context, and by the kernel when the worker ends, however it ends.
 //  - FreedWhileImported, in an exporting worker: memory its client freed while importers held it, still
 //    charged to the lease (memory_ledger.h) until they let go.
-// A worker whose client ends while others hold its memory stays, with its lease charged, until they let go
-// or the lease ends (Dispatcher::waitForImporters).
+// A worker whose client ends while others hold its memory stays, with its lease charged for what they hold,
+// until they let go (Dispatcher::waitForImporters); it frees everything else first (client_departure.cpp).
 #pragma once
 
 #include <cstdint>

@@ -751,6 +751,56 @@ class LeaseFlow(unittest.TestCase):
         # counted for no lease.
         self.end_a_lease_whose_memory_another_lease_imported(exporter_left_first=False)
 
+    def test_a_worker_whose_process_left_keeps_only_the_memory_another_lease_holds(self):
+        # A's process leaves while B's process holds memory A exported. A's worker stays for it, but frees the
+        # rest of A's memory, and closes the memory of B's that A had opened, which it used to keep mapped
+        # (and alive) after B's worker no longer counted it held (client_departure.cpp).
+        import re
+        c = self.make(ttl="60s")
+        _, a = c.http("POST", "/v1/leases", {"user": "u", "p": 0.25})
+        _, b = c.http("POST", "/v1/leases", {"user": "u", "p": 0.25})
+        (pa, ask_a), (pb, ask_b) = self.commands(c, a["shares"][0]), self.commands(c, b["shares"][0])
+        mib = 1 << 20
+        self.assertEqual(ask_a(f"alloc {8 * mib}"), "OK")
+        exported = ask_a("export")
+        self.assertEqual(ask_a(f"alloc {24 * mib}"), "OK")  # A's own, which nobody else holds
+        self.assertEqual(ask_b(f"alloc {4 * mib}"), "OK")
+        self.assertEqual(ask_a("open " + ask_b("export")), "OK")
+        self.assertEqual(ask_b("open " + exported), "OK")
+
+        def memory(lease):  # what the lease's workers count, as the allocator shows it
+            found = [x for x in c.status()["leases"] if x["id"] == lease["id"]]
+            return found[0].get("use", {}).get("memory") if found else None
+        self.assertTrue(wait_for(lambda: memory(a) == 32 * mib, timeout=10), memory(a))
+
+        def worker(lease):
+            return int(re.search(r"→ worker (\d+) on device 0 for lease " + lease["id"], c.log("sim0")).group(1))
+
+        def memfds(pid, size):  # the sim's device memory that a worker maps: {inode} of mappings of `size` bytes
+            found = set()
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    fields = line.split()
+                    start, end = (int(x, 16) for x in fields[0].split("-"))
+                    if len(fields) > 5 and "gpool-sim-memory" in fields[5] and end - start == size:
+                        found.add(fields[4])
+            return found
+        worker_a, worker_b = worker(a), worker(b)
+        b_own = memfds(worker_b, 4 * mib)
+        self.assertEqual(len(b_own), 1)
+        self.assertEqual(memfds(worker_a, 4 * mib), b_own, "A's worker maps what A opened of B's")
+
+        pa.communicate(timeout=30)
+        self.assertTrue(wait_for(lambda: memory(a) == 8 * mib, timeout=10),
+                        f"only what B holds stays counted: {memory(a)}\n" + c.log("sim0"))
+        self.assertTrue(os.path.exists(f"/proc/{worker_a}"), "A's worker stays for what B holds")
+        self.assertEqual(memfds(worker_a, 4 * mib), set(), "and no longer maps B's memory")
+        self.assertRegex(c.log("sim0"), rf"gpool-worker\[{worker_a}\] the client left; freed \d+ bytes of its device memory "
+                         rf"no other process holds, kept {8 * mib} bytes")
+        self.assertEqual(ask_b("close"), "OK")
+        self.assertTrue(wait_for(lambda: not os.path.exists(f"/proc/{worker_a}"), timeout=10), "B let go: A's worker ends")
+        pb.communicate(timeout=30)
+
     @unittest.skipUnless(os.path.exists(os.path.join(BUILD, "tests", "cuda_compute_share")),
                          "no cuda_compute_share in this build (the sanitizer build has no CUDA programs)")
     def test_a_worker_inside_a_kernel_that_does_not_end_ends_a_while_after_its_lease(self):
