@@ -146,6 +146,9 @@ void Connection::flushLocked() {
   } catch (const proto::TransportStalled&) {
     throw proto::TransportError("the worker read nothing and said nothing for " + std::to_string(watch_ms_) +
                                 " ms: it has stopped (GPOOL_WORKER_TIMEOUT sets this bound)");
+  } catch (const proto::TransportError&) {
+    send_failed_ = true;  // the worker closed the connection: what it sent before may still be unread
+    throw;
   }
   ++writes_;
   batch_.clear();
@@ -215,8 +218,34 @@ void Connection::awaitReply(uint16_t msg) {
     throw proto::ProtocolError("unexpected frame from the worker (message " + std::to_string(h.msg) + ")");
 }
 
-int Connection::fail(const std::string& why) {
+// After a send failed because the worker closed the connection: the reason it gave (kMsgEnded) may still
+// wait unread, behind replies to calls the program never waited for. Reads what the worker sent before it
+// closed (finite: the connection is gone), passes its output on, and returns that reason, or `why`.
+std::string Connection::reasonLeftUnread(const std::string& why) {
+  constexpr int kMostFrames = 1 << 16;
+  std::vector<uint8_t> skipped(64 << 10);
+  try {
+    for (int frames = 0; frames < kMostFrames; ++frames) {
+      proto::FrameHeader h = proto::recvHeader(*transport_, UINT32_MAX, /*idle_ok=*/false);
+      if (h.msg == proto::kMsgEnded && !(h.flags & proto::kIsReply)) return endedBecause(h.length);
+      if (h.msg == proto::kMsgOutput && !(h.flags & proto::kIsReply)) {
+        relayOutput(h.length);
+        continue;
+      }
+      for (uint64_t left = h.length; left;) {
+        size_t n = static_cast<size_t>(std::min<uint64_t>(left, skipped.size()));
+        transport_->recv(skipped.data(), n);
+        left -= n;
+      }
+    }
+  } catch (const std::exception&) {  // (the end of what it sent, or a frame cut short)
+  }
+  return why;
+}
+
+int Connection::fail(const std::string& said) {
   if (!lost_) {
+    const std::string why = send_failed_ ? reasonLeftUnread(said) : said;
     GPOOL_LOG(Level::kError, "lost the connection to gpool-server at %s (%s); CUDA calls now fail with CUDA_ERROR_DEVICE_UNAVAILABLE",
               address_.c_str(), why.c_str());
     lost_ = kErrDeviceUnavailable;

@@ -231,6 +231,7 @@ class Connection {
   std::string endedBecause(uint32_t length);  // an Ended frame's reason (kMsgEnded)
   void markPending();
   int fail(const std::string& why);
+  std::string reasonLeftUnread(const std::string& why);
   static void markForkedChild();  // the pthread_atfork child handler
   static inline std::atomic<bool> forked_child_{false};
   void flusherLoop();
@@ -250,6 +251,7 @@ class Connection {
   size_t direct_at_ = 0;
   uint64_t seq_ = 0;
   int lost_ = 0;
+  bool send_failed_ = false;  // a send found the connection closed (reasonLeftUnread)
   std::atomic<int64_t> pending_since_{0};  // steady-clock ns of the oldest unsent frame; 0: none
   std::atomic<bool> stop_{false};
   std::thread flusher_;

@@ -174,3 +174,50 @@ TEST(WorkerLiveness, AnIdleWorkerSendsNothing) {
   EXPECT_EQ(w.conn->call<calls::CtxSynchronize>(), 0);
   EXPECT_LE(w.conn->aliveFrames(), 2u);  // the ticks that saw a call, not one per interval
 }
+
+// A worker that ends the connection (its lease ended) says why first (kMsgEnded), then closes. A client
+// that only sends (asynchronous calls) finds out from a send that fails, before it reads anything: it
+// still reports the worker's reason, which waits unread behind what the worker sent before. It used to
+// report only the failed send ("Broken pipe", "Connection reset by peer").
+TEST(WorkerLiveness, AClientThatOnlySendsStillLearnsWhyTheWorkerEnded) {
+  SlowBackend backend;
+  std::promise<worker::Dispatcher*> serving;
+  std::promise<void> ended;
+  std::string address;
+  int listener = test::listenOnLoopback(address);
+  std::thread thread([&] {
+    auto worker_end = proto::adoptTcpSocket(::accept(listener, nullptr, nullptr));
+    ::close(listener);
+    std::vector<uint8_t> p;
+    proto::FrameHeader h = proto::recvFrame(*worker_end, p, 1 << 16);
+    proto::HelloReply hello;
+    backend.open(0, hello);
+    hello.features |= proto::kFeatureAlive | proto::kFeatureEnded;
+    auto reply = proto::encode(hello);
+    proto::sendFrame(*worker_end, proto::kMsgHello, proto::kIsReply, h.seq, reply.data(), reply.size());
+    worker::Dispatcher d(backend, *worker_end, hello.devices.at(0).total_mem);
+    serving.set_value(&d);
+    d.serve();
+    ended.set_value();
+  });  // (then the socket closes with the client's last frames unread, as gpool-worker's does when it exits)
+  auto conn = std::make_unique<client::Connection>(proto::connectTcp(address), address, 0, "", kBound);
+  calls::MemAlloc::out::tuple a;
+  const uint64_t chunk = 64 << 10;
+  ASSERT_EQ(conn->call<calls::MemAlloc>(a, chunk), 0);
+  worker::Dispatcher* d = serving.get_future().get();
+  std::vector<uint8_t> data(chunk, 5);
+  auto post = [&] { return conn->post<calls::MemcpyHtoD>(proto::DevWrite{std::get<0>(a).ptr, proto::Blob{data.data(), chunk}}, uint64_t{0}, 1u); };
+  ASSERT_EQ(post(), 0);
+  testing::internal::CaptureStderr();
+  d->stop("the test ended its lease");
+  ended.get_future().get();
+  thread.join();
+  int r = 0;
+  for (int i = 0; i < 10000 && r == 0; ++i) {
+    r = post();
+    std::this_thread::sleep_for(1ms);
+  }
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r, client::kErrDeviceUnavailable);
+  EXPECT_NE(said.find("(the worker ended the connection: the test ended its lease)"), std::string::npos) << said;
+}
