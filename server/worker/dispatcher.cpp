@@ -103,14 +103,21 @@ void Dispatcher::endExports(typename C::in::tuple& ins, const CallScope& s) {
   namespace calls = proto::calls;
   auto physicalBytes = [this](uint64_t h) {
     const PhysicalMemory* p = table_.physical(h);
-    return p ? p->charge() : 0;  // (while its exporter still maps it too, counted twice until importers let go)
+    return p ? p->charge() : 0;
   };
   if constexpr (std::is_same_v<C, calls::MemFree> || std::is_same_v<C, calls::MemFreeAsync>) {
     for (auto& held : backend_.endExports(Shared::kAllocation, std::get<0>(ins).ptr))
       freed_imported_.keep(std::move(held.file), s.freed ? s.freed->bytes : 0);
   } else if constexpr (std::is_same_v<C, calls::MemRelease>) {
-    for (auto& held : backend_.endExports(Shared::kPhysical, std::get<0>(ins).v))
-      freed_imported_.keep(std::move(held.file), physicalBytes(held.object));
+    for (auto& held : backend_.endExports(Shared::kPhysical, std::get<0>(ins).v)) {
+      const PhysicalMemory* p = table_.physical(held.object);
+      if (p && p->mappings > 0 && p->charged) {  // still mapped here: its charge moves to the importers' hold
+        freed_imported_.keepMapped(std::move(held.file), p->bytes, held.object);
+        table_.uncharge(held.object);
+      } else {
+        freed_imported_.keep(std::move(held.file), physicalBytes(held.object));
+      }
+    }
   } else if constexpr (std::is_same_v<C, calls::CtxReset>) {
     for (auto& held : backend_.endAllExports()) {
       const DeviceRange* r = held.kind == Shared::kAllocation ? table_.allocationAt(held.object) : nullptr;

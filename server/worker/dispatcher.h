@@ -132,7 +132,7 @@ class Dispatcher {
   MemoryLedger ledger_;  // the lease's memory
   GraphMemory graph_memory_{table_, ledger_};
   RequestChecks checks_{table_, ledger_, graph_memory_};
-  FreedWhileImported freed_imported_{ledger_};
+  FreedWhileImported freed_imported_{ledger_, table_};
   std::vector<uint64_t> imported_physical_;  // held until released and unmapped (afterCall)
   std::vector<uint64_t> pool_imports_;       // another process's pool allocations opened here, once per open
   std::span<const uint8_t> payload_;  // the current request's payload, in the backend's frame buffer

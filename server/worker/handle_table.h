@@ -118,6 +118,10 @@ class HandleTable {
     PhysicalMemory& p = physical_[h];
     p = PhysicalMemory{bytes, p.mappings, false, charged};
   }
+  // Its charge moved elsewhere (import_holds.h): its last unmapping gives nothing back.
+  void uncharge(uint64_t h) {
+    if (auto it = physical_.find(h); it != physical_.end()) it->second.charged = false;
+  }
   const PhysicalMemory* physical(uint64_t h) const {
     auto it = physical_.find(h);
     return it == physical_.end() ? nullptr : &it->second;

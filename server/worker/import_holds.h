@@ -6,7 +6,8 @@
 //    shared lock (ipc_registry.h); closed when its client closes or frees what it imported, releases the
 //    imported handle, or resets its context, and by the kernel when the worker ends, however it ends.
 //  - FreedWhileImported, in an exporting worker: memory its client freed while importers held it, still
-//    charged to the lease (memory_ledger.h) until they let go.
+//    charged to the lease (memory_ledger.h) until they let go (and, for physical memory the client still
+//    maps, until its last mapping went too: counted once either way).
 // A worker whose client ends while others hold its memory stays, with its lease charged for what they hold,
 // until they let go (Dispatcher::waitForImporters); it frees everything else first (client_departure.cpp).
 #pragma once
@@ -16,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "handle_table.h"
 #include "ipc_registry.h"
 #include "memory_ledger.h"
 
@@ -42,10 +44,14 @@ class ImportHolds {
 
 class FreedWhileImported {
  public:
-  explicit FreedWhileImported(MemoryLedger& ledger) : ledger_(ledger) {}
+  FreedWhileImported(MemoryLedger& ledger, const HandleTable& table) : ledger_(ledger), table_(table) {}
   // `bytes` the client freed while importers hold them (`file`, its export's record): charged until they
   // let go. Called before the ledger gives the freed bytes back, so that the lease's count never dips.
   void keep(IpcRegistry::RecordFile file, uint64_t bytes);
+  // Physical memory `physical` the client released while it still maps it: its `bytes`, counted already,
+  // stay counted until the importers let go and the client's last mapping of it went, whichever is later
+  // (the table no longer charges the mappings for it: HandleTable::uncharge).
+  void keepMapped(IpcRegistry::RecordFile file, uint64_t bytes, uint64_t physical);
   // Gives back what importers let go of.
   void settle();
   bool empty() const { return kept_.empty(); }
@@ -55,8 +61,10 @@ class FreedWhileImported {
   struct Kept {
     IpcRegistry::RecordFile file;
     uint64_t bytes;
+    uint64_t physical = 0;  // keepMapped's
   };
   MemoryLedger& ledger_;
+  const HandleTable& table_;
   std::vector<Kept> kept_;
 };
 

@@ -74,6 +74,9 @@ class MemoryLedger {
     kept_ += bytes;
     settle(0, bytes);
   }
+  // Memory counted already (physical memory the client released while it still maps it) that importers now
+  // hold: it stays counted, through a context reset too, until they let go.
+  void keepCounted(uint64_t bytes) { kept_ += bytes; }
   void letGo(uint64_t bytes) {
     kept_ -= std::min(kept_, bytes);
     release(bytes);

@@ -1193,6 +1193,43 @@ TEST(Dispatcher, MemoryAnotherWorkerImportedStaysChargedUntilItLetsGo) {
   EXPECT_TRUE(im.finish().clean);
 }
 
+// Physical memory its exporter released while it still maps it, and an importer holds: counted once, until
+// both the importer let go and the exporter's last mapping went, whichever comes later (it used to be
+// counted twice in between: once for the mapping, once for the hold).
+TEST(Dispatcher, PhysicalMemoryReleasedWhileMappedAndImportedIsCountedOnce) {
+  Harness ex, im;
+  test::RawClient e(*ex.client), i(*im.client);
+  auto used = [&] {
+    auto view = std::get<0>(e.call<calls::MemGetInfo>().second);
+    return view.total - view.free;
+  };
+  const uint64_t none = used(), g = 2u << 20;
+  for (bool importer_first : {true, false}) {
+    auto [st, phys] = e.call<calls::MemCreate>(g, 1u /*POSIX fd*/, 0u, 0u);
+    ASSERT_EQ(st, 0);
+    const uint64_t h = std::get<0>(phys).v;
+    auto [st2, va] = e.call<calls::MemAddressReserve>(g, uint64_t{0}, uint64_t{0}, uint64_t{0});
+    ASSERT_EQ(st2, 0);
+    const uint64_t mine = std::get<0>(va).ptr;
+    ASSERT_EQ(e.call<calls::MemMap>(VaMap{mine, g, 0, h}).first, 0);
+    auto [st3, exported] = e.call<calls::MemExportShareable>(h, 1u);
+    ASSERT_EQ(st3, 0);
+    auto [st4, imported] = i.call<calls::MemImportShareable>(std::get<0>(exported), 1u);
+    ASSERT_EQ(st4, 0);
+    EXPECT_EQ(e.call<calls::MemRelease>(h).first, 0);
+    EXPECT_EQ(used(), none + g) << "released, still mapped by its exporter and held by its importer: counted once";
+    auto importerLetsGo = [&] { EXPECT_EQ(i.call<calls::MemRelease>(std::get<0>(imported).handle.v).first, 0); };
+    auto exporterUnmaps = [&] { EXPECT_EQ(e.call<calls::MemUnmap>(VaUnmap{mine, g}).first, 0); };
+    if (importer_first) importerLetsGo(); else exporterUnmaps();
+    EXPECT_EQ(used(), none + g) << (importer_first ? "the exporter still maps it" : "the importer still holds it");
+    if (importer_first) exporterUnmaps(); else importerLetsGo();
+    EXPECT_EQ(used(), none) << "both let go";
+    EXPECT_EQ(e.call<calls::MemAddressFree>(VaRange{mine, g}).first, 0);
+  }
+  EXPECT_TRUE(ex.finish().clean);
+  EXPECT_TRUE(im.finish().clean);
+}
+
 // The client learns which of the addresses it took for graph allocations it may forget: a graph allocation
 // once no graph holds its node and it is not live (said once), and an allocation it asks about that is no
 // graph memory (made beside a capture); a graph allocation still held is not named.
