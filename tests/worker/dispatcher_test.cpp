@@ -1031,6 +1031,12 @@ TEST(Dispatcher, AGraphLaunchedAfterItsMemoryWasFreedFaultsWithoutCrashing) {
   EXPECT_TRUE(h.finish().clean);
 }
 
+// What the lease's memory count says its client uses (cuMemGetInfo's total less free).
+uint64_t usedBy(test::RawClient& c) {
+  auto view = std::get<0>(c.call<calls::MemGetInfo>().second);
+  return view.total - view.free;
+}
+
 // Physical memory one worker exports (shareable_handles.h) another imports as physical memory of its own,
 // which it maps like any; it is the exporter's lease's, so the importer's lease is charged nothing for it
 // and gets nothing back when it goes; the exporter's release ends the export.
@@ -1047,10 +1053,7 @@ TEST(Dispatcher, ImportedPhysicalMemoryIsTheExportersLeases) {
   ASSERT_EQ(st2, 0);
   const std::vector<uint8_t> handle = std::get<0>(exported);
 
-  auto used = [&] {
-    auto view = std::get<0>(i.call<calls::MemGetInfo>().second);
-    return view.total - view.free;
-  };
+  auto used = [&] { return usedBy(i); };
   ASSERT_EQ(i.call<calls::MemAlloc>(uint64_t{1} << 20).first, 0);
   const uint64_t own = used();
   EXPECT_EQ(i.call<calls::MemImportShareable>(handle, 0u).first, kNotSupported);
@@ -1109,10 +1112,7 @@ TEST(Dispatcher, ImportedPoolAllocationsAreTheExportersLeases) {
   std::vector<uint8_t> record;
   EXPECT_EQ(registry.lookup(worker::IpcRegistry::Kind::kPoolPointer, exported.data, record), 0) << "filed";
 
-  auto used = [&] {
-    auto view = std::get<0>(i.call<calls::MemGetInfo>().second);
-    return view.total - view.free;
-  };
+  auto used = [&] { return usedBy(i); };
   const uint64_t own = used();
   EXPECT_EQ(i.call<calls::MemPoolImportShareable>(exported.handle, 2u).first, kNotSupported);
   auto [st5, imported] = i.call<calls::MemPoolImportShareable>(exported.handle, 1u);
@@ -1152,10 +1152,7 @@ TEST(Dispatcher, ImportedPoolAllocationsAreTheExportersLeases) {
 TEST(Dispatcher, MemoryAnotherWorkerImportedStaysChargedUntilItLetsGo) {
   Harness ex, im;
   test::RawClient e(*ex.client), i(*im.client);
-  auto used = [&] {
-    auto view = std::get<0>(e.call<calls::MemGetInfo>().second);
-    return view.total - view.free;
-  };
+  auto used = [&] { return usedBy(e); };
   const uint64_t none = used(), g = 2u << 20;
 
   auto [st, phys] = e.call<calls::MemCreate>(2 * g, 1u /*POSIX fd*/, 0u, 0u);
@@ -1199,10 +1196,7 @@ TEST(Dispatcher, MemoryAnotherWorkerImportedStaysChargedUntilItLetsGo) {
 TEST(Dispatcher, PhysicalMemoryReleasedWhileMappedAndImportedIsCountedOnce) {
   Harness ex, im;
   test::RawClient e(*ex.client), i(*im.client);
-  auto used = [&] {
-    auto view = std::get<0>(e.call<calls::MemGetInfo>().second);
-    return view.total - view.free;
-  };
+  auto used = [&] { return usedBy(e); };
   const uint64_t none = used(), g = 2u << 20;
   for (bool importer_first : {true, false}) {
     auto [st, phys] = e.call<calls::MemCreate>(g, 1u /*POSIX fd*/, 0u, 0u);
