@@ -12,6 +12,7 @@ REFUSED = [
     (r"^cuGreenCtx|^cuDevResource|^cuDevSmResource|^cuDeviceGetDevResource|^cuCtxGetDevResource|^cuStreamGetGreenCtx|^cuCtxFromGreenCtx", "green contexts (SM partitions) are the lease's, which gpool sets, not the program's"),
     (r"^cuProfiler|^cuCheckpoint|^cuCoredump|^cuLogs|^cuLog", "tools interfaces (profiler, checkpoint, coredump, logs) are not forwarded"),
     (r"^cuMulticast", "multicast objects span GPUs that reach each other's memory; a lease's devices are separate workers that do not"),
+    (r"AsyncNotification$", "memory budget notifications: a lease's memory cap refuses an allocation past it (CUDA_ERROR_OUT_OF_MEMORY) rather than let a process go over budget, so there is nothing to notify"),
     (r"^cuDeviceGetLuid$", "a Windows (WDDM) adapter's id, which CUDA gives only on Windows"),
     (r"NvSci", "NvSci (NVIDIA DRIVE and Jetson) interoperability: the GPU is on another machine"),
     (r"^cuMemGetHandleForAddressRange$", "a dma-buf of device memory is a descriptor on the GPU host, which neither the program's process nor its network card can use"),

@@ -261,6 +261,18 @@ GPOOL_EXPORT CUresult cuLibraryGetKernel(CUkernel* k, CUlibrary lib, const char*
 GPOOL_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary lib, const char* name) {
   GPOOL_TRY return getGlobal(dptr, bytes, raw(lib), kLibrary, name); GPOOL_CATCH
 }
+// A unified function is called through one pointer from the host and the device alike, where the device
+// shares the host's function pointers (CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS). The GPU is in
+// another process, often on another machine: gpool's devices report that attribute 0, and a library has
+// no unified function to give, as CUDA answers on such a system. The library is checked all the same.
+GPOOL_EXPORT CUresult cuLibraryGetUnifiedFunction(void** fptr, CUlibrary lib, const char* symbol) {
+  GPOOL_TRY
+  if (!fptr || !symbol) return CUDA_ERROR_INVALID_VALUE;
+  unsigned kernels = 0;
+  if (CUresult r = count(&kernels, raw(lib), kLibrary)) return r;
+  return CUDA_ERROR_NOT_FOUND;
+  GPOOL_CATCH
+}
 GPOOL_EXPORT CUresult cuKernelGetFunction(CUfunction* f, CUkernel k) {
   GPOOL_TRY
   if (!f) return CUDA_ERROR_INVALID_VALUE;

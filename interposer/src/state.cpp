@@ -210,6 +210,9 @@ int State::attribute(CUdevice d, int attr) const {
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED: return 0;
     case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: return CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    // The device runs in the worker's process: it shares no function pointers with this one
+    // (cuLibraryGetUnifiedFunction, api_module.cpp).
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS: return 0;
     default: break;
   }
   const auto* dev = device(d);

@@ -105,6 +105,12 @@ void ownersAndPointers(unsigned* d) {
   check(libraryModule(&module, library) == CUDA_SUCCESS && module && moduleFunction(&f, module, "gpool_test_increment") == CUDA_SUCCESS,
         "cuLibraryGetModule: the library's module, whose functions can be got");
   check(funcModule(&owner, f) == CUDA_SUCCESS && owner == module, "cuFuncGetModule: a function's module");
+  auto unified = driverEntryPoint<CUresult (*)(void**, CUlibrary, const char*)>("cuLibraryGetUnifiedFunction", 12000);
+  void* fptr = nullptr;
+  check(unified(&fptr, library, "gpool_test_increment") == CUDA_ERROR_NOT_FOUND && unified(&fptr, library, "none") == CUDA_ERROR_NOT_FOUND,
+        "cuLibraryGetUnifiedFunction: a kernel is no unified function, nor is a name the library lacks");
+  check(unified(nullptr, library, "none") == CUDA_ERROR_INVALID_VALUE && unified(&fptr, library, nullptr) == CUDA_ERROR_INVALID_VALUE,
+        "and it needs somewhere to write and a name");
   CK(cudaMemset(d, 0, kN * sizeof(unsigned)));
   int n = kN;
   void* args[] = {&d, &n};
