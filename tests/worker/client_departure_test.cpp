@@ -69,7 +69,8 @@ bool waitFor(const std::function<bool()>& done) {
 
 }  // namespace
 
-// The departing client had: memory of its own (an allocation, mapped physical memory), a shared pool's
+// The departing client had: memory of its own (an allocation, mapped physical memory, an array, a graph
+// allocation), a shared pool's
 // allocation that the other process opened, and memory of the other's it had opened itself (physical
 // memory it mapped, a pool allocation). Its worker keeps only what the other holds, charged to the lease.
 TEST(ClientDeparture, AWorkerKeepsOnlyWhatAnotherProcessHolds) {
@@ -85,6 +86,16 @@ TEST(ClientDeparture, AWorkerKeepsOnlyWhatAnotherProcessHolds) {
   ASSERT_EQ(st2, 0);
   const uint64_t base = std::get<0>(va).ptr;
   ASSERT_EQ(e.call<calls::MemMap>(VaMap{base, g, 0, std::get<0>(own).v}).first, 0);
+
+  // An array, and a graph whose launch left its allocation live (charged as the device's graph reserve).
+  constexpr uint32_t kFloat = 0x20;
+  ASSERT_EQ(e.call<calls::ArrayCreate>(ArrayShape{256, 256, 0, kFloat, 1, 0}).first, 0);
+  const uint64_t graph = std::get<0>(e.call<calls::GraphCreate>(0u).second).v;
+  ASSERT_EQ(e.call<calls::GraphAddMemAllocNode>(graph, GraphNodes{}, GraphAllocBytes{mib}).first, 0);
+  auto [st0, exec] = e.call<calls::GraphInstantiate>(graph, uint64_t{0});
+  ASSERT_EQ(st0, 0);
+  e.post<calls::GraphLaunch>(std::get<0>(exec).v, uint64_t{0});
+  ASSERT_EQ(e.call<calls::CtxSynchronize>().first, 0);
 
   // e's pool allocation, which i opens.
   auto [st3, pool] = e.call<calls::MemPoolCreate>(1u /*pinned*/, 1u /*POSIX fd*/, uint64_t{0}, 0u);
@@ -111,7 +122,7 @@ TEST(ClientDeparture, AWorkerKeepsOnlyWhatAnotherProcessHolds) {
   ASSERT_NE(mappingAt(base + g).find("gpool-sim-physical"), std::string::npos) << mappingAt(base + g);
 
   const uint64_t before = lease->heldBy(0);
-  EXPECT_GE(before, 4 * mib + g + mib);
+  EXPECT_GE(before, 4 * mib + g + 256 * 256 * 4 + mib + mib);
   ex.leave();
   ASSERT_TRUE(waitFor([&] { return ex.staying.load() && lease->heldBy(0) < before; })) << lease->heldBy(0);
   EXPECT_TRUE(waitFor([&] { return lease->heldBy(0) == mib; }))
