@@ -183,7 +183,7 @@ bool gpool::client::freeManaged(uint64_t p, CUresult& result) {
   munmap(reinterpret_cast<void*>(p), m.size);
   CUresult err = CUDA_SUCCESS;
   Connection* conn = State::get().ready(err);
-  result = conn ? static_cast<CUresult>(conn->post<calls::MemFree>(m.device_base)) : err;
+  result = conn ? static_cast<CUresult>(conn->call<calls::MemFree>(m.device_base)) : err;  // (as cuMemFree: api_memory.cpp)
   return true;
 }
 

@@ -159,7 +159,9 @@ GPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
   GPOOL_CONN_OF_POINTER(conn, p);
   CUresult managed = CUDA_SUCCESS;
   if (freeManaged(p, managed)) return managed;
-  return freeDeviceMemory(conn, p, 0, [&] { return conn->post<calls::MemFree>(dptr(p)); });
+  // It returns once the memory is free, as CUDA's does (which waits for the device): another process of the
+  // lease that this one then tells may allocate it. (cuMemFreeAsync stays in stream order, unwaited.)
+  return freeDeviceMemory(conn, p, 0, [&] { return conn->call<calls::MemFree>(dptr(p)); });
   GPOOL_CATCH
 }
 
