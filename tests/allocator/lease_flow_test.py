@@ -680,15 +680,19 @@ class LeaseFlow(unittest.TestCase):
             return p.stdout.readline().strip()
         return p, ask
 
+    def two_processes_of_a_lease(self):
+        """A cluster, a 0.25 lease's share, three quarters of its memory, and two of its processes that take
+        commands (commands())."""
+        c = self.make(ttl="60s")
+        _, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.25})
+        share = lease["shares"][0]
+        return c, share, 3 * share["memory"] // 4, self.commands(c, share), self.commands(c, share)
+
     def test_memory_one_process_freed_is_free_for_the_next_at_once(self):
         # cuMemFree returns once the memory is free, as CUDA's does: another process of the lease that it
         # then tells may allocate it. It used to be sent without waiting (and batched for up to 500 us), so
         # the other process's allocation could find the lease's memory still full.
-        c = self.make(ttl="60s")
-        _, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.25})
-        share = lease["shares"][0]
-        most = 3 * share["memory"] // 4
-        (one, a), (two, b) = self.commands(c, share), self.commands(c, share)
+        _, _, most, (one, a), (two, b) = self.two_processes_of_a_lease()
         for _ in range(20):
             self.assertEqual(a(f"alloc {most}"), "OK")
             self.assertEqual(a("free"), "OK")
@@ -700,11 +704,7 @@ class LeaseFlow(unittest.TestCase):
     def test_two_processes_that_imported_each_others_memory_both_end(self):
         # A worker whose client ended waits for the processes holding its memory; two that imported from each
         # other would wait for each other for ever, so each lets go of what its client imported first.
-        c = self.make(ttl="60s")
-        _, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.25})
-        share = lease["shares"][0]
-        most = 3 * share["memory"] // 4
-        (one, a), (two, b) = self.commands(c, share), self.commands(c, share)
+        c, share, most, (one, a), (two, b) = self.two_processes_of_a_lease()
         self.assertEqual(a(f"alloc {most // 2}"), "OK")
         self.assertEqual(b(f"alloc {most // 2}"), "OK")
         mine, theirs = a("export"), b("export")
