@@ -1,6 +1,7 @@
 // Per-call costs through whatever libcuda.so.1 the loader finds (run it natively and through gpool in one
 // run with bench/run.sh): asynchronous launches, launch + synchronise, occupancy questions (repeated and
-// new), a 4-byte device-to-host copy (directly, and replayed by a graph that captured it), a host function
+// new), a 4-byte device-to-host copy (directly, and replayed by a graph that captured it), a 1 MiB
+// cudaMalloc + cudaFree, a host function
 // and its wait, and 256 MiB copies each way (pageable and pinned). Prints "name value unit" lines.
 #include <cuda_runtime.h>
 
@@ -53,6 +54,17 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n; ++i) CK(cudaMemcpy(&h4, d4, 4, cudaMemcpyDeviceToHost));
   });
   std::printf("dtoh_4B %.3f us\n", t / n * 1e6);
+
+  // cudaMalloc and cudaFree of 1 MiB: each returns once the device's memory changed (natively, cudaFree
+  // waits for the device; through gpool, for the worker), so each costs a round trip there.
+  t = bestSeconds(5, [&] {
+    for (int i = 0; i < n / 10; ++i) {
+      void* m = nullptr;
+      CK(cudaMalloc(&m, size_t{1} << 20));
+      CK(cudaFree(m));
+    }
+  });
+  std::printf("malloc_free_1MiB %.3f us\n", t / (n / 10) * 1e6);
 
   // The same 4 bytes copied by a graph: a captured device-to-host copy into pageable memory, replayed and
   // waited for (jacobiCudaGraphs's pattern). Through gpool over TCP, each replay asks the client to take

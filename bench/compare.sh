@@ -15,7 +15,7 @@ for ((i = 0; i < rounds; i++)); do
     [ $side = after ] && dir=$after settings=${GPOOL_COMPARE_AFTER_ENV:-}
     # rows: metric  native  gpool  ...; the gpool column is "VALUE UNIT" after the native one
     # shellcheck disable=SC2086  # settings split on spaces
-    env $settings "$here/run.sh" "$dir" | awk -v s=$side '$1 ~ /^(async_launch|launch_sync|dtoh_4B|graph_dtoh_4B|host_func|htod_|dtoh_256)/ {print s, $1, $4, $5}' >> "$out" || exit 1
+    env $settings "$here/run.sh" "$dir" | awk -v s=$side '$1 ~ /^(async_launch|launch_sync|dtoh_4B|malloc_free_1MiB|graph_dtoh_4B|host_func|htod_|dtoh_256)/ {print s, $1, $4, $5}' >> "$out" || exit 1
   done
 done
 python3 - "$out" "$rounds" <<'PY'

@@ -44,6 +44,7 @@ row launch_sync us "tcp <= 30 us; shm <= 1/5 of tcp (0.20x); GPU: shm <= 15 us"
 row occupancy_repeat us "gpool answers a repeated question itself"
 row occupancy_new us ""
 row dtoh_4B us "GPU: shm <= 15 us"
+row malloc_free_1MiB us "a cudaMalloc + cudaFree pair: a round trip each through gpool"
 row graph_dtoh_4B us "a captured copy's replay + wait: one more round trip than dtoh_4B over tcp"
 row host_func us "a host function + wait: the worker's word to the client and back"
 for k in htod_256MiB_pageable dtoh_256MiB_pageable; do
