@@ -35,8 +35,8 @@ void Dispatcher::freeAllBut(const std::set<std::pair<Shared, uint64_t>>& held) {
   for (const DeviceRange& r : table_.rangesOf(RangeKind::kIpc))
     for (uint64_t open = 0; open < r.owner; ++open) runForDeparted<calls::IpcCloseMemHandle>({r.base});
 
-  // Physical memory: every mapping goes (the importers' own handles keep what they hold alive), and the
-  // client's handles are released but for what it exported that importers hold.
+  // Physical memory: its mappings and the client's handles go, but for physical memory the client exported
+  // that importers hold (an importer's own handle keeps alive only what it imported).
   for (const DeviceRange& m : table_.rangesOf(RangeKind::kMapping))
     if (!held.count({Shared::kPhysical, m.owner})) runForDeparted<calls::MemUnmap>({proto::VaUnmap{m.base, m.bytes}});
   for (uint64_t h : table_.handlesOf(HandleKind::kPhysical))
