@@ -71,6 +71,10 @@ void SharedBudget::reclaim(int slot) {
   if (validSlot(slot)) takeAway(page_->total, page_->slots[slot].exchange(0));
 }
 
+void SharedBudget::reclaimAllBut(int slot, uint64_t bytes) {
+  if (uint64_t held = heldBy(slot); held > bytes) release(slot, held - bytes);
+}
+
 uint64_t SharedBudget::heldBy(int slot) const { return validSlot(slot) ? page_->slots[slot].load() : 0; }
 
 }  // namespace gpool::budget

@@ -36,8 +36,10 @@ class SharedBudget {
   void release(int slot, uint64_t bytes);
   // Counts `bytes` that exist already (an allocation larger than reserved), even past the limit.
   void add(int slot, uint64_t bytes);
-  // The process in `slot` ended: what it held is free again.
+  // The process in `slot` ended: what it held is free again; or all but `bytes` of it, which stay held in
+  // the slot (memory that outlives the process: the server's held_exports.h).
   void reclaim(int slot);
+  void reclaimAllBut(int slot, uint64_t bytes);
   uint64_t heldBy(int slot) const;
 
  private:

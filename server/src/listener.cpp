@@ -22,6 +22,7 @@
 
 #include "allocator_link.h"
 #include "compute_pace.h"
+#include "held_exports.h"
 #include "shared_budget.h"
 #include "lease_gate.h"
 #include "server_metrics.h"
@@ -355,6 +356,7 @@ class Server {
   std::map<std::string, AllocatorLink::LeaseSources> leaseSources() const {
     std::map<std::string, AllocatorLink::LeaseSources> sources;
     for (const auto& [pid, lease] : worker_leases_) sources[lease].slots.push_back(worker_slots_.at(pid));
+    for (const std::string& lease : held_exports_.leases()) sources[lease];  // (served here still: held_exports.h)
     for (auto& [lease, from] : sources) from.ended = ended_launches_.count(lease) ? ended_launches_.at(lease) : 0;
     for (const auto& [key, share] : shares_) {
       auto from = sources.find(key.first);
@@ -365,12 +367,13 @@ class Server {
     return sources;
   }
 
-  // The lowest slot no running worker holds (there are at most --max-clients <= kSlots workers).
+  // The lowest slot no running worker holds, nor an ended one whose exported memory is still held (there are
+  // at most --max-clients <= kSlots workers; held slots beyond that wait for their importers).
   int freeSlot() const {
     std::set<int> taken;
     for (const auto& [pid, slot] : worker_slots_) taken.insert(slot);
     int slot = 0;
-    while (taken.count(slot)) ++slot;
+    while (taken.count(slot) || held_exports_.holdsSlot(slot)) ++slot;
     return slot;
   }
 
@@ -520,23 +523,7 @@ class Server {
       int status = 0;
       pid_t pid;
       while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
-        if (workers_ > 0) --workers_;
-        int slot = -1;
-        if (auto it = worker_slots_.find(pid); it != worker_slots_.end()) slot = it->second, worker_slots_.erase(it);
-        if (sim_memory_) sim_memory_->reclaim(slot);
-        if (auto it = worker_leases_.find(pid); it != worker_leases_.end()) {
-          std::string lease = it->second;
-          worker_leases_.erase(it);
-          for (auto s = shares_.lower_bound({lease, INT_MIN}); s != shares_.end() && s->first.first == lease; ++s)
-            if (s->second.memory) s->second.memory->reclaim(slot);  // the driver freed it (the slot is this worker's alone)
-          if (slot >= 0) ended_launches_[lease] += launch_counts_->heldBy(slot);
-          if (workersOf(lease) == 0) {
-            forgetShares(lease);
-            ended_launches_.erase(lease);
-            if (link_) link_->released(lease);  // its last client left: the share is free at once
-          }
-          reportServing();
-        }
+        workerEnded(pid);
         if (WIFSIGNALED(status))
           spdlog::warn("worker {} died with signal {}", pid, WTERMSIG(status));
         else
@@ -548,6 +535,71 @@ class Server {
       }
       watchChildren();
     });
+  }
+
+  // A worker ended: the driver freed its memory, so its slots are free again, but for what other processes
+  // still hold of the memory it exported, which stays charged to its lease and keeps the lease served here
+  // until they let go (held_exports.h).
+  void workerEnded(pid_t pid) {
+    if (workers_ > 0) --workers_;
+    int slot = -1;
+    if (auto it = worker_slots_.find(pid); it != worker_slots_.end()) slot = it->second, worker_slots_.erase(it);
+    std::string lease;
+    if (auto it = worker_leases_.find(pid); it != worker_leases_.end()) lease = it->second, worker_leases_.erase(it);
+    uint64_t held = slot >= 0 ? held_exports_.adopt({pid, lease, slot}) : 0;
+    forEachBudget(lease, [&](budget::SharedBudget& b) { b.reclaimAllBut(slot, held); });
+    if (held) {
+      spdlog::info("worker {} ended while other processes hold {} bytes of memory it exported; {} stays charged for them "
+                   "until they let go", pid, held, lease.empty() ? "its slot" : "lease " + lease);
+      watchHeldExports();
+    }
+    if (lease.empty()) return;
+    if (slot >= 0) ended_launches_[lease] += launch_counts_->heldBy(slot);
+    leaveIfDone(lease);
+    reportServing();
+  }
+
+  // The budgets a worker of `lease` counts in, each in the worker's slot: the lease's shares' memory caps
+  // and, on sim, the device's memory.
+  template <typename Each>
+  void forEachBudget(const std::string& lease, Each each) {
+    if (sim_memory_) each(*sim_memory_);
+    for (auto s = shares_.lower_bound({lease, INT_MIN}); !lease.empty() && s != shares_.end() && s->first.first == lease; ++s)
+      if (s->second.memory) each(*s->second.memory);
+  }
+
+  // Once the lease has no worker here and nothing of it is held, its share is free at the allocator.
+  void leaveIfDone(const std::string& lease) {
+    if (workersOf(lease) > 0 || held_exports_.holdsFor(lease)) return;
+    forgetShares(lease);
+    ended_launches_.erase(lease);
+    if (link_) link_->released(lease);
+  }
+
+  // Looks, while other processes hold memory of ended workers, every kHeldPollMs for what they let go.
+  static constexpr int kHeldPollMs = 200;
+  void watchHeldExports() {
+    if (watching_held_) return;
+    watching_held_ = true;
+    held_poll_.expires_after(std::chrono::milliseconds(kHeldPollMs));
+    held_poll_.async_wait([this](const asio::error_code& ec) {
+      watching_held_ = false;
+      if (ec) return;
+      settleHeldExports();
+      if (!held_exports_.empty()) watchHeldExports();
+    });
+  }
+  void settleHeldExports() {
+    auto done = held_exports_.settle([this](const HeldExports::Ended& e, uint64_t bytes) {
+      forEachBudget(e.lease, [&](budget::SharedBudget& b) { b.release(e.slot, bytes); });
+    });
+    for (const HeldExports::Ended& e : done) {
+      forEachBudget(e.lease, [&](budget::SharedBudget& b) { b.reclaim(e.slot); });
+      spdlog::info("the other processes let go of the memory worker {} exported{}", e.worker,
+                   e.lease.empty() ? "" : "; lease " + e.lease + " no longer pays for it");
+      if (!e.lease.empty()) leaveIfDone(e.lease);
+    }
+    if (!done.empty()) reportServing();
   }
 
   ServerOptions opt_;
@@ -571,6 +623,9 @@ class Server {
   std::shared_ptr<budget::SharedBudget> launch_counts_;
   std::map<std::string, uint64_t> ended_launches_;
   std::set<std::string> revoked_;
+  HeldExports held_exports_;  // ended workers' memory that other processes hold
+  asio::steady_timer held_poll_{io_};
+  bool watching_held_ = false;
   LeaseGate gate_;
   std::array<uint64_t, kRefusals> refused_{};  // connections turned away, by why (/metrics)
   std::unique_ptr<MetricsEndpoint> metrics_;   // last: it stops (and stops asking) before the rest goes

@@ -133,7 +133,7 @@ class Backend : public LaunchTimer {
   static constexpr uint32_t kPosixFileDescriptor = 1;  // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
   Status MemExportShareable(Physical h, uint32_t type, std::vector<uint8_t>& handle) {
     const PhysicalMemory* p = memory_ ? memory_->physical(h.v) : nullptr;
-    return share(type, ShareableHandles::Object::kPhysical, h.v, p ? p->bytes : 0,
+    return share(type, ShareableHandles::Object::kPhysical, h.v, p ? p->bytes : 0, p ? p->charge() : 0,
                  [&](int& fd) { return exportPhysical(h.v, fd); }, handle);
   }
   Status MemImportShareable(std::vector<uint8_t> handle, uint32_t type, ImportedPhysical& out) {
@@ -144,7 +144,7 @@ class Backend : public LaunchTimer {
     return st;
   }
   Status MemPoolExportShareable(MemPool p, uint32_t type, std::vector<uint8_t>& handle) {
-    return share(type, ShareableHandles::Object::kPool, p.v, 0, [&](int& fd) { return exportPool(p.v, fd); }, handle);
+    return share(type, ShareableHandles::Object::kPool, p.v, 0, 0, [&](int& fd) { return exportPool(p.v, fd); }, handle);
   }
   Status MemPoolImportShareable(std::vector<uint8_t> handle, uint32_t type, Created<MemPool>& out) {
     uint64_t unused = 0;  // (a pool holds no memory itself: its allocations are held as they are opened)
@@ -153,7 +153,7 @@ class Backend : public LaunchTimer {
   Status MemPoolExportPointer(AllocBase a, std::vector<uint8_t>& data) {
     std::vector<uint8_t> record;
     if (Status st = exportPoolPointer(a.ptr, record); st != proto::cu::kSuccess) return st;
-    return shareable_.file(a.ptr, record, data);
+    return shareable_.file(a.ptr, record, allocationBytes(a.ptr), data);
   }
   Status MemPoolImportPointer(MemPool p, std::vector<uint8_t> data, IpcMapping& out) {
     std::vector<uint8_t> record;
@@ -257,7 +257,7 @@ class Backend : public LaunchTimer {
       handle = it->second;
       return proto::cu::kSuccess;
     }
-    Status st = ipc_.publish(IpcRegistry::Kind::kMemory, record, handle);
+    Status st = ipc_.publish(IpcRegistry::Kind::kMemory, record, handle, allocationBytes(ptr));
     if (st == proto::cu::kSuccess) memory_exports_[ptr] = handle;
     return st;
   }
@@ -271,13 +271,19 @@ class Backend : public LaunchTimer {
  private:
   // A descriptor `exportFd` makes, filed under `handle`; a descriptor fetched by `handle`, given to
   // `importFd` and closed after. POSIX descriptors only.
+  // (`charge`: what the lease pays for the object while it is held: export_records.h.)
   template <typename Export>
-  Status share(uint32_t type, ShareableHandles::Object kind, uint64_t object, uint64_t bytes, Export exportFd,
-               std::vector<uint8_t>& handle) {
+  Status share(uint32_t type, ShareableHandles::Object kind, uint64_t object, uint64_t bytes, uint64_t charge,
+               Export exportFd, std::vector<uint8_t>& handle) {
     if (type != kPosixFileDescriptor) return proto::cu::kNotSupported;
     int fd = -1;
     if (Status st = exportFd(fd); st != proto::cu::kSuccess) return st;
-    return shareable_.publish(kind, object, fd, bytes, handle);
+    return shareable_.publish(kind, object, fd, bytes, charge, handle);
+  }
+  // The bytes of the client's allocation at `base` (0: none the table knows).
+  uint64_t allocationBytes(uint64_t base) const {
+    const DeviceRange* r = memory_ ? memory_->allocationAt(base) : nullptr;
+    return r ? r->bytes : 0;
   }
   template <typename Import>
   Status openShared(const std::vector<uint8_t>& handle, uint32_t type, ShareableHandles::Object kind, uint64_t& bytes,

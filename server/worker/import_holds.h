@@ -10,6 +10,7 @@
 //    maps, until its last mapping went too: counted once either way).
 // A worker whose client ends while others hold its memory stays, with its lease charged for what they hold,
 // until they let go (Dispatcher::waitForImporters); it frees everything else first (client_departure.cpp).
+// A worker that ends first (killed, say) leaves that to gpool-server (server/src/held_exports.h).
 #pragma once
 
 #include <cstdint>

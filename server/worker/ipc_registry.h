@@ -7,7 +7,8 @@
 // A record's file also tells its exporter whether anyone still holds what it names: an importer of memory
 // keeps the file open with a shared lock for as long as it holds the memory (the kernel drops the lock when
 // the importer's process ends, however it ends), and an exporter that withdraws a record learns from an
-// exclusive lock it cannot take that someone does (import_holds.h).
+// exclusive lock it cannot take that someone does (import_holds.h). The files' layout is shared with
+// gpool-server (export_records.h), which withdraws the records of a worker that ended first.
 #pragma once
 
 #include <array>
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "export_records.h"
 #include "gpool/protocol/status.h"
 
 namespace gpool::worker {
@@ -27,28 +29,13 @@ class IpcRegistry {
   enum class Kind : uint32_t { kMemory = 1, kEvent = 2, kShareable = 3, kPoolPointer = 4 };
 
   // An open record file: an importer's holds the memory it names; an exporter's, kept after withdrawing the
-  // record, tells when its importers let go.
-  class RecordFile {
-   public:
-    RecordFile() = default;
-    explicit RecordFile(int fd) : fd_(fd) {}
-    RecordFile(RecordFile&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-    RecordFile& operator=(RecordFile&& o) noexcept;
-    RecordFile(const RecordFile&) = delete;
-    RecordFile& operator=(const RecordFile&) = delete;
-    ~RecordFile();
-    explicit operator bool() const { return fd_ >= 0; }
-    // Whether no importer holds the record any more (the exporter's question).
-    bool unheld() const;
-
-   private:
-    int fd_ = -1;
-    friend class IpcRegistry;
-  };
+  // record, tells when its importers let go (export_records.h).
+  using RecordFile = budget::RecordFile;
 
   ~IpcRegistry();  // withdraws what this worker filed
-  // Files `record` and returns the 64-byte handle that names it.
-  proto::Status publish(Kind kind, const std::vector<uint8_t>& record, std::vector<uint8_t>& handle);
+  // Files `record` and returns the 64-byte handle that names it. `charge`: the bytes of memory the record
+  // shares, which its lease pays for while anyone holds them, also after this worker ended.
+  proto::Status publish(Kind kind, const std::vector<uint8_t>& record, std::vector<uint8_t>& handle, uint64_t charge = 0);
   // The record a handle names: kNotSupported for a handle made on another host, kInvalidValue for one
   // that is malformed, of another kind, or names nothing.
   proto::Status lookup(Kind kind, const std::vector<uint8_t>& handle, std::vector<uint8_t>& record) const;
@@ -60,13 +47,14 @@ class IpcRegistry {
   // file, open, when importers still hold it (else an empty one).
   RecordFile withdraw(const std::vector<uint8_t>& handle);
 
-  static std::string directory();  // /dev/shm/gpool-ipc-<uid>
+  static std::string directory() { return budget::recordDirectory(); }
   // Makes this worker's handles name a host of their own, shared with every worker salted alike (sim:
   // two gpool-servers on one machine stand for two GPU hosts).
   void saltHost(uint64_t salt) { salt_ = salt; }
 
  private:
   std::array<uint8_t, 16> host() const;
+  static std::string pathOf(const std::vector<uint8_t>& handle);  // (a handle of kHandleBytes)
   // The record file a handle of `kind` names, open.
   proto::Status open(Kind kind, const std::vector<uint8_t>& handle, RecordFile& file) const;
   std::vector<std::string> filed_;

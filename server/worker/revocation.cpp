@@ -61,8 +61,8 @@ void Revocation::loop() {
     stop();
     // The dispatcher may be inside a driver call: it gets kStopGraceMs to return from it.
     if (served_.wait_for(lock, std::chrono::milliseconds(kStopGraceMs), [this] { return serving_ == nullptr; })) continue;
-    spdlog::error("still inside a driver call {} ms after SIGTERM; ending now (memory other processes imported "
-                  "from it is no longer counted for its lease)",
+    spdlog::error("still inside a driver call {} ms after SIGTERM; ending now (gpool-server keeps its lease charged "
+                  "for memory other processes imported from it, until they let go)",
                   kStopGraceMs);
     ::_exit(1);
   }

@@ -2,7 +2,8 @@
 // worker serving its client then stops serving (Dispatcher::stop shuts the connection down) and ends the
 // way one whose client left does: at once, or once other processes let go of memory they imported from it
 // (import_holds.h), so that its lease's share stays held at the allocator for as long as the GPU's memory
-// is. A worker still inside a driver call (a kernel that does not end) kStopGraceMs after SIGTERM ends then.
+// is. A worker still inside a driver call (a kernel that does not end) kStopGraceMs after SIGTERM ends then;
+// gpool-server then keeps its lease charged for what other processes hold of its memory (held_exports.h).
 // SIGTERM from another process (an init system stopping the whole service) does the same, and the worker
 // says who sent it.
 #pragma once

@@ -195,7 +195,8 @@ void ShareableHandles::answer(int conn, const std::vector<uint8_t>& handle) {
   if (fd >= 0) close(fd);
 }
 
-proto::Status ShareableHandles::publish(Object kind, uint64_t object, int fd, uint64_t bytes, std::vector<uint8_t>& handle) {
+proto::Status ShareableHandles::publish(Object kind, uint64_t object, int fd, uint64_t bytes, uint64_t charge,
+                                        std::vector<uint8_t>& handle) {
   std::lock_guard lock(mu_);
   if (auto it = exports_.find({kind, object}); it != exports_.end()) {
     close(fd);
@@ -212,7 +213,7 @@ proto::Status ShareableHandles::publish(Object kind, uint64_t object, int fd, ui
   std::memcpy(r.socket, path_.c_str(), path_.size() + 1);
   std::vector<uint8_t> record(sizeof r);
   std::memcpy(record.data(), &r, sizeof r);
-  if (proto::Status st = registry_.publish(IpcRegistry::Kind::kShareable, record, handle); st != cu::kSuccess) {
+  if (proto::Status st = registry_.publish(IpcRegistry::Kind::kShareable, record, handle, charge); st != cu::kSuccess) {
     close(fd);
     return st;
   }
@@ -220,13 +221,14 @@ proto::Status ShareableHandles::publish(Object kind, uint64_t object, int fd, ui
   return cu::kSuccess;
 }
 
-proto::Status ShareableHandles::file(uint64_t ptr, const std::vector<uint8_t>& record, std::vector<uint8_t>& handle) {
+proto::Status ShareableHandles::file(uint64_t ptr, const std::vector<uint8_t>& record, uint64_t charge,
+                                     std::vector<uint8_t>& handle) {
   std::lock_guard lock(mu_);
   if (auto it = exports_.find({Object::kPoolAllocation, ptr}); it != exports_.end()) {
     handle = it->second.handle;
     return cu::kSuccess;
   }
-  proto::Status st = registry_.publish(IpcRegistry::Kind::kPoolPointer, record, handle);
+  proto::Status st = registry_.publish(IpcRegistry::Kind::kPoolPointer, record, handle, charge);
   if (st == cu::kSuccess) exports_[{Object::kPoolAllocation, ptr}] = Export{handle, -1};
   return st;
 }

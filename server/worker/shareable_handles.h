@@ -40,7 +40,8 @@ class ShareableHandles {
 
   // Files `fd` (taken over: closed here in every case) for `object` (physical memory of `bytes` bytes, or a
   // pool) and returns the handle that names it; the same handle again for an object already exported.
-  proto::Status publish(Object kind, uint64_t object, int fd, uint64_t bytes, std::vector<uint8_t>& handle);
+  // `charge`: what the lease pays for it while anyone holds it (ipc_registry.h).
+  proto::Status publish(Object kind, uint64_t object, int fd, uint64_t bytes, uint64_t charge, std::vector<uint8_t>& handle);
   // The descriptor a handle of an object of `kind` names (the caller closes it) and the size its exporter
   // recorded: kNotSupported for a handle of another host, kInvalidValue for one of another kind or that
   // nobody (or no longer anybody) exports.
@@ -49,7 +50,7 @@ class ShareableHandles {
                      IpcRegistry::RecordFile* hold = nullptr) const;
   // Files `record` for the pool allocation at `ptr` and returns the handle that names it (the same again
   // for an allocation already exported); and the record a handle names.
-  proto::Status file(uint64_t ptr, const std::vector<uint8_t>& record, std::vector<uint8_t>& handle);
+  proto::Status file(uint64_t ptr, const std::vector<uint8_t>& record, uint64_t charge, std::vector<uint8_t>& handle);
   // (`hold`: as for open.)
   proto::Status record(const std::vector<uint8_t>& handle, std::vector<uint8_t>& record, IpcRegistry::RecordFile& hold) const {
     return registry_.lookupHeld(IpcRegistry::Kind::kPoolPointer, handle, record, hold);

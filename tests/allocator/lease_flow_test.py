@@ -785,13 +785,12 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual(ask_a("open " + ask_b("export")), "OK")
         self.assertEqual(ask_b("open " + exported), "OK")
 
-        def memory(lease):  # what the lease's workers count, as the allocator shows it
-            found = [x for x in c.status()["leases"] if x["id"] == lease["id"]]
-            return found[0].get("use", {}).get("memory") if found else None
+        def memory(lease):
+            return self.lease_memory(c, lease)
         self.assertTrue(wait_for(lambda: memory(a) == 32 * mib, timeout=10), memory(a))
 
         def worker(lease):
-            return int(re.search(r"→ worker (\d+) on device 0 for lease " + lease["id"], c.log("sim0")).group(1))
+            return self.worker_of(c, lease)
 
         def memfds(pid, size):  # the sim's device memory that a worker maps: {inode} of mappings of `size` bytes
             found = set()
@@ -817,6 +816,54 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual(ask_b("close"), "OK")
         self.assertTrue(wait_for(lambda: not os.path.exists(f"/proc/{worker_a}"), timeout=10), "B let go: A's worker ends")
         pb.communicate(timeout=30)
+
+    @staticmethod
+    def lease_memory(c, lease):
+        """What the lease's workers count, as the allocator shows it."""
+        found = [x for x in c.status()["leases"] if x["id"] == lease["id"]]
+        return found[0].get("use", {}).get("memory") if found else None
+
+    @staticmethod
+    def worker_of(c, lease):
+        """The pid of the (first) worker gpool-server started for the lease."""
+        return int(re.search(r"→ worker (\d+) on device 0 for lease " + lease["id"], c.log("sim0")).group(1))
+
+    def test_memory_another_lease_holds_stays_charged_after_its_exporters_worker_was_killed(self):
+        # A worker that ends before its importers let go (killed, crashed, or ended by its bound 10 s after
+        # its lease: revocation.h) leaves memory that another process holds alive. It was charged to no lease
+        # from then on; gpool-server now keeps the exporter's lease charged for it, and its share held at the
+        # allocator once the lease ended, until the importer lets go (held_exports.h).
+        c = self.make(ttl="60s")
+        _, a = c.http("POST", "/v1/leases", {"user": "u", "p": 0.25})
+        _, b = c.http("POST", "/v1/leases", {"user": "u", "p": 0.25})
+        (pa, ask_a), (pb, ask_b) = self.commands(c, a["shares"][0]), self.commands(c, b["shares"][0])
+        mib, cap = 1 << 20, a["shares"][0]["memory"]
+        self.assertEqual(ask_a(f"alloc {8 * mib}"), "OK")
+        self.assertEqual(ask_b("open " + ask_a("export")), "OK")
+        self.assertEqual(ask_a(f"alloc {24 * mib}"), "OK")
+        self.assertTrue(wait_for(lambda: self.lease_memory(c, a) == 32 * mib, timeout=10), self.lease_memory(c, a))
+        worker = self.worker_of(c, a)
+        os.kill(worker, signal.SIGKILL)
+        self.assertTrue(wait_for(lambda: self.lease_memory(c, a) == 8 * mib, timeout=10),
+                        f"what B holds stays counted: {self.lease_memory(c, a)}\n" + c.log("sim0"))
+        self.assertIn(f"worker {worker} ended while other processes hold {8 * mib} bytes of memory it exported; lease "
+                      f"{a['id']} stays charged for them until they let go", c.log("sim0"))
+        later, again = self.commands(c, a["shares"][0])
+        self.assertEqual(again(f"alloc {cap - 4 * mib}"), "OOM", "A's next process has A's memory but what B holds")
+        self.assertEqual(again(f"alloc {cap - 8 * mib}"), "OK")
+        later.communicate(timeout=30)
+
+        c.http("DELETE", "/v1/leases/" + a["id"])
+
+        def held():  # ended leases whose share the allocator still holds on the GPU
+            return [d["lease"] for d in c.status()["servers"][0]["ended_leases_held"]]
+        self.assertTrue(wait_for(lambda: held() == [a["id"]], timeout=10), c.status())
+        self.assertEqual(ask_b("close"), "OK")
+        self.assertTrue(wait_for(lambda: held() == [], timeout=10), c.log("sim0"))
+        self.assertIn(f"the other processes let go of the memory worker {worker} exported; lease {a['id']} no longer pays "
+                      "for it", c.log("sim0"))
+        for p in (pa, pb):
+            p.communicate(timeout=30)
 
     @unittest.skipUnless(os.path.exists(os.path.join(BUILD, "tests", "cuda_compute_share")),
                          "no cuda_compute_share in this build (the sanitizer build has no CUDA programs)")

@@ -67,9 +67,9 @@ struct Exporter {
 TEST(ShareableHandles, AHandleFetchesItsDescriptorAndAForgedOneNothing) {
   Exporter ex;
   std::vector<uint8_t> a, b, again;
-  ASSERT_EQ(ex.handles.publish(kPhysical, 11, memory(4096, 'a'), 4096, a), cu::kSuccess);
-  ASSERT_EQ(ex.handles.publish(kPhysical, 12, memory(8192, 'b'), 8192, b), cu::kSuccess);
-  ASSERT_EQ(ex.handles.publish(kPhysical, 11, memory(4096, 'x'), 4096, again), cu::kSuccess);
+  ASSERT_EQ(ex.handles.publish(kPhysical, 11, memory(4096, 'a'), 4096, 4096, a), cu::kSuccess);
+  ASSERT_EQ(ex.handles.publish(kPhysical, 12, memory(8192, 'b'), 8192, 8192, b), cu::kSuccess);
+  ASSERT_EQ(ex.handles.publish(kPhysical, 11, memory(4096, 'x'), 4096, 4096, again), cu::kSuccess);
   EXPECT_EQ(again, a) << "memory exported again keeps its handle";
   EXPECT_NE(a, b);
 
@@ -86,7 +86,7 @@ TEST(ShareableHandles, AHandleFetchesItsDescriptorAndAForgedOneNothing) {
   close(fd);
 
   std::vector<uint8_t> pool;
-  ASSERT_EQ(ex.handles.publish(kPool, 11, memory(4096, 'p'), 0, pool), cu::kSuccess);
+  ASSERT_EQ(ex.handles.publish(kPool, 11, memory(4096, 'p'), 0, 0, pool), cu::kSuccess);
   EXPECT_NE(pool, a) << "a pool and physical memory of one number are two exports";
   EXPECT_EQ(importer.open(pool, kPhysical, fd, bytes), cu::kInvalidValue) << "a pool's handle names no physical memory";
   ASSERT_EQ(importer.open(pool, kPool, fd, bytes), cu::kSuccess);
@@ -112,7 +112,7 @@ TEST(ShareableHandles, AHandleFetchesItsDescriptorAndAForgedOneNothing) {
 TEST(ShareableHandles, APeerThatStallsOrLiesCostsOnlyItsConnection) {
   Exporter ex;
   std::vector<uint8_t> h;
-  ASSERT_EQ(ex.handles.publish(kPhysical, 7, memory(4096, 'q'), 4096, h), cu::kSuccess);
+  ASSERT_EQ(ex.handles.publish(kPhysical, 7, memory(4096, 'q'), 4096, 4096, h), cu::kSuccess);
   std::string path = exporterSocket();
   ASSERT_FALSE(path.empty());
 

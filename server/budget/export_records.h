@@ -1,0 +1,66 @@
+// The files in which a GPU host's workers record what they share with other processes (the worker's
+// ipc_registry.h files them), as far as gpool-server reads them too: when a worker ends, however it ends
+// (killed, crashed, or ended by its bound after its lease: revocation.h), the server withdraws what it had
+// filed and keeps its lease charged for what importers still hold (server/src/held_exports.h).
+//
+// A record's file is a header (the exporting worker, its gpool-server, and the bytes its lease pays for
+// while anyone holds what the record names) and the backend's record. An importer holds the file with a
+// shared lock for as long as it holds the memory (the kernel drops the lock when the importer's process
+// ends). Withdrawing a record renames its file to a withdrawn name, so that no lookup finds it any more,
+// and learns from an exclusive lock it cannot take that someone still holds it; the withdrawn file is
+// removed once no one does.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpool::budget {
+
+// An open record file: an importer's holds what it names; a withdrawn one (its exporter's, or gpool-server's
+// for an exporter that ended) tells when its importers let go, and is removed when closed.
+class RecordFile {
+ public:
+  RecordFile() = default;
+  explicit RecordFile(int fd, std::string withdrawn = {}) : fd_(fd), withdrawn_(std::move(withdrawn)) {}
+  RecordFile(RecordFile&& o) noexcept;
+  RecordFile& operator=(RecordFile&& o) noexcept;
+  RecordFile(const RecordFile&) = delete;
+  RecordFile& operator=(const RecordFile&) = delete;
+  ~RecordFile();
+  explicit operator bool() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  // Whether no importer holds the record any more (the question of whoever withdrew it).
+  bool unheld() const;
+
+ private:
+  void close();
+  int fd_ = -1;
+  std::string withdrawn_;  // a withdrawn record's path: removed at close
+};
+
+std::string recordDirectory();  // /dev/shm/gpool-ipc-<uid>, shared by the user's workers on this host
+
+// Files `body` as a new record at `path` (mode 0600), naming this process as its exporter and `charge`
+// as the bytes its lease pays for while the record is held. False when it cannot.
+bool fileRecord(const std::string& path, const std::vector<uint8_t>& body, uint64_t charge);
+// The body of the record open as `fd` (at most 4 KiB); false for a file that is not a record.
+bool readRecord(int fd, std::vector<uint8_t>& body);
+// Whether the file open as `fd` is still the record filed at `path` (not withdrawn since).
+bool stillFiled(int fd, const std::string& path);
+// Withdraws the record filed at `path`: no lookup finds it from now on. Returns its file, open, when
+// importers still hold it; an empty one when none does (the file is then gone).
+RecordFile withdrawRecord(const std::string& path);
+
+// What an ended worker exported that importers still hold, and the bytes its lease pays for it.
+struct HeldRecord {
+  RecordFile file;
+  uint64_t charge = 0;
+};
+// Withdraws every record that `worker`, an ended child of this process, filed (withdrawn already or not);
+// returns those importers still hold. Only the process that started the worker finds its records.
+std::vector<HeldRecord> withdrawAllOf(pid_t worker);
+
+}  // namespace gpool::budget

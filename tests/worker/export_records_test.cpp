@@ -1,0 +1,116 @@
+// A worker that ends without withdrawing its export records (killed, crashed, or ended by its bound after
+// its lease) leaves them to the process that started it, which withdraws them and keeps what importers
+// still hold (export_records.h). Before, its records stayed filed, and gpool-server knew nothing of them:
+// memory other processes held was charged to no lease.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "export_records.h"
+#include "ipc_registry.h"
+
+namespace gpool::worker {
+namespace {
+
+namespace cu = proto::cu;
+using Handle = std::vector<uint8_t>;
+
+// The file a handle's record is filed in, withdrawn or not (its key, bytes 24..56, in hex).
+std::string recordPath(const Handle& h, bool withdrawn) {
+  std::string key;
+  char two[3];
+  for (size_t i = 24; i < 56; ++i) snprintf(two, sizeof two, "%02x", h[i]), key += two;
+  return IpcRegistry::directory() + "/" + key + (withdrawn ? ".withdrawn" : "");
+}
+
+bool exists(const std::string& path) { return std::filesystem::exists(path); }
+
+void writeAll(int fd, const void* p, size_t n) { ASSERT_EQ(write(fd, p, n), static_cast<ssize_t>(n)); }
+void readAll(int fd, void* p, size_t n) { ASSERT_EQ(read(fd, p, n), static_cast<ssize_t>(n)); }
+
+TEST(ExportRecords, TheServerTakesOverWhatAnEndedWorkerExportedThatOthersHold) {
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  ASSERT_EQ(pipe(to_child), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the exporting worker: files three records, withdraws one that is held, ends like a kill
+    IpcRegistry exporter;
+    Handle held(64), unheld(64), freed(64);
+    bool ok = exporter.publish(IpcRegistry::Kind::kMemory, {1, 2, 3}, held, 4096) == cu::kSuccess &&
+              exporter.publish(IpcRegistry::Kind::kMemory, {4}, unheld, 8192) == cu::kSuccess &&
+              exporter.publish(IpcRegistry::Kind::kMemory, {5}, freed, 1024) == cu::kSuccess;
+    if (!ok) _exit(2);
+    for (const Handle* h : {&held, &unheld, &freed}) (void)!write(to_parent[1], h->data(), 64);
+    char go;
+    if (read(to_child[0], &go, 1) != 1) _exit(3);
+    IpcRegistry::RecordFile kept = exporter.withdraw(freed);  // the client freed it while it was imported
+    _exit(kept ? 0 : 4);
+  }
+  Handle held(64), unheld(64), freed(64);
+  for (Handle* h : {&held, &unheld, &freed}) readAll(to_parent[0], h->data(), 64);
+  IpcRegistry importer, other;
+  std::vector<uint8_t> record;
+  IpcRegistry::RecordFile hold_held, hold_freed;
+  ASSERT_EQ(importer.lookupHeld(IpcRegistry::Kind::kMemory, held, record, hold_held), cu::kSuccess);
+  EXPECT_EQ(record, (std::vector<uint8_t>{1, 2, 3})) << "a record reads as it was filed";
+  ASSERT_EQ(importer.lookupHeld(IpcRegistry::Kind::kMemory, freed, record, hold_freed), cu::kSuccess);
+  Handle others(64);  // a record of another process, which is no child that ended
+  ASSERT_EQ(other.publish(IpcRegistry::Kind::kMemory, {6}, others, 77), cu::kSuccess);
+  writeAll(to_child[1], "g", 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(exists(recordPath(held, false))) << "a worker that is killed leaves its records filed";
+  EXPECT_TRUE(exists(recordPath(freed, true)));
+
+  std::vector<budget::HeldRecord> taken = budget::withdrawAllOf(child);
+  ASSERT_EQ(taken.size(), 2u) << "what importers hold, withdrawn by the worker or not";
+  std::sort(taken.begin(), taken.end(), [](const auto& a, const auto& b) { return a.charge < b.charge; });
+  EXPECT_EQ(taken[0].charge, 1024u);
+  EXPECT_EQ(taken[1].charge, 4096u);
+  EXPECT_FALSE(exists(recordPath(unheld, false)) || exists(recordPath(unheld, true))) << "a record nobody holds is gone";
+  EXPECT_FALSE(exists(recordPath(held, false)));
+  IpcRegistry::RecordFile late;
+  EXPECT_EQ(importer.lookupHeld(IpcRegistry::Kind::kMemory, held, record, late), cu::kInvalidValue) << "withdrawn";
+  EXPECT_EQ(importer.lookup(IpcRegistry::Kind::kMemory, others, record), cu::kSuccess) << "another's stays filed";
+  EXPECT_TRUE(budget::withdrawAllOf(getpid()).empty()) << "only the process that started a worker takes its records";
+
+  EXPECT_FALSE(taken[1].file.unheld());
+  hold_held = {};
+  EXPECT_TRUE(taken[1].file.unheld()) << "the importer let go";
+  EXPECT_FALSE(taken[0].file.unheld()) << "the other is still held";
+  taken.clear();
+  EXPECT_FALSE(exists(recordPath(held, true)) || exists(recordPath(freed, true))) << "closed, the withdrawn files go";
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) close(fd);
+}
+
+TEST(ExportRecords, AFileOpenedBeforeItsRecordWasWithdrawnIsNotTakenForTheRecord) {
+  // An importer opens the record's file, its exporter withdraws the record while another importer holds it,
+  // then the first importer takes its shared lock: the file, renamed and still there, is no filed record.
+  IpcRegistry exporter, importer;
+  Handle h(64);
+  ASSERT_EQ(exporter.publish(IpcRegistry::Kind::kMemory, {9}, h, 4096), cu::kSuccess);
+  std::vector<uint8_t> record;
+  IpcRegistry::RecordFile hold;
+  ASSERT_EQ(importer.lookupHeld(IpcRegistry::Kind::kMemory, h, record, hold), cu::kSuccess);
+  int early = open(recordPath(h, false).c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(early, 0);
+  EXPECT_TRUE(budget::stillFiled(early, recordPath(h, false)));
+  IpcRegistry::RecordFile kept = exporter.withdraw(h);
+  EXPECT_TRUE(kept) << "held";
+  EXPECT_TRUE(exists(recordPath(h, true)));
+  EXPECT_EQ(flock(early, LOCK_SH | LOCK_NB), 0) << "the lock alone cannot tell";
+  EXPECT_FALSE(budget::stillFiled(early, recordPath(h, false)));
+  close(early);
+  hold = {};
+  EXPECT_TRUE(kept.unheld());
+}
+
+}  // namespace
+}  // namespace gpool::worker
