@@ -422,6 +422,9 @@ Policy parsePolicy(const std::string& toml_text) {
       }
       if (auto i = t->get("isolation"))
         pool.isolation = oneOf(*i, where + ".isolation", {Isolation::kExclusive, Isolation::kProcess, Isolation::kSpatial}, isolationName);
+      if (pool.isolation == Isolation::kSpatial)
+        p.notes.push_back(where + ".isolation = \"spatial\": SM partitions are not built yet; this pool's leases below a "
+                          "whole GPU are paced as with \"process\" (docs/admin.md, \"Compute\")");
       if (pool.isolation == Isolation::kExclusive && (pool.fractions.size() != 1 || pool.fractions[0] != 1.0))
         fail(where + ": an exclusive pool offers whole GPUs only (fractions = [1.0])");
       if (auto pl = t->get("placement"))

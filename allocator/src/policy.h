@@ -118,6 +118,8 @@ struct Policy {
   std::chrono::milliseconds preemption_grace{30000};  // notice a preempted lease gets before its share is revoked
   std::chrono::milliseconds ended_lease_retention{std::chrono::hours(24 * 7)};  // ended leases then leave the database
   std::string source;                              // the TOML text it was read from ("" = defaults)
+  // What the admin should know of a policy that is valid: a setting gpool takes but does not yet enforce.
+  std::vector<std::string> notes;
 
   // The pool a server belongs to: the first naming it, else the first with "*", else none.
   const Pool* poolOfServer(const std::string& server) const;

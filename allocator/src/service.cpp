@@ -100,6 +100,7 @@ void Service::load() {
   auto leases = store_->leases(false);
   spdlog::info("state: {} servers, {} live leases from {}; policy from {} ({} pools)", servers.size(), leases.size(),
                opt_.db_path, source, policy.pools.size());
+  for (const std::string& note : policy.notes) spdlog::warn("policy: {}", note);
   sched_->restore(std::move(servers), std::move(leases), now());
   std::string text = policy.source;
   persist(&text);
@@ -736,10 +737,12 @@ void Service::adminRoutes(httplib::Server& s) {
     }
     std::lock_guard lock(mu_);
     std::string text = p.source;
+    json notes = p.notes;
     sched_->setPolicy(std::move(p), now());
     persist(&text);
     spdlog::info("policy replaced through the API by {} ({} pools)", gpool::printable(who->who.user), sched_->policy().pools.size());
-    reply(res, 200, {{"pools", sched_->policy().pools.size()}});
+    for (const auto& note : notes) spdlog::warn("policy: {}", note.get<std::string>());
+    reply(res, 200, {{"pools", sched_->policy().pools.size()}, {"notes", notes}});
   });
 
   // Queues changed at run time (gpool admin queue): PUT sets the keys of a TOML table on queue NAME (made

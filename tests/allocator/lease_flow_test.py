@@ -447,9 +447,11 @@ class LeaseFlow(unittest.TestCase):
         c = self.make(ttl="30s")
         policy = os.path.join(c.dir, "new.toml")
         with open(policy, "w") as f:
-            f.write(POLICY.format(ttl="30s").replace("[1.0, 0.5, 0.25]", "[1.0, 0.5, 0.125]"))
+            f.write(POLICY.format(ttl="30s").replace("[1.0, 0.5, 0.25]", "[1.0, 0.5, 0.125]\nisolation = \"spatial\""))
         out, err = c.gpool("admin", "policy", "apply", policy).communicate(timeout=10)
         self.assertIn("policy replaced", out, err)
+        spatial = 'pools.default.isolation = "spatial": SM partitions are not built yet'
+        self.assertIn("note: " + spatial, out, "a setting taken but not enforced is said")
         _, granted = c.http("POST", "/v1/leases", {"user": "u", "p": 0.125})
         _, queued = c.http("POST", "/v1/leases", {"user": "u", "p": 1.0, "wait": 600})
         self.assertEqual((granted["state"], queued["state"]), ("granted", "queued"))
@@ -460,6 +462,7 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual(c.lease(granted["id"])["shares"][0]["token"], granted["shares"][0]["token"])
         self.assertEqual(c.lease(queued["id"])["state"], "queued")
         self.assertIn("0.125", c.http("GET", "/v1/policy")[1])
+        self.assertEqual(c.log("allocator").count("policy: " + spatial), 2, "logged as the allocator applies it, and loads it again")
         c.http("DELETE", "/v1/leases/" + granted["id"])
         # usage was restored, and released (once the server said which leases it still serves)
         self.assertTrue(wait_for(lambda: c.lease(queued["id"])["state"] == "granted"), c.lease(queued["id"]))

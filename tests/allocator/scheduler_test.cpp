@@ -317,6 +317,10 @@ TEST(Policy, BadFilesGiveClearErrors) {
   EXPECT_EQ(p.poolOfServer("gpu1")->name, "train");
   EXPECT_EQ(p.poolOfServer("gpu9")->name, "dev");
   EXPECT_EQ(*p.group_quotas.at("ml").memory, 80 * kGiB);
+  EXPECT_TRUE(p.notes.empty()) << p.notes.front();
+  Policy spatial = parsePolicy("[pools.a]\nisolation = \"spatial\"\nfractions = [0.5]\n");
+  ASSERT_EQ(spatial.notes.size(), 1u) << "a setting that is taken but not enforced is said";
+  EXPECT_NE(spatial.notes[0].find("pools.a.isolation = \"spatial\": SM partitions are not built yet"), std::string::npos);
   EXPECT_EQ(parseSize("1.5GB"), 1500000000u);
   EXPECT_THROW(parseSize("-3GiB"), PolicyError);
   EXPECT_THROW(parseDuration("."), PolicyError);  // found by fuzz_policy: std::stod's own exception escaped

@@ -521,6 +521,7 @@ int main(int argc, char** argv) {
     }
     json r = must(a, "PUT", "/v1/policy", Proof::kIdentity, text);
     std::printf("policy replaced (%d pools)\n", r.value("pools", 0));
+    for (const auto& note : r.value("notes", json::array())) std::printf("note: %s\n", note.get<std::string>().c_str());
     return 0;
   }
   if (*drain) {
