@@ -95,10 +95,11 @@ bool stillFiled(int fd, const std::string& path) {
          open_file.st_ino == filed.st_ino;
 }
 
-// Renamed first: an importer that opened the file but has not yet locked it then finds it withdrawn.
-RecordFile withdrawRecord(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
+namespace {
+
+// Withdraws the record open as `fd` and filed at `path` (withdrawRecord). Renamed first: an importer that
+// opened the file but has not yet locked it then finds it withdrawn.
+RecordFile withdrawOpen(int fd, const std::string& path) {
   std::string withdrawn = path + kWithdrawn;
   if (rename(path.c_str(), withdrawn.c_str()) != 0) {
     unlink(path.c_str());
@@ -108,29 +109,41 @@ RecordFile withdrawRecord(const std::string& path) {
   return file.unheld() ? RecordFile{} : std::move(file);
 }
 
+}  // namespace
+
+RecordFile withdrawRecord(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  return fd < 0 ? RecordFile{} : withdrawOpen(fd, path);
+}
+
 std::vector<HeldRecord> withdrawAllOf(pid_t worker) {
   std::vector<HeldRecord> held;
   const std::string dir = recordDirectory();
   DIR* d = opendir(dir.c_str());
   if (!d) return held;
-  std::vector<std::pair<std::string, uint64_t>> found;  // (name, charge), read before any is renamed
+  struct Found {
+    std::string path;
+    int fd;
+    uint64_t charge;
+  };
+  std::vector<Found> found;  // all of them before any is renamed (the directory is read meanwhile)
   while (const dirent* e = readdir(d)) {
     std::string name = e->d_name;
     if (name == "." || name == "..") continue;
-    int fd = ::open((dir + "/" + name).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    std::string path = dir + "/" + name;
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
     if (fd < 0) continue;  // (the workers' sockets live here too)
     struct stat st {};
     Header h;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && readHeader(fd, h) && h.server == getpid() && h.worker == worker)
-      found.emplace_back(name, h.charge);
-    ::close(fd);
+      found.push_back(Found{std::move(path), fd, h.charge});
+    else
+      ::close(fd);
   }
   closedir(d);
-  for (const auto& [name, charge] : found) {
-    std::string path = dir + "/" + name;
-    RecordFile file = endsWith(name, kWithdrawn) ? RecordFile(::open(path.c_str(), O_RDONLY | O_CLOEXEC), path)
-                                                 : withdrawRecord(path);
-    if (file && !file.unheld() && charge > 0) held.push_back(HeldRecord{std::move(file), charge});
+  for (Found& f : found) {
+    RecordFile file = endsWith(f.path, kWithdrawn) ? RecordFile(f.fd, f.path) : withdrawOpen(f.fd, f.path);
+    if (file && !file.unheld() && f.charge > 0) held.push_back(HeldRecord{std::move(file), f.charge});
   }
   return held;
 }
