@@ -149,6 +149,12 @@ int main(int argc, char** argv) {
                  "slow clients included); more wait to be served")
       ->capture_default_str()
       ->check(CLI::Range(size_t{16}, size_t{65536}));
+  size_t per_address = 0;
+  app.add_option("--max-connections-per-address", per_address,
+                 "of --max-connections, those one client address may hold at once; more from it are closed as they "
+                 "come, and its clients retry (default: a quarter of --max-connections; a login node holds one "
+                 "connection per running gpool run)")
+      ->check(CLI::Range(size_t{1}, size_t{65536}));
   auto* cert = app.add_option("--tls-cert", tls_cert, "PEM certificate (chain): serve the API over HTTPS (with --tls-key)")
                    ->check(CLI::ExistingFile);
   app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert")->check(CLI::ExistingFile)->needs(cert);
@@ -229,6 +235,7 @@ int main(int argc, char** argv) {
     if (key_file.empty()) key_file = db + ".key";
     if (token_key.empty()) token_key = db + ".token.pem";
     gpool::allocator::ServiceOptions opt{store.empty() ? db : store, config, gpool::token::loadKey(key_file, true), token_key, munge_socket, socket, tls_cert, tls_key, max_connections};
+    opt.max_connections_per_address = per_address ? per_address : max_connections / 4;
     opt.advertise = advertise;
     opt.leader_ttl_s = leader_ttl_s;
     if (!etcd_password_file.empty()) etcd_access.password = readPasswordFile(etcd_password_file);

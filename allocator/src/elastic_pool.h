@@ -1,7 +1,8 @@
-// The HTTP server's threads. httplib serves each connection on one thread for its whole life, so a long
-// poll or a slow client holds a thread: this pool makes a thread whenever every thread is busy, up to a
-// maximum, and ends threads idle for a while. Thousands of slow connections or long polls then leave
-// threads for status probes and heartbeats (a fixed pool of 64 stopped answering at about 70).
+// The HTTP server's threads. Each connection is served on one thread for its whole life
+// (tcp_listener.h), so a long poll or a slow client holds a thread: this pool makes a thread whenever
+// every thread is busy, up to a maximum, and ends threads idle for a while. Thousands of slow connections
+// or long polls then leave threads for status probes and heartbeats (a fixed pool of 64 stopped answering
+// at about 70).
 #pragma once
 
 #include <httplib.h>

@@ -16,59 +16,12 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "connection_stream.h"
+
 namespace gpool::allocator {
 namespace {
 
 constexpr const char* kPeerPrefix = "unix:uid=";  // a TCP peer's address (an IP) never starts so
-constexpr int kStepTimeoutMs = 5000;              // each read or write of a local connection
-constexpr auto kRequestDeadline = std::chrono::seconds(10);  // to send a whole request (slow senders)
-
-// One local connection as httplib's Stream; reads end at the request deadline.
-class UnixStream : public httplib::Stream {
- public:
-  UnixStream(int fd, uid_t uid) : fd_(fd), uid_(uid), deadline_(std::chrono::steady_clock::now() + kRequestDeadline) {}
-  bool is_readable() const override { return wait(POLLIN, readTimeoutMs()); }
-  bool is_writable() const override { return wait(POLLOUT, kStepTimeoutMs); }
-  ssize_t read(char* ptr, size_t size) override {
-    if (!is_readable()) return -1;
-    ssize_t n;
-    do n = ::recv(fd_, ptr, size, 0);
-    while (n < 0 && errno == EINTR);
-    return n;
-  }
-  ssize_t write(const char* ptr, size_t size) override {
-    if (!is_writable()) return -1;
-    ssize_t n;
-    do n = ::send(fd_, ptr, size, MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
-    return n;
-  }
-  void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    ip = kPeerPrefix + std::to_string(uid_);
-    port = 0;
-  }
-  void get_local_ip_and_port(std::string& ip, int& port) const override {
-    ip = "unix";
-    port = 0;
-  }
-  socket_t socket() const override { return fd_; }
-
- private:
-  int readTimeoutMs() const {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now()).count();
-    return static_cast<int>(std::clamp<int64_t>(left, 0, kStepTimeoutMs));
-  }
-  bool wait(short events, int timeout_ms) const {
-    pollfd p{fd_, events, 0};
-    int r;
-    do r = ::poll(&p, 1, timeout_ms);
-    while (r < 0 && errno == EINTR);
-    return r > 0 && (p.revents & (events | POLLHUP));
-  }
-  int fd_;
-  uid_t uid_;
-  std::chrono::steady_clock::time_point deadline_;
-};
 
 }  // namespace
 
@@ -127,9 +80,14 @@ void LocalSocketServer::serve(int fd) {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-    UnixStream stream(fd, cred.uid);
-    bool closed = false;
-    process_request(stream, true, closed, nullptr);
+    const std::string peer = kPeerPrefix + std::to_string(cred.uid);
+    if (peers_.admit(peer)) {
+      ConnectionStream stream(fd, nullptr, peer, "unix");
+      bool closed = false;
+      process_request(stream, true, closed, nullptr);
+      if (stream.late()) ++peers_.cut_off;
+      peers_.release(peer);
+    }
   }
   ::close(fd);
   std::lock_guard lock(mu_);

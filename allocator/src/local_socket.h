@@ -13,6 +13,8 @@
 #include <string>
 #include <thread>
 
+#include "peer_connections.h"
+
 namespace gpool::allocator {
 
 class LocalSocketServer : public httplib::Server {
@@ -26,7 +28,8 @@ class LocalSocketServer : public httplib::Server {
   // The uid that sent a request over the local socket; nullopt for a request over TCP.
   static std::optional<uid_t> peerUid(const httplib::Request& req);
 
-  static constexpr int kMaxLocalConnections = 256;
+  static constexpr int kMaxLocalConnections = 256, kMaxPerUser = kMaxLocalConnections / 4;
+  PeerConnections& peers() { return peers_; }  // what one user holds, and what was refused or cut off
 
  private:
   void acceptLoop();
@@ -39,6 +42,7 @@ class LocalSocketServer : public httplib::Server {
   std::mutex mu_;
   std::condition_variable idle_;
   int active_ = 0;  // connections being served (under mu_)
+  PeerConnections peers_{kMaxPerUser, "a local user's share of the local socket's connections"};
 };
 
 }  // namespace gpool::allocator

@@ -4,6 +4,7 @@
 #include "gpool/printable.h"
 #include "elastic_pool.h"
 #include "signed_request.h"
+#include "tcp_listener.h"
 #include "usage.h"
 
 #include <httplib.h>
@@ -59,6 +60,7 @@ int64_t Service::now() const {
 
 Service::Service(ServiceOptions options)
     : opt_(std::move(options)), token_key_(token::Ed25519Key::loadPrivate(opt_.token_key, true)), auth_(opt_.key, opt_.munge_socket) {
+  peers_ = std::make_shared<PeerConnections>(opt_.max_connections_per_address, "--max-connections-per-address");
   store_ = openStore(opt_.db_path, opt_.etcd_access);
   commits_ = std::make_unique<GroupCommit>(*store_, [this] { deposed(); });
   // Tokens one replica signed must verify after a failover; admins' signatures must hold at every replica.
@@ -183,26 +185,6 @@ bool Service::standingBy(const std::string& path, httplib::Response& res) {
 
 namespace {
 
-// httplib listens with a backlog of 5 (compiled into Debian's library): a burst of connections then
-// waits a second for the kernel's SYN retry. This widens it once the socket is bound. And httplib sets
-// SO_REUSEPORT, with which a second allocator started on the same port binds it too and the kernel splits
-// the clients between the two: only SO_REUSEADDR here (a restart still binds at once), so it fails instead.
-template <class Base>
-class WideBacklog : public Base {
- public:
-  using Base::Base;
-  int bindWide(const std::string& host, int port) {
-    this->set_socket_options([](socket_t sock) {
-      int yes = 1;
-      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    });
-    int bound = port == 0 ? this->bind_to_any_port(host) : (this->bind_to_port(host, port) ? port : -1);
-    if (bound >= 0) ::listen(this->svr_sock_, 4096);
-    return bound;
-  }
-  int fd() const { return this->svr_sock_; }
-};
-
 // Where clients reach an allocator listening on HOST:PORT: what standbys tell them while it leads.
 std::string advertisedUrl(std::string host, int port, bool tls) {
   if (host == "0.0.0.0" || host == "::" || host.empty()) {
@@ -220,7 +202,7 @@ std::string advertisedUrl(std::string host, int port, bool tls) {
 int Service::start(const std::string& host, int port) {
   int bound = -1;
   if (!opt_.tls_cert.empty()) {
-    auto tls = std::make_unique<WideBacklog<httplib::SSLServer>>(opt_.tls_cert.c_str(), opt_.tls_key.c_str());
+    auto tls = std::make_unique<TcpListener<httplib::SSLServer>>(peers_, opt_.tls_cert.c_str(), opt_.tls_key.c_str());
     if (!tls->is_valid())
       throw std::runtime_error("cannot serve TLS with certificate " + opt_.tls_cert + " and key " + opt_.tls_key +
                                " (unreadable, not PEM, or the key does not match the certificate)");
@@ -229,7 +211,7 @@ int Service::start(const std::string& host, int port) {
     listen_fd_ = tls->fd();
     tcp_ = std::move(tls);
   } else {
-    auto plain = std::make_unique<WideBacklog<httplib::Server>>();
+    auto plain = std::make_unique<TcpListener<httplib::Server>>(peers_);
     serve(*plain);
     bound = plain->bindWide(host, port);
     listen_fd_ = plain->fd();
@@ -978,7 +960,12 @@ void Service::readRoutes(httplib::Server& s) {
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     std::ostringstream o;
     o << "# HELP gpool_allocator_leader Whether this allocator decides (1), or stands by for another replica (0).\n"
-      << "# TYPE gpool_allocator_leader gauge\ngpool_allocator_leader " << (leading_ ? 1 : 0) << "\n";
+      << "# TYPE gpool_allocator_leader gauge\ngpool_allocator_leader " << (leading_ ? 1 : 0) << "\n"
+      << "# HELP gpool_allocator_connections_refused_total Connections closed unserved, by reason: their address "
+         "(or local user) held its share already (address: --max-connections-per-address), or a TLS handshake or "
+         "request did not arrive whole in time (slow).\n# TYPE gpool_allocator_connections_refused_total counter\n"
+      << "gpool_allocator_connections_refused_total{reason=\"address\"} " << peers_->refused + (local_ ? local_->peers().refused.load() : 0) << "\n"
+      << "gpool_allocator_connections_refused_total{reason=\"slow\"} " << peers_->cut_off + (local_ ? local_->peers().cut_off.load() : 0) << "\n";
     if (!leading_) return res.set_content(o.str(), "text/plain; version=0.0.4");
     std::lock_guard lock(mu_);
     size_t gpus = 0, up = 0, shares = 0;

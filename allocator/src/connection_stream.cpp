@@ -1,0 +1,135 @@
+#include "connection_stream.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+namespace gpool::allocator {
+namespace {
+
+constexpr int kSliceMs = 200;  // waits between requests look this often whether the server stops
+
+std::string numeric(const sockaddr_storage& a, socklen_t len, int* port) {
+  char host[NI_MAXHOST] = {}, serv[NI_MAXSERV] = {};
+  if (::getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return "";
+  if (port) *port = std::atoi(serv);
+  return host;
+}
+
+std::string localAddress(int fd, int* port) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  return ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 ? numeric(a, len, port) : "";
+}
+
+}  // namespace
+
+std::string ConnectionStream::peerAddress(int fd, int* port) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  return ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 ? numeric(a, len, port) : "";
+}
+
+bool ConnectionStream::ready(int fd, short events, int ms) {
+  pollfd p{fd, events, 0};
+  int r;
+  do r = ::poll(&p, 1, ms);
+  while (r < 0 && errno == EINTR);
+  return r > 0;
+}
+
+int ConnectionStream::msUntil(Clock::time_point t, int most) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, most));
+}
+
+ConnectionStream::ConnectionStream(int fd, SSL* ssl, std::string remote, std::string local)
+    : fd_(fd), ssl_(ssl), remote_(std::move(remote)), local_(std::move(local)) {
+  if (remote_.empty()) remote_ = peerAddress(fd, &remote_port_);
+  if (local_.empty()) local_ = localAddress(fd, &local_port_);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  startRequest();
+}
+
+void ConnectionStream::startRequest(Clock::time_point by) {
+  read_by_ = by;
+  write_by_.reset();
+}
+
+bool ConnectionStream::awaitRequest(time_t seconds, const std::function<bool()>& stopping) {
+  auto by = Clock::now() + std::chrono::seconds(seconds);
+  while (!stopping()) {
+    if (buffered() || ready(fd_, POLLIN, msUntil(by, kSliceMs))) return true;
+    if (Clock::now() >= by) return false;
+  }
+  return false;
+}
+
+bool ConnectionStream::buffered() const { return head_ < tail_ || (ssl_ && SSL_pending(ssl_) > 0); }
+
+bool ConnectionStream::is_readable() const { return buffered() || ready(fd_, POLLIN, msUntil(read_by_, kStepMs)); }
+
+bool ConnectionStream::is_writable() const { return ready(fd_, POLLOUT, kStepMs); }
+
+short ConnectionStream::wanted(int ssl_result) const {
+  int e = SSL_get_error(ssl_, ssl_result);
+  return e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+}
+
+ssize_t ConnectionStream::read(char* ptr, size_t size) {
+  if (head_ == tail_ && !fill()) return filled_;
+  size_t n = std::min(size, tail_ - head_);
+  std::memcpy(ptr, buf_ + head_, n);
+  head_ += n;
+  return static_cast<ssize_t>(n);
+}
+
+// Reads what has come into the buffer; false when the peer closed (filled_ 0), or on an error or when
+// nothing came in time (filled_ -1).
+bool ConnectionStream::fill() {
+  head_ = tail_ = 0;
+  for (;;) {
+    if (Clock::now() >= read_by_) return late_ = true, filled_ = -1, false;
+    short want = POLLIN;
+    if (ssl_) {
+      int r = SSL_read(ssl_, buf_, sizeof buf_);
+      if (r > 0) return tail_ = static_cast<size_t>(r), true;
+      if (SSL_get_error(ssl_, r) == SSL_ERROR_ZERO_RETURN) return filled_ = 0, false;
+      if (!(want = wanted(r))) return filled_ = -1, false;
+    } else {
+      ssize_t n = ::recv(fd_, buf_, sizeof buf_, 0);
+      if (n > 0) return tail_ = static_cast<size_t>(n), true;
+      if (n == 0) return filled_ = 0, false;
+      if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) return filled_ = -1, false;
+    }
+    if (!ready(fd_, want, msUntil(read_by_, kStepMs))) return late_ = true, filled_ = -1, false;
+  }
+}
+
+ssize_t ConnectionStream::write(const char* ptr, size_t size) {
+  if (!write_by_) write_by_ = Clock::now() + kWriteDeadline;
+  for (;;) {
+    short want = POLLOUT;
+    if (ssl_) {
+      int r = SSL_write(ssl_, ptr, static_cast<int>(std::min<size_t>(size, INT_MAX)));
+      if (r > 0) return r;
+      if (!(want = wanted(r))) return -1;
+    } else {
+      ssize_t n = ::send(fd_, ptr, size, MSG_NOSIGNAL);
+      if (n >= 0) return n;
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+    }
+    if (!ready(fd_, want, msUntil(*write_by_, kStepMs))) return -1;
+  }
+}
+
+}  // namespace gpool::allocator

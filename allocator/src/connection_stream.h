@@ -1,0 +1,66 @@
+// One accepted connection of gpool-allocator (TCP, TLS over TCP, or the local Unix socket) as httplib's
+// Stream, with the time limits a peer is held to: each request must arrive whole within kRequestDeadline
+// of startRequest() (httplib bounds each read only, so a byte every few seconds held a thread for ever),
+// and each answer must be taken within kWriteDeadline. The socket is non-blocking; reads are buffered
+// (httplib reads a request's lines a byte at a time).
+#pragma once
+
+#include <httplib.h>
+#include <openssl/ssl.h>
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace gpool::allocator {
+
+constexpr auto kRequestDeadline = std::chrono::seconds(10);  // a TLS handshake, or a request, to arrive whole
+constexpr auto kWriteDeadline = std::chrono::seconds(30);    // an answer, to be taken by a slow reader
+
+class ConnectionStream : public httplib::Stream {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // `ssl`: a TLS session over `fd` whose handshake is done, or nullptr. `remote`/`local`: what requests
+  // say their peer and local addresses are; "" reads them from the socket.
+  ConnectionStream(int fd, SSL* ssl, std::string remote = "", std::string local = "");
+
+  // The next request: it must arrive whole by `by`.
+  void startRequest(Clock::time_point by = Clock::now() + kRequestDeadline);
+  // Waits up to `seconds` for the next request's first byte; false when none came, or `stopping()` said so.
+  bool awaitRequest(time_t seconds, const std::function<bool()>& stopping);
+  bool late() const { return late_; }  // a read waited out its deadline, or a wait for data its step
+
+  bool is_readable() const override;
+  bool is_writable() const override;
+  ssize_t read(char* ptr, size_t size) override;
+  ssize_t write(const char* ptr, size_t size) override;
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { ip = remote_, port = remote_port_; }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { ip = local_, port = local_port_; }
+  socket_t socket() const override { return fd_; }
+
+  // The numeric address of `fd`'s peer; "" when it has none (it went away).
+  static std::string peerAddress(int fd, int* port = nullptr);
+  // Whether `fd` became ready for `events` within `ms` (a hang-up counts: the read or write then says so).
+  static bool ready(int fd, short events, int ms);
+  static int msUntil(Clock::time_point t, int most);
+  static constexpr int kStepMs = 5000;  // each wait of a read or write (httplib's own)
+
+ private:
+  bool buffered() const;
+  short wanted(int ssl_result) const;  // what OpenSSL waits for: POLLIN, POLLOUT, or 0 (an error, the end)
+  bool fill();
+
+  int fd_;
+  SSL* ssl_;
+  std::string remote_, local_;
+  int remote_port_ = 0, local_port_ = 0;
+  Clock::time_point read_by_;
+  std::optional<Clock::time_point> write_by_;
+  char buf_[4096];
+  size_t head_ = 0, tail_ = 0;
+  ssize_t filled_ = -1;  // what read() returns once fill() failed: 0 the peer closed, -1 an error or too late
+  bool late_ = false;
+};
+
+}  // namespace gpool::allocator

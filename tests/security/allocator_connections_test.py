@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""What one client may hold of gpool-allocator's TCP connections (allocator/src/tcp_listener.h): one address
+holds at most --max-connections-per-address of them, and a request or a TLS handshake must arrive whole within
+its deadline, so a host with a crowd of slow connections cannot keep everyone else waiting. Real sockets,
+from several loopback addresses (127.0.0.0/8 is all this host's).
+usage: allocator_connections_test.py BUILD_DIR [unittest args]"""
+import http.client
+import os
+import re
+import selectors
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "allocator"))
+from cluster import GPOOL, NOBODY, Cluster, as_user, setUpModule, tearDownModule  # noqa: E402,F401
+from crowd import Crowd  # noqa: E402
+
+ATTACKER = "127.0.2.1"
+SLOW_START = b"GET /v1/status HTTP/1.1\r\nHost: a\r\nX-Slow: "
+
+
+def refused(c, reason):
+    with urllib.request.urlopen(c.url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(r'gpool_allocator_connections_refused_total\{reason="%s"\} (\d+)' % reason, text)
+    return int(m.group(1)) if m else None
+
+
+def closed_within(s, seconds, drip=None):
+    """Whether the peer closed `s` within `seconds`, sending `drip` (a byte at a time, one every 0.5 s)
+    meanwhile; the time it took."""
+    t0 = time.time()
+    s.setblocking(False)
+    sel = selectors.DefaultSelector()
+    sel.register(s, selectors.EVENT_READ)
+    sent = 0
+    while time.time() - t0 < seconds:
+        for _ in sel.select(timeout=0.5):
+            try:
+                if not s.recv(65536):
+                    return True, time.time() - t0
+            except BlockingIOError:
+                pass
+            except OSError:
+                return True, time.time() - t0
+        if drip is not None and sent < len(drip):
+            try:
+                s.send(drip[sent:sent + 1])
+                sent += 1
+            except BlockingIOError:
+                pass
+            except OSError:
+                return True, time.time() - t0
+    return False, time.time() - t0
+
+
+class OneAddressCannotTakeEveryConnection(unittest.TestCase):
+    def test_others_are_answered_while_one_address_holds_a_crowd_of_slow_connections(self):
+        # 32 threads in all, 8 per address: the crowd of 48 would hold all 32 without the limit.
+        c = Cluster(servers=0, allocator_args=["--max-connections", "32", "--max-connections-per-address", "8"])
+        crowd = None
+        try:
+            crowd = Crowd(c.port, slow=48, addresses=[ATTACKER])
+            time.sleep(2)  # the crowd connected: 8 held, the rest closed (and opened again, and closed)
+            answered = 0
+            for _ in range(20):
+                with urllib.request.urlopen(c.url + "/v1/status", timeout=5) as r:
+                    answered += r.status == 200
+                time.sleep(0.1)
+            self.assertEqual(answered, 20)
+            self.assertGreater(refused(c, "address"), 0)
+            self.assertIn("--max-connections-per-address", c.log("allocator"))
+        finally:
+            if crowd:
+                crowd.close()
+            c.close()
+
+
+class OneUserCannotTakeEveryLocalConnection(unittest.TestCase):
+    def test_another_user_is_answered_while_one_holds_a_crowd_of_slow_local_connections(self):
+        c = Cluster(servers=0)
+        crowd = None
+
+        def local():
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(c.socket)
+            return s
+        try:
+            crowd = Crowd(None, slow=300, connect=local)  # more than the 256 local connections served at once
+            time.sleep(2)
+            for _ in range(5):
+                r = subprocess.run([GPOOL, "whoami"], env=dict(os.environ, GPOOL_ALLOCATOR="unix:" + c.socket),
+                                   preexec_fn=as_user(NOBODY, NOBODY), capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn("user nobody", r.stdout)
+            self.assertGreater(refused(c, "address"), 0)
+            self.assertIn("a local user's share", c.log("allocator"))
+        finally:
+            if crowd:
+                crowd.close()
+            c.close()
+
+
+class RequestDeadline(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster(servers=0)
+        cls.tls = Cluster(servers=0, tls=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+        cls.tls.close()
+
+    def test_a_request_sent_a_byte_a_second_is_cut_off_at_its_deadline(self):
+        before = refused(self.c, "slow")
+        s = socket.create_connection(("127.0.0.1", self.c.port))
+        s.sendall(SLOW_START)
+        closed, took = closed_within(s, 30, drip=b"x" * 1000)
+        s.close()
+        self.assertTrue(closed, "a request that never ends held its connection for 30 s")
+        self.assertGreaterEqual(took, 5, "cut off before its deadline")
+        self.assertEqual(refused(self.c, "slow"), before + 1)
+
+    def test_a_tls_handshake_sent_a_byte_at_a_time_is_cut_off_at_its_deadline(self):
+        ctx = ssl.create_default_context(cafile=self.tls.cert)
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = ctx.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+        with self.assertRaises(ssl.SSLWantReadError):
+            tls.do_handshake()
+        hello = outgoing.read()
+        s = socket.create_connection(("127.0.0.1", self.tls.port))
+        closed, _ = closed_within(s, 30, drip=hello[:-1])  # never the whole ClientHello
+        s.close()
+        self.assertTrue(closed, "a handshake that never ends held its connection for 30 s")
+
+    def test_keep_alive_connections_serve_several_requests(self):
+        for c, conn in ((self.c, http.client.HTTPConnection("127.0.0.1", self.c.port, timeout=10)),
+                        (self.tls, http.client.HTTPSConnection("127.0.0.1", self.tls.port, timeout=10,
+                                                               context=ssl.create_default_context(cafile=self.tls.cert)))):
+            with self.subTest(tls=c.tls):
+                for path in ("/v1/status", "/v1/policy", "/v1/status"):
+                    conn.request("GET", path)
+                    r = conn.getresponse()
+                    body = r.read()
+                    self.assertEqual(r.status, 200, body)
+                self.assertIsNotNone(conn.sock, "the connection was closed between requests")
+                conn.close()
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0]] + sys.argv[2:], verbosity=2)

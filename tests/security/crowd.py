@@ -1,0 +1,85 @@
+"""A crowd of clients on one thread, to hold gpool-allocator's connections (tests/security/*_test.py):
+`slow` connections sending a request a byte every second (again, on a new connection, once the allocator
+cuts one off) and `polls` connections long-polling a lease again as soon as each answer comes."""
+import selectors
+import socket
+import threading
+import time
+
+SLOW_START = b"POST /v1/leases HTTP/1.1\r\nHost: a\r\nX-Slow: "
+
+
+class Crowd:
+    def __init__(self, port, slow=0, polls=0, lease_id=None, addresses=("127.0.0.1",), connect=None):
+        """Connections are made by `connect`, or to 127.0.0.1:`port` from `addresses` in turn."""
+        self.port, self.lease_id, self.addresses = port, lease_id, list(addresses)
+        self.connect = connect or self.from_next_address
+        self.sel = selectors.DefaultSelector()
+        self.stop = threading.Event()
+        self.answers = self.cut_off = self.made = 0
+        self.slow = set()
+        for _ in range(slow):
+            self.start_slow()
+        for _ in range(polls):
+            self.poll()
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def from_next_address(self):
+        source = self.addresses[self.made % len(self.addresses)]
+        self.made += 1
+        return socket.create_connection(("127.0.0.1", self.port), source_address=(source, 0))
+
+    def send_first(self, first):
+        s = self.connect()
+        s.sendall(first)
+        s.setblocking(False)
+        self.sel.register(s, selectors.EVENT_READ)
+        return s
+
+    def start_slow(self):
+        self.slow.add(self.send_first(SLOW_START))
+
+    def poll(self):
+        self.send_first(f"GET /v1/leases/{self.lease_id}?wait_ms=5000 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".encode())
+
+    def closed(self, s):
+        self.sel.unregister(s)
+        s.close()
+        again = self.start_slow if s in self.slow else self.poll
+        if s in self.slow:
+            self.slow.discard(s)
+            self.cut_off += 1
+        else:  # answered and closed: poll again
+            self.answers += 1
+        if not self.stop.is_set():
+            try:
+                again()
+            except OSError:
+                pass
+
+    def run(self):
+        next_byte = time.time() + 1
+        while not self.stop.is_set():
+            for key, _ in self.sel.select(timeout=0.1):
+                try:
+                    data = key.fileobj.recv(65536)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    self.closed(key.fileobj)
+            if time.time() >= next_byte:
+                next_byte += 1
+                for s in list(self.slow):
+                    try:
+                        s.send(b"x")
+                    except OSError:
+                        pass
+
+    def close(self):
+        self.stop.set()
+        self.thread.join()
+        for key in list(self.sel.get_map().values()):
+            key.fileobj.close()
