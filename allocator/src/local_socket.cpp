@@ -57,6 +57,8 @@ void LocalSocketServer::listenLocal(const std::string& path) {
   accept_thread_ = std::thread([this] { acceptLoop(); });
 }
 
+// A connection is refused here, before it costs a thread, when its user holds its share already or
+// every connection is taken; the client sees it close and tries again.
 void LocalSocketServer::acceptLoop() {
   while (!stopping_) {
     pollfd p{listen_fd_, POLLIN, 0};
@@ -66,29 +68,30 @@ void LocalSocketServer::acceptLoop() {
       if (errno == EMFILE || errno == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       continue;
     }
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    std::string peer = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? kPeerPrefix + std::to_string(cred.uid) : "";
+    if (peer.empty() || !peers_.admit(peer)) {
+      ::close(fd);
+      continue;
+    }
     std::lock_guard lock(mu_);
     if (active_ >= kMaxLocalConnections) {
-      ::close(fd);  // the client sees the connection close and retries
+      peers_.release(peer);
+      ::close(fd);
       continue;
     }
     ++active_;
-    std::thread([this, fd] { serve(fd); }).detach();
+    std::thread([this, fd, peer] { serve(fd, peer); }).detach();
   }
 }
 
-void LocalSocketServer::serve(int fd) {
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-    const std::string peer = kPeerPrefix + std::to_string(cred.uid);
-    if (peers_.admit(peer)) {
-      ConnectionStream stream(fd, nullptr, peer, "unix");
-      bool closed = false;
-      process_request(stream, true, closed, nullptr);
-      if (stream.late()) ++peers_.cut_off;
-      peers_.release(peer);
-    }
-  }
+void LocalSocketServer::serve(int fd, const std::string& peer) {
+  ConnectionStream stream(fd, nullptr, peer, "unix");
+  bool closed = false;
+  process_request(stream, true, closed, nullptr);
+  if (stream.late()) ++peers_.cut_off;
+  peers_.release(peer);
   ::close(fd);
   std::lock_guard lock(mu_);
   --active_;

@@ -33,7 +33,7 @@ class LocalSocketServer : public httplib::Server {
 
  private:
   void acceptLoop();
-  void serve(int fd);
+  void serve(int fd, const std::string& peer);  // peer: kPeerPrefix and the uid
 
   int listen_fd_ = -1;
   std::string path_;
