@@ -72,6 +72,10 @@ void LocalSocketServer::acceptLoop() {
     socklen_t len = sizeof cred;
     std::string peer = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? kPeerPrefix + std::to_string(cred.uid) : "";
     if (peer.empty() || !peers_.admit(peer)) {
+      if (!peer.empty() && peers_.warnNow())
+        spdlog::warn("closed a local connection of uid {}: it holds {} already (a local user's share of the {} "
+                     "connections of the local socket); {} closed so far", cred.uid, kMaxPerUser, kMaxLocalConnections,
+                     peers_.refused.load());
       ::close(fd);
       continue;
     }

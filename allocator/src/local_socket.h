@@ -13,7 +13,7 @@
 #include <string>
 #include <thread>
 
-#include "peer_connections.h"
+#include "gpool/peer_connections.h"
 
 namespace gpool::allocator {
 
@@ -29,7 +29,7 @@ class LocalSocketServer : public httplib::Server {
   static std::optional<uid_t> peerUid(const httplib::Request& req);
 
   static constexpr int kMaxLocalConnections = 256, kMaxPerUser = kMaxLocalConnections / 4;
-  PeerConnections& peers() { return peers_; }  // what one user holds, and what was refused or cut off
+  gpool::PeerConnections& peers() { return peers_; }  // what one user holds, and what was refused or cut off
 
  private:
   void acceptLoop();
@@ -42,7 +42,7 @@ class LocalSocketServer : public httplib::Server {
   std::mutex mu_;
   std::condition_variable idle_;
   int active_ = 0;  // connections being served (under mu_)
-  PeerConnections peers_{kMaxPerUser, "a local user's share of the local socket's connections"};
+  gpool::PeerConnections peers_{kMaxPerUser};
 };
 
 }  // namespace gpool::allocator

@@ -109,7 +109,7 @@ class Service {
   std::unique_ptr<Store> store_;
   std::unique_ptr<GroupCommit> commits_;  // every change written to store_ (destroyed first: it writes the rest)
   std::unique_ptr<Scheduler> sched_;
-  std::shared_ptr<PeerConnections> peers_;  // what the TCP listener holds per peer address, refused, cut off
+  std::shared_ptr<gpool::PeerConnections> peers_;  // what the TCP listener holds per peer address, refused, cut off
   std::unique_ptr<httplib::Server> tcp_;  // HTTPS when a certificate is given (tcp_listener.h)
   std::unique_ptr<LocalSocketServer> local_;
   int listen_fd_ = -1;

@@ -10,6 +10,8 @@
 
 #include <type_traits>
 
+#include <spdlog/spdlog.h>
+
 #include "connection_stream.h"
 
 namespace gpool::allocator {
@@ -56,6 +58,9 @@ template <class Base>
 bool TcpListener<Base>::process_and_close_socket(socket_t sock) {
   const std::string address = ConnectionStream::peerAddress(sock);
   bool admitted = !address.empty() && peers_->admit(address);
+  if (!admitted && !address.empty() && peers_->warnNow())
+    spdlog::warn("closed a connection from {}: it holds {} already (--max-connections-per-address); {} closed so far",
+                 address, peers_->perPeer(), peers_->refused.load());
   if (admitted) {
     serve(sock);
     peers_->release(address);

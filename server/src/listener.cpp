@@ -8,6 +8,7 @@
 #include <asio.hpp>
 #include <spawn.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@
 #include "gpool/protocol/driver_settings.h"
 #include "gpool/protocol/frame_io.h"
 #include "lease_token.h"
+#include "gpool/peer_connections.h"
 #include "gpool/printable.h"
 #include "gpool/protocol/handshake.h"
 
@@ -96,6 +98,11 @@ class Server {
     if (!parsed || aec)
       throw std::runtime_error("malformed --listen '" + opt_.listen + "': expected IP:PORT, e.g. 0.0.0.0:7420 or [::]:7420");
     tcp::endpoint ep(address, port);
+    // Each connection is a descriptor until its worker has it: take the whole allowance the system gives.
+    if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+      r.rlim_cur = r.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &r);
+    }
     backend_ = resolveBackend(opt_);
     if (backend_ == "sim") sim_memory_ = budget::SharedBudget::create(opt_.sim_memory);  // host memory: one budget for all
     launch_counts_ = budget::SharedBudget::create(UINT64_MAX);  // (counters: no limit)
@@ -149,12 +156,19 @@ class Server {
   }
 
  private:
+  // A connection until its handshake is done (its worker has it) or refused. It counts against its
+  // address's share of handshakes in progress (pending_) until it goes.
   struct Pending {
     tcp::socket socket;
     asio::steady_timer timer;
     proto::FrameHeader header{};
     std::vector<uint8_t> payload;
+    std::string address;
+    PeerConnections* counted = nullptr;  // where `address` was counted
     explicit Pending(asio::io_context& io) : socket(io), timer(io) {}
+    ~Pending() {
+      if (counted) counted->release(address);
+    }
   };
 
   // The first SIGTERM/SIGINT stops accepting and lets running workers finish with their clients (a worker
@@ -183,7 +197,7 @@ class Server {
       if (ec == asio::error::operation_aborted) return;
       if (!ec) {
         accept_backoff_ = std::chrono::milliseconds(0);
-        handshake(p);
+        if (admitted(*p)) handshake(p);
         return accept();
       }
       if (accept_backoff_.count() == 0)
@@ -196,6 +210,21 @@ class Server {
         if (!e) accept();
       });
     });
+  }
+
+  // Whether a connection just accepted may start its handshake: its address has fewer than
+  // --max-pending-per-address in progress. Otherwise it is closed at once, so that a host opening
+  // connections that never say hello holds its own share of the server's descriptors, not all of them.
+  bool admitted(Pending& p) {
+    asio::error_code ec;
+    auto ep = p.socket.remote_endpoint(ec);
+    if (!ec && pending_.admit(p.address = ep.address().to_string())) return p.counted = &pending_, true;
+    if (!ec) ++refused_[static_cast<size_t>(Refusal::kAddress)];
+    if (!ec && pending_.warnNow())
+      spdlog::warn("closed a connection from {}: it has {} connections in their handshake already (--max-pending-per-address); "
+                   "{} closed so far", p.address, opt_.max_pending_per_address, pending_.refused.load());
+    p.socket.close(ec);
+    return false;
   }
 
   static std::string peer(const std::shared_ptr<Pending>& p) {
@@ -603,6 +632,8 @@ class Server {
   }
 
   ServerOptions opt_;
+  PeerConnections pending_{opt_.max_pending_per_address};  // handshakes in progress per address (before io_:
+                                                           // io_'s handlers hold Pendings that release here)
   asio::io_context io_;
   tcp::acceptor acceptor_;
   asio::signal_set signals_;

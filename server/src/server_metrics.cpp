@@ -26,6 +26,7 @@ const char* refusalName(Refusal r) {
     case Refusal::kCapacity: return "capacity";
     case Refusal::kLease: return "lease";
     case Refusal::kInternal: return "internal";
+    case Refusal::kAddress: return "address";
   }
   return "?";
 }
@@ -68,7 +69,8 @@ std::string renderMetrics(const ServerFigures& f) {
   o << "gpool_server_draining " << (f.draining ? 1 : 0) << '\n';
   family(o, "gpool_server_clients_refused_total", "counter",
          "Connections turned away: a malformed or unsupported hello (request), no room (capacity), a token refused "
-         "or a lease ended (lease), a worker that could not start (internal).");
+         "or a lease ended (lease), a worker that could not start (internal), closed at once because its address had "
+         "--max-pending-per-address connections in their handshake (address).");
   for (size_t r = 0; r < kRefusals; ++r)
     o << "gpool_server_clients_refused_total{reason=\"" << refusalName(static_cast<Refusal>(r)) << "\"} " << f.refused[r] << '\n';
   family(o, "gpool_lease_workers", "gauge", "Worker processes serving the lease here (one per process of its program).");

@@ -16,8 +16,8 @@
 namespace gpool::server {
 
 // Why a connection was turned away before it got a worker.
-enum class Refusal { kRequest, kCapacity, kLease, kInternal };
-inline constexpr size_t kRefusals = 4;
+enum class Refusal { kRequest, kCapacity, kLease, kInternal, kAddress };
+inline constexpr size_t kRefusals = 5;
 
 struct ShareFigures {  // one share of a lease (lease tokens number them: docs/api.md)
   std::string lease;

@@ -16,7 +16,7 @@ class Crowd:
         self.connect = connect or self.from_next_address
         self.sel = selectors.DefaultSelector()
         self.stop = threading.Event()
-        self.answers = self.cut_off = self.made = 0
+        self.answers = self.cut_off = self.made = self.refused = 0
         self.slow = set()
         for _ in range(slow):
             self.start_slow()
@@ -31,14 +31,22 @@ class Crowd:
         return socket.create_connection(("127.0.0.1", self.port), source_address=(source, 0))
 
     def send_first(self, first):
+        """The new connection, or None when the allocator closed it before it took the request's start."""
         s = self.connect()
-        s.sendall(first)
+        try:
+            s.sendall(first)
+        except OSError:
+            s.close()
+            self.refused += 1
+            return None
         s.setblocking(False)
         self.sel.register(s, selectors.EVENT_READ)
         return s
 
     def start_slow(self):
-        self.slow.add(self.send_first(SLOW_START))
+        s = self.send_first(SLOW_START)
+        if s:
+            self.slow.add(s)
 
     def poll(self):
         self.send_first(f"GET /v1/leases/{self.lease_id}?wait_ms=5000 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".encode())
