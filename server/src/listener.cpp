@@ -222,7 +222,7 @@ class Server {
     if (!ec) ++refused_[static_cast<size_t>(Refusal::kAddress)];
     if (!ec && pending_.warnNow())
       spdlog::warn("closed a connection from {}: it has {} connections in their handshake already (--max-pending-per-address); "
-                   "{} closed so far", p.address, opt_.max_pending_per_address, pending_.refused.load());
+                   "{} closed so far", p.address, pending_.perPeer(), pending_.refused.load());
     p.socket.close(ec);
     return false;
   }
@@ -632,8 +632,9 @@ class Server {
   }
 
   ServerOptions opt_;
-  PeerConnections pending_{opt_.max_pending_per_address};  // handshakes in progress per address (before io_:
-                                                           // io_'s handlers hold Pendings that release here)
+  // Handshakes in progress per address (before io_: io_'s handlers hold Pendings that release here).
+  // A host never has more clients served at once than --max-clients, so by default it may start as many.
+  PeerConnections pending_{opt_.max_pending_per_address ? opt_.max_pending_per_address : opt_.max_clients};
   asio::io_context io_;
   tcp::acceptor acceptor_;
   asio::signal_set signals_;

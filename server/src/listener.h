@@ -20,7 +20,7 @@ struct ServerOptions {
   unsigned max_clients = 64;
   unsigned max_clients_per_lease = 16;  // connections one lease may hold at once (its processes)
   unsigned handshake_timeout_ms = 10000;
-  unsigned max_pending_per_address = 64;  // connections one address may have in their handshake at once
+  unsigned max_pending_per_address = 0;  // connections one address may have in their handshake at once (0: max_clients)
   unsigned stall_timeout_ms = 60000;  // a client that stops mid-frame (sending, or reading replies) is dropped
   std::string log_level = "info";
   std::string module_cache;  // directory shared by this host's workers; "none" disables it

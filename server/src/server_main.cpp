@@ -75,8 +75,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-pending-per-address", opt.max_pending_per_address,
                  "connections one client address may have in their handshake at once (until its worker has each); "
-                 "more from it are closed as they come")
-      ->capture_default_str()
+                 "more from it are closed as they come (default: --max-clients)")
       ->check(CLI::Range(1u, 65536u));
   app.add_option("--stall-timeout", opt.stall_timeout_ms,
                  "milliseconds a client may stop in the middle of a frame it sends, or of a reply it reads, before its "
