@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t{16}, size_t{65536}));
   size_t per_address = 0;
   app.add_option("--max-connections-per-address", per_address,
-                 "of --max-connections, those one client address may hold at once; more from it are closed as they "
+                 "of --max-connections, those one client address (for IPv6, one /64 network) may hold at once; more from it are closed as they "
                  "come, and its clients retry (default: a quarter of --max-connections; a login node holds one "
                  "connection per running gpool run)")
       ->check(CLI::Range(size_t{1}, size_t{65536}));

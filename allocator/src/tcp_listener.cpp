@@ -56,7 +56,7 @@ int TcpListener<Base>::bindWide(const std::string& host, int port) {
 
 template <class Base>
 bool TcpListener<Base>::process_and_close_socket(socket_t sock) {
-  const std::string address = ConnectionStream::peerAddress(sock);
+  const std::string address = gpool::PeerConnections::peerOf(ConnectionStream::peerAddress(sock));
   bool admitted = !address.empty() && peers_->admit(address);
   if (!admitted && !address.empty() && peers_->warnNow())
     spdlog::warn("closed a connection from {}: it holds {} already (--max-connections-per-address); {} closed so far",

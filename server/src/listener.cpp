@@ -218,7 +218,7 @@ class Server {
   bool admitted(Pending& p) {
     asio::error_code ec;
     auto ep = p.socket.remote_endpoint(ec);
-    if (!ec && pending_.admit(p.address = ep.address().to_string())) return p.counted = &pending_, true;
+    if (!ec && pending_.admit(p.address = PeerConnections::peerOf(ep.address().to_string()))) return p.counted = &pending_, true;
     if (!ec) ++refused_[static_cast<size_t>(Refusal::kAddress)];
     if (!ec && pending_.warnNow())
       spdlog::warn("closed a connection from {}: it has {} connections in their handshake already (--max-pending-per-address); "

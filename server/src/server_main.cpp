@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   app.add_option("--handshake-timeout", opt.handshake_timeout_ms, "milliseconds a new connection has to say hello")
       ->capture_default_str();
   app.add_option("--max-pending-per-address", opt.max_pending_per_address,
-                 "connections one client address may have in their handshake at once (until its worker has each); "
+                 "connections one client address (for IPv6, one /64 network) may have in their handshake at once (until its worker has each); "
                  "more from it are closed as they come (default: --max-clients)")
       ->check(CLI::Range(1u, 65536u));
   app.add_option("--stall-timeout", opt.stall_timeout_ms,

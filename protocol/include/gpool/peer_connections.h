@@ -4,9 +4,13 @@
 // gpool-server its connections that have not finished their handshake (listener.cpp).
 #pragma once
 
+#include <arpa/inet.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -16,6 +20,18 @@ namespace gpool {
 class PeerConnections {
  public:
   explicit PeerConnections(size_t per_peer) : per_peer_(per_peer) {}
+
+  // Who a numeric client address counts as: an IPv4 address itself (also when IPv4-mapped,
+  // ::ffff:a.b.c.d); an IPv6 address by its /64 network, which one host or site holds whole (one address
+  // each would let it open a share per address); anything else as given.
+  static std::string peerOf(const std::string& address) {
+    in6_addr a{};
+    if (::inet_pton(AF_INET6, address.c_str(), &a) != 1) return address;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (IN6_IS_ADDR_V4MAPPED(&a)) return ::inet_ntop(AF_INET, &a.s6_addr[12], text, sizeof text) ? text : address;
+    std::fill(std::begin(a.s6_addr) + 8, std::end(a.s6_addr), 0);
+    return ::inet_ntop(AF_INET6, &a, text, sizeof text) ? std::string(text) + "/64" : address;
+  }
   // Counts one more connection from `peer`; false (nothing counted, one more refused) when it holds its
   // share already.
   bool admit(const std::string& peer) {
