@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
     if (key_file.empty()) key_file = db + ".key";
     if (token_key.empty()) token_key = db + ".token.pem";
     gpool::allocator::ServiceOptions opt{store.empty() ? db : store, config, gpool::token::loadKey(key_file, true), token_key, munge_socket, socket, tls_cert, tls_key, max_connections};
-    opt.max_connections_per_address = per_address ? per_address : max_connections / 4;
+    opt.max_connections_per_address = per_address;
     opt.advertise = advertise;
     opt.leader_ttl_s = leader_ttl_s;
     if (!etcd_password_file.empty()) etcd_access.password = readPasswordFile(etcd_password_file);

@@ -79,8 +79,8 @@ bool ConnectionStream::is_readable() const { return buffered() || ready(fd_, POL
 
 bool ConnectionStream::is_writable() const { return ready(fd_, POLLOUT, kStepMs); }
 
-short ConnectionStream::wanted(int ssl_result) const {
-  int e = SSL_get_error(ssl_, ssl_result);
+short ConnectionStream::wanted(SSL* ssl, int result) {
+  int e = SSL_get_error(ssl, result);
   return e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
 }
 
@@ -103,7 +103,7 @@ bool ConnectionStream::fill() {
       int r = SSL_read(ssl_, buf_, sizeof buf_);
       if (r > 0) return tail_ = static_cast<size_t>(r), true;
       if (SSL_get_error(ssl_, r) == SSL_ERROR_ZERO_RETURN) return filled_ = 0, false;
-      if (!(want = wanted(r))) return filled_ = -1, false;
+      if (!(want = wanted(ssl_, r))) return filled_ = -1, false;
     } else {
       ssize_t n = ::recv(fd_, buf_, sizeof buf_, 0);
       if (n > 0) return tail_ = static_cast<size_t>(n), true;
@@ -121,7 +121,7 @@ ssize_t ConnectionStream::write(const char* ptr, size_t size) {
     if (ssl_) {
       int r = SSL_write(ssl_, ptr, static_cast<int>(std::min<size_t>(size, INT_MAX)));
       if (r > 0) return r;
-      if (!(want = wanted(r))) return -1;
+      if (!(want = wanted(ssl_, r))) return -1;
     } else {
       ssize_t n = ::send(fd_, ptr, size, MSG_NOSIGNAL);
       if (n >= 0) return n;

@@ -44,11 +44,12 @@ class ConnectionStream : public httplib::Stream {
   // Whether `fd` became ready for `events` within `ms` (a hang-up counts: the read or write then says so).
   static bool ready(int fd, short events, int ms);
   static int msUntil(Clock::time_point t, int most);
+  // What OpenSSL waits for after a call on `ssl` returned `result`: POLLIN, POLLOUT, or 0 (an error, the end).
+  static short wanted(SSL* ssl, int result);
   static constexpr int kStepMs = 5000;  // each wait of a read or write (httplib's own)
 
  private:
   bool buffered() const;
-  short wanted(int ssl_result) const;  // what OpenSSL waits for: POLLIN, POLLOUT, or 0 (an error, the end)
   bool fill();
 
   int fd_;

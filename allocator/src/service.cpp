@@ -60,7 +60,8 @@ int64_t Service::now() const {
 
 Service::Service(ServiceOptions options)
     : opt_(std::move(options)), token_key_(token::Ed25519Key::loadPrivate(opt_.token_key, true)), auth_(opt_.key, opt_.munge_socket) {
-  peers_ = std::make_shared<gpool::PeerConnections>(opt_.max_connections_per_address);
+  peers_ = std::make_shared<gpool::PeerConnections>(opt_.max_connections_per_address ? opt_.max_connections_per_address
+                                                                                     : opt_.max_connections / 4);
   store_ = openStore(opt_.db_path, opt_.etcd_access);
   commits_ = std::make_unique<GroupCommit>(*store_, [this] { deposed(); });
   // Tokens one replica signed must verify after a failover; admins' signatures must hold at every replica.

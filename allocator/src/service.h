@@ -37,7 +37,7 @@ struct ServiceOptions {
   std::string local_socket; // a Unix socket serving the API to local users, identified by the kernel ("" = none)
   std::string tls_cert, tls_key;  // PEM files: the TCP listener serves HTTPS ("" = plain HTTP)
   size_t max_connections = 4096;  // connections served at once, per listener (a thread each, made as needed)
-  size_t max_connections_per_address = 1024;  // of them, held by one peer address at once (tcp_listener.h)
+  size_t max_connections_per_address = 0;  // of them, held by one peer address at once (0: a quarter; tcp_listener.h)
   // Replicas sharing a store (etcd; issue 16): the URL clients reach this one at, which standbys give
   // them while it leads; how long its lead outlives it; what to do once another leads (the process
   // starts again, as a standby).

@@ -26,8 +26,7 @@ SSL* acceptTls(SSL_CTX* ctx, int fd, ConnectionStream::Clock::time_point by, boo
   for (;;) {
     int r = SSL_accept(ssl);
     if (r == 1) return ssl;
-    int e = SSL_get_error(ssl, r);
-    short want = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+    short want = ConnectionStream::wanted(ssl, r);
     if (!want || ConnectionStream::Clock::now() >= by ||
         !ConnectionStream::ready(fd, want, ConnectionStream::msUntil(by, ConnectionStream::kStepMs))) {
       *late = want != 0;

@@ -218,9 +218,11 @@ class Server {
   bool admitted(Pending& p) {
     asio::error_code ec;
     auto ep = p.socket.remote_endpoint(ec);
-    if (!ec && pending_.admit(p.address = PeerConnections::peerOf(ep.address().to_string()))) return p.counted = &pending_, true;
-    if (!ec) ++refused_[static_cast<size_t>(Refusal::kAddress)];
-    if (!ec && pending_.warnNow())
+    if (ec) return p.socket.close(ec), false;  // it went away already
+    p.address = PeerConnections::peerOf(ep.address().to_string());
+    if (pending_.admit(p.address)) return p.counted = &pending_, true;
+    ++refused_[static_cast<size_t>(Refusal::kAddress)];
+    if (pending_.warnNow())
       spdlog::warn("closed a connection from {}: it has {} connections in their handshake already (--max-pending-per-address); "
                    "{} closed so far", p.address, pending_.perPeer(), pending_.refused.load());
     p.socket.close(ec);
