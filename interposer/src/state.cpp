@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <thread>
 
 #include "cross_device.h"
 #include "gpool/protocol/gpu_uuid.h"
@@ -25,6 +26,23 @@ std::chrono::milliseconds workerTimeout() {
     return Connection::kDefaultWorkerTimeout;
   }
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// A connection to share `s`'s worker. A server closes a connection before answering its hello when this
+// host has its share of handshakes in progress there (gpool-server --max-pending-per-address): other
+// processes of this host are starting. That is tried again, after 50 ms, then twice as long each time,
+// for about 3 s in all.
+std::unique_ptr<Connection> connectShare(const Share& s) {
+  for (int delay_ms = 50;; delay_ms *= 2) {
+    try {
+      return std::make_unique<Connection>(proto::connectTcp(s.address), s.address, s.device, s.token, workerTimeout());
+    } catch (const proto::TransportClosed& e) {
+      if (delay_ms > 1600) throw;
+      GPOOL_LOG(Level::kDebug, "gpool-server at %s closed the connection before it answered (%s); trying again in %d ms",
+                s.address.c_str(), e.what(), delay_ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    }
+  }
 }
 
 }  // namespace
@@ -90,9 +108,7 @@ bool State::connectShares(const std::vector<Share>& lease, const std::vector<int
                           std::vector<std::unique_ptr<Connection>>& conns) {
   std::vector<std::future<std::unique_ptr<Connection>>> pending;
   for (int p : positions)
-    pending.push_back(std::async(std::launch::async, [&s = lease[static_cast<size_t>(p)]] {
-      return std::make_unique<Connection>(proto::connectTcp(s.address), s.address, s.device, s.token, workerTimeout());
-    }));
+    pending.push_back(std::async(std::launch::async, [&s = lease[static_cast<size_t>(p)]] { return connectShare(s); }));
   std::string failed;
   for (auto& f : pending) {
     try {

@@ -60,6 +60,7 @@ class TcpTransport final : public Transport {
           }
           throw TransportStalled(stalled("stopped reading"));
         }
+        if (errno == EPIPE || errno == ECONNRESET) throw TransportClosed("connection closed by " + peer_ + " (" + std::strerror(errno) + ")");
         throw TransportError("send to " + peer_ + " failed: " + std::strerror(errno));
       }
       for (auto left = static_cast<size_t>(sent); left > 0;) {  // past what went out
@@ -88,10 +89,12 @@ class TcpTransport final : public Transport {
       } else if (r > 0) {
         got += static_cast<size_t>(r);
       } else if (r == 0) {
-        throw TransportError("connection closed by " + peer_);
+        throw TransportClosed("connection closed by " + peer_);
       } else if (errno == EAGAIN || errno == EWOULDBLOCK) {  // the stall timeout passed without a byte
         if (got > 0) throw TransportStalled(stalled("stopped sending mid-frame"));
         if (!idle_ok) throw TransportStalled(stalled("sent nothing"));
+      } else if (errno == ECONNRESET) {
+        throw TransportClosed("connection reset by " + peer_);
       } else if (errno != EINTR) {
         throw TransportError("receive from " + peer_ + " failed: " + std::strerror(errno));
       }

@@ -52,6 +52,33 @@ class SilentCrowd(unittest.TestCase):
                 s.close()
             c.close()
 
+    @unittest.skipUnless(os.path.exists(NVML_QUERY), "nvml_query is built with the tests")
+    def test_a_program_closed_for_its_hosts_share_of_handshakes_tries_again(self):
+        # One handshake in progress per address: a silent connection from this host holds it, so the
+        # program's connection is closed as it comes. Once the silent one goes, the program's next try gets in.
+        c = Cluster(ttl="30s", server_args=["--max-pending-per-address", "1"])
+        silent = None
+        try:
+            _, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})
+            share = lease["shares"][0]
+            host, port = share["address"].rsplit(":", 1)
+            silent = socket.create_connection((host, int(port)))
+            time.sleep(0.5)  # accepted: it holds this address's one handshake
+            program = subprocess.Popen([NVML_QUERY], env=dict(c.client_env(share), GPOOL_LOG_LEVEL="debug"),
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            deadline = time.time() + 20
+            while "--max-pending-per-address" not in c.log("sim0") and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertIn("--max-pending-per-address", c.log("sim0"), "the program's connection was not closed")
+            silent.close()
+            out, _ = program.communicate(timeout=30)
+            self.assertEqual(program.returncode, 0, out)
+            self.assertIn("closed the connection before it answered", out)
+        finally:
+            if silent:
+                silent.close()
+            c.close()
+
 
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0]] + sys.argv[2:], verbosity=2)

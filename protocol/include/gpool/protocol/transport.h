@@ -15,6 +15,11 @@ class TransportError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// The peer closed the connection (an orderly end, or a reset), rather than the stream breaking otherwise.
+class TransportClosed : public TransportError {
+ public:
+  using TransportError::TransportError;
+};
 // The peer stopped mid-frame for longer than the stall timeout (setStallTimeout).
 class TransportStalled : public TransportError {
  public:
