@@ -19,7 +19,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "elastic_pool.h"
+#include "request_gate.h"
 #include "etcd_client.h"
 #include "gpool/protocol/transport.h"
 #include "lease_token.h"
@@ -31,14 +31,14 @@ namespace {
 
 // Every connection is a descriptor: take the whole allowance the system gives, and say so when that is
 // less than --max-connections needs. Past the budget, connections wait in the listen backlog
-// (elastic_pool.h): the allocator never reaches the limit itself.
+// (request_gate.h): the allocator never reaches the limit itself.
 void raiseOpenFileLimit(size_t max_connections) {
   if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
     r.rlim_cur = r.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &r);
   }
   rlimit r{};
-  size_t budget = gpool::allocator::ElasticPool::descriptorBudget();
+  size_t budget = gpool::allocator::RequestGate::descriptorBudget();
   if (budget < max_connections && ::getrlimit(RLIMIT_NOFILE, &r) == 0)
     spdlog::warn("only {} open files allowed (RLIMIT_NOFILE): {} connections can be open at once, not the {} of "
                  "--max-connections; more wait in the listen backlog. Raise the limit (systemd LimitNOFILE=, ulimit -n) "
@@ -145,8 +145,9 @@ int main(int argc, char** argv) {
   std::string tls_cert, tls_key;
   size_t max_connections = 4096;
   app.add_option("--max-connections", max_connections,
-                 "connections served at once (each holds a thread, made when needed, while it is open: long polls and "
-                 "slow clients included); more wait to be served")
+                 "TCP connections held at once. One costs a thread (made when needed) only while a request of it is "
+                 "answered (a long poll until its answer); one waiting for its request costs a descriptor. With all held, "
+                 "a new one replaces the one that has waited longest; with all being answered, it waits to be accepted")
       ->capture_default_str()
       ->check(CLI::Range(size_t{16}, size_t{65536}));
   size_t per_address = 0;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <openssl/err.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -13,7 +14,7 @@
 namespace gpool::allocator {
 namespace {
 
-constexpr int kSliceMs = 200;  // waits between requests look this often whether the server stops
+constexpr size_t kReadSize = 16384;  // one read's most (a TLS record)
 
 std::string numeric(const sockaddr_storage& a, socklen_t len, int* port) {
   char host[NI_MAXHOST] = {}, serv[NI_MAXSERV] = {};
@@ -51,8 +52,8 @@ int ConnectionStream::msUntil(Clock::time_point t, int most) {
   return static_cast<int>(std::clamp<int64_t>(left, 0, most));
 }
 
-ConnectionStream::ConnectionStream(int fd, SSL* ssl, std::string remote, std::string local)
-    : fd_(fd), ssl_(ssl), remote_(std::move(remote)), local_(std::move(local)) {
+ConnectionStream::ConnectionStream(int fd, SSL* ssl, std::string remote, std::string local, std::string received)
+    : fd_(fd), ssl_(ssl), remote_(std::move(remote)), local_(std::move(local)), buf_(std::move(received)) {
   if (remote_.empty()) remote_ = peerAddress(fd, &remote_port_);
   if (local_.empty()) local_ = localAddress(fd, &local_port_);
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -64,16 +65,7 @@ void ConnectionStream::startRequest(Clock::time_point by) {
   write_by_.reset();
 }
 
-bool ConnectionStream::awaitRequest(time_t seconds, const std::function<bool()>& stopping) {
-  auto by = Clock::now() + std::chrono::seconds(seconds);
-  while (!stopping()) {
-    if (buffered() || ready(fd_, POLLIN, msUntil(by, kSliceMs))) return true;
-    if (Clock::now() >= by) return false;
-  }
-  return false;
-}
-
-bool ConnectionStream::buffered() const { return head_ < tail_ || (ssl_ && SSL_pending(ssl_) > 0); }
+bool ConnectionStream::buffered() const { return head_ < buf_.size() || (ssl_ && SSL_pending(ssl_) > 0); }
 
 bool ConnectionStream::is_readable() const { return buffered() || ready(fd_, POLLIN, msUntil(read_by_, kStepMs)); }
 
@@ -85,9 +77,9 @@ short ConnectionStream::wanted(SSL* ssl, int result) {
 }
 
 ssize_t ConnectionStream::read(char* ptr, size_t size) {
-  if (head_ == tail_ && !fill()) return filled_;
-  size_t n = std::min(size, tail_ - head_);
-  std::memcpy(ptr, buf_ + head_, n);
+  if (head_ == buf_.size() && !fill()) return filled_;
+  size_t n = std::min(size, buf_.size() - head_);
+  std::memcpy(ptr, buf_.data() + head_, n);
   head_ += n;
   return static_cast<ssize_t>(n);
 }
@@ -95,22 +87,32 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
 // Reads what has come into the buffer; false when the peer closed (filled_ 0), or on an error or when
 // nothing came in time (filled_ -1).
 bool ConnectionStream::fill() {
-  head_ = tail_ = 0;
+  head_ = 0;
+  buf_.resize(kReadSize);
+  ssize_t n = receive(buf_.data(), buf_.size());
+  buf_.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  if (n <= 0) filled_ = n;
+  return n > 0;
+}
+
+// One read of at most `size` bytes by the read deadline: what came (> 0), 0 when the peer closed, -1 on an
+// error or when nothing came in time.
+ssize_t ConnectionStream::receive(char* into, size_t size) {
   for (;;) {
-    if (Clock::now() >= read_by_) return late_ = true, filled_ = -1, false;
+    if (Clock::now() >= read_by_) return late_ = true, -1;
     short want = POLLIN;
     if (ssl_) {
-      int r = SSL_read(ssl_, buf_, sizeof buf_);
-      if (r > 0) return tail_ = static_cast<size_t>(r), true;
-      if (SSL_get_error(ssl_, r) == SSL_ERROR_ZERO_RETURN) return filled_ = 0, false;
-      if (!(want = wanted(ssl_, r))) return filled_ = -1, false;
+      ERR_clear_error();  // SSL_get_error reads this thread's queue: only this call's errors may be in it
+      int r = SSL_read(ssl_, into, static_cast<int>(std::min<size_t>(size, INT_MAX)));
+      if (r > 0) return r;
+      if (SSL_get_error(ssl_, r) == SSL_ERROR_ZERO_RETURN) return 0;
+      if (!(want = wanted(ssl_, r))) return -1;
     } else {
-      ssize_t n = ::recv(fd_, buf_, sizeof buf_, 0);
-      if (n > 0) return tail_ = static_cast<size_t>(n), true;
-      if (n == 0) return filled_ = 0, false;
-      if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) return filled_ = -1, false;
+      ssize_t n = ::recv(fd_, into, size, 0);
+      if (n >= 0) return n;
+      if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) return -1;
     }
-    if (!ready(fd_, want, msUntil(read_by_, kStepMs))) return late_ = true, filled_ = -1, false;
+    if (!ready(fd_, want, msUntil(read_by_, kStepMs))) return late_ = true, -1;
   }
 }
 
@@ -119,6 +121,7 @@ ssize_t ConnectionStream::write(const char* ptr, size_t size) {
   for (;;) {
     short want = POLLOUT;
     if (ssl_) {
+      ERR_clear_error();
       int r = SSL_write(ssl_, ptr, static_cast<int>(std::min<size_t>(size, INT_MAX)));
       if (r > 0) return r;
       if (!(want = wanted(ssl_, r))) return -1;

@@ -2,14 +2,14 @@
 // Stream, with the time limits a peer is held to: each request must arrive whole within kRequestDeadline
 // of startRequest() (httplib bounds each read only, so a byte every few seconds held a thread for ever),
 // and each answer must be taken within kWriteDeadline. The socket is non-blocking; reads are buffered
-// (httplib reads a request's lines a byte at a time).
+// (httplib reads a request's lines a byte at a time). A TCP connection's request has arrived whole before
+// the stream is made (request_gate.h): the stream starts with it buffered, and hands back what it left unread.
 #pragma once
 
 #include <httplib.h>
 #include <openssl/ssl.h>
 
 #include <chrono>
-#include <functional>
 #include <optional>
 #include <string>
 
@@ -22,14 +22,14 @@ class ConnectionStream : public httplib::Stream {
  public:
   using Clock = std::chrono::steady_clock;
   // `ssl`: a TLS session over `fd` whose handshake is done, or nullptr. `remote`/`local`: what requests
-  // say their peer and local addresses are; "" reads them from the socket.
-  ConnectionStream(int fd, SSL* ssl, std::string remote = "", std::string local = "");
+  // say their peer and local addresses are; "" reads them from the socket. `received`: what was read from
+  // the connection already, read before anything more.
+  ConnectionStream(int fd, SSL* ssl, std::string remote = "", std::string local = "", std::string received = "");
 
   // The next request: it must arrive whole by `by`.
   void startRequest(Clock::time_point by = Clock::now() + kRequestDeadline);
-  // Waits up to `seconds` for the next request's first byte; false when none came, or `stopping()` said so.
-  bool awaitRequest(time_t seconds, const std::function<bool()>& stopping);
   bool late() const { return late_; }  // a read waited out its deadline, or a wait for data its step
+  std::string unread() { return buf_.substr(head_); }  // what came in and was not read (a next request)
 
   bool is_readable() const override;
   bool is_writable() const override;
@@ -51,6 +51,7 @@ class ConnectionStream : public httplib::Stream {
  private:
   bool buffered() const;
   bool fill();
+  ssize_t receive(char* into, size_t size);
 
   int fd_;
   SSL* ssl_;
@@ -58,8 +59,8 @@ class ConnectionStream : public httplib::Stream {
   int remote_port_ = 0, local_port_ = 0;
   Clock::time_point read_by_;
   std::optional<Clock::time_point> write_by_;
-  char buf_[4096];
-  size_t head_ = 0, tail_ = 0;
+  std::string buf_;
+  size_t head_ = 0;
   ssize_t filled_ = -1;  // what read() returns once fill() failed: 0 the peer closed, -1 an error or too late
   bool late_ = false;
 };

@@ -1,22 +1,13 @@
 #include "elastic_pool.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <system_error>
 #include <thread>
 
 namespace gpool::allocator {
 
-size_t ElasticPool::descriptorBudget() {
-  rlimit r{};
-  if (::getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
-  return r.rlim_cur > kReservedDescriptors + kMinBudget ? static_cast<size_t>(r.rlim_cur - kReservedDescriptors) : kMinBudget;
-}
-
 void ElasticPool::enqueue(std::function<void()> fn) {
   std::unique_lock lock(mu_);
-  room_.wait(lock, [this] { return stopping_ || jobs_.size() + running_ < max_open_; });
   jobs_.push_back(std::move(fn));
   if (jobs_.size() > idle_ && threads_ < max_) {
     try {
@@ -45,7 +36,6 @@ void ElasticPool::run() {
     fn();
     lock.lock();
     --running_;
-    room_.notify_one();
   }
   --threads_;
   ended_.notify_all();
@@ -55,7 +45,6 @@ void ElasticPool::shutdown() {
   std::unique_lock lock(mu_);
   stopping_ = true;
   work_.notify_all();
-  room_.notify_all();
   ended_.wait(lock, [this] { return threads_ == 0; });
 }
 

@@ -3,6 +3,7 @@
 
 #include "gpool/printable.h"
 #include "elastic_pool.h"
+#include "request_arrival.h"
 #include "signed_request.h"
 #include "tcp_listener.h"
 #include "usage.h"
@@ -36,7 +37,6 @@ namespace {
 
 constexpr double kBuckets[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0};
 
-constexpr size_t kMaxBody = 1 << 20;  // every request body, however it is encoded
 
 void reply(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -201,30 +201,20 @@ std::string advertisedUrl(std::string host, int port, bool tls) {
 }  // namespace
 
 int Service::start(const std::string& host, int port) {
-  int bound = -1;
-  if (!opt_.tls_cert.empty()) {
-    auto tls = std::make_unique<TcpListener<httplib::SSLServer>>(peers_, opt_.tls_cert.c_str(), opt_.tls_key.c_str());
-    if (!tls->is_valid())
-      throw std::runtime_error("cannot serve TLS with certificate " + opt_.tls_cert + " and key " + opt_.tls_key +
-                               " (unreadable, not PEM, or the key does not match the certificate)");
-    serve(*tls);
-    bound = tls->bindWide(host, port);
-    listen_fd_ = tls->fd();
-    tcp_ = std::move(tls);
-  } else {
-    auto plain = std::make_unique<TcpListener<httplib::Server>>(peers_);
-    serve(*plain);
-    bound = plain->bindWide(host, port);
-    listen_fd_ = plain->fd();
-    tcp_ = std::move(plain);
-  }
+  tcp_ = std::make_unique<TcpListener>(peers_, opt_.tls_cert, opt_.tls_key);
+  if (!tcp_->valid())
+    throw std::runtime_error("cannot serve TLS with certificate " + opt_.tls_cert + " and key " + opt_.tls_key +
+                             " (unreadable, not PEM, or the key does not match the certificate)");
+  serve(tcp_->routes());
+  int bound = tcp_->bindWide(host, port);
+  listen_fd_ = tcp_->fd();
   if (bound < 0) throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this host)");
   if (!opt_.local_socket.empty()) {
     local_ = std::make_unique<LocalSocketServer>();
     serve(*local_);
     local_->listenLocal(opt_.local_socket);
   }
-  serve_thread_ = std::thread([this] { tcp_->listen_after_bind(); });
+  serve_thread_ = std::thread([this] { tcp_->run(opt_.max_connections); });
   if (opt_.advertise.empty()) opt_.advertise = advertisedUrl(host, bound, !opt_.tls_cert.empty());
   if (store_->replicated()) {
     campaign_thread_ = std::thread([this] { campaign(); });
@@ -239,11 +229,11 @@ int Service::start(const std::string& host, int port) {
 void Service::serve(httplib::Server& s) {
   size_t threads = opt_.max_connections;
   s.new_task_queue = [this, threads] {  // asked for by the TCP listener only (the local one has its own threads)
-    auto* pool = new ElasticPool(threads, ElasticPool::descriptorBudget());
+    auto* pool = new ElasticPool(threads);
     pool_ = pool;
     return pool;
   };
-  s.set_payload_max_length(kMaxBody);
+  s.set_payload_max_length(kMaxRequestBody);
   // httplib limits only bodies with a Content-Length: a chunked one is refused from its headers, unread.
   s.set_tcp_nodelay(true);  // replies go out in several writes: no Nagle/delayed-ACK stalls
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -273,7 +263,7 @@ void Service::stop() {
   if (campaign_thread_.joinable()) campaign_thread_.join();
   if (tick_thread_.joinable()) tick_thread_.join();  // first: it looks at the listener's thread pool
   pool_ = nullptr;
-  if (tcp_) tcp_->stop();
+  if (tcp_) tcp_->halt();
   if (local_) local_->stopLocal();
   if (serve_thread_.joinable()) serve_thread_.join();
 }
@@ -963,10 +953,12 @@ void Service::readRoutes(httplib::Server& s) {
     o << "# HELP gpool_allocator_leader Whether this allocator decides (1), or stands by for another replica (0).\n"
       << "# TYPE gpool_allocator_leader gauge\ngpool_allocator_leader " << (leading_ ? 1 : 0) << "\n"
       << "# HELP gpool_allocator_connections_refused_total Connections closed unserved, by reason: their address "
-         "(or local user) held its share already (address: --max-connections-per-address), or a TLS handshake or "
-         "request did not arrive whole in time (slow).\n# TYPE gpool_allocator_connections_refused_total counter\n"
+         "(or local user) held its share already (address: --max-connections-per-address), a TLS handshake or "
+         "request did not arrive whole in time (slow), or every connection was held and it had waited longest for its "
+         "request (displaced).\n# TYPE gpool_allocator_connections_refused_total counter\n"
       << "gpool_allocator_connections_refused_total{reason=\"address\"} " << peers_->refused + (local_ ? local_->peers().refused.load() : 0) << "\n"
-      << "gpool_allocator_connections_refused_total{reason=\"slow\"} " << peers_->cut_off + (local_ ? local_->peers().cut_off.load() : 0) << "\n";
+      << "gpool_allocator_connections_refused_total{reason=\"slow\"} " << peers_->cut_off + (local_ ? local_->peers().cut_off.load() : 0) << "\n"
+      << "gpool_allocator_connections_refused_total{reason=\"displaced\"} " << (tcp_ ? tcp_->displaced() : 0) << "\n";
     if (!leading_) return res.set_content(o.str(), "text/plain; version=0.0.4");
     std::lock_guard lock(mu_);
     size_t gpus = 0, up = 0, shares = 0;

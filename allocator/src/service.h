@@ -36,8 +36,8 @@ struct ServiceOptions {
   std::string munge_socket; // munged's socket ("" = its default)
   std::string local_socket; // a Unix socket serving the API to local users, identified by the kernel ("" = none)
   std::string tls_cert, tls_key;  // PEM files: the TCP listener serves HTTPS ("" = plain HTTP)
-  size_t max_connections = 4096;  // connections served at once, per listener (a thread each, made as needed)
-  size_t max_connections_per_address = 0;  // of them, held by one peer address at once (0: a quarter; tcp_listener.h)
+  size_t max_connections = 4096;  // TCP connections held at once, and threads answering them at most (made as needed)
+  size_t max_connections_per_address = 0;  // of them, held by one peer address at once (0: a quarter; request_gate.h)
   // Replicas sharing a store (etcd; issue 16): the URL clients reach this one at, which standbys give
   // them while it leads; how long its lead outlives it; what to do once another leads (the process
   // starts again, as a standby).
@@ -110,7 +110,7 @@ class Service {
   std::unique_ptr<GroupCommit> commits_;  // every change written to store_ (destroyed first: it writes the rest)
   std::unique_ptr<Scheduler> sched_;
   std::shared_ptr<gpool::PeerConnections> peers_;  // what the TCP listener holds per peer address, refused, cut off
-  std::unique_ptr<httplib::Server> tcp_;  // HTTPS when a certificate is given (tcp_listener.h)
+  std::unique_ptr<TcpListener> tcp_;  // HTTPS when a certificate is given
   std::unique_ptr<LocalSocketServer> local_;
   int listen_fd_ = -1;
   std::atomic<ElasticPool*> pool_{nullptr};  // the TCP listener's threads (owned by its server)

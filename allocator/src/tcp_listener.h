@@ -1,38 +1,48 @@
-// gpool-allocator's TCP listener (HTTP, or HTTPS with a certificate), and what one connection may hold.
-// httplib accepts and hands each connection to a thread of the ElasticPool; from there this serves it:
-// - one client address holds at most its share (gpool/peer_connections.h, --max-connections-per-address);
-//   another connection from it is closed at once, and its client tries again;
-// - a TLS handshake, then each request, must arrive whole within kRequestDeadline (connection_stream.h);
-// - between requests a connection waits at most the keep-alive timeout, and ends when the server stops.
+// gpool-allocator's TCP listener: HTTP, or HTTPS with a certificate. Its connections wait in the request
+// gate (request_gate.h) without a thread; each whole request is answered on a thread of the pool
+// (elastic_pool.h) by httplib's request processing, with the routes registered on routes().
 #pragma once
 
 #include <httplib.h>
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "gpool/peer_connections.h"
+#include "request_gate.h"
 
 namespace gpool::allocator {
 
-// `Base` is httplib::Server or httplib::SSLServer (whose certificate and key it takes).
-template <class Base>
-class TcpListener : public Base {
+class TcpListener {
  public:
-  template <class... Args>
-  explicit TcpListener(std::shared_ptr<gpool::PeerConnections> peers, Args&&... args)
-      : Base(std::forward<Args>(args)...), peers_(std::move(peers)) {}
+  // HTTPS with `cert` and `key` (PEM files) when `cert` is given; check valid().
+  TcpListener(std::shared_ptr<PeerConnections> peers, const std::string& cert, const std::string& key);
+  ~TcpListener();
+  bool valid() const { return server_->is_valid(); }
+  httplib::Server& routes() { return *server_; }  // its new_task_queue makes the pool requests are answered on
+
   // Binds HOST:PORT (0: any free port) with a backlog of 4,096 and without SO_REUSEPORT; the port, or -1.
   int bindWide(const std::string& host, int port);
-  int fd() const { return this->svr_sock_; }
+  int fd() const { return fd_; }
+  // Serves until halt(): at most `max_connections` held at once (fewer when the open-file limit leaves
+  // room for fewer); then lets the answers being given finish, and closes the listening socket.
+  void run(size_t max_connections);
+  void halt();
+  uint64_t displaced() const { return displaced_; }  // connections closed to make room for a new one
 
  private:
-  bool process_and_close_socket(socket_t sock) override;  // replaces httplib's; runs on a pool thread
-  void serve(int sock);                                    // an admitted connection
-  std::shared_ptr<gpool::PeerConnections> peers_;
+  class Server;
+  std::unique_ptr<httplib::Server> server_;
+  std::shared_ptr<PeerConnections> peers_;
+  SSL_CTX* tls_ = nullptr;
+  std::mutex mu_;  // guards what follows
+  RequestGate* gate_ = nullptr;
+  bool halted_ = false;
+  std::atomic<uint64_t> displaced_{0};
+  int fd_ = -1;
 };
-
-extern template class TcpListener<httplib::Server>;
-extern template class TcpListener<httplib::SSLServer>;
 
 }  // namespace gpool::allocator

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""What one client may hold of gpool-allocator's TCP connections (allocator/src/tcp_listener.h): one address
-holds at most --max-connections-per-address of them, and a request or a TLS handshake must arrive whole within
-its deadline, so a host with a crowd of slow connections cannot keep everyone else waiting. Real sockets,
+"""What one client may hold of gpool-allocator's TCP connections (allocator/src/request_gate.h): one address
+holds at most --max-connections-per-address of them, a request or a TLS handshake must arrive whole within
+its deadline, and a connection waiting for its request holds no thread and gives its place to a new one, so
+a crowd of slow connections, from one address or many, cannot keep everyone else waiting. Real sockets,
 from several loopback addresses (127.0.0.0/8 is all this host's).
 usage: allocator_connections_test.py BUILD_DIR [unittest args]"""
 import http.client
@@ -59,26 +60,49 @@ def closed_within(s, seconds, drip=None):
     return False, time.time() - t0
 
 
-class OneAddressCannotTakeEveryConnection(unittest.TestCase):
-    def test_others_are_answered_while_one_address_holds_a_crowd_of_slow_connections(self):
-        # 32 threads in all, 8 per address: the crowd of 48 would hold all 32 without the limit.
+class CrowdsCannotTakeEveryConnection(unittest.TestCase):
+    def answered_beside(self, addresses, slow):
+        """How many of 20 status probes from 127.0.0.1 were answered (within 5 s each) while `slow`
+        connections from `addresses` sent their requests a byte a second; and the allocator, to look at."""
+        # 32 connections in all, 8 per address.
         c = Cluster(servers=0, allocator_args=["--max-connections", "32", "--max-connections-per-address", "8"])
-        crowd = None
-        try:
-            crowd = Crowd(c.port, slow=48, addresses=[ATTACKER])
-            time.sleep(2)  # the crowd connected: 8 held, the rest closed (and opened again, and closed)
-            answered = 0
-            for _ in range(20):
-                with urllib.request.urlopen(c.url + "/v1/status", timeout=5) as r:
-                    answered += r.status == 200
-                time.sleep(0.1)
-            self.assertEqual(answered, 20)
-            self.assertGreater(refused(c, "address"), 0)
-            self.assertIn("--max-connections-per-address", c.log("allocator"))
-        finally:
-            if crowd:
-                crowd.close()
-            c.close()
+        self.addCleanup(c.close)
+        crowd = Crowd(c.port, slow=slow, addresses=addresses)
+        self.addCleanup(crowd.close)
+        time.sleep(2)  # the crowd connected (and was closed, and connected again)
+        answered = 0
+        for _ in range(20):
+            with urllib.request.urlopen(c.url + "/v1/status", timeout=5) as r:
+                answered += r.status == 200
+            time.sleep(0.1)
+        return answered, c
+
+    def test_others_are_answered_while_one_address_holds_a_crowd_of_slow_connections(self):
+        # The crowd of 48 would hold all 32 without the share of each address.
+        answered, c = self.answered_beside([ATTACKER], 48)
+        self.assertEqual(answered, 20)
+        self.assertGreater(refused(c, "address"), 0)
+        self.assertIn("--max-connections-per-address", c.log("allocator"))
+
+    def test_others_are_answered_while_a_crowd_from_many_addresses_holds_slow_connections(self):
+        # 8 addresses with their 8 each ask for all 32 and more. When each connection held a thread, they
+        # kept everyone else waiting until their deadlines.
+        answered, c = self.answered_beside([f"127.0.2.{i}" for i in range(1, 9)], 64)
+        self.assertEqual(answered, 20)
+        self.assertGreater(refused(c, "displaced"), 0)
+
+
+def exchange(port, data):
+    """Sends `data` to the allocator; returns all it answers until it closes (a read waits 10 s at most)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        s.sendall(data)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+        return got
+    finally:
+        s.close()
 
 
 class OneUserCannotTakeEveryLocalConnection(unittest.TestCase):
@@ -138,6 +162,31 @@ class RequestDeadline(unittest.TestCase):
         closed, _ = closed_within(s, 30, drip=hello[:-1])  # never the whole ClientHello
         s.close()
         self.assertTrue(closed, "a handshake that never ends held its connection for 30 s")
+
+    def test_a_client_that_expects_100_continue_is_told_to_send_its_body(self):
+        s = socket.create_connection(("127.0.0.1", self.c.port), timeout=10)
+        try:
+            s.sendall(b"PUT /v1/servers/x/key HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                      b"Content-Length: 3\r\nConnection: close\r\n\r\n")
+            self.assertTrue(s.recv(25).startswith(b"HTTP/1.1 100 Continue\r\n"))
+            s.sendall(b"abc")
+            got = b""
+            while chunk := s.recv(65536):
+                got += chunk
+        finally:
+            s.close()
+        self.assertIn(b"HTTP/1.1 401 ", got)  # the request itself was read and answered (it is not signed)
+
+    def test_a_body_over_1_mib_is_refused_from_its_head(self):
+        got = exchange(self.c.port, b"PUT /v1/servers/x/key HTTP/1.1\r\nHost: a\r\nContent-Length: 2000000\r\n\r\n")
+        self.assertTrue(got.startswith(b"HTTP/1.1 413 "), got)
+        self.assertIn(b"at most 1 MiB", got)
+
+    def test_requests_sent_together_are_each_answered(self):
+        got = exchange(self.c.port, b"GET /v1/status HTTP/1.1\r\nHost: a\r\n\r\n"
+                                    b"GET /v1/policy HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        self.assertEqual(got.count(b"HTTP/1.1 200 OK"), 2, got[:300])
+        self.assertIn(b"application/toml", got)  # the second answer is the policy
 
     def test_keep_alive_connections_serve_several_requests(self):
         for c, conn in ((self.c, http.client.HTTPConnection("127.0.0.1", self.c.port, timeout=10)),

@@ -1,0 +1,400 @@
+#include "request_gate.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "request_arrival.h"
+
+namespace gpool::allocator {
+namespace {
+
+constexpr int kSweepMs = 200;          // how often deadlines are looked at
+constexpr int kAcceptsPerTurn = 64;    // then the connections watched have their turn
+constexpr size_t kReadSize = 16384;    // one read's most (a TLS record)
+constexpr size_t kMaxRecord = 5 + 16384 + 2048;  // a TLS record's header and its most ciphertext
+constexpr auto kLinger = std::chrono::milliseconds(1);  // a thread waits this long for a connection's next request
+const std::string kTooLargeBody = "{\"error\": \"a request's body may be at most 1 MiB\"}\n";
+const std::string kTooLarge = "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                              "Content-Length: " + std::to_string(kTooLargeBody.size()) + "\r\n\r\n" + kTooLargeBody;
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+
+}  // namespace
+
+struct RequestGate::Connection {
+  enum class Phase { kHandshake, kRequest, kIdle };
+  Connection(int f, std::string p, PeerConnections& peers) : fd(f), peer(std::move(p)), peers_(peers) {}
+  ~Connection() {
+    if (ssl) {
+      if (phase != Phase::kHandshake) SSL_shutdown(ssl);  // best effort: the socket does not wait
+      ERR_clear_error();  // what a failed shutdown left
+      SSL_free(ssl);
+    }
+    ::close(fd);
+    peers_.release(peer);
+  }
+  int fd;
+  std::string peer;  // whose share it counts in
+  SSL* ssl = nullptr;
+  std::string received;        // of the next request
+  Phase phase = Phase::kRequest;
+  Clock::time_point since, by;  // waiting here since; the deadline of what it waits for
+  size_t answered = 0;
+  uint32_t watched = 0;  // the events epoll watches for it (0: not watched)
+  uint32_t want = EPOLLIN;  // what its TLS handshake's next step waits for
+  bool keep = true;      // once answered: whether it stays open
+  bool continued = false;  // its request, announced by "Expect: 100-continue", was told to go on
+
+ private:
+  PeerConnections& peers_;
+};
+
+size_t RequestGate::descriptorBudget() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  return r.rlim_cur > kReservedDescriptors + kMinBudget ? static_cast<size_t>(r.rlim_cur - kReservedDescriptors) : kMinBudget;
+}
+
+RequestGate::RequestGate(int listen_fd, std::shared_ptr<PeerConnections> peers, httplib::TaskQueue& pool, Options opt, Answer answer)
+    : listen_fd_(listen_fd), peers_(std::move(peers)), pool_(pool), opt_(opt), answer_(std::move(answer)) {
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (epoll_fd_ < 0 || wake_fd_ < 0) throw std::runtime_error(std::string("cannot watch connections: ") + std::strerror(errno));
+  ::fcntl(listen_fd_, F_SETFL, ::fcntl(listen_fd_, F_GETFL) | O_NONBLOCK);  // accept() takes what is there
+  epoll_event e{EPOLLIN, {.fd = wake_fd_}};
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &e);
+  e.data.fd = listen_fd_;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &e);
+}
+
+RequestGate::~RequestGate() {
+  waiting_.clear();
+  ::close(epoll_fd_);
+  ::close(wake_fd_);
+}
+
+void RequestGate::stop() {
+  stopping_ = true;
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof one);
+}
+
+void RequestGate::run() {
+  epoll_event events[256];
+  while (!stopping_) {
+    int n = ::epoll_wait(epoll_fd_, events, 256, kSweepMs);
+    for (int i = 0; i < n && !stopping_; ++i) {
+      int fd = events[i].data.fd;
+      if (fd == listen_fd_) {
+        accept();
+      } else if (fd == wake_fd_) {
+        takeBack();
+      } else if (auto it = waiting_.find(fd); it != waiting_.end()) {
+        progress(*it->second);
+      }
+    }
+    if (Clock::now() >= next_sweep_) sweep();
+  }
+  waiting_.clear();  // closes them
+  std::lock_guard lock(back_mu_);
+  stopped_ = true;
+  answering_ -= back_.size();
+  back_.clear();
+}
+
+// Accepts what the listen backlog holds, as long as there is room (each costs a descriptor). With every
+// connection held, a new one takes the place of the one that has waited here longest (an idle one first);
+// with all of them being answered, none is accepted until one ends.
+void RequestGate::accept() {
+  for (int i = 0; i < kAcceptsPerTurn; ++i) {
+    if (full() && waiting_.empty()) {
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+      accepting_ = false;
+      return;
+    }
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE) {
+        spdlog::warn("cannot accept a connection: out of descriptors ({}); trying again in 100 ms", std::strerror(errno));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      return;
+    }
+    std::string peer = PeerConnections::peerOf(ConnectionStream::peerAddress(fd));
+    if (peer.empty() || !peers_->admit(peer)) {
+      if (!peer.empty() && peers_->warnNow())
+        spdlog::warn("closed a connection from {}: it holds {} already (--max-connections-per-address); {} closed so far",
+                     peer, peers_->perPeer(), peers_->refused.load());
+      ::close(fd);
+      continue;
+    }
+    if (full()) displaceOldest();
+    admit(fd, std::move(peer));
+  }
+}
+
+bool RequestGate::full() const { return waiting_.size() + answering_ >= opt_.max_connections; }
+
+void RequestGate::displaceOldest() {
+  auto oldest = std::min_element(waiting_.begin(), waiting_.end(), [](const auto& a, const auto& b) {
+    auto key = [](const Connection& c) { return std::pair(c.phase != Connection::Phase::kIdle, c.since); };
+    return key(*a.second) < key(*b.second);
+  });
+  if (oldest->second->phase != Connection::Phase::kIdle && opt_.displaced) ++*opt_.displaced;
+  waiting_.erase(oldest);
+}
+
+void RequestGate::admit(int fd, std::string peer) {
+  int yes = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);  // answers go out in several writes
+  auto c = std::make_unique<Connection>(fd, std::move(peer), *peers_);
+  c->since = Clock::now();
+  c->by = c->since + kRequestDeadline;
+  if (opt_.tls) {
+    c->phase = Connection::Phase::kHandshake;
+    if (!(c->ssl = SSL_new(opt_.tls)) || SSL_set_fd(c->ssl, fd) != 1) return;
+  }
+  Connection& ref = *c;
+  waiting_.emplace(fd, std::move(c));
+  progress(ref);  // its first bytes may be here already
+}
+
+void RequestGate::watch(Connection& c, uint32_t events) {
+  if (c.watched == events) return;
+  epoll_event e{events, {.fd = c.fd}};
+  ::epoll_ctl(epoll_fd_, c.watched ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c.fd, &e);
+  c.watched = events;
+}
+
+void RequestGate::progress(Connection& c) {
+  if (c.phase == Connection::Phase::kHandshake) return handshake(c);
+  watch(c, EPOLLIN);
+  receive(c);
+}
+
+// The TLS handshake's work (its key exchange and signature) is done on a pool thread, not here: a step of
+// it is handed over once what it waits for is here (a whole TLS record from the client, or room to write).
+// Meanwhile the connection is watched edge-triggered, since its bytes stay in the socket, only peeked at.
+void RequestGate::handshake(Connection& c) {
+  if (c.want == EPOLLOUT || recordWaiting(c.fd)) return dispatch(c.fd);
+  watch(c, EPOLLIN | EPOLLET);
+}
+
+// Whether a whole TLS record has come on `fd` (or what came is no record, or the client closed or failed:
+// the handshake's next step then ends it at once).
+bool RequestGate::recordWaiting(int fd) {
+  unsigned char header[5];
+  ssize_t n = ::recv(fd, header, sizeof header, MSG_PEEK);
+  if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  if (n == 0) return true;
+  if (n < static_cast<ssize_t>(sizeof header)) return false;
+  size_t whole = sizeof header + (size_t{header[3]} << 8 | header[4]);
+  int here = 0;
+  return ::ioctl(fd, FIONREAD, &here) != 0 || static_cast<size_t>(here) >= whole || whole > kMaxRecord;
+}
+
+// On a pool thread: a step of the TLS handshake; whether it is done. Otherwise c.want says what the next
+// step waits for (c.keep is false once it failed).
+bool RequestGate::shakeHands(Connection& c) {
+  ERR_clear_error();  // SSL_get_error reads this thread's queue: only this call's errors may be in it
+  int r = SSL_accept(c.ssl);
+  if (r == 1) {
+    c.phase = Connection::Phase::kRequest;
+    c.by = Clock::now() + kRequestDeadline;
+    c.want = EPOLLIN;
+    return true;
+  }
+  short want = ConnectionStream::wanted(c.ssl, r);
+  c.keep = want != 0;
+  c.want = want == POLLOUT ? EPOLLOUT : EPOLLIN;
+  return false;
+}
+
+// Reads what has come without waiting for more: kDrained once the socket (or TLS) has nothing more now and
+// waits for `*want`, kClosed when the client closed it or it failed, kFull past a head and body at their largest.
+RequestGate::Read RequestGate::readNow(Connection& c, uint32_t* want) {
+  char chunk[kReadSize];
+  for (;;) {
+    ssize_t n;
+    *want = EPOLLIN;
+    if (c.ssl) {
+      ERR_clear_error();
+      int r = SSL_read(c.ssl, chunk, sizeof chunk);
+      n = r > 0 ? r : SSL_get_error(c.ssl, r) == SSL_ERROR_ZERO_RETURN ? 0 : -1;
+      short wanted = n < 0 ? ConnectionStream::wanted(c.ssl, r) : POLLIN;
+      if (!wanted) return Read::kClosed;
+      if (wanted == POLLOUT) *want = EPOLLOUT;
+    } else {
+      n = ::recv(c.fd, chunk, sizeof chunk, 0);
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return Read::kClosed;
+    }
+    if (n == 0) return Read::kClosed;
+    if (n < 0) return Read::kDrained;
+    if (c.phase == Connection::Phase::kIdle) {  // a request's first bytes: it has its deadline from now
+      c.phase = Connection::Phase::kRequest;
+      c.continued = false;
+      c.by = Clock::now() + kRequestDeadline;
+    }
+    c.received.append(chunk, static_cast<size_t>(n));
+    if (c.received.size() > kMaxRequestHead + kMaxRequestBody) return Read::kFull;  // the rest waits its turn
+  }
+}
+
+// Reads what has come, and hands the connection to a pool thread once a request is whole.
+void RequestGate::receive(Connection& c) {
+  uint32_t want;
+  Read read = readNow(c, &want);
+  if (read == Read::kClosed) return close(c.fd);
+  if (read == Read::kDrained) watch(c, want);
+  switch (requestArrival(c.received)) {
+    case Arrival::kPartial:
+      return;
+    case Arrival::kContinue:
+      if (!std::exchange(c.continued, true)) sendNow(c, kContinue);
+      return;
+    case Arrival::kWhole:
+      return dispatch(c.fd);
+    case Arrival::kUnreadable:
+      return close(c.fd);
+    case Arrival::kBodyTooLarge:
+      sendNow(c, kTooLarge);
+      return close(c.fd);
+  }
+}
+
+// Writes a short answer as far as the socket takes it at once (an empty socket takes it whole).
+void RequestGate::sendNow(Connection& c, std::string_view text) {
+  if (c.ssl) SSL_write(c.ssl, text.data(), static_cast<int>(text.size()));
+  else (void)!::send(c.fd, text.data(), text.size(), MSG_NOSIGNAL);
+}
+
+void RequestGate::dispatch(int fd) {
+  auto it = waiting_.find(fd);
+  std::unique_ptr<Connection> c = std::move(it->second);
+  waiting_.erase(it);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  c->watched = 0;
+  ++answering_;
+  Connection* raw = c.release();  // a std::function holds only what it can copy
+  try {
+    pool_.enqueue([this, raw] { work(std::unique_ptr<Connection>(raw)); });
+  } catch (const std::exception& e) {  // the pool has no thread, and could make none
+    spdlog::error("cannot answer a request: {}", e.what());
+    --answering_;
+    delete raw;
+  }
+}
+
+// On a pool thread: a step of the TLS handshake, or a whole request. A request is answered, and the next
+// ones as long as each arrives whole within kLinger (a client sending one request after another, or its
+// first one right after its handshake, costs no trip through the gate); then the connection goes back.
+void RequestGate::work(std::unique_ptr<Connection> c) {
+  bool whole = c->phase != Connection::Phase::kHandshake || (shakeHands(*c) && nextArrives(*c));
+  while (whole) {
+    answer(*c);
+    whole = c->keep && !stopping_ && nextArrives(*c);
+  }
+  comeBack(std::move(c));
+}
+
+void RequestGate::answer(Connection& c) {
+  ConnectionStream stream(c.fd, c.ssl, "", "", std::move(c.received));
+  stream.startRequest(c.by);
+  bool last = ++c.answered >= opt_.keep_alive_requests || stopping_;
+  c.keep = answer_(stream, last) && !last;
+  if (stream.late()) ++peers_->cut_off;
+  c.received = stream.unread();
+  c.phase = c.received.empty() ? Connection::Phase::kIdle : Connection::Phase::kRequest;
+  c.by = Clock::now() + kRequestDeadline;
+  c.continued = false;
+}
+
+// Whether the connection's next request is whole within kLinger; c.keep is false once it closed.
+bool RequestGate::nextArrives(Connection& c) {
+  auto until = Clock::now() + kLinger;
+  for (;;) {
+    if (requestArrival(c.received) == Arrival::kWhole) return true;
+    uint32_t want;
+    Read read = readNow(c, &want);
+    if (read == Read::kClosed) return c.keep = false;
+    if (read == Read::kFull || requestArrival(c.received) != Arrival::kPartial) return requestArrival(c.received) == Arrival::kWhole;
+    auto left = std::chrono::duration_cast<std::chrono::microseconds>(until - Clock::now());
+    if (left.count() <= 0 || !ConnectionStream::ready(c.fd, want == EPOLLOUT ? POLLOUT : POLLIN, 1)) return false;
+  }
+}
+
+void RequestGate::comeBack(std::unique_ptr<Connection> c) {
+  std::lock_guard lock(back_mu_);
+  if (stopped_) {
+    --answering_;
+    return;  // c closes
+  }
+  back_.push_back(std::move(c));
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof one);
+}
+
+// Connections answered: each waits here for its next request, or closes.
+void RequestGate::takeBack() {
+  uint64_t count;
+  (void)!::read(wake_fd_, &count, sizeof count);
+  std::vector<std::unique_ptr<Connection>> back;
+  {
+    std::lock_guard lock(back_mu_);
+    back.swap(back_);
+  }
+  for (auto& c : back) {
+    --answering_;
+    if (!c->keep) continue;  // c closes
+    c->since = Clock::now();
+    if (c->phase == Connection::Phase::kIdle) c->by = c->since + opt_.keep_alive;
+    Connection& ref = *c;
+    waiting_.emplace(c->fd, std::move(c));
+    if (ref.phase == Connection::Phase::kHandshake) {
+      watch(ref, ref.want | EPOLLET);
+      continue;
+    }
+    watch(ref, EPOLLIN);
+    receive(ref);  // a request that came with the last one; TLS may hold its bytes already
+  }
+  if (!accepting_ && !full()) {
+    epoll_event e{EPOLLIN, {.fd = listen_fd_}};
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &e);
+    accepting_ = true;
+  }
+}
+
+void RequestGate::close(int fd) { waiting_.erase(fd); }
+
+// Closes the connections whose deadline passed: a handshake or request that did not arrive whole in time
+// (counted), a kept-alive connection that sent nothing more.
+void RequestGate::sweep() {
+  auto now = Clock::now();
+  next_sweep_ = now + std::chrono::milliseconds(kSweepMs);
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (now < it->second->by) {
+      ++it;
+      continue;
+    }
+    if (it->second->phase != Connection::Phase::kIdle) ++peers_->cut_off;
+    it = waiting_.erase(it);
+  }
+}
+
+}  // namespace gpool::allocator

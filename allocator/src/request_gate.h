@@ -1,0 +1,99 @@
+// Where gpool-allocator's TCP connections wait without a thread: for their TLS handshake, for a request
+// to arrive whole, and between the requests of a kept-alive connection. One thread accepts and watches
+// them all (epoll); a connection takes a thread of the pool only once a whole request is in, for the time
+// it is answered, and comes back here afterwards. So a slow client costs a descriptor and its bytes, not a
+// thread, whatever number of addresses its crowd comes from.
+// - one client address holds at most its share of the connections (gpool/peer_connections.h,
+//   --max-connections-per-address); another from it is closed at once, and its client tries again;
+// - a TLS handshake, then each request, must arrive whole within kRequestDeadline of its first byte
+//   (connection_stream.h); a connection waits at most the keep-alive timeout for its next request;
+// - with every connection held (--max-connections), a new one takes the place of the connection that has
+//   waited here longest; only when all are being answered does it wait in the listen backlog.
+#pragma once
+
+#include <httplib.h>
+#include <openssl/ssl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "connection_stream.h"
+#include "gpool/peer_connections.h"
+
+namespace gpool::allocator {
+
+class RequestGate {
+ public:
+  struct Options {
+    size_t max_connections = 4096;  // held at once: waiting here and being answered
+    std::chrono::seconds keep_alive{5};
+    size_t keep_alive_requests = 5;  // requests one connection may send; it is closed after the last
+    SSL_CTX* tls = nullptr;          // TLS is spoken when given
+    std::atomic<uint64_t>* displaced = nullptr;  // counts connections closed to make room for a new one
+  };
+  // Answers one whole request in `stream`, on a pool thread; whether the connection stays open after it.
+  // `last`: it is the connection's last (its answer says so).
+  using Answer = std::function<bool(ConnectionStream& stream, bool last)>;
+
+  RequestGate(int listen_fd, std::shared_ptr<PeerConnections> peers, httplib::TaskQueue& pool, Options opt, Answer answer);
+  ~RequestGate();
+  // Accepts and watches connections until stop(); then closes those waiting here. Answers being given
+  // finish (the pool's shutdown waits for them), and their connections close.
+  void run();
+  void stop();
+
+  // The connections the open-file limit (RLIMIT_NOFILE) leaves room for, beside what the allocator
+  // keeps open otherwise: the database, keys, logs, munged, the local socket's connections.
+  static size_t descriptorBudget();
+  static constexpr size_t kReservedDescriptors = 64 + 256, kMinBudget = 16;
+
+ private:
+  struct Connection;
+  using Clock = ConnectionStream::Clock;
+
+  void accept();
+  bool full() const;
+  void displaceOldest();
+  void admit(int fd, std::string peer);
+  void progress(Connection& c);
+  void handshake(Connection& c);
+  static bool recordWaiting(int fd);
+  bool shakeHands(Connection& c);
+  enum class Read { kDrained, kClosed, kFull };
+  Read readNow(Connection& c, uint32_t* want);
+  void receive(Connection& c);
+  bool nextArrives(Connection& c);
+  void sendNow(Connection& c, std::string_view text);
+  void dispatch(int fd);
+  void work(std::unique_ptr<Connection> c);
+  void answer(Connection& c);
+  void comeBack(std::unique_ptr<Connection> c);
+  void takeBack();
+  void watch(Connection& c, uint32_t events);
+  void close(int fd);
+  void sweep();
+
+  int listen_fd_, epoll_fd_ = -1, wake_fd_ = -1;
+  std::shared_ptr<PeerConnections> peers_;
+  httplib::TaskQueue& pool_;
+  Options opt_;
+  Answer answer_;
+  std::map<int, std::unique_ptr<Connection>> waiting_;  // by descriptor: those watched here
+  std::atomic<size_t> answering_{0};
+  std::atomic<bool> stopping_{false};
+  bool accepting_ = true;
+  Clock::time_point next_sweep_{};
+  std::mutex back_mu_;  // guards what follows: connections answered, coming back from the pool's threads
+  std::vector<std::unique_ptr<Connection>> back_;
+  bool stopped_ = false;
+};
+
+}  // namespace gpool::allocator
