@@ -1,22 +1,19 @@
-// The local Unix socket of gpool-allocator: accepted here, identified by SO_PEERCRED, then handed to
-// httplib's request processing, so every route serves both listeners.
+// The local Unix socket of gpool-allocator: its connections identified by SO_PEERCRED, held by a request
+// gate, and answered by httplib's request processing, so every route serves both listeners.
 #include "local_socket.h"
 
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <spdlog/spdlog.h>
-
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
 
 #include "connection_stream.h"
+#include "elastic_pool.h"
 
 namespace gpool::allocator {
 namespace {
@@ -54,61 +51,36 @@ void LocalSocketServer::listenLocal(const std::string& path) {
   }
   listen_fd_ = fd;
   path_ = path;
-  accept_thread_ = std::thread([this] { acceptLoop(); });
-}
-
-// A connection is refused here, before it costs a thread, when its user holds its share already or
-// every connection is taken; the client sees it close and tries again.
-void LocalSocketServer::acceptLoop() {
-  while (!stopping_) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (::poll(&p, 1, 200) <= 0) continue;
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      continue;
-    }
+  RequestGate::Options opt;
+  opt.max_connections = kMaxLocalConnections;
+  opt.keep_alive = std::chrono::seconds(keep_alive_timeout_sec_);
+  opt.keep_alive_requests = keep_alive_max_count_;
+  opt.identify = [](int fd) {  // the uid the kernel names
     ucred cred{};
     socklen_t len = sizeof cred;
-    std::string peer = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? kPeerPrefix + std::to_string(cred.uid) : "";
-    if (peer.empty() || !peers_.admit(peer)) {
-      if (!peer.empty() && peers_.warnNow())
-        spdlog::warn("closed a local connection of uid {}: it holds {} already (a local user's share of the {} "
-                     "connections of the local socket); {} closed so far", cred.uid, kMaxPerUser, kMaxLocalConnections,
-                     peers_.refused.load());
-      ::close(fd);
-      continue;
-    }
-    std::lock_guard lock(mu_);
-    if (active_ >= kMaxLocalConnections) {
-      peers_.release(peer);
-      ::close(fd);
-      continue;
-    }
-    ++active_;
-    std::thread([this, fd, peer] { serve(fd, peer); }).detach();
-  }
-}
-
-void LocalSocketServer::serve(int fd, const std::string& peer) {
-  ConnectionStream stream(fd, nullptr, peer, "unix");
-  bool closed = false;
-  process_request(stream, true, closed, nullptr);
-  if (stream.late()) ++peers_.cut_off;
-  peers_.release(peer);
-  ::close(fd);
-  std::lock_guard lock(mu_);
-  --active_;
-  idle_.notify_all();
+    return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? kPeerPrefix + std::to_string(cred.uid) : "";
+  };
+  opt.local_name = "unix";
+  opt.share_name = "a local user's share of the " + std::to_string(kMaxLocalConnections) + " connections of the local socket";
+  pool_ = std::make_unique<ElasticPool>(kMaxLocalConnections);
+  gate_ = std::make_unique<RequestGate>(fd, peers_, *pool_, opt, [this](ConnectionStream& stream, bool last) {
+    bool closed = false;
+    return process_request(stream, last, closed, nullptr) && !closed;
+  });
+  thread_ = std::thread([this] {
+    gate_->run();
+    pool_->shutdown();
+  });
 }
 
 void LocalSocketServer::stopLocal() {
-  if (listen_fd_ < 0 || stopping_.exchange(true)) return;
-  if (accept_thread_.joinable()) accept_thread_.join();
+  if (listen_fd_ < 0) return;
+  gate_->stop();
+  if (thread_.joinable()) thread_.join();
+  gate_.reset();
   ::close(listen_fd_);
+  listen_fd_ = -1;
   ::unlink(path_.c_str());
-  std::unique_lock lock(mu_);
-  idle_.wait(lock, [this] { return active_ == 0; });
 }
 
 }  // namespace gpool::allocator

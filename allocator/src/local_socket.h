@@ -6,14 +6,13 @@
 
 #include <httplib.h>
 
-#include <atomic>
-#include <condition_variable>
-#include <mutex>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 
 #include "gpool/peer_connections.h"
+#include "request_gate.h"
 
 namespace gpool::allocator {
 
@@ -21,28 +20,26 @@ class LocalSocketServer : public httplib::Server {
  public:
   ~LocalSocketServer() override;
   // Serves the routes on the Unix socket at `path` (replacing a stale socket file; mode 0666, since a
-  // connection is identified, not trusted by who may open it). Throws when it cannot.
+  // connection is identified, not trusted by who may open it), like the TCP listener: its connections
+  // wait for their requests in a request gate (request_gate.h), and are answered on a pool of threads.
+  // Throws when it cannot.
   void listenLocal(const std::string& path);
-  void stopLocal();  // also closes the connections in progress, and waits for them
+  void stopLocal();  // closes the connections waiting, and waits for the answers being given
 
   // The uid that sent a request over the local socket; nullopt for a request over TCP.
   static std::optional<uid_t> peerUid(const httplib::Request& req);
 
-  static constexpr int kMaxLocalConnections = 256, kMaxPerUser = kMaxLocalConnections / 4;
-  gpool::PeerConnections& peers() { return peers_; }  // what one user holds, and what was refused or cut off
+  static constexpr size_t kMaxLocalConnections = 256, kMaxPerUser = kMaxLocalConnections / 4;
+  gpool::PeerConnections& peers() { return *peers_; }  // what one user holds, and what was refused or cut off
+  uint64_t displaced() const { return gate_ ? gate_->displaced() : 0; }
 
  private:
-  void acceptLoop();
-  void serve(int fd, const std::string& peer);  // peer: kPeerPrefix and the uid
-
   int listen_fd_ = -1;
   std::string path_;
-  std::thread accept_thread_;
-  std::atomic<bool> stopping_{false};
-  std::mutex mu_;
-  std::condition_variable idle_;
-  int active_ = 0;  // connections being served (under mu_)
-  gpool::PeerConnections peers_{kMaxPerUser};
+  std::shared_ptr<gpool::PeerConnections> peers_ = std::make_shared<gpool::PeerConnections>(kMaxPerUser);
+  std::unique_ptr<httplib::TaskQueue> pool_;
+  std::unique_ptr<RequestGate> gate_;
+  std::thread thread_;
 };
 
 }  // namespace gpool::allocator

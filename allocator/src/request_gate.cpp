@@ -112,6 +112,7 @@ void RequestGate::run() {
     if (Clock::now() >= next_sweep_) sweep();
   }
   waiting_.clear();  // closes them
+  order_ = {};
   std::lock_guard lock(back_mu_);
   stopped_ = true;
   answering_ -= back_.size();
@@ -136,28 +137,42 @@ void RequestGate::accept() {
       }
       return;
     }
-    std::string peer = PeerConnections::peerOf(ConnectionStream::peerAddress(fd));
+    std::string peer = opt_.identify ? opt_.identify(fd) : PeerConnections::peerOf(ConnectionStream::peerAddress(fd));
     if (peer.empty() || !peers_->admit(peer)) {
       if (!peer.empty() && peers_->warnNow())
-        spdlog::warn("closed a connection from {}: it holds {} already (--max-connections-per-address); {} closed so far",
-                     peer, peers_->perPeer(), peers_->refused.load());
+        spdlog::warn("closed a connection from {}: it holds {} already ({}); {} closed so far", peer,
+                     peers_->perPeer(), opt_.share_name, peers_->refused.load());
       ::close(fd);
       continue;
     }
-    if (full()) displaceOldest();
+    if (full()) displace();
     admit(fd, std::move(peer));
   }
 }
 
 bool RequestGate::full() const { return waiting_.size() + answering_ >= opt_.max_connections; }
 
-void RequestGate::displaceOldest() {
-  auto oldest = std::min_element(waiting_.begin(), waiting_.end(), [](const auto& a, const auto& b) {
-    auto key = [](const Connection& c) { return std::pair(c.phase != Connection::Phase::kIdle, c.since); };
-    return key(*a.second) < key(*b.second);
-  });
-  if (oldest->second->phase != Connection::Phase::kIdle && opt_.displaced) ++*opt_.displaced;
-  waiting_.erase(oldest);
+void RequestGate::displace() {
+  int fd = *order_.next();
+  if (waiting_.at(fd)->phase != Connection::Phase::kIdle) ++displaced_;
+  close(fd);
+}
+
+// Watches `c` here, in the order of displacement.
+RequestGate::Connection& RequestGate::hold(std::unique_ptr<Connection> c) {
+  Connection& ref = *c;
+  order_.add(ref.fd, ref.peer, {ref.phase != Connection::Phase::kIdle, ref.since.time_since_epoch().count()});
+  waiting_.emplace(ref.fd, std::move(c));
+  return ref;
+}
+
+std::unique_ptr<RequestGate::Connection> RequestGate::letGo(int fd) {
+  auto it = waiting_.find(fd);
+  if (it == waiting_.end()) return nullptr;
+  std::unique_ptr<Connection> c = std::move(it->second);
+  waiting_.erase(it);
+  order_.remove(fd);
+  return c;
 }
 
 void RequestGate::admit(int fd, std::string peer) {
@@ -170,9 +185,7 @@ void RequestGate::admit(int fd, std::string peer) {
     c->phase = Connection::Phase::kHandshake;
     if (!(c->ssl = SSL_new(opt_.tls)) || SSL_set_fd(c->ssl, fd) != 1) return;
   }
-  Connection& ref = *c;
-  waiting_.emplace(fd, std::move(c));
-  progress(ref);  // its first bytes may be here already
+  progress(hold(std::move(c)));  // its first bytes may be here already
 }
 
 void RequestGate::watch(Connection& c, uint32_t events) {
@@ -285,9 +298,7 @@ void RequestGate::sendNow(Connection& c, std::string_view text) {
 }
 
 void RequestGate::dispatch(int fd) {
-  auto it = waiting_.find(fd);
-  std::unique_ptr<Connection> c = std::move(it->second);
-  waiting_.erase(it);
+  std::unique_ptr<Connection> c = letGo(fd);
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   c->watched = 0;
   ++answering_;
@@ -314,7 +325,7 @@ void RequestGate::work(std::unique_ptr<Connection> c) {
 }
 
 void RequestGate::answer(Connection& c) {
-  ConnectionStream stream(c.fd, c.ssl, "", "", std::move(c.received));
+  ConnectionStream stream(c.fd, c.ssl, opt_.local_name.empty() ? "" : c.peer, opt_.local_name, std::move(c.received));
   stream.startRequest(c.by);
   bool last = ++c.answered >= opt_.keep_alive_requests || stopping_;
   c.keep = answer_(stream, last) && !last;
@@ -364,8 +375,7 @@ void RequestGate::takeBack() {
     if (!c->keep) continue;  // c closes
     c->since = Clock::now();
     if (c->phase == Connection::Phase::kIdle) c->by = c->since + opt_.keep_alive;
-    Connection& ref = *c;
-    waiting_.emplace(c->fd, std::move(c));
+    Connection& ref = hold(std::move(c));
     if (ref.phase == Connection::Phase::kHandshake) {
       watch(ref, ref.want | EPOLLET);
       continue;
@@ -380,21 +390,20 @@ void RequestGate::takeBack() {
   }
 }
 
-void RequestGate::close(int fd) { waiting_.erase(fd); }
+void RequestGate::close(int fd) { letGo(fd); }
 
 // Closes the connections whose deadline passed: a handshake or request that did not arrive whole in time
 // (counted), a kept-alive connection that sent nothing more.
 void RequestGate::sweep() {
   auto now = Clock::now();
   next_sweep_ = now + std::chrono::milliseconds(kSweepMs);
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if (now < it->second->by) {
-      ++it;
-      continue;
-    }
-    if (it->second->phase != Connection::Phase::kIdle) ++peers_->cut_off;
-    it = waiting_.erase(it);
+  std::vector<int> late;
+  for (const auto& [fd, c] : waiting_) {
+    if (now < c->by) continue;
+    if (c->phase != Connection::Phase::kIdle) ++peers_->cut_off;
+    late.push_back(fd);
   }
+  for (int fd : late) close(fd);
 }
 
 }  // namespace gpool::allocator

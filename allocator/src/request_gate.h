@@ -7,8 +7,9 @@
 //   --max-connections-per-address); another from it is closed at once, and its client tries again;
 // - a TLS handshake, then each request, must arrive whole within kRequestDeadline of its first byte
 //   (connection_stream.h); a connection waits at most the keep-alive timeout for its next request;
-// - with every connection held (--max-connections), a new one takes the place of the connection that has
-//   waited here longest; only when all are being answered does it wait in the listen backlog.
+// - with every connection held (--max-connections), a new one takes the place of a waiting connection of
+//   the client with the most waiting (displacement_order.h); only when all are being answered does it wait
+//   in the listen backlog.
 #pragma once
 
 #include <httplib.h>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "connection_stream.h"
+#include "displacement_order.h"
 #include "gpool/peer_connections.h"
 
 namespace gpool::allocator {
@@ -37,7 +39,12 @@ class RequestGate {
     std::chrono::seconds keep_alive{5};
     size_t keep_alive_requests = 5;  // requests one connection may send; it is closed after the last
     SSL_CTX* tls = nullptr;          // TLS is spoken when given
-    std::atomic<uint64_t>* displaced = nullptr;  // counts connections closed to make room for a new one
+    // Whose share a connection counts in, or "" to close it; by default its client's address (peerOf).
+    std::function<std::string(int fd)> identify;
+    // What requests say their local address is, and their peer's the share they count in; "" (TCP) reads
+    // both from the socket.
+    std::string local_name;
+    std::string share_name = "--max-connections-per-address";  // named when a connection is closed for it
   };
   // Answers one whole request in `stream`, on a pool thread; whether the connection stays open after it.
   // `last`: it is the connection's last (its answer says so).
@@ -45,10 +52,11 @@ class RequestGate {
 
   RequestGate(int listen_fd, std::shared_ptr<PeerConnections> peers, httplib::TaskQueue& pool, Options opt, Answer answer);
   ~RequestGate();
-  // Accepts and watches connections until stop(); then closes those waiting here. Answers being given
-  // finish (the pool's shutdown waits for them), and their connections close.
+  // Accepts and watches connections until stop() (at once if it came first); then closes those waiting
+  // here. Answers being given finish (the pool's shutdown waits for them), and their connections close.
   void run();
   void stop();
+  uint64_t displaced() const { return displaced_; }  // connections closed to make room for a new one
 
   // The connections the open-file limit (RLIMIT_NOFILE) leaves room for, beside what the allocator
   // keeps open otherwise: the database, keys, logs, munged, the local socket's connections.
@@ -61,7 +69,9 @@ class RequestGate {
 
   void accept();
   bool full() const;
-  void displaceOldest();
+  void displace();
+  Connection& hold(std::unique_ptr<Connection> c);
+  std::unique_ptr<Connection> letGo(int fd);
   void admit(int fd, std::string peer);
   void progress(Connection& c);
   void handshake(Connection& c);
@@ -87,8 +97,10 @@ class RequestGate {
   Options opt_;
   Answer answer_;
   std::map<int, std::unique_ptr<Connection>> waiting_;  // by descriptor: those watched here
+  DisplacementOrder order_;                              // of those watched here
   std::atomic<size_t> answering_{0};
   std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> displaced_{0};
   bool accepting_ = true;
   Clock::time_point next_sweep_{};
   std::mutex back_mu_;  // guards what follows: connections answered, coming back from the pool's threads

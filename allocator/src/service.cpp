@@ -206,7 +206,7 @@ int Service::start(const std::string& host, int port) {
     throw std::runtime_error("cannot serve TLS with certificate " + opt_.tls_cert + " and key " + opt_.tls_key +
                              " (unreadable, not PEM, or the key does not match the certificate)");
   serve(tcp_->routes());
-  int bound = tcp_->bindWide(host, port);
+  int bound = tcp_->bindWide(host, port, opt_.max_connections);
   listen_fd_ = tcp_->fd();
   if (bound < 0) throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this host)");
   if (!opt_.local_socket.empty()) {
@@ -214,7 +214,7 @@ int Service::start(const std::string& host, int port) {
     serve(*local_);
     local_->listenLocal(opt_.local_socket);
   }
-  serve_thread_ = std::thread([this] { tcp_->run(opt_.max_connections); });
+  serve_thread_ = std::thread([this] { tcp_->run(); });
   if (opt_.advertise.empty()) opt_.advertise = advertisedUrl(host, bound, !opt_.tls_cert.empty());
   if (store_->replicated()) {
     campaign_thread_ = std::thread([this] { campaign(); });
@@ -954,11 +954,11 @@ void Service::readRoutes(httplib::Server& s) {
       << "# TYPE gpool_allocator_leader gauge\ngpool_allocator_leader " << (leading_ ? 1 : 0) << "\n"
       << "# HELP gpool_allocator_connections_refused_total Connections closed unserved, by reason: their address "
          "(or local user) held its share already (address: --max-connections-per-address), a TLS handshake or "
-         "request did not arrive whole in time (slow), or every connection was held and it had waited longest for its "
-         "request (displaced).\n# TYPE gpool_allocator_connections_refused_total counter\n"
+         "request did not arrive whole in time (slow), or every connection was held and it gave "
+         "its place to a new one while it waited (displaced).\n# TYPE gpool_allocator_connections_refused_total counter\n"
       << "gpool_allocator_connections_refused_total{reason=\"address\"} " << peers_->refused + (local_ ? local_->peers().refused.load() : 0) << "\n"
       << "gpool_allocator_connections_refused_total{reason=\"slow\"} " << peers_->cut_off + (local_ ? local_->peers().cut_off.load() : 0) << "\n"
-      << "gpool_allocator_connections_refused_total{reason=\"displaced\"} " << (tcp_ ? tcp_->displaced() : 0) << "\n";
+      << "gpool_allocator_connections_refused_total{reason=\"displaced\"} " << (tcp_ ? tcp_->displaced() : 0) + (local_ ? local_->displaced() : 0) << "\n";
     if (!leading_) return res.set_content(o.str(), "text/plain; version=0.0.4");
     std::lock_guard lock(mu_);
     size_t gpus = 0, up = 0, shares = 0;

@@ -41,10 +41,12 @@ TcpListener::TcpListener(std::shared_ptr<PeerConnections> peers, const std::stri
 }
 
 TcpListener::~TcpListener() {
+  gate_.reset();
+  pool_.reset();
   if (fd_ >= 0) ::close(fd_);
 }
 
-int TcpListener::bindWide(const std::string& host, int port) {
+int TcpListener::bindWide(const std::string& host, int port, size_t max_connections) {
   // httplib listens with a backlog of 5 (compiled into Debian's library): a burst of connections then
   // waits a second for the kernel's SYN retry. And httplib sets SO_REUSEPORT, with which a second
   // allocator started on the same port binds it too and the kernel splits the clients between the two:
@@ -57,15 +59,10 @@ int TcpListener::bindWide(const std::string& host, int port) {
   if (bound < 0) return -1;
   fd_ = tls_ ? static_cast<Server::Tls&>(*server_).listenFd() : static_cast<Server::Plain&>(*server_).listenFd();
   ::listen(fd_, 4096);
-  return bound;
-}
-
-void TcpListener::run(size_t max_connections) {
-  std::unique_ptr<httplib::TaskQueue> pool(server_->new_task_queue());
+  pool_.reset(server_->new_task_queue());
   RequestGate::Options opt;
   opt.max_connections = std::min(max_connections, RequestGate::descriptorBudget());
   opt.tls = tls_;
-  opt.displaced = &displaced_;
   RequestGate::Answer answer;
   auto settings = [&](auto& s) {
     opt.keep_alive = s.keepAlive();
@@ -74,26 +71,16 @@ void TcpListener::run(size_t max_connections) {
   };
   if (tls_) settings(static_cast<Server::Tls&>(*server_));
   else settings(static_cast<Server::Plain&>(*server_));
-  {
-    RequestGate gate(fd_, peers_, *pool, opt, answer);
-    bool halted;
-    {
-      std::lock_guard lock(mu_);
-      gate_ = &gate;
-      halted = halted_;
-    }
-    if (!halted) gate.run();
-    pool->shutdown();  // the answers being given end, before the gate they come back to
-    std::lock_guard lock(mu_);
-    gate_ = nullptr;
-  }
-  ::close(fd_);
-  fd_ = -1;
+  gate_ = std::make_unique<RequestGate>(fd_, peers_, *pool_, opt, answer);
+  return bound;
+}
+
+void TcpListener::run() {
+  gate_->run();
+  pool_->shutdown();  // the answers being given end, before the gate they come back to
 }
 
 void TcpListener::halt() {
-  std::lock_guard lock(mu_);
-  halted_ = true;
   if (gate_) gate_->stop();
 }
 

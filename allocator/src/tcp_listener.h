@@ -5,10 +5,8 @@
 
 #include <httplib.h>
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "gpool/peer_connections.h"
@@ -24,25 +22,23 @@ class TcpListener {
   bool valid() const { return server_->is_valid(); }
   httplib::Server& routes() { return *server_; }  // its new_task_queue makes the pool requests are answered on
 
-  // Binds HOST:PORT (0: any free port) with a backlog of 4,096 and without SO_REUSEPORT; the port, or -1.
-  int bindWide(const std::string& host, int port);
+  // Binds HOST:PORT (0: any free port) with a backlog of 4,096 and without SO_REUSEPORT, to hold at most
+  // `max_connections` at once (fewer when the open-file limit leaves room for fewer); the port, or -1.
+  int bindWide(const std::string& host, int port, size_t max_connections);
   int fd() const { return fd_; }
-  // Serves until halt(): at most `max_connections` held at once (fewer when the open-file limit leaves
-  // room for fewer); then lets the answers being given finish, and closes the listening socket.
-  void run(size_t max_connections);
+  // Serves until halt() (called before or during it); then lets the answers being given finish.
+  void run();
   void halt();
-  uint64_t displaced() const { return displaced_; }  // connections closed to make room for a new one
+  uint64_t displaced() const { return gate_ ? gate_->displaced() : 0; }  // connections closed for a new one
 
  private:
   class Server;
   std::unique_ptr<httplib::Server> server_;
   std::shared_ptr<PeerConnections> peers_;
   SSL_CTX* tls_ = nullptr;
-  std::mutex mu_;  // guards what follows
-  RequestGate* gate_ = nullptr;
-  bool halted_ = false;
-  std::atomic<uint64_t> displaced_{0};
   int fd_ = -1;
+  std::unique_ptr<httplib::TaskQueue> pool_;
+  std::unique_ptr<RequestGate> gate_;
 };
 
 }  // namespace gpool::allocator

@@ -105,29 +105,51 @@ def exchange(port, data):
         s.close()
 
 
-class OneUserCannotTakeEveryLocalConnection(unittest.TestCase):
-    def test_another_user_is_answered_while_one_holds_a_crowd_of_slow_local_connections(self):
-        c = Cluster(servers=0)
-        crowd = None
+# Another user runs the system's Python: the one running this test may be in root's home (pyenv).
+SYSTEM_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+LOCAL_CROWD = """
+import socket, sys, time
+sys.path.insert(0, sys.argv[1])
+from crowd import Crowd
+def local():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sys.argv[2])
+    return s
+crowd = Crowd(None, slow=int(sys.argv[3]), connect=local)
+sys.stdin.read()  # until the test ends
+crowd.close()
+"""
 
-        def local():
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.connect(c.socket)
-            return s
-        try:
-            crowd = Crowd(None, slow=300, connect=local)  # more than the 256 local connections served at once
-            time.sleep(2)
-            for _ in range(5):
-                r = subprocess.run([GPOOL, "whoami"], env=dict(os.environ, GPOOL_ALLOCATOR="unix:" + c.socket),
-                                   preexec_fn=as_user(NOBODY, NOBODY), capture_output=True, text=True, timeout=30)
-                self.assertEqual(r.returncode, 0, r.stderr)
-                self.assertIn("user nobody", r.stdout)
-            self.assertGreater(refused(c, "address"), 0)
-            self.assertIn("a local user's share", c.log("allocator"))
-        finally:
-            if crowd:
-                crowd.close()
-            c.close()
+
+class LocalUsersCannotTakeEveryLocalConnection(unittest.TestCase):
+    def whoami_beside_crowds(self, uids, slow):
+        """Runs `gpool whoami` as nobody 5 times over the local socket while each of `uids` holds `slow` slow
+        connections to it (a process of its own, as that user); returns the allocator."""
+        c = Cluster(servers=0)
+        self.addCleanup(c.close)
+        for uid in uids:
+            p = subprocess.Popen([SYSTEM_PYTHON, "-c", LOCAL_CROWD, os.path.dirname(os.path.abspath(__file__)), c.socket,
+                                  str(slow)], stdin=subprocess.PIPE, preexec_fn=as_user(uid, uid))
+            self.addCleanup(p.wait, 30)
+            self.addCleanup(p.stdin.close)
+        time.sleep(3)
+        for _ in range(5):
+            r = subprocess.run([GPOOL, "whoami"], env=dict(os.environ, GPOOL_ALLOCATOR="unix:" + c.socket),
+                               preexec_fn=as_user(NOBODY, NOBODY), capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("user nobody", r.stdout)
+        return c
+
+    def test_another_user_is_answered_while_one_holds_a_crowd_of_slow_local_connections(self):
+        c = self.whoami_beside_crowds([0], 300)  # more than the 256 local connections held at once
+        self.assertGreater(refused(c, "address"), 0)
+        self.assertIn("a local user's share", c.log("allocator"))
+
+    def test_another_user_is_answered_while_many_hold_crowds_of_slow_local_connections(self):
+        # 6 users with their share of 64 each ask for all 256 and more. When each local connection held a
+        # thread, they kept everyone else out.
+        c = self.whoami_beside_crowds(range(61001, 61007), 64)
+        self.assertGreater(refused(c, "displaced"), 0)
 
 
 class RequestDeadline(unittest.TestCase):
