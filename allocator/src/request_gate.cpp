@@ -120,8 +120,8 @@ void RequestGate::run() {
 }
 
 // Accepts what the listen backlog holds, as long as there is room (each costs a descriptor). With every
-// connection held, a new one takes the place of the one that has waited here longest (an idle one first);
-// with all of them being answered, none is accepted until one ends.
+// connection held, a new one takes the place of a waiting one (displacement_order.h); with all of them
+// being answered, none is accepted until one ends.
 void RequestGate::accept() {
   for (int i = 0; i < kAcceptsPerTurn; ++i) {
     if (full() && waiting_.empty()) {
