@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "dispatcher.h"
@@ -31,6 +32,13 @@ Revocation& Revocation::watch(pid_t server) {
     std::thread([w] { w->loop(); }).detach();
     return w;
   }();
+  // Run at exit before spdlog's registry (made earlier) is destroyed: a SIGTERM that comes while the
+  // process ends then logs nothing, instead of logging through a logger already freed.
+  static const bool quiet_at_exit = std::atexit([] {
+    std::lock_guard lock(watcher->mu_);
+    watcher->exiting_ = true;
+  }) == 0;
+  (void)quiet_at_exit;
   return *watcher;
 }
 
@@ -47,6 +55,7 @@ void Revocation::loop() {
     siginfo_t info{};
     if (sigwaitinfo(&set, &info) != SIGTERM) continue;
     std::unique_lock lock(mu_);
+    if (exiting_) continue;
     if (!why_.empty()) {
       spdlog::info("SIGTERM again: this worker already stopped serving its client");
       continue;

@@ -39,6 +39,7 @@ class Revocation {
   const pid_t server_;
   Dispatcher* serving_ = nullptr;
   std::string why_;  // why it stops serving: empty until SIGTERM came
+  bool exiting_ = false;  // the process is ending: a SIGTERM now does nothing (spdlog's loggers go with it)
 };
 
 }  // namespace gpool::worker
