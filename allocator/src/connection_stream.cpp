@@ -95,23 +95,28 @@ bool ConnectionStream::fill() {
   return n > 0;
 }
 
+ssize_t ConnectionStream::readOnce(int fd, SSL* ssl, char* into, size_t size, short* want) {
+  *want = POLLIN;
+  if (ssl) {
+    ERR_clear_error();  // SSL_get_error reads this thread's queue: only this call's errors may be in it
+    int r = SSL_read(ssl, into, static_cast<int>(std::min<size_t>(size, INT_MAX)));
+    if (r > 0) return r;
+    if (SSL_get_error(ssl, r) == SSL_ERROR_ZERO_RETURN) return 0;
+    return (*want = wanted(ssl, r)) ? kWouldBlock : -1;
+  }
+  ssize_t n = ::recv(fd, into, size, 0);
+  if (n >= 0) return n;
+  return errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : -1;
+}
+
 // One read of at most `size` bytes by the read deadline: what came (> 0), 0 when the peer closed, -1 on an
 // error or when nothing came in time.
 ssize_t ConnectionStream::receive(char* into, size_t size) {
   for (;;) {
     if (Clock::now() >= read_by_) return late_ = true, -1;
-    short want = POLLIN;
-    if (ssl_) {
-      ERR_clear_error();  // SSL_get_error reads this thread's queue: only this call's errors may be in it
-      int r = SSL_read(ssl_, into, static_cast<int>(std::min<size_t>(size, INT_MAX)));
-      if (r > 0) return r;
-      if (SSL_get_error(ssl_, r) == SSL_ERROR_ZERO_RETURN) return 0;
-      if (!(want = wanted(ssl_, r))) return -1;
-    } else {
-      ssize_t n = ::recv(fd_, into, size, 0);
-      if (n >= 0) return n;
-      if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-    }
+    short want;
+    ssize_t n = readOnce(fd_, ssl_, into, size, &want);
+    if (n != kWouldBlock) return n;
     if (!ready(fd_, want, msUntil(read_by_, kStepMs))) return late_ = true, -1;
   }
 }

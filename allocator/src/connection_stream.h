@@ -46,6 +46,10 @@ class ConnectionStream : public httplib::Stream {
   static int msUntil(Clock::time_point t, int most);
   // What OpenSSL waits for after a call on `ssl` returned `result`: POLLIN, POLLOUT, or 0 (an error, the end).
   static short wanted(SSL* ssl, int result);
+  // One read from `fd` (through `ssl` when given) that does not wait: the bytes read (> 0), 0 when the peer
+  // closed, -1 on an error, or kWouldBlock when nothing is there now (`*want` then says what to wait for).
+  static ssize_t readOnce(int fd, SSL* ssl, char* into, size_t size, short* want);
+  static constexpr ssize_t kWouldBlock = -2;
   static constexpr int kStepMs = 5000;  // each wait of a read or write (httplib's own)
 
  private:

@@ -244,21 +244,13 @@ bool RequestGate::shakeHands(Connection& c) {
 RequestGate::Read RequestGate::readNow(Connection& c, uint32_t* want) {
   char chunk[kReadSize];
   for (;;) {
-    ssize_t n;
-    *want = EPOLLIN;
-    if (c.ssl) {
-      ERR_clear_error();
-      int r = SSL_read(c.ssl, chunk, sizeof chunk);
-      n = r > 0 ? r : SSL_get_error(c.ssl, r) == SSL_ERROR_ZERO_RETURN ? 0 : -1;
-      short wanted = n < 0 ? ConnectionStream::wanted(c.ssl, r) : POLLIN;
-      if (!wanted) return Read::kClosed;
-      if (wanted == POLLOUT) *want = EPOLLOUT;
-    } else {
-      n = ::recv(c.fd, chunk, sizeof chunk, 0);
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return Read::kClosed;
+    short wanted;
+    ssize_t n = ConnectionStream::readOnce(c.fd, c.ssl, chunk, sizeof chunk, &wanted);
+    if (n == ConnectionStream::kWouldBlock) {
+      *want = wanted == POLLOUT ? EPOLLOUT : EPOLLIN;
+      return Read::kDrained;
     }
-    if (n == 0) return Read::kClosed;
-    if (n < 0) return Read::kDrained;
+    if (n <= 0) return Read::kClosed;
     if (c.phase == Connection::Phase::kIdle) {  // a request's first bytes: it has its deadline from now
       c.phase = Connection::Phase::kRequest;
       c.continued = false;
@@ -339,14 +331,14 @@ void RequestGate::answer(Connection& c) {
 // Whether the connection's next request is whole within kLinger; c.keep is false once it closed.
 bool RequestGate::nextArrives(Connection& c) {
   auto until = Clock::now() + kLinger;
-  for (;;) {
-    if (requestArrival(c.received) == Arrival::kWhole) return true;
-    uint32_t want;
+  for (bool more = true;;) {
+    Arrival arrival = requestArrival(c.received);
+    if (arrival != Arrival::kPartial || !more) return arrival == Arrival::kWhole;
+    uint32_t want = EPOLLIN;
     Read read = readNow(c, &want);
     if (read == Read::kClosed) return c.keep = false;
-    if (read == Read::kFull || requestArrival(c.received) != Arrival::kPartial) return requestArrival(c.received) == Arrival::kWhole;
-    auto left = std::chrono::duration_cast<std::chrono::microseconds>(until - Clock::now());
-    if (left.count() <= 0 || !ConnectionStream::ready(c.fd, want == EPOLLOUT ? POLLOUT : POLLIN, 1)) return false;
+    more = read == Read::kFull ||
+           (Clock::now() < until && ConnectionStream::ready(c.fd, want == EPOLLOUT ? POLLOUT : POLLIN, 1));
   }
 }
 
