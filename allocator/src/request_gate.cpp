@@ -110,6 +110,11 @@ void RequestGate::run() {
       }
     }
     if (Clock::now() >= next_sweep_) sweep();
+    if (!accepting_ && (!full() || !waiting_.empty())) {  // room again, or one to displace
+      epoll_event e{EPOLLIN, {.fd = listen_fd_}};
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &e);
+      accepting_ = true;
+    }
   }
   waiting_.clear();  // closes them
   order_ = {};
@@ -374,11 +379,6 @@ void RequestGate::takeBack() {
     }
     watch(ref, EPOLLIN);
     receive(ref);  // a request that came with the last one; TLS may hold its bytes already
-  }
-  if (!accepting_ && !full()) {
-    epoll_event e{EPOLLIN, {.fd = listen_fd_}};
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &e);
-    accepting_ = true;
   }
 }
 

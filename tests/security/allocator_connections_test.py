@@ -84,6 +84,22 @@ class CrowdsCannotTakeEveryConnection(unittest.TestCase):
         self.assertGreater(refused(c, "address"), 0)
         self.assertIn("--max-connections-per-address", c.log("allocator"))
 
+    def test_others_are_answered_after_every_connection_was_answered_at_once_and_kept_open(self):
+        # 16 long polls take every connection at once, and the allocator stops accepting; then they are
+        # answered, and kept open for a next request. A new connection takes the place of one: the
+        # allocator accepts again (it used to wait for one to close, and none did).
+        c = Cluster(ttl="30s", allocator_args=["--max-connections", "16", "--max-connections-per-address", "4"])
+        self.addCleanup(c.close)
+        _, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})  # granted, and stays so: its polls wait
+        for i in range(16):
+            s = socket.create_connection(("127.0.0.1", c.port), source_address=(f"127.0.2.{i % 4 + 1}", 0))
+            self.addCleanup(s.close)
+            s.sendall(f"GET /v1/leases/{lease['id']}?wait_ms=2000 HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+        time.sleep(3)  # answered, and kept open
+        for _ in range(3):
+            with urllib.request.urlopen(c.url + "/v1/status", timeout=5) as r:
+                self.assertEqual(r.status, 200)
+
     def test_others_are_answered_while_a_crowd_from_many_addresses_holds_slow_connections(self):
         # 8 addresses with their 8 each ask for all 32 and more. When each connection held a thread, they
         # kept everyone else waiting until their deadlines.
