@@ -336,14 +336,15 @@ void RequestGate::answer(Connection& c) {
 // Whether the connection's next request is whole within kLinger; c.keep is false once it closed.
 bool RequestGate::nextArrives(Connection& c) {
   auto until = Clock::now() + kLinger;
-  for (bool more = true;;) {
+  for (;;) {
     Arrival arrival = requestArrival(c.received);
-    if (arrival != Arrival::kPartial || !more) return arrival == Arrival::kWhole;
+    if (arrival != Arrival::kPartial) return arrival == Arrival::kWhole;
+    size_t had = c.received.size();
     uint32_t want = EPOLLIN;
     Read read = readNow(c, &want);
     if (read == Read::kClosed) return c.keep = false;
-    more = read == Read::kFull ||
-           (Clock::now() < until && ConnectionStream::ready(c.fd, want == EPOLLOUT ? POLLOUT : POLLIN, 1));
+    if (c.received.size() > had) continue;  // what came is judged first, without waiting for more
+    if (Clock::now() >= until || !ConnectionStream::ready(c.fd, want == EPOLLOUT ? POLLOUT : POLLIN, 1)) return false;
   }
 }
 
