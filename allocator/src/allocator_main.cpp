@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
   size_t max_connections = 4096;
   app.add_option("--max-connections", max_connections,
                  "TCP connections held at once. One costs a thread (made when needed) only while a request of it is "
-                 "answered (a long poll until its answer); one waiting for its request costs a descriptor. With all held, "
+                 "answered (a long poll until its answer); one waiting for its request, or for its client to take an answer, costs a descriptor. With all held, "
                  "a new one replaces a waiting one of the client with the most waiting; with all being answered, it waits to be accepted")
       ->capture_default_str()
       ->check(CLI::Range(size_t{16}, size_t{65536}));

@@ -121,23 +121,29 @@ ssize_t ConnectionStream::receive(char* into, size_t size) {
   }
 }
 
+ssize_t ConnectionStream::writeOnce(int fd, SSL* ssl, const char* from, size_t size, short* want) {
+  *want = POLLOUT;
+  if (ssl) {
+    ERR_clear_error();
+    int r = SSL_write(ssl, from, static_cast<int>(std::min<size_t>(size, INT_MAX)));
+    if (r > 0) return r;
+    return (*want = wanted(ssl, r)) ? kWouldBlock : -1;
+  }
+  ssize_t n = ::send(fd, from, size, MSG_NOSIGNAL);
+  if (n >= 0) return n;
+  return errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : -1;
+}
+
+// Writes what the socket takes now; the rest is kept for unsent(), and taken as written.
 ssize_t ConnectionStream::write(const char* ptr, size_t size) {
   if (!write_by_) write_by_ = Clock::now() + kWriteDeadline;
-  for (;;) {
-    short want = POLLOUT;
-    if (ssl_) {
-      ERR_clear_error();
-      int r = SSL_write(ssl_, ptr, static_cast<int>(std::min<size_t>(size, INT_MAX)));
-      if (r > 0) return r;
-      if (!(want = wanted(ssl_, r))) return -1;
-    } else {
-      ssize_t n = ::send(fd_, ptr, size, MSG_NOSIGNAL);
-      if (n >= 0) return n;
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-    }
-    if (!ready(fd_, want, msUntil(*write_by_, kStepMs))) return -1;
+  if (out_.empty()) {
+    short want;
+    ssize_t n = writeOnce(fd_, ssl_, ptr, size, &want);
+    if (n != kWouldBlock) return n;
   }
+  out_.append(ptr, size);
+  return static_cast<ssize_t>(size);
 }
 
 }  // namespace gpool::allocator

@@ -2,8 +2,10 @@
 // Stream, with the time limits a peer is held to: each request must arrive whole within kRequestDeadline
 // of startRequest() (httplib bounds each read only, so a byte every few seconds held a thread for ever),
 // and each answer must be taken within kWriteDeadline. The socket is non-blocking; reads are buffered
-// (httplib reads a request's lines a byte at a time). A TCP connection's request has arrived whole before
-// the stream is made (request_gate.h): the stream starts with it buffered, and hands back what it left unread.
+// (httplib reads a request's lines a byte at a time). A connection's request has arrived whole before the
+// stream is made (request_gate.h): the stream starts with it buffered, and hands back what it left unread.
+// Writes do not wait either: what the socket does not take at once is kept, and handed back (unsent()) for
+// the gate to send as the client reads it, so a client that does not read its answer holds no thread.
 #pragma once
 
 #include <httplib.h>
@@ -12,6 +14,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace gpool::allocator {
 
@@ -30,6 +33,9 @@ class ConnectionStream : public httplib::Stream {
   void startRequest(Clock::time_point by = Clock::now() + kRequestDeadline);
   bool late() const { return late_; }  // a read waited out its deadline, or a wait for data its step
   std::string unread() { return buf_.substr(head_); }  // what came in and was not read (a next request)
+  std::string unsent() { return std::exchange(out_, {}); }  // what was written and the socket did not take yet
+  // When what unsent() hands back must have been taken by the client: kWriteDeadline from the first write.
+  Clock::time_point sendBy() const { return write_by_.value_or(Clock::now() + kWriteDeadline); }
 
   bool is_readable() const override;
   bool is_writable() const override;
@@ -49,6 +55,10 @@ class ConnectionStream : public httplib::Stream {
   // One read from `fd` (through `ssl` when given) that does not wait: the bytes read (> 0), 0 when the peer
   // closed, -1 on an error, or kWouldBlock when nothing is there now (`*want` then says what to wait for).
   static ssize_t readOnce(int fd, SSL* ssl, char* into, size_t size, short* want);
+  // One write to `fd` (through `ssl`) that does not wait, likewise: the bytes taken (> 0), -1 on an error,
+  // or kWouldBlock. A TLS write is repeated with the same bytes first (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
+  // lets them lie elsewhere), and more may follow them.
+  static ssize_t writeOnce(int fd, SSL* ssl, const char* from, size_t size, short* want);
   static constexpr ssize_t kWouldBlock = -2;
   static constexpr int kStepMs = 5000;  // each wait of a read or write (httplib's own)
 
@@ -65,6 +75,7 @@ class ConnectionStream : public httplib::Stream {
   std::optional<Clock::time_point> write_by_;
   std::string buf_;
   size_t head_ = 0;
+  std::string out_;  // written, not yet taken by the socket
   ssize_t filled_ = -1;  // what read() returns once fill() failed: 0 the peer closed, -1 an error or too late
   bool late_ = false;
 };

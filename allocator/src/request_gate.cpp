@@ -1,6 +1,7 @@
 #include "request_gate.h"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
@@ -30,21 +31,42 @@ constexpr int kAcceptsPerTurn = 64;    // then the connections watched have thei
 constexpr size_t kReadSize = 16384;    // one read's most (a TLS record)
 constexpr size_t kMaxRecord = 5 + 16384 + 2048;  // a TLS record's header and its most ciphertext
 constexpr auto kLinger = std::chrono::milliseconds(1);  // a thread waits this long for a connection's next request
+constexpr auto kDrain = std::chrono::seconds(5);  // answers go on after stop() for this long at most
 const std::string kTooLargeBody = "{\"error\": \"a request's body may be at most 1 MiB\"}\n";
 const std::string kTooLarge = "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\nConnection: close\r\n"
                               "Content-Length: " + std::to_string(kTooLargeBody.size()) + "\r\n\r\n" + kTooLargeBody;
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
+// What `fd`'s client has not taken yet of what was written to it (sent, and not acknowledged; or in the
+// queue of a local socket, unread). Nothing, once a TCP connection was reset: no more of it goes out.
+int untaken(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE) return 0;
+  int n = 0;
+  return ::ioctl(fd, SIOCOUTQ, &n) == 0 ? n : 0;
+}
+
 }  // namespace
 
 struct RequestGate::Connection {
-  enum class Phase { kHandshake, kRequest, kIdle };
+  // kSending: the rest of its answer waits for room in the socket. kClosing: its last answer is in the socket,
+  // and it closes once the client has taken it.
+  enum class Phase { kHandshake, kRequest, kIdle, kSending, kClosing };
   Connection(int f, std::string p, PeerConnections& peers) : fd(f), peer(std::move(p)), peers_(peers) {}
+  // An answer its client has not taken is dropped with a reset. Closed in order, the kernel would go on
+  // sending it, for minutes, to a client that may never read it: memory the allocator no longer holds
+  // to account.
   ~Connection() {
+    bool abandoned = phase == Phase::kSending || (phase != Phase::kHandshake && untaken(fd) > 0);
     if (ssl) {
-      if (phase != Phase::kHandshake) SSL_shutdown(ssl);  // best effort: the socket does not wait
+      if (phase != Phase::kHandshake && phase != Phase::kClosing && !abandoned) SSL_shutdown(ssl);  // best effort
       ERR_clear_error();  // what a failed shutdown left
       SSL_free(ssl);
+    }
+    if (abandoned) {
+      linger reset{1, 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
     }
     ::close(fd);
     peers_.release(peer);
@@ -53,8 +75,11 @@ struct RequestGate::Connection {
   std::string peer;  // whose share it counts in
   SSL* ssl = nullptr;
   std::string received;        // of the next request
+  std::string outgoing;        // of its answer, what the socket has not taken yet (kSending)
+  size_t sent = 0;             // of outgoing, what it has taken since
   Phase phase = Phase::kRequest;
   Clock::time_point since, by;  // waiting here since; the deadline of what it waits for
+  Clock::time_point taken_by;   // when its client must have taken its last answer
   size_t answered = 0;
   uint32_t watched = 0;  // the events epoll watches for it (0: not watched)
   uint32_t want = EPOLLIN;  // what its TLS handshake's next step waits for
@@ -96,32 +121,51 @@ void RequestGate::stop() {
 }
 
 void RequestGate::run() {
-  epoll_event events[256];
-  while (!stopping_) {
-    int n = ::epoll_wait(epoll_fd_, events, 256, kSweepMs);
-    for (int i = 0; i < n && !stopping_; ++i) {
-      int fd = events[i].data.fd;
-      if (fd == listen_fd_) {
-        accept();
-      } else if (fd == wake_fd_) {
-        takeBack();
-      } else if (auto it = waiting_.find(fd); it != waiting_.end()) {
-        progress(*it->second);
-      }
-    }
-    if (Clock::now() >= next_sweep_) sweep();
-    if (!accepting_ && (!full() || !waiting_.empty())) {  // room again, or one to displace
-      epoll_event e{EPOLLIN, {.fd = listen_fd_}};
-      ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &e);
-      accepting_ = true;
-    }
-  }
+  while (!stopping_) turn();
+  drain();
   waiting_.clear();  // closes them
   order_ = {};
   std::lock_guard lock(back_mu_);
   stopped_ = true;
   answering_ -= back_.size();
   back_.clear();
+}
+
+// One turn: what epoll says is ready, then the deadlines, then whether to accept again.
+void RequestGate::turn() {
+  epoll_event events[256];
+  int n = ::epoll_wait(epoll_fd_, events, 256, kSweepMs);
+  for (int i = 0; i < n; ++i) {
+    int fd = events[i].data.fd;
+    if (fd == listen_fd_) {
+      if (!stopping_) accept();
+    } else if (fd == wake_fd_) {
+      takeBack();
+    } else if (auto it = waiting_.find(fd); it != waiting_.end()) {
+      progress(*it->second);
+    }
+  }
+  if (Clock::now() >= next_sweep_) sweep();
+  if (!stopping_ && !accepting_ && (!full() || !waiting_.empty())) {  // room again, or one to displace
+    epoll_event e{EPOLLIN, {.fd = listen_fd_}};
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &e);
+    accepting_ = true;
+  }
+}
+
+// After stop(): nothing more is accepted, and connections waiting for a request close; the answers being
+// given, and what their clients have not taken yet of those given, go on for up to kDrain.
+void RequestGate::drain() {
+  if (accepting_) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+  accepting_ = false;
+  for (auto until = Clock::now() + kDrain;;) {
+    std::vector<int> waiting;
+    for (const auto& [fd, c] : waiting_)
+      if (c->phase != Connection::Phase::kSending && c->phase != Connection::Phase::kClosing) waiting.push_back(fd);
+    for (int fd : waiting) closeWhenTaken(*waiting_.at(fd));
+    if ((waiting_.empty() && answering_ == 0) || Clock::now() >= until) return;
+    turn();
+  }
 }
 
 // Accepts what the listen backlog holds, as long as there is room (each costs a descriptor). With every
@@ -159,7 +203,7 @@ bool RequestGate::full() const { return waiting_.size() + answering_ >= opt_.max
 
 void RequestGate::displace() {
   int fd = *order_.next();
-  if (waiting_.at(fd)->phase != Connection::Phase::kIdle) ++displaced_;
+  if (waiting_.at(fd)->phase != Connection::Phase::kIdle || untaken(fd) > 0) ++displaced_;  // it lost a request or an answer
   close(fd);
 }
 
@@ -189,8 +233,14 @@ void RequestGate::admit(int fd, std::string peer) {
   if (opt_.tls) {
     c->phase = Connection::Phase::kHandshake;
     if (!(c->ssl = SSL_new(opt_.tls)) || SSL_set_fd(c->ssl, fd) != 1) return;
+    SSL_set_mode(c->ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);  // an answer's rest is sent from another buffer
   }
   progress(hold(std::move(c)));  // its first bytes may be here already
+}
+
+void RequestGate::unwatch(Connection& c) {
+  if (c.watched) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
+  c.watched = 0;
 }
 
 void RequestGate::watch(Connection& c, uint32_t events) {
@@ -202,8 +252,29 @@ void RequestGate::watch(Connection& c, uint32_t events) {
 
 void RequestGate::progress(Connection& c) {
   if (c.phase == Connection::Phase::kHandshake) return handshake(c);
+  if (c.phase == Connection::Phase::kSending) return send(c);
   watch(c, EPOLLIN);
   receive(c);
+}
+
+// Sends what the socket takes of an answer's rest. Once it is all taken, the connection waits for its next
+// request (or closes, after its last).
+void RequestGate::send(Connection& c) {
+  while (c.sent < c.outgoing.size()) {
+    short want;
+    ssize_t n = ConnectionStream::writeOnce(c.fd, c.ssl, c.outgoing.data() + c.sent, c.outgoing.size() - c.sent, &want);
+    if (n == ConnectionStream::kWouldBlock) return watch(c, want == POLLIN ? EPOLLIN : EPOLLOUT);
+    if (n < 0) return close(c.fd);
+    c.sent += static_cast<size_t>(n);
+  }
+  c.outgoing = {};
+  c.sent = 0;
+  if (!c.keep) return closeWhenTaken(c);
+  std::unique_ptr<Connection> sent = letGo(c.fd);  // to be held again, where a waiting connection ranks
+  waitForNext(*sent);
+  Connection& ref = hold(std::move(sent));
+  watch(ref, EPOLLIN);
+  receive(ref);  // a request that came with the last one
 }
 
 // The TLS handshake's work (its key exchange and signature) is done on a pool thread, not here: a step of
@@ -296,8 +367,7 @@ void RequestGate::sendNow(Connection& c, std::string_view text) {
 
 void RequestGate::dispatch(int fd) {
   std::unique_ptr<Connection> c = letGo(fd);
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-  c->watched = 0;
+  unwatch(*c);
   ++answering_;
   Connection* raw = c.release();  // a std::function holds only what it can copy
   try {
@@ -311,12 +381,13 @@ void RequestGate::dispatch(int fd) {
 
 // On a pool thread: a step of the TLS handshake, or a whole request. A request is answered, and the next
 // ones as long as each arrives whole within kLinger (a client sending one request after another, or its
-// first one right after its handshake, costs no trip through the gate); then the connection goes back.
+// first one right after its handshake, costs no trip through the gate); then the connection goes back,
+// also with an answer the socket did not take whole.
 void RequestGate::work(std::unique_ptr<Connection> c) {
   bool whole = c->phase != Connection::Phase::kHandshake || (shakeHands(*c) && nextArrives(*c));
   while (whole) {
     answer(*c);
-    whole = c->keep && !stopping_ && nextArrives(*c);
+    whole = c->keep && c->phase != Connection::Phase::kSending && !stopping_ && nextArrives(*c);
   }
   comeBack(std::move(c));
 }
@@ -328,8 +399,19 @@ void RequestGate::answer(Connection& c) {
   c.keep = answer_(stream, last) && !last;
   if (stream.late()) ++peers_->cut_off;
   c.received = stream.unread();
+  c.outgoing = stream.unsent();
+  c.taken_by = stream.sendBy();
+  if (c.outgoing.empty()) return waitForNext(c);
+  c.phase = Connection::Phase::kSending;  // the rest goes out from the gate, as the client takes it
+  c.since = Clock::now();
+  c.by = c.taken_by;
+}
+
+// After an answer: the connection waits for its next request from now.
+void RequestGate::waitForNext(Connection& c) {
+  c.since = Clock::now();
   c.phase = c.received.empty() ? Connection::Phase::kIdle : Connection::Phase::kRequest;
-  c.by = Clock::now() + kRequestDeadline;
+  c.by = c.since + (c.phase == Connection::Phase::kIdle ? opt_.keep_alive : kRequestDeadline);
   c.continued = false;
 }
 
@@ -359,7 +441,8 @@ void RequestGate::comeBack(std::unique_ptr<Connection> c) {
   (void)!::write(wake_fd_, &one, sizeof one);
 }
 
-// Connections answered: each waits here for its next request, or closes.
+// Connections answered: each waits here for its next request, or closes; or for its client to take the
+// rest of its answer.
 void RequestGate::takeBack() {
   uint64_t count;
   (void)!::read(wake_fd_, &count, sizeof count);
@@ -370,30 +453,58 @@ void RequestGate::takeBack() {
   }
   for (auto& c : back) {
     --answering_;
-    if (!c->keep) continue;  // c closes
-    c->since = Clock::now();
+    bool sending = c->phase == Connection::Phase::kSending;
+    if (!sending) c->since = Clock::now();
     if (c->phase == Connection::Phase::kIdle) c->by = c->since + opt_.keep_alive;
     Connection& ref = hold(std::move(c));
-    if (ref.phase == Connection::Phase::kHandshake) {
+    if (sending) {
+      send(ref);
+    } else if (!ref.keep) {
+      closeWhenTaken(ref);
+    } else if (ref.phase == Connection::Phase::kHandshake) {
       watch(ref, ref.want | EPOLLET);
-      continue;
+    } else {
+      watch(ref, EPOLLIN);
+      receive(ref);  // a request that came with the last one; TLS may hold its bytes already
     }
-    watch(ref, EPOLLIN);
-    receive(ref);  // a request that came with the last one; TLS may hold its bytes already
   }
 }
 
 void RequestGate::close(int fd) { letGo(fd); }
 
-// Closes the connections whose deadline passed: a handshake or request that did not arrive whole in time
-// (counted), a kept-alive connection that sent nothing more.
+// After a connection's last answer went to the socket: it closes once its client has taken the answer (the
+// sweep looks), so that the kernel is not left an answer to send after the close. One not taken by its
+// deadline is reset (~Connection).
+void RequestGate::closeWhenTaken(Connection& c) {
+  if (c.phase == Connection::Phase::kHandshake || untaken(c.fd) == 0) return close(c.fd);
+  if (c.ssl) {
+    ERR_clear_error();
+    SSL_shutdown(c.ssl);  // its close_notify follows the answer, if the socket takes it
+    ERR_clear_error();
+  }
+  ::shutdown(c.fd, SHUT_WR);  // the client reads the answer to its end
+  c.phase = Connection::Phase::kClosing;
+  c.by = c.taken_by;
+  unwatch(c);
+}
+
+// Closes the connections whose last answer was taken, and those whose deadline passed: a handshake or
+// request that did not arrive whole in time, an answer not taken in time (counted, both), a kept-alive
+// connection that sent nothing more (once it has taken its last answer, or that answer's time is up).
 void RequestGate::sweep() {
   auto now = Clock::now();
   next_sweep_ = now + std::chrono::milliseconds(kSweepMs);
   std::vector<int> late;
   for (const auto& [fd, c] : waiting_) {
+    if (c->phase == Connection::Phase::kClosing && untaken(fd) == 0) {  // its client took its last answer
+      late.push_back(fd);
+      continue;
+    }
     if (now < c->by) continue;
-    if (c->phase != Connection::Phase::kIdle) ++peers_->cut_off;
+    bool idle = c->phase == Connection::Phase::kIdle;
+    int left = idle ? untaken(fd) : 0;
+    if (left > 0 && now < c->taken_by) continue;  // it still takes its last answer
+    if (!idle || left > 0) ++peers_->cut_off;
     late.push_back(fd);
   }
   for (int fd : late) close(fd);

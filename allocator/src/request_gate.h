@@ -1,15 +1,19 @@
-// Where gpool-allocator's TCP connections wait without a thread: for their TLS handshake, for a request
-// to arrive whole, and between the requests of a kept-alive connection. One thread accepts and watches
-// them all (epoll); a connection takes a thread of the pool only once a whole request is in, for the time
-// it is answered, and comes back here afterwards. So a slow client costs a descriptor and its bytes, not a
-// thread, whatever number of addresses its crowd comes from.
+// Where gpool-allocator's connections wait without a thread: for their TLS handshake, for a request to
+// arrive whole, between the requests of a kept-alive connection, and for their client to take the rest of
+// an answer the socket did not take at once. One thread accepts and watches them all (epoll); a connection
+// takes a thread of the pool only once a whole request is in, for the time it is answered, and comes back
+// here afterwards. So a slow client, sending or reading, costs a descriptor and its bytes, not a thread,
+// whatever number of addresses its crowd comes from.
 // - one client address holds at most its share of the connections (gpool/peer_connections.h,
 //   --max-connections-per-address); another from it is closed at once, and its client tries again;
 // - a TLS handshake, then each request, must arrive whole within kRequestDeadline of its first byte
-//   (connection_stream.h); a connection waits at most the keep-alive timeout for its next request;
-// - with every connection held (--max-connections), a new one takes the place of a waiting connection of
-//   the client with the most waiting (displacement_order.h); only when all are being answered does it wait
-//   in the listen backlog.
+//   (connection_stream.h), and each answer be taken within kWriteDeadline of its first write; a connection
+//   waits at most the keep-alive timeout for its next request;
+// - a connection closes once its client has taken its last answer (not while the kernel still holds some
+//   of it, to send after the close); one closed with an answer its client has not taken is reset;
+// - with every connection held (--max-connections), a new one takes the place of a connection waiting here
+//   (for its request, or to send its answer's rest), of the client with the most waiting
+//   (displacement_order.h); only when all are being answered does it wait in the listen backlog.
 #pragma once
 
 #include <httplib.h>
@@ -53,7 +57,7 @@ class RequestGate {
   RequestGate(int listen_fd, std::shared_ptr<PeerConnections> peers, httplib::TaskQueue& pool, Options opt, Answer answer);
   ~RequestGate();
   // Accepts and watches connections until stop() (at once if it came first); then closes those waiting
-  // here. Answers being given finish (the pool's shutdown waits for them), and their connections close.
+  // for a request, and sends the answers being given for up to 5 s more (until their clients took them).
   void run();
   void stop();
   uint64_t displaced() const { return displaced_; }  // connections closed to make room for a new one
@@ -67,6 +71,8 @@ class RequestGate {
   struct Connection;
   using Clock = ConnectionStream::Clock;
 
+  void turn();
+  void drain();
   void accept();
   bool full() const;
   void displace();
@@ -74,6 +80,8 @@ class RequestGate {
   std::unique_ptr<Connection> letGo(int fd);
   void admit(int fd, std::string peer);
   void progress(Connection& c);
+  void send(Connection& c);
+  void waitForNext(Connection& c);
   void handshake(Connection& c);
   static bool recordWaiting(int fd);
   bool shakeHands(Connection& c);
@@ -88,7 +96,9 @@ class RequestGate {
   void comeBack(std::unique_ptr<Connection> c);
   void takeBack();
   void watch(Connection& c, uint32_t events);
+  void unwatch(Connection& c);
   void close(int fd);
+  void closeWhenTaken(Connection& c);
   void sweep();
 
   int listen_fd_, epoll_fd_ = -1, wake_fd_ = -1;

@@ -954,7 +954,7 @@ void Service::readRoutes(httplib::Server& s) {
       << "# TYPE gpool_allocator_leader gauge\ngpool_allocator_leader " << (leading_ ? 1 : 0) << "\n"
       << "# HELP gpool_allocator_connections_refused_total Connections closed unserved, by reason: their address "
          "(or local user) held its share already (address: --max-connections-per-address), a TLS handshake or "
-         "request did not arrive whole in time (slow), or every connection was held and it gave "
+         "request did not arrive whole in time or its answer was not taken in time (slow), or every connection was held and it gave "
          "its place to a new one while it waited (displaced).\n# TYPE gpool_allocator_connections_refused_total counter\n"
       << "gpool_allocator_connections_refused_total{reason=\"address\"} " << peers_->refused + (local_ ? local_->peers().refused.load() : 0) << "\n"
       << "gpool_allocator_connections_refused_total{reason=\"slow\"} " << peers_->cut_off + (local_ ? local_->peers().cut_off.load() : 0) << "\n"

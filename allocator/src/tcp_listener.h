@@ -26,7 +26,7 @@ class TcpListener {
   // `max_connections` at once (fewer when the open-file limit leaves room for fewer); the port, or -1.
   int bindWide(const std::string& host, int port, size_t max_connections);
   int fd() const { return fd_; }
-  // Serves until halt() (called before or during it); then lets the answers being given finish.
+  // Serves until halt() (called before or during it); then lets the answers being given finish (5 s at most).
   void run();
   void halt();
   uint64_t displaced() const { return gate_ ? gate_->displaced() : 0; }  // connections closed for a new one

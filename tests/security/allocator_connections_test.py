@@ -8,6 +8,7 @@ usage: allocator_connections_test.py BUILD_DIR [unittest args]"""
 import http.client
 import os
 import re
+import select
 import selectors
 import socket
 import ssl
@@ -18,15 +19,34 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "allocator"))
-from cluster import GPOOL, NOBODY, Cluster, as_user, setUpModule, tearDownModule  # noqa: E402,F401
+from cluster import GPOOL, NOBODY, POLICY, Cluster, as_user, setUpModule, tearDownModule  # noqa: E402,F401
 from crowd import Crowd  # noqa: E402
 
 ATTACKER = "127.0.2.1"
 SLOW_START = b"GET /v1/status HTTP/1.1\r\nHost: a\r\nX-Slow: "
+ASK_POLICY = b"GET /v1/policy HTTP/1.1\r\nHost: a\r\n\r\n"
+
+
+def policy_of(size):
+    """The test policy with an admin's comments, `size` bytes or more in all: /v1/policy answers it."""
+    return POLICY + ("# " + "x" * 1022 + "\n") * (size // 1024 + 1)
+
+
+def kernel_takes():
+    """The most a TCP connection's send buffer holds here: an answer larger than this waits for its reader."""
+    with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+        return int(f.read().split()[2])
+
+
+# Answers of 1 MiB, which the kernel takes whole (its buffers grow to several MiB), and answers larger
+# than it takes, whose rest is sent from the allocator as its reader takes what came before.
+LARGE_POLICY = policy_of(1 << 20)
+HUGE_POLICY = policy_of(kernel_takes() + (2 << 20))
 
 
 def refused(c, reason):
-    with urllib.request.urlopen(c.url + "/metrics", timeout=10) as r:
+    ctx = ssl.create_default_context(cafile=c.cert) if c.tls else None
+    with urllib.request.urlopen(c.url + "/metrics", timeout=10, context=ctx) as r:
         text = r.read().decode()
     m = re.search(r'gpool_allocator_connections_refused_total\{reason="%s"\} (\d+)' % reason, text)
     return int(m.group(1)) if m else None
@@ -84,6 +104,13 @@ class CrowdsCannotTakeEveryConnection(unittest.TestCase):
         self.assertGreater(refused(c, "address"), 0)
         self.assertIn("--max-connections-per-address", c.log("allocator"))
 
+    def test_others_are_answered_while_a_crowd_from_many_addresses_holds_slow_connections(self):
+        # 8 addresses with their 8 each ask for all 32 and more. When each connection held a thread, they
+        # kept everyone else waiting until their deadlines.
+        answered, c = self.answered_beside([f"127.0.2.{i}" for i in range(1, 9)], 64)
+        self.assertEqual(answered, 20)
+        self.assertGreater(refused(c, "displaced"), 0)
+
     def test_others_are_answered_after_every_connection_was_answered_at_once_and_kept_open(self):
         # 16 long polls take every connection at once, and the allocator stops accepting; then they are
         # answered, and kept open for a next request. A new connection takes the place of one: the
@@ -100,12 +127,22 @@ class CrowdsCannotTakeEveryConnection(unittest.TestCase):
             with urllib.request.urlopen(c.url + "/v1/status", timeout=5) as r:
                 self.assertEqual(r.status, 200)
 
-    def test_others_are_answered_while_a_crowd_from_many_addresses_holds_slow_connections(self):
-        # 8 addresses with their 8 each ask for all 32 and more. When each connection held a thread, they
-        # kept everyone else waiting until their deadlines.
-        answered, c = self.answered_beside([f"127.0.2.{i}" for i in range(1, 9)], 64)
-        self.assertEqual(answered, 20)
+    def test_others_are_answered_while_a_crowd_from_many_addresses_never_reads_its_answers(self):
+        # 8 addresses with their 4 each ask for a policy larger than the kernel takes, and never read it.
+        # When an answer was written on a thread, each held one until it was taken (30 s at most), and
+        # they held all 16 connections.
+        c = Cluster(servers=0, policy=HUGE_POLICY,
+                    allocator_args=["--max-connections", "16", "--max-connections-per-address", "4"])
+        self.addCleanup(c.close)
+        crowd = Crowd(c.port, deaf=32, deaf_request=ASK_POLICY, addresses=[f"127.0.2.{i}" for i in range(1, 9)])
+        self.addCleanup(crowd.close)
+        time.sleep(2)
+        for _ in range(20):
+            with urllib.request.urlopen(c.url + "/v1/status", timeout=5) as r:
+                self.assertEqual(r.status, 200)
+            time.sleep(0.1)
         self.assertGreater(refused(c, "displaced"), 0)
+        self.assertGreater(crowd.cut_off, 0, "no connection of the crowd was closed to make room")
 
 
 def exchange(port, data):
@@ -226,6 +263,20 @@ class RequestDeadline(unittest.TestCase):
         self.assertEqual(got.count(b"HTTP/1.1 200 OK"), 2, got[:300])
         self.assertIn(b"application/toml", got)  # the second answer is the policy
 
+    def test_a_connection_its_client_closed_leaves_the_clients_share_at_once(self):
+        # A client that closes with a TLS record unread resets the connection; what the allocator sent
+        # last then stays counted as not taken. Such connections were kept 30 s, for their answers to be
+        # taken, and the 17th of these from one address was refused.
+        c = Cluster(servers=0, tls=True, allocator_args=["--max-connections", "64", "--max-connections-per-address", "16"])
+        self.addCleanup(c.close)
+        ctx = ssl.create_default_context(cafile=c.cert)
+        for _ in range(64):
+            conn = http.client.HTTPSConnection("127.0.0.1", c.port, timeout=10, context=ctx)
+            conn.request("GET", "/v1/status")
+            self.assertEqual(conn.getresponse().status, 200)
+            conn.close()
+        self.assertEqual(refused(c, "address"), 0)
+
     def test_keep_alive_connections_serve_several_requests(self):
         for c, conn in ((self.c, http.client.HTTPConnection("127.0.0.1", self.c.port, timeout=10)),
                         (self.tls, http.client.HTTPSConnection("127.0.0.1", self.tls.port, timeout=10,
@@ -238,6 +289,76 @@ class RequestDeadline(unittest.TestCase):
                     self.assertEqual(r.status, 200, body)
                 self.assertIsNotNone(conn.sock, "the connection was closed between requests")
                 conn.close()
+
+
+class LargeAnswers(unittest.TestCase):
+    """Answers larger than a socket takes at once: the allocator sends the rest as the reader takes it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster(servers=0, policy=HUGE_POLICY)
+        cls.tls = Cluster(servers=0, policy=HUGE_POLICY, tls=True)
+        cls.taken_whole = Cluster(servers=0, policy=LARGE_POLICY)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+        cls.tls.close()
+        cls.taken_whole.close()
+
+    def connections(self, c, count):
+        if not c.tls:
+            return [http.client.HTTPConnection("127.0.0.1", c.port, timeout=10) for _ in range(count)]
+        ctx = ssl.create_default_context(cafile=c.cert)
+        return [http.client.HTTPSConnection("127.0.0.1", c.port, timeout=10, context=ctx) for _ in range(count)]
+
+    def test_slow_readers_are_given_their_whole_answers_and_then_the_next(self):
+        expected = HUGE_POLICY.format(ttl="1s").encode()
+        for c in (self.c, self.tls):
+            with self.subTest(tls=c.tls):
+                conns = self.connections(c, 3)
+                for conn in conns:
+                    conn.request("GET", "/v1/policy")
+                time.sleep(2)  # every answer waits, unread
+                for turn in range(2):  # the same connections, kept alive: a next answer after a late one
+                    for conn in conns:
+                        r = conn.getresponse()
+                        self.assertEqual((r.status, r.read()), (200, expected), f"answer {turn + 1}")
+                        conn.request("GET", "/v1/status" if turn else "/v1/policy")
+                for conn in conns:
+                    self.assertEqual(conn.getresponse().status, 200)
+                    conn.close()
+
+    def test_an_answer_being_sent_when_the_allocator_stops_is_given_whole(self):
+        c = Cluster(servers=0, policy=HUGE_POLICY)
+        self.addCleanup(c.close)
+        conn = self.connections(c, 1)[0]
+        conn.request("GET", "/v1/policy")
+        time.sleep(1)  # the answer's rest waits for the reader
+        c.allocator.terminate()
+        time.sleep(1)  # it has stopped everything else meanwhile
+        r = conn.getresponse()
+        self.assertEqual((r.status, r.read()), (200, HUGE_POLICY.format(ttl="1s").encode()))
+        self.assertEqual(c.allocator.wait(10), 0)
+
+    def test_answers_not_taken_within_30_s_are_cut_off(self):
+        # One whose rest the allocator holds, and one the kernel took whole: neither is left to the kernel
+        # to send after the close, for minutes, to a client that does not read. Each is reset.
+        cut = [(c, refused(c, "slow")) for c in (self.c, self.taken_whole)]
+        hangups = select.poll()
+        for c, _ in cut:
+            s = socket.create_connection(("127.0.0.1", c.port))
+            self.addCleanup(s.close)
+            s.sendall(ASK_POLICY)
+            hangups.register(s, 0)
+        t0 = time.time()
+        reset = set()
+        while len(reset) < 2 and time.time() - t0 < 45:
+            reset |= {fd for fd, _ in hangups.poll(1000)}
+        self.assertEqual(len(reset), 2, "an answer no one reads held its connection for 45 s")
+        self.assertGreaterEqual(time.time() - t0, 25, "cut off before its deadline")
+        for c, before in cut:
+            self.assertEqual(refused(c, "slow"), before + 1)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """A crowd of clients on one thread, to hold gpool-allocator's connections (tests/security/*_test.py):
 `slow` connections sending a request a byte every second (again, on a new connection, once the allocator
-cuts one off) and `polls` connections long-polling a lease again as soon as each answer comes."""
+cuts one off), `polls` connections long-polling a lease again as soon as each answer comes, and `deaf`
+connections sending `deaf_request` and never reading its answer (again, once the allocator closes one)."""
+import select
 import selectors
 import socket
 import threading
@@ -10,16 +12,23 @@ SLOW_START = b"POST /v1/leases HTTP/1.1\r\nHost: a\r\nX-Slow: "
 
 
 class Crowd:
-    def __init__(self, port, slow=0, polls=0, lease_id=None, addresses=("127.0.0.1",), connect=None):
-        """Connections are made by `connect`, or to 127.0.0.1:`port` from `addresses` in turn."""
-        self.port, self.lease_id, self.addresses = port, lease_id, list(addresses)
+    def __init__(self, port, slow=0, polls=0, lease_id=None, addresses=("127.0.0.1",), connect=None, deaf=0,
+                 deaf_request=b"", pace=0):
+        """Connections are made by `connect`, or to 127.0.0.1:`port` from `addresses` in turn; the first ones
+        `pace` seconds apart."""
+        self.port, self.lease_id, self.addresses, self.deaf_request = port, lease_id, list(addresses), deaf_request
         self.connect = connect or self.from_next_address
         self.sel = selectors.DefaultSelector()
         self.stop = threading.Event()
         self.answers = self.cut_off = self.made = self.refused = 0
         self.slow = set()
+        self.deaf = {}  # descriptor -> socket: never read, watched only for the allocator closing it
+        self.hangups = select.poll()
         for _ in range(slow):
             self.start_slow()
+        for _ in range(deaf):
+            self.start_deaf()
+            time.sleep(pace)
         for _ in range(polls):
             self.poll()
         self.thread = threading.Thread(target=self.run)
@@ -47,6 +56,27 @@ class Crowd:
         s = self.send_first(SLOW_START)
         if s:
             self.slow.add(s)
+
+    def start_deaf(self):
+        s = self.connect()
+        try:
+            s.sendall(self.deaf_request)
+        except OSError:
+            s.close()
+            self.refused += 1
+            return
+        self.deaf[s.fileno()] = s
+        self.hangups.register(s, 0)  # a reset or hang-up only: what comes in stays unread
+
+    def deaf_closed(self, fd):
+        self.hangups.unregister(fd)
+        self.deaf.pop(fd).close()
+        self.cut_off += 1
+        if not self.stop.is_set():
+            try:
+                self.start_deaf()
+            except OSError:
+                pass
 
     def poll(self):
         self.send_first(f"GET /v1/leases/{self.lease_id}?wait_ms=5000 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".encode())
@@ -78,6 +108,8 @@ class Crowd:
                     data = b""
                 if not data:
                     self.closed(key.fileobj)
+            for fd, _ in self.hangups.poll(0):
+                self.deaf_closed(fd)
             if time.time() >= next_byte:
                 next_byte += 1
                 for s in list(self.slow):
@@ -91,3 +123,5 @@ class Crowd:
         self.thread.join()
         for key in list(self.sel.get_map().values()):
             key.fileobj.close()
+        for s in self.deaf.values():
+            s.close()
