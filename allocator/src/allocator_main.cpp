@@ -150,6 +150,14 @@ int main(int argc, char** argv) {
                  "a new one replaces a waiting one of the client with the most waiting; with all being answered, it waits to be accepted")
       ->capture_default_str()
       ->check(CLI::Range(size_t{16}, size_t{65536}));
+  size_t unread_mib = 1024;
+  app.add_option("--max-unread-answers", unread_mib,
+                 "MiB of answers that clients have not read yet, held at once for each listener (the rest of an answer "
+                 "waiting in the allocator, and what its socket's kernel buffer holds). Past it, the client holding the "
+                 "most loses its oldest answer (its connection is reset), so clients that do not read cannot make the "
+                 "allocator hold their answers without end")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
   size_t per_address = 0;
   app.add_option("--max-connections-per-address", per_address,
                  "of --max-connections, those one client address (for IPv6, one /64 network) may hold at once; more from it are closed as they "
@@ -237,6 +245,7 @@ int main(int argc, char** argv) {
     if (token_key.empty()) token_key = db + ".token.pem";
     gpool::allocator::ServiceOptions opt{store.empty() ? db : store, config, gpool::token::loadKey(key_file, true), token_key, munge_socket, socket, tls_cert, tls_key, max_connections};
     opt.max_connections_per_address = per_address;
+    opt.max_unread_answers = unread_mib << 20;
     opt.advertise = advertise;
     opt.leader_ttl_s = leader_ttl_s;
     if (!etcd_password_file.empty()) etcd_access.password = readPasswordFile(etcd_password_file);

@@ -97,7 +97,7 @@ size_t RequestGate::descriptorBudget() {
 }
 
 RequestGate::RequestGate(int listen_fd, std::shared_ptr<PeerConnections> peers, httplib::TaskQueue& pool, Options opt, Answer answer)
-    : listen_fd_(listen_fd), peers_(std::move(peers)), pool_(pool), opt_(opt), answer_(std::move(answer)) {
+    : listen_fd_(listen_fd), peers_(std::move(peers)), pool_(pool), opt_(opt), answer_(std::move(answer)), unread_(opt.max_unread) {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (epoll_fd_ < 0 || wake_fd_ < 0) throw std::runtime_error(std::string("cannot watch connections: ") + std::strerror(errno));
@@ -221,6 +221,7 @@ std::unique_ptr<RequestGate::Connection> RequestGate::letGo(int fd) {
   std::unique_ptr<Connection> c = std::move(it->second);
   waiting_.erase(it);
   order_.remove(fd);
+  unread_.remove(fd);
   return c;
 }
 
@@ -263,16 +264,23 @@ void RequestGate::send(Connection& c) {
   while (c.sent < c.outgoing.size()) {
     short want;
     ssize_t n = ConnectionStream::writeOnce(c.fd, c.ssl, c.outgoing.data() + c.sent, c.outgoing.size() - c.sent, &want);
-    if (n == ConnectionStream::kWouldBlock) return watch(c, want == POLLIN ? EPOLLIN : EPOLLOUT);
+    if (n == ConnectionStream::kWouldBlock) {
+      countUnread(c);
+      return watch(c, want == POLLIN ? EPOLLIN : EPOLLOUT);
+    }
     if (n < 0) return close(c.fd);
     c.sent += static_cast<size_t>(n);
   }
   c.outgoing = {};
   c.sent = 0;
-  if (!c.keep) return closeWhenTaken(c);
+  if (!c.keep) {
+    countUnread(c);  // what its socket holds still
+    return closeWhenTaken(c);
+  }
   std::unique_ptr<Connection> sent = letGo(c.fd);  // to be held again, where a waiting connection ranks
   waitForNext(*sent);
   Connection& ref = hold(std::move(sent));
+  countUnread(ref);
   watch(ref, EPOLLIN);
   receive(ref);  // a request that came with the last one
 }
@@ -457,6 +465,7 @@ void RequestGate::takeBack() {
     if (!sending) c->since = Clock::now();
     if (c->phase == Connection::Phase::kIdle) c->by = c->since + opt_.keep_alive;
     Connection& ref = hold(std::move(c));
+    if (ref.phase != Connection::Phase::kHandshake) countUnread(ref);
     if (sending) {
       send(ref);
     } else if (!ref.keep) {
@@ -468,9 +477,26 @@ void RequestGate::takeBack() {
       receive(ref);  // a request that came with the last one; TLS may hold its bytes already
     }
   }
+  dropUnread();
 }
 
 void RequestGate::close(int fd) { letGo(fd); }
+
+// What a connection's client has not read yet of its answers: the rest waiting here, and its socket's.
+void RequestGate::countUnread(Connection& c) {
+  unread_.set(c.fd, c.peer, c.since.time_since_epoch().count(), c.outgoing.size() - c.sent + untaken(c.fd));
+}
+
+// Past max_unread, with the counts made afresh: the client holding the most loses its oldest answer (its
+// connection is reset), until the rest fits.
+void RequestGate::dropUnread() {
+  if (unread_.held() <= unread_.budget()) return;
+  for (int fd : unread_.holding()) countUnread(*waiting_.at(fd));
+  while (std::optional<int> fd = unread_.over()) {
+    ++dropped_;
+    close(*fd);
+  }
+}
 
 // After a connection's last answer went to the socket: it closes once its client has taken the answer (the
 // sweep looks), so that the kernel is not left an answer to send after the close. One not taken by its
@@ -494,6 +520,8 @@ void RequestGate::closeWhenTaken(Connection& c) {
 void RequestGate::sweep() {
   auto now = Clock::now();
   next_sweep_ = now + std::chrono::milliseconds(kSweepMs);
+  for (int fd : unread_.holding()) countUnread(*waiting_.at(fd));  // what their clients read meanwhile
+  dropUnread();
   std::vector<int> late;
   for (const auto& [fd, c] : waiting_) {
     if (c->phase == Connection::Phase::kClosing && untaken(fd) == 0) {  // its client took its last answer

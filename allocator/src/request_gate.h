@@ -33,6 +33,7 @@
 #include "connection_stream.h"
 #include "displacement_order.h"
 #include "gpool/peer_connections.h"
+#include "unread_answers.h"
 
 namespace gpool::allocator {
 
@@ -49,6 +50,7 @@ class RequestGate {
     // both from the socket.
     std::string local_name;
     std::string share_name = "--max-connections-per-address";  // named when a connection is closed for it
+    size_t max_unread = size_t{1} << 30;  // bytes of answers not read yet held at once (unread_answers.h)
   };
   // Answers one whole request in `stream`, on a pool thread; whether the connection stays open after it.
   // `last`: it is the connection's last (its answer says so).
@@ -61,6 +63,7 @@ class RequestGate {
   void run();
   void stop();
   uint64_t displaced() const { return displaced_; }  // connections closed to make room for a new one
+  uint64_t dropped() const { return dropped_; }      // answers dropped past max_unread (their connections reset)
 
   // The connections the open-file limit (RLIMIT_NOFILE) leaves room for, beside what the allocator
   // keeps open otherwise: the database, keys, logs, munged, the local socket's connections.
@@ -99,6 +102,8 @@ class RequestGate {
   void unwatch(Connection& c);
   void close(int fd);
   void closeWhenTaken(Connection& c);
+  void countUnread(Connection& c);
+  void dropUnread();
   void sweep();
 
   int listen_fd_, epoll_fd_ = -1, wake_fd_ = -1;
@@ -110,7 +115,8 @@ class RequestGate {
   DisplacementOrder order_;                              // of those watched here
   std::atomic<size_t> answering_{0};
   std::atomic<bool> stopping_{false};
-  std::atomic<uint64_t> displaced_{0};
+  std::atomic<uint64_t> displaced_{0}, dropped_{0};
+  UnreadAnswers unread_;                                 // of those watched here
   bool accepting_ = true;
   Clock::time_point next_sweep_{};
   std::mutex back_mu_;  // guards what follows: connections answered, coming back from the pool's threads

@@ -206,13 +206,13 @@ int Service::start(const std::string& host, int port) {
     throw std::runtime_error("cannot serve TLS with certificate " + opt_.tls_cert + " and key " + opt_.tls_key +
                              " (unreadable, not PEM, or the key does not match the certificate)");
   serve(tcp_->routes());
-  int bound = tcp_->bindWide(host, port, opt_.max_connections);
+  int bound = tcp_->bindWide(host, port, opt_.max_connections, opt_.max_unread_answers);
   listen_fd_ = tcp_->fd();
   if (bound < 0) throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this host)");
   if (!opt_.local_socket.empty()) {
     local_ = std::make_unique<LocalSocketServer>();
     serve(*local_);
-    local_->listenLocal(opt_.local_socket);
+    local_->listenLocal(opt_.local_socket, opt_.max_unread_answers);
   }
   serve_thread_ = std::thread([this] { tcp_->run(); });
   if (opt_.advertise.empty()) opt_.advertise = advertisedUrl(host, bound, !opt_.tls_cert.empty());
@@ -954,11 +954,13 @@ void Service::readRoutes(httplib::Server& s) {
       << "# TYPE gpool_allocator_leader gauge\ngpool_allocator_leader " << (leading_ ? 1 : 0) << "\n"
       << "# HELP gpool_allocator_connections_refused_total Connections closed unserved, by reason: their address "
          "(or local user) held its share already (address: --max-connections-per-address), a TLS handshake or "
-         "request did not arrive whole in time or its answer was not taken in time (slow), or every connection was held and it gave "
-         "its place to a new one while it waited (displaced).\n# TYPE gpool_allocator_connections_refused_total counter\n"
+         "request did not arrive whole in time or its answer was not taken in time (slow), every connection was held and it gave "
+         "its place to a new one while it waited (displaced), or its answer was dropped, unread, with more bytes of answers "
+         "unread than --max-unread-answers (unread).\n# TYPE gpool_allocator_connections_refused_total counter\n"
       << "gpool_allocator_connections_refused_total{reason=\"address\"} " << peers_->refused + (local_ ? local_->peers().refused.load() : 0) << "\n"
       << "gpool_allocator_connections_refused_total{reason=\"slow\"} " << peers_->cut_off + (local_ ? local_->peers().cut_off.load() : 0) << "\n"
-      << "gpool_allocator_connections_refused_total{reason=\"displaced\"} " << (tcp_ ? tcp_->displaced() : 0) + (local_ ? local_->displaced() : 0) << "\n";
+      << "gpool_allocator_connections_refused_total{reason=\"displaced\"} " << (tcp_ ? tcp_->displaced() : 0) + (local_ ? local_->displaced() : 0) << "\n"
+      << "gpool_allocator_connections_refused_total{reason=\"unread\"} " << (tcp_ ? tcp_->dropped() : 0) + (local_ ? local_->dropped() : 0) << "\n";
     if (!leading_) return res.set_content(o.str(), "text/plain; version=0.0.4");
     std::lock_guard lock(mu_);
     size_t gpus = 0, up = 0, shares = 0;

@@ -329,6 +329,28 @@ class LargeAnswers(unittest.TestCase):
                     self.assertEqual(conn.getresponse().status, 200)
                     conn.close()
 
+    def test_past_the_budget_a_client_that_does_not_read_loses_its_own_answers(self):
+        # 16 MiB for answers not read yet. A crowd's 4 connections from one address each ask for the 6 MiB
+        # policy and do not read it; then a newcomer asks for it too, and reads it a second late.
+        c = Cluster(servers=0, policy=HUGE_POLICY, allocator_args=["--max-unread-answers", "16"])
+        self.addCleanup(c.close)
+        hangups = select.poll()
+        for _ in range(4):
+            s = socket.create_connection(("127.0.0.1", c.port), source_address=(ATTACKER, 0))
+            self.addCleanup(s.close)
+            s.sendall(ASK_POLICY)
+            hangups.register(s, 0)
+            time.sleep(0.2)
+        newcomer = self.connections(c, 1)[0]
+        newcomer.request("GET", "/v1/policy")
+        time.sleep(1)
+        r = newcomer.getresponse()
+        self.assertEqual((r.status, r.read()), (200, HUGE_POLICY.format(ttl="1s").encode()))
+        reset = len(hangups.poll(0))
+        self.assertGreaterEqual(reset, 2, "the crowd's answers were all held")
+        self.assertLess(reset, 4, "more of the crowd's answers were dropped than the budget asks")
+        self.assertEqual(refused(c, "unread"), reset)
+
     def test_an_answer_being_sent_when_the_allocator_stops_is_given_whole(self):
         c = Cluster(servers=0, policy=HUGE_POLICY)
         self.addCleanup(c.close)
