@@ -40,11 +40,11 @@ constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 // What `fd`'s client has not taken yet of what was written to it (sent, and not acknowledged; or in the
 // queue of a local socket, unread). Nothing, once a TCP connection was reset: no more of it goes out.
 int untaken(int fd) {
+  int n = 0;
+  if (::ioctl(fd, SIOCOUTQ, &n) != 0 || n <= 0) return 0;
   tcp_info info{};
   socklen_t len = sizeof info;
-  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE) return 0;
-  int n = 0;
-  return ::ioctl(fd, SIOCOUTQ, &n) == 0 ? n : 0;
+  return ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE ? 0 : n;
 }
 
 }  // namespace

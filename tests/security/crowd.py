@@ -1,7 +1,8 @@
 """A crowd of clients on one thread, to hold gpool-allocator's connections (tests/security/*_test.py):
 `slow` connections sending a request a byte every second (again, on a new connection, once the allocator
 cuts one off), `polls` connections long-polling a lease again as soon as each answer comes, and `deaf`
-connections sending `deaf_request` and never reading its answer (again, once the allocator closes one)."""
+connections sending `deaf_request` and reading its answer at `deaf_reads` bytes a second at most, or never
+(again, once the allocator closes one)."""
 import select
 import selectors
 import socket
@@ -13,10 +14,11 @@ SLOW_START = b"POST /v1/leases HTTP/1.1\r\nHost: a\r\nX-Slow: "
 
 class Crowd:
     def __init__(self, port, slow=0, polls=0, lease_id=None, addresses=("127.0.0.1",), connect=None, deaf=0,
-                 deaf_request=b"", pace=0):
+                 deaf_request=b"", pace=0, deaf_reads=0):
         """Connections are made by `connect`, or to 127.0.0.1:`port` from `addresses` in turn; the first ones
         `pace` seconds apart."""
         self.port, self.lease_id, self.addresses, self.deaf_request = port, lease_id, list(addresses), deaf_request
+        self.deaf_reads = deaf_reads
         self.connect = connect or self.from_next_address
         self.sel = selectors.DefaultSelector()
         self.stop = threading.Event()
@@ -65,8 +67,9 @@ class Crowd:
             s.close()
             self.refused += 1
             return
+        s.setblocking(False)
         self.deaf[s.fileno()] = s
-        self.hangups.register(s, 0)  # a reset or hang-up only: what comes in stays unread
+        self.hangups.register(s, 0)  # a reset or hang-up only: what comes in is read at the crowd's pace
 
     def deaf_closed(self, fd):
         self.hangups.unregister(fd)
@@ -96,8 +99,18 @@ class Crowd:
             except OSError:
                 pass
 
+    def read_a_little(self):
+        for fd, s in list(self.deaf.items()):
+            try:
+                s.recv(self.deaf_reads // 10)
+            except BlockingIOError:
+                pass
+            except OSError:
+                self.deaf_closed(fd)
+
     def run(self):
         next_byte = time.time() + 1
+        next_read = time.time() + 0.1
         while not self.stop.is_set():
             for key, _ in self.sel.select(timeout=0.1):
                 try:
@@ -110,6 +123,9 @@ class Crowd:
                     self.closed(key.fileobj)
             for fd, _ in self.hangups.poll(0):
                 self.deaf_closed(fd)
+            if self.deaf_reads and time.time() >= next_read:
+                next_read += 0.1
+                self.read_a_little()
             if time.time() >= next_byte:
                 next_byte += 1
                 for s in list(self.slow):
