@@ -369,8 +369,8 @@ void RequestGate::receive(Connection& c) {
 
 // Writes a short answer as far as the socket takes it at once (an empty socket takes it whole).
 void RequestGate::sendNow(Connection& c, std::string_view text) {
-  if (c.ssl) SSL_write(c.ssl, text.data(), static_cast<int>(text.size()));
-  else (void)!::send(c.fd, text.data(), text.size(), MSG_NOSIGNAL);
+  short want;
+  ConnectionStream::writeOnce(c.fd, c.ssl, text.data(), text.size(), &want);
 }
 
 void RequestGate::dispatch(int fd) {
