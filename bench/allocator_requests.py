@@ -2,11 +2,11 @@
 """One API request's cost at gpool-allocator, for two builds side by side: starts each build's allocator on a
 fresh database in turn, ROUNDS times, and times N sequential GET /v1/status, first on a new connection each,
 then on one kept-alive connection; over HTTP, then over HTTPS (a self-signed certificate). Prints each
-build's medians per round and the ratio of their medians.
-usage: bench/allocator_requests.py BEFORE_BUILD_DIR AFTER_BUILD_DIR [ROUNDS=3] [N=1500]"""
+build's medians per round and the ratio of their medians. A build may be given with options for its
+allocator after commas (build,--max-client-cpu,0): one build with two settings, side by side.
+usage: bench/allocator_requests.py BEFORE_BUILD_DIR[,OPTION...] AFTER_BUILD_DIR[,OPTION...] [ROUNDS=3] [N=1500]"""
 import http.client
 import os
-import socket
 import ssl
 import statistics
 import subprocess
@@ -15,7 +15,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "allocator"))
-from ports import free_port  # noqa: E402
+from ports import free_port, wait_listening  # noqa: E402
 
 
 def ask(conn):
@@ -25,29 +25,24 @@ def ask(conn):
     return r.getheader("Connection", "").lower() != "close"
 
 
-def one_round(build, n, tls):
+def one_round(spec, n, tls):
     """Medians in µs: (a new connection per request, one kept-alive connection)."""
+    build, *args = spec.split(",")
     with tempfile.TemporaryDirectory() as d:
         port = free_port()
-        args = []
         connect = lambda: http.client.HTTPConnection("127.0.0.1", port, timeout=10)  # noqa: E731
         if tls:
             cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
             subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                             "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
                             "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
-            args = ["--tls-cert", cert, "--tls-key", key]
+            args += ["--tls-cert", cert, "--tls-key", key]
             context = ssl.create_default_context(cafile=cert)
             connect = lambda: http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context)  # noqa: E731
         p = subprocess.Popen([os.path.join(build, "allocator", "gpool-allocator"), "--listen", f"127.0.0.1:{port}",
                               "--db", os.path.join(d, "a.db"), *args], stderr=subprocess.DEVNULL)
         try:
-            for _ in range(200):
-                try:
-                    socket.create_connection(("127.0.0.1", port)).close()
-                    break
-                except OSError:
-                    time.sleep(0.05)
+            wait_listening(port)
             fresh, kept = [], []
             for _ in range(n):
                 t = time.perf_counter()

@@ -158,6 +158,14 @@ int main(int argc, char** argv) {
                  "allocator hold their answers without end")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  double client_cpu = 0.25;
+  app.add_option("--max-client-cpu", client_cpu,
+                 "of one CPU, what answering one client (an address, for IPv6 its /64 network; a local user) may cost "
+                 "the allocator on average. A client saves up to 4 s of its share while it asks for little; once it has "
+                 "spent more, its requests wait, holding no thread, until its share has paid off what it owes, so a "
+                 "client asking over and over for costly answers leaves the rest of the CPU to the others (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1024.0));
   size_t per_address = 0;
   app.add_option("--max-connections-per-address", per_address,
                  "of --max-connections, those one client address (for IPv6, one /64 network) may hold at once; more from it are closed as they "
@@ -246,6 +254,7 @@ int main(int argc, char** argv) {
     gpool::allocator::ServiceOptions opt{store.empty() ? db : store, config, gpool::token::loadKey(key_file, true), token_key, munge_socket, socket, tls_cert, tls_key, max_connections};
     opt.max_connections_per_address = per_address;
     opt.max_unread_answers = unread_mib << 20;
+    opt.max_client_cpu = client_cpu;
     opt.advertise = advertise;
     opt.leader_ttl_s = leader_ttl_s;
     if (!etcd_password_file.empty()) etcd_access.password = readPasswordFile(etcd_password_file);

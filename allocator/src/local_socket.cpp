@@ -34,7 +34,7 @@ std::optional<uid_t> LocalSocketServer::peerUid(const httplib::Request& req) {
   }
 }
 
-void LocalSocketServer::listenLocal(const std::string& path, size_t max_unread) {
+void LocalSocketServer::listenLocal(const std::string& path, const RequestGate::Options& limits) {
   sockaddr_un addr{};
   if (path.empty() || path.size() >= sizeof addr.sun_path)
     throw std::runtime_error("--socket path must be 1 to " + std::to_string(sizeof addr.sun_path - 1) + " characters");
@@ -51,7 +51,7 @@ void LocalSocketServer::listenLocal(const std::string& path, size_t max_unread) 
   }
   listen_fd_ = fd;
   path_ = path;
-  RequestGate::Options opt;
+  RequestGate::Options opt = limits;
   opt.max_connections = kMaxLocalConnections;
   opt.keep_alive = std::chrono::seconds(keep_alive_timeout_sec_);
   opt.keep_alive_requests = keep_alive_max_count_;
@@ -61,7 +61,6 @@ void LocalSocketServer::listenLocal(const std::string& path, size_t max_unread) 
     return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? kPeerPrefix + std::to_string(cred.uid) : "";
   };
   opt.local_name = "unix";
-  opt.max_unread = max_unread;
   opt.share_name = "a local user's share of the " + std::to_string(kMaxLocalConnections) + " connections of the local socket";
   pool_ = std::make_unique<ElasticPool>(kMaxLocalConnections);
   gate_ = std::make_unique<RequestGate>(fd, peers_, *pool_, opt, [this](ConnectionStream& stream, bool last) {

@@ -22,9 +22,9 @@ class LocalSocketServer : public httplib::Server {
   // Serves the routes on the Unix socket at `path` (replacing a stale socket file; mode 0666, since a
   // connection is identified, not trusted by who may open it), like the TCP listener: its connections
   // wait for their requests in a request gate (request_gate.h), and are answered on a pool of threads;
-  // at most `max_unread` bytes of answers not read yet are held for them (unread_answers.h). Throws when
-  // it cannot.
-  void listenLocal(const std::string& path, size_t max_unread);
+  // `limits` says the bytes of answers not read yet held for them at most (unread_answers.h) and each local
+  // user's share of the CPU (client_cpu.h). Throws when it cannot.
+  void listenLocal(const std::string& path, const RequestGate::Options& limits);
   void stopLocal();  // closes the connections waiting, and waits for the answers being given
 
   // The uid that sent a request over the local socket; nullopt for a request over TCP.
@@ -34,6 +34,7 @@ class LocalSocketServer : public httplib::Server {
   gpool::PeerConnections& peers() { return *peers_; }  // what one user holds, and what was refused or cut off
   uint64_t displaced() const { return gate_ ? gate_->displaced() : 0; }
   uint64_t dropped() const { return gate_ ? gate_->dropped() : 0; }
+  uint64_t heldBack() const { return gate_ ? gate_->heldBack() : 0; }
 
  private:
   int listen_fd_ = -1;

@@ -11,6 +11,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,6 +46,13 @@ int untaken(int fd) {
   tcp_info info{};
   socklen_t len = sizeof info;
   return ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE ? 0 : n;
+}
+
+// The CPU time the calling thread has used.
+int64_t threadCpuNs() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
 }
 
 }  // namespace
@@ -85,6 +93,9 @@ struct RequestGate::Connection {
   uint32_t want = EPOLLIN;  // what its TLS handshake's next step waits for
   bool keep = true;      // once answered: whether it stays open
   bool continued = false;  // its request, announced by "Expect: 100-continue", was told to go on
+  bool held = false;       // held back until its client's CPU share allows (its request, or handshake step, is whole)
+  int64_t held_since = 0;
+  int64_t reserved_ns = 0, used_ns = 0;  // of its client's CPU share, for what a thread does for it (ClientCpu)
 
  private:
   PeerConnections& peers_;
@@ -96,8 +107,20 @@ size_t RequestGate::descriptorBudget() {
   return r.rlim_cur > kReservedDescriptors + kMinBudget ? static_cast<size_t>(r.rlim_cur - kReservedDescriptors) : kMinBudget;
 }
 
+// Runs `step`, the gate's own work for a connection of `peer` (reading its request, sending the rest of an
+// answer, accepting, closing): its CPU time is owed by that client. `peer` is a copy: the connection may
+// be gone after `step`.
+template <typename Step>
+void RequestGate::charged(std::string peer, Step&& step) {
+  if (!cpu_.limited()) return step();
+  int64_t start = threadCpuNs();
+  step();
+  cpu_.charge(peer, threadCpuNs() - start, Clock::now());
+}
+
 RequestGate::RequestGate(int listen_fd, std::shared_ptr<PeerConnections> peers, httplib::TaskQueue& pool, Options opt, Answer answer)
-    : listen_fd_(listen_fd), peers_(std::move(peers)), pool_(pool), opt_(opt), answer_(std::move(answer)), unread_(opt.max_unread) {
+    : listen_fd_(listen_fd), peers_(std::move(peers)), pool_(pool), opt_(opt), answer_(std::move(answer)), unread_(opt.max_unread),
+      cpu_(opt.client_cpu) {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (epoll_fd_ < 0 || wake_fd_ < 0) throw std::runtime_error(std::string("cannot watch connections: ") + std::strerror(errno));
@@ -134,7 +157,7 @@ void RequestGate::run() {
 // One turn: what epoll says is ready, then the deadlines, then whether to accept again.
 void RequestGate::turn() {
   epoll_event events[256];
-  int n = ::epoll_wait(epoll_fd_, events, 256, kSweepMs);
+  int n = ::epoll_wait(epoll_fd_, events, 256, turnMs());
   for (int i = 0; i < n; ++i) {
     int fd = events[i].data.fd;
     if (fd == listen_fd_) {
@@ -142,10 +165,12 @@ void RequestGate::turn() {
     } else if (fd == wake_fd_) {
       takeBack();
     } else if (auto it = waiting_.find(fd); it != waiting_.end()) {
-      progress(*it->second);
+      Connection& c = *it->second;
+      charged(c.peer, [&] { progress(c); });
     }
   }
   if (Clock::now() >= next_sweep_) sweep();
+  if (Clock::now() >= next_release_) release();
   if (!stopping_ && !accepting_ && (!full() || !waiting_.empty())) {  // room again, or one to displace
     epoll_event e{EPOLLIN, {.fd = listen_fd_}};
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &e);
@@ -195,7 +220,7 @@ void RequestGate::accept() {
       continue;
     }
     if (full()) displace();
-    admit(fd, std::move(peer));
+    charged(peer, [&] { admit(fd, peer); });
   }
 }
 
@@ -222,6 +247,7 @@ std::unique_ptr<RequestGate::Connection> RequestGate::letGo(int fd) {
   waiting_.erase(it);
   order_.remove(fd);
   unread_.remove(fd);
+  if (std::exchange(c->held, false)) held_.erase({c->held_since, fd});
   return c;
 }
 
@@ -373,9 +399,14 @@ void RequestGate::sendNow(Connection& c, std::string_view text) {
   ConnectionStream::writeOnce(c.fd, c.ssl, text.data(), text.size(), &want);
 }
 
+// Hands a connection whose request (or handshake step) is whole to a pool thread, if its client's CPU share
+// allows; otherwise it waits here until it does.
 void RequestGate::dispatch(int fd) {
+  auto now = Clock::now();
+  if (Connection& held = *waiting_.at(fd); !cpu_.allows(held.peer, now)) return holdBack(held);
   std::unique_ptr<Connection> c = letGo(fd);
   unwatch(*c);
+  c->reserved_ns = cpu_.reserve(c->peer, now);
   ++answering_;
   Connection* raw = c.release();  // a std::function holds only what it can copy
   try {
@@ -383,8 +414,44 @@ void RequestGate::dispatch(int fd) {
   } catch (const std::exception& e) {  // the pool has no thread, and could make none
     spdlog::error("cannot answer a request: {}", e.what());
     --answering_;
+    cpu_.settle(raw->peer, raw->reserved_ns, 0, now);
     delete raw;
   }
+}
+
+// `c`'s client owes CPU time: its whole request waits, unread past what came, until release().
+void RequestGate::holdBack(Connection& c) {
+  unwatch(c);
+  if (c.held) return;
+  auto now = Clock::now();
+  c.held = true;
+  c.held_since = now.time_since_epoch().count();
+  held_.emplace(c.held_since, c.fd);
+  ++held_back_;
+  next_release_ = std::min(next_release_, cpu_.clearsAt(c.peer, now));
+  if (now - warned_ >= std::chrono::seconds(10)) {
+    warned_ = now;
+    spdlog::warn("{} has used its share of the allocator's CPU (--max-client-cpu {}): its requests wait for it; {} waited so far",
+                 c.peer, opt_.client_cpu, held_back_.load());
+  }
+}
+
+// The connections held back whose clients' shares allow them now go to threads, the longest held first.
+void RequestGate::release() {
+  auto now = Clock::now();
+  next_release_ = Clock::time_point::max();
+  for (auto it = held_.begin(); it != held_.end();) {
+    Connection& c = *waiting_.at(it++->second);  // (dispatching it erases it from held_)
+    if (cpu_.allows(c.peer, now)) charged(c.peer, [&] { dispatch(c.fd); });
+    else next_release_ = std::min(next_release_, cpu_.clearsAt(c.peer, now));
+  }
+}
+
+// How long epoll may wait this turn: until the sweep, or until a connection held back may go on.
+int RequestGate::turnMs() const {
+  if (next_release_ == Clock::time_point::max()) return kSweepMs;
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(next_release_ - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(ms, 0, kSweepMs));
 }
 
 // On a pool thread: a step of the TLS handshake, or a whole request. A request is answered, and the next
@@ -392,11 +459,13 @@ void RequestGate::dispatch(int fd) {
 // first one right after its handshake, costs no trip through the gate); then the connection goes back,
 // also with an answer the socket did not take whole.
 void RequestGate::work(std::unique_ptr<Connection> c) {
+  int64_t start = threadCpuNs();
   bool whole = c->phase != Connection::Phase::kHandshake || (shakeHands(*c) && nextArrives(*c));
   while (whole) {
     answer(*c);
     whole = c->keep && c->phase != Connection::Phase::kSending && !stopping_ && nextArrives(*c);
   }
+  c->used_ns = threadCpuNs() - start;
   comeBack(std::move(c));
 }
 
@@ -461,23 +530,31 @@ void RequestGate::takeBack() {
   }
   for (auto& c : back) {
     --answering_;
-    bool sending = c->phase == Connection::Phase::kSending;
-    if (!sending) c->since = Clock::now();
-    if (c->phase == Connection::Phase::kIdle) c->by = c->since + opt_.keep_alive;
-    Connection& ref = hold(std::move(c));
-    if (ref.phase != Connection::Phase::kHandshake) countUnread(ref);
-    if (sending) {
-      send(ref);
-    } else if (!ref.keep) {
-      closeWhenTaken(ref);
-    } else if (ref.phase == Connection::Phase::kHandshake) {
-      watch(ref, ref.want | EPOLLET);
-    } else {
-      watch(ref, EPOLLIN);
-      receive(ref);  // a request that came with the last one; TLS may hold its bytes already
-    }
+    cpu_.settle(c->peer, std::exchange(c->reserved_ns, 0), c->used_ns, Clock::now());
+    std::string peer = c->peer;
+    charged(peer, [&] { resume(std::move(c)); });
   }
   dropUnread();
+}
+
+// A connection back from a thread waits here for its next request, or closes; or for its client to take
+// the rest of its answer.
+void RequestGate::resume(std::unique_ptr<Connection> c) {
+  bool sending = c->phase == Connection::Phase::kSending;
+  if (!sending) c->since = Clock::now();
+  if (c->phase == Connection::Phase::kIdle) c->by = c->since + opt_.keep_alive;
+  Connection& ref = hold(std::move(c));
+  if (ref.phase != Connection::Phase::kHandshake) countUnread(ref);
+  if (sending) {
+    send(ref);
+  } else if (!ref.keep) {
+    closeWhenTaken(ref);
+  } else if (ref.phase == Connection::Phase::kHandshake) {
+    watch(ref, ref.want | EPOLLET);
+  } else {
+    watch(ref, EPOLLIN);
+    receive(ref);  // a request that came with the last one; TLS may hold its bytes already
+  }
 }
 
 void RequestGate::close(int fd) { letGo(fd); }
@@ -528,7 +605,7 @@ void RequestGate::sweep() {
       late.push_back(fd);
       continue;
     }
-    if (now < c->by) continue;
+    if (now < c->by || c->held) continue;  // (one held back waits for its client's share, however long)
     bool idle = c->phase == Connection::Phase::kIdle;
     int left = idle ? untaken(fd) : 0;
     if (left > 0 && now < c->taken_by) continue;  // it still takes its last answer
@@ -536,6 +613,7 @@ void RequestGate::sweep() {
     late.push_back(fd);
   }
   for (int fd : late) close(fd);
+  cpu_.forget(now);
 }
 
 }  // namespace gpool::allocator

@@ -13,7 +13,9 @@
 //   of it, to send after the close); one closed with an answer its client has not taken is reset;
 // - with every connection held (--max-connections), a new one takes the place of a connection waiting here
 //   (for its request, or to send its answer's rest), of the client with the most waiting
-//   (displacement_order.h); only when all are being answered does it wait in the listen backlog.
+//   (displacement_order.h); only when all are being answered does it wait in the listen backlog;
+// - a client that has spent its share of the allocator's CPU (client_cpu.h, --max-client-cpu) has its
+//   whole requests and TLS handshakes wait here, holding no thread, until its share paid off what it owes.
 #pragma once
 
 #include <httplib.h>
@@ -26,10 +28,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "client_cpu.h"
 #include "connection_stream.h"
 #include "displacement_order.h"
 #include "gpool/peer_connections.h"
@@ -51,6 +55,7 @@ class RequestGate {
     std::string local_name;
     std::string share_name = "--max-connections-per-address";  // named when a connection is closed for it
     size_t max_unread = size_t{1} << 30;  // bytes of answers not read yet held at once (unread_answers.h)
+    double client_cpu = 0;                // of one CPU, what each client may use on average (client_cpu.h; 0: any)
   };
   // Answers one whole request in `stream`, on a pool thread; whether the connection stays open after it.
   // `last`: it is the connection's last (its answer says so).
@@ -64,6 +69,7 @@ class RequestGate {
   void stop();
   uint64_t displaced() const { return displaced_; }  // connections closed to make room for a new one
   uint64_t dropped() const { return dropped_; }      // answers dropped past max_unread (their connections reset)
+  uint64_t heldBack() const { return held_back_; }   // requests and handshake steps that waited for their client's CPU share
 
   // The connections the open-file limit (RLIMIT_NOFILE) leaves room for, beside what the allocator
   // keeps open otherwise: the database, keys, logs, munged, the local socket's connections.
@@ -83,6 +89,8 @@ class RequestGate {
   std::unique_ptr<Connection> letGo(int fd);
   void admit(int fd, std::string peer);
   void progress(Connection& c);
+  template <typename Step>
+  void charged(std::string peer, Step&& step);
   void send(Connection& c);
   void waitForNext(Connection& c);
   void handshake(Connection& c);
@@ -94,10 +102,14 @@ class RequestGate {
   bool nextArrives(Connection& c);
   void sendNow(Connection& c, std::string_view text);
   void dispatch(int fd);
+  void holdBack(Connection& c);
+  void release();
+  int turnMs() const;
   void work(std::unique_ptr<Connection> c);
   void answer(Connection& c);
   void comeBack(std::unique_ptr<Connection> c);
   void takeBack();
+  void resume(std::unique_ptr<Connection> c);
   void watch(Connection& c, uint32_t events);
   void unwatch(Connection& c);
   void close(int fd);
@@ -115,8 +127,12 @@ class RequestGate {
   DisplacementOrder order_;                              // of those watched here
   std::atomic<size_t> answering_{0};
   std::atomic<bool> stopping_{false};
-  std::atomic<uint64_t> displaced_{0}, dropped_{0};
+  std::atomic<uint64_t> displaced_{0}, dropped_{0}, held_back_{0};
   UnreadAnswers unread_;                                 // of those watched here
+  ClientCpu cpu_;
+  std::set<std::pair<int64_t, int>> held_;               // (since when, descriptor) of those held back for cpu_
+  Clock::time_point next_release_ = Clock::time_point::max();  // when the first of held_ may go on
+  Clock::time_point warned_{};                           // when holding back was last logged
   bool accepting_ = true;
   Clock::time_point next_sweep_{};
   std::mutex back_mu_;  // guards what follows: connections answered, coming back from the pool's threads

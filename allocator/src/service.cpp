@@ -206,13 +206,17 @@ int Service::start(const std::string& host, int port) {
     throw std::runtime_error("cannot serve TLS with certificate " + opt_.tls_cert + " and key " + opt_.tls_key +
                              " (unreadable, not PEM, or the key does not match the certificate)");
   serve(tcp_->routes());
-  int bound = tcp_->bindWide(host, port, opt_.max_connections, opt_.max_unread_answers);
+  RequestGate::Options limits;
+  limits.max_connections = opt_.max_connections;
+  limits.max_unread = opt_.max_unread_answers;
+  limits.client_cpu = opt_.max_client_cpu;
+  int bound = tcp_->bindWide(host, port, limits);
   listen_fd_ = tcp_->fd();
   if (bound < 0) throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this host)");
   if (!opt_.local_socket.empty()) {
     local_ = std::make_unique<LocalSocketServer>();
     serve(*local_);
-    local_->listenLocal(opt_.local_socket, opt_.max_unread_answers);
+    local_->listenLocal(opt_.local_socket, limits);
   }
   serve_thread_ = std::thread([this] { tcp_->run(); });
   if (opt_.advertise.empty()) opt_.advertise = advertisedUrl(host, bound, !opt_.tls_cert.empty());
@@ -960,7 +964,10 @@ void Service::readRoutes(httplib::Server& s) {
       << "gpool_allocator_connections_refused_total{reason=\"address\"} " << peers_->refused + (local_ ? local_->peers().refused.load() : 0) << "\n"
       << "gpool_allocator_connections_refused_total{reason=\"slow\"} " << peers_->cut_off + (local_ ? local_->peers().cut_off.load() : 0) << "\n"
       << "gpool_allocator_connections_refused_total{reason=\"displaced\"} " << (tcp_ ? tcp_->displaced() : 0) + (local_ ? local_->displaced() : 0) << "\n"
-      << "gpool_allocator_connections_refused_total{reason=\"unread\"} " << (tcp_ ? tcp_->dropped() : 0) + (local_ ? local_->dropped() : 0) << "\n";
+      << "gpool_allocator_connections_refused_total{reason=\"unread\"} " << (tcp_ ? tcp_->dropped() : 0) + (local_ ? local_->dropped() : 0) << "\n"
+      << "# HELP gpool_allocator_requests_held_total Requests (and TLS handshake steps) that waited, whole, for their "
+         "client's share of the allocator's CPU (--max-client-cpu).\n# TYPE gpool_allocator_requests_held_total counter\n"
+      << "gpool_allocator_requests_held_total " << (tcp_ ? tcp_->heldBack() : 0) + (local_ ? local_->heldBack() : 0) << "\n";
     if (!leading_) return res.set_content(o.str(), "text/plain; version=0.0.4");
     std::lock_guard lock(mu_);
     size_t gpus = 0, up = 0, shares = 0;

@@ -39,6 +39,7 @@ struct ServiceOptions {
   size_t max_connections = 4096;  // TCP connections held at once, and threads answering them at most (made as needed)
   size_t max_connections_per_address = 0;  // of them, held by one peer address at once (0: a quarter; request_gate.h)
   size_t max_unread_answers = size_t{1} << 30;  // bytes of answers not read yet held for each listener (unread_answers.h)
+  double max_client_cpu = 0;  // of one CPU, what one client (address, local user) may use on average (client_cpu.h; 0: any)
   // Replicas sharing a store (etcd; issue 16): the URL clients reach this one at, which standbys give
   // them while it leads; how long its lead outlives it; what to do once another leads (the process
   // starts again, as a standby).

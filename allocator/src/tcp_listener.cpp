@@ -46,7 +46,7 @@ TcpListener::~TcpListener() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-int TcpListener::bindWide(const std::string& host, int port, size_t max_connections, size_t max_unread) {
+int TcpListener::bindWide(const std::string& host, int port, const RequestGate::Options& limits) {
   // httplib listens with a backlog of 5 (compiled into Debian's library): a burst of connections then
   // waits a second for the kernel's SYN retry. And httplib sets SO_REUSEPORT, with which a second
   // allocator started on the same port binds it too and the kernel splits the clients between the two:
@@ -60,10 +60,9 @@ int TcpListener::bindWide(const std::string& host, int port, size_t max_connecti
   fd_ = tls_ ? static_cast<Server::Tls&>(*server_).listenFd() : static_cast<Server::Plain&>(*server_).listenFd();
   ::listen(fd_, 4096);
   pool_.reset(server_->new_task_queue());
-  RequestGate::Options opt;
-  opt.max_connections = std::min(max_connections, RequestGate::descriptorBudget());
+  RequestGate::Options opt = limits;
+  opt.max_connections = std::min(limits.max_connections, RequestGate::descriptorBudget());
   opt.tls = tls_;
-  opt.max_unread = max_unread;
   RequestGate::Answer answer;
   auto settings = [&](auto& s) {
     opt.keep_alive = s.keepAlive();

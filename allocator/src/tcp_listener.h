@@ -22,16 +22,17 @@ class TcpListener {
   bool valid() const { return server_->is_valid(); }
   httplib::Server& routes() { return *server_; }  // its new_task_queue makes the pool requests are answered on
 
-  // Binds HOST:PORT (0: any free port) with a backlog of 4,096 and without SO_REUSEPORT, to hold at most
-  // `max_connections` at once (fewer when the open-file limit leaves room for fewer) and `max_unread` bytes
-  // of answers not read yet (unread_answers.h); the port, or -1.
-  int bindWide(const std::string& host, int port, size_t max_connections, size_t max_unread);
+  // Binds HOST:PORT (0: any free port) with a backlog of 4,096 and without SO_REUSEPORT, to hold what
+  // `limits` says: its max_connections at once (fewer when the open-file limit leaves room for fewer), its
+  // max_unread bytes of answers not read yet (unread_answers.h), its client_cpu (client_cpu.h); the port, or -1.
+  int bindWide(const std::string& host, int port, const RequestGate::Options& limits);
   int fd() const { return fd_; }
   // Serves until halt() (called before or during it); then lets the answers being given finish (5 s at most).
   void run();
   void halt();
   uint64_t displaced() const { return gate_ ? gate_->displaced() : 0; }  // connections closed for a new one
   uint64_t dropped() const { return gate_ ? gate_->dropped() : 0; }      // answers dropped past max_unread
+  uint64_t heldBack() const { return gate_ ? gate_->heldBack() : 0; }    // requests that waited for their client's CPU share
 
  private:
   class Server;

@@ -4,6 +4,7 @@ ports, allocator replicas) then binds two of them to one port: CI saw etcd membe
 to another member as its peer port, and the cluster never formed. So no port is handed out twice in one
 process."""
 import socket
+import time
 
 _given = set()
 
@@ -16,3 +17,15 @@ def free_port():
         if port not in _given:
             _given.add(port)
             return port
+
+
+def wait_listening(port, timeout=10.0):
+    """Waits until something accepts connections on 127.0.0.1:`port` (a daemon just started); whether it did."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port)).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
