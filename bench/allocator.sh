@@ -4,11 +4,13 @@
 # usage: bench/allocator.sh [BUILD_DIR] [extra gpool_bench_allocator flags]
 # GPOOL_BENCH_LOG=FILE keeps the allocator's log (warnings and errors) in FILE.
 # GPOOL_BENCH_STORE=etcd://... keeps the allocator's state there instead of a fresh SQLite file.
+# Every simulated host and client comes from 127.0.0.1, one client to the allocator: its share of the
+# allocator's CPU (--max-client-cpu) is turned off, or it would hold them all to a quarter of a CPU.
 set -u
 build=$(cd "${1:-$(dirname "$0")/../build}" && pwd); shift || true
 dir=$(mktemp -d)
 trap 'kill $alloc 2>/dev/null; wait $alloc 2>/dev/null; rm -rf "$dir"' EXIT
-"$build/allocator/gpool-allocator" --listen 127.0.0.1:0 --db "$dir/bench.db" ${GPOOL_BENCH_STORE:+--store "$GPOOL_BENCH_STORE"} --log-level warn 2>"${GPOOL_BENCH_LOG:-$dir/log}" &
+"$build/allocator/gpool-allocator" --listen 127.0.0.1:0 --db "$dir/bench.db" ${GPOOL_BENCH_STORE:+--store "$GPOOL_BENCH_STORE"} --log-level warn --max-client-cpu 0 2>"${GPOOL_BENCH_LOG:-$dir/log}" &
 alloc=$!
 for _ in $(seq 100); do [ -f "$dir/bench.db.key" ] && break; sleep 0.05; done
 sleep 0.3

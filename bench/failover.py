@@ -50,7 +50,8 @@ def main():
     def start(i):
         log = open(os.path.join(d, f"allocator{i}.log"), "a")
         procs[i] = subprocess.Popen([allocator, "--listen", f"127.0.0.1:{ports[i]}", "--db", os.path.join(d, "alloc.db"),
-                                     "--store", etcd.url(), "--leader-ttl", str(a.leader_ttl), "--log-level", "warn"], stderr=log)
+                                     "--store", etcd.url(), "--leader-ttl", str(a.leader_ttl), "--log-level", "warn",
+                                     "--max-client-cpu", "0"], stderr=log)  # (the load's hosts are all 127.0.0.1)
 
     def leader():
         for i, u in enumerate(urls):
