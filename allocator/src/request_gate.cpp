@@ -235,9 +235,14 @@ void RequestGate::displace() {
 // Watches `c` here, in the order of displacement.
 RequestGate::Connection& RequestGate::hold(std::unique_ptr<Connection> c) {
   Connection& ref = *c;
-  order_.add(ref.fd, ref.peer, {ref.phase != Connection::Phase::kIdle, ref.since.time_since_epoch().count()});
+  rank(ref);
   waiting_.emplace(ref.fd, std::move(c));
   return ref;
+}
+
+// Where `c` stands in the order of displacement: by whether it is idle, and since when it waits.
+void RequestGate::rank(Connection& c) {
+  order_.add(c.fd, c.peer, {c.phase != Connection::Phase::kIdle, c.since.time_since_epoch().count()});
 }
 
 std::unique_ptr<RequestGate::Connection> RequestGate::letGo(int fd) {
@@ -373,9 +378,14 @@ RequestGate::Read RequestGate::readNow(Connection& c, uint32_t* want) {
 
 // Reads what has come, and hands the connection to a pool thread once a request is whole.
 void RequestGate::receive(Connection& c) {
+  bool idle = c.phase == Connection::Phase::kIdle;
   uint32_t want;
   Read read = readNow(c, &want);
   if (read == Read::kClosed) return close(c.fd);
+  if (idle && c.phase != Connection::Phase::kIdle) {  // its next request began: it is no longer idle
+    c.since = Clock::now();
+    rank(c);
+  }
   if (read == Read::kDrained) watch(c, want);
   switch (requestArrival(c.received)) {
     case Arrival::kPartial:

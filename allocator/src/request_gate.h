@@ -86,6 +86,7 @@ class RequestGate {
   bool full() const;
   void displace();
   Connection& hold(std::unique_ptr<Connection> c);
+  void rank(Connection& c);
   std::unique_ptr<Connection> letGo(int fd);
   void admit(int fd, std::string peer);
   void progress(Connection& c);

@@ -127,6 +127,32 @@ class CrowdsCannotTakeEveryConnection(unittest.TestCase):
             with urllib.request.urlopen(c.url + "/v1/status", timeout=5) as r:
                 self.assertEqual(r.status, 200)
 
+    def test_a_kept_alive_connection_that_began_its_next_request_gives_way_after_its_idle_ones(self):
+        # A client's 8 connections were answered and wait, kept alive; the oldest begins its next request.
+        # With every connection held, a newcomer takes the place of one of this client's (it holds as many
+        # as the other, and the oldest): an idle one, not the one whose request is on its way (which was
+        # displaced as idle, by the time it was answered last, and its request lost).
+        c = Cluster(servers=0, allocator_args=["--max-connections", "16", "--max-connections-per-address", "8"])
+        self.addCleanup(c.close)
+
+        def connect(address):
+            s = socket.create_connection(("127.0.0.1", c.port), timeout=10, source_address=(address, 0))
+            self.addCleanup(s.close)
+            return s
+
+        mine = []
+        for _ in range(8):
+            s = connect("127.0.2.1")
+            self.assertIn(b" 200 ", status_of(s, b"GET /v1/status HTTP/1.1\r\nHost: a\r\n\r\n"))
+            mine.append(s)
+            time.sleep(0.05)  # each waits from a later time
+        mine[0].sendall(b"GET /v1/status HTTP/1.1\r\n")  # the oldest begins its next request
+        for _ in range(8):  # every connection held: these wait for their requests
+            connect("127.0.2.2")
+        time.sleep(0.5)
+        self.assertIn(b" 200 ", status_of(connect("127.0.2.3"), b"GET /v1/status HTTP/1.1\r\nHost: a\r\n\r\n"))
+        self.assertIn(b" 200 ", status_of(mine[0], b"Host: a\r\n\r\n"), "the request on its way was lost")
+
     def test_others_are_answered_while_a_crowd_from_many_addresses_reads_its_answers_slowly(self):
         # 8 addresses with their 2 each ask for a policy larger than the kernel takes, and read it at
         # 512 KiB a second (12 s for the whole), holding all 16 connections. When an answer was written on
@@ -147,6 +173,24 @@ class CrowdsCannotTakeEveryConnection(unittest.TestCase):
             time.sleep(0.1)
         self.assertGreater(refused(c, "displaced"), 0)
         self.assertGreater(crowd.cut_off, 0, "no connection of the crowd was closed to make room")
+
+
+def status_of(s, data):
+    """Sends `data` on `s` and reads one answer whole; its status line (b"" when the allocator closed `s`)."""
+    s.sendall(data)
+    f = s.makefile("rb")
+    try:
+        status = f.readline()
+        length = 0
+        while (line := f.readline()) not in (b"\r\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        f.read(length)
+        return status
+    except ConnectionResetError:
+        return b""
+    finally:
+        f.close()
 
 
 def exchange(port, data):
