@@ -20,6 +20,10 @@ namespace gpool::token {
 // neither http:// nor https://, or a CA file that cannot be read.
 std::unique_ptr<httplib::Client> allocatorClient(const std::string& url, const std::string& ca_file, int read_timeout_s);
 
+// An answer's header saying how long (ms) its request waited for its client's share of the allocator's
+// CPU (--max-client-cpu) before a thread took it; absent when it did not wait.
+inline constexpr const char* kHeldHeader = "X-Gpool-Held-Ms";
+
 // The leader a standby named in its answer, or "" when the answer is not a standby's.
 std::string standbyLeader(int status, const std::string& body);
 

@@ -32,6 +32,7 @@ constexpr int kAcceptsPerTurn = 64;    // then the connections watched have thei
 constexpr size_t kReadSize = 16384;    // one read's most (a TLS record)
 constexpr size_t kMaxRecord = 5 + 16384 + 2048;  // a TLS record's header and its most ciphertext
 constexpr auto kLinger = std::chrono::milliseconds(1);  // a thread waits this long for a connection's next request
+constexpr int64_t kLingerCpuNs = 2'000'000;  // ... while what it answered of the connection cost it less CPU than this
 constexpr auto kDrain = std::chrono::seconds(5);  // answers go on after stop() for this long at most
 const std::string kTooLargeBody = "{\"error\": \"a request's body may be at most 1 MiB\"}\n";
 const std::string kTooLarge = "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\nConnection: close\r\n"
@@ -47,6 +48,8 @@ int untaken(int fd) {
   socklen_t len = sizeof info;
   return ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE ? 0 : n;
 }
+
+thread_local std::chrono::nanoseconds t_held{0};  // heldBeforeAnswer()
 
 // The CPU time the calling thread has used.
 int64_t threadCpuNs() {
@@ -96,10 +99,15 @@ struct RequestGate::Connection {
   bool held = false;       // held back until its client's CPU share allows (its request, or handshake step, is whole)
   int64_t held_since = 0;
   int64_t reserved_ns = 0, used_ns = 0;  // of its client's CPU share, for what a thread does for it (ClientCpu)
+  Clock::duration waited{};              // held back for its client's share, before it went to a thread
 
  private:
   PeerConnections& peers_;
 };
+
+std::chrono::milliseconds RequestGate::heldBeforeAnswer() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t_held);
+}
 
 size_t RequestGate::descriptorBudget() {
   rlimit r{};
@@ -252,7 +260,10 @@ std::unique_ptr<RequestGate::Connection> RequestGate::letGo(int fd) {
   waiting_.erase(it);
   order_.remove(fd);
   unread_.remove(fd);
-  if (std::exchange(c->held, false)) held_.erase({c->held_since, fd});
+  if (std::exchange(c->held, false)) {
+    held_.erase({c->held_since, fd});
+    if (auto of = held_of_.find(c->peer); --of->second == 0) held_of_.erase(of);
+  }
   return c;
 }
 
@@ -410,10 +421,13 @@ void RequestGate::sendNow(Connection& c, std::string_view text) {
 }
 
 // Hands a connection whose request (or handshake step) is whole to a pool thread, if its client's CPU share
-// allows; otherwise it waits here until it does.
+// allows; otherwise it waits here until it does. A client's requests go in the order they were held: a new
+// one waits behind those held already, even once the share would allow it.
 void RequestGate::dispatch(int fd) {
   auto now = Clock::now();
-  if (Connection& held = *waiting_.at(fd); !cpu_.allows(held.peer, now)) return holdBack(held);
+  Connection& here = *waiting_.at(fd);
+  if (!cpu_.allows(here.peer, now) || (!here.held && held_of_.count(here.peer))) return holdBack(here);
+  here.waited = here.held ? now - Clock::time_point(Clock::duration(here.held_since)) : Clock::duration{};
   std::unique_ptr<Connection> c = letGo(fd);
   unwatch(*c);
   c->reserved_ns = cpu_.reserve(c->peer, now);
@@ -437,6 +451,7 @@ void RequestGate::holdBack(Connection& c) {
   c.held = true;
   c.held_since = now.time_since_epoch().count();
   held_.emplace(c.held_since, c.fd);
+  ++held_of_[c.peer];
   ++held_back_;
   next_release_ = std::min(next_release_, cpu_.clearsAt(c.peer, now));
   if (now - warned_ >= std::chrono::seconds(10)) {
@@ -465,15 +480,19 @@ int RequestGate::turnMs() const {
 }
 
 // On a pool thread: a step of the TLS handshake, or a whole request. A request is answered, and the next
-// ones as long as each arrives whole within kLinger (a client sending one request after another, or its
-// first one right after its handshake, costs no trip through the gate); then the connection goes back,
-// also with an answer the socket did not take whole.
+// ones as long as each arrives whole within kLinger and those answered so far cost under kLingerCpu (a
+// client sending one cheap request after another, or its first one right after its handshake, costs no
+// trip through the gate; a costly next one goes back through the gate, where its client's CPU share is
+// looked at); then the connection goes back, also with an answer the socket did not take whole.
 void RequestGate::work(std::unique_ptr<Connection> c) {
   int64_t start = threadCpuNs();
   bool whole = c->phase != Connection::Phase::kHandshake || (shakeHands(*c) && nextArrives(*c));
+  t_held = c->waited;
   while (whole) {
     answer(*c);
-    whole = c->keep && c->phase != Connection::Phase::kSending && !stopping_ && nextArrives(*c);
+    t_held = {};
+    whole = c->keep && c->phase != Connection::Phase::kSending && !stopping_ && threadCpuNs() - start < kLingerCpuNs &&
+            nextArrives(*c);
   }
   c->used_ns = threadCpuNs() - start;
   comeBack(std::move(c));

@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <unordered_map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,6 +71,9 @@ class RequestGate {
   uint64_t displaced() const { return displaced_; }  // connections closed to make room for a new one
   uint64_t dropped() const { return dropped_; }      // answers dropped past max_unread (their connections reset)
   uint64_t heldBack() const { return held_back_; }   // requests and handshake steps that waited for their client's CPU share
+  // On a pool thread, while Answer runs: how long the request being answered waited for its client's CPU
+  // share (its first on a connection handed over after waiting; 0 for the others).
+  static std::chrono::milliseconds heldBeforeAnswer();
 
   // The connections the open-file limit (RLIMIT_NOFILE) leaves room for, beside what the allocator
   // keeps open otherwise: the database, keys, logs, munged, the local socket's connections.
@@ -132,6 +136,7 @@ class RequestGate {
   UnreadAnswers unread_;                                 // of those watched here
   ClientCpu cpu_;
   std::set<std::pair<int64_t, int>> held_;               // (since when, descriptor) of those held back for cpu_
+  std::unordered_map<std::string, size_t> held_of_;      // of them, each client's
   Clock::time_point next_release_ = Clock::time_point::max();  // when the first of held_ may go on
   Clock::time_point warned_{};                           // when holding back was last logged
   bool accepting_ = true;

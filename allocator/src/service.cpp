@@ -2,6 +2,7 @@
 #include "service.h"
 
 #include "gpool/printable.h"
+#include "allocator_connection.h"
 #include "elastic_pool.h"
 #include "request_arrival.h"
 #include "signed_request.h"
@@ -251,6 +252,7 @@ void Service::serve(httplib::Server& s) {
   });
   // Nothing an answer says may be lost by a crash: it waits until every change made before it is written.
   s.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
+    if (auto held = RequestGate::heldBeforeAnswer(); held.count() > 0) res.set_header(token::kHeldHeader, std::to_string(held.count()));
     if (commits_->waitForStaged(std::chrono::seconds(30))) return;
     res.set_header("Connection", "close");
     error(res, 503, "this allocator could not store its state (it no longer leads, or its store is out of reach); ask again");

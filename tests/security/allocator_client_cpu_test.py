@@ -134,7 +134,9 @@ class GreedyClients(unittest.TestCase):
 
     def batch(self, c, whole):
         """Sends 4 requests together on a new connection from CROWD[0], for the policy (`whole` bytes) and
-        the status in turn, and checks that each is answered, whole, in order."""
+        the status in turn, and checks that each is answered, whole, in order; the ms each answer says its
+        request was held (X-Gpool-Held-Ms, 0 when absent)."""
+        held = []
         s = socket.create_connection(("127.0.0.1", c.port), timeout=90, source_address=(CROWD[0], 0))
         self.addCleanup(s.close)
         s.sendall(b"GET /v1/policy HTTP/1.1\r\nHost: a\r\n\r\nGET /v1/status HTTP/1.1\r\nHost: a\r\n\r\n" * 2)
@@ -142,19 +144,24 @@ class GreedyClients(unittest.TestCase):
             for i in range(4):
                 self.assertIn(b" 200 ", f.readline(), f"answer {i}")
                 length = 0
+                held.append(0)
                 while (line := f.readline()) not in (b"\r\n", b""):
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":")[1])
+                    if line.lower().startswith(b"x-gpool-held-ms:"):
+                        held[-1] = int(line.split(b":")[1])
                 body = f.read(length)
                 if i % 2 == 0:
                     self.assertEqual(len(body), whole, f"answer {i}")
                 else:
                     self.assertIn(b'"servers"', body, f"answer {i}")
+        return held
 
     def test_a_clients_requests_held_back_are_each_answered_in_turn(self):
         # A client asks for 6 MiB answers 4 requests at a time until it has spent what it saved (at 0.05 of
         # a CPU, 0.2 s: a dozen such answers) and its requests wait; then those that wait are each
-        # answered, whole and in order (each batch waits about a second, 3 under the sanitizers).
+        # answered, whole and in order (each batch waits about a second, 3 under the sanitizers); the first
+        # of a batch says how long it was held (X-Gpool-Held-Ms); another client's answer says nothing of it.
         c = Cluster(servers=0, policy=policy_of(6 << 20), allocator_args=["--max-client-cpu", "0.05"])
         self.addCleanup(c.close)
         whole = len(policy_of(6 << 20).format(ttl="1s"))
@@ -163,9 +170,15 @@ class GreedyClients(unittest.TestCase):
             self.batch(c, whole)
             batches += 1
             self.assertLess(batches, 100, "the client's requests never waited")
-        for _ in range(3):
-            self.batch(c, whole)
+        said = [self.batch(c, whole) for _ in range(3)]
         self.assertGreater(metric(c, "gpool_allocator_requests_held_total"), held)
+        self.assertTrue(any(ms > 0 for b in said for ms in b), f"no answer said it was held: {said}")
+        conn = http.client.HTTPConnection("127.0.0.1", c.port, timeout=60, source_address=(CROWD[1], 0))
+        conn.request("GET", "/v1/status")
+        r = conn.getresponse()
+        r.read()
+        conn.close()
+        self.assertIsNone(r.getheader("X-Gpool-Held-Ms"))
 
 LOCAL_GREEDY = """
 import socket, sys

@@ -6,8 +6,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <strings.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -112,6 +116,7 @@ std::pair<int, std::string> AllocatorClient::call(const std::string& method, con
         if (std::none_of(seen.begin(), seen.end(), [&](const auto& s) { return s.first == url; })) seen.emplace_back(url, said);
       });
   if (!proven) return {kNoProof, why};
+  if (r) sayHeld(r->get_header_value(token::kHeldHeader));
   if (r && token::standbyLeader(r->status, r->body).empty()) return {r->status, r->body};
   if (replicas_->size() == 1 && !r) {
     const std::string& at = replicas_->url();
@@ -174,7 +179,32 @@ std::pair<int, std::string> AllocatorClient::overUnixSocket(const std::string& m
   int status = 0;
   if (answer.rfind("HTTP/1.", 0) != 0 || head_end == std::string::npos || std::sscanf(answer.c_str() + 8, " %d", &status) != 1)
     return unreachable("a malformed answer");
+  sayHeld(headerValue(answer.substr(0, head_end), token::kHeldHeader));
   return {status, answer.substr(head_end + 4)};
+}
+
+// The value of header `name` in an answer's `head` (names compared without case), or "".
+std::string AllocatorClient::headerValue(const std::string& head, const std::string& name) {
+  for (size_t at = head.find("\r\n"); at != std::string::npos; at = head.find("\r\n", at + 2)) {
+    size_t start = at + 2, colon = head.find(':', start), end = std::min(head.find("\r\n", start), head.size());
+    if (colon >= end || colon - start != name.size() || strncasecmp(head.c_str() + start, name.c_str(), name.size()) != 0) continue;
+    size_t value = head.find_first_not_of(' ', colon + 1);
+    return value < end ? head.substr(value, end - value) : "";
+  }
+  return "";
+}
+
+// Says once (for this process) that the allocator held a request past a second for this host's (or
+// user's) share of its CPU: `held_ms` is its answer's kHeldHeader.
+void AllocatorClient::sayHeld(const std::string& held_ms) {
+  static std::atomic<bool> said{false};
+  long ms = std::strtol(held_ms.c_str(), nullptr, 10);
+  if (ms < 1000 || said.exchange(true)) return;
+  std::fprintf(stderr,
+               "gpool: the allocator held a request %.1fs: this host (or, over its local socket, this user) asked it for "
+               "more than its share of the allocator's CPU (--max-client-cpu); requests wait their turn meanwhile. If "
+               "this host runs many jobs, ask the allocator's admin to raise the share\n",
+               static_cast<double>(ms) / 1000);
 }
 
 }  // namespace gpool::cli

@@ -45,6 +45,8 @@ class AllocatorClient {
  private:
   bool proofHeaders(const std::string& method, const std::string& path, const std::string& body, Proof proof,
                     httplib::Headers& h, std::string& why);
+  static std::string headerValue(const std::string& head, const std::string& name);
+  static void sayHeld(const std::string& held_ms);
   std::pair<int, std::string> overUnixSocket(const std::string& method, const std::string& path, const httplib::Headers& h,
                                              const std::string& body, const char* type);
   std::string url_, ca_file_, socket_path_;
