@@ -97,7 +97,7 @@ struct RequestGate::Connection {
   bool keep = true;      // once answered: whether it stays open
   bool continued = false;  // its request, announced by "Expect: 100-continue", was told to go on
   bool held = false;       // held back until its client's CPU share allows (its request, or handshake step, is whole)
-  int64_t held_since = 0;
+  Clock::time_point held_since{};
   int64_t reserved_ns = 0, used_ns = 0;  // of its client's CPU share, for what a thread does for it (ClientCpu)
   Clock::duration waited{};              // held back for its client's share, before it went to a thread
 
@@ -427,7 +427,7 @@ void RequestGate::dispatch(int fd) {
   auto now = Clock::now();
   Connection& here = *waiting_.at(fd);
   if (!cpu_.allows(here.peer, now) || (!here.held && held_of_.count(here.peer))) return holdBack(here);
-  here.waited = here.held ? now - Clock::time_point(Clock::duration(here.held_since)) : Clock::duration{};
+  here.waited = here.held ? now - here.held_since : Clock::duration{};
   std::unique_ptr<Connection> c = letGo(fd);
   unwatch(*c);
   c->reserved_ns = cpu_.reserve(c->peer, now);
@@ -449,7 +449,7 @@ void RequestGate::holdBack(Connection& c) {
   if (c.held) return;
   auto now = Clock::now();
   c.held = true;
-  c.held_since = now.time_since_epoch().count();
+  c.held_since = now;
   held_.emplace(c.held_since, c.fd);
   ++held_of_[c.peer];
   ++held_back_;

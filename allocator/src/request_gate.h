@@ -135,7 +135,7 @@ class RequestGate {
   std::atomic<uint64_t> displaced_{0}, dropped_{0}, held_back_{0};
   UnreadAnswers unread_;                                 // of those watched here
   ClientCpu cpu_;
-  std::set<std::pair<int64_t, int>> held_;               // (since when, descriptor) of those held back for cpu_
+  std::set<std::pair<Clock::time_point, int>> held_;     // (since when, descriptor) of those held back for cpu_
   std::unordered_map<std::string, size_t> held_of_;      // of them, each client's
   Clock::time_point next_release_ = Clock::time_point::max();  // when the first of held_ may go on
   Clock::time_point warned_{};                           // when holding back was last logged

@@ -123,6 +123,21 @@ def forged(token):
     return token[:-1] + ("1" if token[-1] == "0" else "0")
 
 
+def policy_of(size):
+    """The test policy with an admin's comments, `size` bytes or more in all: /v1/policy answers it."""
+    return POLICY + ("# " + "x" * 1022 + "\n") * (size // 1024 + 1)
+
+
+def read_answer(f):
+    """Reads one HTTP answer whole from `f` (a socket's file, binary): its status line, its headers (names in
+    lower case) and its body (as long as its Content-Length says)."""
+    status, headers = f.readline(), {}
+    while (line := f.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers, f.read(int(headers.get("content-length", 0)))
+
+
 def wait_for(predicate, timeout=10.0, step=0.02):
     end = time.time() + timeout
     while time.time() < end:

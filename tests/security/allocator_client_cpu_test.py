@@ -18,7 +18,7 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "allocator"))
-from cluster import GPOOL, NOBODY, POLICY, Cluster, as_user, setUpModule, tearDownModule  # noqa: E402,F401
+from cluster import GPOOL, NOBODY, POLICY, Cluster, as_user, policy_of, read_answer, setUpModule, tearDownModule  # noqa: E402,F401
 
 SHARE = 0.05  # of one CPU, each client's (--max-client-cpu), unless a test says otherwise
 CROWD = [f"127.0.2.{i}" for i in range(1, 5)]  # 4 clients: 0.2 CPU in all
@@ -32,11 +32,6 @@ def bound(shares, share=SHARE):
     return 1.5 * share * shares + 0.05
 
 SYSTEM_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-
-
-def policy_of(size):
-    """The test policy with an admin's comments, `size` bytes or more in all: /v1/policy answers it."""
-    return POLICY + ("# " + "x" * 1022 + "\n") * (size // 1024 + 1)
 
 
 def cpu_seconds(pid):
@@ -142,15 +137,9 @@ class GreedyClients(unittest.TestCase):
         s.sendall(b"GET /v1/policy HTTP/1.1\r\nHost: a\r\n\r\nGET /v1/status HTTP/1.1\r\nHost: a\r\n\r\n" * 2)
         with s.makefile("rb") as f:
             for i in range(4):
-                self.assertIn(b" 200 ", f.readline(), f"answer {i}")
-                length = 0
-                held.append(0)
-                while (line := f.readline()) not in (b"\r\n", b""):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                    if line.lower().startswith(b"x-gpool-held-ms:"):
-                        held[-1] = int(line.split(b":")[1])
-                body = f.read(length)
+                status, headers, body = read_answer(f)
+                self.assertIn(b" 200 ", status, f"answer {i}")
+                held.append(int(headers.get("x-gpool-held-ms", 0)))
                 if i % 2 == 0:
                     self.assertEqual(len(body), whole, f"answer {i}")
                 else:

@@ -19,17 +19,12 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "allocator"))
-from cluster import GPOOL, NOBODY, POLICY, Cluster, as_user, setUpModule, tearDownModule  # noqa: E402,F401
+from cluster import GPOOL, NOBODY, Cluster, as_user, policy_of, read_answer, setUpModule, tearDownModule  # noqa: E402,F401
 from crowd import Crowd  # noqa: E402
 
 ATTACKER = "127.0.2.1"
 SLOW_START = b"GET /v1/status HTTP/1.1\r\nHost: a\r\nX-Slow: "
 ASK_POLICY = b"GET /v1/policy HTTP/1.1\r\nHost: a\r\n\r\n"
-
-
-def policy_of(size):
-    """The test policy with an admin's comments, `size` bytes or more in all: /v1/policy answers it."""
-    return POLICY + ("# " + "x" * 1022 + "\n") * (size // 1024 + 1)
 
 
 def kernel_takes():
@@ -180,13 +175,7 @@ def status_of(s, data):
     s.sendall(data)
     f = s.makefile("rb")
     try:
-        status = f.readline()
-        length = 0
-        while (line := f.readline()) not in (b"\r\n", b""):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":")[1])
-        f.read(length)
-        return status
+        return read_answer(f)[0]
     except ConnectionResetError:
         return b""
     finally:
