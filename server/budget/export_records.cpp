@@ -62,7 +62,7 @@ void RecordFile::close() {
 // file closes, which does no harm: the record was withdrawn, so no importer comes any more.)
 bool RecordFile::unheld() const { return fd_ < 0 || flock(fd_, LOCK_EX | LOCK_NB) == 0; }
 
-std::string recordDirectory() { return "/dev/shm/gpool-ipc-" + std::to_string(getuid()); }
+std::string recordDirectory(uid_t uid) { return "/dev/shm/gpool-ipc-" + std::to_string(uid); }
 
 bool fileRecord(const std::string& path, const std::vector<uint8_t>& body, uint64_t charge) {
   if (body.size() > kMaxBody) return false;
@@ -116,9 +116,9 @@ RecordFile withdrawRecord(const std::string& path) {
   return fd < 0 ? RecordFile{} : withdrawOpen(fd, path);
 }
 
-std::vector<HeldRecord> withdrawAllOf(pid_t worker) {
+std::vector<HeldRecord> withdrawAllOf(pid_t worker, uid_t uid) {
   std::vector<HeldRecord> held;
-  const std::string dir = recordDirectory();
+  const std::string dir = recordDirectory(uid);
   DIR* d = opendir(dir.c_str());
   if (!d) return held;
   struct Found {
@@ -135,7 +135,7 @@ std::vector<HeldRecord> withdrawAllOf(pid_t worker) {
     if (fd < 0) continue;  // (the workers' sockets live here too)
     struct stat st {};
     Header h;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && readHeader(fd, h) && h.server == getpid() && h.worker == worker)
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid && readHeader(fd, h) && h.server == getpid() && h.worker == worker)
       found.push_back(Found{std::move(path), fd, h.charge});
     else
       ::close(fd);

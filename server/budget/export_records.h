@@ -12,6 +12,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <string>
@@ -41,7 +42,9 @@ class RecordFile {
   std::string withdrawn_;  // a withdrawn record's path: removed at close
 };
 
-std::string recordDirectory();  // /dev/shm/gpool-ipc-<uid>, shared by the user's workers on this host
+// /dev/shm/gpool-ipc-<uid>, shared by the user's workers on this host (with gpool-server --worker-uids, a
+// lease's workers: each lease has a user of its own).
+std::string recordDirectory(uid_t uid = getuid());
 
 // Files `body` as a new record at `path` (mode 0600), naming this process as its exporter and `charge`
 // as the bytes its lease pays for while the record is held. False when it cannot.
@@ -59,8 +62,9 @@ struct HeldRecord {
   RecordFile file;
   uint64_t charge = 0;
 };
-// Withdraws every record that `worker`, an ended child of this process, filed (withdrawn already or not);
-// returns those importers still hold. Only the process that started the worker finds its records.
-std::vector<HeldRecord> withdrawAllOf(pid_t worker);
+// Withdraws every record that `worker`, an ended child of this process that ran as `uid`, filed (withdrawn
+// already or not); returns those importers still hold. Only the process that started the worker finds its
+// records, and only files that `uid` owns count: no other user's worker can file one in its name.
+std::vector<HeldRecord> withdrawAllOf(pid_t worker, uid_t uid);
 
 }  // namespace gpool::budget

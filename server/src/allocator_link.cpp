@@ -49,15 +49,14 @@ void AllocatorLink::serving(std::vector<std::string> leases) {
   if (added) refresh();
 }
 
-void AllocatorLink::leaseSources(std::shared_ptr<budget::SharedBudget> launch_page, std::map<std::string, LeaseSources> by_lease) {
+void AllocatorLink::leaseSources(std::map<std::string, LeaseSources> by_lease) {
   std::lock_guard lock(mu_);
-  launch_page_ = std::move(launch_page);
   lease_sources_ = std::move(by_lease);
 }
 
-uint64_t AllocatorLink::LeaseSources::launched(const budget::SharedBudget* launch_page) const {
+uint64_t AllocatorLink::LeaseSources::launched() const {
   uint64_t n = ended;
-  for (int slot : slots) n += launch_page ? launch_page->heldBy(slot) : 0;
+  for (int slot : slots) n += launches ? launches->heldBy(slot) : 0;
   return n;
 }
 
@@ -116,7 +115,7 @@ void AllocatorLink::loop() {
     nlohmann::json launched = nlohmann::json::object(), use = nlohmann::json::object();
     for (const auto& [lease, from] : lease_sources_) {
       uint64_t memory = 0;
-      launched[lease] = from.launched(launch_page_.get());
+      launched[lease] = from.launched();
       int64_t busy_ns = 0, held_ns = 0;
       for (const auto& b : from.memory) memory += b->used();
       for (const auto& p : from.paces) busy_ns += p->busyNs(), held_ns += p->waitedNs();

@@ -39,18 +39,19 @@ class AllocatorLink {
   // lease's share until they are gone). A lease new in the list is reported at once.
   void serving(std::vector<std::string> leases);
   // Where each lease's figures are read for the heartbeats. Kernel launches: gpool-worker counts them in its
-  // slot of `launch_page`; what a lease's ended workers launched, and the slots of its running ones, sum to
-  // `launches`, from which the allocator measures how fast a job's kind runs on this server's GPUs. And its
+  // slot of its lease's `launches` page (a page per lease, so that a worker can reach no other lease's
+  // count); what a lease's ended workers launched, and the slots of its running ones, sum to `launches`, from which the allocator measures how fast a job's kind runs on this server's GPUs. And its
   // shares' memory budgets and compute paces, summed to `use` (its memory, device time and time held back),
   // which `gpool status` shows.
   struct LeaseSources {
     uint64_t ended = 0;
     std::vector<int> slots;
+    std::shared_ptr<budget::SharedBudget> launches;  // the lease's launch counters, one slot per worker
     std::vector<std::shared_ptr<budget::SharedBudget>> memory;
     std::vector<std::shared_ptr<budget::ComputePace>> paces;
-    uint64_t launched(const budget::SharedBudget* launch_page) const;  // ended, and what the running ones counted
+    uint64_t launched() const;  // ended, and what the running ones counted
   };
-  void leaseSources(std::shared_ptr<budget::SharedBudget> launch_page, std::map<std::string, LeaseSources> by_lease);
+  void leaseSources(std::map<std::string, LeaseSources> by_lease);
   // Asks for a heartbeat now; returns the number of the request whose answer will be the first one
   // given after this call.
   uint64_t refresh();
@@ -72,7 +73,6 @@ class AllocatorLink {
   std::condition_variable cv_;
   std::deque<std::string> released_;
   std::vector<std::string> serving_;
-  std::shared_ptr<budget::SharedBudget> launch_page_;
   std::map<std::string, LeaseSources> lease_sources_;
   bool stop_ = false;
   std::thread thread_;

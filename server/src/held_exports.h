@@ -7,6 +7,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <functional>
@@ -23,6 +24,7 @@ class HeldExports {
     pid_t worker = 0;
     std::string lease;  // empty for a server without an allocator
     int slot = -1;      // its slot in the shared budgets, kept while importers hold its memory
+    uid_t uid = getuid();  // the user it ran as (gpool-server --worker-uids), whose records are its
   };
 
   // Takes over what `ended` exported that importers still hold; returns the bytes its lease pays for them

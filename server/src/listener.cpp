@@ -27,6 +27,7 @@
 #include "shared_budget.h"
 #include "lease_gate.h"
 #include "server_metrics.h"
+#include "worker_users.h"
 #include "gpool/protocol/driver_settings.h"
 #include "gpool/protocol/frame_io.h"
 #include "lease_token.h"
@@ -58,24 +59,26 @@ int capture(const std::string& cmd, std::string& out) {
   return rc;
 }
 
-// Runs `worker --probe`: the driver is initialised in that child, never in the server.
-std::string resolveBackend(const ServerOptions& o) {
+// Runs `worker --probe`: the driver is initialised in that child, never in the server. `as_user`: the
+// worker's --uid and --gid, with --worker-uids (the driver must be usable as the workers' users).
+std::string resolveBackend(const ServerOptions& o, const std::string& as_user) {
   if (o.backend != "auto") return o.backend;
   std::string out;
-  int rc = capture("'" + o.worker_path + "' --probe 2>/dev/null", out);
+  int rc = capture("'" + o.worker_path + "' --probe" + as_user + " 2>/dev/null", out);
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
   if (rc == 0) {
     spdlog::info("backend auto: a CUDA driver and device are present, using cuda");
     return "cuda";
   }
-  spdlog::info("backend auto: no usable CUDA device ({}), using sim — host emulation, no GPU", out.empty() ? "probe failed" : out);
+  spdlog::info("backend auto: no usable CUDA device ({}{}), using sim — host emulation, no GPU", out.empty() ? "probe failed" : out,
+               as_user.empty() ? "" : "; probed as the first of --worker-uids, which needs read and write access to /dev/nvidia*");
   return "sim";
 }
 
 // The devices this host offers, as the allocator's registration lists them: asked of a worker process
 // (`gpool-worker --inventory`), so the server itself still never initialises CUDA.
-std::string inventory(const ServerOptions& o, const std::string& backend) {
-  std::string cmd = "'" + o.worker_path + "' --inventory --backend " + backend + " --sim-memory " + std::to_string(o.sim_memory);
+std::string inventory(const ServerOptions& o, const std::string& backend, const std::string& as_user) {
+  std::string cmd = "'" + o.worker_path + "' --inventory --backend " + backend + " --sim-memory " + std::to_string(o.sim_memory) + as_user;
   std::string out;
   int rc = capture(cmd, out);
   if (rc != 0 || out.empty()) throw std::runtime_error("cannot list this host's GPUs (" + cmd + " failed)");
@@ -103,9 +106,15 @@ class Server {
       r.rlim_cur = r.rlim_max;
       ::setrlimit(RLIMIT_NOFILE, &r);
     }
-    backend_ = resolveBackend(opt_);
+    if (!opt_.worker_uids.empty()) {
+      std::string why;
+      auto range = WorkerUsers::parse(opt_.worker_uids, why);
+      if (!range) throw std::runtime_error(why);
+      worker_users_ = std::make_unique<WorkerUsers>(*range);
+      if (opt_.module_cache != "none") WorkerUsers::shareDirectory(opt_.module_cache);
+    }
+    backend_ = resolveBackend(opt_, probeUser());
     if (backend_ == "sim") sim_memory_ = budget::SharedBudget::create(opt_.sim_memory);  // host memory: one budget for all
-    launch_counts_ = budget::SharedBudget::create(UINT64_MAX);  // (counters: no limit)
     acceptor_.open(ep.protocol());
     acceptor_.set_option(tcp::acceptor::reuse_address(true));
     asio::error_code ec;
@@ -134,7 +143,7 @@ class Server {
         std::string shown = ep.address().is_unspecified() ? opt_.name : ep.address().to_string();
         advertise = shown + ":" + std::to_string(acceptor_.local_endpoint().port());
       }
-      auto gpus = nlohmann::json::parse(inventory(opt_, backend_));
+      auto gpus = nlohmann::json::parse(inventory(opt_, backend_, probeUser()));
       nlohmann::json reg = {{"name", opt_.name}, {"address", advertise}, {"gpus", gpus}};
       link_ = std::make_unique<AllocatorLink>(
           opt_.allocator, opt_.allocator_ca, server_key, opt_.name, reg.dump(), [this](const std::string& lease) { asio::post(io_, [this, lease] { revoke(lease); }); },
@@ -378,7 +387,7 @@ class Server {
     auto sources = leaseSources();
     std::vector<std::string> leases;
     for (const auto& [lease, from] : sources) leases.push_back(lease);
-    link_->leaseSources(launch_counts_, std::move(sources));
+    link_->leaseSources(std::move(sources));
     link_->serving(std::move(leases));
   }
 
@@ -388,7 +397,10 @@ class Server {
     std::map<std::string, AllocatorLink::LeaseSources> sources;
     for (const auto& [pid, lease] : worker_leases_) sources[lease].slots.push_back(worker_slots_.at(pid));
     for (const std::string& lease : held_exports_.leases()) sources[lease];  // (served here still: held_exports.h)
-    for (auto& [lease, from] : sources) from.ended = ended_launches_.count(lease) ? ended_launches_.at(lease) : 0;
+    for (auto& [lease, from] : sources) {
+      from.ended = ended_launches_.count(lease) ? ended_launches_.at(lease) : 0;
+      if (auto page = launch_pages_.find(lease); page != launch_pages_.end()) from.launches = page->second;
+    }
     for (const auto& [key, share] : shares_) {
       auto from = sources.find(key.first);
       if (from == sources.end()) continue;
@@ -433,6 +445,14 @@ class Server {
     }
     return s;
   }
+  // The page the lease's workers count their launches in, made at its first worker. Each lease has its
+  // own, so a worker reaches no other lease's count (one page for all let any worker rewrite every lease's).
+  // Throws std::runtime_error when it cannot be made.
+  std::shared_ptr<budget::SharedBudget> launchPageOf(const std::string& lease) {
+    auto& page = launch_pages_[lease];
+    if (!page) page = budget::SharedBudget::create(UINT64_MAX);  // (counters: no limit)
+    return page;
+  }
   // The lease's last worker here ended.
   void forgetShares(const std::string& lease) {
     std::erase_if(shares_, [&](const auto& s) { return s.first.first == lease; });
@@ -449,7 +469,7 @@ class Server {
   ServerFigures figuresNow() const {
     ServerFigures f{backend_, workers_, opt_.max_clients, draining_, refused_, {}, {}};
     for (const auto& [lease, from] : leaseSources())
-      f.leases.push_back({lease, static_cast<unsigned>(from.slots.size()), from.launched(launch_counts_.get())});
+      f.leases.push_back({lease, static_cast<unsigned>(from.slots.size()), from.launched()});
     for (const auto& [key, s] : shares_) {
       ShareFigures sf{key.first, key.second, s.device, s.fraction};
       if (s.memory) sf.capped = true, sf.memory_used = s.memory->used(), sf.memory_limit = s.memory->limit();
@@ -508,14 +528,19 @@ class Server {
     if (memory) args.insert(args.end(), {"--memory-cap", std::to_string(lease->memory)});
     if (pace) args.insert(args.end(), {"--compute-share", std::to_string(share)});
     args.insert(args.end(), {"--budget-slot", std::to_string(slot)});
-    launch_counts_->reclaim(slot);  // (what a worker before it counted there was taken when it ended)
+    std::shared_ptr<budget::SharedBudget> launches;  // the lease's launch counters (a client without a lease: none)
+    try {
+      if (lease) launches = launchPageOf(lease->lease);
+    } catch (const std::exception& e) {
+      return refuse(p, 999, e.what());
+    }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, p->socket.native_handle(), 3);  // dup2 clears close-on-exec
     int next = 4;  // then the budgets, in turn (their own descriptors are above them: shared_budget.h)
     for (auto [budget, flag] : {std::pair{memory.get(), "--memory-budget-fd"},
                                 std::pair{backend_ == "sim" ? sim_memory_.get() : nullptr, "--device-budget-fd"},
-                                std::pair{launch_counts_.get(), "--launch-counter-fd"}}) {
+                                std::pair{launches.get(), "--launch-counter-fd"}}) {
       if (!budget) continue;
       posix_spawn_file_actions_adddup2(&fa, budget->fd(), next);
       args.insert(args.end(), {flag, std::to_string(next++)});
@@ -525,6 +550,15 @@ class Server {
       args.insert(args.end(), {"--compute-pace-fd", std::to_string(next++)});
     }
     posix_spawn_file_actions_addclosefrom_np(&fa, next);  // nothing else of ours: listener, other clients, pipes
+    std::optional<uid_t> uid;  // --worker-uids: the lease's user
+    if (worker_users_) {
+      uid = worker_users_->take(lease ? lease->lease : "");
+      if (!uid) {
+        posix_spawn_file_actions_destroy(&fa);
+        return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, "every uid of --worker-uids " + opt_.worker_uids + " serves another lease");
+      }
+      args.insert(args.end(), {"--uid", std::to_string(*uid), "--gid", std::to_string(*uid)});
+    }
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -536,11 +570,14 @@ class Server {
     int rc = posix_spawn(&pid, opt_.worker_path.c_str(), &fa, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
-      if (lease && workersOf(lease->lease) == 0) forgetShares(lease->lease);
+      if (lease && workersOf(lease->lease) == 0 && !held_exports_.holdsFor(lease->lease))
+        forgetShares(lease->lease), launch_pages_.erase(lease->lease);
+      releaseUserIfDone(lease ? lease->lease : "");
       return refuse(p, 999, std::string("cannot start gpool-worker: ") + std::strerror(rc));
     }
     ++workers_;
     worker_slots_[pid] = slot;
+    worker_uids_[pid] = uid.value_or(::getuid());
     if (lease) worker_leases_[pid] = lease->lease;
     reportServing();
     spdlog::info("client {} ({}) → worker {} on device {}{}", peer(p), hello.client.empty() ? "?" : printable(hello.client), pid,
@@ -577,15 +614,20 @@ class Server {
     if (auto it = worker_slots_.find(pid); it != worker_slots_.end()) slot = it->second, worker_slots_.erase(it);
     std::string lease;
     if (auto it = worker_leases_.find(pid); it != worker_leases_.end()) lease = it->second, worker_leases_.erase(it);
-    uint64_t held = slot >= 0 ? held_exports_.adopt({pid, lease, slot}) : 0;
+    uid_t uid = ::getuid();
+    if (auto it = worker_uids_.find(pid); it != worker_uids_.end()) uid = it->second, worker_uids_.erase(it);
+    uint64_t held = slot >= 0 ? held_exports_.adopt({pid, lease, slot, uid}) : 0;
     forEachBudget(lease, [&](budget::SharedBudget& b) { b.reclaimAllBut(slot, held); });
     if (held) {
       spdlog::info("worker {} ended while other processes hold {} bytes of memory it exported; {} stays charged for them "
                    "until they let go", pid, held, lease.empty() ? "its slot" : "lease " + lease);
       watchHeldExports();
     }
-    if (lease.empty()) return;
-    if (slot >= 0) ended_launches_[lease] += launch_counts_->heldBy(slot);
+    if (lease.empty()) return releaseUserIfDone(lease);
+    if (auto page = launch_pages_.find(lease); page != launch_pages_.end() && slot >= 0) {
+      ended_launches_[lease] += page->second->heldBy(slot);
+      page->second->reclaim(slot);  // (counted: the slot is free for the lease's next worker)
+    }
     leaveIfDone(lease);
     reportServing();
   }
@@ -604,7 +646,23 @@ class Server {
     if (workersOf(lease) > 0 || held_exports_.holdsFor(lease)) return;
     forgetShares(lease);
     ended_launches_.erase(lease);
+    launch_pages_.erase(lease);
+    releaseUserIfDone(lease);
     if (link_) link_->released(lease);
+  }
+
+  // With --worker-uids: once `lease` ("": clients without one) has no worker here and nothing of it is held,
+  // its user's processes are killed and the uid is free for another lease (worker_users.h).
+  void releaseUserIfDone(const std::string& lease) {
+    if (!worker_users_ || held_exports_.holdsFor(lease)) return;
+    size_t workers = lease.empty() ? worker_slots_.size() - worker_leases_.size() : workersOf(lease);
+    if (workers == 0) worker_users_->release(lease);
+  }
+  // The worker's --uid and --gid for a probe or the inventory: the first of --worker-uids ("" without).
+  std::string probeUser() const {
+    if (!worker_users_) return "";
+    std::string uid = std::to_string(worker_users_->first());
+    return " --uid " + uid + " --gid " + uid;
   }
 
   // Looks, while other processes hold memory of ended workers, every kHeldPollMs for what they let go.
@@ -629,6 +687,7 @@ class Server {
       spdlog::info("the other processes let go of the memory worker {} exported{}", e.worker,
                    e.lease.empty() ? "" : "; lease " + e.lease + " no longer pays for it");
       if (!e.lease.empty()) leaveIfDone(e.lease);
+      else releaseUserIfDone(e.lease);
     }
     if (!done.empty()) reportServing();
   }
@@ -650,11 +709,13 @@ class Server {
   std::unique_ptr<AllocatorLink> link_;
   std::map<pid_t, std::string> worker_leases_;  // worker → the lease it serves
   std::map<pid_t, int> worker_slots_;            // worker → its slot in the shared budgets
+  std::map<pid_t, uid_t> worker_uids_;           // worker → the user it runs as
+  std::unique_ptr<WorkerUsers> worker_users_;    // --worker-uids: which user each lease's workers run as
   std::map<LeaseShare, ShareState> shares_;  // the leases' shares served here
   std::shared_ptr<budget::SharedBudget> sim_memory_;  // sim: the device's memory, across every worker
-  // Kernels each worker launched, in its slot (gpool-worker --launch-counter-fd), and what each lease's
-  // ended workers launched: reported with heartbeats (AllocatorLink::launches).
-  std::shared_ptr<budget::SharedBudget> launch_counts_;
+  // Kernels each worker of a lease launched, in its slot of the lease's page (gpool-worker --launch-counter-fd),
+  // and what each lease's ended workers launched: reported with heartbeats (AllocatorLink::launches).
+  std::map<std::string, std::shared_ptr<budget::SharedBudget>> launch_pages_;
   std::map<std::string, uint64_t> ended_launches_;
   std::set<std::string> revoked_;
   HeldExports held_exports_;  // ended workers' memory that other processes hold

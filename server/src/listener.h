@@ -33,6 +33,7 @@ struct ServerOptions {
   uint64_t module_cache_max = 8ull << 30;
   double client_share = 1.0;  // without an allocator: the share of its device's time each client's kernels get
   std::string metrics;        // HOST:PORT serving /metrics (server_metrics.h); empty: none
+  std::string worker_uids;    // FIRST-LAST: each lease's workers run as a uid of its own (worker_users.h); empty: as this server
 };
 
 // Where module images are cached when --module-cache is not given.

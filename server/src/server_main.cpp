@@ -82,10 +82,17 @@ int main(int argc, char** argv) {
                  "connection is closed (a client quiet between calls is never dropped)")
       ->capture_default_str()
       ->check(CLI::Range(100u, 3600000u));
+  app.add_option("--worker-uids", opt.worker_uids,
+                 "FIRST-LAST: run each lease's workers as a uid of this range of its own (and the group of that "
+                 "number), so a worker taken over by its client can reach neither this server's key nor another "
+                 "lease's workers; the uids must be gpool's alone (every process of one is killed when its lease "
+                 "ends). Needs root. Clients without a lease share the first. Default: workers run as this server");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  // The default cache is under the server's home, which the workers' users may not reach.
+  if (!opt.worker_uids.empty() && app.count("--module-cache") == 0) opt.module_cache = "/var/cache/gpool/modules";
   // An https:// allocator that closes its connection mid-request must not end this server: OpenSSL
   // writes with write(), which raises SIGPIPE. (Its workers inherit this; they write with asio, which
   // never raised it.)

@@ -66,7 +66,7 @@ namespace {
 // An exclusive lock on the cache directory's lock file, held while it lives (none when it cannot be had).
 class DirectoryLock {
  public:
-  explicit DirectoryLock(const fs::path& dir) : fd_(::open((dir / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
+  explicit DirectoryLock(const fs::path& dir) : fd_(::open((dir / ".lock").c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0644)) {
     if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
       ::close(fd_);
       fd_ = -1;

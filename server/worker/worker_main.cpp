@@ -22,6 +22,7 @@
 #include "gpool/protocol/handshake.h"
 #include "gpool/protocol/ucx_transport.h"
 #include "sim_backend.h"
+#include "worker_user.h"
 
 namespace {
 
@@ -80,7 +81,18 @@ int main(int argc, char** argv) {
   app.add_flag("--sim-separate-host", separate_host, "sim backend: this server's workers count as another host's for CUDA IPC");
   app.add_flag("!--no-peer-links", peer_links, "refuse links with other servers' workers (gpool-server --no-peer-links)");
   app.add_flag("--probe", probe, "exit 0 when the real CUDA driver has a usable device (used by --backend auto)");
+  int uid = -1, gid = -1;
+  app.add_option("--uid", uid, "the user to serve as, taken before anything else (gpool-server --worker-uids)")
+      ->check(CLI::Range(1, 0x7fffffff));
+  app.add_option("--gid", gid, "the group to serve as, with --uid")->check(CLI::Range(1, 0x7fffffff))->needs("--uid");
   CLI11_PARSE(app, argc, argv);
+  // First: everything after it, the driver included, runs as the lease's user, and the parent-death
+  // signal (bindLifetimeToServer) would not survive the change.
+  if (std::string why; uid > 0 && !gpool::worker::becomeUser(uid, gid > 0 ? gid : uid, why)) {
+    std::fprintf(stderr, "gpool-worker: cannot become uid %d: %s (gpool-server --worker-uids needs to run as root)\n", uid,
+                 why.c_str());
+    return 2;
+  }
   if (separate_host) sim.host_salt = static_cast<uint64_t>(server_pid) | (1ull << 63);
 
   auto logger = spdlog::stderr_color_mt("gpool-worker");

@@ -69,7 +69,7 @@ TEST(ExportRecords, TheServerTakesOverWhatAnEndedWorkerExportedThatOthersHold) {
   EXPECT_TRUE(exists(recordPath(held, false))) << "a worker that is killed leaves its records filed";
   EXPECT_TRUE(exists(recordPath(freed, true)));
 
-  std::vector<budget::HeldRecord> taken = budget::withdrawAllOf(child);
+  std::vector<budget::HeldRecord> taken = budget::withdrawAllOf(child, getuid());
   ASSERT_EQ(taken.size(), 2u) << "what importers hold, withdrawn by the worker or not";
   std::sort(taken.begin(), taken.end(), [](const auto& a, const auto& b) { return a.charge < b.charge; });
   EXPECT_EQ(taken[0].charge, 1024u);
@@ -79,7 +79,7 @@ TEST(ExportRecords, TheServerTakesOverWhatAnEndedWorkerExportedThatOthersHold) {
   IpcRegistry::RecordFile late;
   EXPECT_EQ(importer.lookupHeld(IpcRegistry::Kind::kMemory, held, record, late), cu::kInvalidValue) << "withdrawn";
   EXPECT_EQ(importer.lookup(IpcRegistry::Kind::kMemory, others, record), cu::kSuccess) << "another's stays filed";
-  EXPECT_TRUE(budget::withdrawAllOf(getpid()).empty()) << "only the process that started a worker takes its records";
+  EXPECT_TRUE(budget::withdrawAllOf(getpid(), getuid()).empty()) << "only the process that started a worker takes its records";
 
   EXPECT_FALSE(taken[1].file.unheld());
   hold_held = {};
@@ -110,6 +110,38 @@ TEST(ExportRecords, AFileOpenedBeforeItsRecordWasWithdrawnIsNotTakenForTheRecord
   close(early);
   hold = {};
   EXPECT_TRUE(kept.unheld());
+}
+
+TEST(ExportRecords, ARecordAnotherUserOwnsIsNeverTakenAsTheWorkers) {
+  // With gpool-server --worker-uids each lease's workers are a user of their own; a record file in the
+  // worker's directory that names the worker but is another user's (what a worker of another lease, taken
+  // over by its client, would file to keep this lease charged) is not the worker's.
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to give the record file to another user";
+  int done[2];
+  ASSERT_EQ(pipe(done), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    IpcRegistry exporter;
+    Handle h(64);
+    if (exporter.publish(IpcRegistry::Kind::kMemory, {7}, h, 4096) != cu::kSuccess) _exit(2);
+    (void)!write(done[1], h.data(), 64);
+    _exit(0);  // (as if killed: the record stays filed)
+  }
+  Handle h(64);
+  readAll(done[0], h.data(), 64);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  IpcRegistry importer;
+  std::vector<uint8_t> record;
+  IpcRegistry::RecordFile hold;
+  ASSERT_EQ(importer.lookupHeld(IpcRegistry::Kind::kMemory, h, record, hold), cu::kSuccess);
+  ASSERT_EQ(chown(recordPath(h, false).c_str(), 61999, 61999), 0);
+  EXPECT_TRUE(budget::withdrawAllOf(child, getuid()).empty()) << "another user's file is no record of the worker";
+  ASSERT_EQ(chown(recordPath(h, false).c_str(), getuid(), getgid()), 0);
+  EXPECT_EQ(budget::withdrawAllOf(child, getuid()).size(), 1u) << "its own user's is";
+  for (int fd : done) close(fd);
 }
 
 }  // namespace

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""A gpool-worker taken over by its client, for tests/security/worker_users_test.py. gpool-server starts it
+(--worker) in place of gpool-worker. When the file that GPOOL_TEST_TAKEOVER names exists, this worker takes
+it (renames it away) and does what a client that took over its worker could: as the user the worker
+becomes (its --uid and --gid), with the descriptors it inherited, it reaches for what is not its lease's,
+and writes what it reached as JSON to the file's "report". Otherwise it is the real worker
+(GPOOL_TEST_REAL_WORKER), so the other leases of the test are served as usual."""
+import errno
+import json
+import mmap
+import os
+import sys
+
+
+def arg(name):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else None
+
+
+def attempt(action):
+    """'reached', or the errno's name that stopped it."""
+    try:
+        action()
+        return "reached"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+
+
+def read(path):
+    with open(path, "rb") as f:
+        f.read(1)
+
+
+def uid_of(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("Uid:")).split()[1])
+
+
+def overwrite_launch_counters(fd):
+    """Every slot of the launch-counter page it was given (shared_budget.cpp: magic, limit, total, slots)."""
+    size = os.fstat(fd).st_size
+    with mmap.mmap(fd, size) as page:
+        for offset in range(24, size - 7, 8):
+            page[offset:offset + 8] = (1 << 62).to_bytes(8, "little")
+
+
+def main():
+    order = os.environ.get("GPOOL_TEST_TAKEOVER", "")
+    taken = order + ".taken"
+    try:
+        os.rename(order, taken)
+    except OSError:
+        real = os.environ["GPOOL_TEST_REAL_WORKER"]
+        os.execv(real, [real] + sys.argv[1:])
+    with open(taken) as f:
+        plan = json.load(f)
+    if arg("--uid"):  # where the real worker would be by now (worker_user.cpp)
+        uid, gid = int(arg("--uid")), int(arg("--gid"))
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    victim = plan["victim"]
+    records = f"/dev/shm/gpool-ipc-{uid_of(victim)}"
+    report = {
+        "uid": os.getuid(),
+        "server key": attempt(lambda: read(plan["server_key"])),
+        "signal": attempt(lambda: os.kill(victim, 0)),
+        "memory": attempt(lambda: os.close(os.open(f"/proc/{victim}/mem", os.O_RDONLY))),  # (where ptrace is checked)
+        "environment": attempt(lambda: read(f"/proc/{victim}/environ")),
+        "records": attempt(lambda: os.close(os.open(records + "/forged", os.O_CREAT | os.O_WRONLY, 0o600))),
+    }
+    if arg("--launch-counter-fd"):
+        overwrite_launch_counters(int(arg("--launch-counter-fd")))
+        report["launch counters"] = "overwritten"
+    if plan.get("linger"):  # something left running after the worker, as the user it was
+        if os.fork() == 0:
+            os.setsid()
+            os.closerange(3, 4096)  # (its client's connection ends with the worker; this stays on unseen)
+            with open(plan["linger"], "w") as f:
+                f.write(str(os.getpid()))
+            os.execv("/bin/sleep", ["sleep", "120"])
+    with open(plan["report"] + ".part", "w") as f:
+        json.dump(report, f)
+    os.rename(plan["report"] + ".part", plan["report"])
+    return 1  # its client gets no answer: the connection closes
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""What a gpool-worker taken over by its client can reach (server/src/worker_users.h, docs/security.md
+"Workers"). A real allocator and a sim gpool-server whose --worker is tests/security/taken_over_worker.py:
+the real worker for every client but the one the test picks, whose worker then acts as its client would
+after taking it over, with the user and descriptors a worker has.
+- Without --worker-uids, every worker runs as the server: such a worker reads the server's key and reaches
+  the other leases' workers. It no longer reaches their launch counts (a page per lease; one page of every
+  worker's slots let it rewrite them all).
+- With --worker-uids (root only), each lease's workers are a user of their own: it reaches none of that, and
+  what it leaves running is killed when its lease has no worker left.
+usage: worker_users_test.py BUILD_DIR [unittest args]"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "allocator"))
+from cluster import BUILD, GIB, KERNELS, SERVER, Cluster, setUpModule, tearDownModule, wait_for  # noqa: E402,F401
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TAKEN_OVER = os.path.join(HERE, "taken_over_worker.py")
+WORKER = os.path.join(BUILD, "server", "gpool-worker")
+LOOP = os.path.join(BUILD, "tests", "cuda_launch_loop")  # launches kernels for N seconds
+IPC = os.path.join(BUILD, "tests", "cuda_ipc")            # a parent and its child process share memory by IPC
+UIDS = "61100-61131"
+NOT_ROOT = os.geteuid() != 0
+
+
+def uid_of(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("Uid:")).split()[1])
+
+
+def gone(pid):
+    """Ended: not in the process table, or a zombie waiting for init to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+class TakenOverWorker(unittest.TestCase):
+    server_args = []
+
+    def setUp(self):
+        self.drop = tempfile.mkdtemp(prefix="gpool-takeover-")
+        os.chmod(self.drop, 0o777)  # the taken-over worker writes its report here as its lease's user
+        os.environ.update(GPOOL_TEST_TAKEOVER=os.path.join(self.drop, "take-over-next"), GPOOL_TEST_REAL_WORKER=WORKER)
+        self.cluster = Cluster(servers=1, ttl="30s", memory=GIB, server_args=[
+            "--worker", TAKEN_OVER, "--sim-kernels", KERNELS, "--metrics", "127.0.0.1:0", *self.server_args])
+        os.chmod(self.cluster.server_key("sim0"), 0o600)  # as gpool-server makes its own
+        self.children = []
+
+    def tearDown(self):
+        for p in self.children:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.cluster.close()
+        if os.path.exists("/dev/shm/gpool-ipc-0/forged"):  # (what the worker taken over as root filed)
+            os.unlink("/dev/shm/gpool-ipc-0/forged")
+
+    def lease(self, user):
+        status, lease = self.cluster.http("POST", "/v1/leases", {"user": user, "p": 0.5})
+        self.assertEqual(status, 201, lease)
+        return lease
+
+    def run_on(self, lease, *argv):
+        p = subprocess.Popen(list(argv), env=self.cluster.client_env(lease["shares"][0]), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        self.children.append(p)
+        return p
+
+    def workers_of(self, lease):
+        return [int(pid) for pid, lid in re.findall(r"→ worker (\d+) on device \d+ for lease (\S+)", self.cluster.log("sim0"))
+                if lid == lease["id"]]
+
+    def launches(self, lease):
+        port = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", self.cluster.log("sim0")).group(1)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        m = re.search(r'^gpool_lease_kernel_launches_total\{lease="' + lease["id"] + r'"\} (\d+)', text, re.M)
+        return int(m.group(1)) if m else 0
+
+    def take_over(self, victim_pid, **plan):
+        """Starts a lease whose worker is taken over; returns its report, the lease and its program."""
+        report = os.path.join(self.drop, "report.json")
+        victim_uid = uid_of(victim_pid)
+        records = f"/dev/shm/gpool-ipc-{victim_uid}"  # as the victim's first IPC export makes it
+        os.makedirs(records, exist_ok=True)
+        os.chown(records, victim_uid, victim_uid)
+        os.chmod(records, 0o700)
+        with open(os.environ["GPOOL_TEST_TAKEOVER"], "w") as f:
+            json.dump(dict(plan, victim=victim_pid, report=report, server_key=self.cluster.server_key("sim0")), f)
+        attacker = self.lease("mallory")
+        prog = self.run_on(attacker, LOOP, "1")
+        self.assertTrue(wait_for(lambda: os.path.exists(report), timeout=20), self.cluster.log("sim0"))
+        with open(report) as f:
+            return json.load(f), attacker, prog
+
+    def start_victim(self):
+        victim = self.lease("victim")
+        prog = self.run_on(victim, LOOP, "6")
+        self.assertTrue(wait_for(lambda: self.launches(victim) > 0, timeout=20), self.cluster.log("sim0"))
+        return victim, prog, self.workers_of(victim)[0]
+
+
+@unittest.skipUnless(os.path.exists(LOOP), "cuda_launch_loop is built only with nvcc")
+class WithoutWorkerUsers(TakenOverWorker):
+    def test_a_taken_over_worker_reaches_the_server_but_no_other_leases_launch_count(self):
+        victim, prog, worker = self.start_victim()
+        report, _, _ = self.take_over(worker)
+        print("taken over, as the server's user:", report, file=sys.stderr)
+        self.assertEqual(report["launch counters"], "overwritten")
+        # Its own page only: the victim's count stays what its kernels made it (before: 2**62 and more).
+        self.assertLess(self.launches(victim), 1 << 40)
+        out, _ = prog.communicate(timeout=60)
+        self.assertIn("PASSED", out)
+        # What --worker-uids is for: as the server's user, a worker reaches all of this.
+        self.assertEqual(report["uid"], os.getuid())
+        for what in ("server key", "signal", "memory", "environment", "records"):
+            self.assertEqual(report[what], "reached", what)
+
+
+@unittest.skipIf(NOT_ROOT, "--worker-uids needs gpool-server to run as root")
+@unittest.skipUnless(os.path.exists(LOOP), "cuda_launch_loop is built only with nvcc")
+class WithWorkerUsers(TakenOverWorker):
+    server_args = ["--worker-uids", UIDS]
+
+    def test_each_leases_workers_are_a_user_of_their_own(self):
+        first, second = self.lease("ann"), self.lease("bob")
+        progs = [self.run_on(first, LOOP, "3"), self.run_on(first, LOOP, "3"), self.run_on(second, LOOP, "3")]
+        self.assertTrue(wait_for(lambda: len(self.workers_of(first)) == 2 and len(self.workers_of(second)) == 1, timeout=20))
+        # (each becomes its user first thing, just after gpool-server started it as root)
+        self.assertTrue(wait_for(lambda: 0 not in {uid_of(w) for w in self.workers_of(first) + self.workers_of(second)}))
+        users = {lid: {uid_of(w) for w in self.workers_of(lease)} for lid, lease in (("first", first), ("second", second))}
+        self.assertEqual(len(users["first"]), 1, "one lease's processes are one user")
+        self.assertNotEqual(users["first"], users["second"])
+        for uid in users["first"] | users["second"]:
+            self.assertIn(uid, range(61100, 61132))
+        for p in progs:
+            out, _ = p.communicate(timeout=60)
+            self.assertIn("PASSED", out)
+
+    def test_a_taken_over_worker_reaches_nothing_of_the_server_or_other_leases(self):
+        victim, prog, worker = self.start_victim()
+        report, _, _ = self.take_over(worker)
+        print("taken over, with --worker-uids:", report, file=sys.stderr)
+        self.assertNotIn(report["uid"], (0, uid_of(worker)))
+        self.assertEqual(report["server key"], "EACCES")
+        self.assertEqual(report["signal"], "EPERM")
+        self.assertEqual(report["memory"], "EACCES")
+        self.assertEqual(report["environment"], "EACCES")
+        self.assertEqual(report["records"], "EACCES")
+        self.assertLess(self.launches(victim), 1 << 40)
+        out, _ = prog.communicate(timeout=60)
+        self.assertIn("PASSED", out)
+
+    def test_what_a_taken_over_worker_leaves_running_is_killed_with_its_lease_gone_from_the_server(self):
+        victim, prog, worker = self.start_victim()
+        linger = os.path.join(self.drop, "linger.pid")
+        report, attacker, attacker_prog = self.take_over(worker, linger=linger)
+        self.assertTrue(wait_for(lambda: os.path.exists(linger), timeout=10))
+        with open(linger) as f:
+            left = int(f.read())
+        self.assertEqual(uid_of(left), report["uid"])
+        attacker_prog.wait(60)  # its worker ended: the lease has no worker here
+        # Killed by gpool-server (not this test): gone from the process table once reaped by init.
+        self.assertTrue(wait_for(lambda: gone(left), timeout=10), f"process {left} of uid {report['uid']} still runs")
+        self.assertFalse(os.path.exists(f"/dev/shm/gpool-ipc-{report['uid']}"), "its records are gone too")
+        out, _ = prog.communicate(timeout=60)
+        self.assertIn("PASSED", out)
+
+
+@unittest.skipIf(NOT_ROOT, "--worker-uids needs gpool-server to run as root")
+@unittest.skipUnless(os.path.exists(IPC), "cuda_ipc is built only with nvcc")
+class WorkerUsersServe(unittest.TestCase):
+    def test_processes_of_one_lease_share_memory_by_ipc(self):
+        c = Cluster(servers=1, ttl="30s", memory=GIB, server_args=["--worker-uids", UIDS, "--sim-kernels", KERNELS])
+        try:
+            status, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})
+            self.assertEqual(status, 201, lease)
+            run = subprocess.run([IPC], env=c.client_env(lease["shares"][0]), capture_output=True, text=True, timeout=120)
+            self.assertIn("ALL PASSED", run.stdout, run.stdout + run.stderr + c.log("sim0"))
+        finally:
+            c.close()
+
+    def test_a_lease_past_the_range_is_refused_naming_it(self):
+        c = Cluster(servers=1, ttl="30s", memory=GIB, server_args=["--worker-uids", "61140", "--sim-kernels", KERNELS])
+        try:
+            _, first = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})
+            _, second = c.http("POST", "/v1/leases", {"user": "v", "p": 0.5})
+            holder = subprocess.Popen([LOOP, "5"], env=c.client_env(first["shares"][0]), stdout=subprocess.PIPE, text=True)
+            try:
+                self.assertTrue(wait_for(lambda: "→ worker" in c.log("sim0"), timeout=20))
+                run = subprocess.run([LOOP, "1"], env=c.client_env(second["shares"][0]), capture_output=True, text=True, timeout=60)
+                self.assertNotEqual(run.returncode, 0)
+                self.assertIn("every uid of --worker-uids 61140 serves another lease", run.stdout + run.stderr)
+            finally:
+                holder.wait(60)
+        finally:
+            c.close()
+
+    def test_a_range_with_an_accounts_uid_is_refused_at_start(self):
+        run = subprocess.run([SERVER, "--listen", "127.0.0.1:0", "--backend", "sim", "--worker-uids", "65530-65534"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("uid 65534 is user 'nobody'", run.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0]] + sys.argv[2:])
