@@ -7,7 +7,7 @@
 # usage: scripts/gpu_check.sh [BUILD_DIR] [--quick] [--only SECTION,...]
 #   BUILD_DIR: a build tree, or the .gpu folder scripts/pack_gpu.sh makes
 #   --quick: skips the benchmarks and the slowest workloads
-#   --only: runs these sections, in this order: programs nvml idle share workloads two cache bench (default: all)
+#   --only: runs these sections, in this order: programs nvml idle share workloads two cache users bench (default: all)
 # environment: GPOOL_CHECK_LOGS=DIR keeps every log there (else a temporary folder, removed at the end);
 #   GPOOL_CHECK_JOBS=N runs the C++ programs N at a time (default 1: timings inside them stay quiet);
 #   GPOOL_CHECK_WORKLOADS="a b" runs only these workloads; GPOOL_CHECK_TIMEOUT=S bounds each program and
@@ -17,7 +17,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:-$here/../build}" && pwd)
 shift || true
-quick=0; sections="programs nvml idle share workloads two cache bench"
+quick=0; sections="programs nvml idle share workloads two cache users bench"
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
@@ -203,6 +203,22 @@ section_cache() {
   grep 'module images:' "$out/cache-server.log" | sed 's/.*gpool-worker\[[0-9]*\] /  /'
 }
 
+# --- --worker-uids: workers that use the driver as users of their own (docs/admin.md; gpool-server as root) --
+section_users() {
+  if [ "$(id -u)" != 0 ]; then row users "--worker-uids needs gpool-server as root" - skip -; return; fi
+  GPOOL_CHECK_SERVER_ARGS="${GPOOL_CHECK_SERVER_ARGS:-} --worker-uids 61000-61015" start_server "$out/users-server.log" none
+  local label nrc grc
+  for label in basic_static ipc; do
+    GPOOL_TEST_EXPECT_COMPUTE=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64 timeout "$limit" "$build/tests/cuda_$label" > "$out/users-$label.native" 2>&1; nrc=$?
+    env GPOOL_TEST_EXPECT_COMPUTE=1 $(gpool_env $port) timeout "$limit" "$build/tests/cuda_$label" > "$out/users-$label.gpool" 2>&1; grc=$?
+    echo "=== $label through a server with --worker-uids (exit $grc; native $nrc) ==="; cat "$out/users-$label.gpool"
+    [ $grc -eq $nrc ] || status=1
+    row "users:$label" "exit status, its workers as uids of --worker-uids" "$nrc" "$grc" "$([ $grc -eq $nrc ] && echo same || echo DIFFERENT)"
+  done
+  grep -E "as uid|cannot become" "$out/users-server.log"
+  cat "$out/users-$label.gpool" "$out/users-server.log" >> "$out/all-gpool.log"
+}
+
 # --- benchmarks ------------------------------------------------------------------------------------------
 section_bench() {
   [ $quick -eq 0 ] || return 0
@@ -213,8 +229,8 @@ section_bench() {
 
 for section in $sections; do
   case $section in
-    programs|nvml|idle|share|workloads|two|cache|bench) echo "### section $section ($(date +%T))"; "section_$section" ;;
-    *) echo "unknown section $section (programs nvml idle share workloads two cache bench)"; exit 2 ;;
+    programs|nvml|idle|share|workloads|two|cache|users|bench) echo "### section $section ($(date +%T))"; "section_$section" ;;
+    *) echo "unknown section $section (programs nvml idle share workloads two cache users bench)"; exit 2 ;;
   esac
 done
 

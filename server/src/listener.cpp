@@ -580,8 +580,8 @@ class Server {
     worker_uids_[pid] = uid.value_or(::getuid());
     if (lease) worker_leases_[pid] = lease->lease;
     reportServing();
-    spdlog::info("client {} ({}) → worker {} on device {}{}", peer(p), hello.client.empty() ? "?" : printable(hello.client), pid,
-                 hello.device, lease ? " for lease " + lease->lease : "");
+    spdlog::info("client {} ({}) → worker {} on device {}{}{}", peer(p), hello.client.empty() ? "?" : printable(hello.client), pid,
+                 hello.device, lease ? " for lease " + lease->lease : "", uid ? ", as uid " + std::to_string(*uid) : "");
     close(p);  // the worker owns the connection now
   }
 

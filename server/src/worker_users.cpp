@@ -63,6 +63,14 @@ WorkerUsers::WorkerUsers(Range range) : range_(range) {
                                "or group uses");
     if (u == range_.last) break;
   }
+  for (uid_t u = range_.first;; ++u) {  // what a gpool-server before this one left running as them
+    clear(u);
+    if (u == range_.last) break;
+  }
+}
+
+WorkerUsers::~WorkerUsers() {
+  for (const auto& [lease, uid] : by_lease_) clear(uid);
 }
 
 std::optional<uid_t> WorkerUsers::take(const std::string& lease) {

@@ -5,9 +5,10 @@
 // nor file IPC records in another lease's name. Clients without a lease (a server with no allocator)
 // share the range's first uid.
 //
-// Before a uid serves a lease, and once a lease lets it go, every process still running as it is killed
-// (whatever a worker taken over left behind could otherwise use the GPU outside any lease, or wait for the
-// next lease given the uid) and its IPC record directory is emptied.
+// Before a uid serves a lease, once a lease lets it go, at start and at exit, every process still running as
+// it is killed (whatever a worker taken over left behind could otherwise use the GPU outside any lease, or
+// wait for the next lease given the uid) and its IPC record directory is emptied. So each gpool-server of a
+// host needs a range of its own.
 #pragma once
 
 #include <sys/types.h>
@@ -28,7 +29,11 @@ class WorkerUsers {
   static std::optional<Range> parse(const std::string& text, std::string& why);
   // Throws std::runtime_error, naming the fix, when this process is not root or a uid of the range is an
   // account's (the range must be gpool's alone: its processes are killed).
+  // Every uid of the range is cleared (below) first, and those in use again when this ends.
   explicit WorkerUsers(Range range);
+  ~WorkerUsers();
+  WorkerUsers(const WorkerUsers&) = delete;
+  WorkerUsers& operator=(const WorkerUsers&) = delete;
 
   // The uid `lease`'s workers run as ("": clients without a lease), taken at its first worker; nullopt when
   // every uid of the range serves another lease.

@@ -78,7 +78,7 @@ class TakenOverWorker(unittest.TestCase):
         return p
 
     def workers_of(self, lease):
-        return [int(pid) for pid, lid in re.findall(r"→ worker (\d+) on device \d+ for lease (\S+)", self.cluster.log("sim0"))
+        return [int(pid) for pid, lid in re.findall(r"→ worker (\d+) on device \d+ for lease (L[0-9a-f]+)", self.cluster.log("sim0"))
                 if lid == lease["id"]]
 
     def launches(self, lease):
