@@ -112,6 +112,9 @@ class Server {
       if (!range) throw std::runtime_error(why);
       worker_users_ = std::make_unique<WorkerUsers>(*range);
       if (opt_.module_cache != "none") WorkerUsers::shareDirectory(opt_.module_cache);
+    } else if (::geteuid() == 0) {
+      spdlog::warn("gpool-server runs as root, and so would each worker, which runs what its client sends: give "
+                   "--worker-uids FIRST-LAST to run each lease's workers as a user of its own (docs/admin.md)");
     }
     backend_ = resolveBackend(opt_, probeUser());
     if (backend_ == "sim") sim_memory_ = budget::SharedBudget::create(opt_.sim_memory);  // host memory: one budget for all

@@ -8,6 +8,7 @@
 #include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,7 +59,9 @@ std::optional<std::vector<uint8_t>> ModuleCache::get(const ImageHash& hash) {
     return std::nullopt;
   }
   auto now = fs::file_time_type::clock::now();
-  if (auto at = fs::last_write_time(path, ec); !ec && now - at >= touch_after_) fs::last_write_time(path, now, ec);
+  // (Set to now by utimensat, which writing the file allows: with --worker-uids, images stored by other
+  // leases' users are refreshed too.)
+  if (auto at = fs::last_write_time(path, ec); !ec && now - at >= touch_after_) ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
   return bytes;
 }
 
@@ -106,6 +109,9 @@ void ModuleCache::put(const void* data, size_t size) {
       return;
     }
   }
+  // A directory open to every user (gpool-server --worker-uids: each lease's workers a user of their own)
+  // holds images each of them may refresh; images are checked against their names whenever read.
+  if (struct stat st {}; ::stat(dir_.c_str(), &st) == 0 && (st.st_mode & S_IWOTH)) ::chmod(tmp.c_str(), 0666);
   fs::rename(tmp, path, ec);
   if (ec) {
     spdlog::warn("module cache: cannot store {}: {}", path.string(), ec.message());

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <elf.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <memory>
@@ -67,6 +69,35 @@ TEST(ModuleCache, EvictsLeastRecentlyUsedPastItsLimit) {
   EXPECT_TRUE(cache.get(worker::sha256(a.data(), a.size())));
   EXPECT_FALSE(cache.get(worker::sha256(b.data(), b.size())));
   EXPECT_TRUE(cache.get(worker::sha256(c.data(), c.size())));
+}
+
+// With gpool-server --worker-uids the cache is open to every user, and each lease's workers are a user of
+// their own: an image one lease's worker stored counts as used when another lease's worker loads it (before,
+// only its owner could refresh its time, so the images other users loaded were evicted first).
+TEST(ModuleCache, AnImageAnotherUserStoredIsRefreshedWhenLoaded) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to act as two users";
+  TempDir dir;
+  fs::create_directories(dir.path);
+  fs::permissions(dir.path, fs::perms::all);  // as WorkerUsers::shareDirectory makes it
+  const std::string image(100, 'x');
+  auto as = [&](uid_t uid, auto&& body) {
+    pid_t child = fork();
+    if (child == 0) {
+      if (setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0) _exit(3);
+      worker::ModuleCache cache(dir.path, 1 << 20, std::chrono::seconds(0));
+      _exit(body(cache) ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  ASSERT_EQ(as(61190, [&](worker::ModuleCache& c) { return c.put(image.data(), image.size()), true; }), 0);
+  fs::path file = dir.path / worker::toHex(worker::sha256(image.data(), image.size()));
+  ASSERT_TRUE(fs::exists(file));
+  auto old = fs::file_time_type::clock::now() - std::chrono::hours(24);
+  fs::last_write_time(file, old);
+  ASSERT_EQ(as(61191, [&](worker::ModuleCache& c) { return c.get(worker::sha256(image.data(), image.size())).has_value(); }), 0);
+  EXPECT_GT(fs::last_write_time(file), old + std::chrono::hours(23)) << "loaded by another user, it is recent again";
 }
 
 // Workers of one host store images at once, each with its own view of the directory: together they stay
