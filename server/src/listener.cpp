@@ -70,8 +70,10 @@ std::string resolveBackend(const ServerOptions& o, const std::string& as_user) {
     spdlog::info("backend auto: a CUDA driver and device are present, using cuda");
     return "cuda";
   }
+  // (A GPU host whose driver works for the server's user but not for the workers': the device files' mode.)
+  bool device_files = std::filesystem::exists("/dev/nvidiactl");
   spdlog::info("backend auto: no usable CUDA device ({}{}), using sim — host emulation, no GPU", out.empty() ? "probe failed" : out,
-               as_user.empty() ? "" : "; probed as the first of --worker-uids, which needs read and write access to /dev/nvidia*");
+               as_user.empty() || !device_files ? "" : "; probed as the first uid of --worker-uids, which needs read and write access to /dev/nvidia*");
   return "sim";
 }
 
