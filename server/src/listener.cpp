@@ -333,9 +333,9 @@ class Server {
     spawnWorker(p, *hello, lease);
   }
 
-  // The server's workers serving `lease`.
+  // The server's workers serving `lease` ("": clients without a lease).
   size_t workersOf(const std::string& lease) const {
-    return std::count_if(worker_leases_.begin(), worker_leases_.end(), [&](const auto& w) { return w.second == lease; });
+    return std::count_if(workers_by_pid_.begin(), workers_by_pid_.end(), [&](const auto& w) { return w.second.lease == lease; });
   }
   // Why one more client (of `lease`, when named) cannot be served now, or "" when it can: the server's
   // slots, and each lease's share of them so that one token cannot take the slots of other leases.
@@ -373,8 +373,8 @@ class Server {
   // The allocator ended a lease (expired, or the server it ran on was declared down): its workers stop.
   void revoke(const std::string& lease) {
     revoked_.insert(lease);
-    for (const auto& [pid, id] : worker_leases_)
-      if (id == lease) {
+    for (const auto& [pid, w] : workers_by_pid_)
+      if (w.lease == lease) {
         spdlog::info("lease {} ended at the allocator; stopping its worker {}", lease, pid);
         ::kill(pid, SIGTERM);
       }
@@ -400,7 +400,8 @@ class Server {
   // launched, its shares' memory budgets and compute paces.
   std::map<std::string, AllocatorLink::LeaseSources> leaseSources() const {
     std::map<std::string, AllocatorLink::LeaseSources> sources;
-    for (const auto& [pid, lease] : worker_leases_) sources[lease].slots.push_back(worker_slots_.at(pid));
+    for (const auto& [pid, w] : workers_by_pid_)
+      if (!w.lease.empty()) sources[w.lease].slots.push_back(w.slot);
     for (const std::string& lease : held_exports_.leases()) sources[lease];  // (served here still: held_exports.h)
     for (auto& [lease, from] : sources) {
       from.ended = ended_launches_.count(lease) ? ended_launches_.at(lease) : 0;
@@ -419,7 +420,7 @@ class Server {
   // at most --max-clients <= kSlots workers; held slots beyond that wait for their importers).
   int freeSlot() const {
     std::set<int> taken;
-    for (const auto& [pid, slot] : worker_slots_) taken.insert(slot);
+    for (const auto& [pid, w] : workers_by_pid_) taken.insert(w.slot);
     int slot = 0;
     while (taken.count(slot) || held_exports_.holdsSlot(slot)) ++slot;
     return slot;
@@ -499,10 +500,10 @@ class Server {
     return env;
   }
 
-  void spawnWorker(const std::shared_ptr<Pending>& p, const proto::HelloRequest& hello,
-                   const std::optional<token::Claims>& lease) {
+  // What every worker of this server is told: its backend, the sim's settings, peer links, the module cache.
+  std::vector<std::string> workerOptions(const proto::HelloRequest& hello, uint64_t hello_seq) const {
     std::vector<std::string> args{opt_.worker_path, "--fd", "3", "--device", std::to_string(hello.device), "--hello-seq",
-                                  std::to_string(p->header.seq), "--backend", backend_, "--log-level", opt_.log_level,
+                                  std::to_string(hello_seq), "--backend", backend_, "--log-level", opt_.log_level,
                                   "--server-pid", std::to_string(::getpid()), "--stall-timeout",
                                   std::to_string(opt_.stall_timeout_ms)};
     if (backend_ == "sim") {
@@ -516,77 +517,91 @@ class Server {
     if (!opt_.peer_links) args.push_back("--no-peer-links");
     if (opt_.module_cache != "none")
       args.insert(args.end(), {"--module-cache", opt_.module_cache, "--module-cache-max", std::to_string(opt_.module_cache_max)});
-    int slot = freeSlot();
-    std::shared_ptr<budget::SharedBudget> memory;  // the share's cap, held across all the lease's workers using it
-    std::shared_ptr<budget::ComputePace> pace;     // its compute share, paced across them likewise
-    const double share = lease ? lease->fraction : opt_.client_share;
-    try {
-      if (lease) {
-        ShareState& s = shareOf(*lease);
-        memory = s.memory, pace = s.pace;
-      } else if (share < 1) {
-        pace = budget::ComputePace::create();  // (no lease: each client is paced on its own)
-      }
-    } catch (const std::exception& e) {
-      return refuse(p, 999, e.what());
-    }
-    if (memory) args.insert(args.end(), {"--memory-cap", std::to_string(lease->memory)});
-    if (pace) args.insert(args.end(), {"--compute-share", std::to_string(share)});
-    args.insert(args.end(), {"--budget-slot", std::to_string(slot)});
+    return args;
+  }
+
+  // The pages a worker shares with the other workers of its lease (or, for a client without a lease, has to
+  // itself), each handed to it as a descriptor. Throws std::runtime_error when one cannot be made.
+  struct WorkerPages {
+    std::shared_ptr<budget::SharedBudget> memory;    // the share's cap, held across all the lease's workers using it
+    std::shared_ptr<budget::ComputePace> pace;       // its compute share, paced across them likewise
     std::shared_ptr<budget::SharedBudget> launches;  // the lease's launch counters (a client without a lease: none)
-    try {
-      if (lease) launches = launchPageOf(lease->lease);
-    } catch (const std::exception& e) {
-      return refuse(p, 999, e.what());
+  };
+  WorkerPages pagesFor(const std::optional<token::Claims>& lease, double share) {
+    WorkerPages pages;
+    if (lease) {
+      ShareState& s = shareOf(*lease);
+      pages.memory = s.memory, pages.pace = s.pace;
+      pages.launches = launchPageOf(lease->lease);
+    } else if (share < 1) {
+      pages.pace = budget::ComputePace::create();  // (no lease: each client is paced on its own)
     }
+    return pages;
+  }
+
+  // Starts `args` with the client's socket as descriptor 3 and `fds` (descriptor, the option naming it) from
+  // 4 up, nothing else of ours (listener, other clients, pipes); the option and number of each are added to
+  // `args`. Returns the child, or the errno of a failure (as a negative number).
+  pid_t spawn(std::vector<std::string> args, int socket, const std::vector<std::pair<int, const char*>>& fds,
+              std::vector<std::string> env) {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, p->socket.native_handle(), 3);  // dup2 clears close-on-exec
-    int next = 4;  // then the budgets, in turn (their own descriptors are above them: shared_budget.h)
-    for (auto [budget, flag] : {std::pair{memory.get(), "--memory-budget-fd"},
-                                std::pair{backend_ == "sim" ? sim_memory_.get() : nullptr, "--device-budget-fd"},
-                                std::pair{launches.get(), "--launch-counter-fd"}}) {
-      if (!budget) continue;
-      posix_spawn_file_actions_adddup2(&fa, budget->fd(), next);
+    posix_spawn_file_actions_adddup2(&fa, socket, 3);  // dup2 clears close-on-exec
+    int next = 4;  // (the pages' own descriptors are above these: shared_budget.h)
+    for (auto [fd, flag] : fds) {
+      posix_spawn_file_actions_adddup2(&fa, fd, next);
       args.insert(args.end(), {flag, std::to_string(next++)});
     }
-    if (pace) {
-      posix_spawn_file_actions_adddup2(&fa, pace->fd(), next);
-      args.insert(args.end(), {"--compute-pace-fd", std::to_string(next++)});
-    }
-    posix_spawn_file_actions_addclosefrom_np(&fa, next);  // nothing else of ours: listener, other clients, pipes
-    std::optional<uid_t> uid;  // --worker-uids: the lease's user
-    if (worker_users_) {
-      uid = worker_users_->take(lease ? lease->lease : "");
-      if (!uid) {
-        posix_spawn_file_actions_destroy(&fa);
-        return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, "every uid of --worker-uids " + opt_.worker_uids + " serves another lease");
-      }
-      args.insert(args.end(), {"--uid", std::to_string(*uid), "--gid", std::to_string(*uid)});
-    }
-    std::vector<char*> argv;
+    posix_spawn_file_actions_addclosefrom_np(&fa, next);
+    std::vector<char*> argv, envp;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    pid_t pid = 0;
-    std::vector<std::string> env = workerEnvironment(hello.driver_env);
-    std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
+    pid_t pid = 0;
     int rc = posix_spawn(&pid, opt_.worker_path.c_str(), &fa, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) {
-      if (lease && workersOf(lease->lease) == 0 && !held_exports_.holdsFor(lease->lease))
-        forgetShares(lease->lease), launch_pages_.erase(lease->lease);
-      releaseUserIfDone(lease ? lease->lease : "");
-      return refuse(p, 999, std::string("cannot start gpool-worker: ") + std::strerror(rc));
+    return rc == 0 ? pid : -rc;
+  }
+
+  void spawnWorker(const std::shared_ptr<Pending>& p, const proto::HelloRequest& hello,
+                   const std::optional<token::Claims>& lease) {
+    const std::string lease_id = lease ? lease->lease : "";
+    std::vector<std::string> args = workerOptions(hello, p->header.seq);
+    const int slot = freeSlot();
+    const double share = lease ? lease->fraction : opt_.client_share;
+    WorkerPages pages;
+    try {
+      pages = pagesFor(lease, share);
+    } catch (const std::exception& e) {
+      return refuse(p, 999, e.what());
+    }
+    if (pages.memory) args.insert(args.end(), {"--memory-cap", std::to_string(lease->memory)});
+    if (pages.pace) args.insert(args.end(), {"--compute-share", std::to_string(share)});
+    args.insert(args.end(), {"--budget-slot", std::to_string(slot)});
+    std::vector<std::pair<int, const char*>> fds;
+    for (auto [page, flag] : {std::pair{pages.memory.get(), "--memory-budget-fd"},
+                              std::pair{backend_ == "sim" ? sim_memory_.get() : nullptr, "--device-budget-fd"},
+                              std::pair{pages.launches.get(), "--launch-counter-fd"}})
+      if (page) fds.emplace_back(page->fd(), flag);
+    if (pages.pace) fds.emplace_back(pages.pace->fd(), "--compute-pace-fd");
+    std::optional<uid_t> uid;  // --worker-uids: the lease's user
+    if (worker_users_) {
+      uid = worker_users_->take(lease_id);
+      if (!uid) return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, "every uid of --worker-uids " + opt_.worker_uids + " serves another lease");
+      args.insert(args.end(), {"--uid", std::to_string(*uid), "--gid", std::to_string(*uid)});
+    }
+    pid_t pid = spawn(std::move(args), p->socket.native_handle(), fds, workerEnvironment(hello.driver_env));
+    if (pid < 0) {
+      if (lease && workersOf(lease_id) == 0 && !held_exports_.holdsFor(lease_id)) forgetShares(lease_id), launch_pages_.erase(lease_id);
+      releaseUserIfDone(lease_id);
+      return refuse(p, 999, std::string("cannot start gpool-worker: ") + std::strerror(-pid));
     }
     ++workers_;
-    worker_slots_[pid] = slot;
-    worker_uids_[pid] = uid.value_or(::getuid());
-    if (lease) worker_leases_[pid] = lease->lease;
+    workers_by_pid_[pid] = Worker{lease_id, slot, uid.value_or(::getuid())};
     reportServing();
     spdlog::info("client {} ({}) → worker {} on device {}{}{}", peer(p), hello.client.empty() ? "?" : printable(hello.client), pid,
-                 hello.device, lease ? " for lease " + lease->lease : "", uid ? ", as uid " + std::to_string(*uid) : "");
+                 hello.device, lease ? " for lease " + lease_id : "", uid ? ", as uid " + std::to_string(*uid) : "");
     close(p);  // the worker owns the connection now
   }
 
@@ -615,12 +630,11 @@ class Server {
   // until they let go (held_exports.h).
   void workerEnded(pid_t pid) {
     if (workers_ > 0) --workers_;
-    int slot = -1;
-    if (auto it = worker_slots_.find(pid); it != worker_slots_.end()) slot = it->second, worker_slots_.erase(it);
-    std::string lease;
-    if (auto it = worker_leases_.find(pid); it != worker_leases_.end()) lease = it->second, worker_leases_.erase(it);
-    uid_t uid = ::getuid();
-    if (auto it = worker_uids_.find(pid); it != worker_uids_.end()) uid = it->second, worker_uids_.erase(it);
+    Worker w{"", -1, ::getuid()};
+    if (auto it = workers_by_pid_.find(pid); it != workers_by_pid_.end()) w = std::move(it->second), workers_by_pid_.erase(it);
+    const std::string& lease = w.lease;
+    const int slot = w.slot;
+    const uid_t uid = w.uid;
     uint64_t held = slot >= 0 ? held_exports_.adopt({pid, lease, slot, uid}) : 0;
     forEachBudget(lease, [&](budget::SharedBudget& b) { b.reclaimAllBut(slot, held); });
     if (held) {
@@ -660,8 +674,7 @@ class Server {
   // its user's processes are killed and the uid is free for another lease (worker_users.h).
   void releaseUserIfDone(const std::string& lease) {
     if (!worker_users_ || held_exports_.holdsFor(lease)) return;
-    size_t workers = lease.empty() ? worker_slots_.size() - worker_leases_.size() : workersOf(lease);
-    if (workers == 0) worker_users_->release(lease);
+    if (workersOf(lease) == 0) worker_users_->release(lease);
   }
   // The worker's --uid and --gid for a probe or the inventory: the first of --worker-uids ("" without).
   std::string probeUser() const {
@@ -712,9 +725,12 @@ class Server {
   std::chrono::milliseconds accept_backoff_{0};
   std::optional<token::Ed25519Key> token_key_;  // verifies lease tokens (with --allocator)
   std::unique_ptr<AllocatorLink> link_;
-  std::map<pid_t, std::string> worker_leases_;  // worker → the lease it serves
-  std::map<pid_t, int> worker_slots_;            // worker → its slot in the shared budgets
-  std::map<pid_t, uid_t> worker_uids_;           // worker → the user it runs as
+  struct Worker {
+    std::string lease;  // the lease it serves ("": a client without one)
+    int slot = -1;      // its slot in the shared budgets
+    uid_t uid = 0;      // the user it runs as (--worker-uids; else this server's)
+  };
+  std::map<pid_t, Worker> workers_by_pid_;
   std::unique_ptr<WorkerUsers> worker_users_;    // --worker-uids: which user each lease's workers run as
   std::map<LeaseShare, ShareState> shares_;  // the leases' shares served here
   std::shared_ptr<budget::SharedBudget> sim_memory_;  // sim: the device's memory, across every worker

@@ -72,12 +72,15 @@ def main():
         overwrite_launch_counters(int(arg("--launch-counter-fd")))
         report["launch counters"] = "overwritten"
     if plan.get("linger"):  # something left running after the worker, as the user it was
+        ready, told = os.pipe()
         if os.fork() == 0:
             os.setsid()
-            os.closerange(3, 4096)  # (its client's connection ends with the worker; this stays on unseen)
             with open(plan["linger"], "w") as f:
                 f.write(str(os.getpid()))
+            os.write(told, b"!")
+            os.closerange(3, 4096)  # (its client's connection ends with the worker; this stays on unseen)
             os.execv("/bin/sleep", ["sleep", "120"])
+        os.read(ready, 1)  # (before this worker ends, and gpool-server may clear its user)
     with open(plan["report"] + ".part", "w") as f:
         json.dump(report, f)
     os.rename(plan["report"] + ".part", plan["report"])
