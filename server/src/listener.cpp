@@ -589,7 +589,8 @@ class Server {
     if (worker_users_) {
       uid = worker_users_->take(lease_id);
       if (!uid) return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, "every uid of --worker-uids " + opt_.worker_uids + " serves another lease");
-      args.insert(args.end(), {"--uid", std::to_string(*uid), "--gid", std::to_string(*uid)});
+      args.insert(args.end(), {"--uid", std::to_string(*uid), "--gid", std::to_string(*uid), "--max-threads",
+                               std::to_string(opt_.max_threads_per_lease)});
     }
     pid_t pid = spawn(std::move(args), p->socket.native_handle(), fds, workerEnvironment(hello.driver_env));
     if (pid < 0) {

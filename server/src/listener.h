@@ -34,6 +34,7 @@ struct ServerOptions {
   double client_share = 1.0;  // without an allocator: the share of its device's time each client's kernels get
   std::string metrics;        // HOST:PORT serving /metrics (server_metrics.h); empty: none
   std::string worker_uids;    // FIRST-LAST: each lease's workers run as a uid of its own (worker_users.h); empty: as this server
+  unsigned max_threads_per_lease = 4096;  // with worker_uids: the threads and processes a lease's user may have
 };
 
 // Where module images are cached when --module-cache is not given.

@@ -87,6 +87,10 @@ int main(int argc, char** argv) {
                  "number), so a worker taken over by its client can reach neither this server's key nor another "
                  "lease's workers; the uids must be gpool's alone (every process of one is killed when its lease "
                  "ends). Needs root. Clients without a lease share the first. Default: workers run as this server");
+  app.add_option("--max-threads-per-lease", opt.max_threads_per_lease,
+                 "with --worker-uids: the threads and processes a lease's user may have, all its workers together "
+                 "(RLIMIT_NPROC), so a worker taken over cannot fork the host to a halt; 0: no limit")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();

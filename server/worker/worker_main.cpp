@@ -85,10 +85,13 @@ int main(int argc, char** argv) {
   app.add_option("--uid", uid, "the user to serve as, taken before anything else (gpool-server --worker-uids)")
       ->check(CLI::Range(1, 0x7fffffff));
   app.add_option("--gid", gid, "the group to serve as, with --uid")->check(CLI::Range(1, 0x7fffffff))->needs("--uid");
+  unsigned max_threads = 0;
+  app.add_option("--max-threads", max_threads, "with --uid: the threads and processes its user may have (0: no limit)")
+      ->needs("--uid");
   CLI11_PARSE(app, argc, argv);
   // First: everything after it, the driver included, runs as the lease's user, and the parent-death
   // signal (bindLifetimeToServer) would not survive the change.
-  if (std::string why; uid > 0 && !gpool::worker::becomeUser(uid, gid > 0 ? gid : uid, why)) {
+  if (std::string why; uid > 0 && !gpool::worker::becomeUser(uid, gid > 0 ? gid : uid, max_threads, why)) {
     std::fprintf(stderr, "gpool-worker: cannot become uid %d: %s (gpool-server --worker-uids needs to run as root)\n", uid,
                  why.c_str());
     return 2;

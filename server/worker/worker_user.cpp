@@ -3,6 +3,7 @@
 
 #include <grp.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,11 +11,15 @@
 
 namespace gpool::worker {
 
-bool becomeUser(uid_t uid, gid_t gid, std::string& why) {
+bool becomeUser(uid_t uid, gid_t gid, unsigned max_threads, std::string& why) {
   auto failed = [&](const char* step) {
     why = std::string(step) + " failed: " + std::strerror(errno);
     return false;
   };
+  if (max_threads) {  // (set as root: the user may lower it, never raise it past this)
+    rlimit r{max_threads, max_threads};
+    if (::setrlimit(RLIMIT_NPROC, &r) != 0) return failed("setrlimit(RLIMIT_NPROC)");
+  }
   // Groups first: once the uid is no longer root, they cannot be changed.
   if (::setgroups(0, nullptr) != 0) return failed("setgroups");
   if (::setresgid(gid, gid, gid) != 0) return failed("setresgid");

@@ -9,6 +9,7 @@ import errno
 import json
 import mmap
 import os
+import resource
 import sys
 
 
@@ -43,6 +44,23 @@ def overwrite_launch_counters(fd):
             page[offset:offset + 8] = (1 << 62).to_bytes(8, "little")
 
 
+def fork_up_to(n):
+    """Starts up to `n` processes that wait; ends them; returns how many started."""
+    children = []
+    for _ in range(n):
+        try:
+            pid = os.fork()
+        except OSError:
+            break
+        if pid == 0:
+            os.execv("/bin/sleep", ["sleep", "30"])
+        children.append(pid)
+    for pid in children:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    return len(children)
+
+
 def main():
     order = os.environ.get("GPOOL_TEST_TAKEOVER", "")
     taken = order + ".taken"
@@ -55,6 +73,8 @@ def main():
         plan = json.load(f)
     if arg("--uid"):  # where the real worker would be by now (worker_user.cpp)
         uid, gid = int(arg("--uid")), int(arg("--gid"))
+        if arg("--max-threads"):
+            resource.setrlimit(resource.RLIMIT_NPROC, (int(arg("--max-threads")),) * 2)
         os.setgroups([])
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
@@ -68,6 +88,8 @@ def main():
         "environment": attempt(lambda: read(f"/proc/{victim}/environ")),
         "records": attempt(lambda: os.close(os.open(records + "/forged", os.O_CREAT | os.O_WRONLY, 0o600))),
     }
+    if plan.get("forks"):  # a fork bomb, bounded: how many processes it could start
+        report["forks"] = fork_up_to(plan["forks"])
     if arg("--launch-counter-fd"):
         overwrite_launch_counters(int(arg("--launch-counter-fd")))
         report["launch counters"] = "overwritten"

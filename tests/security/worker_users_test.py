@@ -115,7 +115,7 @@ class TakenOverWorker(unittest.TestCase):
 class WithoutWorkerUsers(TakenOverWorker):
     def test_a_taken_over_worker_reaches_the_server_but_no_other_leases_launch_count(self):
         victim, prog, worker = self.start_victim()
-        report, _, _ = self.take_over(worker)
+        report, _, _ = self.take_over(worker, forks=100)
         print("taken over, as the server's user:", report, file=sys.stderr)
         self.assertEqual(report["launch counters"], "overwritten")
         # Its own page only: the victim's count stays what its kernels made it (before: 2**62 and more).
@@ -125,12 +125,13 @@ class WithoutWorkerUsers(TakenOverWorker):
         self.assertEqual(report["uid"], os.getuid())
         for what in ("server key", "signal", "memory", "environment", "records"):
             self.assertEqual(report[what], "reached", what)
+        self.assertEqual(report["forks"], 100, "as many processes as it asks for")
 
 
 @unittest.skipIf(NOT_ROOT, "--worker-uids needs gpool-server to run as root")
 @unittest.skipUnless(os.path.exists(LOOP), "cuda_launch_loop is built only with nvcc")
 class WithWorkerUsers(TakenOverWorker):
-    server_args = ["--worker-uids", UIDS]
+    server_args = ["--worker-uids", UIDS, "--max-threads-per-lease", "64"]
 
     def test_each_leases_workers_are_a_user_of_their_own(self):
         first, second = self.lease("ann"), self.lease("bob")
@@ -143,12 +144,15 @@ class WithWorkerUsers(TakenOverWorker):
         self.assertNotEqual(users["first"], users["second"])
         for uid in users["first"] | users["second"]:
             self.assertIn(uid, range(61100, 61132))
+        for w in self.workers_of(first) + self.workers_of(second):  # --max-threads-per-lease, in each worker
+            with open(f"/proc/{w}/limits") as f:
+                self.assertRegex(f.read(), r"Max processes\s+64\s+64\s")
         for p in progs:
             self.assertIsNone(p.poll())  # (all ran while their users were read; killed at the end)
 
     def test_a_taken_over_worker_reaches_nothing_of_the_server_or_other_leases(self):
         victim, prog, worker = self.start_victim()
-        report, _, _ = self.take_over(worker)
+        report, _, _ = self.take_over(worker, forks=100)
         print("taken over, with --worker-uids:", report, file=sys.stderr)
         self.assertNotIn(report["uid"], (0, uid_of(worker)))
         self.assertEqual(report["server key"], "EACCES")
@@ -156,6 +160,9 @@ class WithWorkerUsers(TakenOverWorker):
         self.assertEqual(report["memory"], "EACCES")
         self.assertEqual(report["environment"], "EACCES")
         self.assertEqual(report["records"], "EACCES")
+        # --max-threads-per-lease 64: the lease's user, its threads included, stops short of 64 processes.
+        self.assertGreater(report["forks"], 0)
+        self.assertLess(report["forks"], 64)
         self.assertLess(self.launches(victim), 1 << 40)
         self.assertIsNone(prog.poll(), "the victim still runs")
 
