@@ -86,6 +86,7 @@ def main():
         "signal": attempt(lambda: os.kill(victim, 0)),
         "memory": attempt(lambda: os.close(os.open(f"/proc/{victim}/mem", os.O_RDONLY))),  # (where ptrace is checked)
         "environment": attempt(lambda: read(f"/proc/{victim}/environ")),
+        "server's environment": "reached" if "HOST_SECRET" in os.environ else "absent",  # (the test gives the server one)
         "records": attempt(lambda: os.close(os.open(records + "/forged", os.O_CREAT | os.O_WRONLY, 0o600))),
     }
     if plan.get("forks"):  # a fork bomb, bounded: how many processes it could start

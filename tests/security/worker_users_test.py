@@ -51,7 +51,8 @@ class TakenOverWorker(unittest.TestCase):
     def setUp(self):
         self.drop = tempfile.mkdtemp(prefix="gpool-takeover-")
         os.chmod(self.drop, 0o777)  # the taken-over worker writes its report here as its lease's user
-        os.environ.update(GPOOL_TEST_TAKEOVER=os.path.join(self.drop, "take-over-next"), GPOOL_TEST_REAL_WORKER=WORKER)
+        os.environ.update(GPOOL_TEST_TAKEOVER=os.path.join(self.drop, "take-over-next"), GPOOL_TEST_REAL_WORKER=WORKER,
+                          HOST_SECRET="a secret in gpool-server's environment")
         self.cluster = Cluster(servers=1, ttl="30s", memory=GIB, server_args=[
             "--worker", TAKEN_OVER, "--sim-kernels", KERNELS, "--metrics", "127.0.0.1:0", *self.server_args])
         os.chmod(self.cluster.server_key("sim0"), 0o600)  # as gpool-server makes its own
@@ -63,6 +64,7 @@ class TakenOverWorker(unittest.TestCase):
                 p.kill()
                 p.wait()
         self.cluster.close()
+        os.environ.pop("HOST_SECRET", None)
         if os.path.exists("/dev/shm/gpool-ipc-0/forged"):  # (what the worker taken over as root filed)
             os.unlink("/dev/shm/gpool-ipc-0/forged")
 
@@ -123,7 +125,7 @@ class WithoutWorkerUsers(TakenOverWorker):
         self.assertIsNone(prog.poll(), "the victim still runs")
         # What --worker-uids is for: as the server's user, a worker reaches all of this.
         self.assertEqual(report["uid"], os.getuid())
-        for what in ("server key", "signal", "memory", "environment", "records"):
+        for what in ("server key", "signal", "memory", "environment", "records", "server's environment"):
             self.assertEqual(report[what], "reached", what)
         self.assertEqual(report["forks"], 100, "as many processes as it asks for")
 
@@ -160,6 +162,7 @@ class WithWorkerUsers(TakenOverWorker):
         self.assertEqual(report["memory"], "EACCES")
         self.assertEqual(report["environment"], "EACCES")
         self.assertEqual(report["records"], "EACCES")
+        self.assertEqual(report["server's environment"], "absent")
         # --max-threads-per-lease 64: the lease's user, its threads included, stops short of 64 processes.
         self.assertGreater(report["forks"], 0)
         self.assertLess(report["forks"], 64)

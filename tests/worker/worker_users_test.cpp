@@ -28,6 +28,14 @@ TEST(WorkerUsers, ARangeIsFirstToLastOrOneUidAndNeverRoots) {
   EXPECT_NE(why.find("not root's"), std::string::npos) << why;
 }
 
+TEST(WorkerUsers, AWorkerInheritsOnlyWhatItAndItsDriverReadOfTheServersEnvironment) {
+  for (const char* kept : {"PATH", "HOME", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_CACHE_PATH", "NVIDIA_VISIBLE_DEVICES",
+                           "__NV_PRIME_RENDER_OFFLOAD", "UCX_TLS", "GPOOL_LOG_LEVEL", "LC_ALL", "ASAN_OPTIONS"})
+    EXPECT_TRUE(WorkerUsers::inherited(kept)) << kept;
+  for (const char* dropped : {"AWS_SECRET_ACCESS_KEY", "ETCD_PASSWORD", "LD_PRELOAD", "PATHS", "SSH_AUTH_SOCK", "CUDA", "", "HOMEDIR"})
+    EXPECT_FALSE(WorkerUsers::inherited(dropped)) << dropped;
+}
+
 TEST(WorkerUsers, EachLeaseHasAUidOfItsOwnUntilItLetsItGo) {
   if (geteuid() != 0) GTEST_SKIP() << "--worker-uids needs root";
   WorkerUsers users({61180, 61181});
