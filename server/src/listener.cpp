@@ -473,7 +473,8 @@ class Server {
     return figures.get();
   }
   ServerFigures figuresNow() const {
-    ServerFigures f{backend_, workers_, opt_.max_clients, draining_, refused_, {}, {}};
+    ServerFigures f{backend_, workers_, opt_.max_clients, draining_, refused_, 0, 0, {}, {}};
+    if (worker_users_) f.worker_uids = worker_users_->size(), f.worker_uids_in_use = worker_users_->inUse();
     for (const auto& [lease, from] : leaseSources())
       f.leases.push_back({lease, static_cast<unsigned>(from.slots.size()), from.launched()});
     for (const auto& [key, s] : shares_) {

@@ -73,6 +73,11 @@ std::string renderMetrics(const ServerFigures& f) {
          "--max-pending-per-address connections in their handshake (address).");
   for (size_t r = 0; r < kRefusals; ++r)
     o << "gpool_server_clients_refused_total{reason=\"" << refusalName(static_cast<Refusal>(r)) << "\"} " << f.refused[r] << '\n';
+  if (f.worker_uids) {
+    family(o, "gpool_server_worker_uids", "gauge", "The uids of --worker-uids: all of them, and those serving a lease.");
+    o << "gpool_server_worker_uids{state=\"total\"} " << f.worker_uids << '\n';
+    o << "gpool_server_worker_uids{state=\"in_use\"} " << f.worker_uids_in_use << '\n';
+  }
   family(o, "gpool_lease_workers", "gauge", "Worker processes serving the lease here (one per process of its program).");
   for (const auto& l : f.leases) o << "gpool_lease_workers{lease=" << quoted(l.lease) << "} " << l.workers << '\n';
   family(o, "gpool_lease_kernel_launches_total", "counter", "Kernels and graphs the lease's workers here launched.");

@@ -40,6 +40,7 @@ struct ServerFigures {
   unsigned clients = 0, max_clients = 0;
   bool draining = false;
   std::array<uint64_t, kRefusals> refused{};
+  size_t worker_uids = 0, worker_uids_in_use = 0;  // --worker-uids: the range's size, and those serving a lease
   std::vector<LeaseFigures> leases;
   std::vector<ShareFigures> shares;
 };

@@ -42,6 +42,7 @@ class WorkerUsers {
   // The lease has neither workers nor held memory here any more: its uid is free again.
   void release(const std::string& lease);
   uid_t first() const { return range_.first; }
+  size_t size() const { return range_.last - range_.first + 1; }
   size_t inUse() const { return by_lease_.size(); }
 
   // Whether a worker of a user of its own inherits the server's environment variable `name`: what gpool,

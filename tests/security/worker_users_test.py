@@ -83,12 +83,16 @@ class TakenOverWorker(unittest.TestCase):
         return [int(pid) for pid, lid in re.findall(r"→ worker (\d+) on device \d+ for lease (L[0-9a-f]+)", self.cluster.log("sim0"))
                 if lid == lease["id"]]
 
-    def launches(self, lease):
+    def metric(self, name, labels):
+        """The value of a sample of gpool-server's /metrics (0 when absent)."""
         port = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", self.cluster.log("sim0")).group(1)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
             text = r.read().decode()
-        m = re.search(r'^gpool_lease_kernel_launches_total\{lease="' + lease["id"] + r'"\} (\d+)', text, re.M)
+        m = re.search("^" + re.escape(name + labels) + r" (\d+)", text, re.M)
         return int(m.group(1)) if m else 0
+
+    def launches(self, lease):
+        return self.metric("gpool_lease_kernel_launches_total", '{lease="' + lease["id"] + '"}')
 
     def take_over(self, victim_pid, **plan):
         """Starts a lease whose worker is taken over; returns its report, the lease and its program."""
@@ -146,6 +150,8 @@ class WithWorkerUsers(TakenOverWorker):
         self.assertNotEqual(users["first"], users["second"])
         for uid in users["first"] | users["second"]:
             self.assertIn(uid, range(61100, 61132))
+        self.assertEqual(self.metric("gpool_server_worker_uids", '{state="in_use"}'), 2)
+        self.assertEqual(self.metric("gpool_server_worker_uids", '{state="total"}'), 32)
         for w in self.workers_of(first) + self.workers_of(second):  # --max-threads-per-lease, in each worker
             with open(f"/proc/{w}/limits") as f:
                 self.assertRegex(f.read(), r"Max processes\s+64\s+64\s")
