@@ -20,7 +20,7 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "allocator"))
-from cluster import BUILD, GIB, KERNELS, SERVER, Cluster, setUpModule, tearDownModule, wait_for  # noqa: E402,F401
+from cluster import BUILD, GIB, KERNELS, NVML_QUERY, SERVER, Cluster, setUpModule, tearDownModule, wait_for  # noqa: E402,F401
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TAKEN_OVER = os.path.join(HERE, "taken_over_worker.py")
@@ -191,8 +191,21 @@ class WithWorkerUsers(TakenOverWorker):
 
 
 @unittest.skipIf(NOT_ROOT, "--worker-uids needs gpool-server to run as root")
-@unittest.skipUnless(os.path.exists(IPC), "cuda_ipc is built only with nvcc")
 class WorkerUsersServe(unittest.TestCase):
+    @unittest.skipUnless(os.path.exists(NVML_QUERY), "nvml_query is built with the tests")
+    def test_a_program_is_served_by_a_worker_of_its_leases_user(self):
+        # (no nvcc needed: this one runs under the sanitizers too, the worker's change of user included)
+        c = Cluster(servers=1, ttl="30s", server_args=["--worker-uids", UIDS])  # (8 GiB: nvml_query takes 1 GiB)
+        try:
+            status, lease = c.http("POST", "/v1/leases", {"user": "u", "p": 0.5})
+            self.assertEqual(status, 201, lease)
+            run = subprocess.run([NVML_QUERY], env=c.client_env(lease["shares"][0]), capture_output=True, text=True, timeout=120)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr + c.log("sim0"))
+            self.assertRegex(c.log("sim0"), r"→ worker \d+ on device 0 for lease " + lease["id"] + r", as uid 611\d\d")
+        finally:
+            c.close()
+
+    @unittest.skipUnless(os.path.exists(IPC), "cuda_ipc is built only with nvcc")
     def test_processes_of_one_lease_share_memory_by_ipc(self):
         c = Cluster(servers=1, ttl="30s", memory=GIB, server_args=["--worker-uids", UIDS, "--sim-kernels", KERNELS])
         try:
@@ -203,6 +216,7 @@ class WorkerUsersServe(unittest.TestCase):
         finally:
             c.close()
 
+    @unittest.skipUnless(os.path.exists(LOOP), "cuda_launch_loop is built only with nvcc")
     def test_a_lease_past_the_range_is_refused_naming_it(self):
         c = Cluster(servers=1, ttl="30s", memory=GIB, server_args=["--worker-uids", "61140", "--sim-kernels", KERNELS])
         try:
