@@ -15,6 +15,8 @@
 #include <set>
 #include <stdexcept>
 
+#include <spdlog/spdlog.h>
+
 #include "export_records.h"
 
 namespace gpool::server {
@@ -102,10 +104,14 @@ void WorkerUsers::clear(uid_t uid) {
     ::kill(-1, SIGKILL);
     _exit(0);
   }
+  if (killer < 0) spdlog::warn("cannot clear uid {} of --worker-uids (fork: {}): what runs as it is not killed", uid, std::strerror(errno));
   if (killer > 0) {  // reaped here, so gpool-server's watch of its workers never sees it
     int status = 0;
     while (::waitpid(killer, &status, 0) < 0 && errno == EINTR) {
     }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      spdlog::warn("cannot clear uid {} of --worker-uids (the process that kills its processes failed): what runs as it is "
+                   "not killed", uid);
   }
   std::error_code ec;
   std::filesystem::remove_all(budget::recordDirectory(uid), ec);  // (a link there is removed, not followed)
