@@ -130,10 +130,7 @@ bool WorkerUsers::inherited(std::string_view name) {
 void WorkerUsers::shareDirectory(const std::string& dir) {
   namespace fs = std::filesystem;
   fs::path path = fs::absolute(dir);
-  std::error_code ec;
-  fs::create_directories(path, ec);
-  if (ec) throw std::runtime_error("cannot make the module cache " + path.string() + ": " + ec.message());
-  for (fs::path above = path.parent_path(); !above.empty(); above = above.parent_path()) {
+  for (fs::path above = path.parent_path(); !above.empty(); above = above.parent_path()) {  // (before making any)
     struct stat st {};
     if (::stat(above.c_str(), &st) == 0 && !(st.st_mode & S_IXOTH))
       throw std::runtime_error("the module cache " + path.string() + " is out of reach of the --worker-uids users (" +
@@ -141,6 +138,9 @@ void WorkerUsers::shareDirectory(const std::string& dir) {
                                "reach, such as /var/cache/gpool/modules, or none");
     if (above == above.root_path()) break;
   }
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) throw std::runtime_error("cannot make the module cache " + path.string() + ": " + ec.message());
   if (::chmod(path.c_str(), 0777) != 0)
     throw std::runtime_error("cannot open the module cache " + path.string() + " to the workers' users: " + std::strerror(errno));
 }

@@ -36,6 +36,18 @@ TEST(WorkerUsers, AWorkerInheritsOnlyWhatItAndItsDriverReadOfTheServersEnvironme
     EXPECT_FALSE(WorkerUsers::inherited(dropped)) << dropped;
 }
 
+TEST(WorkerUsers, TheModuleCacheIsMadeForEveryUserOrRefusedWhereTheyCannotReachIt) {
+  namespace fs = std::filesystem;
+  fs::path base = fs::temp_directory_path() / ("gpool-share-test-" + std::to_string(getpid()));
+  fs::create_directories(base / "closed");
+  fs::permissions(base / "closed", fs::perms::owner_all);
+  EXPECT_THROW(WorkerUsers::shareDirectory((base / "closed" / "cache").string()), std::runtime_error);
+  EXPECT_FALSE(fs::exists(base / "closed" / "cache")) << "nothing made where it is refused";
+  WorkerUsers::shareDirectory((base / "open" / "cache").string());
+  EXPECT_EQ(fs::status(base / "open" / "cache").permissions() & fs::perms::all, fs::perms::all);
+  fs::remove_all(base);
+}
+
 TEST(WorkerUsers, EachLeaseHasAUidOfItsOwnUntilItLetsItGo) {
   if (geteuid() != 0) GTEST_SKIP() << "--worker-uids needs root";
   WorkerUsers users({61180, 61181});
