@@ -66,6 +66,7 @@ GPOOL_CHECK_WORKLOADS="streams_events device_info caching_allocator cudnn cuda_g
 check two 120 two
 check cache 60 cache
 check idle 40 idle
+check users 40 users  # --worker-uids: the driver used by workers that are users of their own (needs root)
 echo "done with $((deadline - SECONDS)) s of the budget left" | tee -a "$out/steps.txt"
 pack
 rm -rf "$work"
