@@ -36,7 +36,7 @@ std::optional<WorkerUsers::Range> WorkerUsers::parse(const std::string& text, st
   std::string_view first = std::string_view(text).substr(0, dash);
   std::string_view last = dash == std::string::npos ? first : std::string_view(text).substr(dash + 1);
   if (!parseUid(first, r.first) || !parseUid(last, r.last) || r.last < r.first) {
-    why = "--worker-uids takes FIRST-LAST (e.g. 61000-61255) or one uid, not '" + text + "'";
+    why = "--worker-uids takes FIRST-LAST (e.g. 2000000-2000255) or one uid, not '" + text + "'";
     return std::nullopt;
   }
   if (r.first == 0 || r.last >= 0x7fffffff) {
