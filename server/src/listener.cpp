@@ -573,10 +573,18 @@ class Server {
     std::vector<std::string> args = workerOptions(hello, p->header.seq);
     const int slot = freeSlot();
     const double share = lease ? lease->fraction : opt_.client_share;
+    std::optional<uid_t> uid;  // --worker-uids: the lease's user (taken first: a refusal then leaves nothing made)
+    if (worker_users_) {
+      uid = worker_users_->take(lease_id);
+      if (!uid) return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, "every uid of --worker-uids " + opt_.worker_uids + " serves another lease");
+      args.insert(args.end(), {"--uid", std::to_string(*uid), "--gid", std::to_string(*uid), "--max-threads",
+                               std::to_string(opt_.max_threads_per_lease)});
+    }
     WorkerPages pages;
     try {
       pages = pagesFor(lease, share);
     } catch (const std::exception& e) {
+      if (nothingHere(lease_id)) forgetLease(lease_id);
       return refuse(p, 999, e.what());
     }
     if (pages.memory) args.insert(args.end(), {"--memory-cap", std::to_string(lease->memory)});
@@ -588,17 +596,9 @@ class Server {
                               std::pair{pages.launches.get(), "--launch-counter-fd"}})
       if (page) fds.emplace_back(page->fd(), flag);
     if (pages.pace) fds.emplace_back(pages.pace->fd(), "--compute-pace-fd");
-    std::optional<uid_t> uid;  // --worker-uids: the lease's user
-    if (worker_users_) {
-      uid = worker_users_->take(lease_id);
-      if (!uid) return refuse(p, 2 /*CUDA_ERROR_OUT_OF_MEMORY*/, "every uid of --worker-uids " + opt_.worker_uids + " serves another lease");
-      args.insert(args.end(), {"--uid", std::to_string(*uid), "--gid", std::to_string(*uid), "--max-threads",
-                               std::to_string(opt_.max_threads_per_lease)});
-    }
     pid_t pid = spawn(std::move(args), p->socket.native_handle(), fds, workerEnvironment(hello.driver_env));
     if (pid < 0) {
-      if (lease && workersOf(lease_id) == 0 && !held_exports_.holdsFor(lease_id)) forgetShares(lease_id), launch_pages_.erase(lease_id);
-      releaseUserIfDone(lease_id);
+      if (nothingHere(lease_id)) forgetLease(lease_id);
       return refuse(p, 999, std::string("cannot start gpool-worker: ") + std::strerror(-pid));
     }
     ++workers_;
@@ -636,9 +636,7 @@ class Server {
     if (workers_ > 0) --workers_;
     Worker w{"", -1, ::getuid()};
     if (auto it = workers_by_pid_.find(pid); it != workers_by_pid_.end()) w = std::move(it->second), workers_by_pid_.erase(it);
-    const std::string& lease = w.lease;
-    const int slot = w.slot;
-    const uid_t uid = w.uid;
+    const auto& [lease, slot, uid] = w;
     uint64_t held = slot >= 0 ? held_exports_.adopt({pid, lease, slot, uid}) : 0;
     forEachBudget(lease, [&](budget::SharedBudget& b) { b.reclaimAllBut(slot, held); });
     if (held) {
@@ -646,7 +644,7 @@ class Server {
                    "until they let go", pid, held, lease.empty() ? "its slot" : "lease " + lease);
       watchHeldExports();
     }
-    if (lease.empty()) return releaseUserIfDone(lease);
+    if (lease.empty()) return leaveIfDone(lease);
     if (auto page = launch_pages_.find(lease); page != launch_pages_.end() && slot >= 0) {
       ended_launches_[lease] += page->second->heldBy(slot);
       page->second->reclaim(slot);  // (counted: the slot is free for the lease's next worker)
@@ -664,21 +662,21 @@ class Server {
       if (s->second.memory) each(*s->second.memory);
   }
 
-  // Once the lease has no worker here and nothing of it is held, its share is free at the allocator.
-  void leaveIfDone(const std::string& lease) {
-    if (workersOf(lease) > 0 || held_exports_.holdsFor(lease)) return;
+  // Whether `lease` ("": clients without one) has neither a worker here nor anything held.
+  bool nothingHere(const std::string& lease) const { return workersOf(lease) == 0 && !held_exports_.holdsFor(lease); }
+  // What the server keeps for a lease with nothing here: its shares and pages, its launch count, and with
+  // --worker-uids its user (whose processes are killed, and the uid freed for another lease: worker_users.h).
+  void forgetLease(const std::string& lease) {
     forgetShares(lease);
     ended_launches_.erase(lease);
     launch_pages_.erase(lease);
-    releaseUserIfDone(lease);
-    if (link_) link_->released(lease);
+    if (worker_users_) worker_users_->release(lease);
   }
-
-  // With --worker-uids: once `lease` ("": clients without one) has no worker here and nothing of it is held,
-  // its user's processes are killed and the uid is free for another lease (worker_users.h).
-  void releaseUserIfDone(const std::string& lease) {
-    if (!worker_users_ || held_exports_.holdsFor(lease)) return;
-    if (workersOf(lease) == 0) worker_users_->release(lease);
+  // Once the lease has no worker here and nothing of it is held, its share is free at the allocator.
+  void leaveIfDone(const std::string& lease) {
+    if (!nothingHere(lease)) return;
+    forgetLease(lease);
+    if (link_ && !lease.empty()) link_->released(lease);
   }
   // The worker's --uid and --gid for a probe or the inventory: the first of --worker-uids ("" without).
   std::string probeUser() const {
@@ -708,8 +706,7 @@ class Server {
       forEachBudget(e.lease, [&](budget::SharedBudget& b) { b.reclaim(e.slot); });
       spdlog::info("the other processes let go of the memory worker {} exported{}", e.worker,
                    e.lease.empty() ? "" : "; lease " + e.lease + " no longer pays for it");
-      if (!e.lease.empty()) leaveIfDone(e.lease);
-      else releaseUserIfDone(e.lease);
+      leaveIfDone(e.lease);
     }
     if (!done.empty()) reportServing();
   }
