@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """What a greedy crowd costs gpool-allocator, and everyone else, without and with each client's share of its
-CPU (--max-client-cpu), side by side: starts the build's allocator on a fresh database with a policy of
-POLICY_MIB, ROUNDS times for each share, and while 8 threads from ADDRESSES loopback addresses ask for /v1/policy as
+CPU (--max-client-cpu), side by side; or, with --total, with the share alone and with the share and a total
+the clients asking split (--max-client-cpu-total). Starts the build's allocator on a fresh database with a policy of
+POLICY_MIB, ROUNDS times for each setting, and while 8 threads (or one per address, if more) from ADDRESSES loopback addresses ask for /v1/policy as
 soon as each answer came (kept-alive connections), measures over 8 s, once the crowd has spent what it
 saved: the allocator's CPU use (CPU seconds a second), the crowd's answers a second, and the time 32
 status probes from another address took (a new connection each). Prints medians per round, and ratios.
-usage: bench/allocator_greedy.py BUILD_DIR [ROUNDS=3] [--share 0.25] [--policy-mib 6] [--addresses 4]"""
+usage: bench/allocator_greedy.py BUILD_DIR [ROUNDS=3] [--share 0.25] [--policy-mib 6] [--addresses 4] [--total CPUS]"""
 import argparse
 import http.client
 import os
@@ -42,7 +43,7 @@ def greedy(port, address, stop, answers):
             h = None
 
 
-def one_round(build, share, policy_mib, addresses):
+def one_round(build, limits, policy_mib, addresses):
     """(allocator CPU, crowd answers a second, probe median ms, probe max ms)."""
     with tempfile.TemporaryDirectory() as d:
         port = free_port()
@@ -50,14 +51,14 @@ def one_round(build, share, policy_mib, addresses):
         with open(policy, "w") as f:
             f.write("[pools.default]\nfractions = [1.0, 0.5]\n" + ("# " + "x" * 1022 + "\n") * (policy_mib << 10))
         p = subprocess.Popen([os.path.join(build, "allocator", "gpool-allocator"), "--listen", f"127.0.0.1:{port}",
-                              "--db", os.path.join(d, "a.db"), "--config", policy, "--max-client-cpu", str(share)],
+                              "--db", os.path.join(d, "a.db"), "--config", policy] + limits,
                              stderr=subprocess.DEVNULL)
         stop, answers = threading.Event(), []
         threads = []
         try:
             wait_listening(port)
             threads = [threading.Thread(target=greedy, args=(port, f"127.0.2.{i % addresses + 1}", stop, answers))
-                       for i in range(8)]
+                       for i in range(max(8, addresses))]
             for t in threads:
                 t.start()
             time.sleep(5)
@@ -88,16 +89,23 @@ def main():
     ap.add_argument("--share", type=float, default=0.25)
     ap.add_argument("--policy-mib", type=int, default=6)
     ap.add_argument("--addresses", type=int, default=4)
+    ap.add_argument("--total", type=float, help="compare the share alone with the share and this total")
     a = ap.parse_args()
-    got = {0: [], a.share: []}
+    share = ["--max-client-cpu", str(a.share)]
+    if a.total:
+        settings = {"share alone": share + ["--max-client-cpu-total", "0"],
+                    f"total {a.total}": share + ["--max-client-cpu-total", str(a.total)]}
+    else:
+        settings = {"no limit": ["--max-client-cpu", "0"], f"--max-client-cpu {a.share}": share + ["--max-client-cpu-total", "0"]}
+    got = {name: [] for name in settings}
     for _ in range(a.rounds):
-        for share in got:
-            got[share].append(one_round(a.build, share, a.policy_mib, a.addresses))
-    names = ("allocator CPU", "crowd answers/s", "probe median ms", "probe max ms")
-    for i, name in enumerate(names):
-        without, with_ = (statistics.median(r[i] for r in got[s]) for s in got)
-        print(f"{name}: no limit {' '.join(f'{r[i]:.2f}' for r in got[0])}; --max-client-cpu {a.share}: "
-              f"{' '.join(f'{r[i]:.2f}' for r in got[a.share])}; limited/unlimited {with_ / without:.2f}")
+        for name, limits in settings.items():
+            got[name].append(one_round(a.build, limits, a.policy_mib, a.addresses))
+    (before, b), (after, f) = got.items()
+    for i, name in enumerate(("allocator CPU", "crowd answers/s", "probe median ms", "probe max ms")):
+        ratio = statistics.median(r[i] for r in f) / statistics.median(r[i] for r in b)
+        print(f"{name}: {before} {' '.join(f'{r[i]:.2f}' for r in b)}; {after}: {' '.join(f'{r[i]:.2f}' for r in f)}; "
+              f"{after}/{before} {ratio:.2f}")
 
 
 if __name__ == "__main__":

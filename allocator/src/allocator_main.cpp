@@ -2,6 +2,7 @@
 // the lease queue, signed lease tokens; state in SQLite. API: docs/api.md.
 #include <CLI/CLI.hpp>
 #include <linux/close_range.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 #include <sys/resource.h>
@@ -9,6 +10,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <atomic>
 #include <chrono>
@@ -44,6 +46,14 @@ void raiseOpenFileLimit(size_t max_connections) {
                  "--max-connections; more wait in the listen backlog. Raise the limit (systemd LimitNOFILE=, ulimit -n) "
                  "or lower --max-connections",
                  r.rlim_cur, budget, max_connections);
+}
+
+// The default of --max-client-cpu-total: half the CPUs this process may run on, at least one.
+double halfTheCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 2;
+  return std::max(1.0, cpus / 2.0);
 }
 
 // The first line of `path`, which holds a secret: a file that others may read is named in a warning.
@@ -166,6 +176,15 @@ int main(int argc, char** argv) {
                  "client asking over and over for costly answers leaves the rest of the CPU to the others (0: no limit)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1024.0));
+  double client_cpu_total = halfTheCpus();
+  app.add_option("--max-client-cpu-total", client_cpu_total,
+                 "of one CPU, what all the clients asking at once may cost the allocator together: with more of them "
+                 "than it gives each --max-client-cpu, they split it, so a crowd from many addresses costs it this "
+                 "much, not a share for each address; a client asking little is still answered at once. Clients "
+                 "asking: those that spent some of their share lately (metric gpool_allocator_clients_asking). "
+                 "Default: half the CPUs the allocator may run on, at least 1 (0: no total)")
+      ->default_str(fmt::format("{:g}", client_cpu_total))
+      ->check(CLI::Range(0.0, 1024.0));
   size_t per_address = 0;
   app.add_option("--max-connections-per-address", per_address,
                  "of --max-connections, those one client address (for IPv6, one /64 network) may hold at once; more from it are closed as they "
@@ -255,6 +274,7 @@ int main(int argc, char** argv) {
     opt.max_connections_per_address = per_address;
     opt.max_unread_answers = unread_mib << 20;
     opt.max_client_cpu = client_cpu;
+    opt.max_client_cpu_total = client_cpu_total;
     opt.advertise = advertise;
     opt.leader_ttl_s = leader_ttl_s;
     if (!etcd_password_file.empty()) etcd_access.password = readPasswordFile(etcd_password_file);

@@ -120,15 +120,15 @@ size_t RequestGate::descriptorBudget() {
 // be gone after `step`.
 template <typename Step>
 void RequestGate::charged(std::string peer, Step&& step) {
-  if (!cpu_.limited()) return step();
+  if (!cpu_->limited()) return step();
   int64_t start = threadCpuNs();
   step();
-  cpu_.charge(peer, threadCpuNs() - start, Clock::now());
+  cpu_->charge(peer, threadCpuNs() - start, Clock::now());
 }
 
 RequestGate::RequestGate(int listen_fd, std::shared_ptr<PeerConnections> peers, httplib::TaskQueue& pool, Options opt, Answer answer)
     : listen_fd_(listen_fd), peers_(std::move(peers)), pool_(pool), opt_(opt), answer_(std::move(answer)), unread_(opt.max_unread),
-      cpu_(opt.client_cpu) {
+      cpu_(opt.client_cpu ? opt.client_cpu : std::make_shared<ClientCpu>(0)) {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (epoll_fd_ < 0 || wake_fd_ < 0) throw std::runtime_error(std::string("cannot watch connections: ") + std::strerror(errno));
@@ -426,11 +426,11 @@ void RequestGate::sendNow(Connection& c, std::string_view text) {
 void RequestGate::dispatch(int fd) {
   auto now = Clock::now();
   Connection& here = *waiting_.at(fd);
-  if (!cpu_.allows(here.peer, now) || (!here.held && held_of_.count(here.peer))) return holdBack(here);
+  if (!cpu_->allows(here.peer, now) || (!here.held && held_of_.count(here.peer))) return holdBack(here);
   here.waited = here.held ? now - here.held_since : Clock::duration{};
   std::unique_ptr<Connection> c = letGo(fd);
   unwatch(*c);
-  c->reserved_ns = cpu_.reserve(c->peer, now);
+  c->reserved_ns = cpu_->reserve(c->peer, now);
   ++answering_;
   Connection* raw = c.release();  // a std::function holds only what it can copy
   try {
@@ -438,7 +438,7 @@ void RequestGate::dispatch(int fd) {
   } catch (const std::exception& e) {  // the pool has no thread, and could make none
     spdlog::error("cannot answer a request: {}", e.what());
     --answering_;
-    cpu_.settle(raw->peer, raw->reserved_ns, 0, now);
+    cpu_->settle(raw->peer, raw->reserved_ns, 0, now);
     delete raw;
   }
 }
@@ -453,11 +453,12 @@ void RequestGate::holdBack(Connection& c) {
   held_.emplace(c.held_since, c.fd);
   ++held_of_[c.peer];
   ++held_back_;
-  next_release_ = std::min(next_release_, cpu_.clearsAt(c.peer, now));
+  next_release_ = std::min(next_release_, cpu_->clearsAt(c.peer, now));
   if (now - warned_ >= std::chrono::seconds(10)) {
     warned_ = now;
-    spdlog::warn("{} has used its share of the allocator's CPU (--max-client-cpu {}): its requests wait for it; {} waited so far",
-                 c.peer, opt_.client_cpu, held_back_.load());
+    spdlog::warn("{} has used its share of the allocator's CPU ({:.3g} of a CPU now; --max-client-cpu {}, --max-client-cpu-total {} "
+                 "for the {} clients asking): its requests wait for it; {} waited so far",
+                 c.peer, cpu_->shareNow(), cpu_->share(), cpu_->total(), cpu_->clients(), held_back_.load());
   }
 }
 
@@ -467,8 +468,8 @@ void RequestGate::release() {
   next_release_ = Clock::time_point::max();
   for (auto it = held_.begin(); it != held_.end();) {
     Connection& c = *waiting_.at(it++->second);  // (dispatching it erases it from held_)
-    if (cpu_.allows(c.peer, now)) charged(c.peer, [&] { dispatch(c.fd); });
-    else next_release_ = std::min(next_release_, cpu_.clearsAt(c.peer, now));
+    if (cpu_->allows(c.peer, now)) charged(c.peer, [&] { dispatch(c.fd); });
+    else next_release_ = std::min(next_release_, cpu_->clearsAt(c.peer, now));
   }
 }
 
@@ -559,7 +560,7 @@ void RequestGate::takeBack() {
   }
   for (auto& c : back) {
     --answering_;
-    cpu_.settle(c->peer, std::exchange(c->reserved_ns, 0), c->used_ns, Clock::now());
+    cpu_->settle(c->peer, std::exchange(c->reserved_ns, 0), c->used_ns, Clock::now());
     std::string peer = c->peer;
     charged(peer, [&] { resume(std::move(c)); });
   }
@@ -642,7 +643,10 @@ void RequestGate::sweep() {
     late.push_back(fd);
   }
   for (int fd : late) close(fd);
-  cpu_.forget(now);
+  cpu_->forget(now);
+  // Their shares grow as others stop asking: those held back are looked at again, not only when the share
+  // they had when held would have paid off.
+  if (!held_.empty()) next_release_ = now;
 }
 
 }  // namespace gpool::allocator

@@ -14,8 +14,9 @@
 // - with every connection held (--max-connections), a new one takes the place of a connection waiting here
 //   (for its request, or to send its answer's rest), of the client with the most waiting
 //   (displacement_order.h); only when all are being answered does it wait in the listen backlog;
-// - a client that has spent its share of the allocator's CPU (client_cpu.h, --max-client-cpu) has its
-//   whole requests and TLS handshakes wait here, holding no thread, until its share paid off what it owes.
+// - a client that has spent its share of the allocator's CPU (client_cpu.h, --max-client-cpu, and its
+//   part of --max-client-cpu-total) has its whole requests and TLS handshakes wait here, holding no
+//   thread, until its share paid off what it owes.
 #pragma once
 
 #include <httplib.h>
@@ -56,7 +57,7 @@ class RequestGate {
     std::string local_name;
     std::string share_name = "--max-connections-per-address";  // named when a connection is closed for it
     size_t max_unread = size_t{1} << 30;  // bytes of answers not read yet held at once (unread_answers.h)
-    double client_cpu = 0;                // of one CPU, what each client may use on average (client_cpu.h; 0: any)
+    std::shared_ptr<ClientCpu> client_cpu;  // each client's share of the CPU, one for every listener (none: any)
   };
   // Answers one whole request in `stream`, on a pool thread; whether the connection stays open after it.
   // `last`: it is the connection's last (its answer says so).
@@ -134,7 +135,7 @@ class RequestGate {
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> displaced_{0}, dropped_{0}, held_back_{0};
   UnreadAnswers unread_;                                 // of those watched here
-  ClientCpu cpu_;
+  std::shared_ptr<ClientCpu> cpu_;
   std::set<std::pair<Clock::time_point, int>> held_;     // (since when, descriptor) of those held back for cpu_
   std::unordered_map<std::string, size_t> held_of_;      // of them, each client's
   Clock::time_point next_release_ = Clock::time_point::max();  // when the first of held_ may go on

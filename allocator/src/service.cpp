@@ -210,7 +210,8 @@ int Service::start(const std::string& host, int port) {
   RequestGate::Options limits;
   limits.max_connections = opt_.max_connections;
   limits.max_unread = opt_.max_unread_answers;
-  limits.client_cpu = opt_.max_client_cpu;
+  client_cpu_ = std::make_shared<ClientCpu>(opt_.max_client_cpu, opt_.max_client_cpu_total);
+  limits.client_cpu = client_cpu_;
   int bound = tcp_->bindWide(host, port, limits);
   listen_fd_ = tcp_->fd();
   if (bound < 0) throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this host)");
@@ -969,7 +970,15 @@ void Service::readRoutes(httplib::Server& s) {
       << "gpool_allocator_connections_refused_total{reason=\"unread\"} " << (tcp_ ? tcp_->dropped() : 0) + (local_ ? local_->dropped() : 0) << "\n"
       << "# HELP gpool_allocator_requests_held_total Requests (and TLS handshake steps) that waited, whole, for their "
          "client's share of the allocator's CPU (--max-client-cpu).\n# TYPE gpool_allocator_requests_held_total counter\n"
-      << "gpool_allocator_requests_held_total " << (tcp_ ? tcp_->heldBack() : 0) + (local_ ? local_->heldBack() : 0) << "\n";
+      << "gpool_allocator_requests_held_total " << (tcp_ ? tcp_->heldBack() : 0) + (local_ ? local_->heldBack() : 0) << "\n"
+      << "# HELP gpool_allocator_clients_asking Clients (addresses, local users) still paying back the allocator's CPU "
+         "they spent, or with a request being answered: those that split --max-client-cpu-total.\n"
+         "# TYPE gpool_allocator_clients_asking gauge\n"
+      << "gpool_allocator_clients_asking " << (client_cpu_ ? client_cpu_->clients() : 0) << "\n"
+      << "# HELP gpool_allocator_client_cpu_share Of one CPU, each client's share of the allocator's CPU now: "
+         "--max-client-cpu, or less with more clients asking than --max-client-cpu-total gives that much (0: no limit).\n"
+         "# TYPE gpool_allocator_client_cpu_share gauge\n"
+      << "gpool_allocator_client_cpu_share " << (client_cpu_ ? client_cpu_->shareNow() : 0) << "\n";
     if (!leading_) return res.set_content(o.str(), "text/plain; version=0.0.4");
     std::lock_guard lock(mu_);
     size_t gpus = 0, up = 0, shares = 0;

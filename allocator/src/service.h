@@ -18,6 +18,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "authenticator.h"
+#include "client_cpu.h"
 #include "ed25519_key.h"
 #include "elastic_pool.h"
 #include "group_commit.h"
@@ -40,6 +41,7 @@ struct ServiceOptions {
   size_t max_connections_per_address = 0;  // of them, held by one peer address at once (0: a quarter; request_gate.h)
   size_t max_unread_answers = size_t{1} << 30;  // bytes of answers not read yet held for each listener (unread_answers.h)
   double max_client_cpu = 0;  // of one CPU, what one client (address, local user) may use on average (client_cpu.h; 0: any)
+  double max_client_cpu_total = 0;  // of one CPU, what the clients asking at once may use together (0: no total)
   // Replicas sharing a store (etcd; issue 16): the URL clients reach this one at, which standbys give
   // them while it leads; how long its lead outlives it; what to do once another leads (the process
   // starts again, as a standby).
@@ -112,6 +114,7 @@ class Service {
   std::unique_ptr<GroupCommit> commits_;  // every change written to store_ (destroyed first: it writes the rest)
   std::unique_ptr<Scheduler> sched_;
   std::shared_ptr<gpool::PeerConnections> peers_;  // what the TCP listener holds per peer address, refused, cut off
+  std::shared_ptr<ClientCpu> client_cpu_;  // each client's share of the CPU, for both listeners
   std::unique_ptr<TcpListener> tcp_;  // HTTPS when a certificate is given
   std::unique_ptr<LocalSocketServer> local_;
   int listen_fd_ = -1;

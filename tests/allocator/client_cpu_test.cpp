@@ -80,6 +80,80 @@ TEST(ClientCpu, WhatTheGateSpentIsOwedButIsNotWhatRequestsUsuallyCost) {
   EXPECT_EQ(cpu.reserve("c", t + std::chrono::seconds(1)), 1250 * 1000);  // its requests' usual cost, unchanged
 }
 
+// Clients that asked at `t`, each with what it may save then (4 s of its share of all of them asking).
+std::vector<std::string> asking(ClientCpu& cpu, const std::string& prefix, int n, Clock::time_point t) {
+  std::vector<std::string> names;
+  for (int i = 0; i < n; ++i) names.push_back(prefix + std::to_string(i));
+  for (const auto& c : names) cpu.allows(c, t);
+  return names;
+}
+
+void spend(ClientCpu& cpu, const std::string& client, int64_t ns, Clock::time_point t) {
+  cpu.settle(client, cpu.reserve(client, t), ns, t);
+}
+
+double secondsUntilClear(ClientCpu& cpu, const std::string& client, Clock::time_point t) {
+  return std::chrono::duration<double>(cpu.clearsAt(client, t) - t).count();
+}
+
+TEST(ClientCpu, ACrowdOfManyClientsSplitsTheTotal) {
+  ClientCpu cpu(0.25, 1.0);  // up to 4 clients may have a quarter each; 40 have a fortieth
+  auto t = Clock::now();
+  auto crowd = asking(cpu, "10.0.1.", 40, t);  // each saved 4 s of a fortieth: 100 ms
+  EXPECT_EQ(cpu.clients(), 40u);
+  EXPECT_DOUBLE_EQ(cpu.shareNow(), 1.0 / 40);
+  for (const auto& c : crowd) spend(cpu, c, 200 * kMs, t);  // each owes 100 ms
+  // At a fortieth of a CPU, paid off 4 s later, not 0.4 s: the crowd's shares pay in 1 s of CPU each
+  // second in all, not 10.
+  EXPECT_NEAR(secondsUntilClear(cpu, crowd[7], t), 4.0, 1e-3);
+  EXPECT_FALSE(cpu.allows(crowd[7], t + milliseconds(3900)));
+  EXPECT_TRUE(cpu.allows(crowd[7], t + milliseconds(4010)));
+}
+
+TEST(ClientCpu, FewClientsEachHaveTheirWholeShareUnderTheTotal) {
+  ClientCpu cpu(0.25, 1.0);
+  auto t = Clock::now();
+  auto few = asking(cpu, "10.0.2.", 3, t);  // each saved 1 s
+  EXPECT_DOUBLE_EQ(cpu.shareNow(), 0.25);
+  for (const auto& c : few) spend(cpu, c, 1100 * kMs, t);
+  EXPECT_NEAR(secondsUntilClear(cpu, few[1], t), 0.4, 1e-3);  // 100 ms owed, at a quarter of a CPU
+}
+
+TEST(ClientCpu, WhatAClientMaySaveShrinksWithItsShare) {
+  ClientCpu cpu(0.25, 1.0);
+  auto t = Clock::now();
+  asking(cpu, "10.0.3.", 99, t);
+  // A new client, the hundredth asking, may save 4 s of a hundredth of a CPU (40 ms), not 1 s: a crowd
+  // cannot save up more than 4 s of the total.
+  spend(cpu, "10.0.3.200", 39 * kMs, t);
+  EXPECT_TRUE(cpu.allows("10.0.3.200", t));
+  cpu.charge("10.0.3.200", 2 * kMs, t);
+  EXPECT_FALSE(cpu.allows("10.0.3.200", t));
+}
+
+TEST(ClientCpu, TheOthersShareGrowsOnceACrowdIsForgotten) {
+  ClientCpu cpu(0.25, 1.0);
+  auto t = Clock::now();
+  auto crowd = asking(cpu, "10.0.4.", 39, t);
+  cpu.allows("greedy", t);  // 40 asking: each saved 100 ms
+  for (const auto& c : crowd) spend(cpu, c, 100 * kMs, t);
+  spend(cpu, "greedy", 1100 * kMs, t);  // it owes 1 s
+  // 4 s later the crowd saved its 100 ms again and is forgotten; the greedy one paid 100 ms of what it
+  // owes, and now pays the rest, 0.9 s, alone, at a quarter of a CPU: 3.6 s more.
+  t += std::chrono::seconds(4) + milliseconds(1);
+  cpu.forget(t);
+  EXPECT_EQ(cpu.clients(), 1u);
+  EXPECT_DOUBLE_EQ(cpu.shareNow(), 0.25);
+  EXPECT_NEAR(secondsUntilClear(cpu, "greedy", t), 3.6, 1e-3);
+}
+
+TEST(ClientCpu, ATotalThatIsNotSetSplitsNothing) {
+  ClientCpu cpu(0.25);
+  auto t = Clock::now();
+  asking(cpu, "10.0.5.", 100, t);
+  EXPECT_DOUBLE_EQ(cpu.shareNow(), 0.25);
+}
+
 TEST(ClientCpu, NoShareLimitsNothing) {
   ClientCpu cpu(0);
   auto t = Clock::now();

@@ -22,6 +22,7 @@ from cluster import GPOOL, NOBODY, POLICY, Cluster, as_user, policy_of, read_ans
 
 SHARE = 0.05  # of one CPU, each client's (--max-client-cpu), unless a test says otherwise
 CROWD = [f"127.0.2.{i}" for i in range(1, 5)]  # 4 clients: 0.2 CPU in all
+MANY = [f"127.0.3.{i}" for i in range(1, 17)]  # 16 clients: 0.8 CPU in all, unless a total splits less
 
 
 def bound(shares, share=SHARE):
@@ -41,10 +42,10 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def metric(c, name):
+def metric(c, name, kind=int):
     with urllib.request.urlopen(c.urls[0] + "/metrics", timeout=10, context=context(c)) as r:
-        m = re.search(r"^%s (\d+)" % name, r.read().decode(), re.M)
-    return int(m.group(1)) if m else None
+        m = re.search(r"^%s ([0-9.e+-]+)$" % name, r.read().decode(), re.M)
+    return kind(m.group(1)) if m else None
 
 
 def context(c):
@@ -106,21 +107,32 @@ class GreedyClients(unittest.TestCase):
             time.sleep(0.5)
         return (cpu_seconds(pid) - used) / (time.time() - t0)
 
-    def crowd_costs_its_share(self, path, fresh, tls=False, policy=POLICY, share=SHARE):
-        c = Cluster(servers=0, tls=tls, policy=policy, allocator_args=["--max-client-cpu", str(share)])
+    def crowd_costs_its_share(self, path, fresh, tls=False, policy=POLICY, share=SHARE, crowd=CROWD, total=None):
+        args = ["--max-client-cpu", str(share)] + (["--max-client-cpu-total", str(total)] if total else [])
+        c = Cluster(servers=0, tls=tls, policy=policy, allocator_args=args)
         self.addCleanup(c.close)
-        greedy = Greedy(c, path, CROWD, fresh=fresh)
+        greedy = Greedy(c, path, crowd, threads=max(8, len(crowd)), fresh=fresh)
         self.addCleanup(greedy.close)
         used = self.cpu_beside(c, c.allocator.pid)
         answers = greedy.answers
-        self.assertLess(used, bound(len(CROWD), share), f"the crowd had {answers} answers")
+        shares = total / share if total else len(crowd)
+        self.assertLess(used, bound(shares, share), f"the crowd had {answers} answers")
         self.assertGreater(answers, 0, "the crowd's requests were refused, not held back")
         self.assertGreater(metric(c, "gpool_allocator_requests_held_total"), 0)
         self.assertIn("--max-client-cpu", c.log("allocator"))
+        return c
 
     def test_a_crowd_asking_for_large_answers_over_and_over_costs_its_share(self):
         # 6 MiB each: without the shares, the crowd took 1.1 CPU, and the probes waited up to 90 ms.
         self.crowd_costs_its_share("/v1/policy", fresh=False, policy=policy_of(6 << 20))
+
+    def test_a_crowd_from_many_addresses_splits_the_total(self):
+        # 16 addresses at 0.05 each would take 0.8 CPU; with a total of 0.2 they split it, 0.0125 each (it
+        # measured 0.8 without the total, and under 0.3 with it).
+        c = self.crowd_costs_its_share("/v1/policy", fresh=False, policy=policy_of(6 << 20), crowd=MANY, total=0.2)
+        self.assertGreaterEqual(metric(c, "gpool_allocator_clients_asking"), len(MANY) // 2)
+        self.assertLess(metric(c, "gpool_allocator_client_cpu_share", float), SHARE)
+        self.assertIn("--max-client-cpu-total 0.2", c.log("allocator"))
 
     def test_a_crowd_making_a_tls_handshake_for_each_request_costs_its_share(self):
         # At 0.01 of a CPU, about 20 handshakes a second for each client: more than a crowd makes beside a

@@ -202,8 +202,9 @@ void AllocatorClient::sayHeld(const std::string& held_ms) {
   if (ms < 1000 || said.exchange(true)) return;
   std::fprintf(stderr,
                "gpool: the allocator held a request %.1fs: this host (or, over its local socket, this user) asked it for "
-               "more than its share of the allocator's CPU (--max-client-cpu); requests wait their turn meanwhile. If "
-               "this host runs many jobs, ask the allocator's admin to raise the share\n",
+               "more than its share of the allocator's CPU (--max-client-cpu, or its part of --max-client-cpu-total while "
+               "many clients ask at once); requests wait their turn meanwhile. If this host runs many jobs, ask the "
+               "allocator's admin to raise the share\n",
                static_cast<double>(ms) / 1000);
 }
 
