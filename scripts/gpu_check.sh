@@ -7,7 +7,7 @@
 # usage: scripts/gpu_check.sh [BUILD_DIR] [--quick] [--only SECTION,...]
 #   BUILD_DIR: a build tree, or the .gpu folder scripts/pack_gpu.sh makes
 #   --quick: skips the benchmarks and the slowest workloads
-#   --only: runs these sections, in this order: programs nvml idle share workloads two cache users bench (default: all)
+#   --only: runs these sections, in this order: programs nvml idle share workloads two cache users audit bench (default: all)
 # environment: GPOOL_CHECK_LOGS=DIR keeps every log there (else a temporary folder, removed at the end);
 #   GPOOL_CHECK_JOBS=N runs the C++ programs N at a time (default 1: timings inside them stay quiet);
 #   GPOOL_CHECK_WORKLOADS="a b" runs only these workloads; GPOOL_CHECK_TIMEOUT=S bounds each program and
@@ -17,7 +17,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:-$here/../build}" && pwd)
 shift || true
-quick=0; sections="programs nvml idle share workloads two cache users bench"
+quick=0; sections="programs nvml idle share workloads two cache users audit bench"
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
@@ -200,7 +200,7 @@ section_cache() {
     for _ in $(seq 100); do [ "$(grep -c 'module images:' "$out/cache-server.log")" -ge $run ] && break; sleep 0.1; done
   done
   echo "=== module cache: the matmul workload twice through one server (worker logs) ==="
-  grep 'module images:' "$out/cache-server.log" | sed 's/.*gpool-worker\[[0-9]*\] /  /'
+  grep 'module images:' "$out/cache-server.log" | sed 's/.* worker [0-9]*\( (lease [^)]*)\)\?: /  /'
 }
 
 # --- --worker-uids: workers that use the driver as users of their own (docs/admin.md; gpool-server as root) --
@@ -219,6 +219,21 @@ section_users() {
   cat "$out/users-$label.gpool" "$out/users-server.log" >> "$out/all-gpool.log"
 }
 
+# --- --memory-audit: a lease's processes past its cap, as NVML counts them, are ended (docs/security.md) --------
+# A real allocator (packed with its libraries by pack_gpu.sh) and a server whose worker is taken over: what a
+# worker's context holds beside its cap, and a worker allocating past it with the driver itself.
+section_audit() {
+  local rc name verdict detail
+  LD_LIBRARY_PATH="$build/allocator/lib:$build/server" timeout "$limit" python3 "$here/../tests/gpu/memory_audit_check.py" "$build" "$out" \
+    > "$out/audit.txt" 2>&1; rc=$?
+  echo "=== --memory-audit (exit $rc) ==="; cat "$out/audit.txt"
+  while read -r name verdict detail; do
+    row "audit:${name%:}" "${detail:0:62}" - "$verdict" -
+  done < <(grep -E '^audit: [a-z_]+: (PASS|FAIL)' "$out/audit.txt" | cut -d' ' -f2-)
+  [ $rc -eq 0 ] || status=1
+  cat "$out"/audit-*.log >> "$out/all-gpool.log" 2>/dev/null
+}
+
 # --- benchmarks ------------------------------------------------------------------------------------------
 section_bench() {
   [ $quick -eq 0 ] || return 0
@@ -229,8 +244,8 @@ section_bench() {
 
 for section in $sections; do
   case $section in
-    programs|nvml|idle|share|workloads|two|cache|users|bench) echo "### section $section ($(date +%T))"; "section_$section" ;;
-    *) echo "unknown section $section (programs nvml idle share workloads two cache users bench)"; exit 2 ;;
+    programs|nvml|idle|share|workloads|two|cache|users|audit|bench) echo "### section $section ($(date +%T))"; "section_$section" ;;
+    *) echo "unknown section $section (programs nvml idle share workloads two cache users audit bench)"; exit 2 ;;
   esac
 done
 

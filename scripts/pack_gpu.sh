@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-rm -rf .gpu && mkdir -p .gpu/server .gpu/lib .gpu/tests .gpu/bench
+rm -rf .gpu && mkdir -p .gpu/server .gpu/lib .gpu/tests .gpu/bench .gpu/allocator
 cp "$build"/server/gpool-server "$build"/server/gpool-worker .gpu/server/
 # gpool-server links Debian's cpp-httplib (for --allocator); the GPU machine has no such package. It finds
 # the copy beside it (RUNPATH $ORIGIN); the scripts add .gpu/server to LD_LIBRARY_PATH for brotli.
@@ -17,7 +17,13 @@ cp -a "$build"/lib/gpool .gpu/lib/
 # Every nvcc-built test program (whatever gpu_check.sh runs, now or after a change, is among them), the
 # NVML probe and the sim kernels (bench/run.sh's sim runs).
 find "$build"/tests -maxdepth 1 -type f -name 'cuda_*' -perm -u+x -exec cp {} .gpu/tests/ \;
-cp "$build"/tests/nvml_query "$build"/tests/libgpool_test_sim_kernels.so .gpu/tests/
+cp "$build"/tests/nvml_query "$build"/tests/memcap_probe "$build"/tests/libgpool_test_sim_kernels.so .gpu/tests/
+# The allocator, for the checks that need leases (gpu_check.sh's audit), with the libraries of ours a GPU
+# machine lacks (all ldd names but the C and C++ runtimes and OpenSSL, which gpool-server needs there too).
+mkdir -p .gpu/allocator/lib
+cp "$build"/allocator/gpool-allocator .gpu/allocator/
+ldd "$build"/allocator/gpool-allocator | awk '/=> \// {print $3}' \
+  | grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libssl|libcrypto|libz)\.so' | xargs -r cp -L -t .gpu/allocator/lib/
 cp "$build"/bench/gpool_bench_call_costs "$build"/bench/gpool_bench_tcp_loopback "$build"/bench/gpool_bench_peer_copy .gpu/bench/
 # The driver-call tracer of ../shared/tools/trace, where this checkout has it: gpu_run_all.sh lists what
 # JAX asks of NVIDIA's driver natively with it.

@@ -54,9 +54,17 @@ void AllocatorLink::leaseSources(std::map<std::string, LeaseSources> by_lease) {
   lease_sources_ = std::move(by_lease);
 }
 
+namespace {
+constexpr uint64_t kMostCount = 1ull << 53;  // of launches or bytes, what the allocator takes in a heartbeat
+constexpr double kMostSeconds = 1e12;
+
+uint64_t addAtMost(uint64_t a, uint64_t b) { return std::min(kMostCount, std::min(a, kMostCount) + std::min(b, kMostCount)); }
+double secondsOf(int64_t ns) { return std::clamp(static_cast<double>(ns) / 1e9, 0.0, kMostSeconds); }
+}  // namespace
+
 uint64_t AllocatorLink::LeaseSources::launched() const {
-  uint64_t n = ended;
-  for (int slot : slots) n += launches ? launches->heldBy(slot) : 0;
+  uint64_t n = std::min(ended, kMostCount);
+  for (int slot : slots) n = addAtMost(n, launches ? launches->heldBy(slot) : 0);
   return n;
 }
 
@@ -116,10 +124,10 @@ void AllocatorLink::loop() {
     for (const auto& [lease, from] : lease_sources_) {
       uint64_t memory = 0;
       launched[lease] = from.launched();
-      int64_t busy_ns = 0, held_ns = 0;
-      for (const auto& b : from.memory) memory += b->used();
-      for (const auto& p : from.paces) busy_ns += p->busyNs(), held_ns += p->waitedNs();
-      use[lease] = {{"memory", memory}, {"device_s", static_cast<double>(busy_ns) / 1e9}, {"held_s", static_cast<double>(held_ns) / 1e9}};
+      double busy_s = 0, held_s = 0;
+      for (const auto& b : from.memory) memory = addAtMost(memory, b->used());
+      for (const auto& p : from.paces) busy_s += secondsOf(p->busyNs()), held_s += secondsOf(p->waitedNs());
+      use[lease] = {{"memory", memory}, {"device_s", std::min(busy_s, kMostSeconds)}, {"held_s", std::min(held_s, kMostSeconds)}};
     }
     std::string beat = nlohmann::json{{"serving", serving_}, {"launches", launched}, {"use", use}}.dump();
     lock.unlock();

@@ -42,14 +42,17 @@ class AllocatorLink {
   // slot of its lease's `launches` page (a page per lease, so that a worker can reach no other lease's
   // count); what a lease's ended workers launched, and the slots of its running ones, sum to `launches`, from which the allocator measures how fast a job's kind runs on this server's GPUs. And its
   // shares' memory budgets and compute paces, summed to `use` (its memory, device time and time held back),
-  // which `gpool status` shows.
+  // which `gpool status` shows. Every page is written by the lease's workers, so what is read of them is
+  // held to what the allocator accepts (launches and memory up to 2^53, seconds from 0 to 10^12): a worker
+  // taken over by its client can make its own lease's figures wrong, not every lease's heartbeat refused
+  // (which, the server's heartbeats refused past its timeout, ended every lease on the server).
   struct LeaseSources {
     uint64_t ended = 0;
     std::vector<int> slots;
     std::shared_ptr<budget::SharedBudget> launches;  // the lease's launch counters, one slot per worker
     std::vector<std::shared_ptr<budget::SharedBudget>> memory;
     std::vector<std::shared_ptr<budget::ComputePace>> paces;
-    uint64_t launched() const;  // ended, and what the running ones counted
+    uint64_t launched() const;  // ended, and what the running ones counted (at most 2^53)
   };
   void leaseSources(std::map<std::string, LeaseSources> by_lease);
   // Asks for a heartbeat now; returns the number of the request whose answer will be the first one

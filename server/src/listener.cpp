@@ -8,6 +8,7 @@
 #include <asio.hpp>
 #include <spawn.h>
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,9 +25,11 @@
 #include "allocator_link.h"
 #include "compute_pace.h"
 #include "held_exports.h"
+#include "memory_audit.h"
 #include "shared_budget.h"
 #include "lease_gate.h"
 #include "server_metrics.h"
+#include "worker_log.h"
 #include "worker_users.h"
 #include "gpool/protocol/driver_settings.h"
 #include "gpool/protocol/frame_io.h"
@@ -161,6 +164,7 @@ class Server {
                    opt_.allocator, opt_.name, advertise);
     }
 
+    startMemoryAudit();
     if (!opt_.metrics.empty()) metrics_ = std::make_unique<MetricsEndpoint>(opt_.metrics, [this] { return gathered(); });
     awaitSignal();
     watchChildren();
@@ -464,6 +468,81 @@ class Server {
     std::erase_if(shares_, [&](const auto& s) { return s.first.first == lease; });
   }
 
+  // --- Each lease's device memory as the driver counts it, read every --memory-audit (memory_audit.h) ---
+  void startMemoryAudit() {
+    if (opt_.memory_audit_ms == 0) return;
+    uint64_t per_worker = opt_.context_memory >= 0 ? static_cast<uint64_t>(opt_.context_memory)
+                          : backend_ == "sim"      ? opt_.sim_context_memory
+                                                   : 2ull << 30;
+    if (backend_ != "sim") {
+      std::string why;
+      nvml_ = NvmlProcessMemory::open(why);
+      if (!nvml_)
+        return spdlog::warn("leases' device memory is not checked from outside their workers (--memory-audit): {}; each "
+                            "worker's own check of its lease's cap stands alone", why);
+    }
+    audit_.emplace(per_worker);
+    auditLater();
+  }
+  void auditLater() {
+    audit_timer_.expires_after(std::chrono::milliseconds(opt_.memory_audit_ms));
+    audit_timer_.async_wait([this](const asio::error_code& ec) {
+      if (ec) return;
+      auditMemory();
+      auditLater();
+    });
+  }
+  void auditMemory() {
+    std::string why;
+    std::optional<ProcessMemory> held = nvml_ ? nvml_->read(why) : simHeld();
+    if (!held) {
+      if (!audit_unread_) spdlog::warn("cannot read the device memory each process holds: {} (the audit tries again)", why);
+      audit_unread_ = true;
+      return;
+    }
+    audit_unread_ = false;
+    for (const auto& overrun : audit_->audit(*held, leasesHere())) endOverrun(overrun);
+  }
+  // sim: what each worker holds of the emulated device's memory, which stands for the driver's count.
+  ProcessMemory simHeld() const {
+    ProcessMemory held;
+    for (const auto& [pid, w] : workers_by_pid_)
+      if (w.slot >= 0 && sim_memory_) held[pid] = sim_memory_->heldBy(w.slot);
+    return held;
+  }
+  // The leases with workers here, with their shares' caps in all (none when a share has no cap).
+  std::vector<MemoryAudit::Lease> leasesHere() const {
+    std::map<std::string, MemoryAudit::Lease> by_id;
+    for (const auto& [pid, w] : workers_by_pid_) {
+      if (w.lease.empty()) continue;
+      MemoryAudit::Lease& l = by_id[w.lease];
+      l.id = w.lease;
+      l.workers.push_back(pid);
+      if (worker_users_) l.uid = w.uid;
+    }
+    std::set<std::string> uncapped;
+    for (const auto& [key, s] : shares_)
+      if (auto it = by_id.find(key.first); it != by_id.end()) {
+        if (s.memory) it->second.cap += s.memory->limit();
+        else uncapped.insert(key.first);
+      }
+    std::vector<MemoryAudit::Lease> leases;
+    for (auto& [id, l] : by_id) {
+      if (uncapped.count(id)) l.cap = 0;
+      leases.push_back(std::move(l));
+    }
+    return leases;
+  }
+  void endOverrun(const MemoryAudit::Overrun& o) {
+    ++memory_overruns_;
+    std::string pids;
+    for (pid_t pid : o.processes) pids += (pids.empty() ? "" : ", ") + std::to_string(pid);
+    spdlog::error("lease {}: its processes hold {} MiB of device memory as the driver counts it, past the {} MiB of its cap "
+                  "and its workers' contexts (--context-memory): a worker went around its lease's cap; ending {}",
+                  o.lease, o.used >> 20, o.allowed >> 20, pids);
+    for (pid_t pid : o.processes) ::kill(pid, SIGKILL);
+  }
+
   // What /metrics shows, gathered on the server's thread; nullopt when it does not answer within 2 s.
   std::optional<ServerFigures> gathered() {
     auto answer = std::make_shared<std::promise<ServerFigures>>();
@@ -475,6 +554,7 @@ class Server {
   ServerFigures figuresNow() const {
     ServerFigures f{backend_, workers_, opt_.max_clients, draining_, refused_, 0, 0, {}, {}};
     if (worker_users_) f.worker_uids = worker_users_->size(), f.worker_uids_in_use = worker_users_->inUse();
+    f.memory_overruns = memory_overruns_;
     for (const auto& [lease, from] : leaseSources())
       f.leases.push_back({lease, static_cast<unsigned>(from.slots.size()), from.launched()});
     for (const auto& [key, s] : shares_) {
@@ -544,12 +624,16 @@ class Server {
 
   // Starts `args` with the client's socket as descriptor 3 and `fds` (descriptor, the option naming it) from
   // 4 up, nothing else of ours (listener, other clients, pipes); the option and number of each are added to
-  // `args`. Returns the child, or the errno of a failure (as a negative number).
+  // `args`. Its standard error is a pipe whose lines the server logs as its words (worker_log.h), for
+  // `lease`. Returns the child, or the errno of a failure (as a negative number).
   pid_t spawn(std::vector<std::string> args, int socket, const std::vector<std::pair<int, const char*>>& fds,
-              std::vector<std::string> env) {
+              std::vector<std::string> env, const std::string& lease) {
+    int log[2];
+    if (::pipe2(log, O_CLOEXEC) != 0) return -errno;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, socket, 3);  // dup2 clears close-on-exec
+    posix_spawn_file_actions_adddup2(&fa, log[1], 2);  // dup2 clears close-on-exec
+    posix_spawn_file_actions_adddup2(&fa, socket, 3);
     int next = 4;  // (the pages' own descriptors are above these: shared_budget.h)
     for (auto [fd, flag] : fds) {
       posix_spawn_file_actions_adddup2(&fa, fd, next);
@@ -564,7 +648,13 @@ class Server {
     pid_t pid = 0;
     int rc = posix_spawn(&pid, opt_.worker_path.c_str(), &fa, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
-    return rc == 0 ? pid : -rc;
+    ::close(log[1]);
+    if (rc != 0) {
+      ::close(log[0]);
+      return -rc;
+    }
+    WorkerLog::relay(io_, log[0], pid, lease);
+    return pid;
   }
 
   void spawnWorker(const std::shared_ptr<Pending>& p, const proto::HelloRequest& hello,
@@ -596,7 +686,7 @@ class Server {
                               std::pair{pages.launches.get(), "--launch-counter-fd"}})
       if (page) fds.emplace_back(page->fd(), flag);
     if (pages.pace) fds.emplace_back(pages.pace->fd(), "--compute-pace-fd");
-    pid_t pid = spawn(std::move(args), p->socket.native_handle(), fds, workerEnvironment(hello.driver_env));
+    pid_t pid = spawn(std::move(args), p->socket.native_handle(), fds, workerEnvironment(hello.driver_env), lease_id);
     if (pid < 0) {
       if (nothingHere(lease_id)) forgetLease(lease_id);
       return refuse(p, 999, std::string("cannot start gpool-worker: ") + std::strerror(-pid));
@@ -745,6 +835,11 @@ class Server {
   bool watching_held_ = false;
   LeaseGate gate_;
   std::array<uint64_t, kRefusals> refused_{};  // connections turned away, by why (/metrics)
+  std::unique_ptr<NvmlProcessMemory> nvml_;   // a GPU's count of what each process holds (none on sim)
+  std::optional<MemoryAudit> audit_;           // --memory-audit: leases past their cap, as the driver counts
+  asio::steady_timer audit_timer_{io_};
+  bool audit_unread_ = false;
+  uint64_t memory_overruns_ = 0;
   std::unique_ptr<MetricsEndpoint> metrics_;   // last: it stops (and stops asking) before the rest goes
 };
 

@@ -91,10 +91,25 @@ int main(int argc, char** argv) {
                  "with --worker-uids: the threads and processes a lease's user may have, all its workers together "
                  "(RLIMIT_NPROC), so a worker taken over cannot fork the host to a halt; 0: no limit")
       ->capture_default_str();
+  double audit_s = 1;
+  app.add_option("--memory-audit", audit_s,
+                 "seconds between reads of the device memory each process holds as the driver counts it (NVML; on sim, "
+                 "the emulated device's count): a lease whose processes hold more than its cap and --context-memory for "
+                 "each of its workers, at two reads running, has them ended, since a worker taken over by its client "
+                 "could go around its own check of the cap (0: no audit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
+  int64_t context_mib = -1;
+  app.add_option("--context-memory", context_mib,
+                 "MiB of device memory each worker may hold past its lease's cap, as the driver counts it: its context, "
+                 "module code and the driver's own (default: 2048 on a GPU; on sim, --sim-context-memory)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  opt.memory_audit_ms = static_cast<unsigned>(audit_s * 1000);
+  if (context_mib >= 0) opt.context_memory = context_mib << 20;
   // The default cache is under the server's home, which the workers' users may not reach.
   if (!opt.worker_uids.empty() && app.count("--module-cache") == 0) opt.module_cache = "/var/cache/gpool/modules";
   // An https:// allocator that closes its connection mid-request must not end this server: OpenSSL

@@ -73,6 +73,10 @@ std::string renderMetrics(const ServerFigures& f) {
          "--max-pending-per-address connections in their handshake (address).");
   for (size_t r = 0; r < kRefusals; ++r)
     o << "gpool_server_clients_refused_total{reason=\"" << refusalName(static_cast<Refusal>(r)) << "\"} " << f.refused[r] << '\n';
+  family(o, "gpool_server_memory_overruns_total", "counter",
+         "Leases whose processes were ended for holding more device memory, as the driver counts it, than the lease's cap and "
+         "what their workers' contexts take (--context-memory): a worker went around its lease's cap.");
+  o << "gpool_server_memory_overruns_total " << f.memory_overruns << '\n';
   if (f.worker_uids) {
     family(o, "gpool_server_worker_uids", "gauge", "The uids of --worker-uids: all of them, and those serving a lease.");
     o << "gpool_server_worker_uids{state=\"total\"} " << f.worker_uids << '\n';

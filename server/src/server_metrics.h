@@ -43,6 +43,7 @@ struct ServerFigures {
   size_t worker_uids = 0, worker_uids_in_use = 0;  // --worker-uids: the range's size, and those serving a lease
   std::vector<LeaseFigures> leases;
   std::vector<ShareFigures> shares;
+  uint64_t memory_overruns = 0;  // leases whose processes were ended for holding more than their cap (memory_audit.h)
 };
 
 // The figures as Prometheus text (version 0.0.4).

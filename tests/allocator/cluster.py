@@ -152,7 +152,8 @@ class Cluster:
     """An allocator and N single-GPU sim servers in a temporary directory."""
 
     def __init__(self, servers=1, ttl="1s", memory=8 * GIB, server_args=(), policy=POLICY, tls=False, store=None, replicas=1,
-                 allocator_args=()):
+                 allocator_args=(), backend="sim"):
+        self.backend = backend  # gpool-server --backend: sim, or cuda on a GPU machine (tests/gpu/)
         self.server_args = list(server_args)
         self.allocator_args = list(allocator_args)
         self.store = store  # gpool-allocator --store (etcd://...); None: SQLite in the directory
@@ -228,7 +229,7 @@ class Cluster:
     def start_server(self, name, memory, listen="127.0.0.1:0"):
         key = self.server_key(name)
         with open(os.path.join(self.dir, f"{name}.log"), "w") as log:
-            p = subprocess.Popen([SERVER, "--listen", listen, "--backend", "sim", "--sim-memory", str(memory),
+            p = subprocess.Popen([SERVER, "--listen", listen, "--backend", self.backend, "--sim-memory", str(memory),
                                   "--allocator", self.url, "--token-key", self.token_pub, "--server-key", key, "--name", name,
                                   "--module-cache", "none", *(["--allocator-ca", self.cert] if self.tls else []),
                                   *self.server_args], stderr=log)

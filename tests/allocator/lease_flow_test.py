@@ -737,7 +737,7 @@ class LeaseFlow(unittest.TestCase):
         self.assertTrue(wait_for(lambda: stopping.search(c.log("sim0")), timeout=15), c.log("sim0"))
         pid = int(stopping.search(c.log("sim0")).group(1))
         if not exporter_left_first:
-            stopped = re.compile(f"gpool-worker\\[{pid}\\] closing connection to .*: its lease ended at the allocator")
+            stopped = re.compile(f"worker {pid} \\(lease {exporting['id']}\\): closing connection to .*: its lease ended at the allocator")
             self.assertTrue(wait_for(lambda: stopped.search(c.log("sim0")), timeout=10), c.log("sim0"))
             self.assertNotEqual(ex("alloc 1"), "OK", "the ended lease's process is served no more")
             with open(exporter.log) as f:  # and the program's CUDA library says why
@@ -814,7 +814,7 @@ class LeaseFlow(unittest.TestCase):
                         f"only what B holds stays counted: {memory(a)}\n" + c.log("sim0"))
         self.assertTrue(os.path.exists(f"/proc/{worker_a}"), "A's worker stays for what B holds")
         self.assertEqual(memfds(worker_a, 4 * mib), set(), "and no longer maps B's memory")
-        self.assertRegex(c.log("sim0"), rf"gpool-worker\[{worker_a}\] the client left; freed \d+ bytes of its device memory "
+        self.assertRegex(c.log("sim0"), rf"worker {worker_a} \(lease L[0-9a-f]+\): the client left; freed \d+ bytes of its device memory "
                          rf"no other process holds, kept {8 * mib} bytes")
         self.assertEqual(ask_b("close"), "OK")
         self.assertTrue(wait_for(lambda: not os.path.exists(f"/proc/{worker_a}"), timeout=10), "B let go: A's worker ends")

@@ -11,6 +11,7 @@ import mmap
 import os
 import resource
 import sys
+import time
 
 
 def arg(name):
@@ -42,6 +43,29 @@ def overwrite_launch_counters(fd):
     with mmap.mmap(fd, size) as page:
         for offset in range(24, size - 7, 8):
             page[offset:offset + 8] = (1 << 62).to_bytes(8, "little")
+
+
+def hold_device_memory(fd, slot, size):
+    """Counts `size` bytes more in its slot of the sim device's page (and its total), as the driver counts
+    memory a worker allocated itself, around its ledger (shared_budget.cpp: magic, limit, total, slots)."""
+    with mmap.mmap(fd, os.fstat(fd).st_size) as page:
+        for offset in (16, 24 + 8 * slot):
+            value = int.from_bytes(page[offset:offset + 8], "little") + size
+            page[offset:offset + 8] = value.to_bytes(8, "little")
+
+
+def allocate_with_the_driver(size):
+    """Allocates `size` bytes on device 0 with NVIDIA's driver itself (a GPU machine), around the worker's
+    ledger, as a client that took over its worker could; returns the CUresult (0: allocated, and held)."""
+    import ctypes
+    cuda = ctypes.CDLL("libcuda.so.1")
+    device, context, pointer = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+    for rc in (lambda: cuda.cuInit(0), lambda: cuda.cuDeviceGet(ctypes.byref(device), 0),
+               lambda: cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device),
+               lambda: cuda.cuCtxSetCurrent(context), lambda: cuda.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(size))):
+        if (result := rc()) != 0:
+            return result
+    return 0
 
 
 def fork_up_to(n):
@@ -94,6 +118,9 @@ def main():
     if arg("--launch-counter-fd"):
         overwrite_launch_counters(int(arg("--launch-counter-fd")))
         report["launch counters"] = "overwritten"
+    if plan.get("log"):  # lines of its own making in gpool-server's log, where its standard error goes
+        os.write(2, plan["log"].encode())
+        report["log"] = "written"
     if plan.get("linger"):  # something left running after the worker, as the user it was
         ready, told = os.pipe()
         if os.fork() == 0:
@@ -104,9 +131,17 @@ def main():
             os.closerange(3, 4096)  # (its client's connection ends with the worker; this stays on unseen)
             os.execv("/bin/sleep", ["sleep", "120"])
         os.read(ready, 1)  # (before this worker ends, and gpool-server may clear its user)
+    if plan.get("cuda_bytes"):
+        result = allocate_with_the_driver(plan["cuda_bytes"])
+        report["device memory"] = "held" if result == 0 else f"CUresult {result}"
+    if plan.get("device_bytes"):
+        hold_device_memory(int(arg("--device-budget-fd")), int(arg("--budget-slot")), plan["device_bytes"])
+        report["device memory"] = "held"
     with open(plan["report"] + ".part", "w") as f:
         json.dump(report, f)
     os.rename(plan["report"] + ".part", plan["report"])
+    if plan.get("stay"):  # holds what it took, serving nothing, until it is ended
+        time.sleep(plan["stay"])
     return 1  # its client gets no answer: the connection closes
 
 

@@ -5,7 +5,8 @@ the real worker for every client but the one the test picks, whose worker then a
 after taking it over, with the user and descriptors a worker has.
 - Without --worker-uids, every worker runs as the server: such a worker reads the server's key and reaches
   the other leases' workers. It no longer reaches their launch counts (a page per lease; one page of every
-  worker's slots let it rewrite them all).
+  worker's slots let it rewrite them all), nor writes lines of the server's log (what it writes there is
+  logged as its words: server/src/worker_log.h).
 - With --worker-uids (root only), each lease's workers are a user of their own: it reaches none of that, and
   what it leaves running is killed when its lease has no worker left.
 usage: worker_users_test.py BUILD_DIR [unittest args]"""
@@ -121,17 +122,58 @@ class TakenOverWorker(unittest.TestCase):
 class WithoutWorkerUsers(TakenOverWorker):
     def test_a_taken_over_worker_reaches_the_server_but_no_other_leases_launch_count(self):
         victim, prog, worker = self.start_victim()
-        report, _, _ = self.take_over(worker, forks=100)
+        report, _, _ = self.take_over(worker, forks=100, stay=30)  # (it stays: its count is read with every heartbeat)
         print("taken over, as the server's user:", report, file=sys.stderr)
         self.assertEqual(report["launch counters"], "overwritten")
         # Its own page only: the victim's count stays what its kernels made it (before: 2**62 and more).
         self.assertLess(self.launches(victim), 1 << 40)
         self.assertIsNone(prog.poll(), "the victim still runs")
+        # And the server's heartbeats are still taken with its own lease's count absurd: past the allocator's
+        # server timeout (1 s), the victim runs on (before, every heartbeat was refused for the count, and the
+        # server, down at the allocator, lost every lease).
+        time.sleep(3)
+        self.assertNotIn("allocator refused", self.cluster.log("sim0"))
+        self.assertIsNone(prog.poll(), "the victim still runs, its server's heartbeats taken")
         # What --worker-uids is for: as the server's user, a worker reaches all of this.
         self.assertEqual(report["uid"], os.getuid())
         for what in ("server key", "signal", "memory", "environment", "records", "server's environment"):
             self.assertEqual(report[what], "reached", what)
         self.assertEqual(report["forks"], 100, "as many processes as it asks for")
+
+    def test_what_a_taken_over_worker_writes_to_its_log_is_logged_as_its_words(self):
+        # A line that reads as the server's own, then terminal escapes (clear the screen, set its title): the
+        # server logs both as the words of the worker it started, for the lease it serves, made printable.
+        victim, prog, worker = self.start_victim()
+        forged = ("2026-12-02 10:00:00.000 info gpool-server[1] lease LF0E6ED ended at the allocator; stopping its worker 1\n"
+                  "\x1b[2J\x1b]0;owned\x07 cleared the admin's screen\n")
+        report, attacker, _ = self.take_over(worker, log=forged)
+        self.assertEqual(report["log"], "written")
+        self.assertTrue(wait_for(lambda: "cleared the admin" in self.cluster.log("sim0"), timeout=10), self.cluster.log("sim0"))
+        log = self.cluster.log("sim0")
+        (taken,) = self.workers_of(attacker)
+        said = [line for line in log.splitlines() if "LF0E6ED" in line or "cleared the admin" in line]
+        self.assertEqual(len(said), 2, said)
+        for line in said:
+            self.assertRegex(line, rf"^\S+ \S+ \S+ gpool-server\[\d+\] worker {taken} \(lease {attacker['id']}\): ")
+        self.assertNotIn("\x1b", log)
+        self.assertIn("\\x1b[2J\\x1b]0;owned\\x07 cleared the admin's screen", log)
+        self.assertIsNone(prog.poll(), "the victim still runs")
+
+    def test_a_taken_over_worker_holding_past_its_lease_as_the_driver_counts_is_ended(self):
+        # Memory it allocated itself, around its ledger: the driver's count (here the sim device's) says so,
+        # and gpool-server's audit ends the worker within a few seconds. The other lease goes on (600 MiB
+        # leave it room on the 1 GiB device; past that, its allocations would fail until the audit ended
+        # the worker, as on a GPU).
+        victim, prog, worker = self.start_victim()
+        report, attacker, attacker_prog = self.take_over(worker, device_bytes=600 << 20, stay=60)
+        self.assertEqual(report["device memory"], "held")
+        (taken,) = self.workers_of(attacker)
+        self.assertTrue(wait_for(lambda: gone(taken), timeout=15), self.cluster.log("sim0"))
+        self.assertRegex(self.cluster.log("sim0"), rf"lease {attacker['id']}: its processes hold 6\d\d MiB of device memory "
+                         rf"as the driver counts it, past the \d+ MiB of its cap and its workers' contexts .*ending {taken}")
+        self.assertEqual(self.metric("gpool_server_memory_overruns_total", ""), 1)
+        self.assertIsNone(prog.poll(), "the victim still runs")
+        self.assertEqual(attacker_prog.wait(30) != 0, True)
 
 
 @unittest.skipIf(NOT_ROOT, "--worker-uids needs gpool-server to run as root")

@@ -257,7 +257,7 @@ TEST(Server, AWorkerStoppedByAnotherProcessSaysSo) {
   pid_t worker = s.server.lastWorker();
   ASSERT_GT(worker, 0);
   ::kill(worker, SIGTERM);
-  ASSERT_TRUE(s.server.waitForLog("gpool-worker\\[" + std::to_string(worker) + "\\] closing connection to .*: gpool-worker was stopped "
+  ASSERT_TRUE(s.server.waitForLog("worker " + std::to_string(worker) + ": closing connection to .*: gpool-worker was stopped "
                                   "\\(SIGTERM from process " + std::to_string(::getpid()) + ", not its gpool-server\\)"));
   EXPECT_ANY_THROW(s.alloc());  // not served: the connection ended
 }

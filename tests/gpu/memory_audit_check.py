@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""gpool-server's --memory-audit against NVIDIA's driver (scripts/gpu_check.sh --only audit; docs/security.md):
+a real allocator and a cuda gpool-server whose --worker is tests/security/taken_over_worker.py (the real
+worker for every client but the one it takes over).
+1. What a worker holds beside its lease's cap, as NVML counts it: a program holding 1 GiB through a lease;
+   NVML's figure for its worker against the lease's own count (the server's /metrics). What --context-memory
+   (2 GiB by default) must cover.
+2. A worker taken over allocates 3 GiB past its lease's cap with the driver itself (around its ledger):
+   the server ends it within a few seconds, naming its lease, while the first lease's program holds on.
+Prints a line per check, "audit: NAME: PASS|FAIL ...", and exits 1 when one fails.
+`--backend sim` runs the same on the sim backend (no GPU: the taken-over worker counts the memory in the
+emulated device's page instead), to check this script where there is no GPU.
+usage: memory_audit_check.py BUILD_DIR OUT_DIR [--backend cuda|sim]"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import types
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "allocator"))
+import cluster  # noqa: E402  (BUILD is sys.argv[1])
+from cluster import GIB, MEMCAP, Cluster, wait_for  # noqa: E402
+
+TAKEN_OVER = os.path.join(HERE, "..", "security", "taken_over_worker.py")
+MIB = 1 << 20
+failed = []
+
+
+def say(name, ok, detail):
+    print(f"audit: {name}: {'PASS' if ok else 'FAIL'} {detail}", flush=True)
+    if not ok:
+        failed.append(name)
+
+
+def nvml_used_mib(pid):
+    """What NVML counts `pid` holding, in MiB (None: not listed)."""
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, timeout=30).stdout
+    for line in out.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 2 and fields[0] == str(pid) and fields[1].isdigit():
+            return int(fields[1])
+    return None
+
+
+def metric(c, name, labels=""):
+    port = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", c.log("sim0")).group(1)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        m = re.search("^" + re.escape(name) + r"(\{[^}]*" + re.escape(labels) + r"[^}]*\})? ([0-9.e+]+)$", r.read().decode(), re.M)
+    return float(m.group(2)) if m else None
+
+
+def worker_of(c, lease):
+    m = re.search(r"→ worker (\d+) on device \d+ for lease " + lease["id"], c.log("sim0"))
+    return int(m.group(1)) if m else None
+
+
+def hold(c, lease, size, go):
+    """memcap_probe holding `size` bytes through `lease` until `go` exists."""
+    return subprocess.Popen([MEMCAP, "hold", str(size), go], env=c.client_env(lease["shares"][0]), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def main():
+    backend = sys.argv[sys.argv.index("--backend") + 1] if "--backend" in sys.argv else "cuda"
+    out = sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    if shutil.which("munged") or os.path.exists("/usr/sbin/munged"):
+        cluster.setUpModule()
+    else:  # (a GPU machine may have no munged: nobody here proves who they are with MUNGE)
+        cluster.MUNGED = types.SimpleNamespace(socket="/nonexistent/munge.socket")
+    drop = tempfile.mkdtemp(prefix="gpool-audit-")
+    os.chmod(drop, 0o777)
+    os.environ.update(GPOOL_TEST_TAKEOVER=os.path.join(drop, "take-over-next"),
+                      GPOOL_TEST_REAL_WORKER=os.path.join(cluster.BUILD, "server", "gpool-worker"))
+    c = Cluster(servers=1, ttl="120s", memory=8 * GIB, backend=backend, server_args=[
+        "--worker", TAKEN_OVER, "--metrics", "127.0.0.1:0", "--log-level", "debug",
+        *(["--sim-kernels", cluster.KERNELS] if backend == "sim" else [])])
+    progs = []
+    try:
+        # 1. What a worker holds beside its lease's cap.
+        status, ann = c.http("POST", "/v1/leases", {"user": "ann", "p": 0.5, "m": "4GiB"})
+        assert status == 201, ann
+        go = os.path.join(drop, "go")
+        first = hold(c, ann, GIB, go)
+        progs.append(first)
+        line = first.stdout.readline()
+        say("hold", line.startswith("HELD"), f"a program holds 1 GiB through a 4 GiB lease: {line.strip()}")
+        worker = worker_of(c, ann)
+        ledger = metric(c, "gpool_share_memory_bytes", ann["id"])
+        if backend == "cuda":
+            used = nvml_used_mib(worker)
+            beside = None if used is None or ledger is None else used - ledger / MIB
+            say("context", beside is not None and beside < 2048,
+                f"worker {worker}: NVML counts {used} MiB, its lease's ledger {ledger and ledger / MIB:.0f} MiB: "
+                f"{beside and round(beside)} MiB beside the cap (--context-memory 2048 allows)")
+        # 2. A worker taken over goes around its ledger.
+        report = os.path.join(drop, "report.json")
+        plan = {"victim": worker, "report": report, "server_key": c.server_key("sim0"), "stay": 60,
+                **({"cuda_bytes": 5 * GIB} if backend == "cuda" else {"device_bytes": 5 * GIB})}
+        with open(os.environ["GPOOL_TEST_TAKEOVER"], "w") as f:
+            json.dump(plan, f)
+        status, mallory = c.http("POST", "/v1/leases", {"user": "mallory", "p": 0.5, "m": "2GiB"})
+        assert status == 201, mallory
+        second = hold(c, mallory, MIB, os.path.join(drop, "never"))
+        progs.append(second)
+        if not wait_for(lambda: os.path.exists(report), timeout=60):
+            say("takeover", False, "the taken-over worker wrote no report:\n" + c.log("sim0")[-4000:])
+            return
+        with open(report) as f:
+            got = json.load(f)
+        say("takeover", got.get("device memory") == "held", f"the taken-over worker holds 5 GiB past its ledger: {got.get('device memory')}")
+        taken = worker_of(c, mallory)
+        t0 = time.time()
+        ended = wait_for(lambda: not os.path.exists(f"/proc/{taken}") or open(f"/proc/{taken}/stat").read().split()[2] == "Z", timeout=20)
+        said = re.search(rf"lease {mallory['id']}: its processes hold (\d+) MiB .*past the (\d+) MiB", c.log("sim0"))
+        say("ended", ended and said is not None,
+            f"worker {taken} ended {time.time() - t0:.1f} s after its report; the server said: {said and said.group(0)}")
+        say("victim", first.poll() is None, "the first lease's program holds on meanwhile")
+        say("metric", metric(c, "gpool_server_memory_overruns_total") == 1, "gpool_server_memory_overruns_total is 1")
+        open(go, "w").close()
+        say("victim_ends", first.wait(60) == 0, "the first lease's program then ends as it should")
+    finally:
+        for p in progs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for name in os.listdir(c.dir):
+            if name.endswith(".log"):
+                shutil.copy(os.path.join(c.dir, name), os.path.join(out, "audit-" + name))
+        c.close()
+        if cluster.MUNGED and hasattr(cluster.MUNGED, "close"):
+            cluster.tearDownModule()
+    print("audit:", "all checks pass" if not failed else "FAILED: " + " ".join(failed))
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(1 if failed else 0)
