@@ -4,7 +4,9 @@ a real allocator and a cuda gpool-server whose --worker is tests/security/taken_
 worker for every client but the one it takes over).
 1. What a worker holds beside its lease's cap, as NVML counts it: a program holding 1 GiB through a lease;
    NVML's figure for its worker against the lease's own count (the server's /metrics). What --context-memory
-   (2 GiB by default) must cover.
+   (2 GiB by default) must cover. Likewise for PyTorch after a convolution and a matmul (cuDNN's and
+   cuBLAS's code loaded), and for a second process of the lease that opens the first one's memory by CUDA
+   IPC (if NVML charged it to the importer too, the audit would count it twice).
 2. A worker taken over allocates 3 GiB past its lease's cap with the driver itself (around its ledger):
    the server ends it within a few seconds, naming its lease, while the first lease's program holds on.
 Prints a line per check, "audit: NAME: PASS|FAIL ...", and exits 1 when one fails.
@@ -67,6 +69,69 @@ def hold(c, lease, size, go):
                             stderr=subprocess.STDOUT, text=True)
 
 
+def commands(c, lease):
+    p = subprocess.Popen([MEMCAP, "commands"], env=c.client_env(lease["shares"][0]), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def ask(line):
+        p.stdin.write(line + "\n")
+        p.stdin.flush()
+        return p.stdout.readline().strip()
+    return p, ask
+
+
+TORCH = """
+import sys, torch
+x = torch.randn(64, 3, 224, 224, device="cuda")
+y = torch.nn.Conv2d(3, 64, 7).cuda()(x)
+z = torch.randn(4096, 4096, device="cuda") @ torch.randn(4096, 4096, device="cuda")
+torch.cuda.synchronize()
+print("READY", torch.cuda.memory_reserved(), flush=True)
+sys.stdin.readline()
+"""
+
+
+def ipc_and_torch(c, lease, first_worker, before):
+    """What a lease's second process holds, as NVML counts it, once it opened the first one's memory by IPC;
+    and what PyTorch's worker holds beside its ledger once cuDNN and cuBLAS ran."""
+    exporter, ask_exporter = commands(c, lease)
+    importer, ask_importer = commands(c, lease)
+    try:
+        allocated = ask_exporter(f"alloc {GIB}")
+        handle = ask_exporter("export")
+        opened = ask_importer("open " + handle)
+        workers = [int(w) for w in re.findall(r"→ worker (\d+) on device \d+ for lease " + lease["id"], c.log("sim0"))]
+        exporter_w, importer_w = workers[-2], workers[-1]
+        ledger = metric(c, "gpool_share_memory_bytes", lease["id"])
+        e, i = nvml_used_mib(exporter_w), nvml_used_mib(importer_w)
+        say("ipc", allocated == "OK" and opened == "OK" and i is not None and e is not None and i < e,
+            f"exporter {exporter_w}: NVML {e} MiB, importer {importer_w}: NVML {i} MiB (alloc {allocated}, open {opened}); "
+            f"the lease's ledger {ledger and ledger / MIB:.0f} MiB (1 GiB more than before: {before and before / MIB:.0f})")
+    finally:
+        for p in (importer, exporter):
+            p.kill()
+            p.wait()
+    try:
+        import torch  # noqa: F401  (only whether this machine has it)
+    except ImportError:
+        return say("torch", True, "skipped: no PyTorch here")
+    env = c.client_env(lease["shares"][0])
+    env["LD_LIBRARY_PATH"] += ":/usr/local/cuda/lib64"
+    p = subprocess.Popen([sys.executable, "-c", TORCH], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    try:
+        line = p.stdout.readline()
+        worker = int(re.findall(r"→ worker (\d+) on device \d+ for lease " + lease["id"], c.log("sim0"))[-1])
+        used, ledger = nvml_used_mib(worker), metric(c, "gpool_share_memory_bytes", lease["id"])
+        beside = None if used is None or ledger is None else used - (ledger - (before or 0)) / MIB
+        say("torch", line.startswith("READY") and beside is not None and beside < 2048,
+            f"PyTorch's worker {worker}: NVML {used} MiB, the lease's ledger {ledger and ledger / MIB:.0f} MiB "
+            f"({line.strip()}): {beside and round(beside)} MiB beside its part of it (--context-memory 2048 allows)")
+    finally:
+        p.kill()
+        p.wait()
+
+
 def main():
     backend = sys.argv[sys.argv.index("--backend") + 1] if "--backend" in sys.argv else "cuda"
     out = sys.argv[2]
@@ -100,6 +165,8 @@ def main():
             say("context", beside is not None and beside < 2048,
                 f"worker {worker}: NVML counts {used} MiB, its lease's ledger {ledger and ledger / MIB:.0f} MiB: "
                 f"{beside and round(beside)} MiB beside the cap (--context-memory 2048 allows)")
+        if backend == "cuda":
+            ipc_and_torch(c, ann, worker, ledger)
         # 2. A worker taken over goes around its ledger.
         report = os.path.join(drop, "report.json")
         plan = {"victim": worker, "report": report, "server_key": c.server_key("sim0"), "stay": 60,
