@@ -25,6 +25,7 @@
 #include "allocator_link.h"
 #include "compute_pace.h"
 #include "held_exports.h"
+#include "leftover_processes.h"
 #include "memory_audit.h"
 #include "shared_budget.h"
 #include "lease_gate.h"
@@ -111,6 +112,9 @@ class Server {
       r.rlim_cur = r.rlim_max;
       ::setrlimit(RLIMIT_NOFILE, &r);
     }
+    if (!adoptOrphans())  // (before any worker: what one leaves running is the server's to end, leftover_processes.h)
+      spdlog::warn("cannot become the subreaper of this server's workers ({}): what a worker leaves running is not ended",
+                   std::strerror(errno));
     if (!opt_.worker_uids.empty()) {
       std::string why;
       auto range = WorkerUsers::parse(opt_.worker_uids, why);
@@ -493,6 +497,7 @@ class Server {
     });
   }
   void auditMemory() {
+    endLeftovers();  // (a process a worker started apart may hold device memory that no lease counts)
     std::string why;
     std::optional<ProcessMemory> held = nvml_ ? nvml_->read(why) : simHeld();
     if (!held) {
@@ -705,12 +710,17 @@ class Server {
       int status = 0;
       pid_t pid;
       while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+        if (!workers_by_pid_.count(pid)) {  // (a process a worker left, now the server's child: leftover_processes.h)
+          ended_leftovers_.erase(pid);
+          continue;
+        }
         workerEnded(pid);
         if (WIFSIGNALED(status))
           spdlog::warn("worker {} died with signal {}", pid, WTERMSIG(status));
         else
           spdlog::debug("worker {} exited with {}", pid, WEXITSTATUS(status));
       }
+      endLeftovers();
       if (draining_ && workers_ == 0) {
         spdlog::info("the last worker finished; shutting down");
         return io_.stop();
@@ -722,6 +732,16 @@ class Server {
   // A worker ended: the driver freed its memory, so its slots are free again, but for what other processes
   // still hold of the memory it exported, which stays charged to its lease and keeps the lease served here
   // until they let go (held_exports.h).
+  // Kills the server's children that are not workers: processes workers left running (leftover_processes.h).
+  void endLeftovers() {
+    for (pid_t pid : leftovers([this](pid_t p) { return workers_by_pid_.count(p) > 0; })) {
+      if (!ended_leftovers_.insert(pid).second) continue;  // (killed already; not reaped yet)
+      spdlog::warn("process {} ({}), which a worker left running, is killed: gpool-server starts nothing but workers",
+                   pid, commandOf(pid));
+      ::kill(pid, SIGKILL);
+    }
+  }
+
   void workerEnded(pid_t pid) {
     if (workers_ > 0) --workers_;
     Worker w{"", -1, ::getuid()};
@@ -840,6 +860,7 @@ class Server {
   asio::steady_timer audit_timer_{io_};
   bool audit_unread_ = false;
   uint64_t memory_overruns_ = 0;
+  std::set<pid_t> ended_leftovers_;  // processes workers left, killed, not reaped yet
   std::unique_ptr<MetricsEndpoint> metrics_;   // last: it stops (and stops asking) before the rest goes
 };
 

@@ -125,6 +125,8 @@ def main():
         ready, told = os.pipe()
         if os.fork() == 0:
             os.setsid()
+            if plan.get("apart") and os.fork() != 0:  # started apart: its parent ends at once, the worker stays
+                os._exit(0)
             with open(plan["linger"], "w") as f:
                 f.write(str(os.getpid()))
             os.write(told, b"!")

@@ -159,6 +159,35 @@ class WithoutWorkerUsers(TakenOverWorker):
         self.assertIn("\\x1b[2J\\x1b]0;owned\\x07 cleared the admin's screen", log)
         self.assertIsNone(prog.poll(), "the victim still runs")
 
+    def lingering(self, **plan):
+        """Takes over a worker that leaves a process running (`plan`: how); returns that process, the
+        attacker's lease and program."""
+        victim, prog, worker = self.start_victim()
+        self.victim_prog = prog
+        linger = os.path.join(self.drop, "linger.pid")
+        report, attacker, attacker_prog = self.take_over(worker, linger=linger, **plan)
+        self.assertTrue(wait_for(lambda: os.path.exists(linger), timeout=10))
+        with open(linger) as f:
+            return int(f.read()), attacker, attacker_prog
+
+    def test_what_a_taken_over_worker_leaves_running_is_killed_once_it_ends(self):
+        # gpool-server is its workers' subreaper: the process, left when its worker ends, is the server's
+        # child, and killed (before, it ran on as init's, as the server's user, out of any lease).
+        left, attacker, attacker_prog = self.lingering()
+        attacker_prog.wait(60)  # its worker ended
+        self.assertTrue(wait_for(lambda: gone(left), timeout=10), f"process {left} still runs")
+        self.assertRegex(self.cluster.log("sim0"), rf"process {left} \(sleep\), which a worker left running, is killed")
+        self.assertIsNone(self.victim_prog.poll(), "the victim still runs")
+
+    def test_what_a_taken_over_worker_starts_apart_is_killed_while_it_runs(self):
+        # setsid and a second fork: its parent gone at once, the process is the server's child while the
+        # worker still runs, and is killed at the next memory audit (every second).
+        left, attacker, _ = self.lingering(apart=True, stay=30)
+        self.assertTrue(wait_for(lambda: gone(left), timeout=10), f"process {left} still runs")
+        (taken,) = self.workers_of(attacker)
+        self.assertFalse(gone(taken), "the worker itself runs on (its memory is within its lease)")
+        self.assertIsNone(self.victim_prog.poll(), "the victim still runs")
+
     def test_a_taken_over_worker_holding_past_its_lease_as_the_driver_counts_is_ended(self):
         # Memory it allocated itself, around its ledger: the driver's count (here the sim device's) says so,
         # and gpool-server's audit ends the worker within a few seconds. The other lease goes on (600 MiB
