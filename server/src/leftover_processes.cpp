@@ -35,25 +35,12 @@ bool childrenFiles(pid_t self, std::vector<pid_t>& out) {
   return found;
 }
 
-pid_t parentOf(const std::string& pid) {
-  std::ifstream f("/proc/" + pid + "/stat");
-  std::string stat;
-  if (!std::getline(f, stat)) return 0;
-  size_t end = stat.rfind(')');  // (the command's name, before it, may hold anything)
-  if (end == std::string::npos) return 0;
-  std::istringstream rest(stat.substr(end + 1));
-  std::string state;
-  pid_t parent = 0;
-  rest >> state >> parent;
-  return parent;
-}
-
 // Every process /proc lists whose parent is `self`.
 void scanProc(pid_t self, std::vector<pid_t>& out) {
   DIR* dir = ::opendir("/proc");
   if (!dir) return;
   while (dirent* e = ::readdir(dir))
-    if (std::isdigit(static_cast<unsigned char>(e->d_name[0])) && parentOf(e->d_name) == self)
+    if (std::isdigit(static_cast<unsigned char>(e->d_name[0])) && parentOf(static_cast<pid_t>(std::stol(e->d_name))) == self)
       out.push_back(static_cast<pid_t>(std::stol(e->d_name)));
   ::closedir(dir);
 }
@@ -68,6 +55,19 @@ std::vector<pid_t> leftovers(const std::function<bool(pid_t)>& worker) {
   children.erase(std::unique(children.begin(), children.end()), children.end());
   std::erase_if(children, worker);
   return children;
+}
+
+pid_t parentOf(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(f, stat)) return 0;
+  size_t end = stat.rfind(')');  // (the command's name, before it, may hold anything)
+  if (end == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(end + 1));
+  std::string state;
+  pid_t parent = 0;
+  rest >> state >> parent;
+  return parent;
 }
 
 std::string commandOf(pid_t pid) {

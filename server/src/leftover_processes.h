@@ -21,6 +21,9 @@ bool adoptOrphans();
 // where the kernel keeps them, else /proc's parent links).
 std::vector<pid_t> leftovers(const std::function<bool(pid_t)>& worker);
 
+// The parent /proc gives `pid` (0: gone, or unreadable).
+pid_t parentOf(pid_t pid);
+
 // The command name /proc gives `pid` ("?" when gone), printable.
 std::string commandOf(pid_t pid);
 

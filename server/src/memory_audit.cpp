@@ -9,6 +9,8 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "leftover_processes.h"  // (parentOf)
+
 namespace gpool::server {
 
 // --- NVML, as the driver's library answers (only what the audit reads of it) ------------------------------
@@ -100,20 +102,6 @@ std::optional<ProcessMemory> NvmlProcessMemory::read(std::string& why) {
 
 // --- Whose memory it is ------------------------------------------------------------------------------------
 namespace {
-
-// The parent of `pid` as /proc says (0: gone, or unreadable).
-pid_t parentOf(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(f, stat)) return 0;
-  size_t end = stat.rfind(')');  // (the command's name, before it, may hold anything)
-  if (end == std::string::npos) return 0;
-  std::istringstream rest(stat.substr(end + 1));
-  std::string state;
-  pid_t parent = 0;
-  rest >> state >> parent;
-  return parent;
-}
 
 std::optional<uid_t> uidOf(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
