@@ -729,9 +729,6 @@ class Server {
     });
   }
 
-  // A worker ended: the driver freed its memory, so its slots are free again, but for what other processes
-  // still hold of the memory it exported, which stays charged to its lease and keeps the lease served here
-  // until they let go (held_exports.h).
   // Kills the server's children that are not workers: processes workers left running (leftover_processes.h).
   void endLeftovers() {
     for (pid_t pid : leftovers([this](pid_t p) { return workers_by_pid_.count(p) > 0; })) {
@@ -742,6 +739,9 @@ class Server {
     }
   }
 
+  // A worker ended: the driver freed its memory, so its slots are free again, but for what other processes
+  // still hold of the memory it exported, which stays charged to its lease and keeps the lease served here
+  // until they let go (held_exports.h).
   void workerEnded(pid_t pid) {
     if (workers_ > 0) --workers_;
     Worker w{"", -1, ::getuid()};
