@@ -128,7 +128,7 @@ def main():
             if plan.get("apart") and os.fork() != 0:  # started apart: its parent ends at once, the worker stays
                 os._exit(0)
             with open(plan["linger"], "w") as f:
-                f.write(str(os.getpid()))
+                f.write(f"{os.getpid()} {os.getuid()}")  # (its uid too: it may be killed before it is looked at)
             os.write(told, b"!")
             os.closerange(3, 4096)  # (its client's connection ends with the worker; this stays on unseen)
             os.execv("/bin/sleep", ["sleep", "120"])

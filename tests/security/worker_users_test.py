@@ -37,6 +37,20 @@ def uid_of(pid):
         return int(next(line for line in f if line.startswith("Uid:")).split()[1])
 
 
+def lingered(path):
+    """(pid, uid) of the process a taken-over worker left running, as it wrote them to `path`."""
+    def written():
+        try:
+            with open(path) as f:
+                return len(f.read().split()) == 2
+        except OSError:
+            return False
+    assert wait_for(written, timeout=10), "the process the worker left wrote nothing"
+    with open(path) as f:
+        pid, uid = f.read().split()
+    return int(pid), int(uid)
+
+
 def gone(pid):
     """Ended: not in the process table, or a zombie waiting for init to reap it."""
     try:
@@ -166,9 +180,7 @@ class WithoutWorkerUsers(TakenOverWorker):
         self.victim_prog = prog
         linger = os.path.join(self.drop, "linger.pid")
         report, attacker, attacker_prog = self.take_over(worker, linger=linger, **plan)
-        self.assertTrue(wait_for(lambda: os.path.exists(linger), timeout=10))
-        with open(linger) as f:
-            return int(f.read()), attacker, attacker_prog
+        return lingered(linger)[0], attacker, attacker_prog
 
     def test_what_a_taken_over_worker_leaves_running_is_killed_once_it_ends(self):
         # gpool-server is its workers' subreaper: the process, left when its worker ends, is the server's
@@ -250,10 +262,8 @@ class WithWorkerUsers(TakenOverWorker):
         victim, prog, worker = self.start_victim()
         linger = os.path.join(self.drop, "linger.pid")
         report, attacker, attacker_prog = self.take_over(worker, linger=linger)
-        self.assertTrue(wait_for(lambda: os.path.exists(linger), timeout=10))
-        with open(linger) as f:
-            left = int(f.read())
-        self.assertEqual(uid_of(left), report["uid"])
+        left, uid = lingered(linger)
+        self.assertEqual(uid, report["uid"])
         attacker_prog.wait(60)  # its worker ended: the lease has no worker here
         # Killed by gpool-server (not this test): gone from the process table once reaped by init.
         self.assertTrue(wait_for(lambda: gone(left), timeout=10), f"process {left} of uid {report['uid']} still runs")
