@@ -9,7 +9,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import BUILD, GIB, KERNELS, Cluster, setUpModule, tearDownModule  # noqa: F401,E402
+from cluster import BUILD, GIB, KERNELS, Cluster, setUpModule, tearDownModule, wait_for  # noqa: F401,E402
 
 PROGRAM = os.path.join(BUILD, "tests", "cuda_compute_share")
 
@@ -46,6 +46,8 @@ class ComputeShares(unittest.TestCase):
         out, err = self.run_program("1", "1", "1000")  # (its share, about 0.95 here, is printed, not checked: no timed assertions)
         print(out.strip(), file=sys.stderr)
         self.assertRegex(out, r"\d+ kernels of 1000 us")
+        # (the worker's last line: what it said before is in the server's log by then, relayed in order)
+        self.assertTrue(wait_for(lambda: "module images:" in self.cluster.log("sim0"), timeout=10), self.cluster.log("sim0"))
         self.assertNotIn("compute share", self.cluster.log("sim0"))
         self.assertNotIn("waited", err)  # a whole GPU is not held back
 
