@@ -17,8 +17,7 @@ namespace gpool::server {
 // Makes this process the subreaper of its descendants; false (errno set) when the kernel refuses.
 bool adoptOrphans();
 
-// This process's children that `worker` does not name: what workers left (their /proc/PID/task/*/children
-// where the kernel keeps them, else /proc's parent links).
+// This process's children that `worker` does not name: what workers left (gpool/process_table.h).
 std::vector<pid_t> leftovers(const std::function<bool(pid_t)>& worker);
 
 // The parent /proc gives `pid` (0: gone, or unreadable).

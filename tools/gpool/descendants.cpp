@@ -9,35 +9,16 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "gpool/printable.h"
 
 namespace gpool::cli {
 
-namespace fs = std::filesystem;
-
 void becomeSubreaper() {
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
     std::fprintf(stderr, "gpool: cannot become the subreaper of the command (%s): processes it leaves running may outlive the lease\n",
                  std::strerror(errno));
-}
-
-// /proc/PID/stat: "PID (COMM) STATE PPID ...", where COMM may hold spaces and parentheses.
-std::optional<ProcStat> procStat(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return std::nullopt;
-  size_t open = line.find('('), close = line.rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close < open) return std::nullopt;
-  ProcStat st;
-  st.name = line.substr(open + 1, close - open - 1);
-  std::istringstream rest(line.substr(close + 1));
-  if (!(rest >> st.state >> st.ppid)) return std::nullopt;
-  return st;
 }
 
 namespace {
@@ -68,19 +49,6 @@ void signalAll(const std::vector<Child>& left, int sig) {
 }
 
 }  // namespace
-
-std::vector<Child> children() {
-  std::vector<Child> out;
-  const pid_t self = ::getpid();
-  std::error_code ec;
-  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {  // (processes come and go meanwhile)
-    const std::string name = it->path().filename().string();
-    if (name.empty() || name.size() > 9 || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const auto pid = static_cast<pid_t>(std::stol(name));
-    if (auto st = procStat(pid); st && st->ppid == self) out.push_back({pid, st->name});
-  }
-  return out;
-}
 
 int waitForChild(pid_t pid) {
   for (;;) {

@@ -8,30 +8,15 @@
 
 #include <chrono>
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
+
+#include "gpool/process_table.h"  // (procStat, children: what /proc says)
 
 namespace gpool::cli {
 
 // Makes this process the subreaper of the processes it starts (prctl PR_SET_CHILD_SUBREAPER).
 void becomeSubreaper();
-
-// What /proc/PID/stat says of process `pid`: its state letter (R, S, T for stopped...), its parent and its
-// command name (comm); nothing when it is gone.
-struct ProcStat {
-  char state = 0;
-  pid_t ppid = 0;
-  std::string name;
-};
-std::optional<ProcStat> procStat(pid_t pid);
-
-struct Child {
-  pid_t pid;
-  std::string name;  // its command name (comm)
-};
-// This process's children now, from /proc.
-std::vector<Child> children();
 
 // Waits for child `pid` and returns its wait status, reaping meanwhile the orphans that came to gpool and
 // ended (they would stay zombies otherwise).
