@@ -26,7 +26,7 @@
 #include "compute_pace.h"
 #include "held_exports.h"
 #include "leftover_processes.h"
-#include "memory_audit.h"
+#include "use_audits.h"
 #include "shared_budget.h"
 #include "lease_gate.h"
 #include "server_metrics.h"
@@ -126,7 +126,10 @@ class Server {
                    "--worker-uids FIRST-LAST to run each lease's workers as a user of its own (docs/admin.md)");
     }
     backend_ = resolveBackend(opt_, probeUser());
-    if (backend_ == "sim") sim_memory_ = budget::SharedBudget::create(opt_.sim_memory);  // host memory: one budget for all
+    if (backend_ == "sim") {
+      sim_memory_ = budget::SharedBudget::create(opt_.sim_memory);  // host memory: one budget for all
+      sim_busy_ = budget::SharedBudget::create(UINT64_MAX);         // (counters of device time: no limit)
+    }
     acceptor_.open(ep.protocol());
     acceptor_.set_option(tcp::acceptor::reuse_address(true));
     asio::error_code ec;
@@ -168,7 +171,7 @@ class Server {
                    opt_.allocator, opt_.name, advertise);
     }
 
-    startMemoryAudit();
+    startAudits();
     if (!opt_.metrics.empty()) metrics_ = std::make_unique<MetricsEndpoint>(opt_.metrics, [this] { return gathered(); });
     awaitSignal();
     watchChildren();
@@ -472,80 +475,31 @@ class Server {
     std::erase_if(shares_, [&](const auto& s) { return s.first.first == lease; });
   }
 
-  // --- Each lease's device memory as the driver counts it, read every --memory-audit (memory_audit.h) ---
-  void startMemoryAudit() {
-    if (opt_.memory_audit_ms == 0) return;
-    uint64_t per_worker = opt_.context_memory >= 0 ? static_cast<uint64_t>(opt_.context_memory)
-                          : backend_ == "sim"      ? opt_.sim_context_memory
-                                                   : 2ull << 30;
-    if (backend_ != "sim") {
-      std::string why;
-      nvml_ = NvmlProcessMemory::open(why);
-      if (!nvml_)
-        return spdlog::warn("leases' device memory is not checked from outside their workers (--memory-audit): {}; each "
-                            "worker's own check of its lease's cap stands alone", why);
-    }
-    audit_.emplace(per_worker);
-    auditLater();
+  // --- What each lease uses of the GPU as the driver counts it, read every --memory-audit (use_audits.h) ---
+  void startAudits() {
+    UseAudits::Settings s;
+    s.memory = opt_.memory_audit_ms > 0;
+    s.interval_ms = s.memory ? opt_.memory_audit_ms : 1000;
+    s.per_worker = opt_.context_memory >= 0 ? static_cast<uint64_t>(opt_.context_memory)
+                   : backend_ == "sim"      ? opt_.sim_context_memory
+                                            : 2ull << 30;
+    s.compute_limit_ns = opt_.compute_audit_ns;
+    audits_ = UseAudits::start(io_, s, {sim_memory_, sim_busy_}, [this] { return served(); },
+                               [this] { endLeftovers(); });  // (a process a worker started apart may use the GPU unseen)
   }
-  void auditLater() {
-    audit_timer_.expires_after(std::chrono::milliseconds(opt_.memory_audit_ms));
-    audit_timer_.async_wait([this](const asio::error_code& ec) {
-      if (ec) return;
-      auditMemory();
-      auditLater();
-    });
-  }
-  void auditMemory() {
-    endLeftovers();  // (a process a worker started apart may hold device memory that no lease counts)
-    std::string why;
-    std::optional<ProcessMemory> held = nvml_ ? nvml_->read(why) : simHeld();
-    if (!held) {
-      if (!audit_unread_) spdlog::warn("cannot read the device memory each process holds: {} (the audit tries again)", why);
-      audit_unread_ = true;
-      return;
-    }
-    audit_unread_ = false;
-    for (const auto& overrun : audit_->audit(*held, leasesHere())) endOverrun(overrun);
-  }
-  // sim: what each worker holds of the emulated device's memory, which stands for the driver's count.
-  ProcessMemory simHeld() const {
-    ProcessMemory held;
+  // The workers here, and each lease's memory cap in all (0 when a share has none).
+  UseAudits::Served served() const {
+    UseAudits::Served now;
+    now.by_uid = worker_users_ != nullptr;
     for (const auto& [pid, w] : workers_by_pid_)
-      if (w.slot >= 0 && sim_memory_) held[pid] = sim_memory_->heldBy(w.slot);
-    return held;
-  }
-  // The leases with workers here, with their shares' caps in all (none when a share has no cap).
-  std::vector<MemoryAudit::Lease> leasesHere() const {
-    std::map<std::string, MemoryAudit::Lease> by_id;
-    for (const auto& [pid, w] : workers_by_pid_) {
-      if (w.lease.empty()) continue;
-      MemoryAudit::Lease& l = by_id[w.lease];
-      l.id = w.lease;
-      l.workers.push_back(pid);
-      if (worker_users_) l.uid = w.uid;
-    }
+      now.workers.push_back({pid, w.lease, w.slot, w.uid, w.device, {w.share, w.fraction}});
     std::set<std::string> uncapped;
-    for (const auto& [key, s] : shares_)
-      if (auto it = by_id.find(key.first); it != by_id.end()) {
-        if (s.memory) it->second.cap += s.memory->limit();
-        else uncapped.insert(key.first);
-      }
-    std::vector<MemoryAudit::Lease> leases;
-    for (auto& [id, l] : by_id) {
-      if (uncapped.count(id)) l.cap = 0;
-      leases.push_back(std::move(l));
+    for (const auto& [key, s] : shares_) {
+      if (s.memory) now.caps[key.first] += s.memory->limit();
+      else uncapped.insert(key.first);
     }
-    return leases;
-  }
-  void endOverrun(const MemoryAudit::Overrun& o) {
-    ++memory_overruns_;
-    std::string pids;
-    for (pid_t pid : o.processes) pids += (pids.empty() ? "" : ", ") + std::to_string(pid);
-    spdlog::error("lease {}: its processes hold {} MiB of device memory as the driver counts it, past the {} MiB of its cap "
-                  "and its workers' contexts (--context-memory): a worker went around its lease's cap; ending {}",
-                  o.lease, o.used >> 20, o.allowed >> 20, pids);
-    for (pid_t pid : o.processes) ::kill(pid, SIGKILL);
+    for (const std::string& lease : uncapped) now.caps[lease] = 0;
+    return now;
   }
 
   // What /metrics shows, gathered on the server's thread; nullopt when it does not answer within 2 s.
@@ -559,9 +513,12 @@ class Server {
   ServerFigures figuresNow() const {
     ServerFigures f{backend_, workers_, opt_.max_clients, draining_, refused_, 0, 0, {}, {}};
     if (worker_users_) f.worker_uids = worker_users_->size(), f.worker_uids_in_use = worker_users_->inUse();
-    f.memory_overruns = memory_overruns_;
-    for (const auto& [lease, from] : leaseSources())
-      f.leases.push_back({lease, static_cast<unsigned>(from.slots.size()), from.launched()});
+    if (audits_) f.memory_overruns = audits_->memoryOverruns(), f.compute_overruns = audits_->computeOverruns();
+    auto ahead = audits_ ? audits_->computeAhead() : std::map<std::string, int64_t>{};
+    for (const auto& [lease, from] : leaseSources()) {
+      f.leases.push_back({lease, static_cast<unsigned>(from.slots.size()), from.launched(), std::nullopt});
+      if (auto a = ahead.find(lease); a != ahead.end()) f.leases.back().ahead_ns = a->second;
+    }
     for (const auto& [key, s] : shares_) {
       ShareFigures sf{key.first, key.second, s.device, s.fraction};
       if (s.memory) sf.capped = true, sf.memory_used = s.memory->used(), sf.memory_limit = s.memory->limit();
@@ -688,6 +645,7 @@ class Server {
     std::vector<std::pair<int, const char*>> fds;
     for (auto [page, flag] : {std::pair{pages.memory.get(), "--memory-budget-fd"},
                               std::pair{backend_ == "sim" ? sim_memory_.get() : nullptr, "--device-budget-fd"},
+                              std::pair{backend_ == "sim" ? sim_busy_.get() : nullptr, "--device-busy-fd"},
                               std::pair{pages.launches.get(), "--launch-counter-fd"}})
       if (page) fds.emplace_back(page->fd(), flag);
     if (pages.pace) fds.emplace_back(pages.pace->fd(), "--compute-pace-fd");
@@ -697,7 +655,8 @@ class Server {
       return refuse(p, 999, std::string("cannot start gpool-worker: ") + std::strerror(-pid));
     }
     ++workers_;
-    workers_by_pid_[pid] = Worker{lease_id, slot, uid.value_or(::getuid())};
+    workers_by_pid_[pid] = Worker{lease_id, slot, uid.value_or(::getuid()), static_cast<int>(hello.device),
+                                  lease ? lease->share : 0, share};
     reportServing();
     spdlog::info("client {} ({}) → worker {} on device {}{}{}", peer(p), hello.client.empty() ? "?" : printable(hello.client), pid,
                  hello.device, lease ? " for lease " + lease_id : "", uid ? ", as uid " + std::to_string(*uid) : "");
@@ -746,9 +705,12 @@ class Server {
     if (workers_ > 0) --workers_;
     Worker w{"", -1, ::getuid()};
     if (auto it = workers_by_pid_.find(pid); it != workers_by_pid_.end()) w = std::move(it->second), workers_by_pid_.erase(it);
-    const auto& [lease, slot, uid] = w;
+    const std::string& lease = w.lease;
+    const int slot = w.slot;
+    const uid_t uid = w.uid;
     uint64_t held = slot >= 0 ? held_exports_.adopt({pid, lease, slot, uid}) : 0;
     forEachBudget(lease, [&](budget::SharedBudget& b) { b.reclaimAllBut(slot, held); });
+    if (sim_busy_ && slot >= 0) sim_busy_->reclaim(slot);  // (the next worker in the slot counts from 0)
     if (held) {
       spdlog::info("worker {} ended while other processes hold {} bytes of memory it exported; {} stays charged for them "
                    "until they let go", pid, held, lease.empty() ? "its slot" : "lease " + lease);
@@ -840,11 +802,15 @@ class Server {
     std::string lease;  // the lease it serves ("": a client without one)
     int slot = -1;      // its slot in the shared budgets
     uid_t uid = 0;      // the user it runs as (--worker-uids; else this server's)
+    int device = 0;     // the device it serves
+    int share = 0;      // the lease's share it serves (its number in the lease's tokens), and its fraction of the device
+    double fraction = 1;
   };
   std::map<pid_t, Worker> workers_by_pid_;
   std::unique_ptr<WorkerUsers> worker_users_;    // --worker-uids: which user each lease's workers run as
   std::map<LeaseShare, ShareState> shares_;  // the leases' shares served here
   std::shared_ptr<budget::SharedBudget> sim_memory_;  // sim: the device's memory, across every worker
+  std::shared_ptr<budget::SharedBudget> sim_busy_;    // sim: the device time each worker's kernels took (ns, a slot each)
   // Kernels each worker of a lease launched, in its slot of the lease's page (gpool-worker --launch-counter-fd),
   // and what each lease's ended workers launched: reported with heartbeats (AllocatorLink::launches).
   std::map<std::string, std::shared_ptr<budget::SharedBudget>> launch_pages_;
@@ -855,11 +821,7 @@ class Server {
   bool watching_held_ = false;
   LeaseGate gate_;
   std::array<uint64_t, kRefusals> refused_{};  // connections turned away, by why (/metrics)
-  std::unique_ptr<NvmlProcessMemory> nvml_;   // a GPU's count of what each process holds (none on sim)
-  std::optional<MemoryAudit> audit_;           // --memory-audit: leases past their cap, as the driver counts
-  asio::steady_timer audit_timer_{io_};
-  bool audit_unread_ = false;
-  uint64_t memory_overruns_ = 0;
+  std::unique_ptr<UseAudits> audits_;  // --memory-audit, --compute-audit: leases past their cap or share, as the driver counts
   std::set<pid_t> ended_leftovers_;  // processes workers left, killed, not reaped yet
   std::unique_ptr<MetricsEndpoint> metrics_;   // last: it stops (and stops asking) before the rest goes
 };

@@ -35,8 +35,9 @@ struct ServerOptions {
   std::string metrics;        // HOST:PORT serving /metrics (server_metrics.h); empty: none
   std::string worker_uids;    // FIRST-LAST: each lease's workers run as a uid of its own (worker_users.h); empty: as this server
   unsigned max_threads_per_lease = 4096;  // with worker_uids: the threads and processes a lease's user may have
-  unsigned memory_audit_ms = 1000;  // how often leases' device memory is read from the driver (memory_audit.h); 0: never
+  unsigned memory_audit_ms = 1000;  // how often leases' device memory (and time) is read from the driver (use_audits.h); 0: memory never
   int64_t context_memory = -1;  // bytes each worker may hold past its lease's cap; -1: 2 GiB, on sim --sim-context-memory
+  int64_t compute_audit_ns = 30'000'000'000;  // device time a lease may take past its share before it is ended (compute_audit.h); 0: never
 };
 
 // Where module images are cached when --module-cache is not given.

@@ -2,39 +2,21 @@
 // memory cap on every allocation (memory_ledger.h), and counts what it holds in pages it can write: a
 // worker taken over by its client could go around the ledger, call the driver itself, or lower its count.
 // So gpool-server also reads what the driver counts each process holding (NVML on a GPU; on sim, the
-// emulated device's count, which stands for the driver's), and ends a lease's processes when they hold
+// emulated device's count, which stands for the driver's: device_use.h), and ends a lease's processes when they hold
 // more than its cap and what each worker's context takes (--context-memory), at two audits running.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "device_use.h"  // (ProcessMemory)
+
 namespace gpool::server {
-
-using ProcessMemory = std::map<pid_t, uint64_t>;  // bytes of device memory each process holds, on every device
-
-// What NVML counts each process holding (nvmlDeviceGetComputeRunningProcesses_v3, every device of the host),
-// through the driver's libnvidia-ml.so.1, loaded here.
-class NvmlProcessMemory {
- public:
-  // Null, and `why`, when NVML cannot be loaded or started.
-  static std::unique_ptr<NvmlProcessMemory> open(std::string& why);
-  ~NvmlProcessMemory();
-  // Nullopt, and `why`, when it cannot be read now.
-  std::optional<ProcessMemory> read(std::string& why);
-
- private:
-  struct Api;
-  explicit NvmlProcessMemory(std::unique_ptr<Api> api);
-  std::unique_ptr<Api> api_;
-};
 
 class MemoryAudit {
  public:

@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   double audit_s = 1;
   app.add_option("--memory-audit", audit_s,
-                 "seconds between reads of the device memory each process holds as the driver counts it (NVML; on sim, "
+                 "seconds between reads of the device memory (and time) each process uses as the driver counts it (NVML; on sim, "
                  "the emulated device's count): a lease whose processes hold more than its cap and --context-memory for "
                  "each of its workers, at two reads running, has them ended, since a worker taken over by its client "
                  "could go around its own check of the cap (0: no audit)")
@@ -104,12 +104,21 @@ int main(int argc, char** argv) {
                  "MiB of device memory each worker may hold past its lease's cap, as the driver counts it: its context, "
                  "module code and the driver's own (default: 2048 on a GPU; on sim, --sim-context-memory)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  double compute_s = 30;
+  app.add_option("--compute-audit", compute_s,
+                 "seconds of device time a lease below a whole GPU may take past its share, as the driver counts it (NVML; "
+                 "on sim, the emulated device's count), before its processes are ended: a kernel that long, or a worker "
+                 "taken over by its client that went around its pacing, would otherwise keep the GPU from the other "
+                 "leases on it (read at each --memory-audit tick, 1 s when that is 0; 0: no audit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   opt.memory_audit_ms = static_cast<unsigned>(audit_s * 1000);
   if (context_mib >= 0) opt.context_memory = context_mib << 20;
+  opt.compute_audit_ns = static_cast<int64_t>(compute_s * 1e9);
   // The default cache is under the server's home, which the workers' users may not reach.
   if (!opt.worker_uids.empty() && app.count("--module-cache") == 0) opt.module_cache = "/var/cache/gpool/modules";
   // An https:// allocator that closes its connection mid-request must not end this server: OpenSSL

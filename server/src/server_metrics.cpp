@@ -77,6 +77,10 @@ std::string renderMetrics(const ServerFigures& f) {
          "Leases whose processes were ended for holding more device memory, as the driver counts it, than the lease's cap and "
          "what their workers' contexts take (--context-memory): a worker went around its lease's cap.");
   o << "gpool_server_memory_overruns_total " << f.memory_overruns << '\n';
+  family(o, "gpool_server_compute_overruns_total", "counter",
+         "Leases whose processes were ended for taking more device time, as the driver counts it, than the lease's share "
+         "and --compute-audit seconds: a kernel that long, or a worker that went around its lease's share.");
+  o << "gpool_server_compute_overruns_total " << f.compute_overruns << '\n';
   if (f.worker_uids) {
     family(o, "gpool_server_worker_uids", "gauge", "The uids of --worker-uids: all of them, and those serving a lease.");
     o << "gpool_server_worker_uids{state=\"total\"} " << f.worker_uids << '\n';
@@ -86,6 +90,12 @@ std::string renderMetrics(const ServerFigures& f) {
   for (const auto& l : f.leases) o << "gpool_lease_workers{lease=" << quoted(l.lease) << "} " << l.workers << '\n';
   family(o, "gpool_lease_kernel_launches_total", "counter", "Kernels and graphs the lease's workers here launched.");
   for (const auto& l : f.leases) o << "gpool_lease_kernel_launches_total{lease=" << quoted(l.lease) << "} " << l.launches << '\n';
+  family(o, "gpool_lease_compute_ahead_seconds", "gauge",
+         "Device time the lease's processes took past its share, as the driver counts it, on its device most ahead "
+         "(paid back at its share's rate while it idles); past --compute-audit its processes are ended. Leases below a "
+         "whole GPU, with the audit on.");
+  for (const auto& l : f.leases)
+    if (l.ahead_ns) o << "gpool_lease_compute_ahead_seconds{lease=" << quoted(l.lease) << "} " << static_cast<double>(*l.ahead_ns) / 1e9 << '\n';
   shareFigures(o, f.shares);
   return o.str();
 }

@@ -33,6 +33,7 @@ struct LeaseFigures {
   std::string lease;
   unsigned workers = 0;
   uint64_t launches = 0;  // kernels its workers launched, the ended ones' included
+  std::optional<int64_t> ahead_ns;  // device time taken past its share, as the driver counts (compute_audit.h)
 };
 
 struct ServerFigures {
@@ -44,6 +45,7 @@ struct ServerFigures {
   std::vector<LeaseFigures> leases;
   std::vector<ShareFigures> shares;
   uint64_t memory_overruns = 0;  // leases whose processes were ended for holding more than their cap (memory_audit.h)
+  uint64_t compute_overruns = 0;  // ... for taking more device time than their share and --compute-audit (compute_audit.h)
 };
 
 // The figures as Prometheus text (version 0.0.4).

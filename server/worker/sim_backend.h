@@ -36,6 +36,9 @@ struct SimOptions {
   uint64_t context_bytes = 0;
   std::shared_ptr<budget::SharedBudget> device;
   int slot = 0;
+  // The device time this worker's kernels take, counted in its `slot` (ns) as each one ends: what the driver
+  // counts of a process on a GPU, which gpool-server audits (server/src/compute_audit.h).
+  std::shared_ptr<budget::SharedBudget> busy;
 };
 
 class SimBackend : public Backend {

@@ -66,6 +66,9 @@ int main(int argc, char** argv) {
   int budget_fd = -1, device_budget_fd = -1, budget_slot = 0;
   app.add_option("--memory-budget-fd", budget_fd, "the lease's memory budget, shared with its other workers (from gpool-server)");
   app.add_option("--device-budget-fd", device_budget_fd, "sim: the device's memory, shared by every worker of the server");
+  int device_busy_fd = -1;
+  app.add_option("--device-busy-fd", device_busy_fd,
+                 "sim: gpool-server's page of the device time each worker's kernels took (what the driver counts on a GPU)");
   app.add_option("--budget-slot", budget_slot, "this worker's slot in the shared budgets");
   int launch_counter_fd = -1;
   app.add_option("--launch-counter-fd", launch_counter_fd,
@@ -161,6 +164,7 @@ int main(int argc, char** argv) {
     if (budget_fd >= 0) shared.lease = gpool::budget::SharedBudget::adopt(budget_fd);
     if (device_budget_fd >= 0) shared.device = gpool::budget::SharedBudget::adopt(device_budget_fd);
     if (launch_counter_fd >= 0) launch_counter = gpool::budget::SharedBudget::adopt(launch_counter_fd);
+    if (device_busy_fd >= 0) sim.busy = gpool::budget::SharedBudget::adopt(device_busy_fd);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 2;

@@ -16,7 +16,10 @@ PROGRAM = os.path.join(BUILD, "tests", "cuda_compute_share")
 
 class ComputeShares(unittest.TestCase):
     def setUp(self):
-        self.cluster = Cluster(servers=1, ttl="1s", memory=GIB, server_args=["--sim-kernels", KERNELS])
+        # --compute-audit 0.5: a lease more than half a second of the device's time past its share is ended
+        # (gpool-server reads what the driver counts: server/src/compute_audit.h). Those kept to their share by
+        # their workers' pacing never come near it.
+        self.cluster = Cluster(servers=1, ttl="1s", memory=GIB, server_args=["--sim-kernels", KERNELS, "--compute-audit", "0.5"])
 
     def tearDown(self):
         self.cluster.close()
@@ -31,6 +34,7 @@ class ComputeShares(unittest.TestCase):
         out, err = self.run_program("0.25", "2", "1000", "0.25", "2")  # two processes, checked against 0.25 together
         self.assertIn("ALL PASSED", out)
         print(out.strip(), file=sys.stderr)
+        self.assertNotIn("--compute-audit", self.cluster.log("sim0"))  # at its share: never named, nor ended
         log = self.cluster.log("sim0")
         paced = re.findall(r"compute share 0\.25: the client's kernels ran ([\d.]+) s on the device; its launches waited ([\d.]+) s", log)
         self.assertEqual(len(paced), 2, log)  # each worker says what it enforced
@@ -41,6 +45,17 @@ class ComputeShares(unittest.TestCase):
         self.assertIsNotNone(said, err)
         print(said.group(0), file=sys.stderr)
         self.assertGreater(float(said.group(2)), 0)
+
+    def test_one_kernel_longer_than_the_compute_audit_allows_is_ended(self):
+        # A quarter of the GPU, and kernels of 2 s: the first keeps the device for 1.5 s past the lease's share
+        # (its worker can only make it wait that off afterwards), more than --compute-audit's 0.5 s.
+        p = self.cluster.gpool("run", "-p", "0.25", "--", PROGRAM, "30", "2000000")
+        out, err = p.communicate(timeout=120)
+        log = self.cluster.log("sim0")
+        self.assertNotEqual(p.returncode, 0, out + err)
+        self.assertRegex(log, r"lease L[0-9a-f]+: its processes took 1\.\d s of device 0's time past its share of 0\.25, as the "
+                              r"driver counts it, more than the 0\.5 s --compute-audit allows")
+        print(err.strip()[-600:], file=sys.stderr)
 
     def test_a_whole_gpu_is_not_paced(self):
         out, err = self.run_program("1", "1", "1000")  # (its share, about 0.95 here, is printed, not checked: no timed assertions)

@@ -9,6 +9,9 @@ worker for every client but the one it takes over).
    IPC (if NVML charged it to the importer too, the audit would count it twice).
 2. A worker taken over allocates 3 GiB past its lease's cap with the driver itself (around its ledger):
    the server ends it within a few seconds, naming its lease, while the first lease's program holds on.
+3. --compute-audit against the driver's count of device time (NVML's per-process utilization): a lease of
+   0.5 whose program keeps to its share (its worker paces it) stays near its share, as /metrics shows what
+   the server reads; one whose kernels run 8 s at a share of 0.25 is ended past --compute-audit 5.
 Prints a line per check, "audit: NAME: PASS|FAIL ...", and exits 1 when one fails.
 `--backend sim` runs the same on the sim backend (no GPU: the taken-over worker counts the memory in the
 emulated device's page instead), to check this script where there is no GPU.
@@ -30,6 +33,7 @@ import cluster  # noqa: E402  (BUILD is sys.argv[1])
 from cluster import GIB, MEMCAP, Cluster, wait_for  # noqa: E402
 
 TAKEN_OVER = os.path.join(HERE, "..", "security", "taken_over_worker.py")
+SHARE = os.path.join(cluster.BUILD, "tests", "cuda_compute_share")  # kernels that keep the device busy
 MIB = 1 << 20
 failed = []
 
@@ -54,7 +58,7 @@ def nvml_used_mib(pid):
 def metric(c, name, labels=""):
     port = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", c.log("sim0")).group(1)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        m = re.search("^" + re.escape(name) + r"(\{[^}]*" + re.escape(labels) + r"[^}]*\})? ([0-9.e+]+)$", r.read().decode(), re.M)
+        m = re.search("^" + re.escape(name) + r"(\{[^}]*" + re.escape(labels) + r"[^}]*\})? ([0-9.e+-]+)$", r.read().decode(), re.M)
     return float(m.group(2)) if m else None
 
 
@@ -132,6 +136,42 @@ def ipc_and_torch(c, lease, first_worker, before):
         p.wait()
 
 
+def compute(c):
+    """A lease at its share, and one whose kernels are longer than --compute-audit allows."""
+    if not os.path.exists(SHARE):
+        return say("compute", True, "skipped: cuda_compute_share is built only with nvcc")
+    status, bea = c.http("POST", "/v1/leases", {"user": "bea", "p": 0.5})
+    assert status == 201, bea
+    p = subprocess.Popen([SHARE, "8", "1000", "0.5"], env=c.client_env(bea["shares"][0]), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    most = 0.0
+    while p.poll() is None:
+        ahead = metric(c, "gpool_lease_compute_ahead_seconds", bea["id"])
+        most = max(most, ahead or 0.0)
+        time.sleep(0.5)
+    out = p.stdout.read().strip().splitlines()
+    named = f"lease {bea['id']}: its processes took" in c.log("sim0")
+    say("at_share", p.returncode == 0 and not named and most < 1,
+        f"a lease of 0.5 paced by its worker ({out[-1] if out else 'no output'}): at most {most:.3f} s of device time "
+        f"ahead of its share as the driver counts it (--compute-audit 5; named in the log: {named})")
+    status, cal = c.http("POST", "/v1/leases", {"user": "cal", "p": 0.25})
+    assert status == 201, cal
+    t0 = time.time()
+    p = subprocess.Popen([SHARE, "60", "8000000"], env=c.client_env(cal["shares"][0]), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    try:
+        rc = p.wait(120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rc = p.wait()
+    said = re.search(rf"lease {cal['id']}: its processes took [\d.]+ s of device \d+'s time past its share of 0\.25, as the "
+                     r"driver counts it, more than the 5 s", c.log("sim0"))
+    say("long_kernel", rc != 0 and said is not None,
+        f"kernels of 8 s at a share of 0.25: the program ended after {time.time() - t0:.1f} s (exit {rc}); the server "
+        f"said: {said and said.group(0)}")
+    say("compute_metric", metric(c, "gpool_server_compute_overruns_total") == 1, "gpool_server_compute_overruns_total is 1")
+
+
 def main():
     backend = sys.argv[sys.argv.index("--backend") + 1] if "--backend" in sys.argv else "cuda"
     out = sys.argv[2]
@@ -145,7 +185,7 @@ def main():
     os.environ.update(GPOOL_TEST_TAKEOVER=os.path.join(drop, "take-over-next"),
                       GPOOL_TEST_REAL_WORKER=os.path.join(cluster.BUILD, "server", "gpool-worker"))
     c = Cluster(servers=1, ttl="120s", memory=8 * GIB, backend=backend, server_args=[
-        "--worker", TAKEN_OVER, "--metrics", "127.0.0.1:0", "--log-level", "debug",
+        "--worker", TAKEN_OVER, "--metrics", "127.0.0.1:0", "--log-level", "debug", "--compute-audit", "5",
         *(["--sim-kernels", cluster.KERNELS] if backend == "sim" else [])])
     progs = []
     try:
@@ -193,6 +233,8 @@ def main():
         say("metric", metric(c, "gpool_server_memory_overruns_total") == 1, "gpool_server_memory_overruns_total is 1")
         open(go, "w").close()
         say("victim_ends", first.wait(60) == 0, "the first lease's program then ends as it should")
+        # 3. Device time, as the driver counts it.
+        compute(c)
     finally:
         for p in progs:
             if p.poll() is None:

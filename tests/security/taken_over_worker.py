@@ -54,6 +54,21 @@ def hold_device_memory(fd, slot, size):
             page[offset:offset + 8] = value.to_bytes(8, "little")
 
 
+def take_device_time(fd, slot, seconds):
+    """Counts all of the device's time in its slot of the sim's page of device time (ns), for `seconds`, as the
+    driver counts a worker that launched around its lease's pace, or lowered it (shared_budget.cpp's layout)."""
+    with mmap.mmap(fd, os.fstat(fd).st_size) as page:
+        end = last = time.monotonic()
+        end += seconds
+        while last < end:
+            time.sleep(0.05)
+            now = time.monotonic()
+            for offset in (16, 24 + 8 * slot):
+                value = int.from_bytes(page[offset:offset + 8], "little") + int((now - last) * 1e9)
+                page[offset:offset + 8] = value.to_bytes(8, "little")
+            last = now
+
+
 def allocate_with_the_driver(size):
     """Allocates `size` bytes on device 0 with NVIDIA's driver itself (a GPU machine), around the worker's
     ledger, as a client that took over its worker could; returns the CUresult (0: allocated, and held)."""
@@ -139,9 +154,13 @@ def main():
     if plan.get("device_bytes"):
         hold_device_memory(int(arg("--device-budget-fd")), int(arg("--budget-slot")), plan["device_bytes"])
         report["device memory"] = "held"
+    if plan.get("device_time"):  # taken below, once the report is written
+        report["device time"] = "taking"
     with open(plan["report"] + ".part", "w") as f:
         json.dump(report, f)
     os.rename(plan["report"] + ".part", plan["report"])
+    if plan.get("device_time"):  # all of the GPU's time, past its lease's share, until it is ended
+        take_device_time(int(arg("--device-busy-fd")), int(arg("--budget-slot")), plan["device_time"])
     if plan.get("stay"):  # holds what it took, serving nothing, until it is ended
         time.sleep(plan["stay"])
     return 1  # its client gets no answer: the connection closes

@@ -217,6 +217,35 @@ class WithoutWorkerUsers(TakenOverWorker):
         self.assertEqual(attacker_prog.wait(30) != 0, True)
 
 
+@unittest.skipUnless(os.path.exists(LOOP), "cuda_launch_loop is built only with nvcc")
+class WithComputeAudit(TakenOverWorker):
+    server_args = ["--compute-audit", "1"]
+
+    def test_a_taken_over_worker_taking_more_than_its_share_as_the_driver_counts_is_ended(self):
+        # It keeps the GPU busy around its lease's pacing (the driver's count, here the sim device's, says so):
+        # half a second past its share of 0.5 each second, it is named past half the limit, then ended past
+        # it. The other lease, at its share all along, is never named and goes on.
+        victim, prog, worker = self.start_victim()
+        report, attacker, attacker_prog = self.take_over(worker, device_time=60)
+        self.assertEqual(report["device time"], "taking")
+        (taken,) = self.workers_of(attacker)
+        self.assertTrue(wait_for(lambda: gone(taken), timeout=20), self.cluster.log("sim0"))
+        log = self.cluster.log("sim0")
+        said = rf"lease {attacker['id']}: its processes took [\d.]+ s of device 0's time past its share of 0\.50, as the driver counts it"
+        self.assertRegex(log, said + r"; past 1 s \(--compute-audit\) they are ended")
+        self.assertRegex(log, said + rf", more than the 1 s --compute-audit allows .*; ending {taken}")
+        self.assertEqual(self.metric("gpool_server_compute_overruns_total", ""), 1)
+        self.assertNotIn(f"lease {victim['id']}: its processes took", log)
+        self.assertIsNone(prog.poll(), "the victim still runs")
+        self.assertNotEqual(attacker_prog.wait(30), 0)
+        # The victim's standing, as /metrics shows it: at its share, nothing ahead to speak of.
+        port = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", log).group(1)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            ahead = re.search(r'^gpool_lease_compute_ahead_seconds\{lease="' + victim["id"] + r'"\} (\S+)', r.read().decode(), re.M)
+        self.assertIsNotNone(ahead)
+        self.assertLess(float(ahead.group(1)), 0.5)
+
+
 @unittest.skipIf(NOT_ROOT, "--worker-uids needs gpool-server to run as root")
 @unittest.skipUnless(os.path.exists(LOOP), "cuda_launch_loop is built only with nvcc")
 class WithWorkerUsers(TakenOverWorker):

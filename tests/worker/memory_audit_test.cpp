@@ -106,13 +106,14 @@ TEST(MemoryAudit, AProcessOfNoLeaseAndALeaseWithoutACapAreLetBe) {
 
 TEST(MemoryAudit, NvmlIsOpenedOnlyWhereTheDriversLibraryIs) {
   std::string why;
-  auto nvml = NvmlProcessMemory::open(why);
+  auto nvml = NvmlDeviceUse::open(why);
   if (!nvml) {
     EXPECT_NE(why.find("libnvidia-ml.so.1"), std::string::npos) << why;
     GTEST_SKIP() << "no NVIDIA driver here: " << why;
   }
-  auto held = nvml->read(why);
-  ASSERT_TRUE(held.has_value()) << why;
+  auto use = nvml->read(why);
+  ASSERT_TRUE(use.has_value()) << why;
+  EXPECT_TRUE(use->busy.has_value()) << use->busy_why;
 }
 
 }  // namespace

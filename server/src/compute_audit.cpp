@@ -1,0 +1,84 @@
+#include "compute_audit.h"
+
+#include <algorithm>
+
+#include "lease_processes.h"
+
+namespace gpool::server {
+
+// Each lease's share of each device its workers have a context on: its shares there, summed (two shares of
+// one lease may be on one GPU), at most a whole GPU.
+std::map<ComputeAudit::Key, double> ComputeAudit::fractions(const std::set<DeviceProcess>& present,
+                                                            const std::vector<Lease>& leases) const {
+  std::map<pid_t, std::vector<int>> devices_of;
+  for (const auto& [device, pid] : present) devices_of[pid].push_back(device);
+  std::map<Key, double> fraction;
+  for (const Lease& lease : leases) {
+    std::map<std::pair<int, int>, double> shares;  // (device, share) -> fraction
+    for (size_t w = 0; w < lease.workers.size() && w < lease.shares.size(); ++w)
+      if (auto d = devices_of.find(lease.workers[w]); d != devices_of.end())
+        for (int device : d->second) shares[{device, lease.shares[w].number}] = lease.shares[w].fraction;
+    for (const auto& [where, f] : shares) {
+      double& sum = fraction[{lease.id, where.first}];
+      sum = std::min(1.0, sum + f);
+    }
+  }
+  return fraction;
+}
+
+std::vector<ComputeAudit::Finding> ComputeAudit::audit(const ProcessBusy& busy, const std::set<DeviceProcess>& present,
+                                                       int64_t elapsed_ns, const std::vector<Lease>& leases) {
+  ProcessOwners owners(leases);
+  std::map<Key, double> fraction = fractions(present, leases);
+  std::map<Key, std::pair<int64_t, std::vector<pid_t>>> used;  // device time its processes took, and which
+  for (const auto& [where, ns] : busy)
+    if (auto i = owners.of(where.second)) {
+      auto& [sum, processes] = used[{leases[*i].id, where.first}];
+      sum += ns;
+      processes.push_back(where.second);
+    }
+  std::set<std::string> current;
+  for (const Lease& l : leases) current.insert(l.id);
+  std::set<Key> keys;
+  for (const auto& [key, f] : fraction) keys.insert(key);
+  for (const auto& [key, u] : used) keys.insert(key);
+  for (const auto& [key, s] : state_)
+    if (current.count(key.first)) keys.insert(key);
+
+  std::map<Key, State> next;
+  std::vector<Finding> findings;
+  for (const Key& key : keys) {
+    State s = state_.count(key) ? state_.at(key) : State{};
+    if (auto f = fraction.find(key); f != fraction.end()) s.fraction = f->second;  // (else: as last placed)
+    if (s.fraction >= 1) continue;  // a whole GPU: not paced, not audited
+    auto u = used.find(key);
+    int64_t took = u == used.end() ? 0 : u->second.first;
+    auto paid = static_cast<int64_t>(s.fraction * static_cast<double>(elapsed_ns));
+    s.ahead_ns = std::max<int64_t>(0, s.ahead_ns + took - paid);
+    if (s.ahead_ns == 0) s.warned = false;  // (paid back: past half again is said again)
+    bool over = s.ahead_ns > limit_ns_, halfway = !s.warned && s.ahead_ns > limit_ns_ / 2;
+    if (over || halfway) {
+      Finding found{key.first, key.second, s.fraction, s.ahead_ns, over, {}};
+      if (u != used.end()) found.processes = u->second.second;
+      if (over)
+        for (const Lease& l : leases)
+          if (l.id == key.first)
+            for (pid_t w : l.workers)
+              if (std::find(found.processes.begin(), found.processes.end(), w) == found.processes.end()) found.processes.push_back(w);
+      findings.push_back(std::move(found));
+      s.warned = true;
+    }
+    if (over) continue;  // (its processes end: it starts anew)
+    if (s.ahead_ns > 0 || fraction.count(key)) next[key] = s;
+  }
+  state_ = std::move(next);
+  return findings;
+}
+
+std::map<std::string, int64_t> ComputeAudit::ahead() const {
+  std::map<std::string, int64_t> most;
+  for (const auto& [key, s] : state_) most[key.first] = std::max(most[key.first], s.ahead_ns);
+  return most;
+}
+
+}  // namespace gpool::server

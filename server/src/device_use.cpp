@@ -1,0 +1,177 @@
+#include "device_use.h"
+
+#include <dlfcn.h>
+#include <time.h>
+
+#include <algorithm>
+#include <climits>
+#include <type_traits>
+
+#include "shared_budget.h"
+
+namespace gpool::server {
+
+int64_t monotonicNs() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+DeviceUse SimDeviceUse::read(const std::vector<Worker>& workers) {
+  DeviceUse use;
+  int64_t now = monotonicNs();
+  use.elapsed_ns = now - last_read_ns_;
+  last_read_ns_ = now;
+  use.busy.emplace();
+  std::map<DeviceProcess, uint64_t> counts;
+  for (const Worker& w : workers) {
+    if (w.slot < 0) continue;
+    DeviceProcess where{w.device, w.pid};
+    use.present.insert(where);
+    use.memory[w.pid] = memory_->heldBy(w.slot);
+    uint64_t count = counts[where] = busy_->heldBy(w.slot);
+    auto last = last_busy_.find(where);
+    uint64_t before = last == last_busy_.end() || last->second > count ? 0 : last->second;  // (a worker first seen: from 0)
+    if (count > before) (*use.busy)[where] = static_cast<int64_t>(std::min<uint64_t>(count - before, INT64_MAX));
+  }
+  last_busy_ = std::move(counts);
+  return use;
+}
+
+// --- NVML, as the driver's library answers (only what the audits read of it) -----------------------------
+namespace {
+using nvmlDevice_t = struct nvmlDevice_st*;
+struct nvmlProcessInfo_v2_t {  // what nvmlDeviceGetComputeRunningProcesses_v3 fills
+  unsigned int pid;
+  unsigned long long usedGpuMemory;  // ULLONG_MAX: not available
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+};
+struct nvmlProcessUtilizationSample_t {  // what nvmlDeviceGetProcessUtilization fills
+  unsigned int pid;
+  unsigned long long timeStamp;  // µs
+  unsigned int smUtil, memUtil, encUtil, decUtil;  // percent
+};
+constexpr int kNvmlSuccess = 0, kNvmlNotFound = 6, kNvmlInsufficientSize = 7;
+}  // namespace
+
+struct NvmlDeviceUse::Api {
+  void* lib = nullptr;
+  int (*init)() = nullptr;
+  int (*shutdown)() = nullptr;
+  int (*count)(unsigned*) = nullptr;
+  int (*handle)(unsigned, nvmlDevice_t*) = nullptr;
+  int (*processes)(nvmlDevice_t, unsigned*, nvmlProcessInfo_v2_t*) = nullptr;
+  int (*utilization)(nvmlDevice_t, nvmlProcessUtilizationSample_t*, unsigned*, unsigned long long) = nullptr;
+  const char* (*error)(int) = nullptr;
+  std::string said(int rc) const { return error ? error(rc) : "NVML error " + std::to_string(rc); }
+};
+
+std::unique_ptr<NvmlDeviceUse> NvmlDeviceUse::open(std::string& why) {
+  auto api = std::make_unique<Api>();
+  api->lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!api->lib) {
+    why = std::string("cannot load libnvidia-ml.so.1: ") + ::dlerror();
+    return nullptr;
+  }
+  auto find = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(api->lib, name));
+    return fn != nullptr;
+  };
+  find(api->error, "nvmlErrorString");
+  find(api->utilization, "nvmlDeviceGetProcessUtilization");  // (without it, device time is not known)
+  if (!find(api->init, "nvmlInit_v2") || !find(api->shutdown, "nvmlShutdown") || !find(api->count, "nvmlDeviceGetCount_v2") ||
+      !find(api->handle, "nvmlDeviceGetHandleByIndex_v2") || !find(api->processes, "nvmlDeviceGetComputeRunningProcesses_v3")) {
+    why = "libnvidia-ml.so.1 lacks nvmlDeviceGetComputeRunningProcesses_v3 (a driver older than 470?)";
+    ::dlclose(api->lib);
+    return nullptr;
+  }
+  if (int rc = api->init(); rc != kNvmlSuccess) {
+    why = "nvmlInit: " + api->said(rc);
+    ::dlclose(api->lib);
+    return nullptr;
+  }
+  return std::unique_ptr<NvmlDeviceUse>(new NvmlDeviceUse(std::move(api)));
+}
+
+NvmlDeviceUse::NvmlDeviceUse(std::unique_ptr<Api> api) : api_(std::move(api)), last_read_ns_(monotonicNs()) {}
+
+NvmlDeviceUse::~NvmlDeviceUse() {
+  api_->shutdown();
+  ::dlclose(api_->lib);
+}
+
+std::optional<DeviceUse> NvmlDeviceUse::read(std::string& why) {
+  unsigned devices = 0;
+  if (int rc = api_->count(&devices); rc != kNvmlSuccess) {
+    why = "nvmlDeviceGetCount: " + api_->said(rc);
+    return std::nullopt;
+  }
+  DeviceUse use;
+  int64_t now = monotonicNs();
+  use.elapsed_ns = now - last_read_ns_;
+  last_read_ns_ = now;
+  last_seen_.resize(devices, 0);
+  if (api_->utilization) use.busy.emplace();
+  else use.busy_why = "libnvidia-ml.so.1 lacks nvmlDeviceGetProcessUtilization";
+  for (unsigned d = 0; d < devices; ++d) {
+    nvmlDevice_t device = nullptr;
+    if (int rc = api_->handle(d, &device); rc != kNvmlSuccess) {
+      why = "nvmlDeviceGetHandleByIndex(" + std::to_string(d) + "): " + api_->said(rc);
+      return std::nullopt;
+    }
+    std::vector<nvmlProcessInfo_v2_t> infos(64);
+    unsigned n = static_cast<unsigned>(infos.size());
+    int rc = api_->processes(device, &n, infos.data());
+    for (int tries = 0; rc == kNvmlInsufficientSize && tries < 3; ++tries) {  // (more started meanwhile)
+      infos.resize(n + 64);
+      n = static_cast<unsigned>(infos.size());
+      rc = api_->processes(device, &n, infos.data());
+    }
+    if (rc != kNvmlSuccess) {
+      why = "nvmlDeviceGetComputeRunningProcesses(" + std::to_string(d) + "): " + api_->said(rc);
+      return std::nullopt;
+    }
+    for (unsigned i = 0; i < n && i < infos.size(); ++i) {
+      auto pid = static_cast<pid_t>(infos[i].pid);
+      use.present.insert({static_cast<int>(d), pid});
+      if (infos[i].usedGpuMemory != ULLONG_MAX) use.memory[pid] += infos[i].usedGpuMemory;
+    }
+    if (use.busy && !readBusy(d, device, use.elapsed_ns, use)) use.busy.reset();
+  }
+  return use;
+}
+
+// Each process's samples newer than the last read: their mean share of the SMs' time, times the time since
+// the last read. False (and use.busy_why) when NVML cannot say.
+bool NvmlDeviceUse::readBusy(unsigned d, void* handle, int64_t elapsed_ns, DeviceUse& use) {
+  auto device = static_cast<nvmlDevice_t>(handle);
+  unsigned n = 0;
+  int rc = api_->utilization(device, nullptr, &n, last_seen_[d]);
+  std::vector<nvmlProcessUtilizationSample_t> samples;
+  for (int tries = 0; (rc == kNvmlSuccess || rc == kNvmlInsufficientSize) && n > 0 && tries < 3; ++tries) {
+    samples.resize(n + 16);
+    n = static_cast<unsigned>(samples.size());
+    rc = api_->utilization(device, samples.data(), &n, last_seen_[d]);
+    if (rc != kNvmlInsufficientSize) break;
+  }
+  if (rc == kNvmlNotFound || (rc == kNvmlSuccess && samples.empty())) return true;  // (no process was busy)
+  if (rc != kNvmlSuccess) {
+    use.busy_why = "nvmlDeviceGetProcessUtilization(" + std::to_string(d) + "): " + api_->said(rc);
+    return false;
+  }
+  std::map<pid_t, std::pair<uint64_t, unsigned>> sums;  // percent summed, samples
+  for (unsigned i = 0; i < n && i < samples.size(); ++i) {
+    const auto& s = samples[i];
+    if (s.timeStamp <= last_seen_[d]) continue;
+    auto& [percent, count] = sums[static_cast<pid_t>(s.pid)];
+    percent += std::min(s.smUtil, 100u), ++count;
+    last_seen_[d] = std::max(last_seen_[d], s.timeStamp);
+  }
+  for (const auto& [pid, sum] : sums)
+    if (sum.first > 0)
+      (*use.busy)[{static_cast<int>(d), pid}] = static_cast<int64_t>(static_cast<double>(elapsed_ns) * sum.first / sum.second / 100);
+  return true;
+}
+
+}  // namespace gpool::server

@@ -1,0 +1,80 @@
+// What the driver counts each process on this host's GPUs using, read by gpool-server from outside its
+// workers for its audits (memory_audit.h, compute_audit.h): the device memory each holds, where each has a
+// context, and the device time each took since the last read. On a GPU, through NVML (the driver's
+// libnvidia-ml.so.1, loaded here); on sim, the server reads the emulated device's pages instead (listener.cpp).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpool::budget {
+class SharedBudget;
+}
+
+namespace gpool::server {
+
+// CLOCK_MONOTONIC now, in ns.
+int64_t monotonicNs();
+
+using ProcessMemory = std::map<pid_t, uint64_t>;  // bytes of device memory each process holds, on every device
+using DeviceProcess = std::pair<int, pid_t>;      // a process on one device (as the reader numbers devices)
+using ProcessBusy = std::map<DeviceProcess, int64_t>;  // ns of device time each took since the last read
+
+struct DeviceUse {
+  ProcessMemory memory;
+  std::set<DeviceProcess> present;  // the processes with a context on each device, busy or not
+  int64_t elapsed_ns = 0;           // since the last read
+  std::optional<ProcessBusy> busy;  // nullopt: not known (busy_why says why)
+  std::string busy_why;
+};
+
+// NVML's counts: nvmlDeviceGetComputeRunningProcesses_v3 (memory, and where each process has a context) and
+// nvmlDeviceGetProcessUtilization (each process's share of the SMs' time over the driver's recent
+// samples; times the time since the last read, an estimate of the device time it took).
+class NvmlDeviceUse {
+ public:
+  // Null, and `why`, when NVML cannot be loaded or started.
+  static std::unique_ptr<NvmlDeviceUse> open(std::string& why);
+  ~NvmlDeviceUse();
+  // Nullopt, and `why`, when the processes cannot be read now.
+  std::optional<DeviceUse> read(std::string& why);
+
+ private:
+  struct Api;
+  explicit NvmlDeviceUse(std::unique_ptr<Api> api);
+  bool readBusy(unsigned device, void* handle, int64_t elapsed_ns, DeviceUse& use);
+  std::unique_ptr<Api> api_;
+  std::vector<unsigned long long> last_seen_;  // per device: the newest utilization sample read (µs)
+  int64_t last_read_ns_ = 0;                   // CLOCK_MONOTONIC
+};
+
+// The sim backend's counts, which stand for the driver's: the emulated device's memory each worker holds
+// (one page for the server's workers, a slot each) and the device time each worker's kernels took (another
+// such page, in ns, counted as each kernel ends).
+class SimDeviceUse {
+ public:
+  struct Worker {
+    pid_t pid = 0;
+    int slot = 0;    // its slot in both pages
+    int device = 0;  // the device it serves
+  };
+  SimDeviceUse(std::shared_ptr<budget::SharedBudget> memory, std::shared_ptr<budget::SharedBudget> busy)
+      : memory_(std::move(memory)), busy_(std::move(busy)), last_read_ns_(monotonicNs()) {}
+  DeviceUse read(const std::vector<Worker>& workers);
+
+ private:
+  std::shared_ptr<budget::SharedBudget> memory_, busy_;
+  std::map<DeviceProcess, uint64_t> last_busy_;  // each worker's count at the last read
+  int64_t last_read_ns_;
+};
+
+
+}  // namespace gpool::server

@@ -1,0 +1,141 @@
+#include "use_audits.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace gpool::server {
+
+namespace {
+
+// The leases with workers here, as an audit takes them: each one's id, workers and (with --worker-uids) uid,
+// and what `add` takes of each worker.
+template <class Lease, class Add>
+std::vector<Lease> leasesServed(const UseAudits::Served& served, Add add) {
+  std::map<std::string, Lease> by_id;
+  for (const UseAudits::Worker& w : served.workers) {
+    if (w.lease.empty()) continue;
+    Lease& l = by_id[w.lease];
+    l.id = w.lease;
+    l.workers.push_back(w.pid);
+    if (served.by_uid) l.uid = w.uid;
+    add(l, w);
+  }
+  std::vector<Lease> leases;
+  for (auto& [id, l] : by_id) leases.push_back(std::move(l));
+  return leases;
+}
+
+}  // namespace
+
+std::unique_ptr<UseAudits> UseAudits::start(asio::io_context& io, const Settings& settings, Sim sim,
+                                            std::function<Served()> served, std::function<void()> before_each) {
+  if (!settings.memory && settings.compute_limit_ns <= 0) return nullptr;
+  std::unique_ptr<UseAudits> audits(new UseAudits(io, settings));
+  if (sim.memory && sim.busy) {
+    audits->sim_.emplace(std::move(sim.memory), std::move(sim.busy));
+  } else {
+    std::string why;
+    audits->nvml_ = NvmlDeviceUse::open(why);
+    if (!audits->nvml_) {
+      spdlog::warn("leases' device memory and time are not checked from outside their workers (--memory-audit, "
+                   "--compute-audit): {}; each worker's own checks of its lease's cap and share stand alone", why);
+      return nullptr;
+    }
+  }
+  audits->served_ = std::move(served);
+  audits->before_each_ = std::move(before_each);
+  audits->later();
+  return audits;
+}
+
+UseAudits::UseAudits(asio::io_context& io, const Settings& settings) : timer_(io), settings_(settings) {
+  if (settings.memory) memory_.emplace(settings.per_worker);
+  if (settings.compute_limit_ns > 0) compute_.emplace(settings.compute_limit_ns);
+}
+
+std::map<std::string, int64_t> UseAudits::computeAhead() const {
+  return compute_ ? compute_->ahead() : std::map<std::string, int64_t>{};
+}
+
+void UseAudits::later() {
+  timer_.expires_after(std::chrono::milliseconds(settings_.interval_ms));
+  timer_.async_wait([this](const asio::error_code& ec) {
+    if (ec) return;
+    tick();
+    later();
+  });
+}
+
+void UseAudits::tick() {
+  before_each_();
+  Served served = served_();
+  std::string why;
+  std::optional<DeviceUse> use;
+  if (sim_) {
+    std::vector<SimDeviceUse::Worker> placed;
+    for (const Worker& w : served.workers) placed.push_back({w.pid, w.slot, w.device});
+    use = sim_->read(placed);
+  } else {
+    use = nvml_->read(why);
+  }
+  if (!use) {
+    if (!unread_) spdlog::warn("cannot read what each process uses of the GPU: {} (the audits try again)", why);
+    unread_ = true;
+    return;
+  }
+  unread_ = false;
+  if (memory_) checkMemory(*use, served);
+  if (compute_) checkCompute(*use, served);
+}
+
+void UseAudits::checkMemory(const DeviceUse& use, const Served& served) {
+  auto leases = leasesServed<MemoryAudit::Lease>(served, [&](MemoryAudit::Lease& l, const Worker& w) {
+    if (auto cap = served.caps.find(w.lease); cap != served.caps.end()) l.cap = cap->second;
+  });
+  for (const auto& o : memory_->audit(use.memory, leases)) {
+    ++memory_overruns_;
+    std::string pids;
+    for (pid_t pid : o.processes) pids += (pids.empty() ? "" : ", ") + std::to_string(pid);
+    spdlog::error("lease {}: its processes hold {} MiB of device memory as the driver counts it, past the {} MiB of its cap "
+                  "and its workers' contexts (--context-memory): a worker went around its lease's cap; ending {}",
+                  o.lease, o.used >> 20, o.allowed >> 20, pids);
+    end(o.processes);
+  }
+}
+
+void UseAudits::checkCompute(const DeviceUse& use, const Served& served) {
+  if (!use.busy) {
+    if (!busy_unread_)
+      spdlog::warn("leases' device time is not checked from outside their workers (--compute-audit): {}; each worker's "
+                   "own pacing of its lease's share stands alone", use.busy_why);
+    busy_unread_ = true;
+    return;
+  }
+  busy_unread_ = false;
+  auto leases = leasesServed<ComputeAudit::Lease>(served, [](ComputeAudit::Lease& l, const Worker& w) { l.shares.push_back(w.share); });
+  double limit_s = static_cast<double>(settings_.compute_limit_ns) / 1e9;
+  for (const auto& f : compute_->audit(*use.busy, use.present, use.elapsed_ns, leases)) {
+    double ahead_s = static_cast<double>(f.ahead_ns) / 1e9;
+    if (!f.over) {
+      spdlog::warn("lease {}: its processes took {:.1f} s of device {}'s time past its share of {:.2f}, as the driver "
+                   "counts it; past {:g} s (--compute-audit) they are ended", f.lease, ahead_s, f.device, f.fraction, limit_s);
+      continue;
+    }
+    ++compute_overruns_;
+    std::string pids;
+    for (pid_t pid : f.processes) pids += (pids.empty() ? "" : ", ") + std::to_string(pid);
+    spdlog::error("lease {}: its processes took {:.1f} s of device {}'s time past its share of {:.2f}, as the driver counts "
+                  "it, more than the {:g} s --compute-audit allows (a kernel that long, or a worker that went around its "
+                  "lease's share); ending {}", f.lease, ahead_s, f.device, f.fraction, limit_s, pids);
+    end(f.processes);
+  }
+}
+
+void UseAudits::end(const std::vector<pid_t>& processes) {
+  for (pid_t pid : processes) ::kill(pid, SIGKILL);
+}
+
+}  // namespace gpool::server
