@@ -2,9 +2,12 @@
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 namespace gpool::server {
 
@@ -102,7 +105,7 @@ void UseAudits::checkMemory(const DeviceUse& use, const Served& served) {
     spdlog::error("lease {}: its processes hold {} MiB of device memory as the driver counts it, past the {} MiB of its cap "
                   "and its workers' contexts (--context-memory): a worker went around its lease's cap; ending {}",
                   o.lease, o.used >> 20, o.allowed >> 20, pids);
-    end(o.processes);
+    end(o.processes, served, WorkerStop::kMemoryAudit);
   }
 }
 
@@ -130,12 +133,31 @@ void UseAudits::checkCompute(const DeviceUse& use, const Served& served) {
     spdlog::error("lease {}: its processes took {:.1f} s of device {}'s time past its share of {:.2f}, as the driver counts "
                   "it, more than the {:g} s --compute-audit allows (a kernel that long, or a worker that went around its "
                   "lease's share); ending {}", f.lease, ahead_s, f.device, f.fraction, limit_s, pids);
-    end(f.processes);
+    end(f.processes, served, WorkerStop::kComputeAudit);
   }
 }
 
-void UseAudits::end(const std::vector<pid_t>& processes) {
-  for (pid_t pid : processes) ::kill(pid, SIGKILL);
+void UseAudits::end(const std::vector<pid_t>& processes, const Served& served, WorkerStop why) {
+  std::set<pid_t> workers;
+  for (const Worker& w : served.workers) workers.insert(w.pid);
+  auto told = std::make_shared<std::vector<int>>();  // pidfds of the workers told why
+  for (pid_t pid : processes) {
+    int fd = workers.count(pid) ? static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)) : -1;
+    if (fd < 0 || ::sigqueue(pid, SIGTERM, sigval{.sival_int = static_cast<int>(why)}) != 0) {
+      ::kill(pid, SIGKILL);  // (no worker, or no pidfd on this kernel: at once)
+      if (fd >= 0) ::close(fd);
+      continue;
+    }
+    told->push_back(fd);
+  }
+  if (told->empty()) return;
+  auto timer = std::make_shared<asio::steady_timer>(timer_.get_executor(), std::chrono::milliseconds(kGraceMs));
+  timer->async_wait([timer, told](const asio::error_code&) {
+    for (int fd : *told) {
+      ::syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);  // (ended already: nothing; its pid is not reused while fd is open)
+      ::close(fd);
+    }
+  });
 }
 
 }  // namespace gpool::server

@@ -2,7 +2,8 @@
 // (--memory-audit seconds apart) it reads what the driver counts each process using (device_use.h: NVML on a
 // GPU, the emulated device's pages on sim), checks each lease's device memory against its cap
 // (memory_audit.h) and its device time against its share (compute_audit.h), and ends the processes of a
-// lease past either, saying why in the log and counting it for /metrics.
+// lease past either, saying why in the log (and to the lease's program, through its workers) and counting
+// it for /metrics.
 #pragma once
 
 #include <sys/types.h>
@@ -18,6 +19,7 @@
 
 #include "compute_audit.h"
 #include "device_use.h"
+#include "gpool/worker_stop.h"
 #include "memory_audit.h"
 
 namespace gpool::server {
@@ -62,7 +64,10 @@ class UseAudits {
   void tick();
   void checkMemory(const DeviceUse& use, const Served& served);
   void checkCompute(const DeviceUse& use, const Served& served);
-  void end(const std::vector<pid_t>& processes);
+  // Ends a lease's processes: its workers with a SIGTERM that says `why` (which their clients are told) and
+  // SIGKILL kGraceMs later, through a pidfd (a pid used again meanwhile is safe); the others at once.
+  void end(const std::vector<pid_t>& processes, const Served& served, WorkerStop why);
+  static constexpr int kGraceMs = 2000;
 
   asio::steady_timer timer_;
   Settings settings_;

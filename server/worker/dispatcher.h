@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "alive_signal.h"
+#include "gpool/worker_stop.h"
 #include "backend.h"
 #include "compute_share.h"
 #include "graph_memory.h"
@@ -29,7 +30,7 @@
 namespace gpool::worker {
 
 // Why a worker stopped serving a client whose lease ended: its log's reason, and what the client is told.
-inline constexpr const char* kLeaseEndedReason = "its lease ended at the allocator (released, expired, preempted or past its time limit)";
+inline constexpr const char* kLeaseEndedReason = workerStopReason(static_cast<int>(WorkerStop::kLeaseEnded));
 
 struct ServeResult {
   bool clean = false;  // the client closed the connection

@@ -24,6 +24,14 @@ sigset_t termOnly() {
 
 }  // namespace
 
+// gpool-server's SIGTERM: its lease ended, or with a value queued (sigqueue), what else the server ended it for.
+std::string Revocation::reasonOf(const siginfo_t& info) const {
+  if (info.si_pid != server_)
+    return "gpool-worker was stopped (SIGTERM from process " + std::to_string(info.si_pid) + ", not its gpool-server)";
+  const char* why = info.si_code == SI_QUEUE ? workerStopReason(info.si_value.sival_int) : nullptr;
+  return why ? why : kLeaseEndedReason;
+}
+
 Revocation& Revocation::watch(pid_t server) {
   sigset_t set = termOnly();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
@@ -60,9 +68,7 @@ void Revocation::loop() {
       spdlog::info("SIGTERM again: this worker already stopped serving its client");
       continue;
     }
-    why_ = info.si_pid == server_ ? kLeaseEndedReason
-                                  : "gpool-worker was stopped (SIGTERM from process " + std::to_string(info.si_pid) +
-                                        ", not its gpool-server)";
+    why_ = reasonOf(info);
     if (!serving_) {
       spdlog::info("{}, while it serves no client", why_);
       continue;

@@ -5,11 +5,14 @@
 // is. A worker still inside a driver call (a kernel that does not end) kStopGraceMs after SIGTERM ends then;
 // gpool-server then keeps its lease charged for what other processes hold of its memory (held_exports.h).
 // SIGTERM from another process (an init system stopping the whole service) does the same, and the worker
-// says who sent it.
+// says who sent it. gpool-server's SIGTERM may carry why it stops the worker (gpool/worker_stop.h: an audit
+// found its lease past its cap or share), which the worker tells its client instead.
 #pragma once
 
-#include <condition_variable>
+#include <signal.h>
 #include <sys/types.h>
+
+#include <condition_variable>
 
 #include <mutex>
 #include <string>
@@ -33,6 +36,7 @@ class Revocation {
   explicit Revocation(pid_t server) : server_(server) {}
   void loop();
   void stop();  // (mu_ held, serving_ and why_ set)
+  std::string reasonOf(const siginfo_t& info) const;
 
   std::mutex mu_;
   std::condition_variable served_;

@@ -55,6 +55,10 @@ class ComputeShares(unittest.TestCase):
         self.assertNotEqual(p.returncode, 0, out + err)
         self.assertRegex(log, r"lease L[0-9a-f]+: its processes took 1\.\d s of device 0's time past its share of 0\.25, as the "
                               r"driver counts it, more than the 0\.5 s --compute-audit allows")
+        # The program is told why: its worker's last frame (gpool-server's SIGTERM carried the reason).
+        self.assertRegex(err, r"gpool: error: lost the connection to gpool-server at \S+ \(the worker ended the connection: "
+                              r"gpool-server ended it: its lease's processes kept the GPU busy further past the lease's share "
+                              r"of its time than --compute-audit allows")
         print(err.strip()[-600:], file=sys.stderr)
 
     def test_a_whole_gpu_is_not_paced(self):
