@@ -67,7 +67,7 @@ check two 120 two
 check cache 60 cache
 check idle 40 idle
 check users 40 users  # --worker-uids: the driver used by workers that are users of their own (needs root)
-check audit 60 audit  # --memory-audit: a worker taken over allocates past its cap with the driver itself
+check audit 150 audit  # --memory-audit: a worker taken over allocates past its cap with the driver itself; --compute-audit against NVML
 echo "done with $((deadline - SECONDS)) s of the budget left" | tee -a "$out/steps.txt"
 pack
 rm -rf "$work"
