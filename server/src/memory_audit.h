@@ -1,9 +1,10 @@
 // Where a lease's device memory is checked from outside its workers. Each worker enforces its lease's
 // memory cap on every allocation (memory_ledger.h), and counts what it holds in pages it can write: a
 // worker taken over by its client could go around the ledger, call the driver itself, or lower its count.
-// So gpool-server also reads what the driver counts each process holding (NVML on a GPU; on sim, the
-// emulated device's count, which stands for the driver's: device_use.h), and ends a lease's processes when they hold
-// more than its cap and what each worker's context takes (--context-memory), at two audits running.
+// So gpool-server also reads what the driver counts each process holding (device_use.h: NVML on a GPU; on
+// sim, the emulated device's count, which stands for the driver's), and ends a lease's processes when they
+// hold more than its cap and what each worker's context takes (--context-memory), at two audits running
+// (use_audits.h ends them).
 #pragma once
 
 #include <sys/types.h>
