@@ -1,6 +1,7 @@
 #include "device_use.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <algorithm>
@@ -15,6 +16,12 @@ int64_t monotonicNs() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+bool inHostPidNamespace() {
+  constexpr ino_t kInitialPidNamespace = 0xEFFFFFFCu;  // (the kernel's PROC_PID_INIT_INO)
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) != 0 || st.st_ino == kInitialPidNamespace;  // (unreadable: assume so)
 }
 
 DeviceUse SimDeviceUse::read(const std::vector<Worker>& workers) {

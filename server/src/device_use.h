@@ -24,6 +24,10 @@ namespace gpool::server {
 // CLOCK_MONOTONIC now, in ns.
 int64_t monotonicNs();
 
+// Whether this process is in the host's pid namespace, whose pids NVML names processes by: in a container's
+// own, NVML's pids are not this server's, and the audits can tell none of its workers.
+bool inHostPidNamespace();
+
 using ProcessMemory = std::map<pid_t, uint64_t>;  // bytes of device memory each process holds, on every device
 using DeviceProcess = std::pair<int, pid_t>;      // a process on one device (as the reader numbers devices)
 using ProcessBusy = std::map<DeviceProcess, int64_t>;  // ns of device time each took since the last read

@@ -47,6 +47,10 @@ std::unique_ptr<UseAudits> UseAudits::start(asio::io_context& io, const Settings
                    "--compute-audit): {}; each worker's own checks of its lease's cap and share stand alone", why);
       return nullptr;
     }
+    if (!inHostPidNamespace())
+      spdlog::warn("gpool-server runs in a pid namespace of its own (a container): NVML names processes by the host's "
+                   "pids, so --memory-audit and --compute-audit can tell none of this server's workers and end nothing; "
+                   "run it in the host's pid namespace (docker run --pid=host; Kubernetes: hostPID: true)");
   }
   audits->served_ = std::move(served);
   audits->before_each_ = std::move(before_each);

@@ -4,6 +4,7 @@
 #include "compute_audit.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -182,6 +183,33 @@ TEST(SimDeviceUse, WhatEachWorkerTookSinceTheLastRead) {
   workers[0].pid = kWorker + 10;
   EXPECT_EQ(*sim.read(workers).busy, (ProcessBusy{{{0, kWorker + 10}, 20}}));
   EXPECT_GT(sim.read(workers).elapsed_ns, 0);
+}
+
+TEST(DeviceUse, APidNamespaceOfItsOwnIsToldFromTheHosts) {
+  if (!inHostPidNamespace()) GTEST_SKIP() << "this test runs in a pid namespace of its own already";
+  if (::geteuid() != 0) GTEST_SKIP() << "a pid namespace of its own needs root";
+  int told[2];
+  ASSERT_EQ(::pipe(told), 0);
+  pid_t outer = ::fork();
+  if (outer == 0) {  // (unshare: the next child is the first process of a new pid namespace)
+    if (::unshare(CLONE_NEWPID) != 0) ::_exit(2);
+    pid_t inner = ::fork();
+    if (inner == 0) {
+      char said = inHostPidNamespace() ? 'h' : 'o';
+      ::_exit(::write(told[1], &said, 1) == 1 ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(inner, &status, 0);
+    ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+  }
+  int status = 0;
+  ::waitpid(outer, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 2) GTEST_SKIP() << "the kernel refused a new pid namespace here";
+  char said = 0;
+  ASSERT_EQ(::read(told[0], &said, 1), 1);
+  EXPECT_EQ(said, 'o');
+  ::close(told[0]), ::close(told[1]);
 }
 
 }  // namespace
