@@ -1,10 +1,21 @@
 #include "compute_audit.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "lease_processes.h"
 
 namespace gpool::server {
+
+namespace {
+
+// a + b for counts that are never below 0, at most INT64_MAX: what a worker taken over wrote in a page it
+// can reach (on sim) must not wrap a lease's count round.
+int64_t saturated(int64_t a, int64_t b) {
+  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
+}
+
+}  // namespace
 
 // Each lease's share of each device its workers have a context on: its shares there, summed (two shares of
 // one lease may be on one GPU), at most a whole GPU.
@@ -34,7 +45,7 @@ std::vector<ComputeAudit::Finding> ComputeAudit::audit(const ProcessBusy& busy, 
   for (const auto& [where, ns] : busy)
     if (auto i = owners.of(where.second)) {
       auto& [sum, processes] = used[{leases[*i].id, where.first}];
-      sum += ns;
+      sum = saturated(sum, ns);
       processes.push_back(where.second);
     }
   std::set<std::string> current;
@@ -54,7 +65,7 @@ std::vector<ComputeAudit::Finding> ComputeAudit::audit(const ProcessBusy& busy, 
     auto u = used.find(key);
     int64_t took = u == used.end() ? 0 : u->second.first;
     auto paid = static_cast<int64_t>(s.fraction * static_cast<double>(elapsed_ns));
-    s.ahead_ns = std::max<int64_t>(0, s.ahead_ns + took - paid);
+    s.ahead_ns = std::max<int64_t>(0, saturated(s.ahead_ns, took) - paid);
     if (s.ahead_ns == 0) s.warned = false;  // (paid back: past half again is said again)
     bool over = s.ahead_ns > limit_ns_, halfway = !s.warned && s.ahead_ns > limit_ns_ / 2;
     if (over || halfway) {

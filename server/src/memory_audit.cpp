@@ -1,6 +1,7 @@
 #include "memory_audit.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 
 #include "lease_processes.h"
@@ -18,7 +19,7 @@ std::vector<MemoryAudit::Overrun> MemoryAudit::audit(const ProcessMemory& held, 
     if (bytes == 0) continue;
     if (auto i = owners.of(pid)) {
       Overrun& o = found[*i];
-      o.used += bytes;
+      o.used = o.used > UINT64_MAX - bytes ? UINT64_MAX : o.used + bytes;  // (no wrapping round below the cap)
       o.processes.push_back(pid);
     }
   }

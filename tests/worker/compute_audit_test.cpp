@@ -164,6 +164,17 @@ TEST(ComputeAudit, ALeaseGoneIsForgotten) {
   EXPECT_TRUE(audit.ahead().empty());
 }
 
+TEST(ComputeAudit, AnAbsurdCountIsHeldNotWrapped) {
+  // On sim, a worker taken over can write its own slot of the device's page: the largest counts there are
+  // held at the most a count can be, never wrapped round to a small one (nor overflowed: UB).
+  ComputeAudit audit(10 * kSecond);
+  std::vector<ComputeAudit::Lease> leases = {lease("L1", {kWorker, kOther}, 0.5)};
+  auto f = second(audit, leases, {{{0, kWorker}, INT64_MAX}, {{0, kOther}, INT64_MAX}});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_TRUE(f[0].over);
+  EXPECT_EQ(f[0].ahead_ns, INT64_MAX - kSecond / 2);
+}
+
 TEST(SimDeviceUse, WhatEachWorkerTookSinceTheLastRead) {
   auto memory = budget::SharedBudget::create(1 << 30), busy = budget::SharedBudget::create(UINT64_MAX);
   SimDeviceUse sim(memory, busy);
@@ -183,6 +194,8 @@ TEST(SimDeviceUse, WhatEachWorkerTookSinceTheLastRead) {
   workers[0].pid = kWorker + 10;
   EXPECT_EQ(*sim.read(workers).busy, (ProcessBusy{{{0, kWorker + 10}, 20}}));
   EXPECT_GT(sim.read(workers).elapsed_ns, 0);
+  busy->add(3, UINT64_MAX - 100);  // (a worker taken over, writing its own slot)
+  EXPECT_EQ(*sim.read(workers).busy, (ProcessBusy{{{1, kOther}, INT64_MAX}}));
 }
 
 TEST(DeviceUse, APidNamespaceOfItsOwnIsToldFromTheHosts) {

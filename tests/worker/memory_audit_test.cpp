@@ -104,6 +104,20 @@ TEST(MemoryAudit, AProcessOfNoLeaseAndALeaseWithoutACapAreLetBe) {
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(audit.audit(held, leases).empty());
 }
 
+TEST(MemoryAudit, AbsurdCountsAreHeldNotWrappedRoundBelowTheCap) {
+  // Two processes of a lease whose counts (a worker taken over can write its own, on sim) add up past 2**64:
+  // the sum is held at its most, not wrapped round to 1 MiB.
+  pid_t other = child();
+  MemoryAudit audit(0);
+  std::vector<MemoryAudit::Lease> leases = {{"L1", 100 * kMiB, {::getpid(), other}, std::nullopt}};
+  ProcessMemory held = {{::getpid(), UINT64_MAX - kMiB + 1}, {other, 2 * kMiB}};
+  audit.audit(held, leases);
+  auto overruns = audit.audit(held, leases);
+  ASSERT_EQ(overruns.size(), 1u);
+  EXPECT_EQ(overruns[0].used, UINT64_MAX);
+  end(other);
+}
+
 TEST(MemoryAudit, NvmlIsOpenedOnlyWhereTheDriversLibraryIs) {
   std::string why;
   auto nvml = NvmlDeviceUse::open(why);
