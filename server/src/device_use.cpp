@@ -153,26 +153,26 @@ std::optional<DeviceUse> NvmlDeviceUse::read(std::string& why) {
 // the last read. False (and use.busy_why) when NVML cannot say.
 bool NvmlDeviceUse::readBusy(unsigned d, void* handle, int64_t elapsed_ns, DeviceUse& use) {
   auto device = static_cast<nvmlDevice_t>(handle);
-  unsigned n = 0;
-  int rc = api_->utilization(device, nullptr, &n, last_seen_[d]);
-  std::vector<nvmlProcessUtilizationSample_t> samples;
-  for (int tries = 0; (rc == kNvmlSuccess || rc == kNvmlInsufficientSize) && n > 0 && tries < 3; ++tries) {
-    samples.resize(n + 16);
+  std::vector<nvmlProcessUtilizationSample_t> samples(64);
+  unsigned n = static_cast<unsigned>(samples.size());
+  int rc = api_->utilization(device, samples.data(), &n, last_seen_[d]);
+  for (int tries = 0; rc == kNvmlInsufficientSize && tries < 3; ++tries) {  // (more processes than room)
+    samples.resize(std::max<size_t>(n, samples.size()) + 64);
     n = static_cast<unsigned>(samples.size());
     rc = api_->utilization(device, samples.data(), &n, last_seen_[d]);
-    if (rc != kNvmlInsufficientSize) break;
   }
-  if (rc == kNvmlNotFound || (rc == kNvmlSuccess && samples.empty())) return true;  // (no process was busy)
+  if (rc == kNvmlNotFound) return true;  // (no sample since the last read: no process was busy)
   if (rc != kNvmlSuccess) {
     use.busy_why = "nvmlDeviceGetProcessUtilization(" + std::to_string(d) + "): " + api_->said(rc);
     return false;
   }
   std::map<pid_t, std::pair<uint64_t, unsigned>> sums;  // percent summed, samples
+  const unsigned long long since = last_seen_[d];
   for (unsigned i = 0; i < n && i < samples.size(); ++i) {
     const auto& s = samples[i];
-    if (s.timeStamp <= last_seen_[d]) continue;
+    if (s.timeStamp <= since) continue;
     auto& [percent, count] = sums[static_cast<pid_t>(s.pid)];
-    percent += std::min(s.smUtil, 100u), ++count;
+    percent += std::min(s.smUtil, 100u), ++count;  // (drivers have been seen to say more than 100)
     last_seen_[d] = std::max(last_seen_[d], s.timeStamp);
   }
   for (const auto& [pid, sum] : sums)
