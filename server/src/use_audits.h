@@ -8,7 +8,6 @@
 
 #include <sys/types.h>
 
-#include <asio.hpp>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -16,6 +15,9 @@
 #include <optional>
 #include <string>
 #include <vector>
+// (after a standard header: asio's configuration reads libstdc++'s, and every file of a program must read it
+// alike; before one, its handlers' memory came from operator new here and was freed by free() elsewhere)
+#include <asio.hpp>
 
 #include "compute_audit.h"
 #include "device_use.h"
