@@ -107,9 +107,9 @@ int main(int argc, char** argv) {
   double compute_s = 30;
   app.add_option("--compute-audit", compute_s,
                  "seconds of device time a lease below a whole GPU may take past its share, as the driver counts it (NVML; "
-                 "on sim, the emulated device's count), before its processes are ended: a kernel that long, or a worker "
-                 "taken over by its client that went around its pacing, would otherwise keep the GPU from the other "
-                 "leases on it (read at each --memory-audit tick, 1 s when that is 0; 0: no audit)")
+                 "on sim, the emulated device's count), before its processes are ended: one kernel longer than this over "
+                 "(1 - share), or a worker taken over by its client that went around its pacing, would otherwise keep "
+                 "the GPU from the other leases on it (read at each --memory-audit tick, 1 s when that is 0; 0: no audit)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
