@@ -15,6 +15,14 @@ int64_t saturated(int64_t a, int64_t b) {
   return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
 }
 
+// `processes`, and the workers of lease `id` not among them (all are ended).
+void addWorkers(std::vector<pid_t>& processes, const std::string& id, const std::vector<ComputeAudit::Lease>& leases) {
+  for (const ComputeAudit::Lease& l : leases)
+    if (l.id == id)
+      for (pid_t w : l.workers)
+        if (std::find(processes.begin(), processes.end(), w) == processes.end()) processes.push_back(w);
+}
+
 }  // namespace
 
 // Each lease's share of each device its workers have a context on: its shares there, summed (two shares of
@@ -48,13 +56,11 @@ std::vector<ComputeAudit::Finding> ComputeAudit::audit(const ProcessBusy& busy, 
       sum = saturated(sum, ns);
       processes.push_back(where.second);
     }
-  std::set<std::string> current;
-  for (const Lease& l : leases) current.insert(l.id);
-  std::set<Key> keys;
+  std::set<Key> keys;  // where a lease has a share or took time, and where one still here was ahead
   for (const auto& [key, f] : fraction) keys.insert(key);
   for (const auto& [key, u] : used) keys.insert(key);
   for (const auto& [key, s] : state_)
-    if (current.count(key.first)) keys.insert(key);
+    if (std::any_of(leases.begin(), leases.end(), [&](const Lease& l) { return l.id == key.first; })) keys.insert(key);
 
   std::map<Key, State> next;
   std::vector<Finding> findings;
@@ -71,11 +77,7 @@ std::vector<ComputeAudit::Finding> ComputeAudit::audit(const ProcessBusy& busy, 
     if (over || halfway) {
       Finding found{key.first, key.second, s.fraction, s.ahead_ns, over, {}};
       if (u != used.end()) found.processes = u->second.second;
-      if (over)
-        for (const Lease& l : leases)
-          if (l.id == key.first)
-            for (pid_t w : l.workers)
-              if (std::find(found.processes.begin(), found.processes.end(), w) == found.processes.end()) found.processes.push_back(w);
+      if (over) addWorkers(found.processes, key.first, leases);
       findings.push_back(std::move(found));
       s.warned = true;
     }
