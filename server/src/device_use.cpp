@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include <algorithm>
 #include <climits>
@@ -12,10 +11,11 @@
 
 namespace gpool::server {
 
-int64_t monotonicNs() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+int64_t ReadClock::elapsedNs() {
+  auto now = std::chrono::steady_clock::now();
+  auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_).count();
+  last_ = now;
+  return elapsed;
 }
 
 bool inHostPidNamespace() {
@@ -26,9 +26,7 @@ bool inHostPidNamespace() {
 
 DeviceUse SimDeviceUse::read(const std::vector<Worker>& workers) {
   DeviceUse use;
-  int64_t now = monotonicNs();
-  use.elapsed_ns = now - last_read_ns_;
-  last_read_ns_ = now;
+  use.elapsed_ns = clock_.elapsedNs();
   use.busy.emplace();
   std::map<DeviceProcess, uint64_t> counts;
   for (const Worker& w : workers) {
@@ -101,7 +99,7 @@ std::unique_ptr<NvmlDeviceUse> NvmlDeviceUse::open(std::string& why) {
   return std::unique_ptr<NvmlDeviceUse>(new NvmlDeviceUse(std::move(api)));
 }
 
-NvmlDeviceUse::NvmlDeviceUse(std::unique_ptr<Api> api) : api_(std::move(api)), last_read_ns_(monotonicNs()) {}
+NvmlDeviceUse::NvmlDeviceUse(std::unique_ptr<Api> api) : api_(std::move(api)) {}
 
 NvmlDeviceUse::~NvmlDeviceUse() {
   api_->shutdown();
@@ -115,9 +113,7 @@ std::optional<DeviceUse> NvmlDeviceUse::read(std::string& why) {
     return std::nullopt;
   }
   DeviceUse use;
-  int64_t now = monotonicNs();
-  use.elapsed_ns = now - last_read_ns_;
-  last_read_ns_ = now;
+  use.elapsed_ns = clock_.elapsedNs();
   last_seen_.resize(devices, 0);
   if (api_->utilization) use.busy.emplace();
   else use.busy_why = "libnvidia-ml.so.1 lacks nvmlDeviceGetProcessUtilization";

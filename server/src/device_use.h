@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -21,9 +22,6 @@ class SharedBudget;
 
 namespace gpool::server {
 
-// CLOCK_MONOTONIC now, in ns.
-int64_t monotonicNs();
-
 // Whether this process is in the host's pid namespace, whose pids NVML names processes by: in a container's
 // own, NVML's pids are not this server's, and the audits can tell none of its workers.
 bool inHostPidNamespace();
@@ -31,6 +29,16 @@ bool inHostPidNamespace();
 using ProcessMemory = std::map<pid_t, uint64_t>;  // bytes of device memory each process holds, on every device
 using DeviceProcess = std::pair<int, pid_t>;      // a process on one device (as the reader numbers devices)
 using ProcessBusy = std::map<DeviceProcess, int64_t>;  // ns of device time each took since the last read
+
+// The time between a reader's reads (steady_clock: CLOCK_MONOTONIC).
+class ReadClock {
+ public:
+  // Since the last call (the first: since made).
+  int64_t elapsedNs();
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
 
 struct DeviceUse {
   ProcessMemory memory;
@@ -57,7 +65,7 @@ class NvmlDeviceUse {
   bool readBusy(unsigned device, void* handle, int64_t elapsed_ns, DeviceUse& use);
   std::unique_ptr<Api> api_;
   std::vector<unsigned long long> last_seen_;  // per device: the newest utilization sample read (µs)
-  int64_t last_read_ns_ = 0;                   // CLOCK_MONOTONIC
+  ReadClock clock_;
 };
 
 // The sim backend's counts, which stand for the driver's: the emulated device's memory each worker holds
@@ -71,14 +79,13 @@ class SimDeviceUse {
     int device = 0;  // the device it serves
   };
   SimDeviceUse(std::shared_ptr<budget::SharedBudget> memory, std::shared_ptr<budget::SharedBudget> busy)
-      : memory_(std::move(memory)), busy_(std::move(busy)), last_read_ns_(monotonicNs()) {}
+      : memory_(std::move(memory)), busy_(std::move(busy)) {}
   DeviceUse read(const std::vector<Worker>& workers);
 
  private:
   std::shared_ptr<budget::SharedBudget> memory_, busy_;
   std::map<DeviceProcess, uint64_t> last_busy_;  // each worker's count at the last read
-  int64_t last_read_ns_;
+  ReadClock clock_;
 };
-
 
 }  // namespace gpool::server
