@@ -58,6 +58,21 @@ struct nvmlProcessUtilizationSample_t {  // what nvmlDeviceGetProcessUtilization
   unsigned int smUtil, memUtil, encUtil, decUtil;  // percent
 };
 constexpr int kNvmlSuccess = 0, kNvmlNotFound = 6, kNvmlInsufficientSize = 7;
+
+// NVML's answer to `ask(&n, entries)` with room for 64 entries, and more while it says it needs more
+// (processes started meanwhile), up to three times; `n`: the entries it filled.
+template <class Entry, class Ask>
+int askWithRoom(std::vector<Entry>& entries, unsigned& n, Ask ask) {
+  entries.resize(64);
+  n = static_cast<unsigned>(entries.size());
+  int rc = ask(&n, entries.data());
+  for (int tries = 0; rc == kNvmlInsufficientSize && tries < 3; ++tries) {
+    entries.resize(std::max<size_t>(n, entries.size()) + 64);
+    n = static_cast<unsigned>(entries.size());
+    rc = ask(&n, entries.data());
+  }
+  return rc;
+}
 }  // namespace
 
 struct NvmlDeviceUse::Api {
@@ -123,14 +138,9 @@ std::optional<DeviceUse> NvmlDeviceUse::read(std::string& why) {
       why = "nvmlDeviceGetHandleByIndex(" + std::to_string(d) + "): " + api_->said(rc);
       return std::nullopt;
     }
-    std::vector<nvmlProcessInfo_v2_t> infos(64);
-    unsigned n = static_cast<unsigned>(infos.size());
-    int rc = api_->processes(device, &n, infos.data());
-    for (int tries = 0; rc == kNvmlInsufficientSize && tries < 3; ++tries) {  // (more started meanwhile)
-      infos.resize(n + 64);
-      n = static_cast<unsigned>(infos.size());
-      rc = api_->processes(device, &n, infos.data());
-    }
+    std::vector<nvmlProcessInfo_v2_t> infos;
+    unsigned n = 0;
+    int rc = askWithRoom(infos, n, [&](unsigned* room, nvmlProcessInfo_v2_t* into) { return api_->processes(device, room, into); });
     if (rc != kNvmlSuccess) {
       why = "nvmlDeviceGetComputeRunningProcesses(" + std::to_string(d) + "): " + api_->said(rc);
       return std::nullopt;
@@ -149,14 +159,11 @@ std::optional<DeviceUse> NvmlDeviceUse::read(std::string& why) {
 // the last read. False (and use.busy_why) when NVML cannot say.
 bool NvmlDeviceUse::readBusy(unsigned d, void* handle, int64_t elapsed_ns, DeviceUse& use) {
   auto device = static_cast<nvmlDevice_t>(handle);
-  std::vector<nvmlProcessUtilizationSample_t> samples(64);
-  unsigned n = static_cast<unsigned>(samples.size());
-  int rc = api_->utilization(device, samples.data(), &n, last_seen_[d]);
-  for (int tries = 0; rc == kNvmlInsufficientSize && tries < 3; ++tries) {  // (more processes than room)
-    samples.resize(std::max<size_t>(n, samples.size()) + 64);
-    n = static_cast<unsigned>(samples.size());
-    rc = api_->utilization(device, samples.data(), &n, last_seen_[d]);
-  }
+  std::vector<nvmlProcessUtilizationSample_t> samples;
+  unsigned n = 0;
+  int rc = askWithRoom(samples, n, [&](unsigned* room, nvmlProcessUtilizationSample_t* into) {
+    return api_->utilization(device, into, room, last_seen_[d]);
+  });
   if (rc == kNvmlNotFound) return true;  // (no sample since the last read: no process was busy)
   if (rc != kNvmlSuccess) {
     use.busy_why = "nvmlDeviceGetProcessUtilization(" + std::to_string(d) + "): " + api_->said(rc);
