@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "alive_signal.h"
-#include "gpool/worker_stop.h"
 #include "backend.h"
 #include "compute_share.h"
 #include "graph_memory.h"
@@ -26,6 +25,7 @@
 #include "transport_switch.h"
 #include "gpool/protocol/frame_io.h"
 #include "gpool/protocol/transport.h"
+#include "gpool/worker_stop.h"
 
 namespace gpool::worker {
 

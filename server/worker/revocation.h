@@ -13,7 +13,6 @@
 #include <sys/types.h>
 
 #include <condition_variable>
-
 #include <mutex>
 #include <string>
 
