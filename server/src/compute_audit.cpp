@@ -25,18 +25,13 @@ void addWorkers(std::vector<pid_t>& processes, const std::string& id, const std:
 
 }  // namespace
 
-// Each lease's share of each device its workers have a context on: its shares there, summed (two shares of
-// one lease may be on one GPU), at most a whole GPU.
-std::map<ComputeAudit::Key, double> ComputeAudit::fractions(const std::set<DeviceProcess>& present,
-                                                            const std::vector<Lease>& leases) const {
-  std::map<pid_t, std::vector<int>> devices_of;
-  for (const auto& [device, pid] : present) devices_of[pid].push_back(device);
+// Each lease's share of each device it has shares on: its shares there, summed (two shares of one lease may
+// be on one GPU), at most a whole GPU. (Two workers of one share on one device count it once.)
+std::map<ComputeAudit::Key, double> ComputeAudit::fractions(const std::vector<Lease>& leases) {
   std::map<Key, double> fraction;
   for (const Lease& lease : leases) {
     std::map<std::pair<int, int>, double> shares;  // (device, share) -> fraction
-    for (size_t w = 0; w < lease.workers.size() && w < lease.shares.size(); ++w)
-      if (auto d = devices_of.find(lease.workers[w]); d != devices_of.end())
-        for (int device : d->second) shares[{device, lease.shares[w].number}] = lease.shares[w].fraction;
+    for (const Share& share : lease.shares) shares[{share.device, share.number}] = share.fraction;
     for (const auto& [where, f] : shares) {
       double& sum = fraction[{lease.id, where.first}];
       sum = std::min(1.0, sum + f);
@@ -45,10 +40,10 @@ std::map<ComputeAudit::Key, double> ComputeAudit::fractions(const std::set<Devic
   return fraction;
 }
 
-std::vector<ComputeAudit::Finding> ComputeAudit::audit(const ProcessBusy& busy, const std::set<DeviceProcess>& present,
-                                                       int64_t elapsed_ns, const std::vector<Lease>& leases) {
+std::vector<ComputeAudit::Finding> ComputeAudit::audit(const ProcessBusy& busy, int64_t elapsed_ns,
+                                                       const std::vector<Lease>& leases) {
   ProcessOwners owners(leases);
-  std::map<Key, double> fraction = fractions(present, leases);
+  std::map<Key, double> fraction = fractions(leases);
   std::map<Key, std::pair<int64_t, std::vector<pid_t>>> used;  // device time its processes took, and which
   for (const auto& [where, ns] : busy)
     if (auto i = owners.of(where.second)) {

@@ -29,6 +29,7 @@ class ComputeAudit {
   struct Share {
     int number = 0;       // in the lease's tokens
     double fraction = 1;  // of its GPU's time (1: a whole GPU, which is not audited)
+    int device = 0;       // the GPU it is on, as gpool-server numbers them
   };
   struct Lease {
     std::string id;
@@ -47,11 +48,10 @@ class ComputeAudit {
 
   explicit ComputeAudit(int64_t limit_ns) : limit_ns_(limit_ns) {}
 
-  // `busy`: what each process took over the last `elapsed_ns`; `present`: where each has a context, which
-  // places a lease's shares on the devices. Returns the leases past the limit, and those past half of it
-  // for the first time.
-  std::vector<Finding> audit(const ProcessBusy& busy, const std::set<DeviceProcess>& present, int64_t elapsed_ns,
-                             const std::vector<Lease>& leases);
+  // `busy`: what each process took over the last `elapsed_ns`, on each device. A lease's share on a device
+  // is that of its shares there (a context its worker made on another GPU brings no share with it: time there
+  // is all ahead). Returns the leases past the limit, and those past half of it for the first time.
+  std::vector<Finding> audit(const ProcessBusy& busy, int64_t elapsed_ns, const std::vector<Lease>& leases);
 
   // How far ahead of its share each audited lease is, on its device most ahead (for /metrics).
   std::map<std::string, int64_t> ahead() const;
@@ -63,7 +63,7 @@ class ComputeAudit {
     bool warned = false;  // past half the limit, and said so
   };
   using Key = std::pair<std::string, int>;  // (lease, device)
-  std::map<Key, double> fractions(const std::set<DeviceProcess>& present, const std::vector<Lease>& leases) const;
+  static std::map<Key, double> fractions(const std::vector<Lease>& leases);
   int64_t limit_ns_;
   std::map<Key, State> state_;
 };

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <type_traits>
 
 #include "shared_budget.h"
@@ -32,7 +33,6 @@ DeviceUse SimDeviceUse::read(const std::vector<Worker>& workers) {
   for (const Worker& w : workers) {
     if (w.slot < 0) continue;
     DeviceProcess where{w.device, w.pid};
-    use.present.insert(where);
     use.memory[w.pid] = memory_->heldBy(w.slot);
     uint64_t count = counts[where] = busy_->heldBy(w.slot);
     auto last = last_busy_.find(where);
@@ -83,11 +83,28 @@ struct NvmlDeviceUse::Api {
   int (*handle)(unsigned, nvmlDevice_t*) = nullptr;
   int (*processes)(nvmlDevice_t, unsigned*, nvmlProcessInfo_v2_t*) = nullptr;
   int (*utilization)(nvmlDevice_t, nvmlProcessUtilizationSample_t*, unsigned*, unsigned long long) = nullptr;
+  int (*uuid)(nvmlDevice_t, char*, unsigned) = nullptr;
   const char* (*error)(int) = nullptr;
   std::string said(int rc) const { return error ? error(rc) : "NVML error " + std::to_string(rc); }
 };
 
-std::unique_ptr<NvmlDeviceUse> NvmlDeviceUse::open(std::string& why) {
+std::optional<std::vector<int>> serverNumbers(const std::vector<std::string>& nvml, const std::vector<std::string>& served,
+                                              std::string& why) {
+  std::vector<int> numbers(nvml.size());
+  for (size_t d = 0; d < nvml.size(); ++d) {
+    auto at = std::find(served.begin(), served.end(), nvml[d]);
+    numbers[d] = served.empty() ? static_cast<int>(d) : at != served.end() ? static_cast<int>(at - served.begin()) : -1 - static_cast<int>(d);
+  }
+  for (size_t g = 0; g < served.size(); ++g)
+    if (std::find(nvml.begin(), nvml.end(), served[g]) == nvml.end()) {
+      why = "this server's device " + std::to_string(g) + " (" + served[g] + ") is not among NVML's devices" +
+            (served[g].rfind("MIG-", 0) == 0 ? " (a MIG instance: NVML does not count each instance's processes' time)" : "");
+      return std::nullopt;
+    }
+  return numbers;
+}
+
+std::unique_ptr<NvmlDeviceUse> NvmlDeviceUse::open(const std::vector<std::string>& served, std::string& why) {
   auto api = std::make_unique<Api>();
   api->lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!api->lib) {
@@ -100,6 +117,7 @@ std::unique_ptr<NvmlDeviceUse> NvmlDeviceUse::open(std::string& why) {
   };
   find(api->error, "nvmlErrorString");
   find(api->utilization, "nvmlDeviceGetProcessUtilization");  // (without it, device time is not known)
+  find(api->uuid, "nvmlDeviceGetUUID");                         // (nor without this: which device is which)
   if (!find(api->init, "nvmlInit_v2") || !find(api->shutdown, "nvmlShutdown") || !find(api->count, "nvmlDeviceGetCount_v2") ||
       !find(api->handle, "nvmlDeviceGetHandleByIndex_v2") || !find(api->processes, "nvmlDeviceGetComputeRunningProcesses_v3")) {
     why = "libnvidia-ml.so.1 lacks nvmlDeviceGetComputeRunningProcesses_v3 (a driver older than 470?)";
@@ -111,7 +129,36 @@ std::unique_ptr<NvmlDeviceUse> NvmlDeviceUse::open(std::string& why) {
     ::dlclose(api->lib);
     return nullptr;
   }
-  return std::unique_ptr<NvmlDeviceUse>(new NvmlDeviceUse(std::move(api)));
+  std::unique_ptr<NvmlDeviceUse> use(new NvmlDeviceUse(std::move(api)));
+  use->number(served);
+  return use;
+}
+
+// Which of NVML's devices is which of the server's, by UUID (serverNumbers), once: GPUs do not come and go
+// while the driver is loaded.
+void NvmlDeviceUse::number(const std::vector<std::string>& served) {
+  unsigned devices = 0;
+  if (!api_->uuid) {
+    numbers_why_ = "libnvidia-ml.so.1 lacks nvmlDeviceGetUUID";
+    return;
+  }
+  if (int rc = api_->count(&devices); rc != kNvmlSuccess) {
+    numbers_why_ = "nvmlDeviceGetCount: " + api_->said(rc);
+    return;
+  }
+  std::vector<std::string> uuids;
+  for (unsigned d = 0; d < devices; ++d) {
+    nvmlDevice_t device = nullptr;
+    char uuid[96] = {};  // (NVML_DEVICE_UUID_V2_BUFFER_SIZE)
+    int rc = api_->handle(d, &device);
+    if (rc == kNvmlSuccess) rc = api_->uuid(device, uuid, sizeof uuid);
+    if (rc != kNvmlSuccess) {
+      numbers_why_ = "the UUID of NVML's device " + std::to_string(d) + ": " + api_->said(rc);
+      return;
+    }
+    uuids.emplace_back(uuid, ::strnlen(uuid, sizeof uuid));
+  }
+  numbers_ = serverNumbers(uuids, served, numbers_why_);
 }
 
 NvmlDeviceUse::NvmlDeviceUse(std::unique_ptr<Api> api) : api_(std::move(api)) {}
@@ -130,8 +177,9 @@ std::optional<DeviceUse> NvmlDeviceUse::read(std::string& why) {
   DeviceUse use;
   use.elapsed_ns = clock_.elapsedNs();
   last_seen_.resize(devices, 0);
-  if (api_->utilization) use.busy.emplace();
-  else use.busy_why = "libnvidia-ml.so.1 lacks nvmlDeviceGetProcessUtilization";
+  if (!api_->utilization) use.busy_why = "libnvidia-ml.so.1 lacks nvmlDeviceGetProcessUtilization";
+  else if (!numbers_) use.busy_why = "cannot tell which of NVML's devices is which of this server's: " + numbers_why_;
+  else use.busy.emplace();
   for (unsigned d = 0; d < devices; ++d) {
     nvmlDevice_t device = nullptr;
     if (int rc = api_->handle(d, &device); rc != kNvmlSuccess) {
@@ -145,11 +193,8 @@ std::optional<DeviceUse> NvmlDeviceUse::read(std::string& why) {
       why = "nvmlDeviceGetComputeRunningProcesses(" + std::to_string(d) + "): " + api_->said(rc);
       return std::nullopt;
     }
-    for (unsigned i = 0; i < n && i < infos.size(); ++i) {
-      auto pid = static_cast<pid_t>(infos[i].pid);
-      use.present.insert({static_cast<int>(d), pid});
-      if (infos[i].usedGpuMemory != ULLONG_MAX) use.memory[pid] += infos[i].usedGpuMemory;
-    }
+    for (unsigned i = 0; i < n && i < infos.size(); ++i)
+      if (infos[i].usedGpuMemory != ULLONG_MAX) use.memory[static_cast<pid_t>(infos[i].pid)] += infos[i].usedGpuMemory;
     if (use.busy && !readBusy(d, device, use.elapsed_ns, use)) use.busy.reset();
   }
   return use;
@@ -178,9 +223,10 @@ bool NvmlDeviceUse::readBusy(unsigned d, void* handle, int64_t elapsed_ns, Devic
     percent += std::min(s.smUtil, 100u), ++count;  // (drivers have been seen to say more than 100)
     last_seen_[d] = std::max(last_seen_[d], s.timeStamp);
   }
+  int number = d < numbers_->size() ? (*numbers_)[d] : -1 - static_cast<int>(d);  // (a device NVML shows anew: not served)
   for (const auto& [pid, sum] : sums)
     if (sum.first > 0)
-      (*use.busy)[{static_cast<int>(d), pid}] = static_cast<int64_t>(static_cast<double>(elapsed_ns) * sum.first / sum.second / 100);
+      (*use.busy)[{number, pid}] = static_cast<int64_t>(static_cast<double>(elapsed_ns) * sum.first / sum.second / 100);
   return true;
 }
 

@@ -159,6 +159,7 @@ class Server {
         advertise = shown + ":" + std::to_string(acceptor_.local_endpoint().port());
       }
       auto gpus = nlohmann::json::parse(inventory(opt_, backend_, probeUser()));
+      for (const auto& gpu : gpus) gpu_uuids_.push_back(gpu.at("uuid").get<std::string>());
       nlohmann::json reg = {{"name", opt_.name}, {"address", advertise}, {"gpus", gpus}};
       link_ = std::make_unique<AllocatorLink>(
           opt_.allocator, opt_.allocator_ca, server_key, opt_.name, reg.dump(), [this](const std::string& lease) { asio::post(io_, [this, lease] { revoke(lease); }); },
@@ -484,6 +485,7 @@ class Server {
                    : backend_ == "sim"      ? opt_.sim_context_memory
                                             : 2ull << 30;
     s.compute_limit_ns = opt_.compute_audit_ns;
+    s.gpus = gpu_uuids_;
     audits_ = UseAudits::start(io_, s, {sim_memory_, sim_busy_}, [this] { return served(); },
                                [this] { endLeftovers(); });  // (a process a worker started apart may use the GPU unseen)
   }
@@ -492,7 +494,7 @@ class Server {
     UseAudits::Served now;
     now.by_uid = worker_users_ != nullptr;
     for (const auto& [pid, w] : workers_by_pid_)
-      now.workers.push_back({pid, w.lease, w.slot, w.uid, w.device, {w.share, w.fraction}});
+      now.workers.push_back({pid, w.lease, w.slot, w.uid, {w.share, w.fraction, w.device}});
     std::set<std::string> uncapped;
     for (const auto& [key, s] : shares_) {
       if (s.memory) now.caps[key.first] += s.memory->limit();
@@ -821,6 +823,7 @@ class Server {
   bool watching_held_ = false;
   LeaseGate gate_;
   std::array<uint64_t, kRefusals> refused_{};  // connections turned away, by why (/metrics)
+  std::vector<std::string> gpu_uuids_;  // with --allocator: this host's GPUs, as the inventory lists them
   std::unique_ptr<UseAudits> audits_;  // --memory-audit, --compute-audit: leases past their cap or share, as the driver counts
   std::set<pid_t> ended_leftovers_;  // processes workers left, killed, not reaped yet
   std::unique_ptr<MetricsEndpoint> metrics_;   // last: it stops (and stops asking) before the rest goes

@@ -31,6 +31,11 @@ std::vector<Lease> leasesServed(const UseAudits::Served& served, Add add) {
   return leases;
 }
 
+// A device in the audits' logs: gpool-server's number for it, or NVML's for a GPU of the host it does not serve.
+std::string deviceNamed(int device) {
+  return device >= 0 ? "device " + std::to_string(device) : "NVML's device " + std::to_string(-1 - device) + " (not this server's)";
+}
+
 }  // namespace
 
 std::unique_ptr<UseAudits> UseAudits::start(asio::io_context& io, const Settings& settings, Sim sim,
@@ -41,7 +46,7 @@ std::unique_ptr<UseAudits> UseAudits::start(asio::io_context& io, const Settings
     audits->sim_.emplace(std::move(sim.memory), std::move(sim.busy));
   } else {
     std::string why;
-    audits->nvml_ = NvmlDeviceUse::open(why);
+    audits->nvml_ = NvmlDeviceUse::open(settings.gpus, why);
     if (!audits->nvml_) {
       spdlog::warn("leases' device memory and time are not checked from outside their workers (--memory-audit, "
                    "--compute-audit): {}; each worker's own checks of its lease's cap and share stand alone", why);
@@ -83,7 +88,7 @@ void UseAudits::tick() {
   std::optional<DeviceUse> use;
   if (sim_) {
     std::vector<SimDeviceUse::Worker> placed;
-    for (const Worker& w : served.workers) placed.push_back({w.pid, w.slot, w.device});
+    for (const Worker& w : served.workers) placed.push_back({w.pid, w.slot, w.share.device});
     use = sim_->read(placed);
   } else {
     use = nvml_->read(why);
@@ -124,19 +129,20 @@ void UseAudits::checkCompute(const DeviceUse& use, const Served& served) {
   busy_unread_ = false;
   auto leases = leasesServed<ComputeAudit::Lease>(served, [](ComputeAudit::Lease& l, const Worker& w) { l.shares.push_back(w.share); });
   double limit_s = static_cast<double>(settings_.compute_limit_ns) / 1e9;
-  for (const auto& f : compute_->audit(*use.busy, use.present, use.elapsed_ns, leases)) {
+  for (const auto& f : compute_->audit(*use.busy, use.elapsed_ns, leases)) {
     double ahead_s = static_cast<double>(f.ahead_ns) / 1e9;
     if (!f.over) {
-      spdlog::warn("lease {}: its processes took {:.1f} s of device {}'s time past its share of {:.2f}, as the driver "
-                   "counts it; past {:g} s (--compute-audit) they are ended", f.lease, ahead_s, f.device, f.fraction, limit_s);
+      spdlog::warn("lease {}: its processes took {:.1f} s of {}'s time past its share of {:.2f}, as the driver "
+                   "counts it; past {:g} s (--compute-audit) they are ended", f.lease, ahead_s, deviceNamed(f.device), f.fraction, limit_s);
       continue;
     }
     ++compute_overruns_;
     std::string pids;
     for (pid_t pid : f.processes) pids += (pids.empty() ? "" : ", ") + std::to_string(pid);
-    spdlog::error("lease {}: its processes took {:.1f} s of device {}'s time past its share of {:.2f}, as the driver counts "
+    spdlog::error("lease {}: its processes took {:.1f} s of {}'s time past its share of {:.2f}, as the driver counts "
                   "it, more than the {:g} s --compute-audit allows (a kernel that long, or a worker that went around its "
-                  "lease's share); ending {}", f.lease, ahead_s, f.device, f.fraction, limit_s, pids);
+                  "lease's share{}); ending {}", f.lease, ahead_s, deviceNamed(f.device), f.fraction, limit_s,
+                  f.fraction > 0 ? "" : ", or onto a GPU the lease has no share of", pids);
     end(f.processes, served, WorkerStop::kComputeAudit);
   }
 }

@@ -33,8 +33,7 @@ class UseAudits {
     std::string lease;  // "": a client without one (not audited)
     int slot = -1;      // its slot in the sim's pages
     uid_t uid = 0;
-    int device = 0;
-    ComputeAudit::Share share;
+    ComputeAudit::Share share;  // and the device it serves
   };
   struct Served {  // what the server serves now, read at each tick
     std::vector<Worker> workers;
@@ -46,6 +45,7 @@ class UseAudits {
     bool memory = true;             // --memory-audit not 0
     uint64_t per_worker = 0;        // --context-memory
     int64_t compute_limit_ns = 0;   // --compute-audit; 0: not audited
+    std::vector<std::string> gpus;  // on a GPU: the UUIDs of the server's GPUs, in its order (NVML's are matched to them)
   };
   struct Sim {  // the sim backend's pages (none on a GPU)
     std::shared_ptr<budget::SharedBudget> memory, busy;

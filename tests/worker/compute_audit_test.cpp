@@ -1,6 +1,7 @@
 // Each lease's device time as the driver counts it, checked by gpool-server (server/src/compute_audit.h):
 // how far ahead of its share a lease below a whole GPU is on each device, and which leases are past the
-// limit (or past half of it, once); and the sim's reading of that time (device_use.h).
+// limit (or past half of it, once); and the sim's reading of that time, and which of NVML's devices is
+// which of the server's (device_use.h).
 #include "compute_audit.h"
 
 #include <gtest/gtest.h>
@@ -18,19 +19,21 @@ namespace {
 constexpr int64_t kSecond = 1'000'000'000;
 constexpr pid_t kWorker = 4'100'001, kOther = 4'100'002;  // (workers are known by pid: no /proc needed)
 
-ComputeAudit::Lease lease(const std::string& id, std::vector<pid_t> workers, double fraction, int shares = 1) {
+// A lease whose workers serve its `shares` shares in turn, each `fraction` of a GPU; share i on device
+// i % devices.
+ComputeAudit::Lease lease(const std::string& id, std::vector<pid_t> workers, double fraction, int shares = 1, int devices = 1) {
   ComputeAudit::Lease l{id, std::move(workers), {}, std::nullopt};
-  for (size_t i = 0; i < l.workers.size(); ++i) l.shares.push_back({static_cast<int>(i) % shares, fraction});
+  for (size_t i = 0; i < l.workers.size(); ++i) {
+    int share = static_cast<int>(i) % shares;
+    l.shares.push_back({share, fraction, share % devices});
+  }
   return l;
 }
 
-// One audit of a second in which `busy` took the given time on device 0.
+// One audit of a second in which `busy` took the given time.
 std::vector<ComputeAudit::Finding> second(ComputeAudit& audit, const std::vector<ComputeAudit::Lease>& leases,
                                           const ProcessBusy& busy) {
-  std::set<DeviceProcess> present;
-  for (const auto& l : leases)
-    for (pid_t w : l.workers) present.insert({0, w});
-  return audit.audit(busy, present, kSecond, leases);
+  return audit.audit(busy, kSecond, leases);
 }
 
 TEST(ComputeAudit, ALeaseAtItsShareIsLetBe) {
@@ -102,11 +105,10 @@ TEST(ComputeAudit, EachDeviceIsAuditedApart) {
   // A lease with half of device 0 and half of device 1 takes all of device 0: the idle half elsewhere does not
   // make up for it.
   ComputeAudit audit(2 * kSecond);
-  std::vector<ComputeAudit::Lease> leases = {lease("L1", {kWorker, kOther}, 0.5, 2)};
-  std::set<DeviceProcess> present = {{0, kWorker}, {1, kOther}};
+  std::vector<ComputeAudit::Lease> leases = {lease("L1", {kWorker, kOther}, 0.5, 2, 2)};
   int ended = 0;
   for (int i = 1; i <= 10 && !ended; ++i)
-    for (const auto& f : audit.audit({{{0, kWorker}, kSecond}}, present, kSecond, leases))
+    for (const auto& f : second(audit, leases, {{{0, kWorker}, kSecond}}))
       if (f.over) {
         ended = i;
         EXPECT_EQ(f.device, 0);
@@ -124,8 +126,7 @@ TEST(ComputeAudit, TimeOnADeviceWhereNoWorkerOfTheLeaseIsIsAllAhead) {
   }
   ComputeAudit audit(2 * kSecond);
   std::vector<ComputeAudit::Lease> leases = {lease("L1", {::getpid()}, 0.5)};
-  std::set<DeviceProcess> present = {{0, ::getpid()}, {1, child}};
-  auto found = [&] { return audit.audit({{{1, child}, kSecond}}, present, kSecond, leases); };
+  auto found = [&] { return second(audit, leases, {{{1, child}, kSecond}}); };
   found();
   found();
   auto f = found();
@@ -138,6 +139,30 @@ TEST(ComputeAudit, TimeOnADeviceWhereNoWorkerOfTheLeaseIsIsAllAhead) {
   ::waitpid(child, nullptr, 0);
 }
 
+TEST(ComputeAudit, AWorkersOwnContextOnAnotherGpuBringsNoShareThere) {
+  // A worker taken over makes a context on a second GPU of the host, besides its own, and keeps that one busy:
+  // its lease's share is on device 0 only, so all of its time on device 1 is ahead (before, a context placed
+  // the lease's share wherever its worker made one).
+  ComputeAudit audit(2 * kSecond);
+  std::vector<ComputeAudit::Lease> leases = {lease("L1", {kWorker}, 0.5)};
+  std::vector<int> ended;
+  for (int i = 1; i <= 5 && ended.empty(); ++i)
+    for (const auto& f : second(audit, leases, {{{0, kWorker}, kSecond / 2}, {{1, kWorker}, kSecond}}))
+      if (f.over) {
+        ended.push_back(i);
+        EXPECT_EQ(f.device, 1);
+        EXPECT_EQ(f.fraction, 0);
+        EXPECT_EQ(f.processes, std::vector<pid_t>{kWorker});
+      }
+  EXPECT_EQ(ended, std::vector<int>{3});
+  // On a GPU the server does not serve (numbered below 0), alike.
+  ComputeAudit unserved(2 * kSecond);
+  int over = 0;
+  for (int i = 1; i <= 3; ++i)
+    for (const auto& f : second(unserved, leases, {{{-1 - 2, kWorker}, kSecond}})) over += f.over ? i : 0;
+  EXPECT_EQ(over, 3);
+}
+
 TEST(ComputeAudit, WhatAWorkersChildTakesIsItsLeases) {
   pid_t child = ::fork();
   if (child == 0) {
@@ -146,10 +171,9 @@ TEST(ComputeAudit, WhatAWorkersChildTakesIsItsLeases) {
   }
   ComputeAudit audit(kSecond);
   std::vector<ComputeAudit::Lease> leases = {lease("L1", {::getpid()}, 0.5)};
-  std::set<DeviceProcess> present = {{0, ::getpid()}, {0, child}};
   ProcessBusy busy = {{{0, ::getpid()}, kSecond / 2}, {{0, child}, kSecond / 2}, {{0, 1}, kSecond}};  // (1: init, no lease's)
   std::vector<ComputeAudit::Finding> f;
-  for (int i = 0; i < 5 && f.empty(); ++i) f = audit.audit(busy, present, kSecond, leases);
+  for (int i = 0; i < 5 && f.empty(); ++i) f = second(audit, leases, busy);
   ASSERT_EQ(f.size(), 1u);  // past half of 1 s: 0.5 s a second
   EXPECT_EQ(f[0].ahead_ns, kSecond / 2 * 2);
   ::kill(child, SIGKILL);
@@ -182,7 +206,6 @@ TEST(SimDeviceUse, WhatEachWorkerTookSinceTheLastRead) {
   memory->reserve(3, 4096);
   busy->add(0, 700), busy->add(3, 50);
   DeviceUse use = sim.read(workers);
-  EXPECT_EQ(use.present, (std::set<DeviceProcess>{{0, kWorker}, {1, kOther}}));
   EXPECT_EQ(use.memory.at(kOther), 4096u);
   ASSERT_TRUE(use.busy);
   EXPECT_EQ(*use.busy, (ProcessBusy{{{0, kWorker}, 700}, {{1, kOther}, 50}}));
@@ -196,6 +219,22 @@ TEST(SimDeviceUse, WhatEachWorkerTookSinceTheLastRead) {
   EXPECT_GT(sim.read(workers).elapsed_ns, 0);
   busy->add(3, UINT64_MAX - 100);  // (a worker taken over, writing its own slot)
   EXPECT_EQ(*sim.read(workers).busy, (ProcessBusy{{{1, kOther}, INT64_MAX}}));
+}
+
+TEST(DeviceUse, NvmlsDevicesAreNumberedAsTheServerNumbersThem) {
+  std::string why;
+  // PCI order (NVML) against fastest first, and CUDA_VISIBLE_DEVICES=2,0 (the server): the third of NVML's
+  // GPUs is the server's 0, the second is not the server's.
+  auto numbers = serverNumbers({"GPU-a", "GPU-b", "GPU-c"}, {"GPU-c", "GPU-a"}, why);
+  ASSERT_TRUE(numbers) << why;
+  EXPECT_EQ(*numbers, (std::vector<int>{1, -2, 0}));
+  // A server without an allocator lists none: NVML's order.
+  EXPECT_EQ(serverNumbers({"GPU-a", "GPU-b"}, {}, why), (std::vector<int>{0, 1}));
+  // A GPU of the server's that NVML does not show: no numbers (its time would be counted to the wrong GPU).
+  EXPECT_FALSE(serverNumbers({"GPU-a"}, {"MIG-x"}, why));
+  EXPECT_NE(why.find("MIG instance"), std::string::npos) << why;
+  EXPECT_FALSE(serverNumbers({"GPU-a"}, {"GPU-a", "GPU-z"}, why));
+  EXPECT_NE(why.find("device 1 (GPU-z)"), std::string::npos) << why;
 }
 
 TEST(DeviceUse, APidNamespaceOfItsOwnIsToldFromTheHosts) {
