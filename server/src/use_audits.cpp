@@ -14,21 +14,29 @@ namespace gpool::server {
 namespace {
 
 // The leases with workers here, as an audit takes them: each one's id, workers and (with --worker-uids) uid,
-// and what `add` takes of each worker.
+// and what `add` takes of each worker. With `clients`, a client without a lease (a server without
+// --allocator) is taken as a lease of its own, its id saying so.
 template <class Lease, class Add>
-std::vector<Lease> leasesServed(const UseAudits::Served& served, Add add) {
+std::vector<Lease> leasesServed(const UseAudits::Served& served, bool clients, Add add) {
   std::map<std::string, Lease> by_id;
   for (const UseAudits::Worker& w : served.workers) {
-    if (w.lease.empty()) continue;
-    Lease& l = by_id[w.lease];
-    l.id = w.lease;
+    if (w.lease.empty() && !clients) continue;
+    std::string id = w.lease.empty() ? "the client of worker " + std::to_string(w.pid) + " (no lease)" : w.lease;
+    Lease& l = by_id[id];
+    l.id = id;
     l.workers.push_back(w.pid);
-    if (served.by_uid) l.uid = w.uid;
+    if (served.by_uid && !w.lease.empty()) l.uid = w.uid;  // (clients without a lease share their uid)
     add(l, w);
   }
   std::vector<Lease> leases;
   for (auto& [id, l] : by_id) leases.push_back(std::move(l));
   return leases;
+}
+
+// A lease in the audits' logs: "lease L…", or what leasesServed calls a client without one.
+std::string leaseNamed(const std::string& id, const UseAudits::Served& served) {
+  bool lease = std::any_of(served.workers.begin(), served.workers.end(), [&](const UseAudits::Worker& w) { return w.lease == id; });
+  return lease ? "lease " + id : id;
 }
 
 // A device in the audits' logs: gpool-server's number for it, or NVML's for a GPU of the host it does not serve.
@@ -104,7 +112,7 @@ void UseAudits::tick() {
 }
 
 void UseAudits::checkMemory(const DeviceUse& use, const Served& served) {
-  auto leases = leasesServed<MemoryAudit::Lease>(served, [&](MemoryAudit::Lease& l, const Worker& w) {
+  auto leases = leasesServed<MemoryAudit::Lease>(served, false, [&](MemoryAudit::Lease& l, const Worker& w) {
     if (auto cap = served.caps.find(w.lease); cap != served.caps.end()) l.cap = cap->second;
   });
   for (const auto& o : memory_->audit(use.memory, leases)) {
@@ -127,21 +135,21 @@ void UseAudits::checkCompute(const DeviceUse& use, const Served& served) {
     return;
   }
   busy_unread_ = false;
-  auto leases = leasesServed<ComputeAudit::Lease>(served, [](ComputeAudit::Lease& l, const Worker& w) { l.shares.push_back(w.share); });
+  auto leases = leasesServed<ComputeAudit::Lease>(served, true, [](ComputeAudit::Lease& l, const Worker& w) { l.shares.push_back(w.share); });
   double limit_s = static_cast<double>(settings_.compute_limit_ns) / 1e9;
   for (const auto& f : compute_->audit(*use.busy, use.elapsed_ns, leases)) {
     double ahead_s = static_cast<double>(f.ahead_ns) / 1e9;
     if (!f.over) {
-      spdlog::warn("lease {}: its processes took {:.1f} s of {}'s time past its share of {:.2f}, as the driver "
-                   "counts it; past {:g} s (--compute-audit) they are ended", f.lease, ahead_s, deviceNamed(f.device), f.fraction, limit_s);
+      spdlog::warn("{}: its processes took {:.1f} s of {}'s time past its share of {:.2f}, as the driver "
+                   "counts it; past {:g} s (--compute-audit) they are ended", leaseNamed(f.lease, served), ahead_s, deviceNamed(f.device), f.fraction, limit_s);
       continue;
     }
     ++compute_overruns_;
     std::string pids;
     for (pid_t pid : f.processes) pids += (pids.empty() ? "" : ", ") + std::to_string(pid);
-    spdlog::error("lease {}: its processes took {:.1f} s of {}'s time past its share of {:.2f}, as the driver counts "
+    spdlog::error("{}: its processes took {:.1f} s of {}'s time past its share of {:.2f}, as the driver counts "
                   "it, more than the {:g} s --compute-audit allows (a kernel that long, or a worker that went around its "
-                  "lease's share{}); ending {}", f.lease, ahead_s, deviceNamed(f.device), f.fraction, limit_s,
+                  "share{}); ending {}", leaseNamed(f.lease, served), ahead_s, deviceNamed(f.device), f.fraction, limit_s,
                   f.fraction > 0 ? "" : ", or onto a GPU the lease has no share of", pids);
     end(f.processes, served, WorkerStop::kComputeAudit);
   }

@@ -57,8 +57,8 @@ class ComputeShares(unittest.TestCase):
                               r"driver counts it, more than the 0\.5 s --compute-audit allows")
         # The program is told why: its worker's last frame (gpool-server's SIGTERM carried the reason).
         self.assertRegex(err, r"gpool: error: lost the connection to gpool-server at \S+ \(the worker ended the connection: "
-                              r"gpool-server ended it: its lease's processes kept the GPU busy further past the lease's share "
-                              r"of its time than --compute-audit allows")
+                              r"gpool-server ended it: its lease's processes \(a client without a lease: its own\) kept the GPU busy "
+                              r"further past their share of its time than --compute-audit allows")
         print(err.strip()[-600:], file=sys.stderr)
 
     def test_a_whole_gpu_is_not_paced(self):

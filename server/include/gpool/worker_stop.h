@@ -20,8 +20,8 @@ constexpr const char* workerStopReason(int value) {
       return "gpool-server ended it: its lease's processes held more device memory than the lease's cap, as the "
              "driver counts it (--memory-audit)";
     case WorkerStop::kComputeAudit:
-      return "gpool-server ended it: its lease's processes kept the GPU busy further past the lease's share of its "
-             "time than --compute-audit allows (one kernel too long for the share?)";
+      return "gpool-server ended it: its lease's processes (a client without a lease: its own) kept the GPU busy "
+             "further past their share of its time than --compute-audit allows (one kernel too long for the share?)";
   }
   return nullptr;
 }
