@@ -31,7 +31,9 @@ namespace gpool::worker {
 
 class ShareableHandles {
  public:
-  enum class Object : uint32_t { kPhysical = 1, kPool = 2, kPoolAllocation = 3 };  // what a handle shares
+  // What a handle shares. kPages: the pages of an allocation that a backend shares as a descriptor itself (the
+  // sim's memfd), which an IPC or pool allocation's record names.
+  enum class Object : uint32_t { kPhysical = 1, kPool = 2, kPoolAllocation = 3, kPages = 4 };
 
   explicit ShareableHandles(IpcRegistry& registry) : registry_(registry) {}
   ~ShareableHandles();

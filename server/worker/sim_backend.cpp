@@ -278,6 +278,7 @@ Status SimBackend::MemFree(FreedAlloc dptr) {
     pool_allocations_.erase(it);
   }
   if (auto it = shared_.find(dptr.ptr); it != shared_.end()) {
+    shareable_.withdraw(ShareableHandles::Object::kPages, it->first);  // (what importers mapped stays theirs)
     munmap(reinterpret_cast<void*>(it->first), it->second.size);
     close(it->second.fd);
     shared_.erase(it);

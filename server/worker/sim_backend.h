@@ -166,7 +166,11 @@ class SimBackend : public Backend {
   };
   std::unordered_map<uint64_t, Opened> opened_;                // base -> what is open there
   std::map<std::vector<uint8_t>, uint64_t> opened_handles_;    // IPC handle -> base
-  Status openShared(int32_t pid, int32_t fd, uint64_t size, IpcMapping& out);  // maps another worker's memfd
+  // A large allocation's memfd, shared with the host's other workers by descriptor (shareable_handles.h: over
+  // the registry's socket, as neither a sandboxed worker nor another user may open /proc/PID/fd of this one):
+  // its size and the handle that names it.
+  Status sharePages(uint64_t ptr, uint64_t& size, uint8_t* pages);  // (pages: IpcRegistry::kHandleBytes)
+  Status openShared(const std::vector<uint8_t>& pages, uint64_t size, IpcMapping& out);  // maps what sharePages shared
   void closeOpened(uint64_t ptr);  // one open of what openShared mapped there ends (the last unmaps it)
   std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, std::vector<uint8_t>>>> links_;  // sim_link.cpp
   uint64_t next_handle_ = 1;

@@ -1,6 +1,7 @@
 // The sim backend's IPC: a large allocation is a memfd mapping, so another worker of this host maps the
-// same pages through /proc/<pid>/fd/<fd> of the worker that exported it. Events opened by IPC are events
-// of their own that read as complete (work runs in issue order here).
+// same pages: the exporter shares the memfd by descriptor (shareable_handles.h), and the IPC or pool
+// allocation's record names it. Events opened by IPC are events of their own that read as complete (work
+// runs in issue order here).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -16,9 +17,10 @@
 namespace gpool::worker {
 namespace {
 
-struct Export {  // what the registry holds for one exported allocation
-  int32_t pid = 0, fd = -1;
+struct Export {  // what the registry holds for one exported allocation: its exporter, size, and its pages' handle
+  int32_t pid = 0;
   uint64_t size = 0;
+  uint8_t pages[IpcRegistry::kHandleBytes] = {};
 };
 struct PoolId {  // a pool, as its exported descriptor holds it: the exporting worker's process and handle
   int32_t pid = 0;
@@ -31,21 +33,34 @@ struct PoolExport {  // an allocation of an exported pool, as the registry holds
 
 }  // namespace
 
-Status SimBackend::IpcGetMemHandle(AllocBase p, std::vector<uint8_t>& handle) {
-  auto it = shared_.find(p.ptr);
+Status SimBackend::sharePages(uint64_t ptr, uint64_t& size, uint8_t* pages) {
+  auto it = shared_.find(ptr);
   if (it == shared_.end()) return CUDA_ERROR_NOT_SUPPORTED;  // a small allocation: not a memfd here
-  Export e{getpid(), it->second.fd, it->second.size};
+  int fd = ::dup(it->second.fd);  // (publish takes it over)
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  size = it->second.size;
+  std::vector<uint8_t> handle;  // (charged nothing: the record that names it charges the lease)
+  if (Status st = shareable_.publish(ShareableHandles::Object::kPages, ptr, fd, size, 0, handle); st != CUDA_SUCCESS) return st;
+  if (handle.size() != IpcRegistry::kHandleBytes) return CUDA_ERROR_UNKNOWN;
+  std::memcpy(pages, handle.data(), handle.size());
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::IpcGetMemHandle(AllocBase p, std::vector<uint8_t>& handle) {
+  Export e{getpid()};
+  if (Status st = sharePages(p.ptr, e.size, e.pages); st != CUDA_SUCCESS) return st;
   std::vector<uint8_t> record(sizeof e);
   std::memcpy(record.data(), &e, sizeof e);
   return publishMemory(p.ptr, record, handle);
 }
 
-Status SimBackend::openShared(int32_t pid, int32_t fd, uint64_t size, IpcMapping& out) {
-  std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-  int own = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (own < 0) return CUDA_ERROR_INVALID_VALUE;  // the exporter freed it or went away
+Status SimBackend::openShared(const std::vector<uint8_t>& pages, uint64_t size, IpcMapping& out) {
+  int own = -1;
+  uint64_t shared_size = 0;
+  if (Status st = shareable_.open(pages, ShareableHandles::Object::kPages, own, shared_size); st != CUDA_SUCCESS)
+    return st == CUDA_ERROR_NOT_SUPPORTED ? st : CUDA_ERROR_INVALID_VALUE;  // (another host's; or the exporter freed it or went away)
   struct stat st {};
-  if (fstat(own, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < size) {
+  if (shared_size < size || fstat(own, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < size) {
     close(own);  // not the memory the record claims
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -70,7 +85,8 @@ Status SimBackend::IpcOpenMemHandle(std::vector<uint8_t> handle, uint32_t, IpcMa
     out = IpcMapping{it->second, o.size};
     ++o.opens;
   } else {
-    if (Status st = openShared(e.pid, e.fd, e.size, out); st != CUDA_SUCCESS) return st;
+    if (Status st = openShared(std::vector<uint8_t>(e.pages, e.pages + sizeof e.pages), e.size, out); st != CUDA_SUCCESS)
+      return st;
     opened_.at(out.ptr).handle = handle;
     opened_handles_[handle] = out.ptr;
   }
@@ -147,9 +163,8 @@ Status SimBackend::exportPoolPointer(uint64_t ptr, std::vector<uint8_t>& record)
   auto a = pool_allocations_.find(ptr);
   if (a == pool_allocations_.end()) return CUDA_ERROR_INVALID_VALUE;  // not a pool's allocation
   if (!(pools_[a->second.first].handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) return CUDA_ERROR_INVALID_VALUE;
-  auto shared = shared_.find(ptr);
-  if (shared == shared_.end()) return CUDA_ERROR_NOT_SUPPORTED;  // a small allocation: not a memfd here
-  PoolExport e{Export{getpid(), shared->second.fd, shared->second.size}, PoolId{getpid(), a->second.first}};
+  PoolExport e{Export{getpid()}, PoolId{getpid(), a->second.first}};
+  if (Status st = sharePages(ptr, e.memory.size, e.memory.pages); st != CUDA_SUCCESS) return st;
   record.resize(sizeof e);
   std::memcpy(record.data(), &e, sizeof e);
   return CUDA_SUCCESS;
@@ -161,7 +176,7 @@ Status SimBackend::importPoolPointer(uint64_t pool, const std::vector<uint8_t>& 
   std::memcpy(&e, record.data(), sizeof e);
   const Pool& p = pools_[pool];
   if (!p.source_pid || p.source_pid != e.pool.pid || p.source_pool != e.pool.pool) return CUDA_ERROR_INVALID_VALUE;  // another pool's
-  return openShared(e.memory.pid, e.memory.fd, e.memory.size, out);
+  return openShared(std::vector<uint8_t>(e.memory.pages, e.memory.pages + sizeof e.memory.pages), e.memory.size, out);
 }
 
 Status SimBackend::freeImportedPointer(uint64_t ptr, uint64_t) {  // in issue order; its hold went with the call
