@@ -38,6 +38,21 @@ check() { GPOOL_CHECK_LOGS="$work/logs-$1" step "$1" "$2" "$here/gpu_check.sh" "
 step environment 30 bash -c 'nvidia-smi; nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version;
   python3 -c "import torch; print(\"torch\", torch.__version__, torch.version.cuda)";
   python3 -c "import jax; print(\"jax\", jax.__version__, jax.devices())"; python3 -c "import cupy; print(\"cupy\", cupy.__version__)"'
+# The workers' sandbox (Landlock, where the kernel has it) with this host's driver: a plain program through a
+# server as configured, then without the sandbox where that fails. If only the second runs, the rest runs
+# without the sandbox, so that a rule the driver needs costs one step rather than the run (sandbox.txt).
+sandboxed() { timeout -k 5 60 "$here/../tests/cuda_programs/run_through_gpool.sh" "$build" cuda "$build/tests/cuda_basic_shared"; }
+if ! GPOOL_TEST_SERVER_ARGS="--log-level debug" sandboxed > "$work/sandbox.txt" 2>&1; then
+  if GPOOL_TEST_SERVER_ARGS="--log-level debug --no-worker-sandbox" sandboxed > "$work/sandbox-off.txt" 2>&1; then
+    echo "sandbox: the program failed in sandboxed workers and ran without: the rest runs with --no-worker-sandbox" | tee -a "$out/steps.txt"
+    GPOOL_TEST_SERVER_ARGS+=" --no-worker-sandbox" GPOOL_CHECK_SERVER_ARGS+=" --no-worker-sandbox"
+  else
+    echo "sandbox: the program failed with the sandbox and without" | tee -a "$out/steps.txt"
+  fi
+else
+  echo "sandbox: the program ran with the server's default (workers sandboxed where the kernel has Landlock: $(uname -r), lsm $(cat /sys/kernel/security/lsm 2>/dev/null || echo unknown))" | tee -a "$out/steps.txt"
+fi
+pack
 GPOOL_CHECK_JOBS=4 check programs 150 programs
 GPOOL_BENCH_TRANSPORTS="tcp shm" check bench 120 bench  # no UCX on the GPU host
 GPOOL_CHECK_WORKLOADS="tensors matmul mlp resnet18 jax_mlp jax_scan jax_fft" check workloads-core 200 workloads

@@ -17,7 +17,7 @@ cp -a "$build"/lib/gpool .gpu/lib/
 # Every nvcc-built test program (whatever gpu_check.sh runs, now or after a change, is among them), the
 # NVML probe and the sim kernels (bench/run.sh's sim runs).
 find "$build"/tests -maxdepth 1 -type f -name 'cuda_*' -perm -u+x -exec cp {} .gpu/tests/ \;
-cp "$build"/tests/nvml_query "$build"/tests/memcap_probe "$build"/tests/libgpool_test_sim_kernels.so .gpu/tests/
+cp "$build"/tests/nvml_query "$build"/tests/memcap_probe "$build"/tests/sandboxed_as_worker "$build"/tests/libgpool_test_sim_kernels.so .gpu/tests/
 # The allocator, for the checks that need leases (gpu_check.sh's audit), with the libraries of ours a GPU
 # machine lacks (all ldd names but the C and C++ runtimes and OpenSSL, which gpool-server needs there too).
 mkdir -p .gpu/allocator/lib

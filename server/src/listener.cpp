@@ -35,6 +35,7 @@
 #include "gpool/protocol/driver_settings.h"
 #include "gpool/protocol/frame_io.h"
 #include "lease_token.h"
+#include "gpool/landlock_abi.h"
 #include "gpool/peer_connections.h"
 #include "gpool/printable.h"
 #include "gpool/protocol/handshake.h"
@@ -125,6 +126,7 @@ class Server {
       spdlog::warn("gpool-server runs as root, and so would each worker, which runs what its client sends: give "
                    "--worker-uids FIRST-LAST to run each lease's workers as a user of its own (docs/admin.md)");
     }
+    sayWhetherWorkersAreSandboxed();
     backend_ = resolveBackend(opt_, probeUser());
     if (backend_ == "sim") {
       sim_memory_ = budget::SharedBudget::create(opt_.sim_memory);  // host memory: one budget for all
@@ -477,6 +479,17 @@ class Server {
   }
 
   // --- What each lease uses of the GPU as the driver counts it, read every --memory-audit (use_audits.h) ---
+  void sayWhetherWorkersAreSandboxed() const {
+    std::string why;
+    if (!opt_.worker_sandbox)
+      spdlog::warn("--no-worker-sandbox: a worker taken over by its client reaches whatever its user may (docs/security.md)");
+    else if (int abi = landlockAbi(why); abi == 0)
+      spdlog::warn("workers are not sandboxed: {}; a worker taken over by its client reaches whatever its user may "
+                   "(docs/security.md)", why);
+    else
+      spdlog::info("workers are sandboxed (Landlock ABI {}{})", abi, abi < 6 ? "; before ABI 6 (Linux 6.12) they can still signal each other" : "");
+  }
+
   void startAudits() {
     UseAudits::Settings s;
     s.memory = opt_.memory_audit_ms > 0;
@@ -562,6 +575,7 @@ class Server {
       if (opt_.sim_separate_host) args.push_back("--sim-separate-host");
     }
     if (!opt_.peer_links) args.push_back("--no-peer-links");
+    if (!opt_.worker_sandbox) args.push_back("--no-sandbox");
     if (opt_.module_cache != "none")
       args.insert(args.end(), {"--module-cache", opt_.module_cache, "--module-cache-max", std::to_string(opt_.module_cache_max)});
     return args;

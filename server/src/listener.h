@@ -17,6 +17,7 @@ struct ServerOptions {
   bool sim_fixed_addresses = false;
   bool sim_separate_host = false;
   bool peer_links = true;  // workers copy straight to other servers' workers of the same lease
+  bool worker_sandbox = true;  // workers shut themselves in a Landlock sandbox (server/worker/worker_sandbox.h)
   unsigned max_clients = 64;
   unsigned max_clients_per_lease = 16;  // connections one lease may hold at once (its processes)
   unsigned handshake_timeout_ms = 10000;

@@ -34,6 +34,10 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-peer-links", opt.peer_links,
                "workers neither listen for nor open connections to other servers' workers: copies between this "
                "server's devices and another server's, in a lease of several, are relayed by the client instead");
+  app.add_flag("!--no-worker-sandbox", opt.worker_sandbox,
+               "workers do not shut themselves in a Landlock sandbox before serving their clients (by default each "
+               "reads only the system's files, NVIDIA's devices, the module cache and /dev/shm, and cannot trace or "
+               "signal gpool-server or other workers: docs/security.md)");
   opt.module_cache = gpool::server::defaultModuleCacheDir();
   app.add_option("--module-cache", opt.module_cache,
                  "directory where this host's workers keep module images by SHA-256, so each image crosses the "

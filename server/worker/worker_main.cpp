@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "cuda_backend.h"
@@ -22,6 +23,7 @@
 #include "gpool/protocol/handshake.h"
 #include "gpool/protocol/ucx_transport.h"
 #include "sim_backend.h"
+#include "worker_sandbox.h"
 #include "worker_user.h"
 
 namespace {
@@ -83,6 +85,9 @@ int main(int argc, char** argv) {
   bool separate_host = false;
   app.add_flag("--sim-separate-host", separate_host, "sim backend: this server's workers count as another host's for CUDA IPC");
   app.add_flag("!--no-peer-links", peer_links, "refuse links with other servers' workers (gpool-server --no-peer-links)");
+  bool sandbox = true;
+  app.add_flag("!--no-sandbox", sandbox,
+               "do not shut this worker in a Landlock sandbox before it serves its client (gpool-server --no-worker-sandbox)");
   app.add_flag("--probe", probe, "exit 0 when the real CUDA driver has a usable device (used by --backend auto)");
   int uid = -1, gid = -1;
   app.add_option("--uid", uid, "the user to serve as, taken before anything else (gpool-server --worker-uids)")
@@ -99,6 +104,9 @@ int main(int argc, char** argv) {
                  why.c_str());
     return 2;
   }
+  // Sandboxed, the driver cannot reach its JIT cache under the home directory: it compiles PTX each time
+  // unless the admin gives every worker one (CUDA_CACHE_PATH, which the sandbox lets it write).
+  if (sandbox && !std::getenv("CUDA_CACHE_PATH")) ::setenv("CUDA_CACHE_DISABLE", "1", 0);
   if (separate_host) sim.host_salt = static_cast<uint64_t>(server_pid) | (1ull << 63);
 
   auto logger = spdlog::stderr_color_mt("gpool-worker");
@@ -196,6 +204,18 @@ int main(int argc, char** argv) {
   if (!module_cache_dir.empty()) {
     cache = std::make_unique<gpool::worker::ModuleCache>(module_cache_dir, module_cache_max);
     hello.features |= gpool::proto::kFeatureModuleCache;
+  }
+  if (sandbox && hello.status == 0) {  // (before the first call of its client is read)
+    std::string why;
+    int abi = gpool::worker::enterSandbox(gpool::worker::workerPaths(module_cache_dir, sim.kernel_plugins), why);
+    if (abi < 0) {
+      hello.status = 999;  // CUDA_ERROR_UNKNOWN
+      hello.error = "the worker cannot enter its sandbox: " + why + " (gpool-server --no-worker-sandbox serves without one)";
+    } else if (abi == 0) {
+      spdlog::debug("not sandboxed: {}", why);
+    } else {
+      spdlog::debug("sandboxed (Landlock ABI {})", abi);
+    }
   }
   try {
     auto payload = gpool::proto::encode(hello);

@@ -183,7 +183,8 @@ def main():
     drop = tempfile.mkdtemp(prefix="gpool-audit-")
     os.chmod(drop, 0o777)
     os.environ.update(GPOOL_TEST_TAKEOVER=os.path.join(drop, "take-over-next"),
-                      GPOOL_TEST_REAL_WORKER=os.path.join(cluster.BUILD, "server", "gpool-worker"))
+                      GPOOL_TEST_REAL_WORKER=os.path.join(cluster.BUILD, "server", "gpool-worker"),
+                      GPOOL_TEST_SANDBOXED_AS_WORKER=os.path.join(cluster.BUILD, "tests", "sandboxed_as_worker"))
     c = Cluster(servers=1, ttl="120s", memory=8 * GIB, backend=backend, server_args=[
         "--worker", TAKEN_OVER, "--metrics", "127.0.0.1:0", "--log-level", "debug", "--compute-audit", "5",
         *(["--sim-kernels", cluster.KERNELS] if backend == "sim" else [])])

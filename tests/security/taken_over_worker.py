@@ -4,7 +4,9 @@
 it (renames it away) and does what a client that took over its worker could: as the user the worker
 becomes (its --uid and --gid), with the descriptors it inherited, it reaches for what is not its lease's,
 and writes what it reached as JSON to the file's "report". Otherwise it is the real worker
-(GPOOL_TEST_REAL_WORKER), so the other leases of the test are served as usual."""
+(GPOOL_TEST_REAL_WORKER), so the other leases of the test are served as usual. Unless the server gave it
+--no-sandbox, it acts from inside the sandbox the real worker shuts itself in (worker_sandbox.h), entered
+through GPOOL_TEST_SANDBOXED_AS_WORKER with the worker's own options, as the real worker's code would be."""
 import errno
 import json
 import mmap
@@ -100,23 +102,43 @@ def fork_up_to(n):
     return len(children)
 
 
-def main():
-    order = os.environ.get("GPOOL_TEST_TAKEOVER", "")
-    taken = order + ".taken"
-    try:
-        os.rename(order, taken)
-    except OSError:
-        real = os.environ["GPOOL_TEST_REAL_WORKER"]
-        os.execv(real, [real] + sys.argv[1:])
-    with open(taken) as f:
-        plan = json.load(f)
-    if arg("--uid"):  # where the real worker would be by now (worker_user.cpp)
+def enter_the_sandbox(taken):
+    """Runs this script again inside the sandbox the real worker is in by the time it reads its client's first
+    call (worker_sandbox.h), unless the server said --no-sandbox. (The real worker takes its user first; the
+    stand-in takes it after, as this script's interpreter may be where the user cannot read.)"""
+    if "--no-sandbox" in sys.argv:
+        return
+    helper = os.environ["GPOOL_TEST_SANDBOXED_AS_WORKER"]
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.environ["GPOOL_TEST_TAKEN"] = taken
+    os.execv(helper, [helper, "--also-read", sys.prefix, "--also-read", sys.base_prefix, "--also-read", here,
+                      "--also-write", os.path.dirname(taken), "--", sys.executable, os.path.abspath(__file__)] + sys.argv[1:])
+
+
+def become_the_workers_user():
+    if arg("--uid"):  # (worker_user.cpp)
         uid, gid = int(arg("--uid")), int(arg("--gid"))
         if arg("--max-threads"):
             resource.setrlimit(resource.RLIMIT_NPROC, (int(arg("--max-threads")),) * 2)
         os.setgroups([])
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
+
+
+def main():
+    taken = os.environ.get("GPOOL_TEST_TAKEN")  # (set: this is the second run, inside the sandbox)
+    if not taken:
+        order = os.environ.get("GPOOL_TEST_TAKEOVER", "")
+        taken = order + ".taken"
+        try:
+            os.rename(order, taken)
+        except OSError:
+            real = os.environ["GPOOL_TEST_REAL_WORKER"]
+            os.execv(real, [real] + sys.argv[1:])
+        enter_the_sandbox(taken)
+    become_the_workers_user()
+    with open(taken) as f:
+        plan = json.load(f)
     victim = plan["victim"]
     records = f"/dev/shm/gpool-ipc-{uid_of(victim)}"
     report = {

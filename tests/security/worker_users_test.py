@@ -3,10 +3,11 @@
 "Workers"). A real allocator and a sim gpool-server whose --worker is tests/security/taken_over_worker.py:
 the real worker for every client but the one the test picks, whose worker then acts as its client would
 after taking it over, with the user and descriptors a worker has.
-- Without --worker-uids, every worker runs as the server: such a worker reads the server's key and reaches
-  the other leases' workers. It no longer reaches their launch counts (a page per lease; one page of every
-  worker's slots let it rewrite them all), nor writes lines of the server's log (what it writes there is
-  logged as its words: server/src/worker_log.h).
+- Without --worker-uids, every worker runs as the server. In its sandbox (server/worker/worker_sandbox.h,
+  Landlock) it reads neither the server's key nor another worker's memory, nor traces or signals it
+  (Landlock ABI 6); with --no-worker-sandbox it reaches all of that. Either way it no longer reaches their
+  launch counts (a page per lease; one page of every worker's slots let it rewrite them all), nor writes
+  lines of the server's log (what it writes there is logged as its words: server/src/worker_log.h).
 - With --worker-uids (root only), each lease's workers are a user of their own: it reaches none of that, and
   what it leaves running is killed when its lease has no worker left.
 usage: worker_users_test.py BUILD_DIR [unittest args]"""
@@ -19,6 +20,7 @@ import tempfile
 import time
 import unittest
 import urllib.request
+import ctypes
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "allocator"))
 from cluster import BUILD, GIB, KERNELS, NVML_QUERY, SERVER, Cluster, setUpModule, tearDownModule, wait_for  # noqa: E402,F401
@@ -30,6 +32,10 @@ LOOP = os.path.join(BUILD, "tests", "cuda_launch_loop")  # launches kernels for 
 IPC = os.path.join(BUILD, "tests", "cuda_ipc")            # a parent and its child process share memory by IPC
 UIDS = "61100-61131"
 NOT_ROOT = os.geteuid() != 0
+SANDBOXED_AS_WORKER = os.path.join(BUILD, "tests", "sandboxed_as_worker")
+# The kernel's Landlock ABI (landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION); 444 on x86-64
+# and arm64); 0 without Landlock, where workers run unsandboxed.
+LANDLOCK_ABI = max(ctypes.CDLL(None, use_errno=True).syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)), 0)
 
 
 def uid_of(pid):
@@ -67,7 +73,7 @@ class TakenOverWorker(unittest.TestCase):
         self.drop = tempfile.mkdtemp(prefix="gpool-takeover-")
         os.chmod(self.drop, 0o777)  # the taken-over worker writes its report here as its lease's user
         os.environ.update(GPOOL_TEST_TAKEOVER=os.path.join(self.drop, "take-over-next"), GPOOL_TEST_REAL_WORKER=WORKER,
-                          HOST_SECRET="a secret in gpool-server's environment")
+                          GPOOL_TEST_SANDBOXED_AS_WORKER=SANDBOXED_AS_WORKER, HOST_SECRET="a secret in gpool-server's environment")
         self.cluster = Cluster(servers=1, ttl="30s", memory=GIB, server_args=[
             "--worker", TAKEN_OVER, "--sim-kernels", KERNELS, "--metrics", "127.0.0.1:0", *self.server_args])
         os.chmod(self.cluster.server_key("sim0"), 0o600)  # as gpool-server makes its own
@@ -134,25 +140,23 @@ class TakenOverWorker(unittest.TestCase):
 
 @unittest.skipUnless(os.path.exists(LOOP), "cuda_launch_loop is built only with nvcc")
 class WithoutWorkerUsers(TakenOverWorker):
-    def test_a_taken_over_worker_reaches_the_server_but_no_other_leases_launch_count(self):
+    @unittest.skipUnless(LANDLOCK_ABI, "this kernel has no Landlock: workers are not sandboxed")
+    def test_a_taken_over_worker_in_its_sandbox_reaches_neither_the_server_nor_other_workers(self):
         victim, prog, worker = self.start_victim()
-        report, _, _ = self.take_over(worker, forks=100, stay=30)  # (it stays: its count is read with every heartbeat)
-        print("taken over, as the server's user:", report, file=sys.stderr)
-        self.assertEqual(report["launch counters"], "overwritten")
-        # Its own page only: the victim's count stays what its kernels made it (before: 2**62 and more).
-        self.assertLess(self.launches(victim), 1 << 40)
-        self.assertIsNone(prog.poll(), "the victim still runs")
-        # And the server's heartbeats are still taken with its own lease's count absurd: past the allocator's
-        # server timeout (1 s), the victim runs on (before, every heartbeat was refused for the count, and the
-        # server, down at the allocator, lost every lease).
-        time.sleep(3)
-        self.assertNotIn("allocator refused", self.cluster.log("sim0"))
-        self.assertIsNone(prog.poll(), "the victim still runs, its server's heartbeats taken")
-        # What --worker-uids is for: as the server's user, a worker reaches all of this.
+        report, _, _ = self.take_over(worker, forks=10)
+        print("taken over, as the server's user, sandboxed:", report, file=sys.stderr)
         self.assertEqual(report["uid"], os.getuid())
-        for what in ("server key", "signal", "memory", "environment", "records", "server's environment"):
-            self.assertEqual(report[what], "reached", what)
-        self.assertEqual(report["forks"], 100, "as many processes as it asks for")
+        self.assertEqual(report["server key"], "EACCES")
+        self.assertEqual(report["memory"], "EACCES")
+        self.assertEqual(report["signal"], "EPERM" if LANDLOCK_ABI >= 6 else "reached")
+        # Still: its user's IPC records (by name: shared by the user's workers), what the server's environment
+        # held (--worker-uids filters it; the other workers' environments, readable, hold the same), and as
+        # many processes as it asks for.
+        self.assertEqual(report["records"], "reached")
+        self.assertEqual(report["server's environment"], "reached")
+        self.assertEqual(report["forks"], 10)
+        self.assertIsNone(prog.poll(), "the victim still runs")
+        self.assertIn("workers are sandboxed (Landlock ABI", self.cluster.log("sim0"))
 
     def test_what_a_taken_over_worker_writes_to_its_log_is_logged_as_its_words(self):
         # A line that reads as the server's own, then terminal escapes (clear the screen, set its title): the
@@ -215,6 +219,31 @@ class WithoutWorkerUsers(TakenOverWorker):
         self.assertEqual(self.metric("gpool_server_memory_overruns_total", ""), 1)
         self.assertIsNone(prog.poll(), "the victim still runs")
         self.assertEqual(attacker_prog.wait(30) != 0, True)
+
+
+@unittest.skipUnless(os.path.exists(LOOP), "cuda_launch_loop is built only with nvcc")
+class WithoutWorkerUsersNorSandbox(TakenOverWorker):
+    server_args = ["--no-worker-sandbox"]
+
+    def test_a_taken_over_worker_reaches_the_server_but_no_other_leases_launch_count(self):
+        victim, prog, worker = self.start_victim()
+        report, _, _ = self.take_over(worker, forks=100, stay=30)  # (it stays: its count is read with every heartbeat)
+        print("taken over, as the server's user:", report, file=sys.stderr)
+        self.assertEqual(report["launch counters"], "overwritten")
+        # Its own page only: the victim's count stays what its kernels made it (before: 2**62 and more).
+        self.assertLess(self.launches(victim), 1 << 40)
+        self.assertIsNone(prog.poll(), "the victim still runs")
+        # And the server's heartbeats are still taken with its own lease's count absurd: past the allocator's
+        # server timeout (1 s), the victim runs on (before, every heartbeat was refused for the count, and the
+        # server, down at the allocator, lost every lease).
+        time.sleep(3)
+        self.assertNotIn("allocator refused", self.cluster.log("sim0"))
+        self.assertIsNone(prog.poll(), "the victim still runs, its server's heartbeats taken")
+        # What --worker-uids is for: as the server's user, a worker reaches all of this.
+        self.assertEqual(report["uid"], os.getuid())
+        for what in ("server key", "signal", "memory", "environment", "records", "server's environment"):
+            self.assertEqual(report[what], "reached", what)
+        self.assertEqual(report["forks"], 100, "as many processes as it asks for")
 
 
 @unittest.skipUnless(os.path.exists(LOOP), "cuda_launch_loop is built only with nvcc")

@@ -1,0 +1,32 @@
+// Where a worker shuts itself in before it reads its client's first call: a Landlock ruleset (the kernel's
+// sandbox for unprivileged processes, Linux 5.13+), so that a worker taken over by its client reaches no
+// more of the host than a worker needs, even as gpool-server's own user (without --worker-uids):
+// - files: it reads the system's libraries, /etc's few files the loader and the driver read, /proc and /sys;
+//   it opens NVIDIA's and RDMA's device files and the usual character devices; it reads and writes only its
+//   host's module cache, /dev/shm (CUDA's and gpool's IPC records) and its own /proc entry. Not gpool-server's
+//   key, nor any home directory, /tmp, /var or /run;
+// - processes: it cannot ptrace, nor read the memory of, any process outside its own sandbox (gpool-server,
+//   other workers), and with Landlock ABI 6 (Linux 6.12) it cannot signal them either.
+// What a worker already holds (its client's socket, its lease's pages) stays usable: the ruleset restricts
+// what it opens from now on. gpool-server --no-worker-sandbox turns this off.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gpool::worker {
+
+struct SandboxPaths {
+  std::vector<std::string> read;   // files or directories (and what is below) to read, and to execute
+  std::vector<std::string> write;  // to read, write, and make and remove files and directories in
+};
+
+// What a worker needs beside the system's files: its module cache, its sim kernels' plugins, the directories
+// of LD_LIBRARY_PATH and its own program, and the driver's JIT cache when CUDA_CACHE_PATH names one.
+SandboxPaths workerPaths(const std::string& module_cache, const std::vector<std::string>& plugins);
+
+// Shuts this process (and what it starts) in: returns the Landlock ABI it applied (1 and up), or 0 and `why`
+// when the kernel has no Landlock (nothing is restricted), or -1 and `why` when applying it failed.
+int enterSandbox(const SandboxPaths& paths, std::string& why);
+
+}  // namespace gpool::worker

@@ -1,0 +1,134 @@
+// The sandbox a worker shuts itself in (server/worker/worker_sandbox.h), applied in a child process: what it
+// still reaches (the system's files, its module cache, /dev/shm by name) and what it no longer does (files
+// elsewhere, another process's memory, tracing it or signalling it).
+#include "worker_sandbox.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/ptrace.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "gpool/landlock_abi.h"
+
+namespace gpool::worker {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The errno `act` failed with in a child that entered the sandbox first (0: it succeeded); -1 when the child
+// could not enter it.
+int inSandbox(const SandboxPaths& paths, const std::function<int()>& act) {
+  int result[2];
+  if (::pipe(result) != 0) return -2;
+  pid_t child = ::fork();
+  if (child == 0) {
+    std::string why;
+    int said = enterSandbox(paths, why) > 0 ? act() : -1;
+    ::_exit(::write(result[1], &said, sizeof said) == sizeof said ? 0 : 1);
+  }
+  int said = -2;
+  if (::read(result[0], &said, sizeof said) != sizeof said) said = -2;
+  ::waitpid(child, nullptr, 0);
+  ::close(result[0]), ::close(result[1]);
+  return said;
+}
+
+int opened(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0600);
+  if (fd < 0) return errno;
+  ::close(fd);
+  return 0;
+}
+
+class WorkerSandbox : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    abi_ = landlockAbi(why);
+    if (abi_ == 0) GTEST_SKIP() << why;
+    char made[] = "/tmp/gpool-sandbox-XXXXXX";
+    ASSERT_NE(::mkdtemp(made), nullptr);
+    dir_ = made;
+    fs::create_directories(dir_ / "modules");
+    std::ofstream(dir_ / "secret") << "the server's key";
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+  SandboxPaths paths() const { return workerPaths((dir_ / "modules").string(), {}); }
+
+  int abi_ = 0;
+  fs::path dir_;
+};
+
+TEST_F(WorkerSandbox, ItReadsTheSystemAndWritesItsModuleCacheOnly) {
+  EXPECT_EQ(inSandbox(paths(), [] { return opened("/etc/ld.so.cache", O_RDONLY); }), 0);
+  EXPECT_EQ(inSandbox(paths(), [] { return opened("/dev/null", O_RDWR); }), 0);
+  EXPECT_EQ(inSandbox(paths(), [&] { return opened((dir_ / "modules" / "image").string(), O_CREAT | O_WRONLY); }), 0);
+  // Outside what it was given: not the server's key beside its cache, nor a file it would make there.
+  EXPECT_EQ(inSandbox(paths(), [&] { return opened((dir_ / "secret").string(), O_RDONLY); }), EACCES);
+  EXPECT_EQ(inSandbox(paths(), [&] { return opened((dir_ / "planted").string(), O_CREAT | O_WRONLY); }), EACCES);
+  EXPECT_FALSE(fs::exists(dir_ / "planted"));
+  // Nor /etc beyond what the loader and the driver read of it.
+  if (fs::exists("/etc/hostname")) EXPECT_EQ(inSandbox(paths(), [] { return opened("/etc/hostname", O_RDONLY); }), EACCES);
+  // Without the sandbox, the same child reads it (the test can fail).
+  EXPECT_EQ(opened((dir_ / "secret").string(), O_RDONLY), 0);
+}
+
+TEST_F(WorkerSandbox, ItOpensDevShmByNameButDoesNotListIt) {
+  std::string name = "/dev/shm/gpool-sandbox-test-" + std::to_string(::getpid());
+  EXPECT_EQ(inSandbox(paths(), [&] { return opened(name, O_CREAT | O_RDWR); }), 0);
+  EXPECT_TRUE(fs::exists(name));
+  EXPECT_EQ(inSandbox(paths(), [&] { return ::unlink(name.c_str()) == 0 ? 0 : errno; }), 0);
+  EXPECT_EQ(inSandbox(paths(), [] { return opened("/dev/shm", O_RDONLY | O_DIRECTORY); }), EACCES);
+}
+
+TEST_F(WorkerSandbox, ItReachesNoProcessOutsideIt) {
+  pid_t outside = ::fork();  // (another worker, or gpool-server)
+  if (outside == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  std::string proc = "/proc/" + std::to_string(outside);
+  EXPECT_EQ(inSandbox(paths(), [&] { return opened(proc + "/mem", O_RDONLY); }), EACCES);
+  EXPECT_EQ(inSandbox(paths(), [&] { return ::ptrace(PTRACE_ATTACH, outside, nullptr, nullptr) == 0 ? 0 : errno; }), EPERM);
+  // (Its environment stays readable on this kernel: a worker's own is the server's, as the other workers' are.)
+  EXPECT_EQ(inSandbox(paths(), [&] { return opened(proc + "/stat", O_RDONLY); }), 0);  // (what anyone reads)
+  if (abi_ >= 6) EXPECT_EQ(inSandbox(paths(), [&] { return ::kill(outside, 0) == 0 ? 0 : errno; }), EPERM);
+  // Its own, it still reaches (its threads' names, its own memory).
+  EXPECT_EQ(inSandbox(paths(), [] { return opened("/proc/self/mem", O_RDONLY); }), 0);
+  EXPECT_EQ(inSandbox(paths(), [] { return opened("/proc/thread-self/comm", O_WRONLY); }), 0);
+  EXPECT_EQ(opened(proc + "/mem", O_RDONLY), 0);  // (outside the sandbox: reached)
+  ::kill(outside, SIGKILL);
+  ::waitpid(outside, nullptr, 0);
+}
+
+TEST_F(WorkerSandbox, WhatItStartsIsInsideToo) {
+  // A process the worker starts (fork and exec) stays in its sandbox: the file is out of its reach (cat
+  // ran, and could not read it).
+  std::string secret = (dir_ / "secret").string();
+  EXPECT_EQ(inSandbox(paths(), [&] {
+              pid_t c = ::fork();
+              if (c == 0) {
+                ::execl("/bin/cat", "cat", secret.c_str(), static_cast<char*>(nullptr));
+                ::_exit(127);
+              }
+              int status = 0;
+              ::waitpid(c, &status, 0);
+              return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+            }),
+            1);
+}
+
+}  // namespace
+}  // namespace gpool::worker
