@@ -48,7 +48,7 @@ constexpr uint64_t kOpenDevice = kReadFile | kWriteFile;  // (a character device
 constexpr uint64_t kWrite = kRead | kWriteFile | kTruncate | kMakeReg | kMakeDir | kRemoveFile | kRemoveDir;
 
 // What the loader, libc and NVIDIA's driver read of the system; a path that does not exist is left out.
-const char* const kSystemReads[] = {"/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/opt", "/sys", "/proc",
+const char* const kSystemReads[] = {"/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/opt", "/sys",
                                     "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
                                     "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/hosts", "/etc/host.conf",
                                     "/etc/resolv.conf", "/etc/gai.conf", "/etc/nvidia", "/etc/ucx", "/etc/libibverbs.d",
@@ -78,6 +78,19 @@ std::vector<std::string> driverDevices() {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/dev", ec))
     if (entry.path().filename().string().rfind("nvidia", 0) == 0) found.push_back(entry.path().string());
+  return found;
+}
+
+// What /proc holds but other processes' directories: the kernel's own files (/proc/driver/nvidia, cpuinfo,
+// sys, ...) and /proc/self, which is this process's. Another process's environment, command line and status
+// stay out of reach (its memory already is: Landlock's own check on tracing).
+std::vector<std::string> procButOtherProcesses() {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) found.push_back(entry.path().string());
+  }
   return found;
 }
 
@@ -127,7 +140,8 @@ int enterSandbox(const SandboxPaths& paths, std::string& why) {
   for (const std::string& path : driverDevices()) grant(path, kOpenDevice | kReadDir);
   // CUDA's and gpool's IPC records, and the sockets that hand over shared descriptors: opened by name, not listed.
   grant("/dev/shm", (kWrite | kMakeSock) & ~kReadDir & ~kExecute);
-  grant("/proc/" + std::to_string(::getpid()), kReadFile | kWriteFile);  // (thread names, its own settings)
+  for (const std::string& path : procButOtherProcesses()) grant(path, kRead & ~kExecute);
+  grant("/proc/" + std::to_string(::getpid()), kReadFile | kReadDir | kWriteFile);  // (its own: thread names, settings)
   for (const std::string& path : paths.read) grant(path, kRead);
   for (const std::string& path : paths.write) grant(path, kWrite);
   if (ok && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ok = false, failed = std::string("no_new_privs: ") + std::strerror(errno);

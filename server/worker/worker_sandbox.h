@@ -1,12 +1,13 @@
 // Where a worker shuts itself in before it reads its client's first call: a Landlock ruleset (the kernel's
 // sandbox for unprivileged processes, Linux 5.13+), so that a worker taken over by its client reaches no
 // more of the host than a worker needs, even as gpool-server's own user (without --worker-uids):
-// - files: it reads the system's libraries, /etc's few files the loader and the driver read, /proc and /sys;
+// - files: it reads the system's libraries, /etc's few files the loader and the driver read, /sys, and /proc
+//   but other processes' directories;
 //   it opens NVIDIA's and RDMA's device files and the usual character devices; it reads and writes only its
 //   host's module cache, /dev/shm (CUDA's and gpool's IPC records) and its own /proc entry. Not gpool-server's
 //   key, nor any home directory, /tmp, /var or /run;
-// - processes: it cannot ptrace, nor read the memory of, any process outside its own sandbox (gpool-server,
-//   other workers), and with Landlock ABI 6 (Linux 6.12) it cannot signal them either.
+// - processes: it cannot ptrace, nor read the memory, environment or command line of, any process outside its
+//   own sandbox (gpool-server, other workers), and with Landlock ABI 6 (Linux 6.12) cannot signal them either.
 // What a worker already holds (its client's socket, its lease's pages) stays usable: the ruleset restricts
 // what it opens from now on. gpool-server --no-worker-sandbox turns this off.
 #pragma once

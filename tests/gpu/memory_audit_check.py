@@ -210,7 +210,7 @@ def main():
             ipc_and_torch(c, ann, worker, ledger)
         # 2. A worker taken over goes around its ledger.
         report = os.path.join(drop, "report.json")
-        plan = {"victim": worker, "report": report, "server_key": c.server_key("sim0"), "stay": 60,
+        plan = {"victim": worker, "victim_uid": os.stat(f"/proc/{worker}").st_uid, "report": report, "server_key": c.server_key("sim0"), "stay": 60,
                 **({"cuda_bytes": 5 * GIB} if backend == "cuda" else {"device_bytes": 5 * GIB})}
         with open(os.environ["GPOOL_TEST_TAKEOVER"], "w") as f:
             json.dump(plan, f)

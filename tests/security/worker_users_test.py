@@ -4,8 +4,8 @@
 the real worker for every client but the one the test picks, whose worker then acts as its client would
 after taking it over, with the user and descriptors a worker has.
 - Without --worker-uids, every worker runs as the server. In its sandbox (server/worker/worker_sandbox.h,
-  Landlock) it reads neither the server's key nor another worker's memory, nor traces or signals it
-  (Landlock ABI 6); with --no-worker-sandbox it reaches all of that. Either way it no longer reaches their
+  Landlock) it reads neither the server's key nor another worker's memory or environment, nor traces or
+  signals it (Landlock ABI 6); with --no-worker-sandbox it reaches all of that. Either way it no longer reaches their
   launch counts (a page per lease; one page of every worker's slots let it rewrite them all), nor writes
   lines of the server's log (what it writes there is logged as its words: server/src/worker_log.h).
 - With --worker-uids (root only), each lease's workers are a user of their own: it reaches none of that, and
@@ -124,7 +124,7 @@ class TakenOverWorker(unittest.TestCase):
         os.chown(records, victim_uid, victim_uid)
         os.chmod(records, 0o700)
         with open(os.environ["GPOOL_TEST_TAKEOVER"], "w") as f:
-            json.dump(dict(plan, victim=victim_pid, report=report, server_key=self.cluster.server_key("sim0")), f)
+            json.dump(dict(plan, victim=victim_pid, victim_uid=victim_uid, report=report, server_key=self.cluster.server_key("sim0")), f)
         attacker = self.lease("mallory")
         prog = self.run_on(attacker, LOOP, "1")
         self.assertTrue(wait_for(lambda: os.path.exists(report), timeout=20), self.cluster.log("sim0"))
@@ -148,10 +148,10 @@ class WithoutWorkerUsers(TakenOverWorker):
         self.assertEqual(report["uid"], os.getuid())
         self.assertEqual(report["server key"], "EACCES")
         self.assertEqual(report["memory"], "EACCES")
+        self.assertEqual(report["environment"], "EACCES")
         self.assertEqual(report["signal"], "EPERM" if LANDLOCK_ABI >= 6 else "reached")
         # Still: its user's IPC records (by name: shared by the user's workers), what the server's environment
-        # held (--worker-uids filters it; the other workers' environments, readable, hold the same), and as
-        # many processes as it asks for.
+        # held (its own: --worker-uids filters it), and as many processes as it asks for.
         self.assertEqual(report["records"], "reached")
         self.assertEqual(report["server's environment"], "reached")
         self.assertEqual(report["forks"], 10)

@@ -1,6 +1,6 @@
 // The sandbox a worker shuts itself in (server/worker/worker_sandbox.h), applied in a child process: what it
 // still reaches (the system's files, its module cache, /dev/shm by name) and what it no longer does (files
-// elsewhere, another process's memory, tracing it or signalling it).
+// elsewhere, another process's memory, environment and command line, tracing it or signalling it).
 #include "worker_sandbox.h"
 
 #include <fcntl.h>
@@ -102,8 +102,10 @@ TEST_F(WorkerSandbox, ItReachesNoProcessOutsideIt) {
   std::string proc = "/proc/" + std::to_string(outside);
   EXPECT_EQ(inSandbox(paths(), [&] { return opened(proc + "/mem", O_RDONLY); }), EACCES);
   EXPECT_EQ(inSandbox(paths(), [&] { return ::ptrace(PTRACE_ATTACH, outside, nullptr, nullptr) == 0 ? 0 : errno; }), EPERM);
-  // (Its environment stays readable on this kernel: a worker's own is the server's, as the other workers' are.)
-  EXPECT_EQ(inSandbox(paths(), [&] { return opened(proc + "/stat", O_RDONLY); }), 0);  // (what anyone reads)
+  EXPECT_EQ(inSandbox(paths(), [&] { return opened(proc + "/environ", O_RDONLY); }), EACCES);
+  EXPECT_EQ(inSandbox(paths(), [&] { return opened(proc + "/cmdline", O_RDONLY); }), EACCES);  // (what anyone else reads)
+  EXPECT_EQ(inSandbox(paths(), [] { return opened("/proc/cpuinfo", O_RDONLY); }), 0);  // (the kernel's own files)
+  EXPECT_EQ(inSandbox(paths(), [] { return opened("/proc/self/status", O_RDONLY); }), 0);
   if (abi_ >= 6) EXPECT_EQ(inSandbox(paths(), [&] { return ::kill(outside, 0) == 0 ? 0 : errno; }), EPERM);
   // Its own, it still reaches (its threads' names, its own memory).
   EXPECT_EQ(inSandbox(paths(), [] { return opened("/proc/self/mem", O_RDONLY); }), 0);
