@@ -544,14 +544,15 @@ class Server {
   }
 
   // The server's environment, with the client's driver settings (checked at its Hello) in place of the
-  // server's own: the worker's driver reads them as the program's would. With --worker-uids, only what a
-  // worker and its driver use of it (WorkerUsers::inherited): the rest may be the server's secrets.
+  // server's own: the worker's driver reads them as the program's would. Only what a worker and its driver
+  // use of it (WorkerUsers::inherited): the rest may be the server's secrets, which a worker taken over by
+  // its client would read in its own environment.
   std::vector<std::string> workerEnvironment(const std::vector<std::string>& driver_env) const {
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) {
       std::string_view entry(*e);
       std::string_view name = entry.substr(0, entry.find('='));
-      if (worker_users_ && !WorkerUsers::inherited(name)) continue;
+      if (!WorkerUsers::inherited(name)) continue;  // (a credential given to the server stays the server's)
       bool replaced = std::any_of(driver_env.begin(), driver_env.end(),
                                   [&](const std::string& d) { return std::string_view(d).substr(0, d.find('=')) == name; });
       if (!replaced) env.emplace_back(entry);

@@ -45,7 +45,7 @@ class WorkerUsers {
   size_t size() const { return range_.last - range_.first + 1; }
   size_t inUse() const { return by_lease_.size(); }
 
-  // Whether a worker of a user of its own inherits the server's environment variable `name`: what gpool,
+  // Whether a worker (of a user of its own or not) inherits the server's environment variable `name`: what gpool,
   // NVIDIA's driver, UCX and the sanitizers read, and the basics (PATH, HOME, TMPDIR, the locale and time
   // zone). Anything else the server was given may be a secret of the host's.
   static bool inherited(std::string_view name);

@@ -150,10 +150,10 @@ class WithoutWorkerUsers(TakenOverWorker):
         self.assertEqual(report["memory"], "EACCES")
         self.assertEqual(report["environment"], "EACCES")
         self.assertEqual(report["signal"], "EPERM" if LANDLOCK_ABI >= 6 else "reached")
-        # Still: its user's IPC records (by name: shared by the user's workers), what the server's environment
-        # held (its own: --worker-uids filters it), and as many processes as it asks for.
+        # Still: its user's IPC records (by name: shared by the user's workers), and as many processes as it
+        # asks for. Not what the server's environment held but for what workers read (before, all of it).
         self.assertEqual(report["records"], "reached")
-        self.assertEqual(report["server's environment"], "reached")
+        self.assertEqual(report["server's environment"], "absent")
         self.assertEqual(report["forks"], 10)
         self.assertIsNone(prog.poll(), "the victim still runs")
         self.assertIn("workers are sandboxed (Landlock ABI", self.cluster.log("sim0"))
@@ -241,8 +241,9 @@ class WithoutWorkerUsersNorSandbox(TakenOverWorker):
         self.assertIsNone(prog.poll(), "the victim still runs, its server's heartbeats taken")
         # What --worker-uids is for: as the server's user, a worker reaches all of this.
         self.assertEqual(report["uid"], os.getuid())
-        for what in ("server key", "signal", "memory", "environment", "records", "server's environment"):
+        for what in ("server key", "signal", "memory", "environment", "records"):
             self.assertEqual(report[what], "reached", what)
+        self.assertEqual(report["server's environment"], "absent")  # (a worker inherits only what workers read)
         self.assertEqual(report["forks"], 100, "as many processes as it asks for")
 
 
