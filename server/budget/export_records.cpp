@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,7 +20,9 @@ struct Header {
   int32_t worker = 0;  // the exporter
   uint32_t reserved = 0;
   uint64_t charge = 0;  // bytes the exporter's lease pays for while the record is held
+  RecordSeal seal{};    // the exporter's, from its gpool-server
 };
+RecordSeal own_seal{};  // this process's (sealRecordsWith)
 constexpr size_t kMaxBody = 4096;
 constexpr const char* kWithdrawn = ".withdrawn";
 
@@ -62,12 +65,41 @@ void RecordFile::close() {
 // file closes, which does no harm: the record was withdrawn, so no importer comes any more.)
 bool RecordFile::unheld() const { return fd_ < 0 || flock(fd_, LOCK_EX | LOCK_NB) == 0; }
 
+RecordSeal newRecordSeal() {
+  RecordSeal seal{};
+  for (size_t got = 0; got < seal.size();) {
+    ssize_t n = getrandom(seal.data() + got, seal.size() - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  return seal;
+}
+
+std::string sealText(const RecordSeal& seal) {
+  static const char* digits = "0123456789abcdef";
+  std::string text;
+  for (uint8_t b : seal) text += digits[b >> 4], text += digits[b & 15];
+  return text;
+}
+
+bool parseSeal(const std::string& text, RecordSeal& seal) {
+  if (text.size() != 2 * seal.size()) return false;
+  auto value = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  for (size_t i = 0; i < seal.size(); ++i) {
+    int hi = value(text[2 * i]), lo = value(text[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    seal[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return true;
+}
+
+void sealRecordsWith(const RecordSeal& seal) { own_seal = seal; }
+
 std::string recordDirectory(uid_t uid) { return "/dev/shm/gpool-ipc-" + std::to_string(uid); }
 
 bool fileRecord(const std::string& path, const std::vector<uint8_t>& body, uint64_t charge) {
   if (body.size() > kMaxBody) return false;
   Header h;
-  h.server = getppid(), h.worker = getpid(), h.charge = charge;
+  h.server = getppid(), h.worker = getpid(), h.charge = charge, h.seal = own_seal;
   std::vector<uint8_t> bytes(sizeof h + body.size());
   std::memcpy(bytes.data(), &h, sizeof h);
   if (!body.empty()) std::memcpy(bytes.data() + sizeof h, body.data(), body.size());
@@ -116,7 +148,7 @@ RecordFile withdrawRecord(const std::string& path) {
   return fd < 0 ? RecordFile{} : withdrawOpen(fd, path);
 }
 
-std::vector<HeldRecord> withdrawAllOf(pid_t worker, uid_t uid) {
+std::vector<HeldRecord> withdrawAllOf(pid_t worker, uid_t uid, const RecordSeal& seal) {
   std::vector<HeldRecord> held;
   const std::string dir = recordDirectory(uid);
   DIR* d = opendir(dir.c_str());
@@ -135,7 +167,8 @@ std::vector<HeldRecord> withdrawAllOf(pid_t worker, uid_t uid) {
     if (fd < 0) continue;  // (the workers' sockets live here too)
     struct stat st {};
     Header h;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid && readHeader(fd, h) && h.server == getpid() && h.worker == worker)
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid && readHeader(fd, h) && h.server == getpid() &&
+        h.worker == worker && h.seal == seal)
       found.push_back(Found{std::move(path), fd, h.charge});
     else
       ::close(fd);

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,6 +43,17 @@ class RecordFile {
   std::string withdrawn_;  // a withdrawn record's path: removed at close
 };
 
+// A secret gpool-server gives each worker it starts (in its environment, GPOOL_RECORD_SEAL), which the
+// worker's records carry: a record that names a worker without its seal is no record of that worker's (a
+// worker of another lease, taken over by its client, could otherwise file one naming it, hold it, and so keep
+// that lease charged). Sandboxed workers cannot read one another's environments (worker_sandbox.h).
+using RecordSeal = std::array<uint8_t, 16>;
+RecordSeal newRecordSeal();                               // (random)
+std::string sealText(const RecordSeal& seal);             // 32 hex digits
+bool parseSeal(const std::string& text, RecordSeal& seal);  // false for anything but 32 hex digits
+// The seal this process's records carry from now on (a worker's, from its gpool-server; none: zeros).
+void sealRecordsWith(const RecordSeal& seal);
+
 // /dev/shm/gpool-ipc-<uid>, shared by the user's workers on this host (with gpool-server --worker-uids, a
 // lease's workers: each lease has a user of its own).
 std::string recordDirectory(uid_t uid = getuid());
@@ -62,9 +74,10 @@ struct HeldRecord {
   RecordFile file;
   uint64_t charge = 0;
 };
-// Withdraws every record that `worker`, an ended child of this process that ran as `uid`, filed (withdrawn
-// already or not); returns those importers still hold. Only the process that started the worker finds its
-// records, and only files that `uid` owns count: no other user's worker can file one in its name.
-std::vector<HeldRecord> withdrawAllOf(pid_t worker, uid_t uid);
+// Withdraws every record that `worker`, an ended child of this process that ran as `uid` with `seal`, filed
+// (withdrawn already or not); returns those importers still hold. Only the process that started the worker
+// finds its records, only files that `uid` owns count (no other user's worker can file one in its name),
+// and only those with its seal (nor can another worker of the same user).
+std::vector<HeldRecord> withdrawAllOf(pid_t worker, uid_t uid, const RecordSeal& seal);
 
 }  // namespace gpool::budget

@@ -6,7 +6,7 @@
 namespace gpool::server {
 
 uint64_t HeldExports::adopt(const Ended& ended) {
-  std::vector<budget::HeldRecord> records = budget::withdrawAllOf(ended.worker, ended.uid);
+  std::vector<budget::HeldRecord> records = budget::withdrawAllOf(ended.worker, ended.uid, ended.seal);
   if (records.empty()) return 0;
   uint64_t bytes = 0;
   for (const auto& r : records) bytes += r.charge;

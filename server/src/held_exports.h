@@ -25,6 +25,7 @@ class HeldExports {
     std::string lease;  // empty for a server without an allocator
     int slot = -1;      // its slot in the shared budgets, kept while importers hold its memory
     uid_t uid = getuid();  // the user it ran as (gpool-server --worker-uids), whose records are its
+    budget::RecordSeal seal{};  // the seal its records carry (export_records.h)
   };
 
   // Takes over what `ended` exported that importers still hold; returns the bytes its lease pays for them

@@ -666,14 +666,17 @@ class Server {
                               std::pair{pages.launches.get(), "--launch-counter-fd"}})
       if (page) fds.emplace_back(page->fd(), flag);
     if (pages.pace) fds.emplace_back(pages.pace->fd(), "--compute-pace-fd");
-    pid_t pid = spawn(std::move(args), p->socket.native_handle(), fds, workerEnvironment(hello.driver_env), lease_id);
+    const budget::RecordSeal seal = budget::newRecordSeal();
+    std::vector<std::string> env = workerEnvironment(hello.driver_env);
+    env.push_back("GPOOL_RECORD_SEAL=" + budget::sealText(seal));
+    pid_t pid = spawn(std::move(args), p->socket.native_handle(), fds, std::move(env), lease_id);
     if (pid < 0) {
       if (nothingHere(lease_id)) forgetLease(lease_id);
       return refuse(p, 999, std::string("cannot start gpool-worker: ") + std::strerror(-pid));
     }
     ++workers_;
     workers_by_pid_[pid] = Worker{lease_id, slot, uid.value_or(::getuid()), static_cast<int>(hello.device),
-                                  lease ? lease->share : 0, share};
+                                  lease ? lease->share : 0, share, seal};
     reportServing();
     spdlog::info("client {} ({}) → worker {} on device {}{}{}", peer(p), hello.client.empty() ? "?" : printable(hello.client), pid,
                  hello.device, lease ? " for lease " + lease_id : "", uid ? ", as uid " + std::to_string(*uid) : "");
@@ -725,7 +728,7 @@ class Server {
     const std::string& lease = w.lease;
     const int slot = w.slot;
     const uid_t uid = w.uid;
-    uint64_t held = slot >= 0 ? held_exports_.adopt({pid, lease, slot, uid}) : 0;
+    uint64_t held = slot >= 0 ? held_exports_.adopt({pid, lease, slot, uid, w.seal}) : 0;
     forEachBudget(lease, [&](budget::SharedBudget& b) { b.reclaimAllBut(slot, held); });
     if (sim_busy_ && slot >= 0) sim_busy_->reclaim(slot);  // (the next worker in the slot counts from 0)
     if (held) {
@@ -822,6 +825,7 @@ class Server {
     int device = 0;     // the device it serves
     int share = 0;      // the lease's share it serves (its number in the lease's tokens), and its fraction of the device
     double fraction = 1;
+    budget::RecordSeal seal{};  // what its export records carry (export_records.h)
   };
   std::map<pid_t, Worker> workers_by_pid_;
   std::unique_ptr<WorkerUsers> worker_users_;    // --worker-uids: which user each lease's workers run as

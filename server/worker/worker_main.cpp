@@ -15,6 +15,7 @@
 
 #include "cuda_backend.h"
 #include "dispatcher.h"
+#include "export_records.h"
 #include "output_relay.h"
 #include "revocation.h"
 #include "gpool/printable.h"
@@ -97,6 +98,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-threads", max_threads, "with --uid: the threads and processes its user may have (0: no limit)")
       ->needs("--uid");
   CLI11_PARSE(app, argc, argv);
+  // The seal of its export records, from its gpool-server (export_records.h): out of its environment at once.
+  if (const char* seal = std::getenv("GPOOL_RECORD_SEAL")) {
+    if (gpool::budget::RecordSeal s; gpool::budget::parseSeal(seal, s)) gpool::budget::sealRecordsWith(s);
+    ::unsetenv("GPOOL_RECORD_SEAL");
+  }
   // First: everything after it, the driver included, runs as the lease's user, and the parent-death
   // signal (bindLifetimeToServer) would not survive the change.
   if (std::string why; uid > 0 && !gpool::worker::becomeUser(uid, gid > 0 ? gid : uid, max_threads, why)) {

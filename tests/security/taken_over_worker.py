@@ -8,6 +8,7 @@ and writes what it reached as JSON to the file's "report". Otherwise it is the r
 --no-sandbox, it acts from inside the sandbox the real worker shuts itself in (worker_sandbox.h), entered
 through GPOOL_TEST_SANDBOXED_AS_WORKER with the worker's own options, as the real worker's code would be."""
 import errno
+import fcntl
 import json
 import mmap
 import os
@@ -80,6 +81,21 @@ def allocate_with_the_driver(size):
     return 0
 
 
+forged = []  # (kept open, locked, for as long as this process runs)
+
+
+def forge_record(records, victim, charge):
+    """Files an export record in `records` (export_records.cpp: magic, server, worker, reserved, charge, seal)
+    naming `victim` as its exporter and this stand-in's server as the victim's, and holds it as an importer
+    does (a shared lock): once the victim ends, its server would keep its lease charged `charge` bytes."""
+    header = (0x52585047).to_bytes(4, "little") + os.getppid().to_bytes(4, "little") + victim.to_bytes(4, "little")
+    header += bytes(4) + charge.to_bytes(8, "little") + bytes(16)  # (its seal: unknown to it)
+    fd = os.open(os.path.join(records, os.urandom(32).hex()), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    os.write(fd, header)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    forged.append(fd)
+
+
 def fork_up_to(n):
     """Starts up to `n` processes that wait; ends them; returns how many started."""
     children = []
@@ -145,6 +161,8 @@ def main():
         "server's environment": "reached" if "HOST_SECRET" in os.environ else "absent",  # (the test gives the server one)
         "records": attempt(lambda: os.close(os.open(records + "/forged", os.O_CREAT | os.O_WRONLY, 0o600))),
     }
+    if plan.get("forge_record"):  # a record naming the victim as its exporter, held, to keep its lease charged
+        report["forged record"] = attempt(lambda: forge_record(records, plan["victim"], plan["forge_record"]))
     if plan.get("forks"):  # a fork bomb, bounded: how many processes it could start
         report["forks"] = fork_up_to(plan["forks"])
     if arg("--launch-counter-fd"):

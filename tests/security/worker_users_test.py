@@ -158,6 +158,19 @@ class WithoutWorkerUsers(TakenOverWorker):
         self.assertIsNone(prog.poll(), "the victim still runs")
         self.assertIn("workers are sandboxed (Landlock ABI", self.cluster.log("sim0"))
 
+    def test_a_record_a_taken_over_worker_forges_in_another_workers_name_charges_nothing(self):
+        # It files an export record naming the victim's worker, as the server's own child, and holds it as an
+        # importer would. When the victim's worker ends, the server takes over only its own records (they carry
+        # the seal it gave that worker): the victim's lease is not kept charged for the forged 600 MiB.
+        victim, prog, worker = self.start_victim()
+        report, _, _ = self.take_over(worker, forge_record=600 << 20, stay=30)
+        self.assertEqual(report["forged record"], "reached")  # (filed: the records are the user's)
+        prog.kill()
+        prog.wait()
+        self.assertTrue(wait_for(lambda: gone(worker), timeout=20), self.cluster.log("sim0"))
+        time.sleep(0.5)
+        self.assertNotRegex(self.cluster.log("sim0"), rf"worker {worker} ended while other processes hold")
+
     def test_what_a_taken_over_worker_writes_to_its_log_is_logged_as_its_words(self):
         # A line that reads as the server's own, then terminal escapes (clear the screen, set its title): the
         # server logs both as the words of the worker it started, for the lease it serves, made printable.

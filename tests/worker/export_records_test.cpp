@@ -69,7 +69,7 @@ TEST(ExportRecords, TheServerTakesOverWhatAnEndedWorkerExportedThatOthersHold) {
   EXPECT_TRUE(exists(recordPath(held, false))) << "a worker that is killed leaves its records filed";
   EXPECT_TRUE(exists(recordPath(freed, true)));
 
-  std::vector<budget::HeldRecord> taken = budget::withdrawAllOf(child, getuid());
+  std::vector<budget::HeldRecord> taken = budget::withdrawAllOf(child, getuid(), {});
   ASSERT_EQ(taken.size(), 2u) << "what importers hold, withdrawn by the worker or not";
   std::sort(taken.begin(), taken.end(), [](const auto& a, const auto& b) { return a.charge < b.charge; });
   EXPECT_EQ(taken[0].charge, 1024u);
@@ -79,7 +79,7 @@ TEST(ExportRecords, TheServerTakesOverWhatAnEndedWorkerExportedThatOthersHold) {
   IpcRegistry::RecordFile late;
   EXPECT_EQ(importer.lookupHeld(IpcRegistry::Kind::kMemory, held, record, late), cu::kInvalidValue) << "withdrawn";
   EXPECT_EQ(importer.lookup(IpcRegistry::Kind::kMemory, others, record), cu::kSuccess) << "another's stays filed";
-  EXPECT_TRUE(budget::withdrawAllOf(getpid(), getuid()).empty()) << "only the process that started a worker takes its records";
+  EXPECT_TRUE(budget::withdrawAllOf(getpid(), getuid(), {}).empty()) << "only the process that started a worker takes its records";
 
   EXPECT_FALSE(taken[1].file.unheld());
   hold_held = {};
@@ -138,9 +138,70 @@ TEST(ExportRecords, ARecordAnotherUserOwnsIsNeverTakenAsTheWorkers) {
   IpcRegistry::RecordFile hold;
   ASSERT_EQ(importer.lookupHeld(IpcRegistry::Kind::kMemory, h, record, hold), cu::kSuccess);
   ASSERT_EQ(chown(recordPath(h, false).c_str(), 61999, 61999), 0);
-  EXPECT_TRUE(budget::withdrawAllOf(child, getuid()).empty()) << "another user's file is no record of the worker";
+  EXPECT_TRUE(budget::withdrawAllOf(child, getuid(), {}).empty()) << "another user's file is no record of the worker";
   ASSERT_EQ(chown(recordPath(h, false).c_str(), getuid(), getgid()), 0);
-  EXPECT_EQ(budget::withdrawAllOf(child, getuid()).size(), 1u) << "its own user's is";
+  EXPECT_EQ(budget::withdrawAllOf(child, getuid(), {}).size(), 1u) << "its own user's is";
+  for (int fd : done) close(fd);
+}
+
+TEST(ExportRecords, ARecordWithoutTheWorkersSealIsNeverTakenAsTheWorkers) {
+  // Without --worker-uids every worker is one user: a worker of another lease, taken over by its client, files
+  // a record naming this worker and its server, and holds it, to keep this worker's lease charged once it
+  // ends. It cannot know the seal gpool-server gave this worker, so the record is not the worker's.
+  const budget::RecordSeal seal = budget::newRecordSeal();
+  EXPECT_NE(seal, budget::RecordSeal{});
+  budget::RecordSeal parsed{};
+  ASSERT_TRUE(budget::parseSeal(budget::sealText(seal), parsed));
+  EXPECT_EQ(parsed, seal);
+  EXPECT_FALSE(budget::parseSeal("not a seal", parsed));
+  int done[2];
+  ASSERT_EQ(pipe(done), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the worker, which files one record with its seal
+    budget::sealRecordsWith(seal);
+    IpcRegistry exporter;
+    Handle h(64);
+    if (exporter.publish(IpcRegistry::Kind::kMemory, {7}, h, 4096) != cu::kSuccess) _exit(2);
+    (void)!write(done[1], h.data(), 64);
+    _exit(0);  // (as if killed: the record stays filed)
+  }
+  Handle h(64);
+  readAll(done[0], h.data(), 64);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // The forger: a process of the same user whose parent is the server too, naming the worker in its header.
+  pid_t forger = fork();
+  ASSERT_GE(forger, 0);
+  if (forger == 0) {
+    Handle fake(64);
+    IpcRegistry other;  // (its own seal: none)
+    if (other.publish(IpcRegistry::Kind::kMemory, {8}, fake, 1ull << 40) != cu::kSuccess) _exit(2);
+    std::string path = recordPath(fake, false);
+    int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    int32_t named = child;  // (the header: magic, server, worker, ...)
+    if (fd < 0 || pwrite(fd, &named, sizeof named, 8) != sizeof named) _exit(3);
+    close(fd);
+    (void)!write(done[1], fake.data(), 64);
+    _exit(0);
+  }
+  Handle fake(64);
+  readAll(done[0], fake.data(), 64);
+  ASSERT_EQ(waitpid(forger, &status, 0), forger);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  IpcRegistry importer;
+  std::vector<uint8_t> record;
+  IpcRegistry::RecordFile hold, hold_fake;
+  ASSERT_EQ(importer.lookupHeld(IpcRegistry::Kind::kMemory, h, record, hold), cu::kSuccess);
+  ASSERT_EQ(importer.lookupHeld(IpcRegistry::Kind::kMemory, fake, record, hold_fake), cu::kSuccess);
+  std::vector<budget::HeldRecord> taken = budget::withdrawAllOf(child, getuid(), seal);
+  ASSERT_EQ(taken.size(), 1u) << "the worker's own record only, not the forged one";
+  EXPECT_EQ(taken[0].charge, 4096u);
+  EXPECT_TRUE(budget::withdrawAllOf(child, getuid(), budget::newRecordSeal()).empty()) << "nor with another seal";
+  hold_fake = {};
+  importer.withdraw(fake);
+  unlink(recordPath(fake, false).c_str());
   for (int fd : done) close(fd);
 }
 
