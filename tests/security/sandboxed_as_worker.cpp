@@ -2,7 +2,8 @@
 // would with the worker options among the program's arguments (--module-cache, --sim-kernels): the stand-in
 // for a worker taken over by its client (taken_over_worker.py) runs its attack from inside, as the real
 // worker's code would after its client took it over. --also-read and --also-write add what the stand-in
-// itself needs (its interpreter, its script, the directory of its report).
+// itself needs (its interpreter, its script, the directory of its report). Where the kernel has no Landlock,
+// it runs the program unsandboxed, as the worker then runs.
 // usage: sandboxed_as_worker [--also-read PATH]... [--also-write PATH]... -- PROGRAM [ARGS...]
 #include <unistd.h>
 
@@ -36,10 +37,11 @@ int main(int argc, char** argv) {
   paths.write.insert(paths.write.end(), writes.begin(), writes.end());
   std::string why;
   int abi = gpool::worker::enterSandbox(paths, why);
-  if (abi <= 0) {
-    std::fprintf(stderr, "sandboxed_as_worker: no sandbox: %s\n", why.c_str());
+  if (abi < 0) {
+    std::fprintf(stderr, "sandboxed_as_worker: cannot enter the sandbox: %s\n", why.c_str());
     return 3;
   }
+  if (abi == 0) std::fprintf(stderr, "sandboxed_as_worker: not sandboxed, as the worker would not be: %s\n", why.c_str());
   ::execv(program[0], program);
   std::perror("sandboxed_as_worker: exec");
   return 127;
