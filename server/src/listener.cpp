@@ -31,6 +31,7 @@
 #include "lease_gate.h"
 #include "server_metrics.h"
 #include "worker_log.h"
+#include "worker_environment.h"
 #include "worker_users.h"
 #include "gpool/protocol/driver_settings.h"
 #include "gpool/protocol/frame_io.h"
@@ -543,24 +544,6 @@ class Server {
     return f;
   }
 
-  // The server's environment, with the client's driver settings (checked at its Hello) in place of the
-  // server's own: the worker's driver reads them as the program's would. Only what a worker and its driver
-  // use of it (WorkerUsers::inherited): the rest may be the server's secrets, which a worker taken over by
-  // its client would read in its own environment.
-  std::vector<std::string> workerEnvironment(const std::vector<std::string>& driver_env) const {
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) {
-      std::string_view entry(*e);
-      std::string_view name = entry.substr(0, entry.find('='));
-      if (!WorkerUsers::inherited(name)) continue;  // (a credential given to the server stays the server's)
-      bool replaced = std::any_of(driver_env.begin(), driver_env.end(),
-                                  [&](const std::string& d) { return std::string_view(d).substr(0, d.find('=')) == name; });
-      if (!replaced) env.emplace_back(entry);
-    }
-    env.insert(env.end(), driver_env.begin(), driver_env.end());
-    return env;
-  }
-
   // What every worker of this server is told: its backend, the sim's settings, peer links, the module cache.
   std::vector<std::string> workerOptions(const proto::HelloRequest& hello, uint64_t hello_seq) const {
     std::vector<std::string> args{opt_.worker_path, "--fd", "3", "--device", std::to_string(hello.device), "--hello-seq",
@@ -667,7 +650,7 @@ class Server {
       if (page) fds.emplace_back(page->fd(), flag);
     if (pages.pace) fds.emplace_back(pages.pace->fd(), "--compute-pace-fd");
     const budget::RecordSeal seal = budget::newRecordSeal();
-    std::vector<std::string> env = workerEnvironment(hello.driver_env);
+    std::vector<std::string> env = workerEnvironment(environ, hello.driver_env);
     env.push_back("GPOOL_RECORD_SEAL=" + budget::sealText(seal));
     pid_t pid = spawn(std::move(args), p->socket.native_handle(), fds, std::move(env), lease_id);
     if (pid < 0) {

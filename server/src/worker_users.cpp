@@ -117,16 +117,6 @@ void WorkerUsers::clear(uid_t uid) {
   std::filesystem::remove_all(budget::recordDirectory(uid), ec);  // (a link there is removed, not followed)
 }
 
-bool WorkerUsers::inherited(std::string_view name) {
-  for (std::string_view exact : {"PATH", "HOME", "TMPDIR", "LANG", "TZ", "LD_LIBRARY_PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS",
-                                 "LSAN_OPTIONS"})
-    if (name == exact) return true;
-  // (__ : the driver's own switches, such as __NV_PRIME_RENDER_OFFLOAD and __CUDA_...)
-  for (std::string_view prefix : {"GPOOL_", "CUDA_", "NVIDIA_", "NV_", "__", "UCX_", "LC_"})
-    if (name.substr(0, prefix.size()) == prefix) return true;
-  return false;
-}
-
 void WorkerUsers::shareDirectory(const std::string& dir) {
   namespace fs = std::filesystem;
   fs::path path = fs::absolute(dir);

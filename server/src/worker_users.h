@@ -45,10 +45,6 @@ class WorkerUsers {
   size_t size() const { return range_.last - range_.first + 1; }
   size_t inUse() const { return by_lease_.size(); }
 
-  // Whether a worker (of a user of its own or not) inherits the server's environment variable `name`: what gpool,
-  // NVIDIA's driver, UCX and the sanitizers read, and the basics (PATH, HOME, TMPDIR, the locale and time
-  // zone). Anything else the server was given may be a secret of the host's.
-  static bool inherited(std::string_view name);
   // Kills every process running as `uid` (not this one) and empties its IPC record directory.
   static void clear(uid_t uid);
   // Makes `dir` (the host's module cache, which every lease's workers share) for the workers' users: made
