@@ -10,27 +10,18 @@
 
 #include <fstream>
 #include <sstream>
+
+#include "gpool/hex.h"
 #include <stdexcept>
 #include <vector>
 
 namespace gpool::token {
 
-std::string hex(const unsigned char* p, size_t n) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < n; ++i) s += d[p[i] >> 4], s += d[p[i] & 15];
-  return s;
-}
+std::string hex(const unsigned char* p, size_t n) { return hexOf(p, n); }
 
 std::optional<std::string> unhex(const std::string& s) {
-  if (s.size() % 2) return std::nullopt;
-  std::string out;
-  for (size_t i = 0; i < s.size(); i += 2) {
-    auto v = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
-    int hi = v(s[i]), lo = v(s[i + 1]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    out += static_cast<char>(hi * 16 + lo);
-  }
+  std::string out(s.size() / 2, '\0');
+  if (s.size() % 2 || !unhexTo(s, reinterpret_cast<uint8_t*>(out.data()), out.size())) return std::nullopt;
   return out;
 }
 

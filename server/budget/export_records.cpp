@@ -74,24 +74,6 @@ RecordSeal newRecordSeal() {
   return seal;
 }
 
-std::string sealText(const RecordSeal& seal) {
-  static const char* digits = "0123456789abcdef";
-  std::string text;
-  for (uint8_t b : seal) text += digits[b >> 4], text += digits[b & 15];
-  return text;
-}
-
-bool parseSeal(const std::string& text, RecordSeal& seal) {
-  if (text.size() != 2 * seal.size()) return false;
-  auto value = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
-  for (size_t i = 0; i < seal.size(); ++i) {
-    int hi = value(text[2 * i]), lo = value(text[2 * i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    seal[i] = static_cast<uint8_t>(hi << 4 | lo);
-  }
-  return true;
-}
-
 void sealRecordsWith(const RecordSeal& seal) { own_seal = seal; }
 
 std::string recordDirectory(uid_t uid) { return "/dev/shm/gpool-ipc-" + std::to_string(uid); }

@@ -48,9 +48,7 @@ class RecordFile {
 // worker of another lease, taken over by its client, could otherwise file one naming it, hold it, and so keep
 // that lease charged). Sandboxed workers cannot read one another's environments (worker_sandbox.h).
 using RecordSeal = std::array<uint8_t, 16>;
-RecordSeal newRecordSeal();                               // (random)
-std::string sealText(const RecordSeal& seal);             // 32 hex digits
-bool parseSeal(const std::string& text, RecordSeal& seal);  // false for anything but 32 hex digits
+RecordSeal newRecordSeal();  // (random; in the environment as hex digits: gpool/hex.h)
 // The seal this process's records carry from now on (a worker's, from its gpool-server; none: zeros).
 void sealRecordsWith(const RecordSeal& seal);
 

@@ -36,6 +36,7 @@
 #include "gpool/protocol/driver_settings.h"
 #include "gpool/protocol/frame_io.h"
 #include "lease_token.h"
+#include "gpool/hex.h"
 #include "gpool/landlock_abi.h"
 #include "gpool/peer_connections.h"
 #include "gpool/printable.h"
@@ -651,7 +652,7 @@ class Server {
     if (pages.pace) fds.emplace_back(pages.pace->fd(), "--compute-pace-fd");
     const budget::RecordSeal seal = budget::newRecordSeal();
     std::vector<std::string> env = workerEnvironment(environ, hello.driver_env);
-    env.push_back("GPOOL_RECORD_SEAL=" + budget::sealText(seal));
+    env.push_back("GPOOL_RECORD_SEAL=" + hexOf(seal.data(), seal.size()));
     pid_t pid = spawn(std::move(args), p->socket.native_handle(), fds, std::move(env), lease_id);
     if (pid < 0) {
       if (nothingHere(lease_id)) forgetLease(lease_id);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "gpool/hex.h"
 #include "gpool/protocol/host_identity.h"
 
 namespace gpool::worker {
@@ -26,16 +27,6 @@ std::array<uint8_t, 16> IpcRegistry::host() const {
 }
 
 namespace {
-
-std::string hex(const uint8_t* p, size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < n; ++i) {
-    s += digits[p[i] >> 4];
-    s += digits[p[i] & 15];
-  }
-  return s;
-}
 
 // Handle layout: u32 magic, u32 kind, 16 bytes host id, 32 bytes key, 8 bytes zero.
 constexpr size_t kHostAt = 8, kKeyAt = 24, kKeyBytes = 32;
@@ -72,7 +63,7 @@ IpcRegistry::RecordFile IpcRegistry::withdraw(const std::vector<uint8_t>& handle
 }
 
 std::string IpcRegistry::pathOf(const std::vector<uint8_t>& handle) {
-  return directory() + "/" + hex(handle.data() + kKeyAt, kKeyBytes);
+  return directory() + "/" + hexOf(handle.data() + kKeyAt, kKeyBytes);
 }
 
 proto::Status IpcRegistry::open(Kind kind, const std::vector<uint8_t>& handle, RecordFile& file) const {

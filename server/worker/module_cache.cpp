@@ -16,6 +16,8 @@
 #include <fstream>
 #include <system_error>
 
+#include "gpool/hex.h"
+
 namespace gpool::worker {
 
 namespace fs = std::filesystem;
@@ -27,15 +29,7 @@ ImageHash sha256(const void* data, size_t size) {
   return h;
 }
 
-std::string toHex(const ImageHash& h) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  for (uint8_t b : h) {
-    s.push_back(digits[b >> 4]);
-    s.push_back(digits[b & 15]);
-  }
-  return s;
-}
+std::string toHex(const ImageHash& h) { return hexOf(h.data(), h.size()); }
 
 ModuleCache::ModuleCache(fs::path dir, uint64_t max_bytes, std::chrono::seconds touch_after)
     : dir_(std::move(dir)), max_bytes_(max_bytes), touch_after_(touch_after) {

@@ -18,6 +18,7 @@
 #include "export_records.h"
 #include "output_relay.h"
 #include "revocation.h"
+#include "gpool/hex.h"
 #include "gpool/printable.h"
 #include "gpool/protocol/frame_io.h"
 #include "gpool/protocol/gpu_uuid.h"
@@ -100,7 +101,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   // The seal of its export records, from its gpool-server (export_records.h): out of its environment at once.
   if (const char* seal = std::getenv("GPOOL_RECORD_SEAL")) {
-    if (gpool::budget::RecordSeal s; gpool::budget::parseSeal(seal, s)) gpool::budget::sealRecordsWith(s);
+    if (gpool::budget::RecordSeal s; gpool::unhexTo(seal, s.data(), s.size())) gpool::budget::sealRecordsWith(s);
     ::unsetenv("GPOOL_RECORD_SEAL");
   }
   // First: everything after it, the driver included, runs as the lease's user, and the parent-death
