@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "export_records.h"
+#include "gpool/hex.h"
 #include "ipc_registry.h"
 
 namespace gpool::worker {
@@ -32,6 +33,29 @@ bool exists(const std::string& path) { return std::filesystem::exists(path); }
 
 void writeAll(int fd, const void* p, size_t n) { ASSERT_EQ(write(fd, p, n), static_cast<ssize_t>(n)); }
 void readAll(int fd, void* p, size_t n) { ASSERT_EQ(read(fd, p, n), static_cast<ssize_t>(n)); }
+
+// A worker that files one record (4096 bytes charged, with `seal`) and ends as if killed, so that the record
+// stays filed: its pid, and the record's handle.
+void workerThatFiledOne(const budget::RecordSeal& seal, pid_t& child, Handle& h) {
+  int done[2];
+  ASSERT_EQ(pipe(done), 0);
+  child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    budget::sealRecordsWith(seal);
+    IpcRegistry exporter;
+    Handle filed(64);
+    if (exporter.publish(IpcRegistry::Kind::kMemory, {7}, filed, 4096) != cu::kSuccess) _exit(2);
+    (void)!write(done[1], filed.data(), 64);
+    _exit(0);
+  }
+  h.assign(64, 0);
+  readAll(done[0], h.data(), 64);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  for (int fd : done) close(fd);
+}
 
 TEST(ExportRecords, TheServerTakesOverWhatAnEndedWorkerExportedThatOthersHold) {
   int to_parent[2], to_child[2];
@@ -117,22 +141,9 @@ TEST(ExportRecords, ARecordAnotherUserOwnsIsNeverTakenAsTheWorkers) {
   // worker's directory that names the worker but is another user's (what a worker of another lease, taken
   // over by its client, would file to keep this lease charged) is not the worker's.
   if (geteuid() != 0) GTEST_SKIP() << "needs root, to give the record file to another user";
-  int done[2];
-  ASSERT_EQ(pipe(done), 0);
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    IpcRegistry exporter;
-    Handle h(64);
-    if (exporter.publish(IpcRegistry::Kind::kMemory, {7}, h, 4096) != cu::kSuccess) _exit(2);
-    (void)!write(done[1], h.data(), 64);
-    _exit(0);  // (as if killed: the record stays filed)
-  }
-  Handle h(64);
-  readAll(done[0], h.data(), 64);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  pid_t child = 0;
+  Handle h;
+  ASSERT_NO_FATAL_FAILURE(workerThatFiledOne({}, child, h));
   IpcRegistry importer;
   std::vector<uint8_t> record;
   IpcRegistry::RecordFile hold;
@@ -141,7 +152,6 @@ TEST(ExportRecords, ARecordAnotherUserOwnsIsNeverTakenAsTheWorkers) {
   EXPECT_TRUE(budget::withdrawAllOf(child, getuid(), {}).empty()) << "another user's file is no record of the worker";
   ASSERT_EQ(chown(recordPath(h, false).c_str(), getuid(), getgid()), 0);
   EXPECT_EQ(budget::withdrawAllOf(child, getuid(), {}).size(), 1u) << "its own user's is";
-  for (int fd : done) close(fd);
 }
 
 TEST(ExportRecords, ARecordWithoutTheWorkersSealIsNeverTakenAsTheWorkers) {
@@ -150,27 +160,16 @@ TEST(ExportRecords, ARecordWithoutTheWorkersSealIsNeverTakenAsTheWorkers) {
   // ends. It cannot know the seal gpool-server gave this worker, so the record is not the worker's.
   const budget::RecordSeal seal = budget::newRecordSeal();
   EXPECT_NE(seal, budget::RecordSeal{});
-  budget::RecordSeal parsed{};
-  ASSERT_TRUE(budget::parseSeal(budget::sealText(seal), parsed));
+  budget::RecordSeal parsed{};  // (as the worker reads it from its environment)
+  ASSERT_TRUE(unhexTo(hexOf(seal.data(), seal.size()), parsed.data(), parsed.size()));
   EXPECT_EQ(parsed, seal);
-  EXPECT_FALSE(budget::parseSeal("not a seal", parsed));
+  EXPECT_FALSE(unhexTo("not a seal", parsed.data(), parsed.size()));
+  pid_t child = 0;  // the worker, which files one record with its seal
+  Handle h;
+  ASSERT_NO_FATAL_FAILURE(workerThatFiledOne(seal, child, h));
   int done[2];
   ASSERT_EQ(pipe(done), 0);
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {  // the worker, which files one record with its seal
-    budget::sealRecordsWith(seal);
-    IpcRegistry exporter;
-    Handle h(64);
-    if (exporter.publish(IpcRegistry::Kind::kMemory, {7}, h, 4096) != cu::kSuccess) _exit(2);
-    (void)!write(done[1], h.data(), 64);
-    _exit(0);  // (as if killed: the record stays filed)
-  }
-  Handle h(64);
-  readAll(done[0], h.data(), 64);
   int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   // The forger: a process of the same user whose parent is the server too, naming the worker in its header.
   pid_t forger = fork();
   ASSERT_GE(forger, 0);
