@@ -59,7 +59,8 @@ std::string randomHex(size_t bytes) {
 std::string sign(const Claims& c, const Ed25519Key& key) {
   std::ostringstream p;
   p.precision(17);
-  p << c.lease << '|' << c.server << '|' << c.device << '|' << c.memory << '|' << c.fraction << '|' << c.expiry_s << '|' << c.share;
+  p << c.lease << '|' << c.server << '|' << c.device << '|' << c.memory << '|' << c.fraction << '|' << c.expiry_s << '|' << c.share << '|'
+    << hex(reinterpret_cast<const unsigned char*>(c.user.data()), c.user.size());
   std::string payload = p.str();
   return "gpl2." + hex(reinterpret_cast<const unsigned char*>(payload.data()), payload.size()) + "." + key.sign(payload);
 }
@@ -89,14 +90,19 @@ std::optional<Claims> verify(const std::string& token, const Ed25519Key& key, st
   std::stringstream in(*payload);
   for (std::string part; std::getline(in, part, '|');) f.push_back(part);
   try {
-    if (f.size() != 6 && f.size() != 7) throw std::invalid_argument("fields");
+    if (f.size() < 6 || f.size() > 8) throw std::invalid_argument("fields");
     c.lease = f[0];
     c.server = f[1];
     c.device = std::stoi(f[2]);
     c.memory = std::stoull(f[3]);
     c.fraction = std::stod(f[4]);
     c.expiry_s = std::stoll(f[5]);
-    if (f.size() == 7) c.share = std::stoi(f[6]);
+    if (f.size() >= 7) c.share = std::stoi(f[6]);
+    if (f.size() == 8) {
+      auto user = unhex(f[7]);
+      if (!user) throw std::invalid_argument("user");
+      c.user = *user;
+    }
     if (c.share < 0 || c.share >= kMaxShares) throw std::out_of_range("share");
   } catch (const std::exception&) {
     why = "malformed lease token claims";

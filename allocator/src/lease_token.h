@@ -1,8 +1,9 @@
 // Lease tokens: what the allocator signs for each share of a lease and a gpool-server verifies offline
 // (Ed25519: the allocator holds the private key, GPU hosts the public one). Text form:
 // "gpl2.<hex payload>.<hex signature>", where the payload is "lease|server|device|memory bytes|fraction|
-// expiry unix seconds|share". A lease's shares are numbered from 0; two on one GPU differ only in it. (A token
-// of six fields, from an allocator before the share number, is share 0.)
+// expiry unix seconds|share|hex user". A lease's shares are numbered from 0; two on one GPU differ only in it.
+// The user is the one the lease is for, in hex (a name may hold any byte). (A token of six fields, from an
+// allocator before the share number, is share 0; one of six or seven, from before the user, names none.)
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,7 @@ struct Claims {
   double fraction = 1.0;
   int64_t expiry_s = 0;
   int share = 0;  // which of the lease's shares (each is a device of its own, with its own memory and time)
+  std::string user;  // whom the lease is for (empty: a token from an allocator that did not say)
 };
 
 std::string sign(const Claims& c, const Ed25519Key& key);

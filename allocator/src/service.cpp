@@ -95,7 +95,7 @@ void Service::load() {
   sched_ = std::make_unique<Scheduler>(
       policy,
       [key = token_key_](const Lease& l, const Share& s, int index, int64_t expiry) {
-        return token::sign({l.id, s.server, s.device, s.memory, s.fraction, expiry, index}, key);
+        return token::sign({l.id, s.server, s.device, s.memory, s.fraction, expiry, index, l.req.user}, key);
       },
       unixSeconds);
   auth_.restoreAccounts(store_->serviceAccounts());

@@ -374,10 +374,36 @@ TEST(LeaseToken, NumbersTheLeasesShares) {
   ASSERT_TRUE(c) << why;
   EXPECT_EQ(c->share, 0);
   for (const char* bad : {"L1|gpu1|2|1073741824|0.5|5000|-1", "L1|gpu1|2|1073741824|0.5|5000|1024",
-                          "L1|gpu1|2|1073741824|0.5|5000|x", "L1|gpu1|2|1073741824|0.5|5000|0|0"}) {
+                          "L1|gpu1|2|1073741824|0.5|5000|x", "L1|gpu1|2|1073741824|0.5|5000|0|0",
+                          "L1|gpu1|2|1073741824|0.5|5000|0|zz", "L1|gpu1|2|1073741824|0.5|5000|0|61|62"}) {
     EXPECT_FALSE(gpool::token::check(raw(bad), key, "gpu1", 2, 4000, why)) << bad;
     EXPECT_EQ(why, "malformed lease token claims") << bad;
   }
+}
+
+// A token names the user its lease is for, whatever bytes the name holds (a server keeps each user's JIT
+// cache apart by it); a token from an allocator before users were named names none.
+TEST(LeaseToken, NamesTheLeasesUser) {
+  using gpool::token::Ed25519Key;
+  Ed25519Key signer = Ed25519Key::generate();
+  Ed25519Key key = Ed25519Key::fromPublicPem(signer.publicPem());
+  std::string why;
+  for (std::string user : {std::string("alice"), std::string("a|b"), std::string("../x\n"), std::string("z\0y", 3)}) {
+    auto c = gpool::token::check(gpool::token::sign({"L1", "gpu1", 2, kGiB, 0.5, 5000, 3, user}, signer), key, "gpu1", 2, 4000, why);
+    ASSERT_TRUE(c) << why;
+    EXPECT_EQ(c->user, user);
+    EXPECT_EQ(c->share, 3);
+  }
+  auto c = gpool::token::check(gpool::token::sign({"L1", "gpu1", 2, kGiB, 0.5, 5000}, signer), key, "gpu1", 2, 4000, why);
+  ASSERT_TRUE(c) << why;
+  EXPECT_EQ(c->user, "");
+  std::string payload = "L1|gpu1|2|1073741824|0.5|5000|1";  // (an allocator's before users were named)
+  c = gpool::token::check("gpl2." + gpool::token::hex(reinterpret_cast<const unsigned char*>(payload.data()), payload.size()) +
+                              "." + signer.sign(payload),
+                          key, "gpu1", 2, 4000, why);
+  ASSERT_TRUE(c) << why;
+  EXPECT_EQ(c->user, "");
+  EXPECT_EQ(c->share, 1);
 }
 
 TEST(Scheduler, SignsEachShareWithItsNumberInTheLease) {
