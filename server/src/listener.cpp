@@ -25,6 +25,7 @@
 #include "allocator_link.h"
 #include "compute_pace.h"
 #include "held_exports.h"
+#include "jit_caches.h"
 #include "leftover_processes.h"
 #include "use_audits.h"
 #include "shared_budget.h"
@@ -129,6 +130,7 @@ class Server {
                    "--worker-uids FIRST-LAST to run each lease's workers as a user of its own (docs/admin.md)");
     }
     sayWhetherWorkersAreSandboxed();
+    openJitCaches();
     backend_ = resolveBackend(opt_, probeUser());
     if (backend_ == "sim") {
       sim_memory_ = budget::SharedBudget::create(opt_.sim_memory);  // host memory: one budget for all
@@ -492,6 +494,37 @@ class Server {
       spdlog::info("workers are sandboxed (Landlock ABI {}{})", abi, abi < 6 ? "; before ABI 6 (Linux 6.12) they can still signal each other" : "");
   }
 
+  // Each lease's user's JIT cache (jit_caches.h). None with --worker-uids, whose uids serve a lease each, and
+  // so a user's leases several at once; none for a server without leases; none, with a warning, where the
+  // directory cannot be made (workers then compile PTX at each load).
+  void openJitCaches() {
+    if (std::getenv("CUDA_CACHE_PATH"))
+      spdlog::warn("CUDA_CACHE_PATH in gpool-server's environment is not given to its workers: each lease's user has a "
+                   "JIT cache of their own under --jit-cache (docs/admin.md)");
+    if (opt_.jit_cache == "none" || opt_.allocator.empty() || worker_users_) {
+      spdlog::info("workers keep no JIT cache ({}): they compile PTX at each load",
+                   opt_.jit_cache == "none" ? "--jit-cache none"
+                   : worker_users_          ? "not with --worker-uids"
+                                            : "clients without a lease get none");
+      return;
+    }
+    try {
+      jit_caches_ = std::make_unique<JitCaches>(opt_.jit_cache);
+      spdlog::info("JIT caches: one for each lease's user, in {}", opt_.jit_cache);
+    } catch (const std::exception& e) {
+      spdlog::warn("{}; workers compile PTX at each load meanwhile", e.what());
+    }
+  }
+  // The JIT cache of `lease`'s user, or nullopt: none (above), a token that names no user, or a directory that
+  // cannot be made (said).
+  std::optional<std::filesystem::path> jitCacheOf(const std::optional<token::Claims>& lease) const {
+    if (!jit_caches_ || !lease || lease->user.empty()) return std::nullopt;
+    std::string why;
+    auto dir = jit_caches_->of(lease->user, why);
+    if (!dir) spdlog::warn("{}: the workers of lease {} compile PTX at each load", why, lease->lease);
+    return dir;
+  }
+
   void startAudits() {
     UseAudits::Settings s;
     s.memory = opt_.memory_audit_ms > 0;
@@ -641,6 +674,7 @@ class Server {
       return refuse(p, 999, e.what());
     }
     if (pages.memory) args.insert(args.end(), {"--memory-cap", std::to_string(lease->memory)});
+    if (auto jit = jitCacheOf(lease)) args.insert(args.end(), {"--jit-cache", jit->string()});
     if (pages.pace) args.insert(args.end(), {"--compute-share", std::to_string(share)});
     args.insert(args.end(), {"--budget-slot", std::to_string(slot)});
     std::vector<std::pair<int, const char*>> fds;
@@ -662,8 +696,9 @@ class Server {
     workers_by_pid_[pid] = Worker{lease_id, slot, uid.value_or(::getuid()), static_cast<int>(hello.device),
                                   lease ? lease->share : 0, share, seal};
     reportServing();
-    spdlog::info("client {} ({}) → worker {} on device {}{}{}", peer(p), hello.client.empty() ? "?" : printable(hello.client), pid,
-                 hello.device, lease ? " for lease " + lease_id : "", uid ? ", as uid " + std::to_string(*uid) : "");
+    spdlog::info("client {} ({}) → worker {} on device {}{}{}{}", peer(p), hello.client.empty() ? "?" : printable(hello.client), pid,
+                 hello.device, lease ? " for lease " + lease_id : "", uid ? ", as uid " + std::to_string(*uid) : "",
+                 lease && !lease->user.empty() ? " (user " + printable(lease->user) + ")" : "");
     close(p);  // the worker owns the connection now
   }
 
@@ -812,6 +847,7 @@ class Server {
     budget::RecordSeal seal{};  // what its export records carry (export_records.h)
   };
   std::map<pid_t, Worker> workers_by_pid_;
+  std::unique_ptr<JitCaches> jit_caches_;        // each lease's user's (none: workers compile PTX at each load)
   std::unique_ptr<WorkerUsers> worker_users_;    // --worker-uids: which user each lease's workers run as
   std::map<LeaseShare, ShareState> shares_;  // the leases' shares served here
   std::shared_ptr<budget::SharedBudget> sim_memory_;  // sim: the device's memory, across every worker
@@ -834,11 +870,17 @@ class Server {
 
 }  // namespace
 
-std::string defaultModuleCacheDir() {
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/gpool/modules";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/gpool/modules";
-  return "/var/tmp/gpool-modules-" + std::to_string(::getuid());
+namespace {
+// `name` in the cache directory of this server's user: $XDG_CACHE_HOME/gpool, ~/.cache/gpool, else /var/tmp.
+std::string userCacheDir(const std::string& name) {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/gpool/" + name;
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/gpool/" + name;
+  return "/var/tmp/gpool-" + name + "-" + std::to_string(::getuid());
 }
+}  // namespace
+
+std::string defaultModuleCacheDir() { return userCacheDir("modules"); }
+std::string defaultJitCacheDir() { return userCacheDir("jit"); }
 
 std::string defaultServerKeyPath() {
   if (const char* xdg = std::getenv("XDG_CONFIG_HOME"); xdg && *xdg) return std::string(xdg) + "/gpool/server-key.pem";

@@ -25,6 +25,7 @@ struct ServerOptions {
   unsigned stall_timeout_ms = 60000;  // a client that stops mid-frame (sending, or reading replies) is dropped
   std::string log_level = "info";
   std::string module_cache;  // directory shared by this host's workers; "none" disables it
+  std::string jit_cache;     // directory of each lease's user's JIT cache (jit_caches.h); "none" disables them
   std::string allocator;     // http(s)://HOST:PORT of gpool-allocator; empty: serve anyone, no leases
   std::string allocator_ca;  // PEM CA file verifying an https:// allocator ("" = the system's CA store)
   std::string token_key;     // the allocator's public token key (PEM) that verifies lease tokens
@@ -43,6 +44,8 @@ struct ServerOptions {
 
 // Where module images are cached when --module-cache is not given.
 std::string defaultModuleCacheDir();
+// Where each lease's user's JIT cache is kept when --jit-cache is not given.
+std::string defaultJitCacheDir();
 // Where this server's key is kept when --server-key is not given.
 std::string defaultServerKeyPath();
 

@@ -43,6 +43,13 @@ int main(int argc, char** argv) {
                  "directory where this host's workers keep module images by SHA-256, so each image crosses the "
                  "network once per host; 'none' turns the cache off")
       ->capture_default_str();
+  opt.jit_cache = gpool::server::defaultJitCacheDir();
+  app.add_option("--jit-cache", opt.jit_cache,
+                 "directory where each lease's user has a JIT cache of their own (what the driver compiled of PTX, which "
+                 "it loads in place of compiling again): a worker reaches its lease's user's alone, so no user's program "
+                 "runs code another user's worker put there; 'none' turns them off (workers compile PTX at each load, as "
+                 "they do for clients without a lease, and with --worker-uids)")
+      ->capture_default_str();
   app.add_option("--module-cache-max", opt.module_cache_max,
                  "bytes the module cache may hold; least recently used images are removed past it")
       ->capture_default_str();

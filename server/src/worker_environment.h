@@ -2,6 +2,7 @@
 // read, and the basics (PATH, HOME, TMPDIR, the locale and time zone). Anything else the server was given
 // may be a secret of the host's (a cloud credential), which a worker taken over by its client would read in
 // its own environment. The client's driver settings (checked at its Hello) take the place of the server's.
+// Not CUDA_CACHE_PATH: a worker is given its lease's user's JIT cache (jit_caches.h), never one for all.
 #pragma once
 
 #include <string>

@@ -173,6 +173,8 @@ class SimBackend : public Backend {
   Status openShared(const std::vector<uint8_t>& pages, uint64_t size, IpcMapping& out);  // maps what sharePages shared
   void closeOpened(uint64_t ptr);  // one open of what openShared mapped there ends (the last unmaps it)
   std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, std::vector<uint8_t>>>> links_;  // sim_link.cpp
+  // Where the driver compiles PTX, it keeps the result in its JIT cache: the sim's entry (sim_link.cpp).
+  static void keepInJitCache(const uint8_t* ptx, size_t size);
   uint64_t next_handle_ = 1;
   uint64_t launches_ = 0;
   std::chrono::steady_clock::time_point timing_from_;  // (startTiming)

@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   bool probe = false, inventory = false, peer_links = true;
   uint64_t memory_cap = 0;
   pid_t server_pid = 0;
-  std::string module_cache_dir;
+  std::string module_cache_dir, jit_cache_dir;
   uint64_t module_cache_max = 8ull << 30;
   gpool::worker::SimOptions sim;
   app.add_option("--fd", fd, "connected client socket inherited from gpool-server");
@@ -64,6 +64,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   app.add_option("--module-cache", module_cache_dir, "directory of the host's module image cache (none when empty)");
   app.add_option("--module-cache-max", module_cache_max, "bytes the module cache may hold");
+  app.add_option("--jit-cache", jit_cache_dir,
+                 "the directory where the driver keeps what it compiled of PTX: its lease's user's (none: it compiles at each load)");
   app.add_option("--memory-cap", memory_cap, "the lease's GPU memory cap in bytes (0: none)");
   int stall_timeout_ms = 60000;
   app.add_option("--stall-timeout", stall_timeout_ms, "milliseconds a client may stop mid-frame (sending or reading) before it is dropped");
@@ -111,9 +113,14 @@ int main(int argc, char** argv) {
                  why.c_str());
     return 2;
   }
-  // Sandboxed, the driver cannot reach its JIT cache under the home directory: it compiles PTX each time
-  // unless the admin gives every worker one (CUDA_CACHE_PATH, which the sandbox lets it write).
-  if (sandbox && !std::getenv("CUDA_CACHE_PATH")) ::setenv("CUDA_CACHE_DISABLE", "1", 0);
+  // The driver's JIT cache is its lease's user's alone (gpool-server's jit_caches.h), and the sandbox lets
+  // it reach that one; without one, the driver compiles PTX at each load rather than share a cache.
+  if (!jit_cache_dir.empty()) {
+    ::setenv("CUDA_CACHE_PATH", jit_cache_dir.c_str(), 1);
+  } else {
+    ::unsetenv("CUDA_CACHE_PATH");
+    ::setenv("CUDA_CACHE_DISABLE", "1", 1);
+  }
   if (separate_host) sim.host_salt = static_cast<uint64_t>(server_pid) | (1ull << 63);
 
   auto logger = spdlog::stderr_color_mt("gpool-worker");
@@ -214,7 +221,7 @@ int main(int argc, char** argv) {
   }
   if (sandbox && hello.status == 0) {  // (before the first call of its client is read)
     std::string why;
-    int abi = gpool::worker::enterSandbox(gpool::worker::workerPaths(module_cache_dir, sim.kernel_plugins), why);
+    int abi = gpool::worker::enterSandbox(gpool::worker::workerPaths(module_cache_dir, jit_cache_dir, sim.kernel_plugins), why);
     if (abi < 0) {
       hello.status = 999;  // CUDA_ERROR_UNKNOWN
       hello.error = "the worker cannot enter its sandbox: " + why + " (gpool-server --no-worker-sandbox serves without one)";

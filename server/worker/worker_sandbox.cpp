@@ -107,10 +107,10 @@ void addDirectoriesOf(const char* list, std::vector<std::string>& into) {
 
 }  // namespace
 
-SandboxPaths workerPaths(const std::string& module_cache, const std::vector<std::string>& plugins) {
+SandboxPaths workerPaths(const std::string& module_cache, const std::string& jit_cache, const std::vector<std::string>& plugins) {
   SandboxPaths paths;
-  if (!module_cache.empty()) paths.write.push_back(module_cache);
-  if (const char* jit = std::getenv("CUDA_CACHE_PATH"); jit && *jit) paths.write.push_back(jit);
+  for (const std::string& cache : {module_cache, jit_cache})
+    if (!cache.empty()) paths.write.push_back(cache);
   paths.read = plugins;
   addDirectoriesOf(std::getenv("LD_LIBRARY_PATH"), paths.read);
   std::error_code ec;

@@ -4,7 +4,8 @@
 // - files: it reads the system's libraries, /etc's few files the loader and the driver read, /sys, and /proc
 //   but other processes' directories;
 //   it opens NVIDIA's and RDMA's device files and the usual character devices; it reads and writes only its
-//   host's module cache, /dev/shm (CUDA's and gpool's IPC records) and its own /proc entry. Not gpool-server's
+//   host's module cache, its lease's user's JIT cache, /dev/shm (CUDA's and gpool's IPC records) and its own
+//   /proc entry. Not gpool-server's
 //   key, nor any home directory, /tmp, /var or /run;
 // - processes: it cannot ptrace, nor read the memory, environment or command line of, any process outside its
 //   own sandbox (gpool-server, other workers), and with Landlock ABI 6 (Linux 6.12) cannot signal them either.
@@ -22,9 +23,9 @@ struct SandboxPaths {
   std::vector<std::string> write;  // to read, write, and make and remove files and directories in
 };
 
-// What a worker needs beside the system's files: its module cache, its sim kernels' plugins, the directories
-// of LD_LIBRARY_PATH and its own program, and the driver's JIT cache when CUDA_CACHE_PATH names one.
-SandboxPaths workerPaths(const std::string& module_cache, const std::vector<std::string>& plugins);
+// What a worker needs beside the system's files: its module cache, its lease's user's JIT cache (either ""
+// when it has none), its sim kernels' plugins, and the directories of LD_LIBRARY_PATH and its own program.
+SandboxPaths workerPaths(const std::string& module_cache, const std::string& jit_cache, const std::vector<std::string>& plugins);
 
 // Shuts this process (and what it starts) in: returns the Landlock ABI it applied (1 and up), or 0 and `why`
 // when the kernel has no Landlock (nothing is restricted), or -1 and `why` when applying it failed.

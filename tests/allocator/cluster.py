@@ -231,7 +231,8 @@ class Cluster:
         with open(os.path.join(self.dir, f"{name}.log"), "w") as log:
             p = subprocess.Popen([SERVER, "--listen", listen, "--backend", self.backend, "--sim-memory", str(memory),
                                   "--allocator", self.url, "--token-key", self.token_pub, "--server-key", key, "--name", name,
-                                  "--module-cache", "none", *(["--allocator-ca", self.cert] if self.tls else []),
+                                  "--module-cache", "none", "--jit-cache", os.path.join(self.dir, "jit"),
+                                  *(["--allocator-ca", self.cert] if self.tls else []),
                                   *self.server_args], stderr=log)
         self.procs.append(p)
         self.servers[name] = p

@@ -34,6 +34,7 @@ from cluster import GIB, MEMCAP, Cluster, wait_for  # noqa: E402
 
 TAKEN_OVER = os.path.join(HERE, "..", "security", "taken_over_worker.py")
 SHARE = os.path.join(cluster.BUILD, "tests", "cuda_compute_share")  # kernels that keep the device busy
+JIT = os.path.join(cluster.BUILD, "tests", "cuda_jit_link")  # PTX, which the driver compiles
 MIB = 1 << 20
 failed = []
 
@@ -136,6 +137,24 @@ def ipc_and_torch(c, lease, first_worker, before):
         p.wait()
 
 
+def jit_cache(c):
+    """What the driver compiled of a lease's PTX is kept in its user's JIT cache, which the worker's sandbox
+    lets it write (on sim: the sim's entry, where the driver would keep its own)."""
+    if not os.path.exists(JIT):
+        return say("jit_cache", True, "skipped: cuda_jit_link is built only with nvcc")
+    status, jill = c.http("POST", "/v1/leases", {"user": "jill", "p": 0.25})
+    assert status == 201, jill
+    run = subprocess.run([JIT], env=dict(c.client_env(jill["shares"][0]), GPOOL_TEST_EXPECT_COMPUTE="1"), capture_output=True,
+                         text=True, timeout=120)
+    c.http("DELETE", "/v1/leases/" + jill["id"])
+    cache = os.path.join(c.dir, "jit", "jill")
+    kept = sorted(os.path.relpath(os.path.join(d, f), cache) for d, _, files in os.walk(cache) for f in files)
+    others = [u for u in os.listdir(os.path.join(c.dir, "jit")) if u != "jill"]
+    say("jit_cache", run.returncode == 0 and bool(kept) and not others,
+        f"cuda_jit_link through a lease of jill (exit {run.returncode}): {len(kept)} file(s) in her JIT cache "
+        f"{kept[:4]}; other users' caches: {others}" + ("" if run.returncode == 0 else "\n" + run.stdout + run.stderr))
+
+
 def compute(c):
     """A lease at its share, and one whose kernels are longer than --compute-audit allows."""
     if not os.path.exists(SHARE):
@@ -190,6 +209,8 @@ def main():
         *(["--sim-kernels", cluster.KERNELS] if backend == "sim" else [])])
     progs = []
     try:
+        # 0. A lease's user's JIT cache, written by the driver in the worker's sandbox.
+        jit_cache(c)
         # 1. What a worker holds beside its lease's cap.
         status, ann = c.http("POST", "/v1/leases", {"user": "ann", "p": 0.5, "m": "4GiB"})
         assert status == 201, ann

@@ -1,5 +1,5 @@
 // Runs a program in the sandbox gpool-worker shuts itself in (server/worker/worker_sandbox.h), as the worker
-// would with the worker options among the program's arguments (--module-cache, --sim-kernels): the stand-in
+// would with the worker options among the program's arguments (--module-cache, --jit-cache, --sim-kernels): the stand-in
 // for a worker taken over by its client (taken_over_worker.py) runs its attack from inside, as the real
 // worker's code would after its client took it over. --also-read and --also-write add what the stand-in
 // itself needs (its interpreter, its script, the directory of its report). Where the kernel has no Landlock,
@@ -16,7 +16,7 @@
 
 int main(int argc, char** argv) {
   std::vector<std::string> reads, writes, plugins;
-  std::string module_cache;
+  std::string module_cache, jit_cache;
   int at = 1;
   for (; at + 1 < argc && std::strcmp(argv[at], "--") != 0; at += 2) {
     if (std::strcmp(argv[at], "--also-read") == 0) reads.push_back(argv[at + 1]);
@@ -30,9 +30,10 @@ int main(int argc, char** argv) {
   char** program = argv + at + 1;
   for (int i = at + 2; i + 1 < argc; ++i) {  // (the worker's options, among the program's arguments)
     if (std::strcmp(argv[i], "--module-cache") == 0) module_cache = argv[i + 1];
+    if (std::strcmp(argv[i], "--jit-cache") == 0) jit_cache = argv[i + 1];
     if (std::strcmp(argv[i], "--sim-kernels") == 0) plugins.push_back(argv[i + 1]);
   }
-  gpool::worker::SandboxPaths paths = gpool::worker::workerPaths(module_cache, plugins);
+  gpool::worker::SandboxPaths paths = gpool::worker::workerPaths(module_cache, jit_cache, plugins);
   paths.read.insert(paths.read.end(), reads.begin(), reads.end());
   paths.write.insert(paths.write.end(), writes.begin(), writes.end());
   std::string why;

@@ -35,6 +35,11 @@ def read(path):
         f.read(1)
 
 
+def plant(path):
+    with open(path, "wb") as f:
+        f.write(b"code the other user's program would run in place of what its PTX compiles to")
+
+
 def overwrite_launch_counters(fd):
     """Every slot of the launch-counter page it was given (shared_budget.cpp: magic, limit, total, slots)."""
     size = os.fstat(fd).st_size
@@ -163,6 +168,10 @@ def main():
     }
     if plan.get("forge_record"):  # a record naming the victim as its exporter, held, to keep its lease charged
         report["forged record"] = attempt(lambda: forge_record(records, plan["victim"], plan["forge_record"]))
+    if plan.get("victim_jit"):  # an entry planted in another user's JIT cache, which their driver would load
+        report["victim's JIT cache"] = attempt(lambda: plant(os.path.join(plan["victim_jit"], "planted")))
+        own = arg("--jit-cache")  # (its own lease's user's, from gpool-server)
+        report["own JIT cache"] = attempt(lambda: plant(os.path.join(own, "mine"))) if own else "none given"
     if plan.get("forks"):  # a fork bomb, bounded: how many processes it could start
         report["forks"] = fork_up_to(plan["forks"])
     if arg("--launch-counter-fd"):

@@ -30,6 +30,7 @@ TAKEN_OVER = os.path.join(HERE, "taken_over_worker.py")
 WORKER = os.path.join(BUILD, "server", "gpool-worker")
 LOOP = os.path.join(BUILD, "tests", "cuda_launch_loop")  # launches kernels for N seconds
 IPC = os.path.join(BUILD, "tests", "cuda_ipc")            # a parent and its child process share memory by IPC
+JIT = os.path.join(BUILD, "tests", "cuda_jit_link")       # loads and links PTX, which the driver compiles
 UIDS = "61100-61131"
 NOT_ROOT = os.geteuid() != 0
 SANDBOXED_AS_WORKER = os.path.join(BUILD, "tests", "sandboxed_as_worker")
@@ -158,6 +159,32 @@ class WithoutWorkerUsers(TakenOverWorker):
         self.assertIsNone(prog.poll(), "the victim still runs")
         self.assertIn("workers are sandboxed (Landlock ABI", self.cluster.log("sim0"))
 
+    @unittest.skipUnless(LANDLOCK_ABI, "this kernel has no Landlock: workers are not sandboxed")
+    @unittest.skipUnless(os.path.exists(JIT), "cuda_jit_link is built only with nvcc")
+    def test_a_taken_over_worker_plants_nothing_in_another_users_jit_cache(self):
+        # Each lease's workers keep what the driver compiled of PTX in their lease's user's JIT cache; the
+        # driver would load an entry there in place of compiling. One taken over by mallory's client writes
+        # its own user's cache, and cannot plant an entry in the victim's.
+        victim, prog, worker = self.start_victim()
+        second = self.lease("victim")
+        compiled = self.run_on(second, JIT)
+        out, _ = compiled.communicate(timeout=60)
+        self.assertEqual(compiled.returncode, 0, out)
+        self.cluster.http("DELETE", "/v1/leases/" + second["id"])  # (room for mallory's)
+        cache = os.path.join(self.cluster.dir, "jit", "victim")
+        entries = os.listdir(os.path.join(cache, "sim-ComputeCache"))
+        self.assertTrue(entries, "the victim's driver kept nothing in its user's JIT cache")
+        self.assertEqual(os.stat(cache).st_mode & 0o777, 0o700)
+        self.assertNotIn("cannot keep a JIT cache entry", self.cluster.log("sim0"))
+        report, _, _ = self.take_over(worker, victim_jit=cache)
+        print("taken over, sandboxed, at another user's JIT cache:", report, file=sys.stderr)
+        self.assertEqual(report["victim's JIT cache"], "EACCES")
+        self.assertEqual(report["own JIT cache"], "reached")
+        self.assertEqual(sorted(os.listdir(os.path.join(cache, "sim-ComputeCache"))), sorted(entries))
+        self.assertFalse(os.path.exists(os.path.join(cache, "planted")))
+        self.assertTrue(os.path.isdir(os.path.join(self.cluster.dir, "jit", "mallory")))
+        self.assertIsNone(prog.poll(), "the victim still runs")
+
     def test_a_record_a_taken_over_worker_forges_in_another_workers_name_charges_nothing(self):
         # It files an export record naming the victim's worker, as the server's own child, and holds it as an
         # importer would. When the victim's worker ends, the server takes over only its own records (they carry
@@ -240,7 +267,8 @@ class WithoutWorkerUsersNorSandbox(TakenOverWorker):
 
     def test_a_taken_over_worker_reaches_the_server_but_no_other_leases_launch_count(self):
         victim, prog, worker = self.start_victim()
-        report, _, _ = self.take_over(worker, forks=100, stay=30)  # (it stays: its count is read with every heartbeat)
+        report, _, _ = self.take_over(worker, forks=100, stay=30,  # (it stays: its count is read with every heartbeat)
+                                      victim_jit=os.path.join(self.cluster.dir, "jit", "victim"))
         print("taken over, as the server's user:", report, file=sys.stderr)
         self.assertEqual(report["launch counters"], "overwritten")
         # Its own page only: the victim's count stays what its kernels made it (before: 2**62 and more).
@@ -254,7 +282,7 @@ class WithoutWorkerUsersNorSandbox(TakenOverWorker):
         self.assertIsNone(prog.poll(), "the victim still runs, its server's heartbeats taken")
         # What --worker-uids is for: as the server's user, a worker reaches all of this.
         self.assertEqual(report["uid"], os.getuid())
-        for what in ("server key", "signal", "memory", "environment", "records"):
+        for what in ("server key", "signal", "memory", "environment", "records", "victim's JIT cache", "own JIT cache"):
             self.assertEqual(report[what], "reached", what)
         self.assertEqual(report["server's environment"], "absent")  # (a worker inherits only what workers read)
         self.assertEqual(report["forks"], 100, "as many processes as it asks for")
@@ -315,8 +343,11 @@ class WithWorkerUsers(TakenOverWorker):
 
     def test_a_taken_over_worker_reaches_nothing_of_the_server_or_other_leases(self):
         victim, prog, worker = self.start_victim()
-        report, _, _ = self.take_over(worker, forks=100)
+        report, _, _ = self.take_over(worker, forks=100, victim_jit=os.path.join(self.cluster.dir, "jit", "victim"))
         print("taken over, with --worker-uids:", report, file=sys.stderr)
+        # No JIT cache with --worker-uids (a user's leases are several uids at once): nothing made to plant in.
+        self.assertEqual(report["own JIT cache"], "none given")
+        self.assertFalse(os.path.exists(os.path.join(self.cluster.dir, "jit")))
         self.assertNotIn(report["uid"], (0, uid_of(worker)))
         self.assertEqual(report["server key"], "EACCES")
         self.assertEqual(report["signal"], "EPERM")

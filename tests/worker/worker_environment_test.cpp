@@ -8,10 +8,10 @@ namespace gpool::server {
 namespace {
 
 TEST(WorkerEnvironment, AWorkerInheritsOnlyWhatItAndItsDriverReadOfTheServersEnvironment) {
-  for (const char* kept : {"PATH", "HOME", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_CACHE_PATH", "NVIDIA_VISIBLE_DEVICES",
+  for (const char* kept : {"PATH", "HOME", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
                            "__NV_PRIME_RENDER_OFFLOAD", "UCX_TLS", "GPOOL_LOG_LEVEL", "LC_ALL", "ASAN_OPTIONS"})
     EXPECT_TRUE(inheritedByWorkers(kept)) << kept;
-  for (const char* dropped : {"AWS_SECRET_ACCESS_KEY", "ETCD_PASSWORD", "LD_PRELOAD", "PATHS", "SSH_AUTH_SOCK", "CUDA", "", "HOMEDIR"})
+  for (const char* dropped : {"AWS_SECRET_ACCESS_KEY", "ETCD_PASSWORD", "LD_PRELOAD", "CUDA_CACHE_PATH", "PATHS", "SSH_AUTH_SOCK", "CUDA", "", "HOMEDIR"})
     EXPECT_FALSE(inheritedByWorkers(dropped)) << dropped;
 }
 

@@ -60,12 +60,14 @@ class WorkerSandbox : public ::testing::Test {
     ASSERT_NE(::mkdtemp(made), nullptr);
     dir_ = made;
     fs::create_directories(dir_ / "modules");
+    fs::create_directories(dir_ / "jit" / "alice");
+    fs::create_directories(dir_ / "jit" / "bob");
     std::ofstream(dir_ / "secret") << "the server's key";
   }
   void TearDown() override {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
-  SandboxPaths paths() const { return workerPaths((dir_ / "modules").string(), {}); }
+  SandboxPaths paths() const { return workerPaths((dir_ / "modules").string(), (dir_ / "jit" / "alice").string(), {}); }
 
   int abi_ = 0;
   fs::path dir_;
@@ -83,6 +85,21 @@ TEST_F(WorkerSandbox, ItReadsTheSystemAndWritesItsModuleCacheOnly) {
   if (fs::exists("/etc/hostname")) EXPECT_EQ(inSandbox(paths(), [] { return opened("/etc/hostname", O_RDONLY); }), EACCES);
   // Without the sandbox, the same child reads it (the test can fail).
   EXPECT_EQ(opened((dir_ / "secret").string(), O_RDONLY), 0);
+}
+
+// A worker of one of alice's leases keeps what the driver compiled in alice's JIT cache, and can neither
+// plant an entry in bob's (which the driver would load in bob's program in place of compiling) nor read it.
+TEST_F(WorkerSandbox, ItWritesItsLeasesUsersJitCacheAndNoOtherUsers) {
+  EXPECT_EQ(inSandbox(paths(), [&] { return opened((dir_ / "jit" / "alice" / "entry").string(), O_CREAT | O_WRONLY); }), 0);
+  EXPECT_EQ(inSandbox(paths(), [&] { return ::mkdir((dir_ / "jit" / "alice" / "ComputeCache").c_str(), 0700) == 0 ? 0 : errno; }), 0);
+  std::ofstream(dir_ / "jit" / "bob" / "entry") << "bob's compiled kernel";
+  EXPECT_EQ(inSandbox(paths(), [&] { return opened((dir_ / "jit" / "bob" / "entry").string(), O_WRONLY); }), EACCES);
+  EXPECT_EQ(inSandbox(paths(), [&] { return opened((dir_ / "jit" / "bob" / "planted").string(), O_CREAT | O_WRONLY); }), EACCES);
+  EXPECT_EQ(inSandbox(paths(), [&] { return opened((dir_ / "jit" / "bob" / "entry").string(), O_RDONLY); }), EACCES);
+  EXPECT_EQ(inSandbox(paths(), [&] { return ::rename((dir_ / "jit" / "bob").c_str(), (dir_ / "jit" / "alice" / "b").c_str()) == 0 ? 0 : errno; }),
+            EACCES);  // (nor move bob's into its own)
+  EXPECT_FALSE(fs::exists(dir_ / "jit" / "bob" / "planted"));
+  EXPECT_EQ(opened((dir_ / "jit" / "bob" / "entry").string(), O_WRONLY), 0);  // (outside the sandbox: reached)
 }
 
 TEST_F(WorkerSandbox, ItOpensDevShmByNameButDoesNotListIt) {
