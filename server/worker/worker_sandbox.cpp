@@ -143,7 +143,7 @@ int enterSandbox(const SandboxPaths& paths, std::string& why) {
   for (const std::string& path : procButOtherProcesses()) grant(path, kRead & ~kExecute);
   grant("/proc/" + std::to_string(::getpid()), kReadFile | kReadDir | kWriteFile);  // (its own: thread names, settings)
   for (const std::string& path : paths.read) grant(path, kRead);
-  for (const std::string& path : paths.write) grant(path, kWrite);
+  for (const std::string& path : paths.write) grant(path, kWrite | kRefer);  // (a cache may move an entry between its directories)
   if (ok && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ok = false, failed = std::string("no_new_privs: ") + std::strerror(errno);
   if (ok && ::syscall(SYS_landlock_restrict_self, ruleset, 0) != 0)
     ok = false, failed = std::string("landlock_restrict_self: ") + std::strerror(errno);

@@ -20,7 +20,7 @@ namespace gpool::worker {
 
 struct SandboxPaths {
   std::vector<std::string> read;   // files or directories (and what is below) to read, and to execute
-  std::vector<std::string> write;  // to read, write, and make and remove files and directories in
+  std::vector<std::string> write;  // to read, write, make, remove and move (within them) files and directories in
 };
 
 // What a worker needs beside the system's files: its module cache, its lease's user's JIT cache (either ""
