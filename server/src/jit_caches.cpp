@@ -1,8 +1,10 @@
 #include "jit_caches.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -29,7 +31,7 @@ bool plain(char c, bool first) {
 
 }  // namespace
 
-JitCaches::JitCaches(std::filesystem::path root) : root_(std::move(root)) {
+JitCaches::JitCaches(std::filesystem::path root, uint64_t max_bytes) : root_(std::move(root)), max_bytes_(max_bytes) {
   std::error_code ec;
   if (root_.has_parent_path()) std::filesystem::create_directories(root_.parent_path(), ec);
   if (std::string why = ownDirectory(root_); !why.empty())
@@ -43,7 +45,39 @@ std::optional<std::filesystem::path> JitCaches::of(const std::string& user, std:
     why = "cannot use " + dir.string() + " as the JIT cache of user '" + user + "': " + failed;
     return std::nullopt;
   }
+  ::utimensat(AT_FDCWD, dir.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);  // (used now: what bound() keeps longest)
   return dir;
+}
+
+JitCaches::Removed JitCaches::bound(const std::set<std::string>& in_use) const {
+  struct Cache {
+    std::filesystem::file_time_type used;
+    std::string name;
+    uint64_t bytes = 0;
+  };
+  std::vector<Cache> caches;
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root_, ec)) {
+    if (!entry.is_directory(ec) || entry.is_symlink(ec)) continue;
+    Cache c{entry.last_write_time(ec), entry.path().filename().string()};
+    for (auto it = std::filesystem::recursive_directory_iterator(entry.path(), ec); !ec && it != std::filesystem::end(it); it.increment(ec))
+      if (it->is_regular_file(ec) && !it->is_symlink(ec)) c.bytes += it->file_size(ec);
+    total += c.bytes;
+    caches.push_back(std::move(c));
+  }
+  std::sort(caches.begin(), caches.end(), [](const Cache& a, const Cache& b) { return a.used < b.used; });
+  Removed removed;
+  for (const Cache& c : caches) {
+    if (total <= max_bytes_) break;
+    if (in_use.count(c.name)) continue;
+    std::filesystem::remove_all(root_ / c.name, ec);
+    if (ec) continue;
+    total -= c.bytes;
+    removed.bytes += c.bytes;
+    removed.users.push_back(c.name);
+  }
+  return removed;
 }
 
 std::string JitCaches::directoryName(const std::string& user) {

@@ -509,11 +509,26 @@ class Server {
       return;
     }
     try {
-      jit_caches_ = std::make_unique<JitCaches>(opt_.jit_cache);
-      spdlog::info("JIT caches: one for each lease's user, in {}", opt_.jit_cache);
+      jit_caches_ = std::make_unique<JitCaches>(opt_.jit_cache, opt_.jit_cache_max);
+      spdlog::info("JIT caches: one for each lease's user, in {} ({} MiB at most together)", opt_.jit_cache, opt_.jit_cache_max >> 20);
+      boundJitCaches();
     } catch (const std::exception& e) {
       spdlog::warn("{}; workers compile PTX at each load meanwhile", e.what());
     }
+  }
+  // Holds the JIT caches to --jit-cache-max, at most once a minute (it reads every cache's size), but at
+  // start; the caches of users whose workers run stay.
+  void boundJitCaches() {
+    auto now = std::chrono::steady_clock::now();
+    if (jit_caches_bounded_.time_since_epoch().count() != 0 && now - jit_caches_bounded_ < std::chrono::minutes(1)) return;
+    jit_caches_bounded_ = now;
+    std::set<std::string> in_use;
+    for (const auto& [pid, w] : workers_by_pid_)
+      if (!w.jit_cache.empty()) in_use.insert(w.jit_cache);
+    JitCaches::Removed removed = jit_caches_->bound(in_use);
+    if (!removed.users.empty())
+      spdlog::info("JIT caches past --jit-cache-max ({} MiB): removed {} MiB, the caches of {} user(s) unused longest: {}",
+                   opt_.jit_cache_max >> 20, removed.bytes >> 20, removed.users.size(), fmt::join(removed.users, ", "));
   }
   // The JIT cache of `lease`'s user, or nullopt: none (above), a token that names no user, or a directory that
   // cannot be made (said).
@@ -674,7 +689,8 @@ class Server {
       return refuse(p, 999, e.what());
     }
     if (pages.memory) args.insert(args.end(), {"--memory-cap", std::to_string(lease->memory)});
-    if (auto jit = jitCacheOf(lease)) args.insert(args.end(), {"--jit-cache", jit->string()});
+    auto jit = jitCacheOf(lease);
+    if (jit) args.insert(args.end(), {"--jit-cache", jit->string()});
     if (pages.pace) args.insert(args.end(), {"--compute-share", std::to_string(share)});
     args.insert(args.end(), {"--budget-slot", std::to_string(slot)});
     std::vector<std::pair<int, const char*>> fds;
@@ -694,8 +710,9 @@ class Server {
     }
     ++workers_;
     workers_by_pid_[pid] = Worker{lease_id, slot, uid.value_or(::getuid()), static_cast<int>(hello.device),
-                                  lease ? lease->share : 0, share, seal};
+                                  lease ? lease->share : 0, share, seal, jit ? jit->filename().string() : ""};
     reportServing();
+    if (jit) boundJitCaches();
     spdlog::info("client {} ({}) → worker {} on device {}{}{}{}", peer(p), hello.client.empty() ? "?" : printable(hello.client), pid,
                  hello.device, lease ? " for lease " + lease_id : "", uid ? ", as uid " + std::to_string(*uid) : "",
                  lease && !lease->user.empty() ? " (user " + printable(lease->user) + ")" : "");
@@ -845,9 +862,11 @@ class Server {
     int share = 0;      // the lease's share it serves (its number in the lease's tokens), and its fraction of the device
     double fraction = 1;
     budget::RecordSeal seal{};  // what its export records carry (export_records.h)
+    std::string jit_cache;      // the name of its user's JIT cache ("": none; jit_caches.h)
   };
   std::map<pid_t, Worker> workers_by_pid_;
   std::unique_ptr<JitCaches> jit_caches_;        // each lease's user's (none: workers compile PTX at each load)
+  std::chrono::steady_clock::time_point jit_caches_bounded_{};  // when they were last held to --jit-cache-max
   std::unique_ptr<WorkerUsers> worker_users_;    // --worker-uids: which user each lease's workers run as
   std::map<LeaseShare, ShareState> shares_;  // the leases' shares served here
   std::shared_ptr<budget::SharedBudget> sim_memory_;  // sim: the device's memory, across every worker

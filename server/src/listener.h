@@ -26,6 +26,7 @@ struct ServerOptions {
   std::string log_level = "info";
   std::string module_cache;  // directory shared by this host's workers; "none" disables it
   std::string jit_cache;     // directory of each lease's user's JIT cache (jit_caches.h); "none" disables them
+  uint64_t jit_cache_max = 8ull << 30;  // what they may hold together
   std::string allocator;     // http(s)://HOST:PORT of gpool-allocator; empty: serve anyone, no leases
   std::string allocator_ca;  // PEM CA file verifying an https:// allocator ("" = the system's CA store)
   std::string token_key;     // the allocator's public token key (PEM) that verifies lease tokens

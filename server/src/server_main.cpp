@@ -50,6 +50,11 @@ int main(int argc, char** argv) {
                  "runs code another user's worker put there; 'none' turns them off (workers compile PTX at each load, as "
                  "they do for clients without a lease, and with --worker-uids)")
       ->capture_default_str();
+  app.add_option("--jit-cache-max", opt.jit_cache_max,
+                 "bytes the users' JIT caches may hold together: past it, the caches of the users whose leases started "
+                 "here longest ago are removed whole (checked at most once a minute; the driver bounds each one: "
+                 "CUDA_CACHE_MAXSIZE in gpool-server's environment)")
+      ->capture_default_str();
   app.add_option("--module-cache-max", opt.module_cache_max,
                  "bytes the module cache may hold; least recently used images are removed past it")
       ->capture_default_str();

@@ -14,6 +14,7 @@ namespace gpool::server {
 namespace {
 
 namespace fs = std::filesystem;
+constexpr uint64_t kBig = 1ull << 40;
 
 struct TempDir {
   fs::path path;
@@ -46,7 +47,7 @@ TEST(JitCaches, NoTwoUsersShareADirectoryAndNoNameLeadsOutOfTheRoot) {
 
 TEST(JitCaches, EachUserGetsADirectoryOfTheirOwnThatOnlyTheServersUserReaches) {
   TempDir tmp;
-  JitCaches caches(tmp.path / "jit");
+  JitCaches caches(tmp.path / "jit", kBig);
   EXPECT_EQ(modeOf(tmp.path / "jit"), 0700u);
   std::string why;
   auto alice = caches.of("alice", why), bob = caches.of("../bob", why);
@@ -66,7 +67,7 @@ TEST(JitCaches, EachUserGetsADirectoryOfTheirOwnThatOnlyTheServersUserReaches) {
 
 TEST(JitCaches, ALinkOrFileInAUsersPlaceIsNeverTakenAsTheirDirectory) {
   TempDir tmp;
-  JitCaches caches(tmp.path / "jit");
+  JitCaches caches(tmp.path / "jit", kBig);
   fs::create_directory(tmp.path / "elsewhere");
   fs::create_directory_symlink(tmp.path / "elsewhere", tmp.path / "jit" / "mallory");
   std::ofstream(tmp.path / "jit" / "eve") << "x";
@@ -77,16 +78,48 @@ TEST(JitCaches, ALinkOrFileInAUsersPlaceIsNeverTakenAsTheirDirectory) {
   EXPECT_NE(why.find("user 'eve'"), std::string::npos) << why;
 }
 
+void fill(const fs::path& dir, size_t bytes) { std::ofstream(dir / "entry") << std::string(bytes, 'x'); }
+
+// Past what they may hold together, the caches of the users whose workers were given them longest ago go
+// whole, but those of users whose workers run; below it, nothing goes.
+TEST(JitCaches, TheCachesUnusedLongestGoPastTheBoundButNotThoseInUse) {
+  TempDir tmp;
+  JitCaches caches(tmp.path / "jit", 2500);
+  std::string why;
+  int hours_ago = 4;
+  for (const char* user : {"ann", "bob", "cat", "dan"}) {  // (ann's given longest ago)
+    auto dir = caches.of(user, why);
+    ASSERT_TRUE(dir) << why;
+    fill(*dir, 1000);
+    fs::create_directories(*dir / "sub");
+    std::ofstream(*dir / "sub" / "more") << "xx";  // (what is below counts too)
+    fs::last_write_time(*dir, fs::file_time_type::clock::now() - std::chrono::hours(hours_ago--));
+  }
+  EXPECT_EQ(caches.bound({}).users, (std::vector<std::string>{"ann", "bob"}));  // 4 × 1002 bytes: two go
+  EXPECT_FALSE(fs::exists(tmp.path / "jit" / "ann"));
+  EXPECT_FALSE(fs::exists(tmp.path / "jit" / "bob"));
+  EXPECT_TRUE(fs::exists(tmp.path / "jit" / "cat" / "entry"));
+  EXPECT_TRUE(caches.bound({}).users.empty());  // (within the bound now)
+
+  ASSERT_TRUE(caches.of("bob", why)) << why;  // bob's again, used now: cat's is the oldest
+  fill(tmp.path / "jit" / "bob", 1000);
+  JitCaches::Removed removed = caches.bound({"cat"});  // but cat's workers run: dan's goes
+  EXPECT_EQ(removed.users, std::vector<std::string>{"dan"});
+  EXPECT_EQ(removed.bytes, 1002u);
+  EXPECT_TRUE(fs::exists(tmp.path / "jit" / "cat"));
+  EXPECT_TRUE(fs::exists(tmp.path / "jit" / "bob"));
+}
+
 TEST(JitCaches, ARootThatCannotBeADirectoryIsRefusedNamingTheOption) {
   TempDir tmp;
   std::ofstream(tmp.path / "file") << "x";
   try {
-    JitCaches caches(tmp.path / "file");
+    JitCaches caches(tmp.path / "file", kBig);
     FAIL() << "a file taken as the root";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("--jit-cache"), std::string::npos) << e.what();
   }
-  JitCaches nested(tmp.path / "a" / "b");  // missing parents are made
+  JitCaches nested(tmp.path / "a" / "b", kBig);  // missing parents are made
   EXPECT_TRUE(fs::is_directory(tmp.path / "a" / "b"));
 }
 
