@@ -152,12 +152,13 @@ class Cluster:
     """An allocator and N single-GPU sim servers in a temporary directory."""
 
     def __init__(self, servers=1, ttl="1s", memory=8 * GIB, server_args=(), policy=POLICY, tls=False, store=None, replicas=1,
-                 allocator_args=(), backend="sim"):
+                 allocator_args=(), backend="sim", jit_cache=None):
         self.backend = backend  # gpool-server --backend: sim, or cuda on a GPU machine (tests/gpu/)
         self.server_args = list(server_args)
         self.allocator_args = list(allocator_args)
         self.store = store  # gpool-allocator --store (etcd://...); None: SQLite in the directory
         self.dir = tempfile.mkdtemp(prefix="gpool-lease-test-")
+        self.jit_cache = jit_cache or os.path.join(self.dir, "jit")  # the servers' --jit-cache
         os.chmod(self.dir, 0o711)  # the allocator's local socket is reached by other users too
         self.socket = os.path.join(self.dir, "allocator.sock")
         self.accounts = {}    # service account name -> its key file
@@ -231,7 +232,7 @@ class Cluster:
         with open(os.path.join(self.dir, f"{name}.log"), "w") as log:
             p = subprocess.Popen([SERVER, "--listen", listen, "--backend", self.backend, "--sim-memory", str(memory),
                                   "--allocator", self.url, "--token-key", self.token_pub, "--server-key", key, "--name", name,
-                                  "--module-cache", "none", "--jit-cache", os.path.join(self.dir, "jit"),
+                                  "--module-cache", "none", "--jit-cache", self.jit_cache,
                                   *(["--allocator-ca", self.cert] if self.tls else []),
                                   *self.server_args], stderr=log)
         self.procs.append(p)

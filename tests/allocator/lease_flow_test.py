@@ -1086,6 +1086,24 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual(a["shares"][0]["server"], "sim0")
 
 
+    def test_the_users_jit_caches_past_jit_cache_max_go_least_recently_used_first(self):
+        import shutil
+        import tempfile
+        jit = tempfile.mkdtemp(prefix="gpool-jit-")
+        try:
+            for user, age in (("stale", 7200), ("older", 3600), ("recent", 60)):  # 4000 bytes each
+                os.makedirs(os.path.join(jit, user, "sim-ComputeCache"))
+                with open(os.path.join(jit, user, "sim-ComputeCache", "entry"), "wb") as f:
+                    f.write(b"x" * 4000)
+                os.utime(os.path.join(jit, user), (time.time() - age,) * 2)
+            c = self.make(jit_cache=jit, server_args=["--jit-cache-max", "5000"])
+            self.assertEqual(os.listdir(jit), ["recent"])
+            self.assertRegex(c.log("sim0"), r"JIT caches past --jit-cache-max \(\d+ MiB\): removed \d+ MiB, the caches of 2 "
+                             r"user\(s\) unused longest: stale, older")
+        finally:
+            shutil.rmtree(jit)
+
+
 class SimHostMemory(unittest.TestCase):
     """On sim the device's memory is host memory: the server holds --sim-memory in all, not per worker
     (issue 11: 64 workers could each take that much)."""
