@@ -21,6 +21,12 @@ const void* fatbinFromWrapper(const void* wrapper) {
   return w.data;
 }
 
+// PTX: printable text starting with a comment, directive or whitespace.
+bool isPtx(const void* image) {
+  const char first = *static_cast<const char*>(image);
+  return first == '/' || first == '.' || first == '\n' || first == ' ' || first == '\t';
+}
+
 uint64_t moduleImageSize(const void* image, uint64_t available) {
   const auto* p = static_cast<const uint8_t*>(image);
   auto fits = [available](uint64_t off, uint64_t n) { return off <= available && n <= available - off; };
@@ -51,8 +57,7 @@ uint64_t moduleImageSize(const void* image, uint64_t available) {
     }
     return end;
   }
-  // PTX: printable text starting with a comment, directive or whitespace, through its NUL.
-  if (p[0] == '/' || p[0] == '.' || p[0] == '\n' || p[0] == ' ' || p[0] == '\t') {
+  if (isPtx(p)) {  // (through its NUL)
     const void* nul = std::memchr(p, 0, available == UINT64_MAX ? std::strlen(reinterpret_cast<const char*>(p)) + 1 : available);
     return nul ? static_cast<const uint8_t*>(nul) - p + 1 : 0;
   }

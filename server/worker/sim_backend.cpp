@@ -629,8 +629,7 @@ Status SimBackend::ModuleLoad(Blob image, uint32_t kind, Created<ModuleRef>& out
   // The image must be what it claims to be, and complete; sizing never reads past what arrived.
   uint64_t need = proto::moduleImageSize(image.data, image.size);
   if (need == 0 || need > image.size) return CUDA_ERROR_INVALID_IMAGE;
-  if (const auto* p = static_cast<const uint8_t*>(image.data); std::memchr("/. \t\n", p[0], 5))  // (PTX: module_image.h)
-    keepInJitCache(p, need);
+  if (proto::isPtx(image.data)) keepInJitCache(static_cast<const uint8_t*>(image.data), need);
   CubinIndex index = CubinIndex::build(static_cast<const uint8_t*>(image.data), image.size);
   if (index.empty()) spdlog::debug("sim: module image describes no globals or parameters ({})", index.why());
   out.handle = newHandle(kind == 0 ? HandleKind::kModule : HandleKind::kLibrary);

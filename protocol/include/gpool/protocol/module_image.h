@@ -14,6 +14,8 @@ inline constexpr uint32_t kFatbinMagic = 0xba55ed50;   // fat binary header
 // or program header, PTX through its NUL). 0 when the bytes are not a known image kind, or when reading
 // its headers would go past `available` bytes (pass the received size for untrusted images).
 uint64_t moduleImageSize(const void* image, uint64_t available = UINT64_MAX);
+// Whether an image of at least one byte is PTX text (what the driver compiles), as moduleImageSize tells it.
+bool isPtx(const void* image);
 // A fatbinc wrapper's fat binary, or nullptr when `wrapper` is not one.
 const void* fatbinFromWrapper(const void* wrapper);
 
