@@ -32,7 +32,8 @@ void SimBackend::keepInJitCache(const uint8_t* ptx, size_t size) {
   if (!ec && std::filesystem::exists(entry, ec)) return;
   std::ofstream out(entry, std::ios::binary);
   out.write(reinterpret_cast<const char*>(ptx), static_cast<std::streamsize>(size));
-  if (ec || !out.good()) spdlog::warn("sim: cannot keep a JIT cache entry in {}: {}", entries.string(), std::strerror(errno));
+  if (ec || !out.good())
+    spdlog::warn("sim: cannot keep a JIT cache entry in {}: {}", entries.string(), ec ? ec.message() : std::strerror(errno));
 }
 
 Status SimBackend::LinkCreate(JitOptions, Created<LinkState>& out) {
