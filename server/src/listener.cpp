@@ -520,7 +520,7 @@ class Server {
   // start; the caches of users whose workers run stay.
   void boundJitCaches() {
     auto now = std::chrono::steady_clock::now();
-    if (jit_caches_bounded_.time_since_epoch().count() != 0 && now - jit_caches_bounded_ < std::chrono::minutes(1)) return;
+    if (jit_caches_bounded_ && now - *jit_caches_bounded_ < std::chrono::minutes(1)) return;
     jit_caches_bounded_ = now;
     std::set<std::string> in_use;
     for (const auto& [pid, w] : workers_by_pid_)
@@ -866,7 +866,7 @@ class Server {
   };
   std::map<pid_t, Worker> workers_by_pid_;
   std::unique_ptr<JitCaches> jit_caches_;        // each lease's user's (none: workers compile PTX at each load)
-  std::chrono::steady_clock::time_point jit_caches_bounded_{};  // when they were last held to --jit-cache-max
+  std::optional<std::chrono::steady_clock::time_point> jit_caches_bounded_;  // when they were last held to --jit-cache-max
   std::unique_ptr<WorkerUsers> worker_users_;    // --worker-uids: which user each lease's workers run as
   std::map<LeaseShare, ShareState> shares_;  // the leases' shares served here
   std::shared_ptr<budget::SharedBudget> sim_memory_;  // sim: the device's memory, across every worker
