@@ -357,6 +357,7 @@ GPOOL_EXPORT CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType* type
 GPOOL_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS* p) {
   GPOOL_TRY
   if (!p) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = knownParams(node, CU_GRAPH_NODE_TYPE_KERNEL)) return r;
   return graphNodes().withNode(node, CU_GRAPH_NODE_TYPE_KERNEL, [p](NodeInfo& i) { *p = i.kernel; });
   GPOOL_CATCH
 }
@@ -487,7 +488,9 @@ CUresult setEvent(CUgraphNode node, CUevent e, bool wait) {
 }
 CUresult getEvent(CUgraphNode node, CUevent* e, bool wait) {
   if (!e) return CUDA_ERROR_INVALID_VALUE;
-  return graphNodes().withNode(node, wait ? CU_GRAPH_NODE_TYPE_WAIT_EVENT : CU_GRAPH_NODE_TYPE_EVENT_RECORD, [e](NodeInfo& i) { *e = i.event; });
+  CUgraphNodeType type = wait ? CU_GRAPH_NODE_TYPE_WAIT_EVENT : CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+  if (CUresult r = knownParams(node, type)) return r;
+  return graphNodes().withNode(node, type, [e](NodeInfo& i) { *e = i.event; });
 }
 CUDA_MEMSET_NODE_PARAMS memsetOf(const CUDA_MEMSET_NODE_PARAMS_v2& m) {
   return CUDA_MEMSET_NODE_PARAMS{m.dst, m.pitch, m.value, m.elementSize, m.width, m.height};
@@ -503,19 +506,31 @@ GPOOL_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode node, const CUDA_ME
   GPOOL_TRY return setMemset(node, p); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS* p) {
-  GPOOL_TRY return p ? graphNodes().withNode(node, CU_GRAPH_NODE_TYPE_MEMSET, [p](NodeInfo& i) { *p = i.memset; }) : CUDA_ERROR_INVALID_VALUE; GPOOL_CATCH
+  GPOOL_TRY
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = knownParams(node, CU_GRAPH_NODE_TYPE_MEMSET)) return r;
+  return graphNodes().withNode(node, CU_GRAPH_NODE_TYPE_MEMSET, [p](NodeInfo& i) { *p = i.memset; });
+  GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode node, const CUDA_MEMCPY3D* c) {
   GPOOL_TRY return setMemcpy(node, c); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode node, CUDA_MEMCPY3D* c) {
-  GPOOL_TRY return c ? graphNodes().withNode(node, CU_GRAPH_NODE_TYPE_MEMCPY, [c](NodeInfo& i) { *c = i.copy; }) : CUDA_ERROR_INVALID_VALUE; GPOOL_CATCH
+  GPOOL_TRY
+  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = knownParams(node, CU_GRAPH_NODE_TYPE_MEMCPY)) return r;
+  return graphNodes().withNode(node, CU_GRAPH_NODE_TYPE_MEMCPY, [c](NodeInfo& i) { *c = i.copy; });
+  GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode node, const CUDA_HOST_NODE_PARAMS* p) {
   GPOOL_TRY return p ? setHost(node, p->fn, p->userData) : CUDA_ERROR_INVALID_VALUE; GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode node, CUDA_HOST_NODE_PARAMS* p) {
-  GPOOL_TRY return p ? graphNodes().withNode(node, CU_GRAPH_NODE_TYPE_HOST, [p](NodeInfo& i) { *p = i.host; }) : CUDA_ERROR_INVALID_VALUE; GPOOL_CATCH
+  GPOOL_TRY
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = knownParams(node, CU_GRAPH_NODE_TYPE_HOST)) return r;
+  return graphNodes().withNode(node, CU_GRAPH_NODE_TYPE_HOST, [p](NodeInfo& i) { *p = i.host; });
+  GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode node, CUevent e) { GPOOL_TRY return setEvent(node, e, false); GPOOL_CATCH }
 GPOOL_EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode node, CUevent e) { GPOOL_TRY return setEvent(node, e, true); GPOOL_CATCH }

@@ -106,6 +106,11 @@ inline proto::GraphNodes graphDeps(const CUgraphNode* d, size_t n) {
   return out;
 }
 
+// Makes sure the record of `node`, of `type`, holds the parameters its getter returns: a node a capture made
+// has none until the worker is asked (captured_node_params.cpp). CUDA_ERROR_INVALID_VALUE for a node this
+// process never saw or of another type.
+CUresult knownParams(CUgraphNode node, CUgraphNodeType type);
+
 // Graph memory nodes (api_graph_memory.cpp), for cuGraphAddNode too.
 CUresult addMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUDA_MEM_ALLOC_NODE_PARAMS* p);
 CUresult addMemFreeNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, CUdeviceptr ptr);

@@ -76,7 +76,9 @@ constexpr const char* kHostCopyInCapture = "copies between client memory and the
   F(cuOccupancyMaxPotentialClusterSize) F(cuDeviceGetTexture1DLinearMaxWidth) F(cuLibraryGetManaged) \
   F(cuFlushGPUDirectRDMAWrites) F(cuLibraryGetModule) F(cuMemExportToShareableHandle) F(cuMemImportFromShareableHandle) \
   F(cuMemPoolExportToShareableHandle) F(cuMemPoolImportFromShareableHandle) F(cuMemPoolExportPointer) F(cuMemPoolImportPointer) \
-  F(cuGraphAddBatchMemOpNode) F(cuGraphBatchMemOpNodeSetParams) F(cuGraphExecBatchMemOpNodeSetParams)
+  F(cuGraphAddBatchMemOpNode) F(cuGraphBatchMemOpNodeSetParams) F(cuGraphExecBatchMemOpNodeSetParams)         \
+  F(cuGraphKernelNodeGetParams) F(cuGraphMemsetNodeGetParams) F(cuGraphMemcpyNodeGetParams)                   \
+  F(cuGraphEventRecordNodeGetEvent) F(cuGraphEventWaitNodeGetEvent)
 
 // NVML on the GPU host, for utilization, the driver version and, before the worker has a context, the
 // device's free memory (optional: zeros when absent).
@@ -883,6 +885,47 @@ class CudaBackend final : public Backend {
     if (r == CUDA_SUCCESS) value.assign(bytes, bytes + sizeof v);
     return r;
   }
+  // A captured node's parameters, for a client that reads them back. A kernel node names the handle the
+  // client launched with: the CUkernel whose function the worker launched, when it launched one.
+  Status GraphKernelNodeGetParams(Graph, GraphNode node, Launchable& f, uint32_t& is_kernel, std::vector<uint32_t>& shape,
+                                  std::vector<uint8_t>& args) {
+    CUDA_KERNEL_NODE_PARAMS p{};
+    if (CUresult r = d_.cuGraphKernelNodeGetParams_(node_(node.v), &p); r != CUDA_SUCCESS) return r;
+    if (!p.kernelParams && p.extra) return CUDA_ERROR_NOT_SUPPORTED;  // the worker launches with kernelParams alone
+    f = launchableOf(p);
+    is_kernel = f.is_kernel;
+    const std::vector<uint32_t>* layout = nullptr;
+    if (CUresult r = paramLayout(f, layout); r != CUDA_SUCCESS) return r;
+    args.assign(layout->empty() ? 0 : (*layout)[layout->size() - 2] + layout->back(), 0);
+    for (size_t i = 0; i + 1 < layout->size(); i += 2) std::memcpy(args.data() + (*layout)[i], p.kernelParams[i / 2], (*layout)[i + 1]);
+    shape = {p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY, p.blockDimZ, p.sharedMemBytes};
+    return CUDA_SUCCESS;
+  }
+  Status GraphMemsetNodeGetParams(Graph, GraphNode node, DevFillRect& f, uint32_t& value) {
+    CUDA_MEMSET_NODE_PARAMS p{};
+    if (CUresult r = d_.cuGraphMemsetNodeGetParams_(node_(node.v), &p); r != CUDA_SUCCESS) return r;
+    uint64_t width = uint64_t{p.width} * p.elementSize;
+    f = DevFillRect{DevRect{p.dst, p.height > 1 ? p.pitch : width, width, p.height}, p.elementSize};
+    value = p.value;
+    return CUDA_SUCCESS;
+  }
+  // Only a copy between device memory: the worker's captured host copies go through its own staging memory.
+  Status GraphMemcpyNodeGetParams(Graph, GraphNode node, DevCopyRect& c) {
+    CUDA_MEMCPY3D p{};
+    if (CUresult r = d_.cuGraphMemcpyNodeGetParams_(node_(node.v), &p); r != CUDA_SUCCESS) return r;
+    if (p.srcMemoryType != CU_MEMORYTYPE_DEVICE || p.dstMemoryType != CU_MEMORYTYPE_DEVICE || p.Depth > 1 || p.srcZ || p.dstZ)
+      return CUDA_ERROR_NOT_SUPPORTED;
+    uint64_t height = p.Height ? p.Height : 1;
+    c.dst = DevRect{p.dstDevice + p.dstY * p.dstPitch + p.dstXInBytes, p.dstPitch ? p.dstPitch : p.WidthInBytes, p.WidthInBytes, height};
+    c.src = DevRect{p.srcDevice + p.srcY * p.srcPitch + p.srcXInBytes, p.srcPitch ? p.srcPitch : p.WidthInBytes, p.WidthInBytes, height};
+    return CUDA_SUCCESS;
+  }
+  Status GraphEventNodeGetEvent(Graph, GraphNode node, uint32_t wait, Event& out) {
+    CUevent e = nullptr;
+    CUresult r = wait ? d_.cuGraphEventWaitNodeGetEvent_(node_(node.v), &e) : d_.cuGraphEventRecordNodeGetEvent_(node_(node.v), &e);
+    out = reinterpret_cast<uint64_t>(e);
+    return r;
+  }
   Status StreamSetAttribute(Stream stream, LaunchAttrs attr) {
     if (attr.data.size != sizeof(CUlaunchAttribute)) return CUDA_ERROR_INVALID_VALUE;
     CUlaunchAttribute a;
@@ -1021,6 +1064,7 @@ class CudaBackend final : public Backend {
     for (auto& [handle, link] : links_) d_.cuLinkDestroy_(link->state);
     links_.clear();
     layouts_.clear();
+    kernel_of_function_.clear();
     {
       std::lock_guard lock(host_copy_blocks_->mu);  // the reset frees every staging block, idle or held by a graph
       host_copy_blocks_->idle.clear();
@@ -1369,6 +1413,7 @@ class CudaBackend final : public Backend {
   Status ModuleUnload(Released<ModuleRef> m) {
     uint64_t handle = m.handle;
     layouts_.clear();  // the driver may hand a later function the address of one unloaded now
+    kernel_of_function_.clear();
     return m.kind == 0 ? d_.cuModuleUnload_(reinterpret_cast<CUmodule>(handle))
                      : d_.cuLibraryUnload_(reinterpret_cast<CUlibrary>(handle));
   }
@@ -1772,6 +1817,17 @@ class CudaBackend final : public Backend {
     }
     return d_.cuKernelGetFunction_(&out, reinterpret_cast<CUkernel>(f.v));
   }
+  // The handle a client launched a kernel node's function with: its CUkernel, when the worker launched one
+  // (paramLayout records which, at a function's first launch).
+  Launchable launchableOf(const CUDA_KERNEL_NODE_PARAMS& p) {
+    Launchable f(p.func ? reinterpret_cast<uint64_t>(p.func) : reinterpret_cast<uint64_t>(p.kern));
+    f.is_kernel = !p.func;
+    if (auto it = kernel_of_function_.find(f.v); p.func && it != kernel_of_function_.end()) {
+      f.v = it->second;
+      f.is_kernel = true;
+    }
+    return f;
+  }
 
   CUresult paramLayout(Launchable f, const std::vector<uint32_t>*& out) {
     auto it = layouts_.find(f);
@@ -1787,6 +1843,7 @@ class CudaBackend final : public Backend {
       }
       spdlog::debug("function {:#x}{}: {} parameters, {} bytes", f.v, f.is_kernel ? " (a CUkernel)" : "", layout.size() / 2,
                     layout.empty() ? 0 : layout[layout.size() - 2] + layout.back());
+      if (f.is_kernel) kernel_of_function_[reinterpret_cast<uint64_t>(fn)] = f.v;
       it = layouts_.emplace(f, std::move(layout)).first;
     }
     out = &it->second;
@@ -1802,6 +1859,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<PinnedBlocks> host_copy_blocks_ = std::make_shared<PinnedBlocks>();  // captured host copies' buffers
   int retains_ = 0;  // of the primary context: one when made, one more after each reset
   std::unordered_map<uint64_t, std::vector<uint32_t>> layouts_;
+  std::unordered_map<uint64_t, uint64_t> kernel_of_function_;  // a CUkernel's function in the context -> the CUkernel
   std::vector<void*> args_;
   std::vector<CUlaunchAttribute> attrs_;
 };

@@ -482,12 +482,14 @@ Status SimBackend::MemcpyDtoH(void* dst, uint64_t src, uint64_t bytes, uint64_t 
 }
 
 Status SimBackend::MemcpyDtoD(DevCopy c, Stream stream, uint32_t) {
-  if (c.bytes) issue(stream, copyOp(DevCopyRect{DevRect{c.dst, c.bytes, c.bytes, 1}, DevRect{c.src, c.bytes, c.bytes, 1}}), CU_GRAPH_NODE_TYPE_MEMCPY);
+  DevCopyRect rect{DevRect{c.dst, c.bytes, c.bytes, 1}, DevRect{c.src, c.bytes, c.bytes, 1}};
+  if (c.bytes) issue(stream, copyOp(rect), CU_GRAPH_NODE_TYPE_MEMCPY, copyParams(rect));
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::Memset(DevFill f, uint32_t value, Stream stream, uint32_t) {
-  issue(stream, fillOp(DevFillRect{DevRect{f.ptr, f.bytes(), f.bytes(), 1}, f.elem}, value), CU_GRAPH_NODE_TYPE_MEMSET);
+  DevFillRect rect{DevRect{f.ptr, f.bytes(), f.bytes(), 1}, f.elem};
+  issue(stream, fillOp(rect, value), CU_GRAPH_NODE_TYPE_MEMSET, fillParams(rect, value));
   return CUDA_SUCCESS;
 }
 
@@ -497,7 +499,7 @@ Status SimBackend::MemAllocPitch(PitchedAlloc a, NewAlloc& out, uint64_t& pitch)
 }
 
 Status SimBackend::Memset2D(DevFillRect f, uint32_t value, Stream stream, uint32_t) {
-  issue(stream, fillOp(f, value), CU_GRAPH_NODE_TYPE_MEMSET);
+  issue(stream, fillOp(f, value), CU_GRAPH_NODE_TYPE_MEMSET, fillParams(f, value));
   return CUDA_SUCCESS;
 }
 
@@ -545,7 +547,7 @@ Status SimBackend::MemcpyDtoH2D(DevRect r, Stream stream, std::vector<uint8_t>& 
 }
 
 Status SimBackend::MemcpyDtoD2D(DevCopyRect c, Stream stream, uint32_t) {
-  issue(stream, copyOp(c), CU_GRAPH_NODE_TYPE_MEMCPY);
+  issue(stream, copyOp(c), CU_GRAPH_NODE_TYPE_MEMCPY, copyParams(c));
   return CUDA_SUCCESS;
 }
 
@@ -776,10 +778,17 @@ Status SimBackend::FuncSetCacheConfig(Launchable, uint32_t config) {
 Status SimBackend::LaunchKernel(Launchable f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by,
                                 uint32_t bz, uint32_t shared, Stream stream, Blob params, LaunchAttrs) {
   std::function<void()> op;
-  if (Status st = kernelOp(KernelCall{f, gx, gy, gz, bx, by, bz, shared, params}, op); st != CUDA_SUCCESS) return st;
+  KernelCall call{f, gx, gy, gz, bx, by, bz, shared, params};
+  if (Status st = kernelOp(call, op); st != CUDA_SUCCESS) return st;
   ++launches_;
-  issue(stream, std::move(op));
+  if (Capture* c = capturing(stream)) captureNode(*c, std::move(op), CU_GRAPH_NODE_TYPE_KERNEL, kernelParams(call));
+  else op();  // (no copy of the arguments on this path: it is every launch's)
   return CUDA_SUCCESS;
+}
+
+SimNodeParams SimBackend::kernelParams(const KernelCall& c) {
+  const auto* bytes = static_cast<const uint8_t*>(c.params.data);
+  return SimNodeParams{.f = c.f, .shape = {c.gx, c.gy, c.gz, c.bx, c.by, c.bz, c.shared}, .args = {bytes, bytes + c.params.size}};
 }
 
 void SimBackend::stopTiming(uint64_t) {

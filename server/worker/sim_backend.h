@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -39,6 +40,18 @@ struct SimOptions {
   // The device time this worker's kernels take, counted in its `slot` (ns) as each one ends: what the driver
   // counts of a process on a GPU, which gpool-server audits (server/src/compute_audit.h).
   std::shared_ptr<budget::SharedBudget> busy;
+};
+
+// What a node's parameter getters answer: a kernel node's launch, a memset's fill, a copy between device
+// memory, an event node's event (a node made otherwise, a host copy's say, has none of these).
+struct SimNodeParams {
+  Launchable f;
+  std::vector<uint32_t> shape;  // kernel nodes: grid xyz, block xyz, shared bytes
+  std::vector<uint8_t> args;
+  std::optional<DevFillRect> fill;
+  uint32_t value = 0;
+  std::optional<DevCopyRect> copy;
+  uint64_t event = 0;
 };
 
 class SimBackend : public Backend {
@@ -110,13 +123,17 @@ class SimBackend : public Backend {
     std::vector<uint64_t> after;
   };
   std::unordered_map<uint64_t, CapturedEvent> captured_events_;
-  uint64_t captureNode(Capture& c, std::function<void()> op, uint32_t type);  // the node made
+  static SimNodeParams kernelParams(const KernelCall& c);
+  static SimNodeParams fillParams(const DevFillRect& f, uint32_t value) { return SimNodeParams{.fill = f, .value = value}; }
+  static SimNodeParams copyParams(const DevCopyRect& c) { return SimNodeParams{.copy = c}; }
+  static SimNodeParams eventParams(uint64_t event) { return SimNodeParams{.event = event}; }
+  uint64_t captureNode(Capture& c, std::function<void()> op, uint32_t type, SimNodeParams params = {});  // the node made
   bool joined(const CaptureSeq& seq, const std::vector<uint64_t>& origin_after) const;
   uint64_t newHandle(HandleKind kind);
   // The capture recording into `stream`, or nullptr when the stream runs work directly.
   Capture* capturing(uint64_t stream);
   // Runs `op` now, or records it into the stream's capture as a node of `type` (a CUgraphNodeType).
-  void issue(uint64_t stream, std::function<void()> op, uint32_t type = 0);
+  void issue(uint64_t stream, std::function<void()> op, uint32_t type = 0, SimNodeParams params = {});
   Status refuseInCapture(Capture& c, const char* what);
   void releaseAll();  // frees every allocation, global, physical allocation and reservation
 
@@ -208,6 +225,7 @@ class SimBackend : public Backend {
     std::vector<uint64_t> bodies;  // the graphs a conditional or child-graph node embeds (and owns)
     std::map<uint32_t, std::vector<uint8_t>> attributes;  // kernel nodes: launch attributes set (id -> value)
     uint64_t mem_ptr = 0, mem_bytes = 0;  // memory nodes: the allocation's address and size (a free node: 0 bytes)
+    SimNodeParams params;
   };
   struct SimExec {
     std::vector<uint64_t> nodes;
@@ -223,7 +241,7 @@ class SimBackend : public Backend {
   Status kernelOp(const KernelCall& call, std::function<void()>& op);  // a launch's work, run now or later
   bool topological(uint64_t graph, std::vector<uint64_t>& order) const;  // false: a cycle
   Status addNode(uint64_t graph, const GraphNodes& deps, std::function<void()> op, Created<GraphNode>& out,
-                 uint32_t type);
+                 uint32_t type, SimNodeParams params = {});
   // A graph's work in a topological order; false: a cycle. Conditional nodes are made from their bodies.
   bool graphOps(uint64_t graph, std::vector<uint64_t>& order, Ops& ops);
   std::function<void()> conditionalOp(const SimNode& node);

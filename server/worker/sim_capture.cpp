@@ -18,16 +18,17 @@ SimBackend::Capture* SimBackend::capturing(uint64_t stream) {
   return it == captures_.end() ? nullptr : &it->second;
 }
 
-uint64_t SimBackend::captureNode(Capture& c, std::function<void()> op, uint32_t type) {
+uint64_t SimBackend::captureNode(Capture& c, std::function<void()> op, uint32_t type, SimNodeParams params) {
   uint64_t node = newHandle(HandleKind::kGraphNode);
   nodes_[node] = SimNode{std::move(op), c.after, c.seq->graph, type};
+  nodes_[node].params = std::move(params);
   graphs_[c.seq->graph].push_back(node);
   c.after = {node};
   return node;
 }
 
-void SimBackend::issue(uint64_t stream, std::function<void()> op, uint32_t type) {
-  if (Capture* c = capturing(stream)) captureNode(*c, std::move(op), type);
+void SimBackend::issue(uint64_t stream, std::function<void()> op, uint32_t type, SimNodeParams params) {
+  if (Capture* c = capturing(stream)) captureNode(*c, std::move(op), type, std::move(params));
   else op();
 }
 
@@ -148,14 +149,14 @@ Status SimBackend::EventRecord(Event event, Stream stream, uint32_t flags) {
     return CUDA_SUCCESS;
   }
   captured_events_.erase(event);
-  issue(stream, eventOp(event, 0), CU_GRAPH_NODE_TYPE_EVENT_RECORD);
+  issue(stream, eventOp(event, 0), CU_GRAPH_NODE_TYPE_EVENT_RECORD, eventParams(event));
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::StreamWaitEvent(Stream stream, Event event, uint32_t flags) {
   Capture* c = capturing(stream);
   if (c && (flags & CU_EVENT_WAIT_EXTERNAL)) {
-    captureNode(*c, eventOp(event, 1), CU_GRAPH_NODE_TYPE_WAIT_EVENT);
+    captureNode(*c, eventOp(event, 1), CU_GRAPH_NODE_TYPE_WAIT_EVENT, eventParams(event));
     return CUDA_SUCCESS;
   }
   auto e = captured_events_.find(event);

@@ -119,9 +119,10 @@ void SimBackend::setConditional(void* sim, unsigned long long handle, unsigned v
 }
 
 Status SimBackend::addNode(uint64_t graph, const GraphNodes& deps, std::function<void()> op, Created<GraphNode>& out,
-                           uint32_t type) {
+                           uint32_t type, SimNodeParams params) {
   out = newHandle(HandleKind::kGraphNode);
   nodes_[out.v] = SimNode{std::move(op), deps.v, graph, type};
+  nodes_[out.v].params = std::move(params);
   graphs_[graph].push_back(out.v);
   return CUDA_SUCCESS;
 }
@@ -140,7 +141,7 @@ Status SimBackend::GraphAddEmptyNode(Graph g, GraphNodes deps, Created<GraphNode
 Status SimBackend::GraphAddKernelNode(Graph g, GraphNodes deps, KernelCall call, Created<GraphNode>& out) {
   std::function<void()> op;
   if (Status st = kernelOp(call, op); st != CUDA_SUCCESS) return st;
-  return addNode(g, deps, std::move(op), out, CU_GRAPH_NODE_TYPE_KERNEL);
+  return addNode(g, deps, std::move(op), out, CU_GRAPH_NODE_TYPE_KERNEL, kernelParams(call));
 }
 
 namespace {
@@ -158,7 +159,7 @@ std::function<void()> SimBackend::eventOp(uint64_t event, uint32_t wait) {
 }
 
 Status SimBackend::GraphAddMemsetNode(Graph g, GraphNodes deps, DevFillRect f, uint32_t value, Created<GraphNode>& out) {
-  return addNode(g, deps, fillOp(f, value), out, CU_GRAPH_NODE_TYPE_MEMSET);
+  return addNode(g, deps, fillOp(f, value), out, CU_GRAPH_NODE_TYPE_MEMSET, fillParams(f, value));
 }
 
 Status SimBackend::GraphAddBatchMemOpNode(Graph g, GraphNodes deps, MemOps m, Created<GraphNode>& out) {
@@ -166,7 +167,7 @@ Status SimBackend::GraphAddBatchMemOpNode(Graph g, GraphNodes deps, MemOps m, Cr
 }
 
 Status SimBackend::GraphAddMemcpyNode(Graph g, GraphNodes deps, DevCopyRect c, Created<GraphNode>& out) {
-  return addNode(g, deps, copyOp(c), out, CU_GRAPH_NODE_TYPE_MEMCPY);
+  return addNode(g, deps, copyOp(c), out, CU_GRAPH_NODE_TYPE_MEMCPY, copyParams(c));
 }
 
 // A copy between the client's rows and the device (HostCopyCapture, GraphAddHostCopyNode): the rows move
@@ -197,7 +198,7 @@ Status SimBackend::GraphAddHostNode(Graph g, GraphNodes deps, uint64_t id, Creat
 
 Status SimBackend::GraphAddEventNode(Graph g, GraphNodes deps, Event e, uint32_t wait, Created<GraphNode>& out) {
   if (wait > 1) return CUDA_ERROR_INVALID_VALUE;
-  return addNode(g, deps, eventOp(e.v, wait), out, eventType(wait));
+  return addNode(g, deps, eventOp(e.v, wait), out, eventType(wait), eventParams(e.v));
 }
 
 Status SimBackend::GraphAddChildGraphNode(Graph g, GraphNodes deps, ChildGraph child, Created<GraphNode>& out) {
@@ -312,13 +313,17 @@ std::function<void()>* SimBackend::nodeOp(uint64_t node, uint32_t type) {
 
 Status SimBackend::GraphKernelNodeSetParams(Graph, GraphNode node, KernelCall call) {
   auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_KERNEL);
-  return op ? kernelOp(call, *op) : CUDA_ERROR_INVALID_VALUE;
+  if (!op) return CUDA_ERROR_INVALID_VALUE;
+  if (Status st = kernelOp(call, *op); st != CUDA_SUCCESS) return st;
+  nodes_.at(node.v).params = kernelParams(call);
+  return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphMemsetNodeSetParams(Graph, GraphNode node, DevFillRect f, uint32_t value) {
   auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_MEMSET);
   if (!op) return CUDA_ERROR_INVALID_VALUE;
   *op = fillOp(f, value);
+  nodes_.at(node.v).params = fillParams(f, value);
   return CUDA_SUCCESS;
 }
 
@@ -333,6 +338,7 @@ Status SimBackend::GraphMemcpyNodeSetParams(Graph, GraphNode node, DevCopyRect c
   auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_MEMCPY);
   if (!op) return CUDA_ERROR_INVALID_VALUE;
   *op = copyOp(c);
+  nodes_.at(node.v).params = copyParams(c);
   return CUDA_SUCCESS;
 }
 
@@ -347,6 +353,40 @@ Status SimBackend::GraphEventNodeSetEvent(Graph, GraphNode node, Event e, uint32
   auto* op = wait > 1 ? nullptr : nodeOp(node.v, eventType(wait));
   if (!op) return CUDA_ERROR_INVALID_VALUE;
   *op = eventOp(e.v, wait);
+  nodes_.at(node.v).params = eventParams(e.v);
+  return CUDA_SUCCESS;
+}
+
+// A node's parameters as the driver's getters give them (a node of another type: CUDA_ERROR_INVALID_VALUE).
+Status SimBackend::GraphKernelNodeGetParams(Graph, GraphNode node, Launchable& f, uint32_t& is_kernel, std::vector<uint32_t>& shape,
+                                            std::vector<uint8_t>& args) {
+  const SimNode& n = nodes_.at(node.v);
+  if (n.type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
+  f = n.params.f, shape = n.params.shape, args = n.params.args;
+  auto it = functions_.find(f);
+  is_kernel = it != functions_.end() && !it->second.from_module;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphMemsetNodeGetParams(Graph, GraphNode node, DevFillRect& f, uint32_t& value) {
+  const SimNode& n = nodes_.at(node.v);
+  if (n.type != CU_GRAPH_NODE_TYPE_MEMSET || !n.params.fill) return CUDA_ERROR_INVALID_VALUE;
+  f = *n.params.fill, value = n.params.value;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphMemcpyNodeGetParams(Graph, GraphNode node, DevCopyRect& c) {
+  const SimNode& n = nodes_.at(node.v);
+  if (n.type != CU_GRAPH_NODE_TYPE_MEMCPY) return CUDA_ERROR_INVALID_VALUE;
+  if (!n.params.copy) return CUDA_ERROR_NOT_SUPPORTED;  // a host copy's node: through a staging buffer, as on a GPU
+  c = *n.params.copy;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphEventNodeGetEvent(Graph, GraphNode node, uint32_t wait, Event& out) {
+  const SimNode& n = nodes_.at(node.v);
+  if (wait > 1 || n.type != eventType(wait)) return CUDA_ERROR_INVALID_VALUE;
+  out = n.params.event;
   return CUDA_SUCCESS;
 }
 

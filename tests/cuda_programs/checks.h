@@ -18,6 +18,15 @@ static void check(bool ok, const char* what, const char* detail = "") {
   if (!ok) ++failures;
 }
 
+// One PASS/FAIL line whose text is formatted.
+#define CHECK(ok, ...)                               \
+  do {                                               \
+    bool ok_ = (ok);                                 \
+    char what_[256];                                 \
+    std::snprintf(what_, sizeof what_, __VA_ARGS__); \
+    check(ok_, what_);                               \
+  } while (0)
+
 // Whether this process's CUDA driver is gpool's client library. Checks that gpool refuses what NVIDIA's
 // driver lets a program do to itself (a copy past its allocation, which crashed the memory_2d program
 // natively on an H200) run only through gpool: natively their line is absent, and nothing is compared.

@@ -16,15 +16,6 @@
 #include "checks.h"
 #include "increment.cuh"
 
-// One PASS/FAIL line whose text is formatted.
-#define CHECK(ok, ...)                               \
-  do {                                               \
-    bool ok_ = (ok);                                 \
-    char what_[256];                                 \
-    std::snprintf(what_, sizeof what_, __VA_ARGS__); \
-    check(ok_, what_);                               \
-  } while (0)
-
 // A loop's condition: counts its iterations and keeps the loop going while fewer than `limit` ran.
 extern "C" __global__ void gpool_test_loop_condition(cudaGraphConditionalHandle h, unsigned* counter, unsigned limit) {
   unsigned ran = ++*counter;
