@@ -34,8 +34,9 @@ RUNNER = os.path.join(HERE, "..", "tests", "cuda_programs", "run_through_gpool.s
 DISPLAY_OR_MPI = re.compile(r"GL|D3D|Vulkan|^vk|EGL|NvSci|MPI|Tegra")
 
 
-# What samples read at run time besides their data folders.
-RUN_TIME_FILES = (".ptx", ".fatbin", ".cubin", ".cu", ".cuh", ".ll", ".bin", ".ppm", ".pgm", ".raw", ".dat", ".txt", ".mtx")
+# What samples read at run time besides their data folders (NVRTC samples compile their kernels with
+# the headers beside them).
+RUN_TIME_FILES = (".ptx", ".fatbin", ".cubin", ".cu", ".cuh", ".h", ".ll", ".bin", ".ppm", ".pgm", ".raw", ".dat", ".txt", ".mtx")
 
 
 def patch_architectures(src):
@@ -134,6 +135,10 @@ def gather(src, out):
                 for f in os.listdir(folder):
                     if os.path.isfile(os.path.join(folder, f)) and os.path.splitext(f)[1] in RUN_TIME_FILES:
                         shutil.copy2(os.path.join(folder, f), dest)
+            # and the folders its build copied beside it (data; CUDA's headers for NVRTC: cooperative_groups, cuda, nv)
+            for d in os.listdir(root):
+                if d != "CMakeFiles" and os.path.isdir(os.path.join(root, d)):
+                    shutil.copytree(os.path.join(root, d), os.path.join(dest, d), dirs_exist_ok=True)
             count += 1
     shutil.copy2(os.path.join(src, "test_args.json"), os.path.join(out, "test_args.json"))
     print(f"{count} samples gathered in {bins}")

@@ -80,9 +80,11 @@ typename Map::iterator find(Map& m, uint64_t value, int current) {
   return m.end();
 }
 
-// Ends the object `value` names on the worker that made it.
+// Ends the object `value` names on the worker that made it. Object 0 is none, which CUDA destroys without
+// complaint (NVIDIA's volumeFiltering sample destroys the surface object it never made).
 template <typename Call, typename Map>
 CUresult destroy(Map& m, uint64_t value) {
+  if (value == 0) return CUDA_SUCCESS;
   int connection;
   const int current = currentConnection();
   {

@@ -318,6 +318,9 @@ void textures() {
   CK(cudaDestroyTextureObject(t));
   CK(cudaDestroyTextureObject(tl));
   CK(cudaDestroyTextureObject(tp));
+  // Object 0 is none: destroying it succeeds (NVIDIA's volumeFiltering sample destroys a surface it never made).
+  check(cudaDestroySurfaceObject(0) == cudaSuccess && cudaDestroyTextureObject(0) == cudaSuccess,
+        "destroying surface and texture object 0 succeeds");
   CK(cudaFreeArray(a));
   res.res.array.array = a;  // destroyed
   check(cudaCreateTextureObject(&bad, &res, &tex, nullptr) != cudaSuccess, "a texture over a destroyed array is refused");
