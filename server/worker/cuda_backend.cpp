@@ -891,11 +891,11 @@ class CudaBackend final : public Backend {
                                   std::vector<uint8_t>& args) {
     CUDA_KERNEL_NODE_PARAMS p{};
     if (CUresult r = d_.cuGraphKernelNodeGetParams_(node_(node.v), &p); r != CUDA_SUCCESS) return r;
-    if (!p.kernelParams && p.extra) return CUDA_ERROR_NOT_SUPPORTED;  // the worker launches with kernelParams alone
     f = launchableOf(p);
     is_kernel = f.is_kernel;
     const std::vector<uint32_t>* layout = nullptr;
     if (CUresult r = paramLayout(f, layout); r != CUDA_SUCCESS) return r;
+    if (!layout->empty() && !p.kernelParams) return CUDA_ERROR_NOT_SUPPORTED;  // the worker launches with kernelParams alone
     args.assign(layout->empty() ? 0 : (*layout)[layout->size() - 2] + layout->back(), 0);
     for (size_t i = 0; i + 1 < layout->size(); i += 2) std::memcpy(args.data() + (*layout)[i], p.kernelParams[i / 2], (*layout)[i + 1]);
     shape = {p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY, p.blockDimZ, p.sharedMemBytes};
