@@ -25,6 +25,8 @@ namespace {
 struct Pending {
   std::function<void()> fn;
   bool keep = false;  // launched into a stream capture: runs again at every replay of the graph
+  CUhostFn host = nullptr;  // cuLaunchHostFunc's function and argument, which a captured node's getter gives
+  void* data = nullptr;
 };
 
 std::mutex g_mu;
@@ -126,20 +128,28 @@ CUresult gpool::client::openHostChannel(Connection* conn) {
 
 namespace {
 
-// On the stream's device, whichever is current.
-CUresult launch(uint64_t stream, std::function<void()> fn) {
+// On the stream's device, whichever is current. `host` and `data`: cuLaunchHostFunc's.
+CUresult launch(uint64_t stream, std::function<void()> fn, CUhostFn host = nullptr, void* data = nullptr) {
   GPOOL_CONN_OF_HANDLE(conn, stream);
   if (CUresult r = openHostChannel(conn)) return r;
   uint64_t id;
   {
     std::lock_guard lock(g_mu);
     id = g_next_id++;
-    g_pending[id] = Pending{std::move(fn), State::get().active_captures > 0};
+    g_pending[id] = Pending{std::move(fn), State::get().active_captures > 0, host, data};
   }
   return static_cast<CUresult>(conn->post<calls::LaunchHostFunc>(stream, id));
 }
 
 }  // namespace
+
+bool gpool::client::hostFunctionOf(uint64_t id, CUhostFn& fn, void*& data) {
+  std::lock_guard lock(g_mu);
+  auto it = g_pending.find(id);
+  if (it == g_pending.end() || !it->second.host) return false;
+  fn = it->second.host, data = it->second.data;
+  return true;
+}
 
 CUresult gpool::client::hostFunctionId(Connection* conn, std::function<void()> fn, uint64_t& id, bool once) {
   if (CUresult r = openHostChannel(conn)) return r;
@@ -152,13 +162,13 @@ CUresult gpool::client::hostFunctionId(Connection* conn, std::function<void()> f
 GPOOL_EXPORT CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void* data) {
   GPOOL_TRY
   if (!fn) return CUDA_ERROR_INVALID_VALUE;
-  return launch(streamArg(s, false), [fn, data] { fn(data); });
+  return launch(streamArg(s, false), [fn, data] { fn(data); }, fn, data);
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void* data) {
   GPOOL_TRY
   if (!fn) return CUDA_ERROR_INVALID_VALUE;
-  return launch(streamArg(s, true), [fn, data] { fn(data); });
+  return launch(streamArg(s, true), [fn, data] { fn(data); }, fn, data);
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuStreamAddCallback(CUstream s, CUstreamCallback cb, void* data, unsigned int flags) {

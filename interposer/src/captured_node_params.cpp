@@ -88,6 +88,19 @@ CUresult eventOf(Connection* conn, uint64_t graph, uint64_t node, bool wait, Gra
   return CUDA_SUCCESS;
 }
 
+// A host node a capture made of cuLaunchHostFunc: the function and argument this process launched. The
+// worker's own (a captured host copy's) is CUDA_ERROR_NOT_SUPPORTED, with a line saying so.
+CUresult hostOf(Connection* conn, uint64_t graph, uint64_t node, GraphNodeInfo& info) {
+  calls::GraphHostNodeGetParams::out::tuple r;
+  int st = conn->call<calls::GraphHostNodeGetParams>(r, graph, node);
+  if (st == CUDA_ERROR_NOT_SUPPORTED)
+    GPOOL_LOG(Level::kWarn, "cuGraphHostNodeGetParams: a host node that a stream capture made of a copy between host "
+              "memory and the device is gpool's own, with no parameters to give (returning CUDA_ERROR_NOT_SUPPORTED)");
+  if (st) return static_cast<CUresult>(st);
+  if (!hostFunctionOf(std::get<0>(r), info.host.fn, info.host.userData)) return CUDA_ERROR_UNKNOWN;
+  return CUDA_SUCCESS;
+}
+
 // What the worker says of a node of `type`.
 CUresult askWorker(uint64_t graph, uint64_t node, CUgraphNodeType type, GraphNodeInfo& info) {
   GPOOL_CONN_OF_HANDLE(conn, graph);
@@ -97,10 +110,8 @@ CUresult askWorker(uint64_t graph, uint64_t node, CUgraphNodeType type, GraphNod
     case CU_GRAPH_NODE_TYPE_MEMCPY: return copyOf(conn, graph, node, info);
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return eventOf(conn, graph, node, false, info);
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return eventOf(conn, graph, node, true, info);
-    default:
-      GPOOL_LOG(Level::kWarn, "the parameters of a host node that a stream capture made (cudaLaunchHostFunc) are "
-                     "not given by gpool; nodes the program added are (returning CUDA_ERROR_NOT_SUPPORTED)");
-      return CUDA_ERROR_NOT_SUPPORTED;
+    case CU_GRAPH_NODE_TYPE_HOST: return hostOf(conn, graph, node, info);
+    default: return CUDA_ERROR_INVALID_VALUE;
   }
 }
 

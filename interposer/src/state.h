@@ -219,6 +219,9 @@ bool freeManaged(uint64_t p, CUresult& result);
 // A host function that runs whenever `conn`'s worker says so: for good (a graph's host node), or `once` (a
 // user object's destructor). api_host_func.cpp.
 CUresult hostFunctionId(Connection* conn, std::function<void()> fn, uint64_t& id, bool once = false);
+// The function and argument of the cuLaunchHostFunc that host function `id` runs, while it may run (a
+// captured one, for good); false for any other id.
+bool hostFunctionOf(uint64_t id, CUhostFn& fn, void*& data);
 // Asks `conn`'s worker which graph allocations' addresses are no longer this client's (after a graph or
 // an instantiation is destroyed, or `freed`, addresses taken for graph allocations, were freed) and forgets
 // them (api_graph_memory.cpp). Nothing is sent while there are no such records. Returns what the worker

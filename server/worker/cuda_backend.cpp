@@ -78,7 +78,7 @@ constexpr const char* kHostCopyInCapture = "copies between client memory and the
   F(cuMemPoolExportToShareableHandle) F(cuMemPoolImportFromShareableHandle) F(cuMemPoolExportPointer) F(cuMemPoolImportPointer) \
   F(cuGraphAddBatchMemOpNode) F(cuGraphBatchMemOpNodeSetParams) F(cuGraphExecBatchMemOpNodeSetParams)         \
   F(cuGraphKernelNodeGetParams) F(cuGraphMemsetNodeGetParams) F(cuGraphMemcpyNodeGetParams)                   \
-  F(cuGraphEventRecordNodeGetEvent) F(cuGraphEventWaitNodeGetEvent)
+  F(cuGraphEventRecordNodeGetEvent) F(cuGraphEventWaitNodeGetEvent) F(cuGraphHostNodeGetParams)
 
 // NVML on the GPU host, for utilization, the driver version and, before the worker has a context, the
 // device's free memory (optional: zeros when absent).
@@ -925,6 +925,14 @@ class CudaBackend final : public Backend {
     CUresult r = wait ? d_.cuGraphEventWaitNodeGetEvent_(node_(node.v), &e) : d_.cuGraphEventRecordNodeGetEvent_(node_(node.v), &e);
     out = reinterpret_cast<uint64_t>(e);
     return r;
+  }
+  // The worker's own host nodes (a captured host copy's fetch or delivery) name no function of the client's.
+  Status GraphHostNodeGetParams(Graph, GraphNode node, uint64_t& id) {
+    CUDA_HOST_NODE_PARAMS p{};
+    if (CUresult r = d_.cuGraphHostNodeGetParams_(node_(node.v), &p); r != CUDA_SUCCESS) return r;
+    if (p.fn != &hostFunc || !p.userData) return CUDA_ERROR_NOT_SUPPORTED;
+    id = static_cast<const HostFuncArg*>(p.userData)->id;
+    return CUDA_SUCCESS;
   }
   Status StreamSetAttribute(Stream stream, LaunchAttrs attr) {
     if (attr.data.size != sizeof(CUlaunchAttribute)) return CUDA_ERROR_INVALID_VALUE;

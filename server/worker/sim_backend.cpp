@@ -431,7 +431,7 @@ Status SimBackend::HostPoolUnregister(HostRangeBase r) { return Backend::HostPoo
 
 Status SimBackend::LaunchHostFunc(Stream stream, uint64_t id) {
   // Work runs in issue order: the worker waits here until the client's function has returned.
-  issue(stream, [this, id] { callbacks_.run(id); }, CU_GRAPH_NODE_TYPE_HOST);
+  issue(stream, [this, id] { callbacks_.run(id); }, CU_GRAPH_NODE_TYPE_HOST, hostParams(id));
   return CUDA_SUCCESS;
 }
 

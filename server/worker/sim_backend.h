@@ -43,7 +43,8 @@ struct SimOptions {
 };
 
 // What a node's parameter getters answer: a kernel node's launch, a memset's fill, a copy between device
-// memory, an event node's event (a node made otherwise, a host copy's say, has none of these).
+// memory, an event node's event, a host node's function (a node made otherwise, a host copy's say, has
+// none of these).
 struct SimNodeParams {
   Launchable f;
   std::vector<uint32_t> shape;  // kernel nodes: grid xyz, block xyz, shared bytes
@@ -52,6 +53,7 @@ struct SimNodeParams {
   uint32_t value = 0;
   std::optional<DevCopyRect> copy;
   uint64_t event = 0;
+  uint64_t host = 0;  // host nodes: the client's host function id
 };
 
 class SimBackend : public Backend {
@@ -127,6 +129,7 @@ class SimBackend : public Backend {
   static SimNodeParams fillParams(const DevFillRect& f, uint32_t value) { return SimNodeParams{.fill = f, .value = value}; }
   static SimNodeParams copyParams(const DevCopyRect& c) { return SimNodeParams{.copy = c}; }
   static SimNodeParams eventParams(uint64_t event) { return SimNodeParams{.event = event}; }
+  static SimNodeParams hostParams(uint64_t id) { return SimNodeParams{.host = id}; }
   uint64_t captureNode(Capture& c, std::function<void()> op, uint32_t type, SimNodeParams params = {});  // the node made
   bool joined(const CaptureSeq& seq, const std::vector<uint64_t>& origin_after) const;
   uint64_t newHandle(HandleKind kind);

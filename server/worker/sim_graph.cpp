@@ -193,7 +193,7 @@ Status SimBackend::GraphAddHostCopyNode(Graph g, GraphNodes deps, HostRowsCopy c
 }
 
 Status SimBackend::GraphAddHostNode(Graph g, GraphNodes deps, uint64_t id, Created<GraphNode>& out) {
-  return addNode(g, deps, [this, id] { callbacks_.run(id); }, out, CU_GRAPH_NODE_TYPE_HOST);
+  return addNode(g, deps, [this, id] { callbacks_.run(id); }, out, CU_GRAPH_NODE_TYPE_HOST, hostParams(id));
 }
 
 Status SimBackend::GraphAddEventNode(Graph g, GraphNodes deps, Event e, uint32_t wait, Created<GraphNode>& out) {
@@ -346,6 +346,7 @@ Status SimBackend::GraphHostNodeSetParams(Graph, GraphNode node, uint64_t id) {
   auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_HOST);
   if (!op) return CUDA_ERROR_INVALID_VALUE;
   *op = [this, id] { callbacks_.run(id); };
+  nodes_.at(node.v).params = hostParams(id);
   return CUDA_SUCCESS;
 }
 
@@ -380,6 +381,14 @@ Status SimBackend::GraphMemcpyNodeGetParams(Graph, GraphNode node, DevCopyRect& 
   if (n.type != CU_GRAPH_NODE_TYPE_MEMCPY) return CUDA_ERROR_INVALID_VALUE;
   if (!n.params.copy) return CUDA_ERROR_NOT_SUPPORTED;  // a host copy's node: through a staging buffer, as on a GPU
   c = *n.params.copy;
+  return CUDA_SUCCESS;
+}
+
+Status SimBackend::GraphHostNodeGetParams(Graph, GraphNode node, uint64_t& id) {
+  const SimNode& n = nodes_.at(node.v);
+  if (n.type != CU_GRAPH_NODE_TYPE_HOST) return CUDA_ERROR_INVALID_VALUE;
+  if (!n.params.host) return CUDA_ERROR_NOT_SUPPORTED;
+  id = n.params.host;
   return CUDA_SUCCESS;
 }
 
