@@ -66,6 +66,10 @@ void readBack(cudaStream_t s, unsigned* a, unsigned* b, cudaEvent_t ev) {
     cudaError_t e = cudaGraphKernelNodeGetParams(kernels[0], &p);
     CHECK(e == cudaSuccess, "a captured kernel node's parameters read back (%s)", cudaGetErrorName(e));
     CHECK(p.func == reinterpret_cast<void*>(&gpool_test_increment), "its function is the kernel launched");
+    const char* name = nullptr;
+    cudaError_t ne = p.func ? cudaFuncGetName(&name, p.func) : cudaErrorInvalidDeviceFunction;
+    CHECK(ne == cudaSuccess && name && std::strcmp(name, "gpool_test_increment") == 0, "which cudaFuncGetName names (%s)",
+          name ? name : cudaGetErrorName(ne));
     CHECK(p.gridDim.x == 2 && p.gridDim.y == 1 && p.gridDim.z == 1 && p.blockDim.x == 256 && p.blockDim.y == 1 &&
               p.blockDim.z == 1 && p.sharedMemBytes == 0,
           "its shape is the launch's (grid %u, block %u, shared %u)", p.gridDim.x, p.blockDim.x, p.sharedMemBytes);
