@@ -5,12 +5,25 @@
 # driver call that fails on the worker is a line in its log.
 # Leaves three files in OUT, as few as the device tool brings back: steps.txt (each step's exit status and
 # time), summary.txt (each step's result tables) and logs.tgz (every log, refreshed after each step).
-# usage: scripts/gpu_run_all.sh BUILD_DIR OUT BUDGET_S   (BUILD_DIR: a build tree or the .gpu folder)
+# usage: scripts/gpu_run_all.sh BUILD_DIR OUT BUDGET_S [STEP...]   (BUILD_DIR: a build tree or the .gpu folder)
+#   STEP...: only these steps (after the environment and the sandbox check, which always run), in the
+#   order below: programs bench workloads-core trace-jax nvml share samples workloads-rest two cache idle
+#   users audit. A session whose time does not reach the later steps leaves them to the next one.
 #   NVIDIA's samples run too where .samples/bin exists (scripts/cuda_samples.py build SRC .samples; carry it)
 #   e.g. on the device: scripts/gpu_run_all.sh .gpu "$OUT" 540
+#        scripts/gpu_run_all.sh .gpu "$OUT" 540 samples workloads-rest two
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=$1; out=$2; budget=$3
+shift 3
+only=("$@")
+# Whether step NAME is among those asked for (all, when none was named).
+want() {
+  [ "${#only[@]}" -eq 0 ] && return 0
+  local s
+  for s in "${only[@]}"; do [ "$s" = "$1" ] && return 0; done
+  return 1
+}
 mkdir -p "$out"
 work=$(mktemp -d /tmp/gpool-gpu-XXXXXX)
 deadline=$((SECONDS + budget))
@@ -23,6 +36,7 @@ pack() { tar czf "$out/logs.tgz.new" -C "$work" --exclude='cache-*' . 2>/dev/nul
 # step NAME SECONDS COMMAND...: runs COMMAND with at most SECONDS (and what is left), output to NAME.txt.
 step() {
   local name=$1 most=$2 left=$((deadline - SECONDS)); shift 2
+  [ "$name" = environment ] || want "$name" || return 0
   [ "$left" -gt 15 ] || { echo "$name: skipped, no time left" | tee -a "$out/steps.txt"; return; }
   [ "$most" -lt "$left" ] || most=$left
   local t0=$SECONDS
@@ -56,7 +70,7 @@ pack
 GPOOL_CHECK_JOBS=4 check programs 150 programs
 GPOOL_BENCH_TRANSPORTS="tcp shm" check bench 120 bench  # no UCX on the GPU host
 GPOOL_CHECK_WORKLOADS="tensors matmul mlp resnet18 jax_mlp jax_scan jax_fft" check workloads-core 200 workloads
-if [ -f "$build/trace/libtrace.so" ]; then  # what JAX asks of the driver natively (the tracer of shared/tools)
+if [ -f "$build/trace/libtrace.so" ] && want trace-jax; then  # what JAX asks of the driver natively (the tracer of shared/tools)
   mkdir -p "$work/trace"
   step trace-jax 40 env TRACE_OUT="$work/trace/jax" LD_PRELOAD="$build/trace/libtrace.so" \
     python3 "$here/../tests/gpu/workloads.py" run --out "$work/trace/wl" --only jax_mlp
@@ -70,7 +84,7 @@ check nvml 40 nvml
 check share 50 share
 # NVIDIA's CUDA samples, where they were built and carried (scripts/cuda_samples.py build SRC .samples)
 samples=${GPOOL_SAMPLES:-$here/../.samples}
-if [ -d "$samples/bin" ]; then
+if [ -d "$samples/bin" ] && want samples; then
   step samples 180 python3 "$here/cuda_samples.py" run "$samples" "$build" --jobs 8 --timeout 60
   cp -r "$samples/logs" "$work/samples-logs" 2>/dev/null
   { echo "##### samples table"; sed -n '/^sample /,$p' "$work/samples.txt"; } >> "$out/summary.txt"
