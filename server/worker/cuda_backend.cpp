@@ -909,11 +909,14 @@ class CudaBackend final : public Backend {
     value = p.value;
     return CUDA_SUCCESS;
   }
-  // Only a copy between device memory: the worker's captured host copies go through its own staging memory.
+  // Only a copy between device memory: the worker's captured host copies go through its own staging memory
+  // (CU_MEMORYTYPE_HOST); a unified address in the worker's nodes is device memory (the client's host memory
+  // is not in this process), as the driver may record a captured cuMemcpyDtoDAsync's ends.
+  static bool deviceEnd(CUmemorytype t) { return t == CU_MEMORYTYPE_DEVICE || t == CU_MEMORYTYPE_UNIFIED; }
   Status GraphMemcpyNodeGetParams(Graph, GraphNode node, DevCopyRect& c) {
     CUDA_MEMCPY3D p{};
     if (CUresult r = d_.cuGraphMemcpyNodeGetParams_(node_(node.v), &p); r != CUDA_SUCCESS) return r;
-    if (p.srcMemoryType != CU_MEMORYTYPE_DEVICE || p.dstMemoryType != CU_MEMORYTYPE_DEVICE || p.Depth > 1 || p.srcZ || p.dstZ)
+    if (!deviceEnd(p.srcMemoryType) || !deviceEnd(p.dstMemoryType) || p.Depth > 1 || p.srcZ || p.dstZ)
       return CUDA_ERROR_NOT_SUPPORTED;
     uint64_t height = p.Height ? p.Height : 1;
     c.dst = DevRect{p.dstDevice + p.dstY * p.dstPitch + p.dstXInBytes, p.dstPitch ? p.dstPitch : p.WidthInBytes, p.WidthInBytes, height};
