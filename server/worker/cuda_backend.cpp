@@ -78,7 +78,7 @@ constexpr const char* kHostCopyInCapture = "copies between client memory and the
   F(cuMemPoolExportToShareableHandle) F(cuMemPoolImportFromShareableHandle) F(cuMemPoolExportPointer) F(cuMemPoolImportPointer) \
   F(cuGraphAddBatchMemOpNode) F(cuGraphBatchMemOpNodeSetParams) F(cuGraphExecBatchMemOpNodeSetParams)         \
   F(cuGraphKernelNodeGetParams) F(cuGraphMemsetNodeGetParams) F(cuGraphMemcpyNodeGetParams)                   \
-  F(cuGraphEventRecordNodeGetEvent) F(cuGraphEventWaitNodeGetEvent) F(cuGraphHostNodeGetParams)
+  F(cuGraphEventRecordNodeGetEvent) F(cuGraphEventWaitNodeGetEvent) F(cuGraphHostNodeGetParams) F(cuPointerGetAttribute)
 
 // NVML on the GPU host, for utilization, the driver version and, before the worker has a context, the
 // device's free memory (optional: zeros when absent).
@@ -909,14 +909,18 @@ class CudaBackend final : public Backend {
     value = p.value;
     return CUDA_SUCCESS;
   }
-  // Only a copy between device memory: the worker's captured host copies go through its own staging memory
-  // (CU_MEMORYTYPE_HOST); a unified address in the worker's nodes is device memory (the client's host memory
-  // is not in this process), as the driver may record a captured cuMemcpyDtoDAsync's ends.
-  static bool deviceEnd(CUmemorytype t) { return t == CU_MEMORYTYPE_DEVICE || t == CU_MEMORYTYPE_UNIFIED; }
+  // Only a copy between device memory: the worker's captured host copies go through its own staging memory,
+  // and page-locked memory it shares with a client on its host is host memory too. A unified end (as the
+  // driver may record a captured cuMemcpyDtoDAsync's) is device memory when the driver says so.
+  bool deviceEnd(CUmemorytype t, CUdeviceptr ptr) {
+    if (t != CU_MEMORYTYPE_UNIFIED) return t == CU_MEMORYTYPE_DEVICE;
+    unsigned type = 0;
+    return d_.cuPointerGetAttribute_(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr) == CUDA_SUCCESS && type == CU_MEMORYTYPE_DEVICE;
+  }
   Status GraphMemcpyNodeGetParams(Graph, GraphNode node, DevCopyRect& c) {
     CUDA_MEMCPY3D p{};
     if (CUresult r = d_.cuGraphMemcpyNodeGetParams_(node_(node.v), &p); r != CUDA_SUCCESS) return r;
-    if (!deviceEnd(p.srcMemoryType) || !deviceEnd(p.dstMemoryType) || p.Depth > 1 || p.srcZ || p.dstZ)
+    if (!deviceEnd(p.srcMemoryType, p.srcDevice) || !deviceEnd(p.dstMemoryType, p.dstDevice) || p.Depth > 1 || p.srcZ || p.dstZ)
       return CUDA_ERROR_NOT_SUPPORTED;
     uint64_t height = p.Height ? p.Height : 1;
     c.dst = DevRect{p.dstDevice + p.dstY * p.dstPitch + p.dstXInBytes, p.dstPitch ? p.dstPitch : p.WidthInBytes, p.WidthInBytes, height};
