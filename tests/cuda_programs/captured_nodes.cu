@@ -61,6 +61,20 @@ void readBack(cudaStream_t s, unsigned* a, unsigned* b, cudaEvent_t ev) {
 
   auto kernels = nodesOf(g, cudaGraphNodeTypeKernel);
   CHECK(kernels.size() == 1, "the captured graph has one kernel node (%zu)", kernels.size());
+  // A clone's copy of a captured node, found before either was read, reads back the same.
+  if (kernels.size() == 1) {
+    cudaGraph_t clone;
+    CK(cudaGraphClone(&clone, g));
+    cudaGraphNode_t copy = nullptr;
+    cudaKernelNodeParams c{};
+    cudaError_t e = cudaGraphNodeFindInClone(&copy, kernels[0], clone);
+    if (e == cudaSuccess) e = cudaGraphKernelNodeGetParams(copy, &c);
+    CHECK(e == cudaSuccess && c.func == reinterpret_cast<void*>(&gpool_test_increment) && c.gridDim.x == 2 && c.kernelParams &&
+              *static_cast<int*>(c.kernelParams[1]) == kN,
+          "a clone's copy of a captured kernel node reads back the same (%s)", cudaGetErrorName(e));
+    CK(cudaGraphDestroy(clone));
+  }
+
   if (kernels.size() == 1) {
     cudaKernelNodeParams p{};
     cudaError_t e = cudaGraphKernelNodeGetParams(kernels[0], &p);
