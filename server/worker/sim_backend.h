@@ -264,7 +264,7 @@ class SimBackend : public Backend {
   bool reachable(uint64_t ptr, uint64_t bytes);
   Status fault_ = 0;
   bool said_unsatisfied_wait_ = false;
-  std::function<void()>* nodeOp(uint64_t node, uint32_t type);  // a node's work, if it is of `type`
+  SimNode* nodeOf(uint64_t node, uint32_t type);  // the graph's node, if it is of `type`
   int execIndex(uint64_t exec, uint64_t node);  // the node's place in an instantiation, or -1
   char* enabledFlag(uint64_t exec, uint64_t node);  // an instantiation's switch for a node, if it has one
   std::function<void()>* execOp(uint64_t exec, uint64_t node, uint32_t type);  // an instantiation's work for a node

@@ -305,97 +305,97 @@ Status SimBackend::GraphDestroyNode(Graph g, Released<GraphNode> node) {
   return CUDA_SUCCESS;
 }
 
-// Setters on the graph's own node: the node must be of the setter's type, as the driver checks.
-std::function<void()>* SimBackend::nodeOp(uint64_t node, uint32_t type) {
+// Setters and getters on the graph's own node: the node must be of their type, as the driver checks.
+SimBackend::SimNode* SimBackend::nodeOf(uint64_t node, uint32_t type) {
   SimNode& n = nodes_.at(node);
-  return n.type == type ? &n.op : nullptr;
+  return n.type == type ? &n : nullptr;
 }
 
 Status SimBackend::GraphKernelNodeSetParams(Graph, GraphNode node, KernelCall call) {
-  auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_KERNEL);
-  if (!op) return CUDA_ERROR_INVALID_VALUE;
-  if (Status st = kernelOp(call, *op); st != CUDA_SUCCESS) return st;
-  nodes_.at(node.v).params = kernelParams(call);
+  SimNode* n = nodeOf(node.v, CU_GRAPH_NODE_TYPE_KERNEL);
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  if (Status st = kernelOp(call, n->op); st != CUDA_SUCCESS) return st;
+  n->params = kernelParams(call);
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphMemsetNodeSetParams(Graph, GraphNode node, DevFillRect f, uint32_t value) {
-  auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_MEMSET);
-  if (!op) return CUDA_ERROR_INVALID_VALUE;
-  *op = fillOp(f, value);
-  nodes_.at(node.v).params = fillParams(f, value);
+  SimNode* n = nodeOf(node.v, CU_GRAPH_NODE_TYPE_MEMSET);
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  n->op = fillOp(f, value);
+  n->params = fillParams(f, value);
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphBatchMemOpNodeSetParams(Graph, GraphNode node, MemOps m) {
-  auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
-  if (!op) return CUDA_ERROR_INVALID_VALUE;
-  *op = memOpsOp(m);
+  SimNode* n = nodeOf(node.v, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  n->op = memOpsOp(m);
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphMemcpyNodeSetParams(Graph, GraphNode node, DevCopyRect c) {
-  auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_MEMCPY);
-  if (!op) return CUDA_ERROR_INVALID_VALUE;
-  *op = copyOp(c);
-  nodes_.at(node.v).params = copyParams(c);
+  SimNode* n = nodeOf(node.v, CU_GRAPH_NODE_TYPE_MEMCPY);
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  n->op = copyOp(c);
+  n->params = copyParams(c);
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphHostNodeSetParams(Graph, GraphNode node, uint64_t id) {
-  auto* op = nodeOp(node.v, CU_GRAPH_NODE_TYPE_HOST);
-  if (!op) return CUDA_ERROR_INVALID_VALUE;
-  *op = [this, id] { callbacks_.run(id); };
-  nodes_.at(node.v).params = hostParams(id);
+  SimNode* n = nodeOf(node.v, CU_GRAPH_NODE_TYPE_HOST);
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  n->op = [this, id] { callbacks_.run(id); };
+  n->params = hostParams(id);
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphEventNodeSetEvent(Graph, GraphNode node, Event e, uint32_t wait) {
-  auto* op = wait > 1 ? nullptr : nodeOp(node.v, eventType(wait));
-  if (!op) return CUDA_ERROR_INVALID_VALUE;
-  *op = eventOp(e.v, wait);
-  nodes_.at(node.v).params = eventParams(e.v);
+  SimNode* n = wait > 1 ? nullptr : nodeOf(node.v, eventType(wait));
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  n->op = eventOp(e.v, wait);
+  n->params = eventParams(e.v);
   return CUDA_SUCCESS;
 }
 
 // A node's parameters as the driver's getters give them (a node of another type: CUDA_ERROR_INVALID_VALUE).
 Status SimBackend::GraphKernelNodeGetParams(Graph, GraphNode node, Launchable& f, uint32_t& is_kernel, std::vector<uint32_t>& shape,
                                             std::vector<uint8_t>& args) {
-  const SimNode& n = nodes_.at(node.v);
-  if (n.type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
-  f = n.params.f, shape = n.params.shape, args = n.params.args;
+  const SimNode* n = nodeOf(node.v, CU_GRAPH_NODE_TYPE_KERNEL);
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  f = n->params.f, shape = n->params.shape, args = n->params.args;
   auto it = functions_.find(f);
   is_kernel = it != functions_.end() && !it->second.from_module;
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphMemsetNodeGetParams(Graph, GraphNode node, DevFillRect& f, uint32_t& value) {
-  const SimNode& n = nodes_.at(node.v);
-  if (n.type != CU_GRAPH_NODE_TYPE_MEMSET || !n.params.fill) return CUDA_ERROR_INVALID_VALUE;
-  f = *n.params.fill, value = n.params.value;
+  const SimNode* n = nodeOf(node.v, CU_GRAPH_NODE_TYPE_MEMSET);
+  if (!n || !n->params.fill) return CUDA_ERROR_INVALID_VALUE;
+  f = *n->params.fill, value = n->params.value;
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphMemcpyNodeGetParams(Graph, GraphNode node, DevCopyRect& c) {
-  const SimNode& n = nodes_.at(node.v);
-  if (n.type != CU_GRAPH_NODE_TYPE_MEMCPY) return CUDA_ERROR_INVALID_VALUE;
-  if (!n.params.copy) return CUDA_ERROR_NOT_SUPPORTED;  // a host copy's node: through a staging buffer, as on a GPU
-  c = *n.params.copy;
+  const SimNode* n = nodeOf(node.v, CU_GRAPH_NODE_TYPE_MEMCPY);
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  if (!n->params.copy) return CUDA_ERROR_NOT_SUPPORTED;  // a host copy's node: through a staging buffer, as on a GPU
+  c = *n->params.copy;
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphHostNodeGetParams(Graph, GraphNode node, uint64_t& id) {
-  const SimNode& n = nodes_.at(node.v);
-  if (n.type != CU_GRAPH_NODE_TYPE_HOST) return CUDA_ERROR_INVALID_VALUE;
-  if (!n.params.host) return CUDA_ERROR_NOT_SUPPORTED;
-  id = n.params.host;
+  const SimNode* n = nodeOf(node.v, CU_GRAPH_NODE_TYPE_HOST);
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  if (!n->params.host) return CUDA_ERROR_NOT_SUPPORTED;
+  id = n->params.host;
   return CUDA_SUCCESS;
 }
 
 Status SimBackend::GraphEventNodeGetEvent(Graph, GraphNode node, uint32_t wait, Event& out) {
-  const SimNode& n = nodes_.at(node.v);
-  if (wait > 1 || n.type != eventType(wait)) return CUDA_ERROR_INVALID_VALUE;
-  out = n.params.event;
+  const SimNode* n = wait > 1 ? nullptr : nodeOf(node.v, eventType(wait));
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  out = n->params.event;
   return CUDA_SUCCESS;
 }
 
