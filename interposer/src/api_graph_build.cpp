@@ -61,9 +61,8 @@ CUresult kernelCall(const CUDA_KERNEL_NODE_PARAMS* p, gpool::proto::KernelCall& 
   info.kernel.extra = nullptr;
   const std::vector<uint32_t>* layout = nullptr;
   info.args.clear();
-  if (State::get().paramLayout(f, layout) == CUDA_SUCCESS && !p->extra)
-    for (size_t i = 0; i + 1 < layout->size(); i += 2) info.args.push_back(info.packed.data() + (*layout)[i]);
-  info.kernel.kernelParams = info.args.empty() ? nullptr : info.args.data();
+  info.kernel.kernelParams = nullptr;
+  if (State::get().paramLayout(f, layout) == CUDA_SUCCESS && !p->extra) info.pointArgs(*layout);
   call.params = gpool::proto::Blob{info.packed.data(), info.packed.size()};
   return CUDA_SUCCESS;
 }

@@ -28,23 +28,29 @@ bool unknown(const GraphNodeInfo& i, CUgraphNodeType type) {
   }
 }
 
+// Asks the worker `Call` of a node; where it answers CUDA_ERROR_NOT_SUPPORTED (a node of its own making),
+// logs `refused` when given.
+template <typename Call, typename... A>
+CUresult ask(Connection* conn, typename Call::out::tuple& r, const char* refused, A... args) {
+  int st = conn->call<Call>(r, args...);
+  if (st == CUDA_ERROR_NOT_SUPPORTED && refused) GPOOL_LOG(Level::kWarn, "%s", refused);
+  return static_cast<CUresult>(st);
+}
+
 // Fills `info` with what the worker says of a kernel node: the launch's handle (a CUkernel in `kern`, a
 // CUfunction in `func`, as the program launched it), shape and argument bytes,
 // each argument's place given by the function's layout (a reply too short for it is the worker's fault).
 CUresult kernelOf(Connection* conn, uint64_t graph, uint64_t node, GraphNodeInfo& info) {
   calls::GraphKernelNodeGetParams::out::tuple r;
-  if (int st = conn->call<calls::GraphKernelNodeGetParams>(r, graph, node)) return static_cast<CUresult>(st);
+  if (CUresult st = ask<calls::GraphKernelNodeGetParams>(conn, r, nullptr, graph, node)) return st;
   const auto& shape = std::get<2>(r);
   uint64_t f = std::get<0>(r).v;
   const std::vector<uint32_t>* layout = nullptr;
   if (shape.size() != 7) return CUDA_ERROR_UNKNOWN;
   if (CUresult e = State::get().paramLayout(f, layout)) return e;
   info.packed = std::move(std::get<3>(r));
-  for (size_t i = 0; i + 1 < layout->size(); i += 2) {
-    if (uint64_t{(*layout)[i]} + (*layout)[i + 1] > info.packed.size()) return CUDA_ERROR_UNKNOWN;
-    info.args.push_back(info.packed.data() + (*layout)[i]);
-  }
   info.kernel = CUDA_KERNEL_NODE_PARAMS{};
+  if (!info.pointArgs(*layout)) return CUDA_ERROR_UNKNOWN;
   if (std::get<1>(r)) info.kernel.kern = reinterpret_cast<CUkernel>(f);  // where the CUDA runtime looks for its kernels
   else info.kernel.func = reinterpret_cast<CUfunction>(f);
   info.kernel.gridDimX = shape[0], info.kernel.gridDimY = shape[1], info.kernel.gridDimZ = shape[2];
@@ -55,7 +61,7 @@ CUresult kernelOf(Connection* conn, uint64_t graph, uint64_t node, GraphNodeInfo
 
 CUresult memsetOf(Connection* conn, uint64_t graph, uint64_t node, GraphNodeInfo& info) {
   calls::GraphMemsetNodeGetParams::out::tuple r;
-  if (int st = conn->call<calls::GraphMemsetNodeGetParams>(r, graph, node)) return static_cast<CUresult>(st);
+  if (CUresult st = ask<calls::GraphMemsetNodeGetParams>(conn, r, nullptr, graph, node)) return st;
   const gpool::proto::DevFillRect& f = std::get<0>(r);
   if ((f.elem != 1 && f.elem != 2 && f.elem != 4) || f.dst.width % f.elem || !f.dst.ptr) return CUDA_ERROR_UNKNOWN;
   info.memset = CUDA_MEMSET_NODE_PARAMS{f.dst.ptr, f.dst.pitch, std::get<1>(r), f.elem, f.dst.width / f.elem, f.dst.height};
@@ -66,12 +72,10 @@ CUresult memsetOf(Connection* conn, uint64_t graph, uint64_t node, GraphNodeInfo
 // CUDA_ERROR_NOT_SUPPORTED, with a line saying so.
 CUresult copyOf(Connection* conn, uint64_t graph, uint64_t node, GraphNodeInfo& info) {
   calls::GraphMemcpyNodeGetParams::out::tuple r;
-  int st = conn->call<calls::GraphMemcpyNodeGetParams>(r, graph, node);
-  if (st == CUDA_ERROR_NOT_SUPPORTED)
-    GPOOL_LOG(Level::kWarn, "cuGraphMemcpyNodeGetParams: the parameters of a memcpy node that a stream capture made "
-                   "of a copy between host memory and the device are not given by gpool (the worker copies through a "
-                   "buffer of its own); copies between device memory are (returning CUDA_ERROR_NOT_SUPPORTED)");
-  if (st) return static_cast<CUresult>(st);
+  const char* refused = "cuGraphMemcpyNodeGetParams: the parameters of a memcpy node that a stream capture made of a copy "
+                        "between host memory and the device are not given by gpool (the worker copies through a buffer of "
+                        "its own); copies between device memory are (returning CUDA_ERROR_NOT_SUPPORTED)";
+  if (CUresult st = ask<calls::GraphMemcpyNodeGetParams>(conn, r, refused, graph, node)) return st;
   const gpool::proto::DevCopyRect& c = std::get<0>(r);
   info.copy = CUDA_MEMCPY3D{};
   info.copy.srcMemoryType = info.copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
@@ -83,7 +87,7 @@ CUresult copyOf(Connection* conn, uint64_t graph, uint64_t node, GraphNodeInfo& 
 
 CUresult eventOf(Connection* conn, uint64_t graph, uint64_t node, bool wait, GraphNodeInfo& info) {
   calls::GraphEventNodeGetEvent::out::tuple r;
-  if (int st = conn->call<calls::GraphEventNodeGetEvent>(r, graph, node, uint32_t{wait})) return static_cast<CUresult>(st);
+  if (CUresult st = ask<calls::GraphEventNodeGetEvent>(conn, r, nullptr, graph, node, uint32_t{wait})) return st;
   info.event = reinterpret_cast<CUevent>(std::get<0>(r).v);
   return CUDA_SUCCESS;
 }
@@ -92,11 +96,9 @@ CUresult eventOf(Connection* conn, uint64_t graph, uint64_t node, bool wait, Gra
 // worker's own (a captured host copy's) is CUDA_ERROR_NOT_SUPPORTED, with a line saying so.
 CUresult hostOf(Connection* conn, uint64_t graph, uint64_t node, GraphNodeInfo& info) {
   calls::GraphHostNodeGetParams::out::tuple r;
-  int st = conn->call<calls::GraphHostNodeGetParams>(r, graph, node);
-  if (st == CUDA_ERROR_NOT_SUPPORTED)
-    GPOOL_LOG(Level::kWarn, "cuGraphHostNodeGetParams: a host node that a stream capture made of a copy between host "
-              "memory and the device is gpool's own, with no parameters to give (returning CUDA_ERROR_NOT_SUPPORTED)");
-  if (st) return static_cast<CUresult>(st);
+  const char* refused = "cuGraphHostNodeGetParams: a host node that a stream capture made of a copy between host memory "
+                        "and the device is gpool's own, with no parameters to give (returning CUDA_ERROR_NOT_SUPPORTED)";
+  if (CUresult st = ask<calls::GraphHostNodeGetParams>(conn, r, refused, graph, node)) return st;
   if (!hostFunctionOf(std::get<0>(r), info.host.fn, info.host.userData)) return CUDA_ERROR_UNKNOWN;
   return CUDA_SUCCESS;
 }

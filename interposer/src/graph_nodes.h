@@ -30,6 +30,22 @@ struct GraphNodeInfo {
   CUDA_BATCH_MEM_OP_NODE_PARAMS batch{};  // batch memory-operation nodes (api_graph_memops.cpp): paramArray
   std::vector<CUstreamBatchMemOpParams> memops;  // points at `memops`
 
+  // Points kernelParams at each argument in `packed`, placed by the function's `layout` (offset, size pairs);
+  // false, pointing at none, when `packed` is too short for it.
+  bool pointArgs(const std::vector<uint32_t>& layout) {
+    args.clear();
+    for (size_t i = 0; i + 1 < layout.size(); i += 2) {
+      if (uint64_t{layout[i]} + layout[i + 1] > packed.size()) {
+        args.clear();
+        kernel.kernelParams = nullptr;
+        return false;
+      }
+      args.push_back(packed.data() + layout[i]);
+    }
+    kernel.kernelParams = args.empty() ? nullptr : args.data();
+    return true;
+  }
+
   GraphNodeInfo() = default;
   GraphNodeInfo(GraphNodeInfo&&) = default;
   GraphNodeInfo& operator=(GraphNodeInfo&&) = default;
