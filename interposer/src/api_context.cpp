@@ -8,6 +8,7 @@
 #include "state.h"
 
 using namespace gpool::client;
+namespace calls = gpool::proto::calls;
 
 namespace {
 Context* ctxOf(CUcontext c) { return reinterpret_cast<Context*>(c); }
@@ -286,7 +287,7 @@ GPOOL_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params,
 GPOOL_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   GPOOL_TRY
   if (!ctx || State::get().isPrimary(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  if (!State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!State::get().isContext(ctx) || ctxOf(ctx)->green) return CUDA_ERROR_INVALID_CONTEXT;  // (cuGreenCtxDestroy)
   GPOOL_CONN_OF_DEVICE(conn, reinterpret_cast<Context*>(ctx)->device);
   // As the driver does: the context's work finishes first.
   if (int st = conn->call<gpool::proto::calls::CtxSynchronize>()) return static_cast<CUresult>(st);
@@ -354,24 +355,27 @@ GPOOL_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) {
 
 // A context's event (cuDNN): recorded after all work now in the context, or waited on by all work issued
 // to it later. Every context of a device runs on its worker's one context, so the worker records or
-// waits there; the event must be the device's.
+// waits there, but for a green context's, whose own work only the event follows or waits for; the event
+// must be the device's.
 namespace {
-template <typename Call>
+template <typename Call, typename GreenCall>
 CUresult contextEvent(CUcontext ctx, CUevent event) {
   // The context must be named: NVIDIA's driver refuses NULL (seen on an H200, driver 580), where other
   // calls take NULL for the current context.
   if (!event) return CUDA_ERROR_INVALID_HANDLE;
   if (!ctx || !State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  GPOOL_CONN_OF_DEVICE(conn, ctxOf(ctx)->device);
-  return static_cast<CUresult>(conn->post<Call>(reinterpret_cast<uint64_t>(event)));
+  const Context* c = ctxOf(ctx);
+  GPOOL_CONN_OF_DEVICE(conn, c->device);
+  const auto e = reinterpret_cast<uint64_t>(event);
+  return static_cast<CUresult>(c->green ? conn->post<GreenCall>(c->green, e) : conn->post<Call>(e));
 }
 }  // namespace
 
 GPOOL_EXPORT CUresult cuCtxRecordEvent(CUcontext ctx, CUevent event) {
-  GPOOL_TRY return contextEvent<gpool::proto::calls::CtxRecordEvent>(ctx, event); GPOOL_CATCH
+  GPOOL_TRY return contextEvent<calls::CtxRecordEvent, calls::GreenCtxRecordEvent>(ctx, event); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuCtxWaitEvent(CUcontext ctx, CUevent event) {
-  GPOOL_TRY return contextEvent<gpool::proto::calls::CtxWaitEvent>(ctx, event); GPOOL_CATCH
+  GPOOL_TRY return contextEvent<calls::CtxWaitEvent, calls::GreenCtxWaitEvent>(ctx, event); GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuCtxResetPersistingL2Cache() {
   GPOOL_TRY
@@ -389,15 +393,17 @@ GPOOL_EXPORT CUresult cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarge
   GPOOL_CATCH
 }
 
-// The SMs the current context may use: the device's as this lease sees it.
+// The SMs the current context may use: the device's as this lease sees it, or a green context's.
 GPOOL_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam* p, CUexecAffinityType type) {
   GPOOL_TRY
   if (!p || type != CU_EXEC_AFFINITY_TYPE_SM_COUNT) return CUDA_ERROR_INVALID_VALUE;
   CUresult err;
   if (!State::get().ready(err)) return err;
-  if (!State::get().current()) return CUDA_ERROR_INVALID_CONTEXT;
+  CUcontext c = State::get().current();
+  if (!c) return CUDA_ERROR_INVALID_CONTEXT;
   p->type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
-  p->param.smCount.val = static_cast<unsigned>(State::get().attribute(State::get().currentDevice(), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT));
+  p->param.smCount.val = ctxOf(c)->green ? ctxOf(c)->green_sms  // a green context's SMs
+                                          : static_cast<unsigned>(State::get().attribute(ctxOf(c)->device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT));
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }

@@ -15,6 +15,7 @@ uint64_t raw(void* h) { return reinterpret_cast<uint64_t>(h); }
 
 CUresult streamCreate(CUstream* s, unsigned flags, int priority) {
   if (!s) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r; greenStreamCreate(s, flags, priority, r)) return r;
   GPOOL_CONN(conn);
   calls::StreamCreate::out::tuple r;
   int st = conn->call<calls::StreamCreate>(r, uint32_t{flags}, int32_t{priority});
@@ -130,15 +131,22 @@ GPOOL_EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext* ctx) {
   if (!ctx) return CUDA_ERROR_INVALID_VALUE;
   CUresult err;
   if (!State::get().readyForHandle(raw(s), err)) return err;
+  CUcontext green = nullptr;
+  if (greenOfStream(raw(s), green) && green) {  // a green context's stream, or its default stream
+    *ctx = green;
+    return CUDA_SUCCESS;
+  }
   *ctx = reinterpret_cast<CUcontext>(State::get().primary(State::get().deviceOfHandle(raw(s))));
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream s, CUcontext* ctx) { return cuStreamGetCtx(s, ctx); }
 GPOOL_EXPORT CUresult cuStreamGetId(CUstream s, unsigned long long* id) {
-  GPOOL_TRY if (!id) return CUDA_ERROR_INVALID_VALUE; *id = raw(s); return CUDA_SUCCESS; GPOOL_CATCH
+  GPOOL_TRY if (!id) return CUDA_ERROR_INVALID_VALUE; *id = streamArg(s, false); return CUDA_SUCCESS; GPOOL_CATCH
 }
-GPOOL_EXPORT CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long* id) { return cuStreamGetId(s, id); }
+GPOOL_EXPORT CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long* id) {
+  GPOOL_TRY if (!id) return CUDA_ERROR_INVALID_VALUE; *id = streamArg(s, true); return CUDA_SUCCESS; GPOOL_CATCH
+}
 
 GPOOL_EXPORT CUresult cuEventCreate(CUevent* e, unsigned int flags) {
   GPOOL_TRY
@@ -192,10 +200,19 @@ GPOOL_EXPORT CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) 
 // Older variants whose ABI is identical to the current one.
 GPOOL_EXPORT CUresult cuStreamDestroy(CUstream s) { return cuStreamDestroy_v2(s); }
 GPOOL_EXPORT CUresult cuEventDestroy(CUevent e) { return cuEventDestroy_v2(e); }
+// A green context's stream: the green context, and the device's primary context as the driver gives it.
 GPOOL_EXPORT CUresult cuStreamGetCtx_v2(CUstream s, CUcontext* ctx, CUgreenCtx* green) {
   GPOOL_TRY
-  if (green) *green = nullptr;
-  return cuStreamGetCtx(s, ctx);
+  if (!ctx || !green) return CUDA_ERROR_INVALID_VALUE;
+  CUcontext g = nullptr;
+  if (!greenOfStream(raw(s), g) || !g) {
+    *green = nullptr;
+    return cuStreamGetCtx(s, ctx);
+  }
+  if (raw(s) == reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD)) return CUDA_ERROR_INVALID_HANDLE;  // as the driver
+  *green = reinterpret_cast<CUgreenCtx>(g);
+  *ctx = reinterpret_cast<CUcontext>(State::get().primary(reinterpret_cast<const Context*>(g)->device));
+  return CUDA_SUCCESS;
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuStreamGetCtx_v2_ptsz(CUstream s, CUcontext* ctx, CUgreenCtx* green) { return cuStreamGetCtx_v2(s, ctx, green); }

@@ -42,6 +42,11 @@ struct Context {
     void (*dtor)(CUcontext, void*, void*);
   };
   std::map<void*, Slot> local_storage;  // the runtime's context-local storage (export table c693336e)
+  // A green context's (api_green_context.cpp; its CUgreenCtx is this Context too): the worker's green
+  // context, the stream that stands for its default stream while it is current, and its SMs. 0 otherwise.
+  uint64_t green = 0;
+  uint64_t green_stream = 0;
+  unsigned green_sms = 0;
 };
 
 struct Allocation {
@@ -160,6 +165,7 @@ class State {
   struct StreamInfo {
     unsigned flags;
     int priority;
+    CUcontext green = nullptr;  // the green context it was made in (its value only: it may be gone)
   };
   // A context reset: everything one connection's worker held for this client is gone, and so are the
   // caches of it (its device allocations and streams, functions, the current pool). Host memory stays.
@@ -252,9 +258,22 @@ inline bool isDeviceLocation(const CUmemLocation& l) {
   return l.type == CU_MEM_LOCATION_TYPE_DEVICE && State::get().device(l.id) != nullptr;
 }
 
-// Maps a stream argument of a per-thread-default-stream (_ptds/_ptsz) entry point.
+// Green contexts (api_green_context.cpp). The green context stream `s` was made in (nullptr: none); for a
+// default stream, the current context where it is green. False: a stream this library does not know.
+bool greenOfStream(uint64_t s, CUcontext& green);
+// A stream made in the current green context (cuStreamCreate while one is current); false: none is.
+bool greenStreamCreate(CUstream* s, unsigned flags, int priority, CUresult& result);
+// The stream that stands for the default stream while a green context is current (0: none is).
+inline uint64_t greenDefaultStream() {
+  CUcontext c = State::get().current();
+  return c ? reinterpret_cast<const Context*>(c)->green_stream : 0;
+}
+// Maps a stream argument: the default stream (NULL, legacy or per-thread) is the current green context's
+// where one is current, and NULL is the per-thread default stream in a _ptds/_ptsz entry point.
 inline uint64_t streamArg(CUstream s, bool per_thread) {
   auto v = reinterpret_cast<uint64_t>(s);
+  if (v <= reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD))
+    if (uint64_t green = greenDefaultStream()) return green;
   return (v == 0 && per_thread) ? reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD) : v;
 }
 

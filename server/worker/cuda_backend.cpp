@@ -15,11 +15,13 @@
 #include <cstdio>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "gpool/protocol/gpu_uuid.h"
 #include "gpool/protocol/module_image.h"
 #include "cuda_forward.h"
+#include "sm_partitions.h"
 
 namespace gpool::worker {
 namespace {
@@ -78,7 +80,9 @@ constexpr const char* kHostCopyInCapture = "copies between client memory and the
   F(cuMemPoolExportToShareableHandle) F(cuMemPoolImportFromShareableHandle) F(cuMemPoolExportPointer) F(cuMemPoolImportPointer) \
   F(cuGraphAddBatchMemOpNode) F(cuGraphBatchMemOpNodeSetParams) F(cuGraphExecBatchMemOpNodeSetParams)         \
   F(cuGraphKernelNodeGetParams) F(cuGraphMemsetNodeGetParams) F(cuGraphMemcpyNodeGetParams)                   \
-  F(cuGraphEventRecordNodeGetEvent) F(cuGraphEventWaitNodeGetEvent) F(cuGraphHostNodeGetParams) F(cuPointerGetAttribute)
+  F(cuGraphEventRecordNodeGetEvent) F(cuGraphEventWaitNodeGetEvent) F(cuGraphHostNodeGetParams) F(cuPointerGetAttribute) \
+  F(cuDeviceGetDevResource) F(cuGreenCtxGetDevResource) F(cuDevSmResourceSplitByCount) F(cuDevResourceGenerateDesc)   \
+  F(cuGreenCtxCreate) F(cuGreenCtxDestroy) F(cuGreenCtxStreamCreate) F(cuGreenCtxRecordEvent) F(cuGreenCtxWaitEvent)
 
 // NVML on the GPU host, for utilization, the driver version and, before the worker has a context, the
 // device's free memory (optional: zeros when absent).
@@ -298,6 +302,56 @@ class CudaBackend final : public Backend {
   GPOOL_FORWARD(CtxSetLimit, cuCtxSetLimit)
   Status CtxRecordEvent(Event e) { return d_.cuCtxRecordEvent_(ctx_, reinterpret_cast<CUevent>(e.v)); }
   Status CtxWaitEvent(Event e) { return d_.cuCtxWaitEvent_(ctx_, reinterpret_cast<CUevent>(e.v)); }
+
+  // Green contexts (sm_partitions.h): the client's resources are recipes, made into the driver's again here.
+  // A green context's streams and events are the driver's, used with the primary context current.
+  Status SmResourceSplit(SmSource source, SmSplit split, std::vector<uint32_t>& out) {
+    std::vector<CUdevResource> parts;
+    if (Status st = smParts(source, split, parts)) return st;
+    for (const CUdevResource& p : parts) out.insert(out.end(), {p.sm.smCount, p.sm.minSmPartitionSize, p.sm.smCoscheduledAlignment});
+    return CUDA_SUCCESS;
+  }
+  Status GreenCtxCreate(SmSource source, SmSplit split, const std::vector<uint32_t>& picks, uint32_t flags, Created<GreenCtx>& out) {
+    std::vector<CUdevResource> parts, chosen;
+    if (Status st = smParts(source, split, parts)) return st;
+    std::vector<size_t> indexes;
+    if (Status st = pickParts(split.groups != 0, parts.size() - 1, picks, indexes)) return st;
+    for (size_t i : indexes) chosen.push_back(parts[i]);
+    CUdevResourceDesc desc = nullptr;  // (the driver has no call that frees one)
+    CUresult r = d_.cuDevResourceGenerateDesc_(&desc, chosen.data(), static_cast<unsigned>(chosen.size()));
+    CUgreenCtx g = nullptr;
+    if (r == CUDA_SUCCESS) r = d_.cuGreenCtxCreate_(&g, desc, dev_, flags);
+    if (r != CUDA_SUCCESS) return r;
+    greens_.insert(g);
+    out = reinterpret_cast<uint64_t>(g);
+    return CUDA_SUCCESS;
+  }
+  Status GreenCtxDestroy(Released<GreenCtx> g) {
+    CUresult r = d_.cuGreenCtxDestroy_(reinterpret_cast<CUgreenCtx>(g.v));
+    if (r == CUDA_SUCCESS) greens_.erase(reinterpret_cast<CUgreenCtx>(g.v));
+    return r;
+  }
+  GPOOL_FORWARD(GreenCtxStreamCreate, cuGreenCtxStreamCreate)
+  GPOOL_FORWARD(GreenCtxRecordEvent, cuGreenCtxRecordEvent)
+  GPOOL_FORWARD(GreenCtxWaitEvent, cuGreenCtxWaitEvent)
+  // The source's SMs (a green context's, or the device's all), split as `split` says: the groups made,
+  // then the remainder; or the source whole.
+  Status smParts(SmSource source, SmSplit split, std::vector<CUdevResource>& parts) {
+    CUdevResource whole{};
+    CUresult r = source.v ? d_.cuGreenCtxGetDevResource_(reinterpret_cast<CUgreenCtx>(source.v), &whole, CU_DEV_RESOURCE_TYPE_SM)
+                          : d_.cuDeviceGetDevResource_(dev_, &whole, CU_DEV_RESOURCE_TYPE_SM);
+    if (r != CUDA_SUCCESS) return r;
+    parts.assign(1, whole);
+    if (split.groups == 0) return CUDA_SUCCESS;
+    unsigned made = std::min(split.groups, std::max(whole.sm.smCount, 1u));  // (no more groups than SMs)
+    parts.assign(made, CUdevResource{});
+    CUdevResource remainder{};
+    r = d_.cuDevSmResourceSplitByCount_(parts.data(), &made, &whole, &remainder, split.flags, split.min_count);
+    if (r != CUDA_SUCCESS) return r;
+    parts.resize(made);
+    parts.push_back(remainder);
+    return CUDA_SUCCESS;
+  }
   GPOOL_FORWARD(CtxResetPersistingL2Cache, cuCtxResetPersistingL2Cache)
   Status FlushGPUDirectRDMAWrites(uint32_t target, uint32_t scope) {
     return d_.cuFlushGPUDirectRDMAWrites_(static_cast<CUflushGPUDirectRDMAWritesTarget>(target),
@@ -1085,6 +1139,8 @@ class CudaBackend final : public Backend {
       host_copy_blocks_->idle.clear();
       ++host_copy_blocks_->context;
     }
+    for (CUgreenCtx g : greens_) d_.cuGreenCtxDestroy_(g);  // (they hold the primary context)
+    greens_.clear();
     if ((r = d_.cuDevicePrimaryCtxReset_(dev_)) != CUDA_SUCCESS) return r;
     // A reset leaves the primary context inactive, and making its old handle current does not bring it
     // back: every later call would fail with CUDA_ERROR_CONTEXT_IS_DESTROYED. Retaining it again does,
@@ -1874,6 +1930,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<PinnedBlocks> host_copy_blocks_ = std::make_shared<PinnedBlocks>();  // captured host copies' buffers
   int retains_ = 0;  // of the primary context: one when made, one more after each reset
   std::unordered_map<uint64_t, std::vector<uint32_t>> layouts_;
+  std::unordered_set<CUgreenCtx> greens_;  // green contexts made and not destroyed
   std::unordered_map<uint64_t, uint64_t> kernel_of_function_;  // a CUkernel's function in the context -> the CUkernel
   std::vector<void*> args_;
   std::vector<CUlaunchAttribute> attrs_;

@@ -78,3 +78,4 @@ static_assert(gpool::proto::cu::kNotPermitted == CUDA_ERROR_NOT_PERMITTED);
 static_assert(gpool::proto::cu::kNotSupported == CUDA_ERROR_NOT_SUPPORTED);
 static_assert(gpool::proto::cu::kStreamCaptureUnsupported == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
 static_assert(gpool::proto::cu::kStreamCaptureInvalidated == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+static_assert(gpool::proto::cu::kInvalidResourceConfiguration == CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION);

@@ -154,6 +154,13 @@ class RequestChecks {
     s.asked = std::move(f.v);
     return proto::cu::kSuccess;
   }
+  // A green context's SMs, or the device's all (0).
+  proto::Status admit(proto::SmSource& g, CallScope&) {
+    return g.v == 0 || table_.has(HandleKind::kGreenCtx, g.v) ? proto::cu::kSuccess : proto::cu::kInvalidHandle;
+  }
+  proto::Status admit(proto::SmSplit& s, CallScope&) {
+    return s.groups <= proto::SmSplit::kMaxGroups ? proto::cu::kSuccess : proto::cu::kInvalidValue;
+  }
   proto::Status admit(proto::GraphAllocBytes& b, CallScope&) { return b.bytes ? proto::cu::kSuccess : proto::cu::kInvalidValue; }
   proto::Status admit(proto::GraphFreed& f, CallScope& s);
   proto::Status admit(proto::NewRefs& r, CallScope& s);

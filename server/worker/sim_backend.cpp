@@ -46,7 +46,7 @@ std::vector<int32_t> simAttributes(uint64_t memory_bytes) {
   set(CU_DEVICE_ATTRIBUTE_CLOCK_RATE, 1980000);
   set(CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, 512);
   set(CU_DEVICE_ATTRIBUTE_GPU_OVERLAP, 1);
-  set(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 132);
+  set(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, SimBackend::kMultiprocessors);
   set(CU_DEVICE_ATTRIBUTE_INTEGRATED, 0);
   set(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 1);
   set(CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, CU_COMPUTEMODE_DEFAULT);
@@ -161,6 +161,7 @@ Status SimBackend::CtxReset(ResetAll) {
   mipmaps_.clear();
   stream_attributes_.clear();
   events_.clear();
+  green_contexts_.clear();
   // Libraries and their kernels outlive a context; modules, functions and the kernels' functions do not.
   auto isLibraryOrKernel = [](uint64_t h) {
     uint64_t kind = (h >> 40) - 1;  // as newHandle encodes it

@@ -58,6 +58,7 @@ struct SimNodeParams {
 
 class SimBackend : public Backend {
  public:
+  static constexpr uint32_t kMultiprocessors = 132;  // the modelled device's SMs (an H100 SXM's)
   explicit SimBackend(SimOptions options);
   ~SimBackend() override;
   SimBackend(const SimBackend&) = delete;
@@ -297,6 +298,12 @@ class SimBackend : public Backend {
   void dropObjectRefs(uint64_t obj, uint64_t count);
   void copyObjectRefs(uint64_t from, uint64_t to);  // a clone or an instantiation takes its graph's
   void releaseObjectRefs(uint64_t holder);          // a graph or an instantiation is destroyed
+  // Green contexts (sim_green_contexts.cpp): SM partitions, counted only (kernels run on the host).
+  struct SmPart {
+    uint32_t sms, min, align;  // smCount, minSmPartitionSize, smCoscheduledAlignment
+  };
+  Status smParts(SmSource source, SmSplit split, std::vector<SmPart>& parts) const;
+  std::unordered_map<uint64_t, uint32_t> green_contexts_;  // green context -> its SMs
   uint64_t next_capture_id_ = 1;
   std::vector<void*> plugins_;
 };

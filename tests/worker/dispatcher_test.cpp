@@ -840,6 +840,45 @@ TEST(Dispatcher, UserObjectReferencesAreCountedPerHolder) {
   EXPECT_TRUE(h.finish().clean);
 }
 
+// Green contexts: a split's source is the device or a green context of this worker's, its groups are
+// bounded, and a green context is made of parts of one split, each named once; its streams are the worker's.
+TEST(Dispatcher, GreenContextsAreMadeOfTheirSourcesParts) {
+  Harness h;
+  test::RawClient c(*h.client);
+  using Parts = std::vector<uint32_t>;
+  const uint32_t create = CU_GREEN_CTX_DEFAULT_STREAM, remainder = SmSplit::kRemainder;
+  auto [st, whole] = c.call<calls::SmResourceSplit>(SmSource{0}, SmSplit{});
+  ASSERT_EQ(st, 0);
+  ASSERT_EQ(std::get<0>(whole).size(), 3u);  // the device's SMs, whole
+  EXPECT_EQ(c.call<calls::SmResourceSplit>(SmSource{0x12345}, SmSplit{}).first, kInvalidHandle);  // forged
+  EXPECT_EQ(c.call<calls::SmResourceSplit>(SmSource{0}, SmSplit{SmSplit::kMaxGroups + 1, 0, 16}).first, kInvalidValue);
+  const SmSplit split{4, 0, 16};
+  auto [st2, parts] = c.call<calls::SmResourceSplit>(SmSource{0}, split);
+  ASSERT_EQ(st2, 0);
+  const Parts& p = std::get<0>(parts);
+  ASSERT_EQ(p.size(), 15u);  // four groups of 16 and the remainder
+  EXPECT_EQ(p[0] * 4 + p[12], std::get<0>(whole)[0]);
+  const Status bad = cu::kInvalidResourceConfiguration;
+  EXPECT_EQ(c.call<calls::GreenCtxCreate>(SmSource{0}, split, Parts{0, 0}, create).first, bad);  // a part twice
+  EXPECT_EQ(c.call<calls::GreenCtxCreate>(SmSource{0}, split, Parts{4}, create).first, bad);     // groups 0-3 only
+  EXPECT_EQ(c.call<calls::GreenCtxCreate>(SmSource{0}, split, Parts{}, create).first, bad);
+  EXPECT_EQ(c.call<calls::GreenCtxCreate>(SmSource{0}, SmSplit{}, Parts{remainder}, create).first, bad);  // whole: part 0
+  auto [st3, made] = c.call<calls::GreenCtxCreate>(SmSource{0}, split, Parts{1, remainder}, create);
+  ASSERT_EQ(st3, 0);
+  const uint64_t green = std::get<0>(made).v;
+  auto [st4, mine] = c.call<calls::SmResourceSplit>(SmSource{green}, SmSplit{});
+  ASSERT_EQ(st4, 0);
+  EXPECT_EQ(std::get<0>(mine)[0], p[3] + p[12]);  // group 1 and the remainder
+  auto [st5, stream] = c.call<calls::GreenCtxStreamCreate>(green, uint32_t{CU_STREAM_NON_BLOCKING}, 0);
+  ASSERT_EQ(st5, 0);
+  EXPECT_EQ(c.call<calls::StreamSynchronize>(std::get<0>(stream).v).first, 0);
+  EXPECT_EQ(c.call<calls::GreenCtxStreamCreate>(green + 1, uint32_t{CU_STREAM_NON_BLOCKING}, 0).first, kInvalidHandle);
+  EXPECT_EQ(c.call<calls::GreenCtxDestroy>(green).first, 0);
+  EXPECT_EQ(c.call<calls::GreenCtxDestroy>(green).first, kInvalidHandle);  // a handle ends once
+  EXPECT_EQ(c.call<calls::SmResourceSplit>(SmSource{green}, SmSplit{}).first, kInvalidHandle);
+  EXPECT_TRUE(h.finish().clean);
+}
+
 // A capture's graph, once named (StreamCaptureState), may get nodes and edges while the capture lasts; its
 // open dependencies are its nodes; and a capture that ends invalidated takes the graph with it.
 TEST(Dispatcher, ACapturesNamedGraphLastsAsLongAsTheCapture) {

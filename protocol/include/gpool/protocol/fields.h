@@ -24,6 +24,7 @@ enum class HandleKind : uint8_t {
   kSurfObject,   // a CUsurfObject: likewise
   kMipmappedArray,  // a CUmipmappedArray: its levels are arrays it owns
   kUserObject,      // a CUuserObject: a destructor that runs on the client when its last reference goes
+  kGreenCtx,        // a CUgreenCtx: a partition of the device's SMs that streams run in
 };
 
 // A handle of kind K that this worker handed out earlier (streams: also 0, 1 and 2, the legacy and
@@ -396,6 +397,21 @@ struct JitOptions {
   static bool numeric(uint32_t id) {
     return id <= 1 || (id >= 7 && id <= 14) || id == 16 || (id >= 20 && id <= 24) || (id >= 29 && id <= 34);
   }
+};
+
+// Green contexts (SM partitions the program makes of its device). A green context of this worker's.
+using GreenCtx = Handle<HandleKind::kGreenCtx>;
+// The SMs a partition is made from: the device's all (0) or a green context's of this worker's.
+struct SmSource : Handle<HandleKind::kGreenCtx> {
+  using Handle::Handle;
+};
+// How a source's SMs are split, as cuDevSmResourceSplitByCount splits them: into at most `groups` groups
+// of at least `min_count` SMs each (0 groups: not split, the source whole).
+struct SmSplit {
+  static constexpr uint32_t kMaxGroups = 1024;  // more than any GPU's SMs
+  static constexpr uint32_t kRemainder = 0xffffffff;  // GreenCtxCreate's part: the split's remainder
+  uint32_t groups = 0, flags = 0, min_count = 0;
+  GPOOL_WIRE_FIELDS(groups, flags, min_count)
 };
 
 // Request field of a context reset: when the call succeeds, everything this worker handed out has ended

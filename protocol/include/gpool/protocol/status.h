@@ -27,6 +27,7 @@ inline constexpr Status kNotPermitted = 800;
 inline constexpr Status kNotSupported = 801;
 inline constexpr Status kStreamCaptureUnsupported = 900;
 inline constexpr Status kStreamCaptureInvalidated = 901;
+inline constexpr Status kInvalidResourceConfiguration = 915;
 inline constexpr Status kIllegalState = 401;
 }  // namespace cu
 
