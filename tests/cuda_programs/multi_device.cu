@@ -414,6 +414,60 @@ int main() {
     CK(cudaGraphDestroy(g));
   }
 
+  // A green context of device 1's SMs, made while device 0 is current: its stream is device 1's and runs
+  // device 1's kernel; made current (device 0's context below it), the runtime's device is 1 and its default
+  // stream the green context's. Device 0's SMs are not device 1's.
+  {
+    auto resourceOf = driverEntryPoint<decltype(&cuDeviceGetDevResource)>("cuDeviceGetDevResource", 12040);
+    auto describe = driverEntryPoint<decltype(&cuDevResourceGenerateDesc)>("cuDevResourceGenerateDesc", 12040);
+    auto create = driverEntryPoint<decltype(&cuGreenCtxCreate)>("cuGreenCtxCreate", 12040);
+    auto destroy = driverEntryPoint<decltype(&cuGreenCtxDestroy)>("cuGreenCtxDestroy", 12040);
+    auto streamOf = driverEntryPoint<decltype(&cuGreenCtxStreamCreate)>("cuGreenCtxStreamCreate", 12050);
+    auto toContext = driverEntryPoint<decltype(&cuCtxFromGreenCtx)>("cuCtxFromGreenCtx", 12040);
+    auto push = driverEntryPoint<decltype(&cuCtxPushCurrent)>("cuCtxPushCurrent", 4000);
+    auto pop = driverEntryPoint<decltype(&cuCtxPopCurrent)>("cuCtxPopCurrent", 4000);
+    CK(cudaSetDevice(0));
+    CUdevResource sms[2];
+    CUdevResourceDesc desc[2];
+    for (int d = 0; d < 2; ++d) {
+      check(resourceOf(d, &sms[d], CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS && describe(&desc[d], &sms[d], 1) == CUDA_SUCCESS,
+            "each device's SMs in a descriptor");
+    }
+    CUgreenCtx green = nullptr, wrong = nullptr;
+    check(create(&wrong, desc[0], 1, CU_GREEN_CTX_DEFAULT_STREAM) != CUDA_SUCCESS, "device 0's SMs make no green context on device 1");
+    check(create(&green, desc[1], 1, CU_GREEN_CTX_DEFAULT_STREAM) == CUDA_SUCCESS, "a green context on device 1, device 0 current");
+    CUstream gs = nullptr;
+    check(streamOf(&gs, green, CU_STREAM_NON_BLOCKING, 0) == CUDA_SUCCESS, "a stream of it");
+    int on = -1;
+    CK(cudaStreamGetDevice(gs, &on));
+    const unsigned before = fetch(buf[1])[0];
+    CK(cudaSetDevice(1));  // (a kernel is launched on a stream of the current device)
+    gpool_test_increment<<<(kN + 255) / 256, 256, 0, gs>>>(buf[1], kN);
+    CK(cudaGetLastError());
+    CK(cudaStreamSynchronize(gs));
+    CK(cudaSetDevice(0));
+    std::snprintf(detail, sizeof detail, "device %d", on);
+    check(on == 1, "its stream is device 1's", detail);
+    const unsigned after = fetch(buf[1])[0];
+    std::snprintf(detail, sizeof detail, "%u, was %u", after, before);
+    check(after == before + 1, "and runs device 1's kernel", detail);
+    CUcontext gc = nullptr;
+    check(toContext(&gc, green) == CUDA_SUCCESS && push(gc) == CUDA_SUCCESS, "its context made current");
+    int current = -1;
+    CK(cudaGetDevice(&current));
+    gpool_test_increment<<<(kN + 255) / 256, 256>>>(buf[1], kN);
+    CK(cudaGetLastError());
+    CK(cudaStreamSynchronize(0));
+    CUcontext popped = nullptr;
+    check(pop(&popped) == CUDA_SUCCESS && popped == gc, "and popped");
+    std::snprintf(detail, sizeof detail, "device %d", current);
+    check(current == 1, "while current, the runtime's device is 1", detail);
+    std::snprintf(detail, sizeof detail, "%u, was %u", fetch(buf[1])[0], before);
+    check(fetch(buf[1])[0] == before + 2, "and its default stream runs device 1's kernel", detail);
+    CK(cudaStreamDestroy(gs));
+    check(destroy(green) == CUDA_SUCCESS, "the green context destroyed");
+  }
+
   for (int d = 0; d < 2; ++d) {
     CK(cudaSetDevice(d));
     CK(cudaFree(buf[d]));
