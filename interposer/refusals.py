@@ -9,7 +9,7 @@ REFUSED = [
     (r"^cu(Array|Mipmapped|Tex|Surf)|Array|TexRef|SurfRef|^cuMemcpy(AtoA|AtoD|AtoH|DtoA|HtoA)", "texture and surface references, sparse arrays and array memory requirements are not forwarded (arrays, mipmapped arrays, texture and surface objects are)"),
     (r"^cuGraph.*ExternalSemaphores", "external semaphores (Vulkan/D3D) are not supported"),
     (r"^cuExternal|^cuImportExternal|^cuDestroyExternal|^cuSignalExternal|^cuWaitExternal", "external memory and semaphores (Vulkan/D3D) are not supported"),
-    (r"^cuProfiler|^cuCheckpoint|^cuCoredump|^cuLogs|^cuLog", "tools interfaces (profiler, checkpoint, coredump, logs) are not forwarded"),
+    (r"^cuProfiler|^cuCheckpoint|^cuCoredump", "tools interfaces (profiler, checkpoint, coredump) are not forwarded"),
     (r"^cuMulticast", "multicast objects span GPUs that reach each other's memory; a lease's devices are separate workers that do not"),
     (r"AsyncNotification$", "memory budget notifications: a lease's memory cap refuses an allocation past it (CUDA_ERROR_OUT_OF_MEMORY) rather than let a process go over budget, so there is nothing to notify"),
     (r"^cuDeviceGetLuid$", "a Windows (WDDM) adapter's id, which CUDA gives only on Windows"),
