@@ -136,7 +136,11 @@ GPOOL_EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext* ctx) {
     *ctx = green;
     return CUDA_SUCCESS;
   }
-  *ctx = reinterpret_cast<CUcontext>(State::get().primary(State::get().deviceOfHandle(raw(s))));
+  // A default stream is the current context's; any other stream, its device's primary context's (every
+  // context of a device runs on its worker's one).
+  CUcontext current = State::get().current();
+  const bool default_stream = raw(s) <= reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
+  *ctx = default_stream && current ? current : reinterpret_cast<CUcontext>(State::get().primary(State::get().deviceOfHandle(raw(s))));
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }

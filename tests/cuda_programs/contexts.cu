@@ -51,6 +51,9 @@ int main() {
   check(getDevice(&dev) == CUDA_SUCCESS && dev == 0, "the new context is on device 0");
   CUdeviceptr p = 0;
   check(memAlloc(&p, 1 << 20) == CUDA_SUCCESS && memFree(p) == CUDA_SUCCESS, "memory is allocated and freed in the new context");
+  auto streamCtx = driverEntryPoint<CUresult (*)(CUstream, CUcontext*)>("cuStreamGetCtx", 9020);
+  CUcontext of = nullptr;
+  check(streamCtx(nullptr, &of) == CUDA_SUCCESS && of == made, "the default stream is the current (new) context's");
   check(pop(&cur) == CUDA_SUCCESS && cur == made, "cuCtxPopCurrent returns it");
   check(getCurrent(&cur) == CUDA_SUCCESS && cur == primary, "the primary context is current again");
   check(push(made) == CUDA_SUCCESS && pop(&cur) == CUDA_SUCCESS && cur == made, "cuCtxPushCurrent and pop again");
