@@ -106,6 +106,7 @@ CUresult makeGreen(const Descriptor& desc, CUdevice d, unsigned flags, CUgreenCt
   CUresult res = static_cast<CUresult>(conn->call<calls::GreenCtxStreamCreate>(stream, green, uint32_t{CU_STREAM_NON_BLOCKING}, int32_t{0}));
   if (res == CUDA_SUCCESS) res = askParts(d, green, SmSplit{}, whole);
   if (res != CUDA_SUCCESS) {
+    if (uint64_t made_stream = std::get<0>(stream).v) conn->post<calls::StreamDestroy>(made_stream);
     conn->call<calls::GreenCtxDestroy>(green);
     return res;
   }
