@@ -90,7 +90,7 @@ if [ -d "$samples/bin" ] && want samples; then
   { echo "##### samples table"; sed -n '/^sample /,$p' "$work/samples.txt"; } >> "$out/summary.txt"
   pack
 fi
-GPOOL_CHECK_WORKLOADS="streams_events device_info caching_allocator cudnn cuda_graph fft_sparse cupy compile nccl" \
+GPOOL_CHECK_WORKLOADS="streams_events device_info caching_allocator cudnn cuda_graph green_context fft_sparse cupy compile nccl" \
   check workloads-rest 240 workloads
 check two 120 two
 check cache 60 cache

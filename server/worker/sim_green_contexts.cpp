@@ -37,7 +37,7 @@ Status SimBackend::SmResourceSplit(SmSource source, SmSplit split, std::vector<u
 }
 
 Status SimBackend::GreenCtxCreate(SmSource source, SmSplit split, std::vector<uint32_t> picks, uint32_t flags, Created<GreenCtx>& out) {
-  if (flags != CU_GREEN_CTX_DEFAULT_STREAM) return CUDA_ERROR_INVALID_VALUE;  // the driver requires the flag
+  if (flags > CU_GREEN_CTX_DEFAULT_STREAM) return CUDA_ERROR_INVALID_VALUE;  // (0 too: CUDA 13.1 made the flag optional)
   std::vector<SmPart> parts;
   if (Status st = smParts(source, split, parts)) return st;
   std::vector<size_t> chosen;

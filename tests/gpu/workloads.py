@@ -266,6 +266,35 @@ def w_cuda_graph():
     return {"values": {"replays": values(torch.stack(outs), "fp32")}}
 
 
+def w_green_context():
+    """A green context of 16 of the GPU's SMs (torch.cuda.green_contexts, PyTorch 2.9 and later): a matmul in
+    it, on a stream of its own (2.12 and later) or on its default stream while it is current (2.9 to 2.11),
+    equals the same matmul outside it."""
+    import torch
+    green = getattr(torch.cuda, "green_contexts", None)
+    if green is None:
+        raise RuntimeError(f"PyTorch {torch.__version__} has no torch.cuda.green_contexts (2.9 or later)")
+    deterministic()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = torch.randn(1024, 768, device="cuda")
+    b = torch.randn(768, 512, device="cuda")
+    outside = a @ b
+    ctx = green.GreenContext.create(num_sms=16, device_id=0)
+    if hasattr(ctx, "Stream"):
+        s = ctx.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            inside = a @ b
+        torch.cuda.current_stream().wait_stream(s)
+    else:
+        ctx.set_context()
+        inside = a @ b
+        ctx.pop_context()
+    torch.cuda.synchronize()
+    assert torch.allclose(inside, outside, rtol=1e-5, atol=1e-5), "the green context's matmul differs from the one outside"
+    return {"values": {"inside": values(inside, "fp32")}}
+
+
 def w_cupy():
     import cupy
     a = cupy.arange(1 << 16, dtype=cupy.float32)
@@ -438,7 +467,7 @@ WORKLOADS = {
     "tensors": w_tensors, "streams_events": w_streams_events, "device_info": w_device_info,
     "caching_allocator": w_caching_allocator, "matmul": w_matmul, "cudnn": w_cudnn, "mlp": w_mlp,
     "resnet18": w_resnet18, "compile": w_compile, "fft_sparse": w_fft_sparse, "cuda_graph": w_cuda_graph,
-    "cupy": w_cupy, "nccl": w_nccl, "two_devices": w_two_devices, "torchrun_two": w_torchrun_two,
+    "green_context": w_green_context, "cupy": w_cupy, "nccl": w_nccl, "two_devices": w_two_devices, "torchrun_two": w_torchrun_two,
     "jax_mlp": w_jax_mlp, "jax_scan": w_jax_scan, "jax_fft": w_jax_fft,
 }
 
