@@ -186,6 +186,7 @@ GPOOL_EXPORT CUresult cuDevSmResourceSplitByCount(CUdevResource* result, unsigne
   std::vector<uint32_t> parts;
   if (CUresult r = askParts(in.device, in.source, out.split, parts)) return r;
   const unsigned made = static_cast<unsigned>(parts.size() / 3 - 1);
+  if (made > out.split.groups) return CUDA_ERROR_UNKNOWN;  // more than asked for: never written past `result`
   out.split_id = g_next_split++;
   for (unsigned i = 0; result && i < made; ++i) {
     out.part = i;
