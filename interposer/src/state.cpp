@@ -1,6 +1,7 @@
 // Client state: connecting at cuInit and the local caches (see state.h).
 #include "state.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <future>
@@ -270,7 +271,10 @@ bool State::destroyContext(CUcontext ctx) {
   if (!c) return false;
   destroyLocalStorage(c);
   std::lock_guard lock(mu);
-  created_.remove_if([c](const Context& x) { return &x == c; });
+  // Kept, no longer a context: another thread may still have it current, and reads it.
+  auto it = std::find_if(created_.begin(), created_.end(), [c](const Context& x) { return &x == c; });
+  c->green = c->green_stream = 0;
+  retired_.splice(retired_.end(), created_, it);
   return true;
 }
 

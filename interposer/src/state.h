@@ -204,6 +204,7 @@ class State {
   std::unique_ptr<std::atomic<uint64_t>[]> current_pools_;
   std::vector<Context> primary_;
   std::list<Context> created_;  // stable addresses: a CUcontext is a Context*
+  std::list<Context> retired_;  // destroyed ones, never freed: a thread may still have one current
   unsigned long long next_context_id_ = 1000;
   std::map<uint64_t, Allocation> allocations_;
   std::unordered_map<uint64_t, std::vector<uint32_t>> layouts_;
