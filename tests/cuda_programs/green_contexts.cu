@@ -142,7 +142,8 @@ void useCurrent(const Driver& cu, CUgreenCtx g, unsigned* d) {
   CHECK(of == nullptr, "with the primary context current again, the default stream is no green context's");
 }
 
-// A stream made for the green context, used while the primary context stays current; a context event.
+// A stream made for the green context, used while the primary context stays current; a context event; a
+// graph captured on that stream.
 void useStreams(const Driver& cu, CUgreenCtx g, unsigned* d) {
   CUstream s;
   CU(cu.streamCreate(&s, g, CU_STREAM_NON_BLOCKING, 0));
@@ -161,6 +162,21 @@ void useStreams(const Driver& cu, CUgreenCtx g, unsigned* d) {
   CK(cudaMemcpy(h.data(), d, kN * sizeof(unsigned), cudaMemcpyDeviceToHost));
   CHECK(h[0] == 32 && h[kN - 1] == 32, "the green context's event followed its stream's kernel (%u)", h[0]);
   CK(cudaEventDestroy(ev));
+
+  // A graph captured on the green context's stream, launched there twice.
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  gpool_test_increment<<<kN / 256, 256, 0, s>>>(d, kN);
+  CK(cudaStreamEndCapture(s, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  CK(cudaGraphLaunch(exec, s));
+  CK(cudaGraphLaunch(exec, s));
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy(h.data(), d, kN * sizeof(unsigned), cudaMemcpyDeviceToHost));
+  CHECK(h[0] == 34 && h[kN - 1] == 34, "a graph captured on its stream and launched there twice ran twice (%u)", h[0]);
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
   CK(cudaStreamDestroy(s));
 }
 
