@@ -274,6 +274,7 @@ bool State::destroyContext(CUcontext ctx) {
   // Kept, no longer a context: another thread may still have it current, and reads it.
   auto it = std::find_if(created_.begin(), created_.end(), [c](const Context& x) { return &x == c; });
   c->green = c->green_stream = 0;
+  c->destroyed = true;
   retired_.splice(retired_.end(), created_, it);
   return true;
 }

@@ -47,6 +47,7 @@ struct Context {
   uint64_t green = 0;
   uint64_t green_stream = 0;
   unsigned green_sms = 0;
+  bool destroyed = false;  // by cuCtxDestroy or cuGreenCtxDestroy: kept for threads that still have it current
 };
 
 struct Allocation {
@@ -73,6 +74,16 @@ class State {
   Connection* conn() { return conns_.empty() ? nullptr : conns_[0].get(); }
   // The connection of the current context's device, or nullptr with `err` set (not initialised / lost).
   Connection* ready(CUresult& err) { return readyOn(currentConnection(), err); }
+  // The same for a call on the current context itself: CUDA_ERROR_CONTEXT_IS_DESTROYED where another thread
+  // destroyed it (the driver's answer).
+  Connection* readyInContext(CUresult& err) {
+    CUcontext c = current();
+    if (c && reinterpret_cast<const Context*>(c)->destroyed) {
+      err = CUDA_ERROR_CONTEXT_IS_DESTROYED;
+      return nullptr;
+    }
+    return ready(err);
+  }
   // The connection of one device, of the device a handle came from, of the device a pointer's memory is on
   // (the current one for anything else).
   Connection* readyOn(int connection, CUresult& err);
@@ -280,10 +291,11 @@ inline uint64_t streamArg(CUstream s, bool per_thread) {
 
 }  // namespace gpool::client
 
-// Declares `c`, the live connection of the current context's device, or returns the reason there is none.
+// Declares `c`, the live connection of the current context's device, or returns the reason there is none
+// (also: the current context was destroyed).
 #define GPOOL_CONN(c)                                                   \
   CUresult gpool_err_ = CUDA_SUCCESS;                                   \
-  ::gpool::client::Connection* c = ::gpool::client::State::get().ready(gpool_err_); \
+  ::gpool::client::Connection* c = ::gpool::client::State::get().readyInContext(gpool_err_); \
   if (!c) return gpool_err_
 // The same for one device, and for the device a handle (stream, event...) or a pointer's memory belongs to.
 #define GPOOL_CONN_OF_HANDLE(c, handle)                                  \

@@ -3,6 +3,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <thread>
 #include <vector>
 
 #include "checks.h"
@@ -60,6 +62,31 @@ int main() {
   check(destroy(made) == CUDA_SUCCESS, "cuCtxDestroy");
   check(destroy(made) == CUDA_ERROR_INVALID_CONTEXT, "a destroyed context cannot be destroyed again");
   check(destroy(primary) == CUDA_ERROR_INVALID_CONTEXT, "the primary context is not destroyed by cuCtxDestroy");
+
+  // A context destroyed while another thread has it current: that thread's calls on it are refused with
+  // CUDA_ERROR_CONTEXT_IS_DESTROYED, as the driver says it refuses them.
+  {
+    CUcontext doomed = nullptr;
+    CK(static_cast<cudaError_t>(create(&doomed, nullptr, 0, 0)));
+    CK(static_cast<cudaError_t>(pop(&cur)));
+    std::atomic<int> step{0};
+    CUresult seen = CUDA_SUCCESS;
+    std::thread other([&] {
+      push(doomed);
+      step = 1;
+      while (step.load() != 2) std::this_thread::yield();
+      CUdeviceptr q = 0;
+      seen = memAlloc(&q, 4096);
+      if (seen == CUDA_SUCCESS) memFree(q);
+      CUcontext popped = nullptr;
+      pop(&popped);
+    });
+    while (step.load() != 1) std::this_thread::yield();
+    check(destroy(doomed) == CUDA_SUCCESS, "a context another thread has current is destroyed");
+    step = 2;
+    other.join();
+    CHECK(seen == CUDA_ERROR_CONTEXT_IS_DESTROYED, "that thread's allocation is refused: the context is destroyed (%d)", static_cast<int>(seen));
+  }
 
   // The deprecated usage count: attached twice, a created context lives until its third detach.
   auto attach = driverEntryPoint<CUresult (*)(CUcontext*, unsigned)>("cuCtxAttach", 2000);
