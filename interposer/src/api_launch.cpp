@@ -250,15 +250,20 @@ CUresult tensorMap(CUtensorMap* out, uint32_t kind, CUtensorMapDataType dt, cuui
       (kind == 1 && (rank < 3 || !lower || !upper)))
     return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN(conn);
-  std::vector<uint64_t> d(dims, dims + rank), s(strides, strides + (rank - 1));
-  std::vector<uint32_t> b, e(estrides, estrides + rank);
-  std::vector<int32_t> lo, hi;
-  if (kind == 0) b.assign(box, box + rank);
-  else lo.assign(lower, lower + rank - 2), hi.assign(upper, upper + rank - 2);
+  gpool::proto::TensorMapShape t;
+  t.kind = kind;
+  t.dtype = dt;
+  t.rank = rank;
+  t.address = reinterpret_cast<uint64_t>(address);
+  t.dims.assign(dims, dims + rank);
+  t.strides.assign(strides, strides + (rank - 1));
+  if (kind == 0) t.box.assign(box, box + rank);
+  else t.lower.assign(lower, lower + rank - 2), t.upper.assign(upper, upper + rank - 2);
+  t.channels = channels;
+  t.pixels = pixels;
+  t.estrides.assign(estrides, estrides + rank);
   std::tuple<std::vector<uint8_t>> r;
-  int st = conn->call<calls::TensorMapEncode>(r, kind, uint32_t{dt}, uint32_t{rank}, reinterpret_cast<uint64_t>(address), d, s, b,
-                                              lo, hi, uint32_t{channels}, uint32_t{pixels}, e, uint32_t{il}, uint32_t{sw},
-                                              uint32_t{l2}, uint32_t{oob});
+  int st = conn->call<calls::TensorMapEncode>(r, t, uint32_t{il}, uint32_t{sw}, uint32_t{l2}, uint32_t{oob});
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
   if (std::get<0>(r).size() != sizeof *out) return CUDA_ERROR_UNKNOWN;
   std::memcpy(out, std::get<0>(r).data(), sizeof *out);

@@ -1539,26 +1539,18 @@ class CudaBackend final : public Backend {
     }
     return CUDA_SUCCESS;
   }
-  Status TensorMapEncode(uint32_t kind, uint32_t dtype, uint32_t rank, uint64_t address, std::vector<uint64_t> dims,
-                         std::vector<uint64_t> strides, std::vector<uint32_t> box, std::vector<int32_t> lower,
-                         std::vector<int32_t> upper, uint32_t channels, uint32_t pixels, std::vector<uint32_t> estrides,
-                         uint32_t interleave, uint32_t swizzle, uint32_t l2, uint32_t oob,
-                         std::vector<uint8_t>& map) {
-  if (rank < 1 || rank > 5 || dims.size() != rank || strides.size() != rank - 1 || estrides.size() != rank ||
-      (kind == 0 && box.size() != rank) || (kind == 1 && (rank < 3 || lower.size() != rank - 2 || upper.size() != rank - 2)) ||
-      kind > 1)
-    return CUDA_ERROR_INVALID_VALUE;
+  Status TensorMapEncode(TensorMapShape t, uint32_t interleave, uint32_t swizzle, uint32_t l2, uint32_t oob, std::vector<uint8_t>& map) {
     CUtensorMap m;
-    auto* p = reinterpret_cast<void*>(address);
-    auto dt = static_cast<CUtensorMapDataType>(dtype);
+    auto* p = reinterpret_cast<void*>(t.address);
+    auto dt = static_cast<CUtensorMapDataType>(t.dtype);
     auto il = static_cast<CUtensorMapInterleave>(interleave);
     auto sw = static_cast<CUtensorMapSwizzle>(swizzle);
     auto pr = static_cast<CUtensorMapL2promotion>(l2);
     auto fill = static_cast<CUtensorMapFloatOOBfill>(oob);
-    CUresult r = kind == 0 ? d_.cuTensorMapEncodeTiled_(&m, dt, rank, p, dims.data(), strides.data(), box.data(),
-                                                        estrides.data(), il, sw, pr, fill)
-                           : d_.cuTensorMapEncodeIm2col_(&m, dt, rank, p, dims.data(), strides.data(), lower.data(),
-                                                         upper.data(), channels, pixels, estrides.data(), il, sw, pr, fill);
+    CUresult r = t.kind == 0 ? d_.cuTensorMapEncodeTiled_(&m, dt, t.rank, p, t.dims.data(), t.strides.data(), t.box.data(),
+                                                          t.estrides.data(), il, sw, pr, fill)
+                             : d_.cuTensorMapEncodeIm2col_(&m, dt, t.rank, p, t.dims.data(), t.strides.data(), t.lower.data(),
+                                                           t.upper.data(), t.channels, t.pixels, t.estrides.data(), il, sw, pr, fill);
     if (r == CUDA_SUCCESS) map.assign(reinterpret_cast<const uint8_t*>(&m), reinterpret_cast<const uint8_t*>(&m) + sizeof m);
     return r;
   }

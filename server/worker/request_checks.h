@@ -154,6 +154,7 @@ class RequestChecks {
     s.asked = std::move(f.v);
     return proto::cu::kSuccess;
   }
+  proto::Status admit(proto::TensorMapShape& t, CallScope&) { return t.consistent() ? proto::cu::kSuccess : proto::cu::kInvalidValue; }
   // A green context's SMs, or the device's all (0).
   proto::Status admit(proto::SmSource& g, CallScope&) {
     return g.v == 0 || table_.has(HandleKind::kGreenCtx, g.v) ? proto::cu::kSuccess : proto::cu::kInvalidHandle;

@@ -912,21 +912,13 @@ Status SimBackend::ModuleFunctions(ModuleRef m, std::vector<char>& names, Create
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::TensorMapEncode(uint32_t kind, uint32_t dtype, uint32_t rank, uint64_t address,
-                                   std::vector<uint64_t> dims, std::vector<uint64_t> strides, std::vector<uint32_t> box,
-                                   std::vector<int32_t> lower, std::vector<int32_t> upper, uint32_t, uint32_t,
-                                   std::vector<uint32_t> estrides, uint32_t, uint32_t, uint32_t, uint32_t,
-                                   std::vector<uint8_t>& map) {
-  if (rank < 1 || rank > 5 || dims.size() != rank || strides.size() != rank - 1 || estrides.size() != rank ||
-      (kind == 0 && box.size() != rank) || (kind == 1 && (rank < 3 || lower.size() != rank - 2 || upper.size() != rank - 2)) ||
-      kind > 1)
-    return CUDA_ERROR_INVALID_VALUE;
-  if (address % 16 != 0 || dtype > CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B) return CUDA_ERROR_INVALID_VALUE;
+Status SimBackend::TensorMapEncode(TensorMapShape t, uint32_t, uint32_t, uint32_t, uint32_t, std::vector<uint8_t>& map) {
+  if (t.address % 16 != 0 || t.dtype > CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B) return CUDA_ERROR_INVALID_VALUE;
   // The sim keeps the address and shape in its own layout; only a real driver's layout means anything.
   map.assign(sizeof(CUtensorMap), 0);
-  std::memcpy(map.data(), &address, 8);
-  std::memcpy(map.data() + 8, &rank, 4);
-  for (uint32_t i = 0; i < rank; ++i) std::memcpy(map.data() + 16 + 8 * i, &dims[i], 8);
+  std::memcpy(map.data(), &t.address, 8);
+  std::memcpy(map.data() + 8, &t.rank, 4);
+  for (uint32_t i = 0; i < t.rank; ++i) std::memcpy(map.data() + 16 + 8 * i, &t.dims[i], 8);
   return CUDA_SUCCESS;
 }
 

@@ -879,6 +879,45 @@ TEST(Dispatcher, GreenContextsAreMadeOfTheirSourcesParts) {
   EXPECT_TRUE(h.finish().clean);
 }
 
+// A TMA descriptor's shape is checked against its rank where it enters: backends read each vector as long
+// as the rank says, so a shorter one must never reach them.
+TEST(Dispatcher, ATensorMapsShapeMatchesItsRank) {
+  Harness h;
+  test::RawClient c(*h.client);
+  TensorMapShape tiled;
+  tiled.rank = 2;
+  tiled.dims = {64, 64};
+  tiled.strides = {256};
+  tiled.box = {16, 16};
+  tiled.estrides = {1, 1};
+  EXPECT_EQ(c.call<calls::TensorMapEncode>(tiled, 0u, 0u, 0u, 0u).first, 0);
+  auto refused = [&](TensorMapShape t) { return c.call<calls::TensorMapEncode>(t, 0u, 0u, 0u, 0u).first == kInvalidValue; };
+  TensorMapShape t = tiled;
+  t.dims = {64};  // one dimension short
+  EXPECT_TRUE(refused(t));
+  t = tiled;
+  t.strides = {};
+  EXPECT_TRUE(refused(t));
+  t = tiled;
+  t.box = {16};
+  EXPECT_TRUE(refused(t));
+  t = tiled;
+  t.rank = 6;  // past CUDA's 5, vectors to match
+  t.dims.assign(6, 8), t.strides.assign(5, 8), t.box.assign(6, 8), t.estrides.assign(6, 1);
+  EXPECT_TRUE(refused(t));
+  t = tiled;
+  t.kind = 1;  // im2col needs rank 3 or more, and corners
+  EXPECT_TRUE(refused(t));
+  t.rank = 3;
+  t.dims = {8, 8, 8}, t.strides = {8, 64}, t.estrides = {1, 1, 1}, t.box.clear();
+  EXPECT_TRUE(refused(t));  // no corners
+  t.lower = {0}, t.upper = {0};
+  EXPECT_EQ(c.call<calls::TensorMapEncode>(t, 0u, 0u, 0u, 0u).first, 0);
+  t.kind = 2;  // no such kind
+  EXPECT_TRUE(refused(t));
+  EXPECT_TRUE(h.finish().clean);
+}
+
 // A capture's graph, once named (StreamCaptureState), may get nodes and edges while the capture lasts; its
 // open dependencies are its nodes; and a capture that ends invalidated takes the graph with it.
 TEST(Dispatcher, ACapturesNamedGraphLastsAsLongAsTheCapture) {

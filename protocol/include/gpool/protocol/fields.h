@@ -399,6 +399,26 @@ struct JitOptions {
   }
 };
 
+// Request field of TensorMapEncode: a TMA descriptor's shape. Checked once against its rank, so that the
+// backends may read every vector as the rank says: rank 1 to 5; dims and element strides one per dimension,
+// strides one fewer; kind 0 (tiled): a box dimension per dimension; kind 1 (im2col): rank 3 or more, and
+// lower and upper corners for all but two dimensions. The driver checks the values.
+struct TensorMapShape {
+  uint32_t kind = 0, dtype = 0, rank = 0;
+  uint64_t address = 0;
+  std::vector<uint64_t> dims, strides;
+  std::vector<uint32_t> box;
+  std::vector<int32_t> lower, upper;
+  uint32_t channels = 0, pixels = 0;
+  std::vector<uint32_t> estrides;
+  GPOOL_WIRE_FIELDS(kind, dtype, rank, address, dims, strides, box, lower, upper, channels, pixels, estrides)
+  bool consistent() const {
+    if (rank < 1 || rank > 5 || dims.size() != rank || strides.size() != rank - 1 || estrides.size() != rank) return false;
+    if (kind == 0) return box.size() == rank;
+    return kind == 1 && rank >= 3 && lower.size() == rank - 2 && upper.size() == rank - 2;
+  }
+};
+
 // Green contexts (SM partitions the program makes of its device). A green context of this worker's.
 using GreenCtx = Handle<HandleKind::kGreenCtx>;
 // The SMs a partition is made from: the device's all (0) or a green context's of this worker's.
