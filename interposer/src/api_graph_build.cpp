@@ -318,7 +318,7 @@ GPOOL_EXPORT CUresult cuGraphAddDependencies(CUgraph graph, const CUgraphNode* f
   GPOOL_TRY
   GPOOL_CONN_OF_HANDLE(conn, raw(graph));
   if (n && (!from || !to)) return CUDA_ERROR_INVALID_VALUE;
-  return static_cast<CUresult>(conn->call<calls::GraphAddDependencies>(raw(graph), graphDeps(from, n), graphDeps(to, n)));
+  return static_cast<CUresult>(conn->call<calls::GraphAddDependencies>(raw(graph), gpool::proto::GraphEdges{graphDeps(from, n), graphDeps(to, n)}));
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to, const CUgraphEdgeData* edges, size_t n) {

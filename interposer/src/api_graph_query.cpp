@@ -102,7 +102,7 @@ CUresult removeDependencies(CUgraph graph, const CUgraphNode* from, const CUgrap
   if (n && (!from || !to)) return CUDA_ERROR_INVALID_VALUE;
   if (!plainEdges(data, n)) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN_OF_HANDLE(conn, raw(graph));
-  return static_cast<CUresult>(conn->call<calls::GraphRemoveDependencies>(raw(graph), graphDeps(from, n), graphDeps(to, n)));
+  return static_cast<CUresult>(conn->call<calls::GraphRemoveDependencies>(raw(graph), gpool::proto::GraphEdges{graphDeps(from, n), graphDeps(to, n)}));
 }
 
 const char* typeName(uint32_t type) {

@@ -32,7 +32,7 @@ using proto::Status;
 // The typed fields of calls.def (fields.h), as backends name them.
 using proto::AllocBase, proto::AllocBytes, proto::Array, proto::ArrayCopy, proto::ArrayDevCopy, proto::ArrayRect, proto::ArrayShape, proto::ArrayWrite, proto::MipmapLevel, proto::MipmapShape, proto::MipmappedArray, proto::TexDescs, proto::TexResource, proto::TexObject, proto::SurfObject, proto::IpcMapped, proto::IpcMapping, proto::ImportedPhysical, proto::GoneAllocations, proto::FreedAddresses, proto::Created, proto::DevAddress, proto::DevCopy, proto::DevCopyRect, proto::DevFill,
     proto::DevFillRect, proto::DevRange, proto::DevWord, proto::MemOps, proto::DevRect, proto::DevWrite, proto::DevWriteRect, proto::HostRowsCopy, proto::PitchedAlloc, proto::Physical, proto::PoolAttribute, proto::ResetAll, proto::VaMap, proto::VaMapped, proto::VaRange, proto::VaUnmap, proto::ChildGraph, proto::Event, proto::FreedAlloc, proto::Graph, proto::GraphAlloc, proto::GraphAllocBytes, proto::GraphFreed, proto::OwnerOf, proto::CaptureState, proto::NewRefs, proto::RefsAdded, proto::RefsReleased, proto::UserObject, proto::GreenCtx, proto::SmSource, proto::SmSplit, proto::TensorMapShape, proto::GraphExec, proto::GraphNode,
-    proto::GraphNodes, proto::LaunchAttrs, proto::Conditional, proto::BodyGraphs, proto::Kernel, proto::KernelCall,
+    proto::GraphNodes, proto::GraphEdges, proto::LaunchAttrs, proto::Conditional, proto::BodyGraphs, proto::Kernel, proto::KernelCall,
     proto::JitOptions, proto::Launchable, proto::LaunchableList, proto::LinkState, proto::MemPool, proto::MemView, proto::ModuleGlobal, proto::ModuleRef,
     proto::NewAlloc, proto::RangeOf, proto::HostWindow, proto::HostRange, proto::HostRangeBase, proto::Released, proto::Stream;
 

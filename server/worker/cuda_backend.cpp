@@ -814,9 +814,8 @@ class CudaBackend final : public Backend {
     auto d = nodes_(deps);
     return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphAddChildGraphNode_(n, graph_(g), d.data(), d.size(), graph_(child.v)); });
   }
-  Status GraphAddDependencies(Graph g, GraphNodes from, GraphNodes to) {
-    if (from.v.size() != to.v.size()) return CUDA_ERROR_INVALID_VALUE;
-    auto f = nodes_(from), t = nodes_(to);
+  Status GraphAddDependencies(Graph g, GraphEdges e) {
+    auto f = nodes_(e.from), t = nodes_(e.to);
     return d_.cuGraphAddDependencies_(graph_(g), f.data(), t.data(), nullptr, f.size());
   }
   Status GraphDestroyNode(Graph, Released<GraphNode> node) { return d_.cuGraphDestroyNode_(reinterpret_cast<CUgraphNode>(node.v)); }
@@ -1021,9 +1020,8 @@ class CudaBackend final : public Backend {
   Status GraphNodeFindInClone(Graph, GraphNode node, Graph clone, Created<GraphNode>& out) {
     return addNode(out, [&](CUgraphNode* n) { return d_.cuGraphNodeFindInClone_(n, node_(node.v), graph_(clone)); });
   }
-  Status GraphRemoveDependencies(Graph g, GraphNodes from, GraphNodes to) {
-    if (from.v.size() != to.v.size()) return CUDA_ERROR_INVALID_VALUE;
-    auto f = nodes_(from), t = nodes_(to);
+  Status GraphRemoveDependencies(Graph g, GraphEdges e) {
+    auto f = nodes_(e.from), t = nodes_(e.to);
     return d_.cuGraphRemoveDependencies_(graph_(g), f.data(), t.data(), nullptr, f.size());
   }
   Status GraphExecNodeSetEnabled(GraphExec exec, Graph, GraphNode node, uint32_t enabled) {

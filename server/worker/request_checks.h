@@ -119,6 +119,11 @@ class RequestChecks {
     return proto::cu::kSuccess;
   }
   proto::Status admit(proto::GraphNodes& n, CallScope& s);
+  proto::Status admit(proto::GraphEdges& e, CallScope& s) {
+    if (e.from.v.size() != e.to.v.size()) return proto::cu::kInvalidValue;
+    proto::Status st = admit(e.from, s);
+    return st ? st : admit(e.to, s);
+  }
   proto::Status admit(proto::ChildGraph& c, CallScope& s) {
     return table_.has(HandleKind::kGraph, c.v) && c.v != s.graph ? proto::cu::kSuccess : proto::cu::kInvalidHandle;
   }

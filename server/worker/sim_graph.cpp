@@ -244,14 +244,16 @@ Status SimBackend::GraphAddConditionalNode(Graph g, GraphNodes deps, Conditional
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::GraphAddDependencies(Graph, GraphNodes from, GraphNodes to) {
-  if (from.v.size() != to.v.size()) return CUDA_ERROR_INVALID_VALUE;
+Status SimBackend::GraphAddDependencies(Graph, GraphEdges e) {
+  const auto& from = e.from;
+  const auto& to = e.to;
   for (size_t i = 0; i < from.v.size(); ++i) nodes_[to.v[i]].deps.push_back(from.v[i]);
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::GraphRemoveDependencies(Graph, GraphNodes from, GraphNodes to) {
-  if (from.v.size() != to.v.size()) return CUDA_ERROR_INVALID_VALUE;
+Status SimBackend::GraphRemoveDependencies(Graph, GraphEdges e) {
+  const auto& from = e.from;
+  const auto& to = e.to;
   for (size_t i = 0; i < from.v.size(); ++i)  // every edge must exist; then all go
     if (std::find(nodes_[to.v[i]].deps.begin(), nodes_[to.v[i]].deps.end(), from.v[i]) == nodes_[to.v[i]].deps.end())
       return CUDA_ERROR_INVALID_VALUE;

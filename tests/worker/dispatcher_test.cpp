@@ -746,7 +746,14 @@ TEST(Dispatcher, GraphNodesBelongToTheirGraph) {
   EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(a, GraphNodes{{n + 1}}).first, kInvalidValue);   // forged
   EXPECT_EQ(c.call<calls::GraphAddChildGraphNode>(a, GraphNodes{}, ChildGraph{a}).first, kInvalidHandle);
   EXPECT_EQ(c.call<calls::GraphDestroyNode>(b, n).first, kInvalidValue);
-  EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(a, GraphNodes{{n}}).first, 0);
+  auto [st2, second] = c.call<calls::GraphAddEmptyNode>(a, GraphNodes{{n}});
+  ASSERT_EQ(st2, 0);
+  const uint64_t m = std::get<0>(second).v;
+  // Edges: as many ends as starts, each a node of the request's graph.
+  EXPECT_EQ(c.call<calls::GraphRemoveDependencies>(a, GraphEdges{{{n, n}}, {{m}}}).first, kInvalidValue);  // one end short
+  EXPECT_EQ(c.call<calls::GraphAddDependencies>(b, GraphEdges{{{n}}, {{m}}}).first, kInvalidValue);        // a's nodes in b
+  EXPECT_EQ(c.call<calls::GraphRemoveDependencies>(a, GraphEdges{{{n}}, {{m}}}).first, 0);
+  EXPECT_EQ(c.call<calls::GraphAddDependencies>(a, GraphEdges{{{n}}, {{m}}}).first, 0);
   EXPECT_EQ(c.call<calls::GraphDestroy>(a).first, 0);
   EXPECT_EQ(c.call<calls::GraphAddEmptyNode>(b, GraphNodes{{n}}).first, kInvalidValue);  // gone with its graph
   EXPECT_TRUE(h.finish().clean);

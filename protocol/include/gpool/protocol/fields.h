@@ -58,6 +58,12 @@ struct GraphNodes {
   std::vector<uint64_t> v;
   GPOOL_WIRE_FIELDS(v)
 };
+// Edges of the request's graph (cuGraphAddDependencies, cuGraphRemoveDependencies): from[i] to to[i], as many
+// of one as of the other, every one a node of that graph.
+struct GraphEdges {
+  GraphNodes from, to;
+  GPOOL_WIRE_FIELDS(from, to)
+};
 // A conditional handle made for the request's graph (its conditional nodes and the kernels that set it).
 using Conditional = Handle<HandleKind::kConditional>;
 // Reply field: graphs a node embeds (a conditional node's bodies, a child-graph node's copy). They belong to
