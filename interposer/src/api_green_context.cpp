@@ -9,6 +9,7 @@
 #include <list>
 #include <mutex>
 #include <tuple>
+#include <unordered_set>
 #include <vector>
 
 #include "state.h"
@@ -85,13 +86,12 @@ struct Descriptor {
   std::vector<uint32_t> parts;
 };
 std::mutex g_descs_mu;
-std::list<Descriptor> g_descs;
+std::list<Descriptor> g_descs;  // stable addresses: a CUdevResourceDesc is one
+std::unordered_set<const void*> g_desc_handles;
 
 const Descriptor* descriptorOf(CUdevResourceDesc d) {
   std::lock_guard lock(g_descs_mu);
-  for (const auto& x : g_descs)
-    if (reinterpret_cast<CUdevResourceDesc>(const_cast<Descriptor*>(&x)) == d) return &x;
-  return nullptr;
+  return g_desc_handles.count(d) ? reinterpret_cast<const Descriptor*>(d) : nullptr;
 }
 
 // Makes the worker's green context of `desc` on device `d`, with the stream that stands for its default one.
@@ -214,7 +214,9 @@ GPOOL_EXPORT CUresult cuDevResourceGenerateDesc(CUdevResourceDesc* desc, CUdevRe
     d.parts.push_back(r.part);
   }
   std::lock_guard lock(g_descs_mu);
-  *desc = reinterpret_cast<CUdevResourceDesc>(&g_descs.emplace_back(std::move(d)));
+  const Descriptor* made = &g_descs.emplace_back(std::move(d));
+  g_desc_handles.insert(made);
+  *desc = reinterpret_cast<CUdevResourceDesc>(const_cast<Descriptor*>(made));
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }
