@@ -100,22 +100,21 @@ CUresult makeGreen(const Descriptor& desc, CUdevice d, unsigned flags, CUgreenCt
   calls::GreenCtxCreate::out::tuple made;
   const Recipe& r = desc.recipe;
   if (int st = conn->call<calls::GreenCtxCreate>(made, r.source, r.split, desc.parts, uint32_t{flags})) return static_cast<CUresult>(st);
-  const uint64_t green = std::get<0>(made).v;
-  calls::GreenCtxStreamCreate::out::tuple stream;
-  std::vector<uint32_t> whole;
-  CUresult res = static_cast<CUresult>(conn->call<calls::GreenCtxStreamCreate>(stream, green, uint32_t{CU_STREAM_NON_BLOCKING}, int32_t{0}));
-  if (res == CUDA_SUCCESS) res = askParts(d, green, SmSplit{}, whole);
-  if (res != CUDA_SUCCESS) {
-    if (uint64_t made_stream = std::get<0>(stream).v) conn->post<calls::StreamDestroy>(made_stream);
-    conn->call<calls::GreenCtxDestroy>(green);
-    return res;
-  }
   CUcontext c = State::get().createContext(d, 0);
   auto* ctx = reinterpret_cast<Context*>(c);
-  ctx->green = green;
-  ctx->green_stream = std::get<0>(stream).v;
+  ctx->green = std::get<0>(made).v;
+  CUstream stream = nullptr;
+  std::vector<uint32_t> whole;
+  CUresult res = cuGreenCtxStreamCreate(&stream, reinterpret_cast<CUgreenCtx>(c), CU_STREAM_NON_BLOCKING, 0);
+  if (res == CUDA_SUCCESS) res = askParts(d, ctx->green, SmSplit{}, whole);
+  if (res != CUDA_SUCCESS) {
+    if (stream) cuStreamDestroy_v2(stream);
+    conn->call<calls::GreenCtxDestroy>(ctx->green);
+    State::get().destroyContext(c);
+    return res;
+  }
+  ctx->green_stream = reinterpret_cast<uint64_t>(stream);
   ctx->green_sms = whole[0];
-  State::get().addStream(ctx->green_stream, {CU_STREAM_NON_BLOCKING, 0, c});
   *out = reinterpret_cast<CUgreenCtx>(c);
   return CUDA_SUCCESS;
 }
@@ -239,8 +238,7 @@ GPOOL_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx g) {
   Context* ctx = greenOf(g);
   if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
   GPOOL_CONN_OF_DEVICE(conn, ctx->device);
-  State::get().removeStream(ctx->green_stream);
-  conn->post<calls::StreamDestroy>(ctx->green_stream);
+  cuStreamDestroy_v2(reinterpret_cast<CUstream>(ctx->green_stream));
   if (int st = conn->call<calls::GreenCtxDestroy>(ctx->green)) return static_cast<CUresult>(st);
   auto c = reinterpret_cast<CUcontext>(g);
   State::get().destroyContext(c);

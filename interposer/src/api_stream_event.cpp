@@ -131,16 +131,12 @@ GPOOL_EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext* ctx) {
   if (!ctx) return CUDA_ERROR_INVALID_VALUE;
   CUresult err;
   if (!State::get().readyForHandle(raw(s), err)) return err;
-  CUcontext green = nullptr;
-  if (greenOfStream(raw(s), green) && green) {  // a green context's stream, or its default stream
-    *ctx = green;
-    return CUDA_SUCCESS;
-  }
-  // A default stream is the current context's; any other stream, its device's primary context's (every
-  // context of a device runs on its worker's one).
-  CUcontext current = State::get().current();
-  const bool default_stream = raw(s) <= reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
-  *ctx = default_stream && current ? current : reinterpret_cast<CUcontext>(State::get().primary(State::get().deviceOfHandle(raw(s))));
+  // A default stream is the current context's (a green one too); a green context's stream, that context;
+  // any other, its device's primary context (every context of a device runs on its worker's one).
+  CUcontext current = State::get().current(), green = nullptr;
+  if (raw(s) <= reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD) && current) *ctx = current;
+  else if (greenOfStream(raw(s), green) && green) *ctx = green;
+  else *ctx = reinterpret_cast<CUcontext>(State::get().primary(State::get().deviceOfHandle(raw(s))));
   return CUDA_SUCCESS;
   GPOOL_CATCH
 }

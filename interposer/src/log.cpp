@@ -46,11 +46,12 @@ std::list<Subscriber> g_subscribers;  // stable addresses: a handle is one
 }  // namespace
 
 void add(Level level, const std::string& line) {
+  std::string text = "gpool: " + line;
   std::vector<Subscriber> call;
   {
     std::lock_guard lock(g_mu);
-    g_kept.push_back(line);
-    g_bytes += line.size() + 1;
+    g_kept.push_back(text);
+    g_bytes += text.size() + 1;
     ++g_next;
     while (g_bytes > kKeptBytes && g_kept.size() > 1) {
       g_bytes -= g_kept.front().size() + 1;
@@ -58,9 +59,8 @@ void add(Level level, const std::string& line) {
     }
     call.assign(g_subscribers.begin(), g_subscribers.end());
   }
-  std::vector<char> text(line.begin(), line.end());  // (called without the lock: a callback may read the log)
-  text.push_back('\0');
-  for (const Subscriber& s : call) s.fn(s.data, level == Level::kError ? 0 : 1, text.data(), line.size());
+  // Called without the lock: a callback may read the log.
+  for (const Subscriber& s : call) s.fn(s.data, level == Level::kError ? 0 : 1, text.data(), text.size());
 }
 
 uint32_t current() {
@@ -106,7 +106,7 @@ bool unsubscribe(void* handle) {
 void logLine(Level level, const std::string& line) {
   static const char* names[] = {"error", "warning", "info", "debug"};
   if (logEnabled(level)) std::fprintf(stderr, "gpool: %s: %s\n", names[static_cast<int>(level)], line.c_str());
-  if (level <= Level::kWarn) driver_log::add(level, "gpool: " + line);
+  if (level <= Level::kWarn) driver_log::add(level, line);
 }
 
 // Said once on stderr, and at every call in CUDA's error log (read after the call that failed).
@@ -114,7 +114,7 @@ int unsupported_call(const char* name, const char* why, int* once) {
   char line[1024];
   std::snprintf(line, sizeof line, "%s is not supported by gpool: %s; returning CUDA_ERROR_NOT_SUPPORTED", name, why);
   if (!__atomic_exchange_n(once, 1, __ATOMIC_RELAXED)) logLine(Level::kWarn, line);
-  else driver_log::add(Level::kWarn, std::string("gpool: ") + line);
+  else driver_log::add(Level::kWarn, line);
   return 801;  // CUDA_ERROR_NOT_SUPPORTED
 }
 

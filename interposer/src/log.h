@@ -21,7 +21,7 @@ void logLine(Level level, const std::string& line);
 // NVIDIA's driver keeps its own), each numbered in turn; subscribers are called with each new one.
 namespace driver_log {
 inline constexpr size_t kKeptBytes = 25600;
-void add(Level level, const std::string& line);
+void add(Level level, const std::string& line);  // kept as "gpool: LINE", as stderr shows it
 uint32_t current();  // the number the next message will get
 struct Dump {
   std::string text;        // one message per line
