@@ -2,6 +2,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <iterator>
 #include <sstream>
 
 namespace gpool::cli {
@@ -22,6 +25,13 @@ std::string fmtDuration(double s) {
   else if (s < 3600) o << static_cast<int>(s / 60) << "m" << static_cast<int>(s) % 60 << "s";
   else o << static_cast<int64_t>(s / 3600) << "h" << static_cast<int64_t>(s) % 3600 / 60 << "m";
   return o.str();
+}
+
+std::string readFile(const std::string& path) {
+  if (path == "-") return std::string((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  std::ifstream f(path);
+  if (!f) die(kExitUsage, "cannot read " + path);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
 nlohmann::json must(AllocatorClient& a, const std::string& method, const std::string& path, Proof proof, const std::string& body) {
