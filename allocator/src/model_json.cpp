@@ -139,8 +139,12 @@ Lease leaseFromJson(const json& j) {
   return l;
 }
 
-LeaseRequest requestFromJson(const json& j) {
-  if (!j.is_object()) throw std::invalid_argument("the request body must be a JSON object");
+namespace {
+
+// The request's field `name`, or nullptr.
+const json* field(const json& j, const char* name) { return j.contains(name) ? &j.at(name) : nullptr; }
+
+void checkRequestFields(const json& j) {
   for (const auto& [k, v] : j.items()) {
     (void)v;
     if (k != "n" && k != "p" && k != "m" && k != "user" && k != "group" && k != "pool" && k != "priority" && k != "wait" &&
@@ -149,59 +153,73 @@ LeaseRequest requestFromJson(const json& j) {
       throw std::invalid_argument("unknown field '" + k + "' (fields: n, p, m, user, group, pool, priority, wait, preemptible, "
                                   "min_p, gpu_types, kind, restartable, job, estimate_s, request_key, ends_with_clients, time_limit)");
   }
-  LeaseRequest r;
-  auto field = [&](const char* name) -> const json* { return j.contains(name) ? &j.at(name) : nullptr; };
-  if (auto n = field("n")) {
+}
+
+// How many GPUs, which fraction of each (elastic: down to min_p), how much memory.
+void readShape(const json& j, LeaseRequest& r) {
+  if (auto n = field(j, "n")) {
     if (!n->is_number_integer() || n->get<int64_t>() < 1 || n->get<int64_t>() > token::kMaxShares)
       throw std::invalid_argument("n must be an integer from 1 to " + std::to_string(token::kMaxShares));
     r.n = n->get<int>();
   }
-  if (auto p = field("p")) {
+  if (auto p = field(j, "p")) {
     if (!p->is_number() || !(p->get<double>() > 0 && p->get<double>() <= 1))
       throw std::invalid_argument("p must be a number in (0, 1]");
     r.p = p->get<double>();
   }
-  if (auto mp = field("min_p")) {  // elastic: any offered fraction from min_p to p
+  if (auto mp = field(j, "min_p")) {  // elastic: any offered fraction from min_p to p
     if (!mp->is_number() || !(mp->get<double>() > 0 && mp->get<double>() <= r.p))
       throw std::invalid_argument("min_p must be a number in (0, p]");
     r.min_p = mp->get<double>();
   }
-  if (auto m = field("m")) {
+  if (auto m = field(j, "m")) {
     if (m->is_number_unsigned()) r.m = m->get<uint64_t>();
     else if (m->is_string()) r.m = parseSize(m->get<std::string>());
     else throw std::invalid_argument("m must be a number of bytes or a size such as \"16GiB\"");
   }
+}
+
+// Who it is for and what it is: user, group, pool, priority class, job kind, job (printable text each).
+void readNames(const json& j, LeaseRequest& r) {
   for (auto [name, out] : {std::pair{"user", &r.user}, std::pair{"group", &r.group}, std::pair{"pool", &r.pool},
                            std::pair{"priority", &r.priority}, std::pair{"kind", &r.kind},
                            std::pair{"job", &r.job}}) {
-    if (auto v = field(name)) {
+    if (auto v = field(j, name)) {
       if (!v->is_string()) throw std::invalid_argument(std::string(name) + " must be a string");
       *out = v->get<std::string>();
       if (!gpool::isPrintable(*out)) throw std::invalid_argument(std::string(name) + " must be printable ASCII, without control characters");
     }
   }
-  if (auto t = field("gpu_types")) {  // the GPU types it may run on (any of them)
+}
+
+// Where it may run and what may be done to it: GPU types, preemption, its estimate, restarts.
+void readPlacement(const json& j, LeaseRequest& r) {
+  if (auto t = field(j, "gpu_types")) {  // the GPU types it may run on (any of them)
     auto plain = [](const json& x) { return x.is_string() && gpool::isPlainName(x.get_ref<const std::string&>()); };
     if (!t->is_array() || t->size() > 16 || !std::all_of(t->begin(), t->end(), plain))
       throw std::invalid_argument("gpu_types must be a list of at most 16 GPU type names (letters, digits, '.', '_', '-')");
     r.gpu_types = t->get<std::vector<std::string>>();
   }
-  if (auto pr = field("preemptible")) {
+  if (auto pr = field(j, "preemptible")) {
     if (!pr->is_boolean()) throw std::invalid_argument("preemptible must be true or false");
     r.preemptible = pr->get<bool>();
   }
-  if (auto e = field("estimate_s")) {  // shortest-first pools
+  if (auto e = field(j, "estimate_s")) {  // shortest-first pools
     if (!e->is_number() || !(e->get<double>() >= 0 && e->get<double>() <= 1e9))
       throw std::invalid_argument("estimate_s must be seconds, from 0 to 1e9");
     r.estimate_s = e->get<double>();
   }
   for (auto [name, out] : {std::pair{"restartable", &r.restartable}, std::pair{"ends_with_clients", &r.ends_with_clients}}) {
-    if (auto v = field(name)) {
+    if (auto v = field(j, name)) {
       if (!v->is_boolean()) throw std::invalid_argument(std::string(name) + " must be true or false");
       *out = v->get<bool>();
     }
   }
-  if (auto t = field("time_limit")) {  // seconds, or a duration such as "2h"
+}
+
+// Its time limit, and how long it may wait in the queue.
+void readTimes(const json& j, LeaseRequest& r) {
+  if (auto t = field(j, "time_limit")) {  // seconds, or a duration such as "2h"
     if (t->is_number()) {
       double s = t->get<double>();
       if (!(s > 0 && s <= 30 * 86400.0)) throw std::invalid_argument("time_limit must be more than 0 s and at most 30 days");
@@ -213,7 +231,7 @@ LeaseRequest requestFromJson(const json& j) {
       throw std::invalid_argument("time_limit must be seconds or a duration such as \"2h\"");
     }
   }
-  if (auto w = field("wait")) {
+  if (auto w = field(j, "wait")) {
     if (w->is_number()) {
       double s = w->get<double>();
       if (s > 30 * 86400.0) throw std::invalid_argument("wait is longer than 30 days");
@@ -224,6 +242,18 @@ LeaseRequest requestFromJson(const json& j) {
       throw std::invalid_argument("wait must be seconds, a duration such as \"5m\", or -1 (for ever)");
     }
   }
+}
+
+}  // namespace
+
+LeaseRequest requestFromJson(const json& j) {
+  if (!j.is_object()) throw std::invalid_argument("the request body must be a JSON object");
+  checkRequestFields(j);
+  LeaseRequest r;
+  readShape(j, r);
+  readNames(j, r);
+  readPlacement(j, r);
+  readTimes(j, r);
   return r;
 }
 

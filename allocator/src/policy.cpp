@@ -352,6 +352,122 @@ void orderQueues(std::vector<Queue>& queues) {
   queues = std::move(ordered);
 }
 
+// [settings]: timeouts, the default priority class, retention, the grace before preemption.
+void readSettings(const toml::table& s, Policy& p) {
+  checkKeys(s, {"lease_ttl", "server_timeout", "token_ttl", "default_priority", "ended_lease_retention", "preemption_grace"},
+            "[settings]");
+  if (auto n = s.get("preemption_grace")) p.preemption_grace = duration(*n, "settings.preemption_grace");
+  if (auto n = s.get("lease_ttl")) p.lease_ttl = duration(*n, "settings.lease_ttl");
+  if (auto n = s.get("server_timeout")) p.server_timeout = duration(*n, "settings.server_timeout");
+  if (auto n = s.get("token_ttl")) p.token_ttl = duration(*n, "settings.token_ttl");
+  if (auto n = s.get("ended_lease_retention")) p.ended_lease_retention = duration(*n, "settings.ended_lease_retention");
+  if (auto n = s.get("default_priority")) p.default_priority = text(*n, "settings.default_priority");
+  if (p.lease_ttl < std::chrono::milliseconds(200)) fail("settings.lease_ttl must be at least 200ms");
+  if (p.server_timeout < std::chrono::milliseconds(200)) fail("settings.server_timeout must be at least 200ms");
+  if (p.token_ttl < std::chrono::seconds(1)) fail("settings.token_ttl must be at least 1s");
+}
+
+// [priorities]: class name → integer priority; at least one.
+void readPriorities(const toml::table& pr, Policy& p) {
+  p.priorities.clear();
+  for (const auto& [k, v] : pr) {
+    double x = number(v, "priorities." + std::string(k.str()));
+    if (x != std::floor(x) || std::abs(x) > 1e6) fail("priorities." + std::string(k.str()) + " must be an integer");
+    p.priorities[std::string(k.str())] = static_cast<int>(x);
+  }
+  if (p.priorities.empty()) fail("[priorities] must name at least one class");
+}
+
+// A pool's servers, fractions and isolation (`notes`: what the policy's reader should know of them).
+void readPoolShares(const toml::table& t, const std::string& where, Pool& pool, std::vector<std::string>& notes) {
+  if (auto s = t.get("servers")) {
+    const toml::array* a = s->as_array();
+    if (!a || a->empty()) fail(where + ".servers must be a non-empty list of server names (or [\"*\"])");
+    pool.servers.clear();
+    for (const auto& e : *a) pool.servers.push_back(text(e, where + ".servers[]"));
+  }
+  if (auto f = t.get("fractions")) {
+    const toml::array* a = f->as_array();
+    if (!a || a->empty()) fail(where + ".fractions must be a non-empty list such as [1.0, 0.5, 0.25]");
+    pool.fractions.clear();
+    for (const auto& e : *a) {
+      double x = number(e, where + ".fractions[]");
+      if (!(x > 0 && x <= 1)) fail(where + ".fractions: " + formatNumber(x) + " is not in (0, 1]");
+      pool.fractions.push_back(x);
+    }
+  }
+  if (auto i = t.get("isolation"))
+    pool.isolation = oneOf(*i, where + ".isolation", {Isolation::kExclusive, Isolation::kProcess, Isolation::kSpatial}, isolationName);
+  if (pool.isolation == Isolation::kSpatial)
+    notes.push_back(where + ".isolation = \"spatial\": SM partitions are not built yet; this pool's leases below a "
+                    "whole GPU are paced as with \"process\" (docs/admin.md, \"Compute\")");
+  if (pool.isolation == Isolation::kExclusive && (pool.fractions.size() != 1 || pool.fractions[0] != 1.0))
+    fail(where + ": an exclusive pool offers whole GPUs only (fractions = [1.0])");
+  if (auto pl = t.get("placement"))
+    pool.placement = oneOf(*pl, where + ".placement", {Placement::kPack, Placement::kSpread}, placementName);
+  if (auto h = t.get("heterogeneity"))
+    pool.heterogeneity = oneOf(*h, where + ".heterogeneity", {Heterogeneity::kAware, Heterogeneity::kAgnostic}, heterogeneityName);
+}
+
+// A pool's order and rounds, moves between GPU types, elastic fractions, time limits.
+void readPoolSchedule(const toml::table& t, const std::string& where, Pool& pool) {
+  if (auto o = t.get("order"))
+    pool.order = oneOf(*o, where + ".order", {Order::kFifo, Order::kShortestFirst, Order::kLeastAttained, Order::kMaxMin}, orderName);
+  if (pool.order == Order::kMaxMin) pool.round = std::chrono::minutes(6);  // Gavel's round
+  if (auto r = t.get("round")) {
+    pool.round = duration(*r, where + ".round");
+    if (pool.round != std::chrono::milliseconds(0) && pool.round < std::chrono::seconds(10))
+      fail(where + ".round must be 0 (no rounds) or at least 10s: each round may restart jobs");
+    if (pool.round == std::chrono::milliseconds(0) && pool.order == Order::kMaxMin)
+      fail(where + ": order \"max-min\" divides time in rounds; round must not be 0");
+  }
+  if (auto st = t.get("round_stay")) {
+    pool.round_stay = number(*st, where + ".round_stay");
+    if (!(pool.round_stay >= 1 && pool.round_stay <= 100)) fail(where + ".round_stay must be in [1, 100] (1: no preference for running jobs)");
+  }
+  if (auto m = t.get("moves_per_hour")) {
+    double x = number(*m, where + ".moves_per_hour");
+    if (x != std::floor(x) || x < 0 || x > 1e6) fail(where + ".moves_per_hour must be a whole number >= 0");
+    pool.moves_per_hour = static_cast<int>(x);
+  }
+  if (auto e = t.get("elastic_after")) {
+    if (e->value<std::string>() == "never") pool.elastic_after.reset();
+    else pool.elastic_after = duration(*e, where + ".elastic_after");
+  }
+  if (auto mt = t.get("max_time")) pool.max_time = duration(*mt, where + ".max_time");
+  if (auto it = t.get("idle_timeout")) {
+    pool.idle_timeout = duration(*it, where + ".idle_timeout");
+    if (pool.idle_timeout.count() != 0 && pool.idle_timeout < std::chrono::seconds(1))
+      fail(where + ".idle_timeout must be 0 (never) or at least 1s (servers report kernels with their heartbeats)");
+  }
+}
+
+// [pools]: at least one; no server named by two of them.
+void readPools(const toml::table& pools, Policy& p) {
+  p.pools.clear();
+  for (const auto& [k, v] : pools) {
+    std::string where = "pools." + std::string(k.str());
+    const toml::table* t = v.as_table();
+    if (!t) fail(where + " must be a table");
+    checkKeys(*t, {"servers", "fractions", "isolation", "placement", "heterogeneity", "moves_per_hour", "order", "round", "round_stay", "elastic_after", "max_time", "idle_timeout"},
+              where);
+    Pool pool;
+    pool.name = std::string(k.str());
+    readPoolShares(*t, where, pool, p.notes);
+    readPoolSchedule(*t, where, pool);
+    p.pools.push_back(std::move(pool));
+  }
+  if (p.pools.empty()) fail("[pools] must define at least one pool");
+}
+
+void readQuotas(const toml::table& q, Policy& p) {
+  checkKeys(q, {"users", "groups"}, "[quotas]");
+  for (auto [kind, map] : {std::pair{"users", &p.user_quotas}, std::pair{"groups", &p.group_quotas}}) {
+    if (auto t = q[kind].as_table())
+      for (const auto& [k, v] : *t) (*map)[std::string(k.str())] = quota(v, "quotas." + std::string(kind) + "." + std::string(k.str()));
+  }
+}
+
 }  // namespace
 
 Policy parsePolicy(const std::string& toml_text) {
@@ -367,116 +483,16 @@ Policy parsePolicy(const std::string& toml_text) {
   checkKeys(root, {"settings", "priorities", "pools", "quotas", "queues", "gpu_types", "job_kinds", "access"}, "the policy");
   Policy p;
   p.source = toml_text;
-
-  if (auto s = root["settings"].as_table()) {
-    checkKeys(*s, {"lease_ttl", "server_timeout", "token_ttl", "default_priority", "ended_lease_retention", "preemption_grace"},
-              "[settings]");
-    if (auto n = s->get("preemption_grace")) p.preemption_grace = duration(*n, "settings.preemption_grace");
-    if (auto n = s->get("lease_ttl")) p.lease_ttl = duration(*n, "settings.lease_ttl");
-    if (auto n = s->get("server_timeout")) p.server_timeout = duration(*n, "settings.server_timeout");
-    if (auto n = s->get("token_ttl")) p.token_ttl = duration(*n, "settings.token_ttl");
-    if (auto n = s->get("ended_lease_retention")) p.ended_lease_retention = duration(*n, "settings.ended_lease_retention");
-    if (auto n = s->get("default_priority")) p.default_priority = text(*n, "settings.default_priority");
-    if (p.lease_ttl < std::chrono::milliseconds(200)) fail("settings.lease_ttl must be at least 200ms");
-    if (p.server_timeout < std::chrono::milliseconds(200)) fail("settings.server_timeout must be at least 200ms");
-    if (p.token_ttl < std::chrono::seconds(1)) fail("settings.token_ttl must be at least 1s");
-  }
-
-  if (auto pr = root["priorities"].as_table()) {
-    p.priorities.clear();
-    for (const auto& [k, v] : *pr) {
-      double x = number(v, "priorities." + std::string(k.str()));
-      if (x != std::floor(x) || std::abs(x) > 1e6) fail("priorities." + std::string(k.str()) + " must be an integer");
-      p.priorities[std::string(k.str())] = static_cast<int>(x);
-    }
-    if (p.priorities.empty()) fail("[priorities] must name at least one class");
-  }
+  if (auto s = root["settings"].as_table()) readSettings(*s, p);
+  if (auto pr = root["priorities"].as_table()) readPriorities(*pr, p);
   if (!p.priorities.count(p.default_priority))
     fail("settings.default_priority '" + p.default_priority + "' is not one of the [priorities] classes");
-
-  if (auto pools = root["pools"].as_table()) {
-    p.pools.clear();
-    for (const auto& [k, v] : *pools) {
-      std::string where = "pools." + std::string(k.str());
-      const toml::table* t = v.as_table();
-      if (!t) fail(where + " must be a table");
-      checkKeys(*t, {"servers", "fractions", "isolation", "placement", "heterogeneity", "moves_per_hour", "order", "round", "round_stay", "elastic_after", "max_time", "idle_timeout"},
-                where);
-      Pool pool;
-      pool.name = std::string(k.str());
-      if (auto s = t->get("servers")) {
-        const toml::array* a = s->as_array();
-        if (!a || a->empty()) fail(where + ".servers must be a non-empty list of server names (or [\"*\"])");
-        pool.servers.clear();
-        for (const auto& e : *a) pool.servers.push_back(text(e, where + ".servers[]"));
-      }
-      if (auto f = t->get("fractions")) {
-        const toml::array* a = f->as_array();
-        if (!a || a->empty()) fail(where + ".fractions must be a non-empty list such as [1.0, 0.5, 0.25]");
-        pool.fractions.clear();
-        for (const auto& e : *a) {
-          double x = number(e, where + ".fractions[]");
-          if (!(x > 0 && x <= 1)) fail(where + ".fractions: " + formatNumber(x) + " is not in (0, 1]");
-          pool.fractions.push_back(x);
-        }
-      }
-      if (auto i = t->get("isolation"))
-        pool.isolation = oneOf(*i, where + ".isolation", {Isolation::kExclusive, Isolation::kProcess, Isolation::kSpatial}, isolationName);
-      if (pool.isolation == Isolation::kSpatial)
-        p.notes.push_back(where + ".isolation = \"spatial\": SM partitions are not built yet; this pool's leases below a "
-                          "whole GPU are paced as with \"process\" (docs/admin.md, \"Compute\")");
-      if (pool.isolation == Isolation::kExclusive && (pool.fractions.size() != 1 || pool.fractions[0] != 1.0))
-        fail(where + ": an exclusive pool offers whole GPUs only (fractions = [1.0])");
-      if (auto pl = t->get("placement"))
-        pool.placement = oneOf(*pl, where + ".placement", {Placement::kPack, Placement::kSpread}, placementName);
-      if (auto h = t->get("heterogeneity"))
-        pool.heterogeneity = oneOf(*h, where + ".heterogeneity", {Heterogeneity::kAware, Heterogeneity::kAgnostic}, heterogeneityName);
-      if (auto o = t->get("order"))
-        pool.order = oneOf(*o, where + ".order", {Order::kFifo, Order::kShortestFirst, Order::kLeastAttained, Order::kMaxMin}, orderName);
-      if (pool.order == Order::kMaxMin) pool.round = std::chrono::minutes(6);  // Gavel's round
-      if (auto r = t->get("round")) {
-        pool.round = duration(*r, where + ".round");
-        if (pool.round != std::chrono::milliseconds(0) && pool.round < std::chrono::seconds(10))
-          fail(where + ".round must be 0 (no rounds) or at least 10s: each round may restart jobs");
-        if (pool.round == std::chrono::milliseconds(0) && pool.order == Order::kMaxMin)
-          fail(where + ": order \"max-min\" divides time in rounds; round must not be 0");
-      }
-      if (auto st = t->get("round_stay")) {
-        pool.round_stay = number(*st, where + ".round_stay");
-        if (!(pool.round_stay >= 1 && pool.round_stay <= 100)) fail(where + ".round_stay must be in [1, 100] (1: no preference for running jobs)");
-      }
-      if (auto m = t->get("moves_per_hour")) {
-        double x = number(*m, where + ".moves_per_hour");
-        if (x != std::floor(x) || x < 0 || x > 1e6) fail(where + ".moves_per_hour must be a whole number >= 0");
-        pool.moves_per_hour = static_cast<int>(x);
-      }
-      if (auto e = t->get("elastic_after")) {
-        if (e->value<std::string>() == "never") pool.elastic_after.reset();
-        else pool.elastic_after = duration(*e, where + ".elastic_after");
-      }
-      if (auto mt = t->get("max_time")) pool.max_time = duration(*mt, where + ".max_time");
-      if (auto it = t->get("idle_timeout")) {
-        pool.idle_timeout = duration(*it, where + ".idle_timeout");
-        if (pool.idle_timeout.count() != 0 && pool.idle_timeout < std::chrono::seconds(1))
-          fail(where + ".idle_timeout must be 0 (never) or at least 1s (servers report kernels with their heartbeats)");
-      }
-      p.pools.push_back(std::move(pool));
-    }
-    if (p.pools.empty()) fail("[pools] must define at least one pool");
-  }
+  if (auto pools = root["pools"].as_table()) readPools(*pools, p);
   std::set<std::string> named;
   for (const auto& pool : p.pools)
     for (const auto& s : pool.servers)
       if (s != "*" && !named.insert(s).second) fail("server '" + s + "' is named by more than one pool");
-
-  if (auto q = root["quotas"].as_table()) {
-    checkKeys(*q, {"users", "groups"}, "[quotas]");
-    for (auto [kind, map] : {std::pair{"users", &p.user_quotas}, std::pair{"groups", &p.group_quotas}}) {
-      if (auto t = (*q)[kind].as_table())
-        for (const auto& [k, v] : *t)
-          (*map)[std::string(k.str())] = quota(v, "quotas." + std::string(kind) + "." + std::string(k.str()));
-    }
-  }
+  if (auto q = root["quotas"].as_table()) readQuotas(*q, p);
   if (auto qs = root["queues"].as_table()) {
     for (const auto& [k, v] : *qs) p.queues.push_back(queue(std::string(k.str()), v));
     orderQueues(p.queues);

@@ -1,6 +1,7 @@
 // gpool-allocator's HTTP/JSON API (docs/api.md) over the scheduler and the store: one mutex around the
 // state, every change written to the store before any answer goes out (group_commit.h), a background
-// tick for heartbeat timeouts, and Prometheus metrics.
+// tick for heartbeat timeouts, and Prometheus metrics. The routes' answers are members too, each group in
+// a file of its own (service.cpp's `routes` lists them).
 #pragma once
 
 #include <atomic>
@@ -61,15 +62,52 @@ class Service {
 
  private:
   void serve(httplib::Server& s);  // settings and routes, for each listener
-  void serverRoutes(httplib::Server& s);
-  void leaseRoutes(httplib::Server& s);
-  void adminRoutes(httplib::Server& s);
-  void readRoutes(httplib::Server& s);
-  nlohmann::json queuesJson() const;
+  void routes(httplib::Server& s);
+  struct Caller;
+
+  // gpool-servers' requests (server_routes.cpp)
+  bool signedByServer(const httplib::Request& req, httplib::Response& res, const std::string& about);
+  void registerServer(const httplib::Request& req, httplib::Response& res);
+  void serverHeartbeat(const httplib::Request& req, httplib::Response& res);
+  void serverClientLeft(const httplib::Request& req, httplib::Response& res);
+
+  // Leases (lease_routes.cpp)
+  void requestLease(const httplib::Request& req, httplib::Response& res);
+  void watchLease(const httplib::Request& req, httplib::Response& res);
+  void leaseHeartbeat(const httplib::Request& req, httplib::Response& res);
+  void releaseLease(const httplib::Request& req, httplib::Response& res);
+  void whoami(const httplib::Request& req, httplib::Response& res);
+  bool mayRequest(const Caller& c, LeaseRequest& r, httplib::Response& res);  // mu_ held
+  const Lease* ownedLease(const httplib::Request& req, httplib::Response& res, const Caller& c);  // mu_ held
   static bool validRequestKey(const nlohmann::json& j, std::string& out);
   void replyAgain(httplib::Response& res, const Lease& l, const std::string& user, const std::string& lease_key);  // mu_ held
-  void queueMetrics(std::ostream& o) const;
-  void userMetrics(std::ostream& o) const;  // per user: GPUs held, memory, device time, time held back
+
+  // Admins' changes (admin_routes.cpp)
+  void drainServer(const httplib::Request& req, httplib::Response& res);
+  void replacePolicy(const httplib::Request& req, httplib::Response& res);
+  void changeQueue(const httplib::Request& req, httplib::Response& res, bool remove);
+  void enrollServer(const httplib::Request& req, httplib::Response& res);
+  void unenrollServer(const httplib::Request& req, httplib::Response& res);
+  void issueServiceAccount(const httplib::Request& req, httplib::Response& res);
+  void listServiceAccounts(const httplib::Request& req, httplib::Response& res);
+  void deleteServiceAccount(const httplib::Request& req, httplib::Response& res);
+
+  // Reads anyone may make (read_routes.cpp)
+  void usage(const httplib::Request& req, httplib::Response& res);
+  void status(const httplib::Request& req, httplib::Response& res);
+  void policyText(const httplib::Request& req, httplib::Response& res);
+  nlohmann::json serversJson() const;  // mu_ held
+  nlohmann::json queuesJson() const;   // mu_ held
+
+  // Metrics (service_metrics.cpp)
+  void metrics(const httplib::Request& req, httplib::Response& res);
+  void recordDecision(double seconds);  // mu_ held
+  void connectionMetrics(std::ostream& o) const;
+  void leaseMetrics(std::ostream& o) const;     // mu_ held
+  void decisionMetrics(std::ostream& o) const;  // mu_ held
+  void queueMetrics(std::ostream& o) const;     // mu_ held
+  void userMetrics(std::ostream& o) const;  // per user: GPUs held, memory, device time, time held back (mu_ held)
+
   struct Caller {
     Authenticator::Outcome outcome = Authenticator::Outcome::kAnonymous;
     Identity who;
@@ -133,7 +171,7 @@ class Service {
   size_t decision_next_ = 0;
   double decision_sum_ = 0;
   uint64_t decision_count_ = 0;
-  std::array<uint64_t, 12> decision_buckets_{};
+  std::array<uint64_t, 12> decision_buckets_{};  // service_metrics.cpp's buckets, then +Inf
 };
 
 }  // namespace gpool::allocator
