@@ -23,6 +23,7 @@
 
 #include "request_gate.h"
 #include "etcd_client.h"
+#include "gpool/daemon_log.h"
 #include "gpool/protocol/transport.h"
 #include "lease_token.h"
 #include "policy.h"
@@ -150,9 +151,7 @@ struct CommandLine {
     declareClientLimits(app);
     declareState(app);
     declareKeys(app);
-    app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
-        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
-        ->capture_default_str();
+    gpool::daemon::addLogLevelOption(app, log_level);
   }
 
   // Where the API is served: TCP (HTTP or HTTPS), a Unix socket, and MUNGE to know users by.
@@ -308,10 +307,7 @@ int main(int argc, char** argv) {
   cl.declare(app);
   CLI11_PARSE(app, argc, argv);
 
-  auto logger = spdlog::stderr_color_mt("gpool-allocator");
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(spdlog::level::from_str(cl.log_level));
-  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ gpool-allocator[%P] %v");
+  gpool::daemon::startLog("gpool-allocator", cl.log_level);
 
   std::string host;
   uint16_t port = 0;

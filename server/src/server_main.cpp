@@ -2,9 +2,9 @@
 // gpool-worker process. It never initialises CUDA itself (--backend auto asks a probe process).
 #include <CLI/CLI.hpp>
 #include <signal.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "gpool/daemon_log.h"
 #include "listener.h"
 
 namespace {
@@ -22,9 +22,7 @@ struct CommandLine {
     declareAllocator(app);
     declareLimits(app);
     declareAudits(app);
-    app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
-        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
-        ->capture_default_str();
+    gpool::daemon::addLogLevelOption(app, log_level);
   }
 
   // After parsing: the options in ServerOptions' units, and the defaults that depend on others.
@@ -192,10 +190,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  auto logger = spdlog::stderr_color_mt("gpool-server");
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(spdlog::level::from_str(cl.log_level));
-  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ gpool-server[%P] %v");
+  gpool::daemon::startLog("gpool-server", cl.log_level);
   try {
     return gpool::server::runServer(opt);
   } catch (const std::exception& e) {

@@ -1,7 +1,6 @@
 // gpool-worker: serves one client connection handed over by gpool-server, on one device, then exits
 // (the driver frees everything the client held when this process ends).
 #include <CLI/CLI.hpp>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cuda.h>
@@ -16,6 +15,7 @@
 #include "cuda_backend.h"
 #include "dispatcher.h"
 #include "export_records.h"
+#include "gpool/daemon_log.h"
 #include "output_relay.h"
 #include "revocation.h"
 #include "gpool/hex.h"
@@ -240,10 +240,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (!prepareProcess(o)) return 2;
 
-  auto logger = spdlog::stderr_color_mt("gpool-worker");
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(spdlog::level::from_str(o.log_level));
-  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ gpool-worker[%P] %v");
+  gpool::daemon::startLog("gpool-worker", o.log_level);
 
   if (o.probe) {
     std::string why;

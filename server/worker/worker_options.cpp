@@ -1,5 +1,7 @@
 #include "worker_options.h"
 
+#include "gpool/daemon_log.h"
+
 namespace gpool::worker {
 
 void WorkerOptions::declare(CLI::App& app) {
@@ -11,8 +13,7 @@ void WorkerOptions::declare(CLI::App& app) {
   app.add_option("--sim-memory", sim.memory_bytes, "sim backend: device memory in bytes");
   app.add_flag("--sim-fixed-addresses", sim.fixed_addresses, "sim backend: large allocations from one fixed address up");
   app.add_option("--sim-context-memory", sim.context_bytes, "sim backend: device memory the context takes once made");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  gpool::daemon::addLogLevelOption(app, log_level);
   app.add_option("--module-cache", module_cache_dir, "directory of the host's module image cache (none when empty)");
   app.add_option("--module-cache-max", module_cache_max, "bytes the module cache may hold");
   app.add_option("--jit-cache", jit_cache_dir,
