@@ -52,7 +52,8 @@ int Scheduler::priorityOf(const std::string& cls) const {
   return it == policy_.priorities.end() ? 0 : it->second;
 }
 
-std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
+// A pool, priority class or fraction the policy does not have, or a time limit past the pool's.
+std::optional<std::string> Scheduler::notInPolicy(const LeaseRequest& r) const {
   const Pool* pool = policy_.pool(r.pool);
   if (!pool) {
     std::string names;
@@ -70,13 +71,17 @@ std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
     for (double f : pool->fractions) fr += (fr.empty() ? "" : ", ") + formatNumber(f);
     return "pool '" + pool->name + "' offers fractions " + fr + " of a GPU, not " + formatNumber(r.p);
   }
-  if (auto why = exceedsMaxTime(*pool, r)) return why;
+  return exceedsMaxTime(*pool, r);
+}
+
+// More GPUs, or more memory on one, than the pool has of the types the request accepts, even empty.
+// `largest`: the memory of the largest GPU it may run on.
+std::optional<std::string> Scheduler::beyondPool(const LeaseRequest& r, const Pool& pool, uint64_t& largest) const {
   int gpus = 0, in_pool = 0;
-  uint64_t largest = 0;
   std::set<std::string> types;  // of the pool's GPUs
   for (const auto& [name, s] : servers_) {
     const Pool* sp = policy_.poolOfServer(name);
-    if (!sp || sp->name != pool->name) continue;
+    if (!sp || sp->name != pool.name) continue;
     for (const auto& g : s.gpus) {
       ++in_pool;
       types.insert(g.type);
@@ -85,21 +90,26 @@ std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
       largest = std::max(largest, g.memory);
     }
   }
-  if (in_pool == 0) return "pool '" + pool->name + "' has no GPUs (no gpool-server in it has registered)";
+  if (in_pool == 0) return "pool '" + pool.name + "' has no GPUs (no gpool-server in it has registered)";
   if (gpus == 0) {
     std::string asked, here;
     for (const auto& t : r.gpu_types) asked += (asked.empty() ? "" : ", ") + t;
     for (const auto& t : types) here += (here.empty() ? "" : ", ") + t;
-    return "pool '" + pool->name + "' has no GPU of type " + asked + " (its types: " + here + ")";
+    return "pool '" + pool.name + "' has no GPU of type " + asked + " (its types: " + here + ")";
   }
   // Shares of one request may share a GPU (two halves of one GPU are two devices).
   int per_gpu = sharesOfFraction(0.0, r.p, r.n);
   if (r.n > gpus * per_gpu)
-    return "asks for " + std::to_string(r.n) + " GPUs; pool '" + pool->name + "' has " + std::to_string(gpus) +
+    return "asks for " + std::to_string(r.n) + " GPUs; pool '" + pool.name + "' has " + std::to_string(gpus) +
            (r.gpu_types.empty() ? "" : " of the types it accepts") +
            (per_gpu > 1 ? " (" + std::to_string(gpus * per_gpu) + " shares of " + formatNumber(r.p) + ")" : "");
   if (r.m > largest)
-    return "asks for " + formatSize(r.m) + " per GPU; the largest GPU in pool '" + pool->name + "' has " + formatSize(largest);
+    return "asks for " + formatSize(r.m) + " per GPU; the largest GPU in pool '" + pool.name + "' has " + formatSize(largest);
+  return std::nullopt;
+}
+
+// More than the quota of its user, or of a group charged for it, even with nothing else held.
+std::optional<std::string> Scheduler::beyondQuota(const LeaseRequest& r, uint64_t largest) const {
   const double least = r.min_p > 0 ? r.min_p : r.p;  // an elastic request may take less than p
   double gpu_total = r.n * least;
   // Without m, each share takes its fraction of its GPU's memory: count the largest GPU's (the most it can be).
@@ -117,6 +127,13 @@ std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
              " of GPU memory; this asks for " + formatSize(mem_total);
   }
   return std::nullopt;
+}
+
+std::optional<std::string> Scheduler::neverFits(const LeaseRequest& r) const {
+  if (auto why = notInPolicy(r)) return why;
+  uint64_t largest = 0;
+  if (auto why = beyondPool(r, *policy_.pool(r.pool), largest)) return why;
+  return beyondQuota(r, largest);
 }
 
 uint64_t Scheduler::largestGpu(const std::string& pool) const {
@@ -206,21 +223,24 @@ bool Scheduler::tryGrant(Lease& l, int64_t now, std::string& why) {
   return false;
 }
 
-bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
-  if (auto q = quotaBlocks(l, p)) {
-    why = *q;
-    return false;
-  }
+// A GPU one of a request's shares may go to, the `slot`-th of its shares there.
+struct Scheduler::Place {
+  Server* server;
+  Gpu* gpu;
+  uint64_t memory;
+  int slot;      // this request's shares already placed on the GPU before this one
+  double speed;  // how fast its kind runs on the GPU's type (speedOf)
+  double type_free = 0;  // the free fractions of its type's GPUs in the pool, summed
+};
+
+// Every place a share of `p` of `l` fits now, in the order they are taken: a request's shares go to distinct
+// GPUs where they can (each share's compute is its own), then several to one GPU (two halves of one GPU are
+// two devices); to the type its kind runs fastest on (heterogeneity aware). Then pack: the fullest GPUs
+// first (keeps whole GPUs free); spread: the emptiest first. Between GPUs alike in all that, the type with
+// the most room (no type is filled first for its name). Fewer than it asks: `why` says what it waits for.
+std::vector<Scheduler::Place> Scheduler::placesFor(const Lease& l, double p, std::string& why) {
   const Pool* pool = policy_.pool(l.req.pool);
-  struct Candidate {
-    Server* server;
-    Gpu* gpu;
-    uint64_t memory;
-    int slot;      // this request's shares already placed on the GPU before this one
-    double speed;  // how fast its kind runs on the GPU's type (speedOf)
-    double type_free = 0;  // the free fractions of its type's GPUs in the pool, summed
-  };
-  std::vector<Candidate> fit;
+  std::vector<Place> fit;
   int in_pool = 0, gpus_fit = 0;
   std::map<std::string, double> type_free;
   forEachOpenGpu(servers_, policy_, serving_, pool->name, [&](Server& s, Gpu& g, bool heard) {
@@ -237,14 +257,10 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
   if (static_cast<int>(fit.size()) < l.req.n) {
     why = "waiting for " + std::to_string(l.req.n) + " GPU(s) with " + formatNumber(p) + " free in pool '" +
           pool->name + "' (" + std::to_string(gpus_fit) + " of " + std::to_string(in_pool) + " available GPUs fit now)";
-    return false;
+    return fit;
   }
-  // A request's shares go to distinct GPUs where they can (each share's compute is its own), then several
-  // to one GPU (two halves of one GPU are two devices); to the type its kind runs fastest on (heterogeneity
-  // aware). Then pack: the fullest GPUs first (keeps whole GPUs free); spread: the emptiest first. Between
-  // GPUs alike in all that, the type with the most room (no type is filled first for its name).
-  for (Candidate& c : fit) c.type_free = type_free[c.gpu->type];
-  std::stable_sort(fit.begin(), fit.end(), [&](const Candidate& a, const Candidate& b) {
+  for (Place& c : fit) c.type_free = type_free[c.gpu->type];
+  std::stable_sort(fit.begin(), fit.end(), [&](const Place& a, const Place& b) {
     if (a.slot != b.slot) return a.slot < b.slot;
     if (a.speed != b.speed) return a.speed > b.speed;
     if (a.gpu->used_fraction != b.gpu->used_fraction)
@@ -253,10 +269,20 @@ bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
     return a.type_free > b.type_free;
   });
   onFewestServers(fit, l.req.n);
+  return fit;
+}
+
+bool Scheduler::tryPlace(Lease& l, double p, int64_t now, std::string& why) {
+  if (auto q = quotaBlocks(l, p)) {
+    why = *q;
+    return false;
+  }
+  std::vector<Place> fit = placesFor(l, p, why);
+  if (static_cast<int>(fit.size()) < l.req.n) return false;
   l.shares.clear();
   int64_t expiry = unix_seconds_() + std::chrono::duration_cast<std::chrono::seconds>(policy_.token_ttl).count();
   for (int i = 0; i < l.req.n; ++i) {
-    Candidate& c = fit[static_cast<size_t>(i)];
+    Place& c = fit[static_cast<size_t>(i)];
     c.gpu->used_fraction += p;
     c.gpu->used_memory += c.memory;
     Share s{c.server->name, c.server->address, c.gpu->uuid, "", c.gpu->index, p, c.memory};
@@ -479,33 +505,24 @@ std::vector<std::string> LeaseRequest::chargedGroups() const {
   return out;
 }
 
-Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id, const std::string& owner_key_hash) {
-  Decision d;
-  if (req.n < 1 || req.n > 1024) {
-    d.reason = "n must be between 1 and 1024 GPUs";
-    return d;
-  }
-  if (!(req.p > 0 && req.p <= 1)) {
-    d.reason = "p must be a fraction in (0, 1]";
-    return d;
-  }
-  if (req.min_p < 0 || req.min_p > req.p) {
-    d.reason = "min_p (the least fraction an elastic request takes) must be in (0, p]";
-    return d;
-  }
-  if (req.m > (1ull << 50)) {
-    d.reason = "m is larger than any GPU";
-    return d;
-  }
+namespace {
+
+// What a request may not ask, whatever the policy: the reason, or nullopt.
+std::optional<std::string> outOfBounds(const LeaseRequest& req) {
+  if (req.n < 1 || req.n > 1024) return "n must be between 1 and 1024 GPUs";
+  if (!(req.p > 0 && req.p <= 1)) return "p must be a fraction in (0, 1]";
+  if (req.min_p < 0 || req.min_p > req.p) return "min_p (the least fraction an elastic request takes) must be in (0, p]";
+  if (req.m > (1ull << 50)) return "m is larger than any GPU";
   if (req.user.empty() || req.user.size() > 64 || req.group.size() > 64 || req.pool.size() > 64 || req.priority.size() > 64 ||
-      req.kind.size() > 64 || req.job.size() > 64) {
-    d.reason = "user (1-64 characters), group, pool, priority, kind and job must be short names";
-    return d;
-  }
-  if (auto why = neverFits(req)) {
-    d.reason = *why;
-    return d;
-  }
+      req.kind.size() > 64 || req.job.size() > 64)
+    return "user (1-64 characters), group, pool, priority, kind and job must be short names";
+  return std::nullopt;
+}
+
+}  // namespace
+
+// The request as a queued lease: its priority, queue and place in its pool's order.
+Lease& Scheduler::enqueueNew(LeaseRequest req, int64_t now, const std::string& id, const std::string& owner_key_hash) {
   Lease l;
   l.id = id;
   l.req = std::move(req);
@@ -519,45 +536,59 @@ Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id
   live_.emplace(id, &stored);
   enqueue(stored);
   touch(stored);
-  // Granted now only if no request of its pool that quota does not block comes before it: of equal or
-  // higher priority; with queues, earlier in the fair order (fairOrder). Notice for it, where it is within
-  // its queue's guarantee, comes with the next tick.
-  const double mine = fair_.active() ? fair_.beyondGuarantee(stored.queue, stored.req.n * stored.req.p) : 0;
+  return stored;
+}
+
+// Whether a request of its pool that quota does not block comes before `l`: of equal or higher priority;
+// with queues, earlier in the fair order (fairOrder).
+bool Scheduler::waitingAhead(const Lease& l) const {
+  const double mine = fair_.active() ? fair_.beyondGuarantee(l.queue, l.req.n * l.req.p) : 0;
   auto ahead = [&](const Lease& q) {  // in priority class, then the pool's order
-    return q.priority > stored.priority || (q.priority == stored.priority && q.order_key <= stored.order_key);
+    return q.priority > l.priority || (q.priority == l.priority && q.order_key <= l.order_key);
   };
   auto comesFirst = [&](const Lease& q) {
     if (!fair_.active()) return ahead(q);
     double theirs = fair_.beyondGuarantee(q.queue, q.req.n * q.req.p);
     return theirs < mine || (theirs == mine && ahead(q));
   };
-  bool waiting_ahead = false;
   for (const auto& entry : queue_.entries()) {
     const Lease& q = *WaitQueue::leaseOf(entry);
-    if (&q != &stored && q.req.pool == stored.req.pool && wantSameGpus(q, stored) && comesFirst(q) &&
-        !quotaBlocks(q)) {
-      waiting_ahead = true;
-      break;
-    }
+    if (&q != &l && q.req.pool == l.req.pool && wantSameGpus(q, l) && comesFirst(q) && !quotaBlocks(q)) return true;
   }
+  return false;
+}
+
+Decision Scheduler::request(LeaseRequest req, int64_t now, const std::string& id, const std::string& owner_key_hash) {
+  Decision d;
+  if (auto why = outOfBounds(req)) {
+    d.reason = *why;
+    return d;
+  }
+  if (auto why = neverFits(req)) {
+    d.reason = *why;
+    return d;
+  }
+  Lease& stored = enqueueNew(std::move(req), now, id, owner_key_hash);
+  d.lease = &stored;
+  // Granted now only if no request comes before it. Notice for it, where it is within its queue's
+  // guarantee, comes with the next tick.
+  const bool waiting_ahead = waitingAhead(stored);
   std::string why;
   if (!waiting_ahead) tryGrant(stored, now, why);
   if (stored.state == LeaseState::kGranted) {
     d.kind = Decision::kGranted;
-  } else {
-    if (waiting_ahead && why.empty()) why = "behind an earlier request in pool '" + stored.req.pool + "'";
-    if (stored.req.wait_ms == 0) {
-      end(id, "not granted at once and the client will not wait: " + why, now);
-      d.reason = "no capacity now (" + why + ") and no --wait";
-      d.kind = Decision::kRefused;
-      d.lease = &stored;
-      return d;
-    }
-    stored.wait_reason = why;
-    d.kind = Decision::kQueued;
-    d.reason = why;
+    return d;
   }
-  d.lease = &stored;
+  if (waiting_ahead && why.empty()) why = "behind an earlier request in pool '" + stored.req.pool + "'";
+  if (stored.req.wait_ms == 0) {
+    end(id, "not granted at once and the client will not wait: " + why, now);
+    d.reason = "no capacity now (" + why + ") and no --wait";
+    d.kind = Decision::kRefused;
+    return d;
+  }
+  stored.wait_reason = why;
+  d.kind = Decision::kQueued;
+  d.reason = why;
   return d;
 }
 

@@ -264,6 +264,11 @@ class Scheduler {
     uint64_t memory;  // 0: fraction × the GPU's memory
   };
   std::optional<std::string> neverFits(const LeaseRequest& r) const;  // why, if it never can
+  std::optional<std::string> notInPolicy(const LeaseRequest& r) const;
+  std::optional<std::string> beyondPool(const LeaseRequest& r, const Pool& pool, uint64_t& largest) const;
+  std::optional<std::string> beyondQuota(const LeaseRequest& r, uint64_t largest) const;
+  Lease& enqueueNew(LeaseRequest req, int64_t now, const std::string& id, const std::string& owner_key_hash);
+  bool waitingAhead(const Lease& l) const;  // a request of its pool comes before it (request())
   // Why, if a quota (or a queue's limit) keeps `l` out now, asking `p` of each GPU (default: l.req.p).
   std::optional<std::string> quotaBlocks(const Lease& l, double p = 0) const;
   uint64_t largestGpu(const std::string& pool) const;                 // memory of the pool's largest GPU
@@ -271,6 +276,8 @@ class Scheduler {
   bool finish(const std::string& id, const std::string& reason, int64_t now);
   bool tryGrant(Lease& l, int64_t now, std::string& why);  // l.req.p, else an elastic request's smaller fraction
   bool tryPlace(Lease& l, double p, int64_t now, std::string& why);  // grants shares of `p` if they fit now
+  struct Place;
+  std::vector<Place> placesFor(const Lease& l, double p, std::string& why);  // (tryPlace) where its shares would go
   // Copies of the GPUs that take new shares of r now, by (server, index): what preemption counts
   // room on (preemption.cpp).
   std::map<std::pair<std::string, int>, Gpu> openGpus(const LeaseRequest& r) const;  // (of its pool and types)
