@@ -103,6 +103,21 @@ class Server {
     if (opt_.worker_path.empty()) opt_.worker_path = selfDir() + "/gpool-worker";
     if (::access(opt_.worker_path.c_str(), X_OK) != 0)
       throw std::runtime_error("gpool-worker not found at " + opt_.worker_path + " (use --worker PATH)");
+    tcp::endpoint ep = listenEndpoint();
+    prepareWorkers();
+    listen(ep);
+    if (!opt_.allocator.empty()) linkToAllocator(ep);
+    startAudits();
+    if (!opt_.metrics.empty()) metrics_ = std::make_unique<MetricsEndpoint>(opt_.metrics, [this] { return gathered(); });
+    awaitSignal();
+    watchChildren();
+    accept();
+    io_.run();
+    return 0;
+  }
+
+ private:
+  tcp::endpoint listenEndpoint() const {
     std::string host;
     uint16_t port = 0;
     asio::error_code aec;
@@ -110,7 +125,12 @@ class Server {
     auto address = parsed ? asio::ip::make_address(host, aec) : asio::ip::address();
     if (!parsed || aec)
       throw std::runtime_error("malformed --listen '" + opt_.listen + "': expected IP:PORT, e.g. 0.0.0.0:7420 or [::]:7420");
-    tcp::endpoint ep(address, port);
+    return tcp::endpoint(address, port);
+  }
+
+  // What the workers run with and as: every descriptor the system allows, this server as their subreaper,
+  // their users (--worker-uids), sandbox, JIT caches, and the backend.
+  void prepareWorkers() {
     // Each connection is a descriptor until its worker has it: take the whole allowance the system gives.
     if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
       r.rlim_cur = r.rlim_max;
@@ -136,6 +156,9 @@ class Server {
       sim_memory_ = budget::SharedBudget::create(opt_.sim_memory);  // host memory: one budget for all
       sim_busy_ = budget::SharedBudget::create(UINT64_MAX);         // (counters of device time: no limit)
     }
+  }
+
+  void listen(const tcp::endpoint& ep) {
     acceptor_.open(ep.protocol());
     acceptor_.set_option(tcp::acceptor::reuse_address(true));
     asio::error_code ec;
@@ -145,46 +168,41 @@ class Server {
     spdlog::info("listening on {}:{} (backend {}, protocol {}.{})", ep.address().to_string(), acceptor_.local_endpoint().port(),
                  backend_, proto::kVersionMajor, proto::kVersionMinor);
 
-    if (!opt_.allocator.empty()) {
-      if (opt_.name.empty()) {
-        char h[256] = {};
-        ::gethostname(h, sizeof h - 1);
-        opt_.name = h;
-      }
-      token_key_ = token::Ed25519Key::loadPublic(opt_.token_key);
-      std::error_code ec;
-      bool made = !std::filesystem::exists(opt_.server_key, ec);
-      if (made) std::filesystem::create_directories(std::filesystem::path(opt_.server_key).parent_path(), ec);
-      auto server_key = token::Ed25519Key::loadPrivate(opt_.server_key, true);
-      if (made)
-        spdlog::warn("made this server's key {}: until an admin enrolls it (gpool admin server enroll {} {}), the allocator "
-                     "refuses this server", opt_.server_key, opt_.name, token::Ed25519Key::publicPath(opt_.server_key));
-      std::string advertise = opt_.advertise;
-      if (advertise.empty()) {
-        std::string shown = ep.address().is_unspecified() ? opt_.name : ep.address().to_string();
-        advertise = shown + ":" + std::to_string(acceptor_.local_endpoint().port());
-      }
-      auto gpus = nlohmann::json::parse(inventory(opt_, backend_, probeUser()));
-      for (const auto& gpu : gpus) gpu_uuids_.push_back(gpu.at("uuid").get<std::string>());
-      nlohmann::json reg = {{"name", opt_.name}, {"address", advertise}, {"gpus", gpus}};
-      link_ = std::make_unique<AllocatorLink>(
-          opt_.allocator, opt_.allocator_ca, server_key, opt_.name, reg.dump(), [this](const std::string& lease) { asio::post(io_, [this, lease] { revoke(lease); }); },
-          [this](std::vector<std::string> live, uint64_t request) {
-            asio::post(io_, [this, live = std::move(live), request] {
-              for (const std::string& lease : gate_.update(live, request)) revoke(lease);
-            });
-          });
-      spdlog::info("leases from {} required: clients need a token naming server '{}' (clients connect to {})",
-                   opt_.allocator, opt_.name, advertise);
-    }
+  }
 
-    startAudits();
-    if (!opt_.metrics.empty()) metrics_ = std::make_unique<MetricsEndpoint>(opt_.metrics, [this] { return gathered(); });
-    awaitSignal();
-    watchChildren();
-    accept();
-    io_.run();
-    return 0;
+  // Registers this host's GPUs with the allocator under this server's key (made when missing), and serves
+  // only clients whose lease token the allocator signed.
+  void linkToAllocator(const tcp::endpoint& ep) {
+    if (opt_.name.empty()) {
+      char h[256] = {};
+      ::gethostname(h, sizeof h - 1);
+      opt_.name = h;
+    }
+    token_key_ = token::Ed25519Key::loadPublic(opt_.token_key);
+    std::error_code ec;
+    bool made = !std::filesystem::exists(opt_.server_key, ec);
+    if (made) std::filesystem::create_directories(std::filesystem::path(opt_.server_key).parent_path(), ec);
+    auto server_key = token::Ed25519Key::loadPrivate(opt_.server_key, true);
+    if (made)
+      spdlog::warn("made this server's key {}: until an admin enrolls it (gpool admin server enroll {} {}), the allocator "
+                   "refuses this server", opt_.server_key, opt_.name, token::Ed25519Key::publicPath(opt_.server_key));
+    std::string advertise = opt_.advertise;
+    if (advertise.empty()) {
+      std::string shown = ep.address().is_unspecified() ? opt_.name : ep.address().to_string();
+      advertise = shown + ":" + std::to_string(acceptor_.local_endpoint().port());
+    }
+    auto gpus = nlohmann::json::parse(inventory(opt_, backend_, probeUser()));
+    for (const auto& gpu : gpus) gpu_uuids_.push_back(gpu.at("uuid").get<std::string>());
+    nlohmann::json reg = {{"name", opt_.name}, {"address", advertise}, {"gpus", gpus}};
+    link_ = std::make_unique<AllocatorLink>(
+        opt_.allocator, opt_.allocator_ca, server_key, opt_.name, reg.dump(), [this](const std::string& lease) { asio::post(io_, [this, lease] { revoke(lease); }); },
+        [this](std::vector<std::string> live, uint64_t request) {
+          asio::post(io_, [this, live = std::move(live), request] {
+            for (const std::string& lease : gate_.update(live, request)) revoke(lease);
+          });
+        });
+    spdlog::info("leases from {} required: clients need a token naming server '{}' (clients connect to {})",
+                 opt_.allocator, opt_.name, advertise);
   }
 
  private:
