@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The cuda backend finds every driver function it calls by the exported symbol of the prototype it calls it
-# with (server/worker/cuda_backend.cpp). Checked against the CUDA toolkit's stub driver, which exports every
+# with (GPOOL_DRIVER_FUNCTIONS in server/worker/cuda_backend_class.h). Checked against the CUDA toolkit's stub driver, which exports every
 # symbol of its version's driver and answers every call with an error: loading must get past all symbols
 # and stop at cuInit ("reports no usable device"), not at a function "the driver does not provide".
 # usage: driver_symbols.sh GPOOL_WORKER [CUDA_ROOT]
