@@ -105,67 +105,81 @@ httplib::Result AllocatorLink::post(const std::string& path, const std::string& 
       });
 }
 
+// Sends the releases queued; stops at the first that fails (tried again after the next wait). mu_ held.
+void AllocatorLink::sendReleased(std::unique_lock<std::mutex>& lock) {
+  while (!released_.empty()) {
+    std::string lease = released_.front();
+    lock.unlock();
+    auto r = post("/v1/servers/" + name_ + "/released", nlohmann::json{{"lease", lease}}.dump());
+    lock.lock();
+    if (!r) return;
+    released_.pop_front();
+  }
+}
+
+// A heartbeat's body: the leases served, and what each lease's workers here launched and use. mu_ held.
+std::string AllocatorLink::heartbeat() const {
+  nlohmann::json launched = nlohmann::json::object(), use = nlohmann::json::object();
+  for (const auto& [lease, from] : lease_sources_) {
+    uint64_t memory = 0;
+    launched[lease] = from.launched();
+    double busy_s = 0, held_s = 0;
+    for (const auto& b : from.memory) memory = addAtMost(memory, b->used());
+    for (const auto& p : from.paces) busy_s += secondsOf(p->busyNs()), held_s += secondsOf(p->waitedNs());
+    use[lease] = {{"memory", memory}, {"device_s", std::min(busy_s, kMostSeconds)}, {"held_s", std::min(held_s, kMostSeconds)}};
+  }
+  return nlohmann::json{{"serving", serving_}, {"launches", launched}, {"use", use}}.dump();
+}
+
+// What the allocator answered to `path` (request number `request`): how long to wait before the next.
+int AllocatorLink::answered(const httplib::Result& r, const std::string& path, uint64_t request) {
+  if (!r) {
+    spdlog::warn("allocator {} unreachable ({}{}); retrying in {} ms", replicas_->all(), httplib::to_string(r.error()),
+                 r.error() == httplib::Error::SSLServerVerification ? ": its certificate does not verify; give its CA with --allocator-ca" : "",
+                 backoff_ms_);
+    int wait_ms = backoff_ms_;
+    // One replica: back off to 10 s. Several: a failover is under way or soon over; keep asking often,
+    // so that the new leader hears from this server well within its timeout.
+    backoff_ms_ = std::min(backoff_ms_ * 2, replicas_->size() > 1 ? 500 : 10000);
+    return wait_ms;
+  }
+  if (r->status == 404 && registered_) {
+    spdlog::warn("the allocator does not know this server (restarted without its database?); registering again");
+    registered_ = false;
+    return 0;
+  }
+  if (!token::standbyLeader(r->status, r->body).empty()) {  // a failover: soon over
+    spdlog::warn("no allocator replica of {} leads yet; asking again in 500 ms", replicas_->all());
+    return 500;
+  }
+  auto j = nlohmann::json::parse(r->body, nullptr, false);
+  if (r->status != 200) {
+    std::string why = j.is_object() && j.contains("error") && j["error"].is_string() ? j["error"].get<std::string>() : r->body;
+    spdlog::error("allocator refused {}: {} {} (retrying in {} ms)", path, r->status, gpool::printable(why), backoff_ms_);
+    int wait_ms = backoff_ms_;
+    backoff_ms_ = std::min(backoff_ms_ * 2, 10000);
+    return wait_ms;
+  }
+  backoff_ms_ = 500;
+  if (!registered_) spdlog::info("registered with allocator {} as {}", replicas_->url(), name_);
+  registered_ = true;
+  if (j.is_object()) {
+    interval_ms_ = std::clamp(j.value("heartbeat_ms", 1000), 50, 60000);
+    readAnswer(j, request, revoked_, live_);
+  }
+  return interval_ms_;
+}
+
 void AllocatorLink::loop() {
-  bool registered = false;
-  int interval_ms = 1000, backoff_ms = 500;
   std::unique_lock lock(mu_);
   while (!stop_) {
-    while (!released_.empty()) {  // first: shares free at once
-      std::string lease = released_.front();
-      lock.unlock();
-      auto r = post("/v1/servers/" + name_ + "/released", nlohmann::json{{"lease", lease}}.dump());
-      lock.lock();
-      if (!r) break;  // retried after the next wait
-      released_.pop_front();
-    }
+    sendReleased(lock);  // first: shares free at once
     uint64_t request = ++requests_;
     wake_ = false;
-    nlohmann::json launched = nlohmann::json::object(), use = nlohmann::json::object();
-    for (const auto& [lease, from] : lease_sources_) {
-      uint64_t memory = 0;
-      launched[lease] = from.launched();
-      double busy_s = 0, held_s = 0;
-      for (const auto& b : from.memory) memory = addAtMost(memory, b->used());
-      for (const auto& p : from.paces) busy_s += secondsOf(p->busyNs()), held_s += secondsOf(p->waitedNs());
-      use[lease] = {{"memory", memory}, {"device_s", std::min(busy_s, kMostSeconds)}, {"held_s", std::min(held_s, kMostSeconds)}};
-    }
-    std::string beat = nlohmann::json{{"serving", serving_}, {"launches", launched}, {"use", use}}.dump();
+    std::string beat = heartbeat();
     lock.unlock();
-    std::string path = registered ? "/v1/servers/" + name_ + "/heartbeat" : "/v1/servers";
-    auto r = post(path, registered ? beat : registration_);
-    int wait_ms = interval_ms;
-    if (!r) {
-      spdlog::warn("allocator {} unreachable ({}{}); retrying in {} ms", replicas_->all(), httplib::to_string(r.error()),
-                   r.error() == httplib::Error::SSLServerVerification ? ": its certificate does not verify; give its CA with --allocator-ca" : "",
-                   backoff_ms);
-      wait_ms = backoff_ms;
-      // One replica: back off to 10 s. Several: a failover is under way or soon over; keep asking often,
-      // so that the new leader hears from this server well within its timeout.
-      backoff_ms = std::min(backoff_ms * 2, replicas_->size() > 1 ? 500 : 10000);
-    } else if (r->status == 404 && registered) {
-      spdlog::warn("the allocator does not know this server (restarted without its database?); registering again");
-      registered = false;
-      wait_ms = 0;
-    } else if (!token::standbyLeader(r->status, r->body).empty()) {  // a failover: soon over
-      spdlog::warn("no allocator replica of {} leads yet; asking again in 500 ms", replicas_->all());
-      wait_ms = 500;
-    } else if (r->status != 200) {
-      auto j = nlohmann::json::parse(r->body, nullptr, false);
-      std::string why = j.is_object() && j.contains("error") && j["error"].is_string() ? j["error"].get<std::string>() : r->body;
-      spdlog::error("allocator refused {}: {} {} (retrying in {} ms)", path, r->status, gpool::printable(why), backoff_ms);
-      wait_ms = backoff_ms;
-      backoff_ms = std::min(backoff_ms * 2, 10000);
-    } else {
-      backoff_ms = 500;
-      auto j = nlohmann::json::parse(r->body, nullptr, false);
-      if (!registered) spdlog::info("registered with allocator {} as {}", replicas_->url(), name_);
-      registered = true;
-      if (j.is_object()) {
-        interval_ms = std::clamp(j.value("heartbeat_ms", 1000), 50, 60000);
-        readAnswer(j, request, revoked_, live_);
-      }
-      wait_ms = interval_ms;
-    }
+    std::string path = registered_ ? "/v1/servers/" + name_ + "/heartbeat" : "/v1/servers";
+    int wait_ms = answered(post(path, registered_ ? beat : registration_), path, request);
     lock.lock();
     cv_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return stop_ || wake_ || !released_.empty(); });
   }

@@ -61,6 +61,9 @@ class AllocatorLink {
 
  private:
   void loop();
+  void sendReleased(std::unique_lock<std::mutex>& lock);
+  std::string heartbeat() const;
+  int answered(const httplib::Result& r, const std::string& path, uint64_t request);
   // Signs and posts to the replica that leads, following standbys' answers and trying each replica in
   // turn; the last answer (or failure) when none leads.
   httplib::Result post(const std::string& path, const std::string& body);
@@ -78,6 +81,9 @@ class AllocatorLink {
   std::vector<std::string> serving_;
   std::map<std::string, LeaseSources> lease_sources_;
   bool stop_ = false;
+  // The link thread's own: whether the allocator knows this server, and how long to wait between requests.
+  bool registered_ = false;
+  int interval_ms_ = 1000, backoff_ms_ = 500;
   std::thread thread_;
 };
 
