@@ -83,15 +83,18 @@ std::pair<int, std::string> release(AllocatorClient& a, const std::string& id) {
 
 constexpr int kForwarded[] = {SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGINT, SIGQUIT};
 
-// Requests a lease and waits for it (queue progress on stderr); dies with a clear message on refusal,
-// when --wait runs out, or when the allocator stays unreachable past it.
-json acquire(AllocatorClient& a, const json& request, double wait_s) {
-  auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  std::mt19937 rng(std::random_device{}());
-  // Submit, retrying with back-off while the allocator cannot be reached. A retry carries the same
-  // request_key: where the first try was granted and only its answer was lost, it gets that lease.
-  json lease;
+// How long gpool has waited for a lease, and the jitter of its back-off.
+struct WaitClock {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  std::mt19937 rng{std::random_device{}()};
+  double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+  double jitter(double d) { return d * std::uniform_real_distribution<double>(0.8, 1.2)(rng); }
+};
+
+// Submits the request, retrying with back-off while the allocator cannot be reached. A retry carries the
+// same request_key: where the first try was granted and only its answer was lost, it gets that lease.
+// The allocator's answer (granted or queued); dies on a refusal.
+json submit(AllocatorClient& a, const json& request, double wait_s, WaitClock& clock) {
   json keyed = request;
   keyed["request_key"] = token::randomHex(16);
   for (double delay = 0.2;; delay = std::min(delay * 2, 5.0)) {
@@ -99,39 +102,42 @@ json acquire(AllocatorClient& a, const json& request, double wait_s) {
     auto [status, text] = a.call("POST", "/v1/leases", Proof::kIdentity, keyed.dump());
     if (status == AllocatorClient::kNoProof) die(kExitAllocator, text);  // (munged not running: waiting will not start it)
     if (status == 0) {
-      if (wait_s >= 0 && elapsed() > wait_s) die(kExitAllocator, text);
-      double d = delay * std::uniform_real_distribution<double>(0.8, 1.2)(rng);
+      if (wait_s >= 0 && clock.elapsed() > wait_s) die(kExitAllocator, text);
+      double d = clock.jitter(delay);
       std::fprintf(stderr, "gpool: %s; retrying in %.1fs\n", text.c_str(), d);
       std::this_thread::sleep_for(std::chrono::duration<double>(d));
       continue;
     }
-    lease = json::parse(text, nullptr, false);
+    json lease = json::parse(text, nullptr, false);
     if (status == 409 || status == 422 || status == 400 || status == 401 || status == 403) {
       std::string why = lease.is_object() ? lease.value("error", text) : text;
       die(kExitRefused, "refused: " + why);
     }
     if (status != 201 && status != 202) die(kExitAllocator, "unexpected answer " + std::to_string(status) + ": " + text);
-    break;
+    return lease;
   }
-  std::string id = lease.at("id");
-  a.lease_key = lease.value("lease_key", "");
-  // Queued: long-poll (each poll is also a heartbeat); the back-off spaces the polls when nothing changes.
+}
+
+// Queued: long-polls `lease` until it is granted, saying what it waits for (each poll is also a heartbeat;
+// the back-off spaces the polls when nothing changes). Dies when --wait runs out or the request ends.
+void waitInQueue(AllocatorClient& a, json& lease, double wait_s, WaitClock& clock) {
+  const std::string id = lease.at("id");
   std::string last_note;
   double last_print = -100, delay = 0.1;
   while (lease.at("state") == "queued") {
     stopIfSignalled(a, id);
     std::string note = lease.value("waiting_for", std::string("waiting for capacity")) + "; position " +
                        std::to_string(lease.value("position", 0)) + " in the queue";
-    if (note != last_note || elapsed() - last_print >= 30) {
-      std::fprintf(stderr, "gpool: %s (waited %s)\n", note.c_str(), fmtDuration(elapsed()).c_str());
+    if (note != last_note || clock.elapsed() - last_print >= 30) {
+      std::fprintf(stderr, "gpool: %s (waited %s)\n", note.c_str(), fmtDuration(clock.elapsed()).c_str());
       last_note = note;
-      last_print = elapsed();
+      last_print = clock.elapsed();
     }
-    if (wait_s >= 0 && elapsed() > wait_s) {
+    if (wait_s >= 0 && clock.elapsed() > wait_s) {
       a.call("DELETE", "/v1/leases/" + id, Proof::kLease);
       die(kExitWaitRanOut, "gave up after --wait " + fmtDuration(wait_s) + ": " + note);
     }
-    int wait_ms = static_cast<int>(delay * 1000 * std::uniform_real_distribution<double>(0.8, 1.2)(rng));
+    int wait_ms = static_cast<int>(clock.jitter(delay * 1000));
     auto [status, text] = a.call("GET", "/v1/leases/" + id + "?wait_ms=" + std::to_string(wait_ms), Proof::kLease);
     if (status == 0) {
       std::fprintf(stderr, "gpool: %s; retrying\n", text.c_str());
@@ -144,8 +150,16 @@ json acquire(AllocatorClient& a, const json& request, double wait_s) {
     delay = std::min(delay * 2, 2.0);
   }
   if (lease.at("state") != "granted") die(kExitWaitRanOut, "lease request ended: " + lease.value("end_reason", std::string("?")));
+}
 
-  if (elapsed() > 1) std::fprintf(stderr, "gpool: granted after %s\n", fmtDuration(elapsed()).c_str());
+// Requests a lease and waits for it (queue progress on stderr); dies with a clear message on refusal,
+// when --wait runs out, or when the allocator stays unreachable past it.
+json acquire(AllocatorClient& a, const json& request, double wait_s) {
+  WaitClock clock;
+  json lease = submit(a, request, wait_s, clock);
+  a.lease_key = lease.value("lease_key", "");
+  waitInQueue(a, lease, wait_s, clock);
+  if (clock.elapsed() > 1) std::fprintf(stderr, "gpool: granted after %s\n", fmtDuration(clock.elapsed()).c_str());
   return lease;
 }
 
