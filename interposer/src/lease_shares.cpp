@@ -44,9 +44,10 @@ void exportLease(const nlohmann::json& lease) {
     if (name.rfind("GPOOL_", 0) == 0 && value.is_string()) ::setenv(name.c_str(), value.get_ref<const std::string&>().c_str(), 1);
 }
 
-std::vector<Share> leaseFromAllocator(std::string& why) {
-  // Preemption notice reaches this process as it reaches gpool run's command: GPOOL_PREEMPT_FILE (when
-  // set), SIGTERM, then SIGKILL when the GPUs are revoked.
+// `gpool lease` for this process, with the request the environment describes (as gpool run's options).
+// Preemption notice reaches this process as it reaches gpool run's command: GPOOL_PREEMPT_FILE (when
+// set), SIGTERM, then SIGKILL when the GPUs are revoked.
+std::vector<std::string> leaseCommand() {
   std::vector<std::string> args{gpoolBinary(), "lease", "--notify-pid", std::to_string(::getpid())};
   for (auto [env, flag] : {std::pair{"GPOOL_GPUS", "-n"}, std::pair{"GPOOL_FRACTION", "-p"}, std::pair{"GPOOL_MEMORY", "-m"},
                            std::pair{"GPOOL_WAIT", "--wait"}, std::pair{"GPOOL_POOL", "--pool"},
@@ -54,10 +55,17 @@ std::vector<Share> leaseFromAllocator(std::string& why) {
                            std::pair{"GPOOL_GPU_TYPE", "--gpu-type"}, std::pair{"GPOOL_JOB_KIND", "--kind"},
                            std::pair{"GPOOL_TIME_LIMIT", "--time"}})
     if (const char* v = std::getenv(env); v && *v) args.insert(args.end(), {flag, v});
+  return args;
+}
+
+// Starts `args` in a process group of its own (a Ctrl-C meant for this process is not for it), its standard
+// input and output pipes: `to` (its input, kept open while the lease is held) and `from` (its output).
+// False, with `why`, when it cannot be started.
+bool spawnHelper(std::vector<std::string> args, int& to, int& from, std::string& why) {
   int to_helper[2], from_helper[2];
   if (::pipe2(to_helper, O_CLOEXEC) != 0 || ::pipe2(from_helper, O_CLOEXEC) != 0) {
     why = "cannot create pipes for gpool lease";
-    return {};
+    return false;
   }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -65,7 +73,7 @@ std::vector<Share> leaseFromAllocator(std::string& why) {
   posix_spawn_file_actions_adddup2(&fa, from_helper[1], 1);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);  // its own group: a Ctrl-C meant for us is not for it
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
   posix_spawnattr_setpgroup(&attr, 0);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -80,29 +88,47 @@ std::vector<Share> leaseFromAllocator(std::string& why) {
     why = "cannot run " + args[0] + " (" + std::strerror(rc) + "); set GPOOL_BIN to gpool's path";
     ::close(to_helper[1]);
     ::close(from_helper[0]);
+    return false;
+  }
+  to = to_helper[1];
+  from = from_helper[0];
+  return true;
+}
+
+// The shares of the lease `gpool lease` printed (one line of JSON: its GPOOL_* environment); none, with
+// `why`, when it printed none.
+std::vector<Share> sharesOfLease(const nlohmann::json& j, std::string& why) {
+  auto text = [&](const char* name) -> std::string {
+    return j.contains(name) && j[name].is_string() ? j[name].get<std::string>() : std::string();
+  };
+  if (!j.is_object() || text("GPOOL_SERVER").empty() || text("GPOOL_TOKEN").empty()) {
+    why = "gpool lease did not grant a lease (its message is above)";
     return {};
   }
-  // to_helper[1] stays open (close-on-exec) for the life of this process: its closing ends the lease.
+  if (j.contains("GPOOL_SHARES")) return parseShares(text("GPOOL_SHARES"), why);
+  std::string device = text("GPOOL_DEVICE");
+  return {{text("GPOOL_SERVER"), static_cast<uint32_t>(std::strtoul(device.empty() ? "0" : device.c_str(), nullptr, 10)),
+           text("GPOOL_TOKEN")}};
+}
+
+std::vector<Share> leaseFromAllocator(std::string& why) {
+  int to = -1, from = -1;
+  if (!spawnHelper(leaseCommand(), to, from, why)) return {};
+  // `to` stays open (close-on-exec) for the life of this process: its closing ends the lease.
   std::string line;
   char c;
-  while (::read(from_helper[0], &c, 1) == 1 && c != '\n') line += c;
-  ::close(from_helper[0]);
+  while (::read(from, &c, 1) == 1 && c != '\n') line += c;
+  ::close(from);
   auto j = nlohmann::json::parse(line, nullptr, false);
-  if (!j.is_object() || !j.contains("GPOOL_SERVER") || !j.contains("GPOOL_TOKEN")) {
-    why = "gpool lease did not grant a lease (its message is above)";
-    ::close(to_helper[1]);
-    return {};
+  std::vector<Share> shares = sharesOfLease(j, why);
+  if (shares.empty()) {
+    ::close(to);
+    return shares;
   }
-  std::vector<Share> shares;
-  if (j.contains("GPOOL_SHARES")) shares = parseShares(j["GPOOL_SHARES"].get<std::string>(), why);
-  else shares.push_back({j["GPOOL_SERVER"].get<std::string>(), static_cast<uint32_t>(std::stoul(j.value("GPOOL_DEVICE", std::string("0")))),
-                         j["GPOOL_TOKEN"].get<std::string>()});
-  if (!shares.empty()) exportLease(j);
-  if (!shares.empty())
-    GPOOL_LOG(Level::kInfo, "lease %s from %s: %s device %u%s", j.value("GPOOL_LEASE", std::string("?")).c_str(),
-              std::getenv("GPOOL_ALLOCATOR"), shares[0].address.c_str(), shares[0].device,
-              shares.size() > 1 ? (" and " + std::to_string(shares.size() - 1) + " more share(s)").c_str() : "");
-  if (shares.empty()) ::close(to_helper[1]);
+  exportLease(j);
+  GPOOL_LOG(Level::kInfo, "lease %s from %s: %s device %u%s", j.value("GPOOL_LEASE", std::string("?")).c_str(),
+            std::getenv("GPOOL_ALLOCATOR"), shares[0].address.c_str(), shares[0].device,
+            shares.size() > 1 ? (" and " + std::to_string(shares.size() - 1) + " more share(s)").c_str() : "");
   return shares;
 }
 
