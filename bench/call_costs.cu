@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
@@ -13,19 +14,13 @@
 
 __global__ void empty_kernel() {}
 
-int main(int argc, char** argv) {
-  int launches = argc > 1 ? std::atoi(argv[1]) : 20000;
-  CK(cudaFree(nullptr));
-  empty_kernel<<<1, 1>>>();
-  CK(cudaDeviceSynchronize());
-
+// Asynchronous launches (then one synchronise), and launch + synchronise.
+void launches(int launches, int n) {
   double t = bestSeconds(5, [&] {
     for (int i = 0; i < launches; ++i) empty_kernel<<<1, 1>>>();
     CK(cudaDeviceSynchronize());
   });
   std::printf("async_launch %.3f us\n", t / launches * 1e6);
-
-  int n = launches / 10;
   t = bestSeconds(5, [&] {
     for (int i = 0; i < n; ++i) {
       empty_kernel<<<1, 1>>>();
@@ -33,11 +28,13 @@ int main(int argc, char** argv) {
     }
   });
   std::printf("launch_sync %.3f us\n", t / n * 1e6);
+}
 
-  // Occupancy questions: the same one again and again, as CUB asks at every sort and scan, and 1,024 that
-  // are each asked for the first time (dynamic shared memory 0, 1, 2... bytes), which gpool must forward.
+// Occupancy questions: the same one again and again, as CUB asks at every sort and scan, and 1,024 that
+// are each asked for the first time (dynamic shared memory 0, 1, 2... bytes), which gpool must forward.
+void occupancy(int n) {
   int blocks = 0;
-  t = bestSeconds(5, [&] {
+  double t = bestSeconds(5, [&] {
     for (int i = 0; i < n; ++i) CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, empty_kernel, 256, 0));
   });
   std::printf("occupancy_repeat %.3f us\n", t / n * 1e6);
@@ -46,17 +43,16 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 1024; ++i) CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, empty_kernel, 256, fresh++));
   });
   std::printf("occupancy_new %.3f us\n", t / 1024 * 1e6);
+}
 
-  int* d4 = nullptr;
-  CK(cudaMalloc(&d4, 4));
-  int h4 = 0;
-  t = bestSeconds(5, [&] {
+// A 4-byte device-to-host copy; cudaMalloc and cudaFree of 1 MiB: each returns once the device's memory
+// changed (natively, cudaFree waits for the device; through gpool, for the worker), so each costs a round
+// trip there.
+void smallCopiesAndAllocations(int n, int* d4, int& h4) {
+  double t = bestSeconds(5, [&] {
     for (int i = 0; i < n; ++i) CK(cudaMemcpy(&h4, d4, 4, cudaMemcpyDeviceToHost));
   });
   std::printf("dtoh_4B %.3f us\n", t / n * 1e6);
-
-  // cudaMalloc and cudaFree of 1 MiB: each returns once the device's memory changed (natively, cudaFree
-  // waits for the device; through gpool, for the worker), so each costs a round trip there.
   t = bestSeconds(5, [&] {
     for (int i = 0; i < n / 10; ++i) {
       void* m = nullptr;
@@ -65,10 +61,14 @@ int main(int argc, char** argv) {
     }
   });
   std::printf("malloc_free_1MiB %.3f us\n", t / (n / 10) * 1e6);
+}
 
-  // The same 4 bytes copied by a graph: a captured device-to-host copy into pageable memory, replayed and
-  // waited for (jacobiCudaGraphs's pattern). Through gpool over TCP, each replay asks the client to take
-  // the bytes on its host-function channel.
+// The same 4 bytes copied by a graph: a captured device-to-host copy into pageable memory, replayed and
+// waited for (jacobiCudaGraphs's pattern). Through gpool over TCP, each replay asks the client to take
+// the bytes on its host-function channel. Then a host function and a wait for it (cudaLaunchHostFunc;
+// XLA's host callbacks): through gpool the worker asks the client to run it on the host-function channel,
+// and the stream waits for the answer.
+void hostCallbacks(int n, int* d4, int& h4) {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cudaGraph_t graph;
@@ -77,16 +77,13 @@ int main(int argc, char** argv) {
   CK(cudaStreamEndCapture(s, &graph));
   cudaGraphExec_t exec;
   CK(cudaGraphInstantiate(&exec, graph, 0));
-  t = bestSeconds(5, [&] {
+  double t = bestSeconds(5, [&] {
     for (int i = 0; i < n; ++i) {
       CK(cudaGraphLaunch(exec, s));
       CK(cudaStreamSynchronize(s));
     }
   });
   std::printf("graph_dtoh_4B %.3f us\n", t / n * 1e6);
-
-  // A host function and a wait for it (cudaLaunchHostFunc; XLA's host callbacks). Through gpool the
-  // worker asks the client to run it on the host-function channel, and the stream waits for the answer.
   static int calls = 0;
   t = bestSeconds(5, [&] {
     for (int i = 0; i < n; ++i) {
@@ -99,7 +96,10 @@ int main(int argc, char** argv) {
   CK(cudaGraphExecDestroy(exec));
   CK(cudaGraphDestroy(graph));
   CK(cudaStreamDestroy(s));
+}
 
+// 256 MiB copies each way, from pageable and from pinned memory (best of 3).
+void bigCopies() {
   const size_t big = size_t{256} << 20;
   void* d = nullptr;
   CK(cudaMalloc(&d, big));
@@ -114,6 +114,22 @@ int main(int argc, char** argv) {
   std::printf("dtoh_256MiB_pinned %.2f GB/s\n", gb / bestSeconds(3, [&] { CK(cudaMemcpy(pinned, d, big, cudaMemcpyDeviceToHost)); }));
   CK(cudaFreeHost(pinned));
   CK(cudaFree(d));
+}
+
+int main(int argc, char** argv) {
+  int count = argc > 1 ? std::atoi(argv[1]) : 20000;
+  CK(cudaFree(nullptr));
+  empty_kernel<<<1, 1>>>();
+  CK(cudaDeviceSynchronize());
+  int n = count / 10;
+  launches(count, n);
+  occupancy(n);
+  int* d4 = nullptr;
+  CK(cudaMalloc(&d4, 4));
+  int h4 = 0;
+  smallCopiesAndAllocations(n, d4, h4);
+  hostCallbacks(n, d4, h4);
+  bigCopies();
   CK(cudaFree(d4));
   return 0;
 }
