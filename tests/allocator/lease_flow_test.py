@@ -1022,6 +1022,28 @@ class LeaseFlow(unittest.TestCase):
         self.assertLess(time.time() - exited, 1.0)
 
     @unittest.skipIf(SANITIZED, "a Python program cannot load the sanitizer-built client library")
+    def test_a_lease_helper_that_answers_nonsense_grants_nothing(self):
+        # The client library reads what `gpool lease` (GPOOL_BIN) prints: fields that are not text, or no JSON,
+        # are no lease: cuInit fails with a message, and the program goes on (no exception out of the library).
+        import tempfile
+        d = tempfile.mkdtemp(prefix="gpool-fake-helper-")
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", d]))
+        helper = os.path.join(d, "fake-gpool")
+        program = "import ctypes, sys; sys.exit(ctypes.CDLL('libcuda.so.1').cuInit(0))\n"
+        for answer in ('{"GPOOL_SERVER": 5, "GPOOL_TOKEN": "t"}', '{"GPOOL_SERVER": "h:1", "GPOOL_TOKEN": ["t"]}',
+                       '{"GPOOL_SERVER": "h:1", "GPOOL_TOKEN": "t", "GPOOL_SHARES": 7}', 'not json', ''):
+            with open(helper, "w") as f:
+                f.write("#!/bin/sh\necho '%s'\ncat > /dev/null\n" % answer)
+            os.chmod(helper, 0o755)
+            env = dict(os.environ, GPOOL_ALLOCATOR="http://127.0.0.1:9", LD_LIBRARY_PATH=LIB, GPOOL_BIN=helper)
+            for name in ("GPOOL_SERVER", "GPOOL_TOKEN", "GPOOL_SHARES", "GPOOL_LEASE_FILE"):
+                env.pop(name, None)
+            run = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=30)
+            self.assertGreater(run.returncode, 0, answer + ": " + run.stderr)  # a CUresult, not a signal or 0
+            self.assertNotIn("terminate called", run.stderr, answer)
+            self.assertRegex(run.stderr, r"did not grant a lease|GPOOL_SHARES", answer)
+
+    @unittest.skipIf(SANITIZED, "a Python program cannot load the sanitizer-built client library")
     def test_processes_a_program_starts_share_the_lease_it_got_at_cuinit(self):
         # One whole GPU: a child given a lease of its own would wait for its parent's to end, forever. The
         # child starts after the lease's first tokens expired (token_ttl 8 s): it reads renewed ones.
