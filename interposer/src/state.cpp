@@ -60,15 +60,22 @@ State& State::get() {
 }
 
 CUresult State::init() {
+  // Nothing may leave the function call_once runs: with libstdc++ an exception out of it ends the process
+  // (std::terminate) instead of reaching the entry point's GPOOL_CATCH.
   std::call_once(once_, [this] {
-    std::string why;
-    std::vector<Share> lease = leaseShares(why);
-    if (lease.empty()) {
-      GPOOL_LOG(Level::kError, "no lease: %s; CUDA reports no device", why.c_str());
+    try {
+      std::string why;
+      std::vector<Share> lease = leaseShares(why);
+      if (lease.empty()) {
+        GPOOL_LOG(Level::kError, "no lease: %s; CUDA reports no device", why.c_str());
+        init_result_ = CUDA_ERROR_NO_DEVICE;
+        return;
+      }
+      init_result_ = connectVisible(lease);
+    } catch (const std::exception& e) {
+      GPOOL_LOG(Level::kError, "cannot start: %s; CUDA reports no device", e.what());
       init_result_ = CUDA_ERROR_NO_DEVICE;
-      return;
     }
-    init_result_ = connectVisible(lease);
   });
   return init_result_;
 }
