@@ -103,8 +103,8 @@ class FairShareFlow(unittest.TestCase):
             ran_on = float(read(f"{c.dir}/alive-{lease['id']}")) - float(read(f"{c.dir}/term-{lease['id']}"))
             self.assertGreater(ran_on, GRACE_S - 0.5)
         bob_lease = c.lease(re.search(r"gpool: lease (\S+): 2 x 1 GPU", err).group(1))
-        waited_ms = bob_lease["granted_ms"] - max(lease["ended_ms"] for lease in ended)
-        self.assertLess(waited_ms, 1000)  # granted within a second of the last revocation
+        # Granted by the very tick that revoked the last of them (the allocator's clock: no wall-clock bound).
+        self.assertEqual(bob_lease["granted_ms"], max(lease["ended_ms"] for lease in ended))
         for p in ann[2:]:  # without --requeue: the documented status
             _, err = p.communicate(timeout=10)
             self.assertEqual(p.returncode, 75, err)
