@@ -6,24 +6,26 @@
 // prototype cuda.h gives each name (Driver::load), so each pointer has the ABI it is called with.
 #pragma once
 
-#include "backend.h"
 #include <cuda.h>
 #include <dlfcn.h>
 #include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <cstdio>
-#include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
+
+#include "backend.h"
+#include "cuda_forward.h"
 #include "gpool/protocol/gpu_uuid.h"
 #include "gpool/protocol/module_image.h"
-#include "cuda_forward.h"
 #include "sm_partitions.h"
 
 namespace gpool::worker {
