@@ -3,53 +3,8 @@
 #include "listener.h"
 #include "server_class.h"
 
-#include <algorithm>
-#include <climits>
-#include <chrono>
-#include <asio.hpp>
-#include <spawn.h>
-#include <spdlog/spdlog.h>
-#include <fcntl.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <filesystem>
-#include <future>
-#include <map>
-#include <memory>
-#include <nlohmann/json.hpp>
-#include <optional>
-#include <set>
-#include <string_view>
-
-#include "allocator_link.h"
-#include "compute_pace.h"
-#include "held_exports.h"
-#include "jit_caches.h"
-#include "leftover_processes.h"
-#include "use_audits.h"
-#include "shared_budget.h"
-#include "lease_gate.h"
-#include "server_metrics.h"
-#include "worker_log.h"
-#include "worker_environment.h"
-#include "worker_users.h"
-#include "gpool/protocol/driver_settings.h"
-#include "gpool/protocol/frame_io.h"
-#include "lease_token.h"
-#include "gpool/hex.h"
-#include "gpool/landlock_abi.h"
-#include "gpool/peer_connections.h"
-#include "gpool/printable.h"
-#include "gpool/protocol/handshake.h"
-
-extern char** environ;
-
 namespace gpool::server {
 namespace {
-
-using asio::ip::tcp;
 
 std::string selfDir() {
   std::error_code ec;
@@ -115,7 +70,7 @@ int Server::run() {
   return 0;
 }
 
-tcp::endpoint Server::listenEndpoint() const {
+Server::tcp::endpoint Server::listenEndpoint() const {
   std::string host;
   uint16_t port = 0;
   asio::error_code aec;
