@@ -1,5 +1,7 @@
 #include "cli_common.h"
 
+#include "policy.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -25,6 +27,14 @@ std::string fmtDuration(double s) {
   else if (s < 3600) o << static_cast<int>(s / 60) << "m" << static_cast<int>(s) % 60 << "s";
   else o << static_cast<int64_t>(s / 3600) << "h" << static_cast<int64_t>(s) % 3600 / 60 << "m";
   return o.str();
+}
+
+double durationSeconds(const std::string& option, const std::string& value) {
+  try {
+    return static_cast<double>(gpool::allocator::parseDuration(value).count()) / 1000;
+  } catch (const std::exception& e) {
+    die(kExitUsage, option + ": " + e.what());
+  }
 }
 
 std::string readFile(const std::string& path) {

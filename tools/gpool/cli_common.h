@@ -20,6 +20,8 @@ constexpr int kExitTimeLimit = 124;  // the lease reached its time limit (as tim
 [[noreturn]] void die(int code, const std::string& msg);
 std::string env(const char* name, const std::string& fallback = "");
 std::string fmtDuration(double seconds);  // "42s", "3m7s", "2h5m"
+// A duration option's value ("30s", "2h") in seconds; dies naming `option` when it is not one.
+double durationSeconds(const std::string& option, const std::string& value);
 // A file's whole text, or standard input's for "-"; dies with a usage message when it cannot be read.
 std::string readFile(const std::string& path);
 // The answer as JSON; dies with the allocator's message on an error.

@@ -10,15 +10,6 @@
 namespace gpool::cli {
 namespace {
 
-// A duration option's value in seconds; dies naming the option when it is not one.
-double seconds(const std::string& option, const std::string& value) {
-  try {
-    return static_cast<double>(gpool::allocator::parseDuration(value).count()) / 1000;
-  } catch (const std::exception& e) {
-    die(kExitUsage, option + ": " + e.what());
-  }
-}
-
 std::vector<std::string> commaList(const std::string& text) {
   std::vector<std::string> items;
   std::stringstream in(text);
@@ -65,7 +56,7 @@ void LeaseFlags::declare(CLI::App& sub) {
                "queue's guarantee)");
 }
 
-double LeaseFlags::waitSeconds() const { return wait == "forever" ? -1 : seconds("--wait", wait); }
+double LeaseFlags::waitSeconds() const { return wait == "forever" ? -1 : durationSeconds("--wait", wait); }
 
 nlohmann::json LeaseFlags::request(bool restartable, bool job) const {
   // The lease is held for the command, which may run one CUDA process after another: it lasts until the
@@ -82,9 +73,9 @@ nlohmann::json LeaseFlags::request(bool restartable, bool job) const {
   if (!kind.empty()) req["kind"] = kind;
   if (restartable) req["restartable"] = true;
   if (job) req["job"] = gpool::token::randomHex(8);  // one job across its requeues (least-attained pools)
-  if (!estimate.empty()) req["estimate_s"] = seconds("--estimate", estimate);
+  if (!estimate.empty()) req["estimate_s"] = durationSeconds("--estimate", estimate);
   if (!time_limit.empty()) {
-    req["time_limit"] = seconds("--time", time_limit);
+    req["time_limit"] = durationSeconds("--time", time_limit);
     if (req["time_limit"].get<double>() <= 0) die(kExitUsage, "--time must be longer than 0s");
   }
   if (!gpu_types.empty()) req["gpu_types"] = commaList(gpu_types);

@@ -140,12 +140,7 @@ int status(AllocatorClient& a, bool as_json) {
 
 // `gpool usage`: a table of GPU time per user and group since `since` ago.
 int usage(AllocatorClient& a, const std::string& since, bool as_json) {
-  int64_t seconds = 0;
-  try {
-    seconds = std::chrono::duration_cast<std::chrono::seconds>(gpool::allocator::parseDuration(since)).count();
-  } catch (const std::exception& e) {
-    die(kExitUsage, std::string("--since: ") + e.what());
-  }
+  const auto seconds = static_cast<int64_t>(durationSeconds("--since", since));
   int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   json u = must(a, "GET", "/v1/usage?from=" + std::to_string(std::max<int64_t>(0, now_s - seconds)), Proof::kNone);
   if (as_json) {
