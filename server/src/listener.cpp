@@ -67,6 +67,7 @@ int Server::run() {
   watchChildren();
   accept();
   io_.run();
+  endWorkers();
   return 0;
 }
 

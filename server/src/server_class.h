@@ -161,6 +161,8 @@ class Server {
 
   void endLeftovers();
 
+  void endWorkers();
+
   void workerEnded(pid_t pid);
 
   // The budgets a worker of `lease` counts in, each in the worker's slot: the lease's shares' memory caps

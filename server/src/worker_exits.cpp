@@ -2,6 +2,9 @@
 // processes still hold of it, and when its lease's share here is free again.
 #include "server_class.h"
 
+#include <cerrno>
+#include <thread>
+
 namespace gpool::server {
 
 // The lease's last worker here ended.
@@ -42,6 +45,29 @@ void Server::endLeftovers() {
                  pid, commandOf(pid));
     ::kill(pid, SIGKILL);
   }
+}
+
+// gpool-server stops: the workers that still run are killed, and what they leave as they end. A worker ends
+// with its server by itself (PR_SET_PDEATHSIG), but one its client took over may have undone that: it would run
+// on with the GPU, outside any lease, with no server left to answer for it. The server's children are not
+// reaped before they are killed, so no pid here can be another process's. Gives up after 2 s (a process that
+// forks faster than this kills), saying what still runs.
+void Server::endWorkers() {
+  if (!workers_by_pid_.empty()) spdlog::info("stopping {} worker{}", workers_by_pid_.size(), workers_by_pid_.size() == 1 ? "" : "s");
+  for (const auto& [pid, worker] : workers_by_pid_) ::kill(pid, SIGKILL);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < deadline) {
+    pid_t pid = ::waitpid(-1, nullptr, WNOHANG);
+    if (pid < 0 && errno == ECHILD) return;  // (none left: what the workers left was reaped too)
+    if (pid > 0) {
+      workers_by_pid_.erase(pid);
+      ended_leftovers_.erase(pid);
+      continue;
+    }
+    endLeftovers();  // (a worker's own processes are this server's children once it ended)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  spdlog::warn("{} process(es) that workers started still run after 2 s of killing them", leftovers([](pid_t) { return false; }).size());
 }
 
 // A worker ended: the driver freed its memory, so its slots are free again, but for what other processes

@@ -7,12 +7,14 @@ and writes what it reached as JSON to the file's "report". Otherwise it is the r
 (GPOOL_TEST_REAL_WORKER), so the other leases of the test are served as usual. Unless the server gave it
 --no-sandbox, it acts from inside the sandbox the real worker shuts itself in (worker_sandbox.h), entered
 through GPOOL_TEST_SANDBOXED_AS_WORKER with the worker's own options, as the real worker's code would be."""
+import ctypes
 import errno
 import fcntl
 import json
 import mmap
 import os
 import resource
+import signal
 import sys
 import time
 
@@ -180,17 +182,27 @@ def main():
     if plan.get("log"):  # lines of its own making in gpool-server's log, where its standard error goes
         os.write(2, plan["log"].encode())
         report["log"] = "written"
+    if plan.get("deaf"):  # deaf to what ends a worker with its server: the real one asks the kernel for SIGKILL
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # when its parent ends (PR_SET_PDEATHSIG); this undoes that
+        report["parent's end"] = "ignored" if prctl(1, 0, 0, 0, 0) == 0 else "heard"  # (PR_SET_PDEATHSIG: 1)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
     if plan.get("linger"):  # something left running after the worker, as the user it was
         ready, told = os.pipe()
         if os.fork() == 0:
             os.setsid()
-            if plan.get("apart") and os.fork() != 0:  # started apart: its parent ends at once, the worker stays
+            left = os.getpid()
+            if plan.get("apart"):  # started apart: its parent ends at once, the worker stays
+                left = os.fork()
+            if left != 0:  # (apart, its parent names it: it is the server's to kill from its first instant)
+                with open(plan["linger"], "w") as f:
+                    f.write(f"{left} {os.getuid()}")  # (its uid too: it may be killed before it is looked at)
+                os.write(told, b"!")
+            if plan.get("apart") and left != 0:
                 os._exit(0)
-            with open(plan["linger"], "w") as f:
-                f.write(f"{os.getpid()} {os.getuid()}")  # (its uid too: it may be killed before it is looked at)
-            os.write(told, b"!")
             os.closerange(3, 4096)  # (its client's connection ends with the worker; this stays on unseen)
             os.execv("/bin/sleep", ["sleep", "120"])
+        os.close(told)  # (so that the read ends, whatever becomes of what it started)
         os.read(ready, 1)  # (before this worker ends, and gpool-server may clear its user)
     if plan.get("cuda_bytes"):
         result = allocate_with_the_driver(plan["cuda_bytes"])

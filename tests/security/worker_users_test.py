@@ -242,6 +242,23 @@ class WithoutWorkerUsers(TakenOverWorker):
         self.assertFalse(gone(taken), "the worker itself runs on (its memory is within its lease)")
         self.assertIsNone(self.victim_prog.poll(), "the victim still runs")
 
+    def test_a_taken_over_worker_deaf_to_signals_ends_with_its_server(self):
+        # A worker ends with its server (PR_SET_PDEATHSIG), but one its client took over may undo that and
+        # ignore SIGTERM. gpool-server, stopped, kills what still runs of its workers itself: none runs on
+        # with the GPU, outside any lease, once the server that answers for it is gone.
+        victim, prog, worker = self.start_victim()
+        report, attacker, _ = self.take_over(worker, deaf=True, stay=120)
+        self.assertEqual(report["parent's end"], "ignored")
+        (taken,) = self.workers_of(attacker)
+        server = self.cluster.servers["sim0"]
+        server.terminate()  # the first signal: no new clients, the workers finish with their clients
+        self.assertTrue(wait_for(lambda: "no new clients" in self.cluster.log("sim0"), timeout=10), self.cluster.log("sim0"))
+        server.terminate()  # the second: the workers are stopped now
+        server.wait(10)
+        self.assertTrue(wait_for(lambda: gone(taken), timeout=5), f"worker {taken} runs on after its server")
+        self.assertTrue(wait_for(lambda: gone(worker), timeout=5), f"worker {worker} runs on after its server")
+        self.assertRegex(self.cluster.log("sim0"), r"stopping 2 workers")
+
     def test_a_taken_over_worker_holding_past_its_lease_as_the_driver_counts_is_ended(self):
         # Memory it allocated itself, around its ledger: the driver's count (here the sim device's) says so,
         # and gpool-server's audit ends the worker within a few seconds. The other lease goes on (600 MiB
