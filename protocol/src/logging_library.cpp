@@ -47,14 +47,10 @@ template FMT_API auto decimal_point_impl(locale_ref) -> wchar_t;
 }  // namespace detail
 FMT_END_NAMESPACE
 
-// spdlog: the sinks gpool uses (the daemons' colored stderr; tests' ostream sinks) and their factories.
+// spdlog: the sinks gpool uses (the daemons' colored stderr, daemon_log.h; tests' ostream sinks) and the
+// factory of the first.
 template class spdlog::sinks::base_sink<std::mutex>;
-template class spdlog::sinks::base_sink<spdlog::details::null_mutex>;
 template class spdlog::sinks::ansicolor_sink<spdlog::details::console_mutex>;
-template class spdlog::sinks::ansicolor_sink<spdlog::details::console_nullmutex>;
-template class spdlog::sinks::ansicolor_stdout_sink<spdlog::details::console_mutex>;
 template class spdlog::sinks::ansicolor_stderr_sink<spdlog::details::console_mutex>;
-template std::shared_ptr<spdlog::logger> spdlog::stdout_color_mt<spdlog::synchronous_factory>(const std::string&,
-                                                                                            color_mode);
 template std::shared_ptr<spdlog::logger> spdlog::stderr_color_mt<spdlog::synchronous_factory>(const std::string&,
                                                                                             color_mode);
