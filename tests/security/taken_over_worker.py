@@ -198,8 +198,8 @@ def main():
                 with open(plan["linger"], "w") as f:
                     f.write(f"{left} {os.getuid()}")  # (its uid too: it may be killed before it is looked at)
                 os.write(told, b"!")
-            if plan.get("apart") and left != 0:
-                os._exit(0)
+                if plan.get("apart"):
+                    os._exit(0)
             os.closerange(3, 4096)  # (its client's connection ends with the worker; this stays on unseen)
             os.execv("/bin/sleep", ["sleep", "120"])
         os.close(told)  # (so that the read ends, whatever becomes of what it started)
