@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "lease_token.h"
-#include "signed_request.h"
+#include "gpool/allocator/lease_token.h"
+#include "gpool/allocator/signed_request.h"
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;

@@ -1,4 +1,4 @@
-#include "allocator_connection.h"
+#include "gpool/allocator/allocator_connection.h"
 
 #include <nlohmann/json.hpp>
 #include <unistd.h>

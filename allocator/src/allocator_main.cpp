@@ -21,12 +21,12 @@
 #include <cstring>
 #include <fstream>
 
-#include "request_gate.h"
 #include "etcd_client.h"
+#include "gpool/allocator/lease_token.h"
 #include "gpool/daemon_log.h"
 #include "gpool/protocol/transport.h"
-#include "lease_token.h"
 #include "policy.h"
+#include "request_gate.h"
 #include "service.h"
 #include "store.h"
 

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "lease_token.h"
+#include "gpool/allocator/lease_token.h"
 
 namespace gpool::allocator {
 

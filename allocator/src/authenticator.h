@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "gpool/allocator/signed_request.h"
 #include "identity.h"
 #include "service_accounts.h"
-#include "signed_request.h"
 
 namespace gpool::allocator {
 

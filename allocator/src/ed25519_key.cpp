@@ -1,6 +1,6 @@
-#include "ed25519_key.h"
+#include "gpool/allocator/ed25519_key.h"
 
-#include "lease_token.h"
+#include "gpool/allocator/lease_token.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>

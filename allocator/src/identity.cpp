@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "signed_request.h"
+#include "gpool/allocator/signed_request.h"
 
 namespace gpool::allocator {
 

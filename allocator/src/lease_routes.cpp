@@ -10,8 +10,8 @@
 #include <optional>
 
 #include "api_answers.h"
+#include "gpool/allocator/lease_token.h"
 #include "gpool/printable.h"
-#include "lease_token.h"
 #include "model_json.h"
 #include "service.h"
 

@@ -1,4 +1,4 @@
-#include "lease_token.h"
+#include "gpool/allocator/lease_token.h"
 
 #include <fcntl.h>
 #include <openssl/crypto.h>

@@ -1,7 +1,7 @@
 #include "model_json.h"
 
+#include "gpool/allocator/lease_token.h"
 #include "gpool/printable.h"
-#include "lease_token.h"
 
 #include <algorithm>
 #include <cctype>

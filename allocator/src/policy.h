@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "gpool/allocator/units.h"
+
 namespace gpool::allocator {
 
 class PolicyError : public std::runtime_error {
@@ -141,13 +143,5 @@ Policy parsePolicy(const std::string& toml_text);
 // TOML table `changes` set on it (the queue is made when new), or, with no changes, the queue removed.
 // Throws PolicyError; parse the result to check it. Comments in `source` are not kept.
 std::string withQueue(const std::string& source, const std::string& name, const std::string* changes);
-// "15s", "500ms", "2m", "1h" → milliseconds; "80GiB", "512MiB", "1e9", "4096" → bytes. Throw on junk.
-std::chrono::milliseconds parseDuration(const std::string& text);
-uint64_t parseSize(const std::string& text);
-// The other way, for messages: 0.5 → "0.5"; 42949672960 → "40 GiB" (MiB below 1 GiB, bytes below 1 MiB).
-std::string formatNumber(double v);
-// A duration for messages, in whole seconds rounded up: 90 s → "1m30s", 2 h → "2h", 45 min → "45m".
-std::string durationText(std::chrono::milliseconds d);
-std::string formatSize(uint64_t bytes);
 
 }  // namespace gpool::allocator

@@ -18,22 +18,6 @@ constexpr double kEps = 1e-9;
 
 }  // namespace
 
-const char* noticeName(Notice n) {
-  switch (n) {
-    case Notice::kPreemption: return "preemption";
-    case Notice::kMove: return "move";
-    case Notice::kRound: return "round";
-    case Notice::kTimeLimit: return "time-limit";
-    default: return "";
-  }
-}
-
-Notice noticeFromName(std::string_view name) {
-  for (Notice n : {Notice::kPreemption, Notice::kMove, Notice::kRound, Notice::kTimeLimit})
-    if (name == noticeName(n)) return n;
-  return Notice::kNone;
-}
-
 const char* stateName(LeaseState s) {
   switch (s) {
     case LeaseState::kQueued: return "queued";

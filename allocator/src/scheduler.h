@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fair_share.h"
+#include "gpool/allocator/notices.h"
 #include "policy.h"
 #include "throughput.h"
 #include "wait_queue.h"
@@ -45,17 +46,7 @@ struct Share {
 };
 
 enum class LeaseState { kQueued, kGranted, kEnded };
-// Why a granted lease has notice (Lease::notice): a queue takes back its guarantee (preemption.cpp; its
-// preempted_for names the request it makes room for), its job moves to a faster GPU type (moves.cpp;
-// "move to V100"), its pool's round gives its GPUs to other jobs or another type (rounds.cpp; "round: ..."),
-// or it reaches its time limit (time_limits.cpp; "time limit: 2h").
-enum class Notice { kNone, kPreemption, kMove, kRound, kTimeLimit };
-inline constexpr std::string_view kMovePrefix = "move to ";
-inline constexpr std::string_view kRoundPrefix = "round: ";
-inline constexpr std::string_view kTimeLimitPrefix = "time limit: ";
 const char* stateName(LeaseState s);
-const char* noticeName(Notice n);              // "", "preemption", "move", "round", "time-limit" (the API's `notice`)
-Notice noticeFromName(std::string_view name);  // kNone for anything else
 
 struct LeaseRequest {
   int n = 1;
@@ -116,6 +107,7 @@ struct Lease {
   // Preemption (preemption.cpp): notice was given; the lease ends at preempt_at_ms (0: none) unless the
   // request it makes room for (preempted_for) no longer waits by then.
   int64_t preempt_at_ms = 0;
+  // Why it has notice (gpool/allocator/notices.h): preemption.cpp, moves.cpp, rounds.cpp or time_limits.cpp.
   Notice notice = Notice::kNone;
   std::string preempted_for;
   int queue = -1;  // the policy queue it charges (FairShare's index; -1: none), kept by the scheduler

@@ -3,11 +3,11 @@
 #include "service.h"
 
 #include "api_answers.h"
-#include "gpool/printable.h"
-#include "allocator_connection.h"
 #include "elastic_pool.h"
+#include "gpool/allocator/allocator_connection.h"
+#include "gpool/allocator/signed_request.h"
+#include "gpool/printable.h"
 #include "request_arrival.h"
-#include "signed_request.h"
 #include "tcp_listener.h"
 #include "usage.h"
 
@@ -29,7 +29,7 @@
 #include <sstream>
 
 #include "etcd_leader.h"
-#include "lease_token.h"
+#include "gpool/allocator/lease_token.h"
 #include "model_json.h"
 
 namespace gpool::allocator {

@@ -20,8 +20,8 @@
 
 #include "authenticator.h"
 #include "client_cpu.h"
-#include "ed25519_key.h"
 #include "elastic_pool.h"
+#include "gpool/allocator/ed25519_key.h"
 #include "group_commit.h"
 #include "local_socket.h"
 #include "scheduler.h"

@@ -4,8 +4,8 @@
 #include <cctype>
 #include <stdexcept>
 
+#include "gpool/allocator/lease_token.h"
 #include "gpool/printable.h"
-#include "lease_token.h"
 
 namespace gpool::allocator {
 namespace {

@@ -1,9 +1,9 @@
-#include "signed_request.h"
+#include "gpool/allocator/signed_request.h"
 
 #include <chrono>
 #include <stdexcept>
 
-#include "lease_token.h"
+#include "gpool/allocator/lease_token.h"
 
 namespace gpool::token {
 

@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <chrono>
 
-#include "allocator_connection.h"
+#include "gpool/allocator/allocator_connection.h"
+#include "gpool/allocator/lease_token.h"
+#include "gpool/allocator/signed_request.h"
 #include "gpool/printable.h"
-#include "lease_token.h"
-#include "signed_request.h"
 
 namespace gpool::server {
 

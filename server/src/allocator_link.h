@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "allocator_connection.h"
-#include "ed25519_key.h"
 #include "compute_pace.h"
+#include "gpool/allocator/allocator_connection.h"
+#include "gpool/allocator/ed25519_key.h"
 #include "shared_budget.h"
 
 

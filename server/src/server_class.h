@@ -25,6 +25,7 @@
 
 #include "allocator_link.h"
 #include "compute_pace.h"
+#include "gpool/allocator/lease_token.h"
 #include "gpool/hex.h"
 #include "gpool/landlock_abi.h"
 #include "gpool/peer_connections.h"
@@ -35,7 +36,6 @@
 #include "held_exports.h"
 #include "jit_caches.h"
 #include "lease_gate.h"
-#include "lease_token.h"
 #include "leftover_processes.h"
 #include "listener.h"
 #include "server_metrics.h"

@@ -467,6 +467,20 @@ class LeaseFlow(unittest.TestCase):
         # usage was restored, and released (once the server said which leases it still serves)
         self.assertTrue(wait_for(lambda: c.lease(queued["id"])["state"] == "granted"), c.lease(queued["id"]))
 
+    def test_a_policy_the_allocator_refuses_is_a_usage_error_naming_the_key(self):
+        c = self.make()
+        before = c.http("GET", "/v1/policy")[1]
+        bad = os.path.join(c.dir, "bad.toml")
+        with open(bad, "w") as f:
+            f.write('[settings]\nlease_ttl = "5 fortnights"\n')
+        p = c.gpool("admin", "policy", "apply", bad)
+        out, err = p.communicate(timeout=10)
+        self.assertEqual(p.returncode, 2, (out, err))
+        self.assertIn("settings.lease_ttl", err, "the message names the key at fault")
+        self.assertIn("5 fortnights", err)
+        self.assertNotIn("policy replaced", out)
+        self.assertEqual(c.http("GET", "/v1/policy")[1], before, "the policy in force is kept")
+
     def test_a_server_that_stops_heartbeating_has_its_gpus_withdrawn(self):
         c = self.make(servers=2, ttl="30s")
         _, first = c.http("POST", "/v1/leases", {"user": "u", "p": 1.0})

@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "allocator_connection.h"
+#include "gpool/allocator/allocator_connection.h"
 
 namespace gpool::token {
 namespace {

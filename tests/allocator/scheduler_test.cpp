@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <set>
 
-#include "lease_token.h"
+#include "gpool/allocator/lease_token.h"
 #include "policy.h"
 #include "scheduler.h"
 #include "scheduler_fixtures.h"
@@ -322,9 +322,10 @@ TEST(Policy, BadFilesGiveClearErrors) {
   ASSERT_EQ(spatial.notes.size(), 1u) << "a setting that is taken but not enforced is said";
   EXPECT_NE(spatial.notes[0].find("pools.a.isolation = \"spatial\": SM partitions are not built yet"), std::string::npos);
   EXPECT_EQ(parseSize("1.5GB"), 1500000000u);
-  EXPECT_THROW(parseSize("-3GiB"), PolicyError);
-  EXPECT_THROW(parseDuration("."), PolicyError);  // found by fuzz_policy: std::stod's own exception escaped
-  EXPECT_THROW(parseDuration("..s"), PolicyError);
+  EXPECT_THROW(parseSize("-3GiB"), UnitError);
+  EXPECT_THROW(parseDuration("."), UnitError);  // found by fuzz_policy: std::stod's own exception escaped
+  EXPECT_THROW(parseDuration("..s"), UnitError);
+  EXPECT_THROW(parsePolicy("[settings]\nlease_ttl = \"5x\"\n"), PolicyError) << "a bad duration in a policy is a policy error";
   // Found by fuzz_policy: seconds that overflow milliseconds, and a float toml++ would convert unchecked.
   EXPECT_THROW(parsePolicy("[settings]\nlease_ttl = 777777777777777701\n"), PolicyError);
   EXPECT_THROW(parsePolicy("[settings]\nlease_ttl = 7.7e19\n"), PolicyError);

@@ -12,9 +12,8 @@
 #include <utility>
 
 #include "cli_common.h"
+#include "gpool/allocator/lease_token.h"
 #include "gpool/printable.h"
-#include "lease_token.h"
-#include "policy.h"
 #include "status_report.h"
 
 namespace gpool::cli {
@@ -132,7 +131,8 @@ int AdminCommands::run(AllocatorClient& a) {
   return 0;
 }
 
-// gpool admin policy show|set|apply: a new policy is checked here as the allocator checks it, before it is sent.
+// gpool admin policy show|set|apply. The allocator checks a new policy before it takes it; one it refuses
+// (400) is a usage error, its message naming the key at fault.
 int AdminCommands::policy(AllocatorClient& a) {
   if (policy_->got_subcommand("show")) {
     auto [st, text] = a.call("GET", "/v1/policy", Proof::kNone);
@@ -142,12 +142,9 @@ int AdminCommands::policy(AllocatorClient& a) {
   }
   bool inline_text = policy_->got_subcommand("set") && policy_file_ != "-" && !std::filesystem::exists(policy_file_);
   std::string text = inline_text ? policy_file_ : readFile(policy_file_);
-  try {
-    gpool::allocator::parsePolicy(text);
-  } catch (const std::exception& e) {
-    die(kExitUsage, e.what());
-  }
-  json r = must(a, "PUT", "/v1/policy", Proof::kIdentity, text);
+  auto [st, answer] = a.call("PUT", "/v1/policy", Proof::kIdentity, text);
+  if (st == 400) die(kExitUsage, errorText(answer));
+  json r = must(st, answer);
   std::printf("policy replaced (%d pools)\n", r.value("pools", 0));
   for (const auto& note : r.value("notes", json::array())) std::printf("note: %s\n", note.get<std::string>().c_str());
   return 0;

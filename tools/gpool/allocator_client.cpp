@@ -17,8 +17,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "allocator_connection.h"
-#include "signed_request.h"
+#include "gpool/allocator/allocator_connection.h"
+#include "gpool/allocator/signed_request.h"
 
 namespace gpool::cli {
 namespace {

@@ -12,7 +12,7 @@
 
 #include <memory>
 
-#include "allocator_connection.h"
+#include "gpool/allocator/allocator_connection.h"
 #include <string>
 #include <utility>
 

@@ -1,6 +1,6 @@
 #include "cli_common.h"
 
-#include "policy.h"
+#include "gpool/allocator/units.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -44,13 +44,22 @@ std::string readFile(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-nlohmann::json must(AllocatorClient& a, const std::string& method, const std::string& path, Proof proof, const std::string& body) {
-  auto [status, text] = a.call(method, path, proof, body);
+std::string errorText(const std::string& answer) {
+  auto j = nlohmann::json::parse(answer, nullptr, false);
+  return j.is_object() && j.contains("error") && j["error"].is_string() ? j["error"].get<std::string>() : answer;
+}
+
+nlohmann::json must(int status, const std::string& text) {
   if (status <= 0) die(kExitAllocator, text);  // unreachable, or no proof of who asks
+  if (status >= 400) die(kExitAllocator, errorText(text));
   auto j = nlohmann::json::parse(text, nullptr, false);
-  if (status >= 400) die(kExitAllocator, j.is_object() && j.contains("error") ? j["error"].get<std::string>() : text);
   if (j.is_discarded()) die(kExitAllocator, "unexpected answer from the allocator: " + text.substr(0, 200));
   return j;
+}
+
+nlohmann::json must(AllocatorClient& a, const std::string& method, const std::string& path, Proof proof, const std::string& body) {
+  auto [status, text] = a.call(method, path, proof, body);
+  return must(status, text);
 }
 
 }  // namespace gpool::cli

@@ -27,5 +27,8 @@ std::string readFile(const std::string& path);
 // The answer as JSON; dies with the allocator's message on an error.
 nlohmann::json must(AllocatorClient& a, const std::string& method, const std::string& path, Proof proof,
                     const std::string& body = "");
+nlohmann::json must(int status, const std::string& answer);  // an answer already had
+// The message of an error answer ({"error": "..."}), or the answer itself when it is not one.
+std::string errorText(const std::string& answer);
 
 }  // namespace gpool::cli

@@ -19,11 +19,11 @@
 
 #include "cli_common.h"
 #include "descendants.h"
+#include "gpool/allocator/lease_token.h"
+#include "gpool/allocator/notices.h"
 #include "gpool/printable.h"
-#include "stopped_keeper.h"
-#include "lease_token.h"
 #include "lease_watch.h"
-#include "scheduler.h"
+#include "stopped_keeper.h"
 
 namespace gpool::cli {
 

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "cli_common.h"
-#include "lease_token.h"
-#include "policy.h"
+#include "gpool/allocator/lease_token.h"
+#include "gpool/allocator/units.h"
 
 namespace gpool::cli {
 namespace {

@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "allocator_client.h"
-#include "scheduler.h"
+#include "gpool/allocator/notices.h"
 
 namespace gpool::cli {
 

@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include "cli_common.h"
+#include "gpool/allocator/units.h"
 #include "gpool/printable.h"
-#include "policy.h"
 
 namespace gpool::cli {
 namespace {

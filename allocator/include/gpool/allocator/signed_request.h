@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "ed25519_key.h"
+#include "gpool/allocator/ed25519_key.h"
 
 namespace gpool::token {
 

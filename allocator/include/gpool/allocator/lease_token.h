@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "ed25519_key.h"
+#include "gpool/allocator/ed25519_key.h"
 
 namespace gpool::token {
 
