@@ -270,6 +270,17 @@ class LeaseFlow(unittest.TestCase):
         self.assertEqual(p.returncode, 2, "bad usage: gpool's own status 2")
         self.assertIn("--gpus-typo", err)
 
+    def test_usage_names_the_command_and_a_fraction_is_more_than_0_and_at_most_1(self):
+        # No allocator: all of this is decided before gpool asks one.
+        env = dict(os.environ, GPOOL_ALLOCATOR="http://127.0.0.1:9")
+        out = subprocess.run([GPOOL, "run", "--help"], env=env, capture_output=True, text=True, timeout=10).stdout
+        self.assertIn("Usage: gpool run [OPTIONS]", out)
+        for bad in ("0", "1.5", "-0.5", "half", "nan"):
+            for flag in ("-p", "--min-fraction"):
+                p = subprocess.run([GPOOL, "run", flag, bad, "--", "true"], env=env, capture_output=True, text=True, timeout=10)
+                self.assertEqual(p.returncode, 2, (flag, bad, p.stderr))
+                self.assertIn(f"'{bad}' is not a fraction of one GPU: give more than 0 and at most 1", p.stderr)
+
     def test_gpool_release_ends_a_lease_from_another_terminal(self):
         c = self.make(ttl="30s")
         holder = c.gpool("run", "--", "sleep", "30", start_new_session=True)

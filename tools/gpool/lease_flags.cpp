@@ -18,13 +18,22 @@ std::vector<std::string> commaList(const std::string& text) {
   return items;
 }
 
+// A fraction of one GPU: more than 0 and at most 1 (more GPUs are -n's).
+const CLI::Validator kFractionOfAGpu(
+    [](std::string& text) -> std::string {
+      double v = 0;
+      if (CLI::detail::lexical_cast(text, v) && v > 0 && v <= 1) return "";
+      return "'" + text + "' is not a fraction of one GPU: give more than 0 and at most 1, e.g. 0.5 (-n asks for more GPUs)";
+    },
+    "FRACTION in (0, 1]");
+
 }  // namespace
 
 void LeaseFlags::declare(CLI::App& sub) {
   sub.add_option("-n,--gpus", n, "number of GPUs")->capture_default_str()->check(CLI::Range(1, 1024));
   sub.add_option("-p,--fraction", p, "fraction of each GPU (one the pool offers, e.g. 1, 0.5, 0.25)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(kFractionOfAGpu);
   sub.add_option("-m,--memory", memory, "GPU memory per GPU, e.g. 16GiB (default: the fraction of the GPU's memory); "
                                         "allocations past it fail with out-of-memory");
   sub.add_option("--wait", wait, "how long to wait in the queue while GPUs are short (e.g. 30s, 10m; 0: not at "
@@ -37,7 +46,7 @@ void LeaseFlags::declare(CLI::App& sub) {
   sub.add_option("--min-fraction", min_fraction,
                  "elastic: when -p is not free, take any smaller fraction the pool offers down to this one (the "
                  "program reads what it got from GPOOL_FRACTION and cuMemGetInfo)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(kFractionOfAGpu);
   sub.add_option("--gpu-type", gpu_types,
                  "GPU types the command may run on, comma-separated (e.g. H100,A100; `gpool status` lists each GPU's "
                  "type; default: any)");

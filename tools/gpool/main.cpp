@@ -181,7 +181,8 @@ int main(int argc, char** argv) {
                "The allocator is found at GPOOL_ALLOCATOR=http(s)://HOST:PORT or unix:PATH (or --allocator); with\n"
                "allocator replicas, list them all, comma-separated: gpool follows the one that leads.\n"
                "It knows who you are from MUNGE (munged on this host), from its local socket (unix:PATH), or from\n"
-               "a service account's key (GPOOL_SERVICE_KEY_FILE); `gpool whoami` shows what it sees."};
+               "a service account's key (GPOOL_SERVICE_KEY_FILE); `gpool whoami` shows what it sees.",
+               "gpool"};  // (named here: parse() is given the arguments without argv[0], and help says "Usage: gpool ...")
   app.require_subcommand(1);
   Connection connection;
   LeaseCommands leases;
