@@ -1,5 +1,6 @@
 #include "gpool/allocator/signed_request.h"
 
+#include <charconv>
 #include <chrono>
 #include <stdexcept>
 
@@ -62,7 +63,11 @@ bool ReplayGuard::accept(const Verifier& verify, const std::string& method, cons
     why = "request signature does not verify";
     return false;
   }
-  int64_t at = std::stoll(time);
+  int64_t at = 0;
+  if (std::from_chars(time.data(), time.data() + time.size(), at).ec != std::errc{}) {  // past int64: 19 digits may be
+    why = "request made at " + time + " ms, far from the allocator's time (check the clocks)";
+    return false;
+  }
   if (at < now_ms - kSkewMs || at > now_ms + kSkewMs) {
     why = "request made " + std::to_string((now_ms - at) / 1000) + " s from the allocator's time (stale or replayed; check the clocks)";
     return false;
