@@ -7,14 +7,22 @@
 // (server/worker/worker_sandbox.h). A client without a lease, or with a token that names no user, gets none:
 // its worker compiles PTX at each load. The driver bounds each cache (CUDA_CACHE_MAXSIZE); the users' caches
 // together are bounded here, the least recently used going whole first.
+//
+// With --worker-uids, a lease's workers run as a uid of its own, and a user's leases may be several uids at
+// once: a user's cache is lent to one uid at a time (lend), its owner while that lease runs, and given back
+// to the server's user when the uid is freed (giveBack), before the uid serves another lease. While nobody
+// holds it, it is the server's (mode 0700), so no uid reaches what is inside.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include <sys/types.h>
 
 namespace gpool::server {
 
@@ -22,11 +30,21 @@ class JitCaches {
  public:
   // Makes `root` (mode 0700) when missing. Throws std::runtime_error, naming the fix, when it cannot be
   // made or is not a directory of this process's user. `max_bytes`: what all users' caches may hold (bound()).
-  JitCaches(std::filesystem::path root, uint64_t max_bytes);
+  // `for_worker_uids`: the root is mode 0711 (other users pass through it, list nothing), and each
+  // directory above it must let other users pass (else it throws, naming the fix).
+  JitCaches(std::filesystem::path root, uint64_t max_bytes, bool for_worker_uids = false);
 
   // `user`'s directory, made (mode 0700) when missing, and marked used now; nullopt with `why` when it cannot
   // be made, or when something else (a file, a link) is in its place.
   std::optional<std::filesystem::path> of(const std::string& user, std::string& why) const;
+
+  // `user`'s directory (of()) lent to `uid`: it and what it holds become `uid`'s (directories and files with
+  // one link; what else is there stays as it is), until giveBack. nullopt with `why` when another uid
+  // holds it (another lease of the user runs here) or of() refuses it.
+  std::optional<std::filesystem::path> lend(const std::string& user, uid_t uid, std::string& why);
+  // The caches lent to a uid from `first` to `last` are the server's user's again (mode 0700). Call once no
+  // process runs as them. Caches found so at start (a server before this one ended) are given back too.
+  void giveBack(uid_t first, uid_t last);
 
   struct Removed {
     std::vector<std::string> users;  // their directories' names, least recently used first
@@ -34,7 +52,7 @@ class JitCaches {
   };
   // Holds the caches to `max_bytes` together: while they hold more, removes the least recently used user's
   // cache (the one given to a worker longest ago) but those of `in_use` (directory names: users whose workers
-  // run). What was removed.
+  // run) and those lent. What was removed.
   Removed bound(const std::set<std::string>& in_use) const;
 
   // The name of `user`'s directory: the name itself where it holds only letters, digits, '-', '_' and '.'
@@ -46,6 +64,7 @@ class JitCaches {
  private:
   std::filesystem::path root_;
   uint64_t max_bytes_;
+  std::map<std::string, uid_t> lent_;  // directory name → the uid that holds it
 };
 
 }  // namespace gpool::server

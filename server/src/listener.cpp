@@ -400,23 +400,24 @@ void Server::sayWhetherWorkersAreSandboxed() const {
     spdlog::info("workers are sandboxed (Landlock ABI {}{})", abi, abi < 6 ? "; before ABI 6 (Linux 6.12) they can still signal each other" : "");
 }
 
-// Each lease's user's JIT cache (jit_caches.h). None with --worker-uids, whose uids serve a lease each, and
-// so a user's leases several at once; none for a server without leases; none, with a warning, where the
-// directory cannot be made (workers then compile PTX at each load).
+// Each lease's user's JIT cache (jit_caches.h); with --worker-uids, lent to one lease's uid at a time. None
+// for a server without leases; none, with a warning, where the directory cannot be made (workers then
+// compile PTX at each load).
 void Server::openJitCaches() {
   if (std::getenv("CUDA_CACHE_PATH"))
     spdlog::warn("CUDA_CACHE_PATH in gpool-server's environment is not given to its workers: each lease's user has a "
                  "JIT cache of their own under --jit-cache (docs/admin.md)");
-  if (opt_.jit_cache == "none" || opt_.allocator.empty() || worker_users_) {
+  if (opt_.jit_cache == "none" || opt_.allocator.empty()) {
     spdlog::info("workers keep no JIT cache ({}): they compile PTX at each load",
-                 opt_.jit_cache == "none" ? "--jit-cache none"
-                 : worker_users_          ? "not with --worker-uids"
-                                          : "clients without a lease get none");
+                 opt_.jit_cache == "none" ? "--jit-cache none" : "clients without a lease get none");
     return;
   }
   try {
-    jit_caches_ = std::make_unique<JitCaches>(opt_.jit_cache, opt_.jit_cache_max);
-    spdlog::info("JIT caches: one for each lease's user, in {} ({} MiB at most together)", opt_.jit_cache, opt_.jit_cache_max >> 20);
+    jit_caches_ = std::make_unique<JitCaches>(opt_.jit_cache, opt_.jit_cache_max, worker_users_ != nullptr);
+    if (worker_users_)  // (lent by a server before this one, whose uids were cleared as this one started)
+      jit_caches_->giveBack(worker_users_->first(), worker_users_->first() + static_cast<uid_t>(worker_users_->size() - 1));
+    spdlog::info("JIT caches: one for each lease's user{}, in {} ({} MiB at most together)",
+                 worker_users_ ? ", lent to one of their leases' uids at a time" : "", opt_.jit_cache, opt_.jit_cache_max >> 20);
     boundJitCaches();
   } catch (const std::exception& e) {
     spdlog::warn("{}; workers compile PTX at each load meanwhile", e.what());
@@ -438,12 +439,12 @@ void Server::boundJitCaches() {
                  opt_.jit_cache_max >> 20, removed.bytes >> 20, removed.users.size(), fmt::join(removed.users, ", "));
 }
 
-// The JIT cache of `lease`'s user, or nullopt: none (above), a token that names no user, or a directory that
-// cannot be made (said).
-std::optional<std::filesystem::path> Server::jitCacheOf(const std::optional<token::Claims>& lease) const {
+// The JIT cache of `lease`'s user, lent to `uid` with --worker-uids, or nullopt: none (above), a token that
+// names no user, a cache lent to another of the user's leases, or a directory that cannot be made (said).
+std::optional<std::filesystem::path> Server::jitCacheOf(const std::optional<token::Claims>& lease, std::optional<uid_t> uid) {
   if (!jit_caches_ || !lease || lease->user.empty()) return std::nullopt;
   std::string why;
-  auto dir = jit_caches_->of(lease->user, why);
+  auto dir = uid ? jit_caches_->lend(lease->user, *uid, why) : jit_caches_->of(lease->user, why);
   if (!dir) spdlog::warn("{}: the workers of lease {} compile PTX at each load", why, lease->lease);
   return dir;
 }

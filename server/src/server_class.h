@@ -132,7 +132,7 @@ class Server {
 
   void openJitCaches();
   void boundJitCaches();
-  std::optional<std::filesystem::path> jitCacheOf(const std::optional<token::Claims>& lease) const;
+  std::optional<std::filesystem::path> jitCacheOf(const std::optional<token::Claims>& lease, std::optional<uid_t> uid);
 
   void startAudits();
   UseAudits::Served served() const;

@@ -75,8 +75,9 @@ struct CommandLine {
     app.add_option("--jit-cache", opt.jit_cache,
                    "directory where each lease's user has a JIT cache of their own (what the driver compiled of PTX, which "
                    "it loads in place of compiling again): a worker reaches its lease's user's alone, so no user's program "
-                   "runs code another user's worker put there; 'none' turns them off (workers compile PTX at each load, as "
-                   "they do for clients without a lease, and with --worker-uids)")
+                   "runs code another user's worker put there; with --worker-uids, a user's is lent to one of their leases' uids "
+                   "at a time, and DIR must be one those uids can pass through; 'none' turns them off (workers compile PTX "
+                   "at each load, as they do for clients without a lease)")
         ->capture_default_str();
     app.add_option("--jit-cache-max", opt.jit_cache_max,
                    "bytes the users' JIT caches may hold together: past it, the caches of the users whose leases started "

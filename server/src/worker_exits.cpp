@@ -98,12 +98,15 @@ void Server::workerEnded(pid_t pid) {
 }
 
 // What the server keeps for a lease with nothing here: its shares and pages, its launch count, and with
-// --worker-uids its user (whose processes are killed, and the uid freed for another lease: worker_users.h).
+// --worker-uids its user (whose processes are killed, and the uid freed for another lease: worker_users.h),
+// with the JIT cache lent to it (given back before the uid serves another lease: jit_caches.h).
 void Server::forgetLease(const std::string& lease) {
   forgetShares(lease);
   ended_launches_.erase(lease);
   launch_pages_.erase(lease);
-  if (worker_users_) worker_users_->release(lease);
+  if (!worker_users_) return;
+  std::optional<uid_t> uid = worker_users_->release(lease);
+  if (uid && jit_caches_) jit_caches_->giveBack(*uid, *uid);
 }
 
 // Once the lease has no worker here and nothing of it is held, its share is free at the allocator.

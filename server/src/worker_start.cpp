@@ -131,7 +131,7 @@ void Server::spawnWorker(const std::shared_ptr<Pending>& p, const proto::HelloRe
     return refuse(p, 999, e.what());
   }
   if (pages.memory) args.insert(args.end(), {"--memory-cap", std::to_string(lease->memory)});
-  auto jit = jitCacheOf(lease);
+  auto jit = jitCacheOf(lease, uid);
   if (jit) args.insert(args.end(), {"--jit-cache", jit->string()});
   if (pages.pace) args.insert(args.end(), {"--compute-share", std::to_string(share)});
   args.insert(args.end(), {"--budget-slot", std::to_string(slot)});

@@ -89,11 +89,13 @@ std::optional<uid_t> WorkerUsers::take(const std::string& lease) {
   }
 }
 
-void WorkerUsers::release(const std::string& lease) {
+std::optional<uid_t> WorkerUsers::release(const std::string& lease) {
   auto it = by_lease_.find(lease);
-  if (it == by_lease_.end()) return;
-  clear(it->second);
+  if (it == by_lease_.end()) return std::nullopt;
+  uid_t uid = it->second;
+  clear(uid);
   by_lease_.erase(it);
+  return uid;
 }
 
 void WorkerUsers::clear(uid_t uid) {

@@ -39,8 +39,9 @@ class WorkerUsers {
   // The uid `lease`'s workers run as ("": clients without a lease), taken at its first worker; nullopt when
   // every uid of the range serves another lease.
   std::optional<uid_t> take(const std::string& lease);
-  // The lease has neither workers nor held memory here any more: its uid is free again.
-  void release(const std::string& lease);
+  // The lease has neither workers nor held memory here any more: its uid is free again (returned, once
+  // cleared; nullopt when the lease had none).
+  std::optional<uid_t> release(const std::string& lease);
   uid_t first() const { return range_.first; }
   size_t size() const { return range_.last - range_.first + 1; }
   size_t inUse() const { return by_lease_.size(); }

@@ -358,11 +358,15 @@ class WithWorkerUsers(TakenOverWorker):
 
     def test_a_taken_over_worker_reaches_nothing_of_the_server_or_other_leases(self):
         victim, prog, worker = self.start_victim()
-        report, _, _ = self.take_over(worker, forks=100, victim_jit=os.path.join(self.cluster.dir, "jit", "victim"))
+        victim_jit = os.path.join(self.cluster.dir, "jit", "victim")
+        report, _, _ = self.take_over(worker, forks=100, victim_jit=victim_jit)
         print("taken over, with --worker-uids:", report, file=sys.stderr)
-        # No JIT cache with --worker-uids (a user's leases are several uids at once): nothing made to plant in.
-        self.assertEqual(report["own JIT cache"], "none given")
-        self.assertFalse(os.path.exists(os.path.join(self.cluster.dir, "jit")))
+        # Each user's JIT cache is lent to their lease's uid: its own is its to write, the victim's is not.
+        self.assertEqual(report["own JIT cache"], "reached")
+        self.assertEqual(report["victim's JIT cache"], "EACCES")
+        self.assertFalse(os.path.exists(os.path.join(victim_jit, "planted")))
+        self.assertEqual(os.stat(victim_jit).st_uid, uid_of(worker), "the victim's cache is its lease's uid's")
+        self.assertEqual(os.stat(victim_jit).st_mode & 0o777, 0o700)
         self.assertNotIn(report["uid"], (0, uid_of(worker)))
         self.assertEqual(report["server key"], "EACCES")
         self.assertEqual(report["signal"], "EPERM")
@@ -375,6 +379,39 @@ class WithWorkerUsers(TakenOverWorker):
         self.assertLess(report["forks"], 64)
         self.assertLess(self.launches(victim), 1 << 40)
         self.assertIsNone(prog.poll(), "the victim still runs")
+
+    @unittest.skipUnless(os.path.exists(JIT), "cuda_jit_link is built only with nvcc")
+    def test_a_users_jit_cache_is_lent_to_one_lease_at_a_time_and_closed_between_them(self):
+        # What the driver compiled of PTX for ann's first lease is her next lease's, on another uid; while no
+        # lease of hers runs, it is the server's (closed), so the uid's next lease, bob's, reaches none of it.
+        cache = os.path.join(self.cluster.dir, "jit", "ann")
+        first = self.lease("ann")
+        run = self.run_on(first, JIT)
+        out, _ = run.communicate(timeout=60)
+        self.assertEqual(run.returncode, 0, out + self.cluster.log("sim0"))
+        entries = os.listdir(os.path.join(cache, "sim-ComputeCache"))
+        self.assertTrue(entries, "ann's driver kept nothing in her JIT cache")
+        self.assertRegex(self.cluster.log("sim0"), "JIT caches: one for each lease's user, lent to one of their leases' uids")
+        first_uid = os.stat(cache).st_uid
+        self.assertIn(first_uid, range(61100, 61132))
+        self.assertEqual(self.cluster.http("DELETE", "/v1/leases/" + first["id"])[0], 200)
+        self.assertTrue(wait_for(lambda: os.stat(cache).st_uid == 0, timeout=20), "given back when her lease left")
+        self.assertEqual(os.stat(cache).st_mode & 0o777, 0o700)
+        carol = self.lease("carol")
+        holder = self.run_on(carol, LOOP, "60")  # (takes the uid ann's first lease had)
+        self.assertTrue(wait_for(lambda: self.workers_of(carol), timeout=20))
+        second = self.lease("ann")
+        again = self.run_on(second, JIT)
+        out, _ = again.communicate(timeout=60)
+        self.assertEqual(again.returncode, 0, out)
+        ann_uid = os.stat(cache).st_uid
+        self.assertIn(ann_uid, range(61100, 61132))
+        self.assertNotEqual(ann_uid, first_uid, "another uid this time")
+        self.assertEqual(sorted(os.listdir(os.path.join(cache, "sim-ComputeCache"))), sorted(entries), "the same entries, loaded")
+        for name in entries:
+            self.assertEqual(os.stat(os.path.join(cache, "sim-ComputeCache", name)).st_uid, ann_uid)
+        self.assertNotIn("cannot keep a JIT cache entry", self.cluster.log("sim0"))
+        self.assertIsNone(holder.poll())
 
     def test_what_a_taken_over_worker_leaves_running_is_killed_with_its_lease_gone_from_the_server(self):
         victim, prog, worker = self.start_victim()

@@ -110,6 +110,100 @@ TEST(JitCaches, TheCachesUnusedLongestGoPastTheBoundButNotThoseInUse) {
   EXPECT_TRUE(fs::exists(tmp.path / "jit" / "bob"));
 }
 
+uid_t ownerOf(const fs::path& p) {
+  struct stat st {};
+  return ::lstat(p.c_str(), &st) == 0 ? st.st_uid : static_cast<uid_t>(-1);
+}
+
+constexpr uid_t kUidA = 61190, kUidB = 61191;  // (as --worker-uids gives them: no account's)
+
+// With --worker-uids: a user's cache is one lease's uid's at a time, whole, and the server's again (closed)
+// when the uid is freed, so the uid's next lease, another user's, reaches nothing of it.
+TEST(JitCaches, WithWorkerUidsAUsersCacheIsLentToOneUidAtATimeAndGivenBackClosed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "lending a cache to another uid needs root (as --worker-uids does)";
+  TempDir tmp;
+  ::chmod(tmp.path.c_str(), 0711);
+  JitCaches caches(tmp.path / "jit", kBig, true);
+  EXPECT_EQ(modeOf(tmp.path / "jit"), 0711u) << "the workers' users pass through the root, and list nothing";
+  std::string why;
+  auto first = caches.of("ann", why);  // what an earlier lease's driver kept
+  ASSERT_TRUE(first) << why;
+  fs::create_directories(*first / "ComputeCache" / "a");
+  std::ofstream(*first / "ComputeCache" / "a" / "entry") << "x";
+
+  auto lent = caches.lend("ann", kUidA, why);
+  ASSERT_TRUE(lent) << why;
+  for (const fs::path& p : {*lent, *lent / "ComputeCache", *lent / "ComputeCache" / "a", *lent / "ComputeCache" / "a" / "entry"})
+    EXPECT_EQ(ownerOf(p), kUidA) << p;
+  EXPECT_EQ(modeOf(*lent), 0700u);
+  EXPECT_TRUE(caches.lend("ann", kUidA, why)) << "another worker of the same lease: " << why;
+  EXPECT_FALSE(caches.lend("ann", kUidB, why)) << "ann's second lease, another uid, while the first runs";
+  EXPECT_NE(why.find("lent to uid 61190"), std::string::npos) << why;
+  auto bob = caches.lend("bob", kUidB, why);
+  ASSERT_TRUE(bob) << why;
+  EXPECT_EQ(caches.bound({}).users.size(), 0u) << "a lent cache is never removed";
+
+  caches.giveBack(kUidA, kUidA);
+  EXPECT_EQ(ownerOf(*lent), ::geteuid());
+  EXPECT_EQ(modeOf(*lent), 0700u);
+  EXPECT_EQ(ownerOf(*bob), kUidB) << "only the uid given back";
+  auto again = caches.lend("ann", kUidB + 1, why);  // ann's next lease, on another uid: all of it is its
+  ASSERT_TRUE(again) << why;
+  EXPECT_EQ(ownerOf(*again / "ComputeCache" / "a" / "entry"), kUidB + 1);
+}
+
+// While lent, a taken-over worker may leave links there: lending the cache again makes no file it does not
+// own another uid's. A symbolic link is never followed; a file with a second link (a root's file linked in,
+// where the kernel allows it) keeps its owner.
+TEST(JitCaches, LendingAgainFollowsNoLinkAndHandsOverNoFileWithAnotherLink) {
+  if (::geteuid() != 0) GTEST_SKIP() << "lending a cache to another uid needs root (as --worker-uids does)";
+  TempDir tmp;
+  ::chmod(tmp.path.c_str(), 0711);
+  JitCaches caches(tmp.path / "jit", kBig, true);
+  std::ofstream(tmp.path / "secret") << "root's";
+  std::string why;
+  auto dir = caches.lend("mallory", kUidA, why);
+  ASSERT_TRUE(dir) << why;
+  fs::create_symlink(tmp.path / "secret", *dir / "link");
+  fs::create_directory_symlink(tmp.path, *dir / "dirlink");
+  fs::create_hard_link(tmp.path / "secret", *dir / "hard");
+  caches.giveBack(kUidA, kUidA);
+  ASSERT_TRUE(caches.lend("mallory", kUidB, why)) << why;
+  EXPECT_EQ(ownerOf(tmp.path / "secret"), 0u) << "neither through the link nor the second name";
+  EXPECT_EQ(ownerOf(tmp.path), 0u) << "nor through a link to a directory";
+  EXPECT_EQ(ownerOf(*dir), kUidB);
+}
+
+// A server ended while its workers held caches: the next one (its uids cleared) takes them back at start.
+TEST(JitCaches, CachesLentWhenTheServerEndedAreGivenBack) {
+  if (::geteuid() != 0) GTEST_SKIP() << "lending a cache to another uid needs root (as --worker-uids does)";
+  TempDir tmp;
+  ::chmod(tmp.path.c_str(), 0711);
+  std::string why;
+  fs::path dir;
+  {
+    JitCaches before(tmp.path / "jit", kBig, true);
+    auto lent = before.lend("ann", kUidA, why);
+    ASSERT_TRUE(lent) << why;
+    dir = *lent;
+  }
+  JitCaches after(tmp.path / "jit", kBig, true);
+  EXPECT_FALSE(after.of("ann", why)) << "still uid 61190's";
+  after.giveBack(kUidA, kUidB);
+  EXPECT_EQ(ownerOf(dir), ::geteuid());
+  EXPECT_TRUE(after.lend("ann", kUidB, why)) << why;
+}
+
+TEST(JitCaches, WithWorkerUidsARootOtherUsersCannotReachIsRefusedNamingTheFix) {
+  TempDir tmp;  // (mode 0700: closed to other users)
+  try {
+    JitCaches caches(tmp.path / "jit", kBig, true);
+    FAIL() << "a root the workers' users cannot reach";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/var/cache/gpool/jit"), std::string::npos) << e.what();
+  }
+}
+
 TEST(JitCaches, ARootThatCannotBeADirectoryIsRefusedNamingTheOption) {
   TempDir tmp;
   std::ofstream(tmp.path / "file") << "x";
