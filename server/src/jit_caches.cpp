@@ -48,8 +48,12 @@ constexpr int kLendDepth = 16;  // deeper than the driver's own layout: what lie
 // link (a file with another link elsewhere may be anyone's; a link is never followed). Nothing else is
 // touched. The directory is the server's own (mode 0700) meanwhile, so nobody else reaches into it.
 void lendTree(int fd, uid_t uid, int depth) {
-  DIR* d = ::fdopendir(::dup(fd));
-  if (!d) return;
+  int own = ::dup(fd);  // (closedir closes it)
+  DIR* d = own < 0 ? nullptr : ::fdopendir(own);
+  if (!d) {
+    if (own >= 0) ::close(own);
+    return;
+  }
   while (const dirent* e = ::readdir(d)) {
     std::string name = e->d_name;
     if (name == "." || name == "..") continue;
