@@ -15,14 +15,13 @@ namespace gpool::server {
 
 namespace {
 
-// A directory of `owner` at `path` (this process's user unless given), made with mode `mode` when missing;
-// "" or why not.
-std::string ownDirectory(const std::filesystem::path& path, mode_t mode = 0700, uid_t owner = ::geteuid()) {
+// A directory of this process's user at `path`, made with mode `mode` when missing; "" or why not.
+std::string ownDirectory(const std::filesystem::path& path, mode_t mode = 0700) {
   if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return std::strerror(errno);
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return std::strerror(errno);
   if (!S_ISDIR(st.st_mode)) return "it is not a directory";
-  if (st.st_uid != owner) return "it belongs to uid " + std::to_string(st.st_uid) + ", not this server's";
+  if (st.st_uid != ::geteuid()) return "it belongs to uid " + std::to_string(st.st_uid) + ", not this server's";
   if ((st.st_mode & 07777) != mode && ::chmod(path.c_str(), mode) != 0) return std::strerror(errno);
   return "";
 }
