@@ -9,8 +9,9 @@ build=${1:-build}
 rm -rf .gpu && mkdir -p .gpu/server .gpu/lib .gpu/tests .gpu/bench .gpu/allocator
 cp "$build"/server/gpool-server "$build"/server/gpool-worker .gpu/server/
 # gpool-server links Debian's cpp-httplib (for --allocator); the GPU machine has no such package. It finds
-# the copy beside it (RUNPATH $ORIGIN); the scripts add .gpu/server to LD_LIBRARY_PATH for brotli.
-for lib in libcpp-httplib.so.0.11 libbrotlicommon.so.1 libbrotlidec.so.1 libbrotlienc.so.1; do
+# the copy beside it (RUNPATH $ORIGIN); the scripts add .gpu/server to LD_LIBRARY_PATH for brotli, and for
+# libseccomp, which gpool-worker links (a minimal image may lack it).
+for lib in libcpp-httplib.so.0.11 libbrotlicommon.so.1 libbrotlidec.so.1 libbrotlienc.so.1 libseccomp.so.2; do
   cp -L "/usr/lib/x86_64-linux-gnu/$lib" .gpu/server/
 done
 cp -a "$build"/lib/gpool .gpu/lib/

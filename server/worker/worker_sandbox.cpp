@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "gpool/landlock_abi.h"
+#include "no_new_processes.h"
 
 namespace gpool::worker {
 
@@ -119,6 +120,7 @@ SandboxPaths workerPaths(const std::string& module_cache, const std::string& jit
 }
 
 int enterSandbox(const SandboxPaths& paths, std::string& why) {
+  if (!forbidNewProcesses(why)) return -1;
   int abi = landlockAbi(why);
   if (abi < 1) return 0;
   RulesetAttr attr;

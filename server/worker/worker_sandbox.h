@@ -8,7 +8,9 @@
 //   /proc entry. Not gpool-server's
 //   key, nor any home directory, /tmp, /var or /run;
 // - processes: it cannot ptrace, nor read the memory, environment or command line of, any process outside its
-//   own sandbox (gpool-server, other workers), and with Landlock ABI 6 (Linux 6.12) cannot signal them either.
+//   own sandbox (gpool-server, other workers), and with Landlock ABI 6 (Linux 6.12) cannot signal them either;
+//   it starts none of its own and keeps its parent-death signal (no_new_processes.h: seccomp, also where the
+//   kernel has no Landlock).
 // What a worker already holds (its client's socket, its lease's pages) stays usable: the ruleset restricts
 // what it opens from now on. gpool-server --no-worker-sandbox turns this off.
 #pragma once
@@ -27,8 +29,8 @@ struct SandboxPaths {
 // when it has none), its sim kernels' plugins, and the directories of LD_LIBRARY_PATH and its own program.
 SandboxPaths workerPaths(const std::string& module_cache, const std::string& jit_cache, const std::vector<std::string>& plugins);
 
-// Shuts this process (and what it starts) in: returns the Landlock ABI it applied (1 and up), or 0 and `why`
-// when the kernel has no Landlock (nothing is restricted), or -1 and `why` when applying it failed.
+// Shuts this process in: returns the Landlock ABI it applied (1 and up), or 0 and `why` when the kernel has no
+// Landlock (then only no_new_processes.h's filter holds), or -1 and `why` when applying either failed.
 int enterSandbox(const SandboxPaths& paths, std::string& why);
 
 }  // namespace gpool::worker

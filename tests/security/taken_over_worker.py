@@ -103,6 +103,26 @@ def forge_record(records, victim, charge):
     forged.append(fd)
 
 
+def leave_running(plan):
+    """Starts a process that outlives this worker; returns once it is named in plan["linger"]."""
+    ready, told = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        left = os.getpid()
+        if plan.get("apart"):  # started apart: its parent ends at once, the worker stays
+            left = os.fork()
+        if left != 0:  # (apart, its parent names it: it is the server's to kill from its first instant)
+            with open(plan["linger"], "w") as f:
+                f.write(f"{left} {os.getuid()}")  # (its uid too: it may be killed before it is looked at)
+            os.write(told, b"!")
+            if plan.get("apart"):
+                os._exit(0)
+        os.closerange(3, 4096)  # (its client's connection ends with the worker; this stays on unseen)
+        os.execv("/bin/sleep", ["sleep", "120"])
+    os.close(told)  # (so that the read ends, whatever becomes of what it started)
+    os.read(ready, 1)  # (before this worker ends, and gpool-server may clear its user)
+
+
 def fork_up_to(n):
     """Starts up to `n` processes that wait; ends them; returns how many started."""
     children = []
@@ -153,6 +173,10 @@ def main():
         except OSError:
             real = os.environ["GPOOL_TEST_REAL_WORKER"]
             os.execv(real, [real] + sys.argv[1:])
+        # As the real worker asks before its sandbox (worker_main.cpp): SIGKILL when gpool-server ends. (Kept
+        # through the exec into the sandbox; with --uid, the change of user below clears it, which the
+        # real worker avoids by asking after its change.)
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # (PR_SET_PDEATHSIG: 1)
         enter_the_sandbox(taken)
     become_the_workers_user()
     with open(taken) as f:
@@ -187,23 +211,8 @@ def main():
         report["parent's end"] = "ignored" if prctl(1, 0, 0, 0, 0) == 0 else "heard"  # (PR_SET_PDEATHSIG: 1)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
-    if plan.get("linger"):  # something left running after the worker, as the user it was
-        ready, told = os.pipe()
-        if os.fork() == 0:
-            os.setsid()
-            left = os.getpid()
-            if plan.get("apart"):  # started apart: its parent ends at once, the worker stays
-                left = os.fork()
-            if left != 0:  # (apart, its parent names it: it is the server's to kill from its first instant)
-                with open(plan["linger"], "w") as f:
-                    f.write(f"{left} {os.getuid()}")  # (its uid too: it may be killed before it is looked at)
-                os.write(told, b"!")
-                if plan.get("apart"):
-                    os._exit(0)
-            os.closerange(3, 4096)  # (its client's connection ends with the worker; this stays on unseen)
-            os.execv("/bin/sleep", ["sleep", "120"])
-        os.close(told)  # (so that the read ends, whatever becomes of what it started)
-        os.read(ready, 1)  # (before this worker ends, and gpool-server may clear its user)
+    if plan.get("linger"):  # something left running after the worker, as the user it was (refused in its sandbox)
+        report["linger"] = attempt(lambda: leave_running(plan))
     if plan.get("cuda_bytes"):
         result = allocate_with_the_driver(plan["cuda_bytes"])
         report["device memory"] = "held" if result == 0 else f"CUresult {result}"

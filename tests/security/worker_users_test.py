@@ -132,6 +132,15 @@ class TakenOverWorker(unittest.TestCase):
         with open(report) as f:
             return json.load(f), attacker, prog
 
+    def lingering(self, **plan):
+        """Takes over a worker that leaves a process running (`plan`: how); returns that process, the
+        attacker's lease and program."""
+        victim, prog, worker = self.start_victim()
+        self.victim_prog = prog
+        linger = os.path.join(self.drop, "linger.pid")
+        report, attacker, attacker_prog = self.take_over(worker, linger=linger, **plan)
+        return lingered(linger)[0], attacker, attacker_prog
+
     def start_victim(self):
         victim = self.lease("victim")
         prog = self.run_on(victim, LOOP, "60")  # (killed at the end: it runs all through the test, however slow)
@@ -151,11 +160,12 @@ class WithoutWorkerUsers(TakenOverWorker):
         self.assertEqual(report["memory"], "EACCES")
         self.assertEqual(report["environment"], "EACCES")
         self.assertEqual(report["signal"], "EPERM" if LANDLOCK_ABI >= 6 else "reached")
-        # Still: its user's IPC records (by name: shared by the user's workers), and as many processes as it
-        # asks for. Not what the server's environment held but for what workers read (before, all of it).
+        # Still: its user's IPC records (by name: shared by the user's workers). Not what the server's
+        # environment held but for what workers read (before, all of it). No process of its own (before, as
+        # many as it asked for: no_new_processes.h).
         self.assertEqual(report["records"], "reached")
         self.assertEqual(report["server's environment"], "absent")
-        self.assertEqual(report["forks"], 10)
+        self.assertEqual(report["forks"], 0)
         self.assertIsNone(prog.poll(), "the victim still runs")
         self.assertIn("workers are sandboxed (Landlock ABI", self.cluster.log("sim0"))
 
@@ -215,49 +225,22 @@ class WithoutWorkerUsers(TakenOverWorker):
         self.assertIn("\\x1b[2J\\x1b]0;owned\\x07 cleared the admin's screen", log)
         self.assertIsNone(prog.poll(), "the victim still runs")
 
-    def lingering(self, **plan):
-        """Takes over a worker that leaves a process running (`plan`: how); returns that process, the
-        attacker's lease and program."""
+    def test_a_taken_over_worker_starts_nothing_and_ends_with_its_server_killed_with_sigkill(self):
+        # In its sandbox it can neither undo PR_SET_PDEATHSIG nor start a process that would lack it, nor
+        # ignore the signal (SIGKILL): when gpool-server is killed with kill -9, and so stops no worker
+        # itself, the kernel ends every worker (no_new_processes.h). Before, one taken over ran on, the GPU in
+        # hand, outside any lease.
         victim, prog, worker = self.start_victim()
-        self.victim_prog = prog
-        linger = os.path.join(self.drop, "linger.pid")
-        report, attacker, attacker_prog = self.take_over(worker, linger=linger, **plan)
-        return lingered(linger)[0], attacker, attacker_prog
-
-    def test_what_a_taken_over_worker_leaves_running_is_killed_once_it_ends(self):
-        # gpool-server is its workers' subreaper: the process, left when its worker ends, is the server's
-        # child, and killed (before, it ran on as init's, as the server's user, out of any lease).
-        left, attacker, attacker_prog = self.lingering()
-        attacker_prog.wait(60)  # its worker ended
-        self.assertTrue(wait_for(lambda: gone(left), timeout=10), f"process {left} still runs")
-        self.assertRegex(self.cluster.log("sim0"), rf"process {left} \(sleep\), which a worker left running, is killed")
-        self.assertIsNone(self.victim_prog.poll(), "the victim still runs")
-
-    def test_what_a_taken_over_worker_starts_apart_is_killed_while_it_runs(self):
-        # setsid and a second fork: its parent gone at once, the process is the server's child while the
-        # worker still runs, and is killed at the next memory audit (every second).
-        left, attacker, _ = self.lingering(apart=True, stay=30)
-        self.assertTrue(wait_for(lambda: gone(left), timeout=10), f"process {left} still runs")
-        (taken,) = self.workers_of(attacker)
-        self.assertFalse(gone(taken), "the worker itself runs on (its memory is within its lease)")
-        self.assertIsNone(self.victim_prog.poll(), "the victim still runs")
-
-    def test_a_taken_over_worker_deaf_to_signals_ends_with_its_server(self):
-        # A worker ends with its server (PR_SET_PDEATHSIG), but one its client took over may undo that and
-        # ignore SIGTERM. gpool-server, stopped, kills what still runs of its workers itself: none runs on
-        # with the GPU, outside any lease, once the server that answers for it is gone.
-        victim, prog, worker = self.start_victim()
-        report, attacker, _ = self.take_over(worker, deaf=True, stay=120)
-        self.assertEqual(report["parent's end"], "ignored")
+        report, attacker, _ = self.take_over(worker, deaf=True, forks=5, linger=os.path.join(self.drop, "linger.pid"), stay=120)
+        self.assertEqual(report["parent's end"], "heard")
+        self.assertEqual(report["forks"], 0)
+        self.assertEqual(report["linger"], "EPERM")
         (taken,) = self.workers_of(attacker)
         server = self.cluster.servers["sim0"]
-        server.terminate()  # the first signal: no new clients, the workers finish with their clients
-        self.assertTrue(wait_for(lambda: "no new clients" in self.cluster.log("sim0"), timeout=10), self.cluster.log("sim0"))
-        server.terminate()  # the second: the workers are stopped now
+        server.kill()
         server.wait(10)
         self.assertTrue(wait_for(lambda: gone(taken), timeout=5), f"worker {taken} runs on after its server")
         self.assertTrue(wait_for(lambda: gone(worker), timeout=5), f"worker {worker} runs on after its server")
-        self.assertRegex(self.cluster.log("sim0"), r"stopping 2 workers")
 
     def test_a_taken_over_worker_holding_past_its_lease_as_the_driver_counts_is_ended(self):
         # Memory it allocated itself, around its ledger: the driver's count (here the sim device's) says so,
@@ -301,6 +284,42 @@ class WithoutWorkerUsersNorSandbox(TakenOverWorker):
             self.assertEqual(report[what], "reached", what)
         self.assertEqual(report["server's environment"], "absent")  # (a worker inherits only what workers read)
         self.assertEqual(report["forks"], 100, "as many processes as it asks for")
+
+
+    def test_what_a_taken_over_worker_leaves_running_is_killed_once_it_ends(self):
+        # gpool-server is its workers' subreaper: the process, left when its worker ends, is the server's
+        # child, and killed (before, it ran on as init's, as the server's user, out of any lease).
+        left, attacker, attacker_prog = self.lingering()
+        attacker_prog.wait(60)  # its worker ended
+        self.assertTrue(wait_for(lambda: gone(left), timeout=10), f"process {left} still runs")
+        self.assertRegex(self.cluster.log("sim0"), rf"process {left} \(sleep\), which a worker left running, is killed")
+        self.assertIsNone(self.victim_prog.poll(), "the victim still runs")
+
+    def test_what_a_taken_over_worker_starts_apart_is_killed_while_it_runs(self):
+        # setsid and a second fork: its parent gone at once, the process is the server's child while the
+        # worker still runs, and is killed at the next memory audit (every second).
+        left, attacker, _ = self.lingering(apart=True, stay=30)
+        self.assertTrue(wait_for(lambda: gone(left), timeout=10), f"process {left} still runs")
+        (taken,) = self.workers_of(attacker)
+        self.assertFalse(gone(taken), "the worker itself runs on (its memory is within its lease)")
+        self.assertIsNone(self.victim_prog.poll(), "the victim still runs")
+
+    def test_a_taken_over_worker_deaf_to_signals_ends_with_its_server(self):
+        # A worker ends with its server (PR_SET_PDEATHSIG), but one its client took over outside the sandbox
+        # may undo that and ignore SIGTERM. gpool-server, stopped, kills what still runs of its workers itself: none runs on
+        # with the GPU, outside any lease, once the server that answers for it is gone.
+        victim, prog, worker = self.start_victim()
+        report, attacker, _ = self.take_over(worker, deaf=True, stay=120)
+        self.assertEqual(report["parent's end"], "ignored")
+        (taken,) = self.workers_of(attacker)
+        server = self.cluster.servers["sim0"]
+        server.terminate()  # the first signal: no new clients, the workers finish with their clients
+        self.assertTrue(wait_for(lambda: "no new clients" in self.cluster.log("sim0"), timeout=10), self.cluster.log("sim0"))
+        server.terminate()  # the second: the workers are stopped now
+        server.wait(10)
+        self.assertTrue(wait_for(lambda: gone(taken), timeout=5), f"worker {taken} runs on after its server")
+        self.assertTrue(wait_for(lambda: gone(worker), timeout=5), f"worker {worker} runs on after its server")
+        self.assertRegex(self.cluster.log("sim0"), r"stopping 2 workers")
 
 
 @unittest.skipUnless(os.path.exists(LOOP), "cuda_launch_loop is built only with nvcc")
@@ -374,9 +393,9 @@ class WithWorkerUsers(TakenOverWorker):
         self.assertEqual(report["environment"], "EACCES")
         self.assertEqual(report["records"], "EACCES")
         self.assertEqual(report["server's environment"], "absent")
-        # --max-threads-per-lease 64: the lease's user, its threads included, stops short of 64 processes.
-        self.assertGreater(report["forks"], 0)
-        self.assertLess(report["forks"], 64)
+        # No process of its own (no_new_processes.h; --max-threads-per-lease bounds the lease's user's threads,
+        # and its processes where workers run unsandboxed).
+        self.assertEqual(report["forks"], 0)
         self.assertLess(self.launches(victim), 1 << 40)
         self.assertIsNone(prog.poll(), "the victim still runs")
 
@@ -412,6 +431,11 @@ class WithWorkerUsers(TakenOverWorker):
             self.assertEqual(os.stat(os.path.join(cache, "sim-ComputeCache", name)).st_uid, ann_uid)
         self.assertNotIn("cannot keep a JIT cache entry", self.cluster.log("sim0"))
         self.assertIsNone(holder.poll())
+
+@unittest.skipIf(NOT_ROOT, "--worker-uids needs gpool-server to run as root")
+@unittest.skipUnless(os.path.exists(LOOP), "cuda_launch_loop is built only with nvcc")
+class WithWorkerUsersNorSandbox(TakenOverWorker):
+    server_args = ["--worker-uids", UIDS, "--no-worker-sandbox"]  # (in its sandbox, a worker starts no process)
 
     def test_what_a_taken_over_worker_leaves_running_is_killed_with_its_lease_gone_from_the_server(self):
         victim, prog, worker = self.start_victim()
