@@ -26,7 +26,9 @@ bool forbidNewProcesses(std::string& why) {
     why = "seccomp_init failed";
     return false;
   }
-  int rc = 0;
+  // Every thread of the process, not the calling one alone: a thread started before (a watcher, the driver's)
+  // would otherwise stay free of it, and code the client got to run there could fork.
+  int rc = seccomp_attr_set(filter.get(), SCMP_FLTATR_CTL_TSYNC, 1);
   auto refuse = [&](int error, int syscall, unsigned count, const scmp_arg_cmp* arg) {
     if (rc == 0) rc = count ? seccomp_rule_add_array(filter.get(), SCMP_ACT_ERRNO(error), syscall, count, arg)
                             : seccomp_rule_add(filter.get(), SCMP_ACT_ERRNO(error), syscall, 0);

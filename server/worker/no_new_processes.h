@@ -5,7 +5,7 @@
 // prctl(PR_SET_PDEATHSIG); clone3, whose flags a filter cannot read, fails with ENOSYS, on which glibc
 // makes its threads with clone. Exec stays allowed (the signal and the filter survive it). Entered with the
 // sandbox (worker_sandbox.h), after the worker became its lease's user and asked for the signal; a process
-// cannot leave a seccomp filter, and its threads are all under it.
+// cannot leave a seccomp filter, and every thread is put under it, those started before too (TSYNC).
 //
 // In a build with AddressSanitizer, clone with CLONE_UNTRACED stays allowed: LeakSanitizer's tracer is
 // made so at exit. (Sanitized builds are test builds.)

@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
+#include <mutex>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -68,6 +70,34 @@ TEST(NoNewProcesses, TheParentDeathSignalStaysAndThreadsStillStart) {
               return ran == 1 ? 0 : 1;
             }),
             0);
+}
+
+// Threads started before the filter are under it too (else code run there could still fork).
+TEST(NoNewProcesses, ThreadsStartedBeforeAreUnderItToo) {
+  EXPECT_EQ(inChild([] { return true; },
+                    [] {
+                      std::mutex m;
+                      std::condition_variable cv;
+                      int stage = 0, forked = -1;
+                      std::thread before([&] {
+                        std::unique_lock lock(m);
+                        cv.wait(lock, [&] { return stage == 1; });
+                        forked = errnoOf(::fork());
+                        stage = 2;
+                        cv.notify_all();
+                      });
+                      std::string why;
+                      bool filtered = forbidNewProcesses(why);
+                      {
+                        std::unique_lock lock(m);
+                        stage = 1;
+                        cv.notify_all();
+                        cv.wait(lock, [&] { return stage == 2; });
+                      }
+                      before.join();
+                      return filtered ? forked : -3;
+                    }),
+            EPERM);
 }
 
 // A child that asked for SIGKILL at its parent's end, then applied the filter, dies with its parent even
