@@ -11,6 +11,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "worker_users.h"
+
 namespace gpool::server {
 
 namespace {
@@ -23,16 +25,6 @@ std::string ownDirectory(const std::filesystem::path& path, mode_t mode = 0700) 
   if (!S_ISDIR(st.st_mode)) return "it is not a directory";
   if (st.st_uid != ::geteuid()) return "it belongs to uid " + std::to_string(st.st_uid) + ", not this server's";
   if ((st.st_mode & 07777) != mode && ::chmod(path.c_str(), mode) != 0) return std::strerror(errno);
-  return "";
-}
-
-// Each directory above `path` lets other users pass; "" or the first that does not.
-std::string closedAbove(const std::filesystem::path& path) {
-  for (std::filesystem::path above = std::filesystem::absolute(path).parent_path(); !above.empty(); above = above.parent_path()) {
-    struct stat st {};
-    if (::stat(above.c_str(), &st) == 0 && !(st.st_mode & S_IXOTH)) return above.string();
-    if (above == above.root_path()) break;
-  }
   return "";
 }
 
@@ -79,7 +71,7 @@ bool plain(char c, bool first) {
 
 JitCaches::JitCaches(std::filesystem::path root, uint64_t max_bytes, bool for_worker_uids)
     : root_(std::move(root)), max_bytes_(max_bytes) {
-  if (std::string closed = for_worker_uids ? closedAbove(root_) : ""; !closed.empty())
+  if (std::string closed = for_worker_uids ? WorkerUsers::closedAbove(root_) : ""; !closed.empty())
     throw std::runtime_error("the JIT caches in " + root_.string() + " are out of reach of the --worker-uids users (" + closed +
                              " is closed to other users): give --jit-cache a directory they can pass through, such as "
                              "/var/cache/gpool/jit, or 'none'");
@@ -92,11 +84,11 @@ JitCaches::JitCaches(std::filesystem::path root, uint64_t max_bytes, bool for_wo
 
 std::optional<std::filesystem::path> JitCaches::lend(const std::string& user, uid_t uid, std::string& why) {
   const std::string name = directoryName(user);
-  if (auto held = lent_.find(name); held != lent_.end() && held->second != uid) {
-    why = "the JIT cache of user '" + user + "' is lent to uid " + std::to_string(held->second) + " (another of their leases here)";
-    return std::nullopt;
-  }
-  if (lent_.count(name)) {
+  if (auto held = lent_.find(name); held != lent_.end()) {
+    if (held->second != uid) {
+      why = "the JIT cache of user '" + user + "' is lent to uid " + std::to_string(held->second) + " (another of their leases here)";
+      return std::nullopt;
+    }
     auto dir = root_ / name;  // (lent already: another worker of the same lease)
     ::utimensat(AT_FDCWD, dir.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
     return dir;

@@ -415,7 +415,7 @@ void Server::openJitCaches() {
   try {
     jit_caches_ = std::make_unique<JitCaches>(opt_.jit_cache, opt_.jit_cache_max, worker_users_ != nullptr);
     if (worker_users_)  // (lent by a server before this one, whose uids were cleared as this one started)
-      jit_caches_->giveBack(worker_users_->first(), worker_users_->first() + static_cast<uid_t>(worker_users_->size() - 1));
+      jit_caches_->giveBack(worker_users_->first(), worker_users_->last());
     spdlog::info("JIT caches: one for each lease's user{}, in {} ({} MiB at most together)",
                  worker_users_ ? ", lent to one of their leases' uids at a time" : "", opt_.jit_cache, opt_.jit_cache_max >> 20);
     boundJitCaches();

@@ -119,17 +119,23 @@ void WorkerUsers::clear(uid_t uid) {
   std::filesystem::remove_all(budget::recordDirectory(uid), ec);  // (a link there is removed, not followed)
 }
 
+std::string WorkerUsers::closedAbove(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  for (fs::path above = fs::absolute(path).parent_path(); !above.empty(); above = above.parent_path()) {
+    struct stat st {};
+    if (::stat(above.c_str(), &st) == 0 && !(st.st_mode & S_IXOTH)) return above.string();
+    if (above == above.root_path()) break;
+  }
+  return "";
+}
+
 void WorkerUsers::shareDirectory(const std::string& dir) {
   namespace fs = std::filesystem;
   fs::path path = fs::absolute(dir);
-  for (fs::path above = path.parent_path(); !above.empty(); above = above.parent_path()) {  // (before making any)
-    struct stat st {};
-    if (::stat(above.c_str(), &st) == 0 && !(st.st_mode & S_IXOTH))
-      throw std::runtime_error("the module cache " + path.string() + " is out of reach of the --worker-uids users (" +
-                               above.string() + " is closed to other users): give --module-cache a directory they can "
-                               "reach, such as /var/cache/gpool/modules, or none");
-    if (above == above.root_path()) break;
-  }
+  if (std::string closed = closedAbove(path); !closed.empty())  // (before making any)
+    throw std::runtime_error("the module cache " + path.string() + " is out of reach of the --worker-uids users (" + closed +
+                             " is closed to other users): give --module-cache a directory they can reach, such as "
+                             "/var/cache/gpool/modules, or none");
   std::error_code ec;
   fs::create_directories(path, ec);
   if (ec) throw std::runtime_error("cannot make the module cache " + path.string() + ": " + ec.message());

@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -43,6 +44,7 @@ class WorkerUsers {
   // cleared; nullopt when the lease had none).
   std::optional<uid_t> release(const std::string& lease);
   uid_t first() const { return range_.first; }
+  uid_t last() const { return range_.last; }
   size_t size() const { return range_.last - range_.first + 1; }
   size_t inUse() const { return by_lease_.size(); }
 
@@ -53,6 +55,9 @@ class WorkerUsers {
   // worker can spoil none, only make one sent again). Throws std::runtime_error, naming the fix, when a
   // directory above it is closed to other users.
   static void shareDirectory(const std::string& dir);
+  // The first directory above `path` that the range's users cannot pass through (no search bit for others),
+  // or "" when none is.
+  static std::string closedAbove(const std::filesystem::path& path);
 
  private:
   Range range_;
