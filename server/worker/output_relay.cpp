@@ -17,15 +17,19 @@
 
 namespace gpool::worker {
 
-OutputRelay::OutputRelay(int read_fd) : read_fd_(read_fd), stop_fd_(::eventfd(0, EFD_CLOEXEC)) {
+OutputRelay::OutputRelay(int read_fd, bool start_now) : read_fd_(read_fd), stop_fd_(::eventfd(0, EFD_CLOEXEC)) {
   ::fcntl(read_fd_, F_SETFL, ::fcntl(read_fd_, F_GETFL) | O_NONBLOCK);
-  thread_ = std::thread([this] { loop(); });
+  if (start_now) start();
+}
+
+void OutputRelay::start() {
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
 }
 
 OutputRelay::~OutputRelay() {
   uint64_t one = 1;
   if (::write(stop_fd_, &one, sizeof one) < 0) {}
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
   ::close(stop_fd_);
   ::close(read_fd_);
 }
@@ -40,7 +44,7 @@ std::unique_ptr<OutputRelay> OutputRelay::captureStdout() {
     return nullptr;
   }
   ::close(fds[1]);
-  return std::make_unique<OutputRelay>(fds[0]);
+  return std::make_unique<OutputRelay>(fds[0], false);
 }
 
 void OutputRelay::readAvailable() {

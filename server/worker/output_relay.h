@@ -17,14 +17,18 @@ namespace gpool::worker {
 
 class OutputRelay {
  public:
-  // Reads what is written to the pipe whose read end is `read_fd` (which it owns). Tests pass their own.
-  explicit OutputRelay(int read_fd);
+  // Reads what is written to the pipe whose read end is `read_fd` (which it owns), from a thread of its own
+  // started now or, with `start_now` false, at start(). Tests pass their own.
+  explicit OutputRelay(int read_fd, bool start_now = true);
   ~OutputRelay();
   OutputRelay(const OutputRelay&) = delete;
   OutputRelay& operator=(const OutputRelay&) = delete;
 
   // Makes this process's fd 1 a pipe that a relay reads; nullptr (and fd 1 as it was) where it cannot.
+  // Its thread not started yet (start()): the worker starts it once in its sandbox, which binds only the
+  // threads started after it is entered.
   static std::unique_ptr<OutputRelay> captureStdout();
+  void start();
 
   void enable() { enabled_ = true; }  // the client asked for it (called on the thread that sends)
   // Sends what was written since the last call as kMsgOutput frames (none when nothing was, or before

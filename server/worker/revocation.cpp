@@ -35,11 +35,7 @@ std::string Revocation::reasonOf(const siginfo_t& info) const {
 Revocation& Revocation::watch(pid_t server) {
   sigset_t set = termOnly();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  static Revocation* const watcher = [server] {  // never destroyed: its thread may run until exit
-    auto* w = new Revocation(server);
-    std::thread([w] { w->loop(); }).detach();
-    return w;
-  }();
+  static Revocation* const watcher = new Revocation(server);  // never destroyed: its thread may run until exit
   // Run at exit before spdlog's registry (made earlier) is destroyed: a SIGTERM that comes while the
   // process ends then logs nothing, instead of logging through a logger already freed.
   static const bool quiet_at_exit = std::atexit([] {
@@ -48,6 +44,10 @@ Revocation& Revocation::watch(pid_t server) {
   }) == 0;
   (void)quiet_at_exit;
   return *watcher;
+}
+
+void Revocation::start() {
+  std::call_once(started_, [this] { std::thread([this] { loop(); }).detach(); });
 }
 
 void Revocation::serving(Dispatcher* d) {

@@ -24,10 +24,13 @@ class Revocation {
  public:
   static constexpr int kStopGraceMs = 10000;
 
-  // Blocks SIGTERM in the calling thread, and so in every thread started after, and waits for it in a
-  // thread of its own; `server` is the gpool-server whose SIGTERM means the lease ended. Call once, early
-  // in main, before any other thread starts. Never destroyed.
+  // Blocks SIGTERM in the calling thread, and so in every thread started after; `server` is the
+  // gpool-server whose SIGTERM means the lease ended. Call once, early in main, before any other thread
+  // starts. Never destroyed. A SIGTERM that comes before start() waits for it.
   static Revocation& watch(pid_t server);
+  // Waits for SIGTERM in a thread of its own from now on (once; the worker calls it in its sandbox, which
+  // binds only the threads started after it is entered).
+  void start();
   // `d` serves from now on (null: it stopped): SIGTERM stops it; one that came already stops it now.
   void serving(Dispatcher* d);
 
@@ -42,6 +45,7 @@ class Revocation {
   const pid_t server_;
   Dispatcher* serving_ = nullptr;
   std::string why_;  // why it stops serving: empty until SIGTERM came
+  std::once_flag started_;
   bool exiting_ = false;  // the process is ending: a SIGTERM now does nothing (spdlog's loggers go with it)
 };
 

@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 
 #include "cuda_backend.h"
@@ -145,7 +146,11 @@ void advertiseFeatures(gpool::proto::HelloReply& hello, bool relays_output, bool
 // cannot be.
 void shutInSandbox(const WorkerOptions& o, gpool::proto::HelloReply& hello) {
   std::string why;
+  std::error_code ec;
+  auto threads = std::distance(std::filesystem::directory_iterator("/proc/self/task", ec), std::filesystem::directory_iterator());
   int abi = gpool::worker::enterSandbox(gpool::worker::workerPaths(o.module_cache_dir, o.jit_cache_dir, o.sim.kernel_plugins), why);
+  if (abi > 0 && threads > 1)  // (Landlock binds the calling thread and those it starts: not the others)
+    spdlog::warn("{} thread(s) started before the sandbox stay outside its rules", threads - 1);
   if (abi < 0) {
     hello.status = 999;  // CUDA_ERROR_UNKNOWN
     hello.error = "the worker cannot enter its sandbox: " + why + " (gpool-server --no-worker-sandbox serves without one)";
@@ -215,6 +220,9 @@ int serveClient(WorkerOptions& o) {
   if (!o.module_cache_dir.empty()) cache = std::make_unique<gpool::worker::ModuleCache>(o.module_cache_dir, o.module_cache_max);
   advertiseFeatures(hello, output != nullptr, cache != nullptr);
   if (o.sandbox && hello.status == 0) shutInSandbox(o, hello);
+  // Only now the worker's own threads: the sandbox binds the threads started after it is entered.
+  revocation.start();
+  if (output) output->start();
   try {
     auto payload = gpool::proto::encode(hello);
     gpool::proto::sendFrame(*transport, gpool::proto::kMsgHello, gpool::proto::kIsReply, o.hello_seq, payload.data(), payload.size());

@@ -8,6 +8,7 @@
 #include <regex>
 #include <thread>
 
+#include "gpool/landlock_abi.h"
 #include "gpool/protocol/handshake.h"
 #include "server_process.h"
 #include "test_client.h"
@@ -107,6 +108,22 @@ TEST(Server, WorkerExitsWhenItsClientDisconnects) {
   }
   EXPECT_TRUE(server.waitForLog("disconnected after \\d+ messages \\(over TCP\\); releasing its resources"));
   EXPECT_TRUE(server.waitForLog("worker \\d+ exited with 0"));
+}
+
+// Landlock binds the thread that enters it and those it starts after: a worker enters its sandbox before it
+// starts a thread of its own (revocation watcher, output relay), so none stays outside (the worker says
+// how many would).
+TEST(Server, AWorkerStartsItsThreadsInsideItsSandbox) {
+  std::string why;
+  if (landlockAbi(why) == 0) GTEST_SKIP() << why;
+  test::ServerProcess server;
+  {
+    auto t = hello(server.address());
+    test::RawClient c(*t);
+    ASSERT_EQ(c.call<calls::MemAlloc>(uint64_t{1 << 20}).first, 0);
+  }
+  ASSERT_TRUE(server.waitForLog("worker \\d+ exited with 0"));
+  EXPECT_EQ(server.log().find("started before the sandbox"), std::string::npos) << server.log();
 }
 
 TEST(Server, SilentClientIsTimedOut) {
