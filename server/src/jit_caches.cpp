@@ -83,17 +83,28 @@ JitCaches::JitCaches(std::filesystem::path root, uint64_t max_bytes, bool for_wo
 }
 
 std::optional<std::filesystem::path> JitCaches::lend(const std::string& user, uid_t uid, std::string& why) {
-  const std::string name = directoryName(user);
-  if (auto held = lent_.find(name); held != lent_.end()) {
-    if (held->second != uid) {
-      why = "the JIT cache of user '" + user + "' is lent to uid " + std::to_string(held->second) + " (another of their leases here)";
-      return std::nullopt;
+  const std::string first = directoryName(user);
+  std::optional<std::string> free;  // the first of the user's caches that no uid holds
+  for (int n = 1; n <= kCachesPerUser; ++n) {
+    std::string name = n == 1 ? first : first + "+" + std::to_string(n);
+    auto held = lent_.find(name);
+    if (held == lent_.end()) {
+      if (!free) free = name;
+    } else if (held->second == uid) {  // (lent already: another worker of the same lease)
+      auto dir = root_ / name;
+      ::utimensat(AT_FDCWD, dir.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
+      return dir;
     }
-    auto dir = root_ / name;  // (lent already: another worker of the same lease)
-    ::utimensat(AT_FDCWD, dir.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
-    return dir;
   }
-  auto dir = of(user, why);  // the server's, mode 0700: nobody else reaches into it while it changes hands
+  if (!free) {
+    why = "all " + std::to_string(kCachesPerUser) + " JIT caches of user '" + user + "' are lent to other leases of theirs here";
+    return std::nullopt;
+  }
+  return lendDirectory(*free, user, uid, why);
+}
+
+std::optional<std::filesystem::path> JitCaches::lendDirectory(const std::string& name, const std::string& user, uid_t uid, std::string& why) {
+  auto dir = ownCache(name, user, why);  // the server's, mode 0700: nobody else reaches into it while it changes hands
   if (!dir) return dir;
   int fd = ::open(dir->c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
@@ -124,7 +135,11 @@ void JitCaches::giveBack(uid_t first, uid_t last) {
 }
 
 std::optional<std::filesystem::path> JitCaches::of(const std::string& user, std::string& why) const {
-  std::filesystem::path dir = root_ / directoryName(user);
+  return ownCache(directoryName(user), user, why);
+}
+
+std::optional<std::filesystem::path> JitCaches::ownCache(const std::string& name, const std::string& user, std::string& why) const {
+  std::filesystem::path dir = root_ / name;
   if (std::string failed = ownDirectory(dir); !failed.empty()) {
     why = "cannot use " + dir.string() + " as the JIT cache of user '" + user + "': " + failed;
     return std::nullopt;

@@ -432,6 +432,25 @@ class WithWorkerUsers(TakenOverWorker):
         self.assertNotIn("cannot keep a JIT cache entry", self.cluster.log("sim0"))
         self.assertIsNone(holder.poll())
 
+    @unittest.skipUnless(os.path.exists(JIT), "cuda_jit_link is built only with nvcc")
+    def test_a_users_leases_running_at_once_each_keep_a_jit_cache(self):
+        # dan's first lease holds his cache; his second, running meanwhile on another uid, gets one of its
+        # own (dan+2), which its driver fills, instead of compiling PTX at each load.
+        first = self.lease("dan")
+        holder = self.run_on(first, LOOP, "60")
+        self.assertTrue(wait_for(lambda: self.workers_of(first), timeout=20))
+        second = self.lease("dan")
+        run = self.run_on(second, JIT)
+        out, _ = run.communicate(timeout=60)
+        self.assertEqual(run.returncode, 0, out + self.cluster.log("sim0"))
+        caches = os.path.join(self.cluster.dir, "jit")
+        self.assertTrue(os.listdir(os.path.join(caches, "dan+2", "sim-ComputeCache")), "the second lease's driver kept nothing")
+        uids = {os.stat(os.path.join(caches, name)).st_uid for name in ("dan", "dan+2")}
+        self.assertEqual(len(uids), 2, "each lent to its own lease's uid")
+        self.assertTrue(uids <= set(range(61100, 61132)), uids)
+        self.assertNotIn("compile PTX at each load", self.cluster.log("sim0"))
+        self.assertIsNone(holder.poll())
+
 @unittest.skipIf(NOT_ROOT, "--worker-uids needs gpool-server to run as root")
 @unittest.skipUnless(os.path.exists(LOOP), "cuda_launch_loop is built only with nvcc")
 class WithWorkerUsersNorSandbox(TakenOverWorker):

@@ -136,9 +136,7 @@ TEST(JitCaches, WithWorkerUidsAUsersCacheIsLentToOneUidAtATimeAndGivenBackClosed
   for (const fs::path& p : {*lent, *lent / "ComputeCache", *lent / "ComputeCache" / "a", *lent / "ComputeCache" / "a" / "entry"})
     EXPECT_EQ(ownerOf(p), kUidA) << p;
   EXPECT_EQ(modeOf(*lent), 0700u);
-  EXPECT_TRUE(caches.lend("ann", kUidA, why)) << "another worker of the same lease: " << why;
-  EXPECT_FALSE(caches.lend("ann", kUidB, why)) << "ann's second lease, another uid, while the first runs";
-  EXPECT_NE(why.find("lent to uid 61190"), std::string::npos) << why;
+  EXPECT_EQ(caches.lend("ann", kUidA, why), lent) << "another worker of the same lease: " << why;
   auto bob = caches.lend("bob", kUidB, why);
   ASSERT_TRUE(bob) << why;
   EXPECT_EQ(caches.bound({}).users.size(), 0u) << "a lent cache is never removed";
@@ -150,6 +148,36 @@ TEST(JitCaches, WithWorkerUidsAUsersCacheIsLentToOneUidAtATimeAndGivenBackClosed
   auto again = caches.lend("ann", kUidB + 1, why);  // ann's next lease, on another uid: all of it is its
   ASSERT_TRUE(again) << why;
   EXPECT_EQ(ownerOf(*again / "ComputeCache" / "a" / "entry"), kUidB + 1);
+}
+
+// A user's leases that run here at once (on uids of their own) each get a cache of their own, up to
+// kCachesPerUser: the first the user's first, the others ann+2, ann+3... (names no user's directory has:
+// directoryName writes '+' as %2B). A lease given back, its cache goes to the user's next lease.
+TEST(JitCaches, AUsersLeasesRunningAtOnceEachGetACacheOfTheirOwn) {
+  if (::geteuid() != 0) GTEST_SKIP() << "lending a cache to another uid needs root (as --worker-uids does)";
+  TempDir tmp;
+  ::chmod(tmp.path.c_str(), 0711);
+  JitCaches caches(tmp.path / "jit", kBig, true);
+  std::string why;
+  auto first = caches.lend("ann", kUidA, why);
+  ASSERT_TRUE(first) << why;
+  auto second = caches.lend("ann", kUidB, why);
+  ASSERT_TRUE(second) << "ann's second lease, another uid, while the first runs: " << why;
+  EXPECT_EQ(*first, tmp.path / "jit" / "ann");
+  EXPECT_EQ(*second, tmp.path / "jit" / "ann+2");
+  EXPECT_EQ(ownerOf(*second), kUidB);
+  EXPECT_EQ(modeOf(*second), 0700u);
+  EXPECT_EQ(ownerOf(*first), kUidA) << "the first lease's is still its own";
+  EXPECT_EQ(caches.lend("ann", kUidB, why), second) << "the second lease's other worker: " << why;
+  EXPECT_NE(*caches.of("ann+2", why), *second) << "a user named ann+2 has a directory of their own";
+
+  caches.giveBack(kUidA, kUidA);
+  EXPECT_EQ(caches.lend("ann", kUidB + 1, why), first) << "the first free one, to her next lease: " << why;
+  for (uid_t uid = kUidB + 2; uid < kUidB + JitCaches::kCachesPerUser; ++uid)
+    ASSERT_TRUE(caches.lend("ann", uid, why)) << uid << ": " << why;
+  EXPECT_FALSE(caches.lend("ann", kUidB + 100, why)) << "more leases at once than she has caches";
+  EXPECT_NE(why.find(std::to_string(JitCaches::kCachesPerUser) + " JIT caches"), std::string::npos) << why;
+  EXPECT_EQ(caches.bound({}).users.size(), 0u) << "a lent cache is never removed";
 }
 
 // While lent, a taken-over worker may leave links there: lending the cache again makes no file it does not
