@@ -149,8 +149,9 @@ void shutInSandbox(const WorkerOptions& o, gpool::proto::HelloReply& hello) {
   std::error_code ec;
   auto threads = std::distance(std::filesystem::directory_iterator("/proc/self/task", ec), std::filesystem::directory_iterator());
   int abi = gpool::worker::enterSandbox(gpool::worker::workerPaths(o.module_cache_dir, o.jit_cache_dir, o.sim.kernel_plugins), why);
-  if (abi > 0 && threads > 1)  // (Landlock binds the calling thread and those it starts: not the others)
-    spdlog::warn("{} thread(s) started before the sandbox stay outside its rules", threads - 1);
+  if (abi > 0 && abi < 8 && threads > 1)  // (before ABI 8, Landlock binds the calling thread and those it starts)
+    spdlog::warn("{} thread(s) started before the sandbox stay outside its rules (Landlock ABI {}; from ABI 8, Linux 7.0, it binds them too)",
+                 threads - 1, abi);
   if (abi < 0) {
     hello.status = 999;  // CUDA_ERROR_UNKNOWN
     hello.error = "the worker cannot enter its sandbox: " + why + " (gpool-server --no-worker-sandbox serves without one)";

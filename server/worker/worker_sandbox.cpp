@@ -26,6 +26,9 @@ constexpr uint64_t kExecute = 1ull << 0, kWriteFile = 1ull << 1, kReadFile = 1ul
                    kMakeReg = 1ull << 8, kMakeSock = 1ull << 9, kMakeFifo = 1ull << 10, kMakeBlock = 1ull << 11,
                    kMakeSym = 1ull << 12, kRefer = 1ull << 13, kTruncate = 1ull << 14;
 constexpr uint64_t kScopeSignal = 1ull << 1;
+// LANDLOCK_RESTRICT_SELF_TSYNC (ABI 8, Linux 7.0): every thread of the process, not only the calling one and
+// those it starts after (on a GPU, threads NVIDIA's driver started while the worker opened the device).
+constexpr uint32_t kEveryThread = 1u << 3;
 constexpr uint64_t kFileRights = kExecute | kWriteFile | kReadFile | kTruncate;  // (all a rule on a file may grant)
 
 struct RulesetAttr {  // struct landlock_ruleset_attr as of ABI 6; older kernels are given its first fields
@@ -147,7 +150,7 @@ int enterSandbox(const SandboxPaths& paths, std::string& why) {
   for (const std::string& path : paths.read) grant(path, kRead);
   for (const std::string& path : paths.write) grant(path, kWrite | kRefer);  // (a cache may move an entry between its directories)
   if (ok && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ok = false, failed = std::string("no_new_privs: ") + std::strerror(errno);
-  if (ok && ::syscall(SYS_landlock_restrict_self, ruleset, 0) != 0)
+  if (ok && ::syscall(SYS_landlock_restrict_self, ruleset, abi >= 8 ? kEveryThread : 0) != 0)
     ok = false, failed = std::string("landlock_restrict_self: ") + std::strerror(errno);
   ::close(ruleset);
   if (!ok) {

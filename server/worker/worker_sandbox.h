@@ -12,7 +12,8 @@
 //   it starts none of its own and keeps its parent-death signal (no_new_processes.h: seccomp, also where the
 //   kernel has no Landlock).
 // What a worker already holds (its client's socket, its lease's pages) stays usable: the ruleset restricts
-// what it opens from now on. gpool-server --no-worker-sandbox turns this off.
+// what it opens from now on. It binds every thread of the worker from Landlock ABI 8 (Linux 7.0); before it,
+// the calling thread and those started after only (a worker starts its own threads once in: worker_main.cpp). gpool-server --no-worker-sandbox turns this off.
 #pragma once
 
 #include <string>

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "gpool/landlock_abi.h"
 #include "in_child.h"
@@ -137,6 +138,33 @@ TEST_F(WorkerSandbox, ItStartsNoProcess) {
               return c > 0 ? 0 : errno;
             }),
             EPERM);
+}
+
+// A thread that ran before the sandbox was entered (on a GPU, one NVIDIA's driver started while the worker
+// opened the device): shut in too from Landlock ABI 8 (Linux 7.0, LANDLOCK_RESTRICT_SELF_TSYNC); before it,
+// outside the rules, which is why a worker starts its own threads once in (and warns of any other).
+TEST_F(WorkerSandbox, AThreadStartedBeforeIsShutInFromAbi8) {
+  auto secret = (dir_ / "secret").string();
+  int before[2], after[2];
+  ASSERT_EQ(::pipe(before), 0);
+  ASSERT_EQ(::pipe(after), 0);
+  int said = inChild(
+      [&] {
+        std::thread([&] {  // waits for the sandbox, then opens what it refuses
+          char go;
+          if (::read(before[0], &go, 1) != 1) return;
+          int e = opened(secret, O_RDONLY);
+          if (::write(after[1], &e, sizeof e) != sizeof e) return;
+        }).detach();
+        std::string why;
+        return enterSandbox(paths(), why) > 0 && ::write(before[1], "g", 1) == 1;
+      },
+      [&] {
+        int e = -3;
+        return ::read(after[0], &e, sizeof e) == sizeof e ? e : -3;
+      });
+  for (int fd : {before[0], before[1], after[0], after[1]}) ::close(fd);
+  EXPECT_EQ(said, abi_ >= 8 ? EACCES : 0) << "Landlock ABI " << abi_;
 }
 
 }  // namespace
