@@ -86,6 +86,10 @@ class FairShareFlow(unittest.TestCase):
         vision = [q for q in c.status()["queues"] if q["name"] == "vision"][0]
         self.assertEqual((vision["held_gpus"], vision["borrowed_gpus"]), (4, 3))
         ann_leases = sorted(self.granted("ann"), key=lambda lease: lease["granted_ms"])
+        # Each command runs, its trap set, before the notice can come (a lease is granted before its
+        # command starts; under load, a SIGTERM before the trap ended one silently).
+        for lease in ann_leases:
+            self.assertTrue(wait_for(lambda: os.path.exists(f"{c.dir}/alive-{lease['id']}")), lease["id"])
         bob = self.launch("-n", "2", "--", "sh", "-c", f"date +%s.%N > {c.dir}/bob-started", user="bob")
         out, err = bob.communicate(timeout=30)
         self.assertEqual(bob.returncode, 0, err)
