@@ -22,7 +22,7 @@ done
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ is needed (apt-get install clang)"; exit 2; }
 CXX=clang++ cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_policy fuzz_allocator_json fuzz_request_arrival fuzz_handshake fuzz_calls fuzz_module_image)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_policy fuzz_allocator_json fuzz_request_arrival fuzz_handshake fuzz_calls fuzz_module_image fuzz_dispatcher)
 mkdir -p build-fuzz/crashes
 for t in "${targets[@]}"; do
   mkdir -p "build-fuzz/corpus/$t"
