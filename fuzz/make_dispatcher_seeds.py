@@ -11,6 +11,7 @@ CALLS = os.path.join(HERE, "..", "protocol", "include", "gpool", "protocol", "ca
 NAMES = [m.group(1) for m in re.finditer(r"^X\((\w+),", open(CALLS).read(), re.M)]
 NAMES += ["MemcpyDtoH", "Alive", "Output"]  # (the control messages after the calls, as in the fuzzer's table)
 NO_REPLY = 1
+CUBIN = open(os.path.join(HERE, "corpus", "fuzz_module_image", "kernel_sm90.cubin"), "rb").read()
 
 
 def mark(k):
@@ -74,6 +75,16 @@ SEEDS = {
         frame("MemFreeAsync", mark(0) + mark(2)),
         frame("StreamSynchronize", mark(2)),
         frame("Alive"),
+    ],
+    # A module (the cubin of fuzz_module_image's seeds: k(int*, float)), a kernel of it and its launch.
+    "module": [
+        frame("ModuleLoad", u64(len(CUBIN)) + CUBIN + u32(0)),         # -> module
+        frame("ModuleGetFunction", mark(0) + u32(0) + u32(7) + b"_Z1kPif"),  # -> function, module
+        frame("FuncGetParamLayout", mark(0)),                          # -> two words of layout, function, module
+        frame("MemAlloc", u64(64)),                                    # -> ptr, bytes, two words, function, module
+        frame("LaunchKernel", mark(4) + u32(1) * 6 + u32(0) + u64(0) + u64(12) + mark(0) + struct.pack("<f", 2.0) + u64(0)),
+        frame("CtxSynchronize"),
+        frame("ModuleUnload", mark(5) + u32(0)),
     ],
 }
 
