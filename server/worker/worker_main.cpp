@@ -148,8 +148,10 @@ void shutInSandbox(const WorkerOptions& o, gpool::proto::HelloReply& hello) {
   std::string why;
   std::error_code ec;
   auto threads = std::distance(std::filesystem::directory_iterator("/proc/self/task", ec), std::filesystem::directory_iterator());
-  int abi = gpool::worker::enterSandbox(gpool::worker::workerPaths(o.module_cache_dir, o.jit_cache_dir, o.sim.kernel_plugins), why);
-  if (abi > 0 && abi < 8 && threads > 1)  // (before ABI 8, Landlock binds the calling thread and those it starts)
+  bool every_thread = false;
+  int abi = gpool::worker::enterSandbox(gpool::worker::workerPaths(o.module_cache_dir, o.jit_cache_dir, o.sim.kernel_plugins), why,
+                                        &every_thread);
+  if (abi > 0 && !every_thread && threads > 1)  // (before ABI 8, Landlock binds the calling thread and those it starts)
     spdlog::warn("{} thread(s) started before the sandbox stay outside its rules (Landlock ABI {}; from ABI 8, Linux 7.0, it binds them too)",
                  threads - 1, abi);
   if (abi < 0) {

@@ -122,7 +122,7 @@ SandboxPaths workerPaths(const std::string& module_cache, const std::string& jit
   return paths;
 }
 
-int enterSandbox(const SandboxPaths& paths, std::string& why) {
+int enterSandbox(const SandboxPaths& paths, std::string& why, bool* every_thread) {
   if (!forbidNewProcesses(why)) return -1;
   int abi = landlockAbi(why);
   if (abi < 1) return 0;
@@ -150,8 +150,10 @@ int enterSandbox(const SandboxPaths& paths, std::string& why) {
   for (const std::string& path : paths.read) grant(path, kRead);
   for (const std::string& path : paths.write) grant(path, kWrite | kRefer);  // (a cache may move an entry between its directories)
   if (ok && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ok = false, failed = std::string("no_new_privs: ") + std::strerror(errno);
-  if (ok && ::syscall(SYS_landlock_restrict_self, ruleset, abi >= 8 ? kEveryThread : 0) != 0)
+  bool every = abi >= 8 && ok && ::syscall(SYS_landlock_restrict_self, ruleset, kEveryThread) == 0;
+  if (ok && !every && ::syscall(SYS_landlock_restrict_self, ruleset, 0) != 0)  // (and where every thread failed)
     ok = false, failed = std::string("landlock_restrict_self: ") + std::strerror(errno);
+  if (every_thread) *every_thread = every;
   ::close(ruleset);
   if (!ok) {
     why = failed;

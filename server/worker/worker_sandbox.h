@@ -32,6 +32,8 @@ SandboxPaths workerPaths(const std::string& module_cache, const std::string& jit
 
 // Shuts this process in: returns the Landlock ABI it applied (1 and up), or 0 and `why` when the kernel has no
 // Landlock (then only no_new_processes.h's filter holds), or -1 and `why` when applying either failed.
-int enterSandbox(const SandboxPaths& paths, std::string& why);
+// `every_thread` (when given): whether Landlock binds every thread, those started before too (ABI 8, where
+// the kernel accepts it; else the calling thread and those it starts after).
+int enterSandbox(const SandboxPaths& paths, std::string& why, bool* every_thread = nullptr);
 
 }  // namespace gpool::worker
