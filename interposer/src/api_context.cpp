@@ -178,11 +178,18 @@ GPOOL_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
   GPOOL_CATCH
 }
 
+namespace {
+// Waits for what the device `conn` serves was asked to do, then brings managed memory back as a sync does.
+CUresult synchronize(gpool::client::Connection* conn) {
+  int st = conn->call<gpool::proto::calls::CtxSynchronize>();
+  return st == CUDA_SUCCESS ? managedAtSync() : static_cast<CUresult>(st);
+}
+}  // namespace
+
 GPOOL_EXPORT CUresult cuCtxSynchronize() {
   GPOOL_TRY
   GPOOL_CONN(conn);
-  int st = conn->call<gpool::proto::calls::CtxSynchronize>();
-  return st == CUDA_SUCCESS ? managedAtSync() : static_cast<CUresult>(st);
+  return synchronize(conn);
   GPOOL_CATCH
 }
 
@@ -243,10 +250,13 @@ GPOOL_EXPORT CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
   GPOOL_CATCH
 }
 
+// The context named, which need not be current: its device's work (a lease's devices are workers apart).
 GPOOL_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   GPOOL_TRY
-  if (ctx && !State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  return cuCtxSynchronize();
+  if (!ctx) return cuCtxSynchronize();
+  if (!State::get().isContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  GPOOL_CONN_OF_DEVICE(conn, ctxOf(ctx)->device);
+  return synchronize(conn);
   GPOOL_CATCH
 }
 

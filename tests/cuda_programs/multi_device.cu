@@ -5,6 +5,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,13 @@
 
 #include "checks.h"
 #include "increment.cuh"
+
+extern "C" __global__ void gpool_test_spin(unsigned long long ns) {  // (on sim: sim_kernels.cpp's)
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  while (now - start < ns);
+}
 
 constexpr int kN = 1 << 20;  // 4 MiB per buffer: copies span more than one protocol chunk
 constexpr size_t kBytes = kN * sizeof(unsigned);
@@ -128,6 +136,25 @@ int main() {
   CK(cudaStreamSynchronize(stream[1]));
   check(holds(fetch(copy[1]), 1000008u), "a launch on device 1 with one of its events as a launch attribute");
   CK(cudaEventDestroy(launched));
+
+  // cuCtxSynchronize_v2 names a context that need not be current: device 1's, with device 0 current, waits
+  // for device 1's work.
+  auto getCurrent = driverEntryPoint<CUresult (*)(CUcontext*)>("cuCtxGetCurrent");
+  auto synchronize = driverEntryPoint<CUresult (*)(CUcontext)>("cuCtxSynchronize", 13000);  // (cuCtxSynchronize_v2)
+  CUcontext ctx1 = nullptr;
+  CK(cudaSetDevice(1));
+  check(getCurrent(&ctx1) == CUDA_SUCCESS && ctx1 != nullptr, "device 1's context");
+  gpool_test_spin<<<1, 1, 0, stream[1]>>>(300000000ull);  // 0.3 s
+  CK(cudaGetLastError());
+  CK(cudaSetDevice(0));
+  auto since = std::chrono::steady_clock::now();
+  CUresult synced = synchronize(ctx1);
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  cudaError_t after = cudaStreamQuery(stream[1]);
+  // (On sim a kernel runs as its worker reads it, so only the wait tells: the spin's 0.3 s, not device 0's none.)
+  std::snprintf(detail, sizeof detail, "cuCtxSynchronize_v2 %d after %.3f s, then device 1's stream %d", synced, waited, after);
+  check(synced == CUDA_SUCCESS && waited >= 0.25 && after == cudaSuccess,
+        "cuCtxSynchronize_v2 of device 1's context, device 0 current, waits for device 1", detail);
 
   // Stream-ordered allocation on each device from its own pool; device 1's pool is set up while device
   // 0 is current, and what device 1 allocates is copied to device 0.
