@@ -354,10 +354,10 @@ GPOOL_EXPORT CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attr, 
   return State::get().functionAttribute(raw(f), attr, *value);
   GPOOL_CATCH
 }
-GPOOL_EXPORT CUresult cuKernelGetAttribute(int* value, CUfunction_attribute attr, CUkernel k, CUdevice) {
+GPOOL_EXPORT CUresult cuKernelGetAttribute(int* value, CUfunction_attribute attr, CUkernel k, CUdevice d) {
   GPOOL_TRY
   if (!value) return CUDA_ERROR_INVALID_VALUE;
-  return State::get().functionAttribute(raw(k), attr, *value);
+  return State::get().functionAttribute(raw(k), attr, *value, d);
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr, int value) {
@@ -368,9 +368,10 @@ GPOOL_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr
   return static_cast<CUresult>(conn->call<calls::FuncSetAttribute>(raw(f), static_cast<int32_t>(attr), int32_t{value}));
   GPOOL_CATCH
 }
-GPOOL_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attr, int value, CUkernel k, CUdevice) {
+// A library's kernel on the device named (its copy there: cross_device.h), which need not be current.
+GPOOL_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attr, int value, CUkernel k, CUdevice d) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_DEVICE(conn, d);
   State::get().forgetFunctionAttribute(raw(k), attr);
   State::get().forgetOccupancy(0);  // the functions got from the kernel change too
   return static_cast<CUresult>(conn->call<calls::FuncSetAttribute>(raw(k), static_cast<int32_t>(attr), int32_t{value}));
@@ -383,9 +384,9 @@ GPOOL_EXPORT CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config) {
   return static_cast<CUresult>(conn->post<calls::FuncSetCacheConfig>(raw(f), static_cast<uint32_t>(config)));
   GPOOL_CATCH
 }
-GPOOL_EXPORT CUresult cuKernelSetCacheConfig(CUkernel k, CUfunc_cache config, CUdevice) {
+GPOOL_EXPORT CUresult cuKernelSetCacheConfig(CUkernel k, CUfunc_cache config, CUdevice d) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
+  GPOOL_CONN_OF_DEVICE(conn, d);
   State::get().forgetOccupancy(0);
   return static_cast<CUresult>(conn->post<calls::FuncSetCacheConfig>(raw(k), static_cast<uint32_t>(config)));
   GPOOL_CATCH

@@ -510,29 +510,30 @@ CUresult State::paramLayout(uint64_t f, const std::vector<uint32_t>*& layout) {
   return CUDA_SUCCESS;
 }
 
-CUresult State::functionAttribute(uint64_t f, int attr, int& value) {
+CUresult State::functionAttribute(uint64_t f, int attr, int& value, std::optional<CUdevice> device) {
+  const int connection = device ? connectionOf(*device) : currentConnection();
   {
     std::lock_guard lock(mu);
-    if (auto it = func_attrs_.find({f, attr}); it != func_attrs_.end()) {
+    if (auto it = func_attrs_.find({f, attr, connection}); it != func_attrs_.end()) {
       value = it->second;
       return CUDA_SUCCESS;
     }
   }
   CUresult err;
-  Connection* c = ready(err);
+  Connection* c = readyOn(connection, err);
   if (!c) return err;
   std::tuple<int32_t> out;
   int st = c->call<proto::calls::FuncGetAttribute>(out, f, static_cast<int32_t>(attr));
   if (st != CUDA_SUCCESS) return static_cast<CUresult>(st);
   value = std::get<0>(out);
   std::lock_guard lock(mu);
-  func_attrs_[{f, attr}] = value;
+  func_attrs_[{f, attr, connection}] = value;
   return CUDA_SUCCESS;
 }
 
 void State::forgetFunctionAttribute(uint64_t f, int attr) {
   std::lock_guard lock(mu);
-  func_attrs_.erase({f, attr});
+  std::erase_if(func_attrs_, [&](const auto& e) { return std::get<0>(e.first) == f && std::get<1>(e.first) == attr; });
 }
 
 bool State::occupancy(const OccupancyKey& k, int& blocks) {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <list>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <mutex>
 #include <shared_mutex>
@@ -159,8 +160,10 @@ class State {
   // may give a new function the handle of an old one).
   void forgetFunctions();
   CUresult paramLayout(uint64_t f, const std::vector<uint32_t>*& layout);
-  CUresult functionAttribute(uint64_t f, int attr, int& value);
-  void forgetFunctionAttribute(uint64_t f, int attr);
+  // An attribute of `f` as the current device has it, or as `device` has it (a library's kernel is one
+  // handle for every device, each of which may set its attributes apart).
+  CUresult functionAttribute(uint64_t f, int attr, int& value, std::optional<CUdevice> device = std::nullopt);
+  void forgetFunctionAttribute(uint64_t f, int attr);  // (on every device)
   // Occupancy answers (cuOccupancyMaxActiveBlocksPerMultiprocessor*) by function, block size, dynamic
   // shared memory and flags: they follow from the function's attributes alone, so each is asked once and
   // forgotten when an attribute or the cache configuration of the function changes. CUB asks at every
@@ -219,7 +222,7 @@ class State {
   unsigned long long next_context_id_ = 1000;
   std::map<uint64_t, Allocation> allocations_;
   std::unordered_map<uint64_t, std::vector<uint32_t>> layouts_;
-  std::map<std::pair<uint64_t, int>, int> func_attrs_;
+  std::map<std::tuple<uint64_t, int, int>, int> func_attrs_;  // (function, attribute, connection) -> value
   std::map<OccupancyKey, int> occupancy_;
   std::unordered_map<uint64_t, const std::string*> function_names_;
   std::deque<std::string> names_;  // every function name seen; stable addresses

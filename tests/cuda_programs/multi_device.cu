@@ -156,6 +156,25 @@ int main() {
   check(synced == CUDA_SUCCESS && waited >= 0.25 && after == cudaSuccess,
         "cuCtxSynchronize_v2 of device 1's context, device 0 current, waits for device 1", detail);
 
+  // A library's kernel is one handle for both devices, each with its own attributes: set on device 1 while
+  // device 0 is current, the attribute is device 1's, and device 0's stays as it was.
+  using SetKernelAttribute = CUresult (*)(CUfunction_attribute, int, CUkernel, CUdevice);
+  using GetKernelAttribute = CUresult (*)(int*, CUfunction_attribute, CUkernel, CUdevice);
+  auto setKernelAttribute = driverEntryPoint<SetKernelAttribute>("cuKernelSetAttribute");
+  auto getKernelAttribute = driverEntryPoint<GetKernelAttribute>("cuKernelGetAttribute");
+  cudaKernel_t kernel = nullptr;
+  CK(cudaGetKernel(&kernel, gpool_test_increment));
+  const auto most = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+  int before0 = -1, on0 = -1, on1 = -1;
+  CK(cudaSetDevice(0));
+  CUresult got = getKernelAttribute(&before0, most, reinterpret_cast<CUkernel>(kernel), 0);
+  CUresult set = setKernelAttribute(most, 65536, reinterpret_cast<CUkernel>(kernel), 1);
+  getKernelAttribute(&on0, most, reinterpret_cast<CUkernel>(kernel), 0);
+  getKernelAttribute(&on1, most, reinterpret_cast<CUkernel>(kernel), 1);
+  std::snprintf(detail, sizeof detail, "get %d, set %d; device 0: %d before, %d after; device 1: %d", got, set, before0, on0, on1);
+  check(got == CUDA_SUCCESS && set == CUDA_SUCCESS && on1 == 65536 && on0 == before0,
+        "cuKernelSetAttribute on device 1, device 0 current: device 1's attribute", detail);
+
   // Stream-ordered allocation on each device from its own pool; device 1's pool is set up while device
   // 0 is current, and what device 1 allocates is copied to device 0.
   CK(cudaSetDevice(0));
