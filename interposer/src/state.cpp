@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <limits>
 #include <thread>
 
 #include "cross_device.h"
@@ -533,7 +534,10 @@ CUresult State::functionAttribute(uint64_t f, int attr, int& value, std::optiona
 
 void State::forgetFunctionAttribute(uint64_t f, int attr) {
   std::lock_guard lock(mu);
-  std::erase_if(func_attrs_, [&](const auto& e) { return std::get<0>(e.first) == f && std::get<1>(e.first) == attr; });
+  // (keys sort by function, then attribute: a function's attribute on every connection is one run of them;
+  // programs set attributes before each launch, so no walk over the whole cache)
+  func_attrs_.erase(func_attrs_.lower_bound({f, attr, std::numeric_limits<int>::min()}),
+                    func_attrs_.upper_bound({f, attr, std::numeric_limits<int>::max()}));
 }
 
 bool State::occupancy(const OccupancyKey& k, int& blocks) {

@@ -174,6 +174,11 @@ int main() {
   std::snprintf(detail, sizeof detail, "get %d, set %d; device 0: %d before, %d after; device 1: %d", got, set, before0, on0, on1);
   check(got == CUDA_SUCCESS && set == CUDA_SUCCESS && on1 == 65536 && on0 == before0,
         "cuKernelSetAttribute on device 1, device 0 current: device 1's attribute", detail);
+  int later1 = -1;  // (device 1's value was read, and so cached, above: setting it again must drop that)
+  CUresult reset = setKernelAttribute(most, 32768, reinterpret_cast<CUkernel>(kernel), 1);
+  getKernelAttribute(&later1, most, reinterpret_cast<CUkernel>(kernel), 1);
+  std::snprintf(detail, sizeof detail, "set %d, device 1: %d", reset, later1);
+  check(reset == CUDA_SUCCESS && later1 == 32768, "set again, device 1's attribute reads the new value", detail);
 
   // Stream-ordered allocation on each device from its own pool; device 1's pool is set up while device
   // 0 is current, and what device 1 allocates is copied to device 0.
