@@ -80,7 +80,7 @@ GPOOL_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
   if (int st = conn->call<gpool::proto::calls::CtxReset>(gpool::proto::ResetAll{})) return static_cast<CUresult>(st);
   State::get().forgetDeviceState(conn->index());
   crossDevice().forgetConnection(conn->index());
-  forgetVirtualMemory();
+  forgetVirtualMemory(conn->index());
   forgetArrays();
   forgetTextures();
   forgetLinks();

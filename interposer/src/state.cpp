@@ -302,6 +302,10 @@ void State::forgetDeviceState(int connection) {
   func_attrs_.clear();
   occupancy_.clear();
   std::erase_if(streams_, [&](const auto& s) { return std::max(tags::owner(s.first), 0) == connection; });
+  for (auto it = reservations_.begin(); it != reservations_.end();) {  // the worker let go of its ranges
+    std::erase(it->second.holders, connection);
+    it = it->second.holders.empty() ? reservations_.erase(it) : std::next(it);
+  }
   current_pools_[static_cast<size_t>(connection)] = 0;
 }
 
@@ -344,9 +348,9 @@ std::map<uint64_t, Allocation>::iterator State::eraseLocked(std::map<uint64_t, A
   return allocations_.erase(it);
 }
 
-void State::addAllocation(uint64_t base, uint64_t size, bool device, unsigned flags) {
+void State::addAllocation(uint64_t base, uint64_t size, bool device, unsigned flags, int owner) {
   std::lock_guard lock(mu);
-  insertLocked(base, Allocation{size, device, flags});
+  insertLocked(base, Allocation{size, device, flags}, owner);
 }
 
 void State::addPoolAllocation(uint64_t base, uint64_t size, uint64_t pool, int owner) {
@@ -452,7 +456,42 @@ bool State::clashesLocked(uint64_t base, uint64_t size, int owner) const {
     if (it->first + std::max<uint64_t>(it->second.size, 1) <= base) break;  // ends before the range
     if (it->second.device && it->second.owner != owner) return true;
   }
+  for (auto r = reservations_.lower_bound(base + size); r != reservations_.begin();) {
+    --r;
+    if (r->first + r->second.size <= base) break;  // (reservations never overlap one another)
+    if (std::find(r->second.holders.begin(), r->second.holders.end(), owner) == r->second.holders.end()) return true;
+  }
   return false;
+}
+
+void State::addReservation(uint64_t base, uint64_t size, int holder) {
+  std::lock_guard lock(mu);
+  reservations_[base] = Reservation{size, {holder}};
+}
+
+bool State::reservationAt(uint64_t ptr, uint64_t& base, uint64_t& size, std::vector<int>& holders) {
+  std::lock_guard lock(mu);
+  auto it = reservations_.upper_bound(ptr);
+  if (it == reservations_.begin() || ptr - std::prev(it)->first >= std::prev(it)->second.size) return false;
+  --it;
+  base = it->first;
+  size = it->second.size;
+  holders = it->second.holders;
+  return true;
+}
+
+void State::addReservationHolder(uint64_t base, int holder) {
+  std::lock_guard lock(mu);
+  if (auto it = reservations_.find(base); it != reservations_.end()) it->second.holders.push_back(holder);
+}
+
+std::vector<int> State::takeReservation(uint64_t base) {
+  std::lock_guard lock(mu);
+  auto it = reservations_.find(base);
+  if (it == reservations_.end()) return {};
+  std::vector<int> holders = std::move(it->second.holders);
+  reservations_.erase(it);
+  return holders;
 }
 
 bool State::findAllocation(uint64_t ptr, uint64_t& base, Allocation& a) {

@@ -123,7 +123,7 @@ class State {
 
   // Allocation tracking for direction inference and pointer queries. Device memory is the current
   // device's unless `owner` names the connection whose worker made it.
-  void addAllocation(uint64_t base, uint64_t size, bool device, unsigned flags = 0);
+  void addAllocation(uint64_t base, uint64_t size, bool device, unsigned flags = 0, int owner = -1);
   void addGlobal(uint64_t base, uint64_t size, int owner);
   void addManaged(uint64_t base, uint64_t size);  // its host pages are api_managed.cpp's, not reserved
   void addSharedHost(uint64_t base, uint64_t size, unsigned flags, int owner);  // page-locked, in owner's pool
@@ -148,9 +148,17 @@ class State {
   bool findAllocation(uint64_t ptr, uint64_t& base, Allocation& a);
   // Records cuPointerSetAttribute(SYNC_MEMOPS) on the device allocation holding `ptr`; false: none does.
   bool setSyncMemops(uint64_t ptr, bool on);
-  // Whether [base, base+size) overlaps device memory of another connection's worker: two workers are two
-  // processes, and nothing but this check keeps their addresses apart (cuMemAlloc allocates again).
+  // Whether [base, base+size) overlaps device memory of another connection's worker, or a reservation it
+  // does not hold: two workers are two processes, and nothing but this check keeps their addresses apart
+  // (cuMemAlloc allocates again).
   bool clashesAcrossDevices(uint64_t base, uint64_t size, int owner);
+  // Address reservations (cuMemAddressReserve) are the process's, so the lease's: each is made in one
+  // worker and made at the same addresses in each other worker whose memory is mapped in it; those are
+  // its holders. Another worker's memory may not lie in it.
+  void addReservation(uint64_t base, uint64_t size, int holder);
+  bool reservationAt(uint64_t ptr, uint64_t& base, uint64_t& size, std::vector<int>& holders);
+  void addReservationHolder(uint64_t base, int holder);
+  std::vector<int> takeReservation(uint64_t base);  // its holders, in the order they reserved (none: no such)
   // The first of `count` 8-byte words (at any alignment in `words`) that points into client host memory
   // that connection `reaching`'s worker cannot reach, or 0; one lock for all of them (a launch's arguments
   // are checked on the hot path).
@@ -221,6 +229,11 @@ class State {
   std::list<Context> retired_;  // destroyed ones, never freed: a thread may still have one current
   unsigned long long next_context_id_ = 1000;
   std::map<uint64_t, Allocation> allocations_;
+  struct Reservation {
+    uint64_t size;
+    std::vector<int> holders;
+  };
+  std::map<uint64_t, Reservation> reservations_;
   std::unordered_map<uint64_t, std::vector<uint32_t>> layouts_;
   std::map<std::tuple<uint64_t, int, int>, int> func_attrs_;  // (function, attribute, connection) -> value
   std::map<OccupancyKey, int> occupancy_;
@@ -252,7 +265,7 @@ CUresult settleGraphAllocations(Connection* conn, std::vector<uint64_t> freed = 
 void clearJitLogs(unsigned n, const CUjit_option* ids, void* const* values);
 // After a context reset, the files that keep their own per-handle state forget it.
 void forgetLinks();          // api_link.cpp
-void forgetVirtualMemory();  // api_virtual_memory.cpp
+void forgetVirtualMemory(int connection);  // api_virtual_memory.cpp: a device reset, by its connection
 // Physical memory the client knows (api_virtual_memory.cpp): its properties, and taking in memory another
 // process exported (api_shareable_handle.cpp), with one reference as cuMemCreate's.
 bool physicalProperties(CUmemGenericAllocationHandle h, CUmemAllocationProp& prop);

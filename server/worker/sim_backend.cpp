@@ -234,10 +234,15 @@ Status SimBackend::openContext() {
 
 void* SimBackend::mapShared(int fd, uint64_t size) {
   if (!options_.fixed_addresses) return mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return mapFixed(fd, size, 0, PROT_READ | PROT_WRITE, MAP_SHARED);
+}
+
+void* SimBackend::mapFixed(int fd, uint64_t size, uint64_t alignment, int prot, int flags) {
   constexpr uint64_t kStep = 2 << 20;
   for (int tries = 0; tries < 64; ++tries) {
+    if (alignment > kStep) next_fixed_ = (next_fixed_ + alignment - 1) / alignment * alignment;
     void* want = reinterpret_cast<void*>(next_fixed_);
-    void* p = mmap(want, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+    void* p = mmap(want, size, prot, flags | MAP_FIXED_NOREPLACE, fd, 0);
     next_fixed_ += (size + kStep - 1) / kStep * kStep;  // monotonic, as a driver's range allocator
     if (p == want) return p;
     if (p != MAP_FAILED) munmap(p, size);  // a kernel that took the address as a hint only

@@ -177,6 +177,10 @@ class SimBackend : public Backend {
   };
   std::unordered_map<uint64_t, SharedMemory> shared_;  // large allocations: memfd mappings (sim_ipc.cpp)
   void* mapShared(int fd, uint64_t size);  // where the next large allocation goes
+  // With fixed addresses: maps `size` bytes at the next free fixed address aligned to `alignment` (fd -1:
+  // anonymous), or MAP_FAILED.
+  void* mapFixed(int fd, uint64_t size, uint64_t alignment, int prot, int flags);
+  void* reserveRange(uint64_t size, uint64_t alignment, uint64_t hint);  // cuMemAddressReserve's range
   uint64_t next_fixed_ = 0x300000000;       // SimOptions::fixed_addresses: the next address tried
   // Other workers' memory opened here. An IPC handle opened again gives the same address, counted, as the
   // driver does (`handle`: the IPC handle it was opened by; none for a pool's allocation).

@@ -27,21 +27,38 @@ Status SimBackend::MemGetGranularity(uint32_t option, uint64_t& bytes) {
   return CUDA_SUCCESS;
 }
 
-Status SimBackend::MemAddressReserve(uint64_t size, uint64_t alignment, uint64_t, uint64_t flags, Created<VaRange>& out) {
+Status SimBackend::MemAddressReserve(uint64_t size, uint64_t alignment, uint64_t hint, uint64_t flags, Created<VaRange>& out) {
   if (size == 0 || !aligned(size, kGranularity) || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (alignment == 0) alignment = kGranularity;
   if (!aligned(alignment, kGranularity) || alignment > (uint64_t{1} << 40) || size > (uint64_t{1} << 46)) return CUDA_ERROR_INVALID_VALUE;
-  // Reserve enough to align, then give back the ends. The address hint is only a hint: not followed.
-  uint64_t span = size + alignment;
-  void* p = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = reserveRange(size, alignment, hint);
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
-  uint64_t start = reinterpret_cast<uint64_t>(p), base = (start + alignment - 1) / alignment * alignment;
-  if (base > start) munmap(p, base - start);
-  if (start + span > base + size) munmap(reinterpret_cast<void*>(base + size), start + span - base - size);
+  uint64_t base = reinterpret_cast<uint64_t>(p);
   out.ptr = base;
   out.size = size;
   reservations_[base] = size;
   return CUDA_SUCCESS;
+}
+
+// At the hint where it is aligned and free, as a driver honours one (the client reserves a range another
+// worker of its lease holds, to map that worker's memory there); else, with fixed addresses, from the
+// fixed address up, where another worker's reservations coincide; else wherever the kernel puts enough to
+// align, with the ends given back.
+void* SimBackend::reserveRange(uint64_t size, uint64_t alignment, uint64_t hint) {
+  constexpr int kReserved = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+  if (hint && aligned(hint, alignment)) {
+    void* p = mmap(reinterpret_cast<void*>(hint), size, PROT_NONE, kReserved | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == reinterpret_cast<void*>(hint)) return p;
+    if (p != MAP_FAILED) munmap(p, size);
+  }
+  if (options_.fixed_addresses) return mapFixed(-1, size, alignment, PROT_NONE, kReserved);
+  uint64_t span = size + alignment;
+  void* p = mmap(nullptr, span, PROT_NONE, kReserved, -1, 0);
+  if (p == MAP_FAILED) return p;
+  uint64_t start = reinterpret_cast<uint64_t>(p), base = (start + alignment - 1) / alignment * alignment;
+  if (base > start) munmap(p, base - start);
+  if (start + span > base + size) munmap(reinterpret_cast<void*>(base + size), start + span - base - size);
+  return reinterpret_cast<void*>(base);
 }
 
 Status SimBackend::MemAddressFree(Released<VaRange> r) {

@@ -519,6 +519,142 @@ int main() {
     check(destroy(green) == CUDA_SUCCESS, "the green context destroyed");
   }
 
+  // Virtual memory management names its device in the allocation's properties, not by the current one: a
+  // reservation is the whole process's, physical memory is made on the device prop.location names, mapped
+  // anywhere in a reservation made while another device was current, reached by that device's kernels and
+  // copies, and let go of with either device current. No device reaches another's memory (no peer access),
+  // and two reservations never overlap.
+  {
+    auto granularityOf = driverEntryPoint<decltype(&cuMemGetAllocationGranularity)>("cuMemGetAllocationGranularity");
+    auto reserve = driverEntryPoint<decltype(&cuMemAddressReserve)>("cuMemAddressReserve");
+    auto unreserve = driverEntryPoint<decltype(&cuMemAddressFree)>("cuMemAddressFree");
+    auto create = driverEntryPoint<decltype(&cuMemCreate)>("cuMemCreate");
+    auto release = driverEntryPoint<decltype(&cuMemRelease)>("cuMemRelease");
+    auto map = driverEntryPoint<decltype(&cuMemMap)>("cuMemMap");
+    auto unmap = driverEntryPoint<decltype(&cuMemUnmap)>("cuMemUnmap");
+    auto setAccess = driverEntryPoint<decltype(&cuMemSetAccess)>("cuMemSetAccess");
+    auto getAccess = driverEntryPoint<decltype(&cuMemGetAccess)>("cuMemGetAccess");
+    CUmemAllocationProp prop[2]{};
+    for (int d = 0; d < 2; ++d) {
+      prop[d].type = CU_MEM_ALLOCATION_TYPE_PINNED;
+      prop[d].location = {CU_MEM_LOCATION_TYPE_DEVICE, d};
+    }
+    size_t gran = 0;
+    CK(cudaSetDevice(0));
+    check(granularityOf(&gran, &prop[1], CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS && gran > 0,
+          "device 1's allocation granularity, device 0 current");
+    size_t free_before[2], free_after[2], total = 0;
+    for (int d = 0; d < 2; ++d) {
+      CK(cudaSetDevice(d));
+      CK(cudaMemGetInfo(&free_before[d], &total));
+    }
+    CK(cudaSetDevice(0));
+    CUmemGenericAllocationHandle h1 = 0, h0 = 0;
+    CUresult made = create(&h1, 4 * gran, &prop[1], 0);
+    for (int d = 0; d < 2; ++d) {
+      CK(cudaSetDevice(d));
+      CK(cudaMemGetInfo(&free_after[d], &total));
+    }
+    std::snprintf(detail, sizeof detail, "cuMemCreate %d; free on device 0 %zu -> %zu, on device 1 %zu -> %zu", made,
+                  free_before[0], free_after[0], free_before[1], free_after[1]);
+    check(made == CUDA_SUCCESS && free_after[1] + 4 * gran <= free_before[1], "cuMemCreate for device 1, device 0 current",
+          detail);
+
+    // Reservations made with either device current never overlap, even where the second asks for the
+    // first's addresses (which device 1's worker has free).
+    CUdeviceptr va = 0, other = 0;
+    CK(cudaSetDevice(0));
+    CUresult r0 = reserve(&va, 8 * gran, 0, 0, 0);
+    CK(cudaSetDevice(1));
+    CUresult r1 = reserve(&other, 8 * gran, 0, va, 0);
+    std::snprintf(detail, sizeof detail, "%d at %#llx, %d at %#llx", r0, (unsigned long long)va, r1, (unsigned long long)other);
+    check(r0 == CUDA_SUCCESS && r1 == CUDA_SUCCESS && (va + 8 * gran <= other || other + 8 * gran <= va),
+          "two reservations, one per current device, do not overlap", detail);
+
+    // Device 1's memory mapped into the reservation made while device 0 was current, device 0 current.
+    CK(cudaSetDevice(0));
+    CUmemAccessDesc rw1{{CU_MEM_LOCATION_TYPE_DEVICE, 1}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUmemAccessDesc rw0{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUresult mapped = map(va, 4 * gran, 0, h1, 0);
+    CUresult access = setAccess(va, 4 * gran, &rw1, 1);
+    CUresult peer = setAccess(va, 4 * gran, &rw0, 1);
+    std::snprintf(detail, sizeof detail, "cuMemMap %d, access for device 1 %d, for device 0 %d", mapped, access, peer);
+    check(mapped == CUDA_SUCCESS && access == CUDA_SUCCESS && peer == CUDA_ERROR_INVALID_DEVICE,
+          "device 1's memory mapped where device 0 reserved, device 0 current; only device 1 reaches it", detail);
+    unsigned long long flags[2] = {99, 99};
+    CUmemLocation on0{CU_MEM_LOCATION_TYPE_DEVICE, 0}, on1{CU_MEM_LOCATION_TYPE_DEVICE, 1};
+    getAccess(&flags[0], &on0, va);
+    getAccess(&flags[1], &on1, va);
+    std::snprintf(detail, sizeof detail, "device 0 %llu, device 1 %llu", flags[0], flags[1]);
+    check(flags[0] == CU_MEM_ACCESS_FLAGS_PROT_NONE && flags[1] == CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+          "cuMemGetAccess tells each device's access", detail);
+    cudaPointerAttributes where{};
+    CK(cudaPointerGetAttributes(&where, reinterpret_cast<void*>(va)));
+    auto* mem = reinterpret_cast<unsigned*>(va);
+    CK(cudaMemcpy(mem, words, sizeof words, cudaMemcpyHostToDevice));
+    CK(cudaSetDevice(1));
+    gpool_test_increment<<<1, 256, 0, stream[1]>>>(mem, 256);
+    CK(cudaGetLastError());
+    CK(cudaStreamSynchronize(stream[1]));
+    CK(cudaSetDevice(0));
+    std::memset(back, 0, sizeof back);
+    CK(cudaMemcpy(back, mem, sizeof back, cudaMemcpyDeviceToHost));
+    bool incremented = true;
+    for (int i = 0; i < 256; ++i) incremented = incremented && back[i] == words[i] + 1;
+    CK(cudaMemcpy(small[0], mem, sizeof words, cudaMemcpyDefault));
+    unsigned again[256]{};
+    CK(cudaMemcpy(again, small[0], sizeof again, cudaMemcpyDeviceToHost));
+    std::snprintf(detail, sizeof detail, "pointer's device %d", where.device);
+    check(where.type == cudaMemoryTypeDevice && where.device == 1 && incremented && std::memcmp(back, again, sizeof back) == 0,
+          "device 1's kernel and copies (to the host, to device 0) reach it", detail);
+
+    // Device 0's memory in the same reservation, past device 1's: each part is its device's.
+    CK(cudaSetDevice(1));
+    CUresult made0 = create(&h0, 4 * gran, &prop[0], 0);
+    CUresult mapped0 = map(va + 4 * gran, 4 * gran, 0, h0, 0);
+    CUresult access0 = setAccess(va + 4 * gran, 4 * gran, &rw0, 1);
+    cudaPointerAttributes second{};
+    CK(cudaPointerGetAttributes(&second, reinterpret_cast<void*>(va + 4 * gran)));
+    CK(cudaMemcpy(reinterpret_cast<void*>(va + 4 * gran), mem, sizeof words, cudaMemcpyDefault));
+    std::memset(back, 0, sizeof back);
+    CK(cudaMemcpy(back, reinterpret_cast<void*>(va + 4 * gran), sizeof back, cudaMemcpyDeviceToHost));
+    std::snprintf(detail, sizeof detail, "create %d, map %d, access %d, pointer's device %d", made0, mapped0, access0, second.device);
+    check(made0 == CUDA_SUCCESS && mapped0 == CUDA_SUCCESS && access0 == CUDA_SUCCESS && second.device == 0 &&
+              std::memcmp(back, again, sizeof back) == 0,
+          "device 0's memory in the same reservation, device 1 current, copied from device 1's part", detail);
+
+    // One copy across both devices' parts (contiguous addresses, two workers) is refused whole: neither
+    // part is written.
+    {
+      std::vector<unsigned> span(512, 7u), before(512), got(512);
+      auto* mid = reinterpret_cast<unsigned*>(va + 4 * gran) - 256;
+      CK(cudaMemcpy(before.data(), mid, 1024, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(before.data() + 256, mid + 256, 1024, cudaMemcpyDeviceToHost));
+      cudaError_t across = cudaMemcpy(mid, span.data(), 2048, cudaMemcpyHostToDevice);
+      (void)cudaGetLastError();
+      CK(cudaMemcpy(got.data(), mid, 1024, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(got.data() + 256, mid + 256, 1024, cudaMemcpyDeviceToHost));
+      std::snprintf(detail, sizeof detail, "%s", cudaGetErrorName(across));
+      check(across != cudaSuccess && got == before, "a copy across device 1's and device 0's parts is refused, neither written",
+            detail);
+    }
+    // Let go of with the other device current: unmapped (both parts at once), released, unreserved.
+    CK(cudaSetDevice(1));
+    CUresult unmapped = unmap(va, 8 * gran);
+    CUresult released1 = release(h1);
+    CK(cudaSetDevice(0));
+    CUresult released0 = release(h0);
+    CUresult freed = unreserve(va, 8 * gran);
+    CUresult freed_other = unreserve(other, 8 * gran);
+    CK(cudaSetDevice(1));
+    CK(cudaMemGetInfo(&free_after[1], &total));
+    std::snprintf(detail, sizeof detail, "unmap %d, release %d %d, free %d %d; device 1's free memory %zu of %zu before",
+                  unmapped, released1, released0, freed, freed_other, free_after[1], free_before[1]);
+    check(unmapped == CUDA_SUCCESS && released1 == CUDA_SUCCESS && released0 == CUDA_SUCCESS && freed == CUDA_SUCCESS &&
+              freed_other == CUDA_SUCCESS && free_after[1] == free_before[1],
+          "unmapped, released and unreserved with the other device current; device 1's memory is back", detail);
+  }
+
   for (int d = 0; d < 2; ++d) {
     CK(cudaSetDevice(d));
     CK(cudaFree(buf[d]));
