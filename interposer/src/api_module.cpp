@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include "cross_device.h"
 #include "gpool/protocol/module_image.h"
@@ -348,10 +349,29 @@ uint64_t visitModuleFunctions(CUcontext, CUmodule module, void (*visit)(void*, v
 }  // namespace gpool::client
 
 // Function and kernel attributes: cached after the first query.
+namespace {
+// The device a CUfunction's attributes are its own on: the function's (it belongs to a context, and is
+// asked whichever is current); none for a library's kernel passed as a function, which CUDA takes for its
+// copy on the current device.
+std::optional<CUdevice> deviceOfFunction(CUfunction f) {
+  if (crossDevice().isKernel(raw(f))) return std::nullopt;
+  return State::get().deviceOfHandle(raw(f));
+}
+Connection* connectionOfFunction(CUfunction f, CUresult& err) {
+  std::optional<CUdevice> d = deviceOfFunction(f);
+  return d ? State::get().readyForDevice(*d, err) : State::get().readyInContext(err);
+}
+// Forgets what a function's or kernel's attribute was, and what it was for every other handle of the same
+// library kernel (its copies on other devices, the functions got from them), which setting it may change.
+void forgetAttribute(uint64_t f, int attr) {
+  State::get().forgetFunctionAttribute(f, attr);
+  for (uint64_t same : crossDevice().family(f)) State::get().forgetFunctionAttribute(same, attr);
+}
+}  // namespace
 GPOOL_EXPORT CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attr, CUfunction f) {
   GPOOL_TRY
   if (!value) return CUDA_ERROR_INVALID_VALUE;
-  return State::get().functionAttribute(raw(f), attr, *value);
+  return State::get().functionAttribute(raw(f), attr, *value, deviceOfFunction(f));
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuKernelGetAttribute(int* value, CUfunction_attribute attr, CUkernel k, CUdevice d) {
@@ -362,8 +382,10 @@ GPOOL_EXPORT CUresult cuKernelGetAttribute(int* value, CUfunction_attribute attr
 }
 GPOOL_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr, int value) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
-  State::get().forgetFunctionAttribute(raw(f), attr);
+  CUresult err = CUDA_SUCCESS;
+  Connection* conn = connectionOfFunction(f, err);
+  if (!conn) return err;
+  forgetAttribute(raw(f), attr);
   State::get().forgetOccupancy(raw(f));
   return static_cast<CUresult>(conn->call<calls::FuncSetAttribute>(raw(f), static_cast<int32_t>(attr), int32_t{value}));
   GPOOL_CATCH
@@ -372,14 +394,16 @@ GPOOL_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr
 GPOOL_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attr, int value, CUkernel k, CUdevice d) {
   GPOOL_TRY
   GPOOL_CONN_OF_DEVICE(conn, d);
-  State::get().forgetFunctionAttribute(raw(k), attr);
+  forgetAttribute(raw(k), attr);
   State::get().forgetOccupancy(0);  // the functions got from the kernel change too
   return static_cast<CUresult>(conn->call<calls::FuncSetAttribute>(raw(k), static_cast<int32_t>(attr), int32_t{value}));
   GPOOL_CATCH
 }
 GPOOL_EXPORT CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config) {
   GPOOL_TRY
-  GPOOL_CONN(conn);
+  CUresult err = CUDA_SUCCESS;
+  Connection* conn = connectionOfFunction(f, err);
+  if (!conn) return err;
   State::get().forgetOccupancy(raw(f));
   return static_cast<CUresult>(conn->post<calls::FuncSetCacheConfig>(raw(f), static_cast<uint32_t>(config)));
   GPOOL_CATCH

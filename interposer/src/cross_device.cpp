@@ -44,7 +44,28 @@ void CrossDevice::noteKernel(uint64_t kernel, uint64_t library, const std::strin
 void CrossDevice::noteAlias(uint64_t handle, uint64_t kernel) {
   if (!severalDevices()) return;
   std::lock_guard lock(mu_);
-  if (auto k = kernels_.find(kernel); k != kernels_.end()) kernels_[handle] = k->second;
+  if (auto k = kernels_.find(kernel); k != kernels_.end()) {
+    kernels_[handle] = k->second;
+    k->second->aliases.push_back(handle);
+  }
+}
+
+bool CrossDevice::isKernel(uint64_t handle) {
+  std::lock_guard lock(mu_);
+  auto found = kernels_.find(handle);
+  if (found == kernels_.end()) return false;
+  for (const auto& [connection, kernel] : found->second->on)
+    if (kernel == handle) return true;
+  return false;  // a function got from it (noteAlias)
+}
+
+std::vector<uint64_t> CrossDevice::family(uint64_t handle) {
+  std::lock_guard lock(mu_);
+  auto found = kernels_.find(handle);
+  if (found == kernels_.end()) return {};
+  std::vector<uint64_t> all = found->second->aliases;
+  for (const auto& [connection, kernel] : found->second->on) all.push_back(kernel);
+  return all;
 }
 
 std::vector<std::pair<int, uint64_t>> CrossDevice::forgetLibrary(uint64_t library) {

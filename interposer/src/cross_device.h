@@ -35,6 +35,12 @@ class CrossDevice : public ForeignHandles {
   std::vector<std::pair<int, uint64_t>> forgetLibrary(uint64_t library);
 
   uint64_t translate(Connection& here, uint64_t handle, tags::HandleClass what) override;
+  // Whether `handle` is a library's kernel (CUkernel) on some device, rather than a function (CUfunction)
+  // got from one; false in a lease of one device.
+  bool isKernel(uint64_t handle);
+  // Every handle of the library kernel `handle` is one of: its copies on each device and the functions got
+  // from them (empty: none known). Setting an attribute through one may change what the others read.
+  std::vector<uint64_t> family(uint64_t handle);
 
   // The address in `to`'s worker of `from`'s allocation at `base`, opened there through IPC (0: it cannot
   // be, and the copy is relayed).
@@ -62,6 +68,7 @@ class CrossDevice : public ForeignHandles {
     std::shared_ptr<Library> library;
     std::string name;
     std::map<int, uint64_t> on;
+    std::vector<uint64_t> aliases;  // functions got from it (noteAlias)
   };
   uint64_t libraryOn(Connection& here, Library& lib);
   void closeLocked(int to, uint64_t mapped);

@@ -180,6 +180,28 @@ int main() {
   std::snprintf(detail, sizeof detail, "set %d, device 1: %d", reset, later1);
   check(reset == CUDA_SUCCESS && later1 == 32768, "set again, device 1's attribute reads the new value", detail);
 
+  // A function (CUfunction) belongs to its device's context: got on device 1, its attribute is set and read
+  // on device 1 while device 0 is current, and device 0's copy of the kernel keeps its own.
+  {
+    using SetFuncAttribute = CUresult (*)(CUfunction, CUfunction_attribute, int);
+    using GetFuncAttribute = CUresult (*)(int*, CUfunction_attribute, CUfunction);
+    auto setFuncAttribute = driverEntryPoint<SetFuncAttribute>("cuFuncSetAttribute");
+    auto getFuncAttribute = driverEntryPoint<GetFuncAttribute>("cuFuncGetAttribute");
+    cudaFunction_t fn1 = nullptr;
+    CK(cudaSetDevice(1));
+    CK(cudaGetFuncBySymbol(&fn1, reinterpret_cast<const void*>(gpool_test_increment)));
+    CK(cudaSetDevice(0));
+    int zero_before = -1, zero_after = -1, one = -1;
+    getKernelAttribute(&zero_before, most, reinterpret_cast<CUkernel>(kernel), 0);
+    CUresult fset = setFuncAttribute(reinterpret_cast<CUfunction>(fn1), most, 16384);
+    CUresult fget = getFuncAttribute(&one, most, reinterpret_cast<CUfunction>(fn1));
+    getKernelAttribute(&zero_after, most, reinterpret_cast<CUkernel>(kernel), 0);
+    std::snprintf(detail, sizeof detail, "set %d, get %d: %d; device 0's kernel: %d before, %d after", fset, fget, one,
+                  zero_before, zero_after);
+    check(fset == CUDA_SUCCESS && fget == CUDA_SUCCESS && one == 16384 && zero_after == zero_before,
+          "cuFuncSetAttribute on device 1's function, device 0 current: device 1's", detail);
+  }
+
   // Stream-ordered allocation on each device from its own pool; device 1's pool is set up while device
   // 0 is current, and what device 1 allocates is copied to device 0.
   CK(cudaSetDevice(0));
