@@ -101,6 +101,7 @@ constexpr uint64_t kShareableBytes = 64 << 10;  // allocations at least this lar
 
 // `count` values of `elem` bytes (1, 2 or 4) from p, as cuMemsetD8/16/32 write them.
 void fill(uint8_t* p, uint32_t elem, uint64_t count, uint32_t value) {
+  if (count == 0) return;  // (an empty fill may name address 0, which memset may not be given)
   if (elem == 1) {
     std::memset(p, static_cast<int>(value & 0xff), count);
   } else if (elem == 2) {
