@@ -58,6 +58,7 @@ Status RequestChecks::admit(proto::DevAddress& a, CallScope& s) {
 }
 
 Status RequestChecks::admit(proto::DevRect& r, CallScope&) {
+  if (r.width == 0 || r.height == 0) r.width = r.height = 0;  // empty: no row is walked, however many it names
   if (r.height > 1 && (r.width > r.pitch || r.pitch > (UINT64_MAX - r.width) / (r.height - 1))) return cu::kInvalidValue;
   return range(r.ptr, r.span());
 }

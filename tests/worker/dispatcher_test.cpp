@@ -5,6 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
 #include <optional>
 #include <thread>
 
@@ -90,6 +94,34 @@ TEST(Dispatcher, BadHandlesAndRangesAnswerErrorsAndKeepServing) {
   c.send(kMsgMemcpyDtoH, kWantsReply, req);
   EXPECT_EQ(c.readStatusOnly(kMsgMemcpyDtoH), kInvalidValue);
   // still serving
+  EXPECT_EQ(c.call<calls::MemFree>(p).first, 0);
+  EXPECT_TRUE(h.finish().clean);
+}
+
+// An empty rectangle (no bytes per row, or no rows) copies and fills nothing, however many rows or
+// bytes it names otherwise: the worker answers at once instead of walking 2^63 empty rows.
+TEST(Dispatcher, EmptyRectanglesAreAnsweredAtOnce) {
+  Harness h;
+  test::RawClient c(*h.client);
+  auto [st, out] = c.call<calls::MemAlloc>(uint64_t{64});
+  ASSERT_EQ(st, 0);
+  uint64_t p = std::get<0>(out).ptr;
+  constexpr uint64_t kRows = uint64_t{1} << 63;
+  auto answered = std::async(std::launch::async, [&] {
+    std::vector<Status> got;
+    got.push_back(c.call<calls::MemcpyHtoD2D>(DevWriteRect{DevRect{p, 0, 0, kRows}, Blob{}}, uint64_t{0}, 0u).first);
+    got.push_back(c.call<calls::MemcpyDtoH2D>(DevRect{p, 0, 0, kRows}, uint64_t{0}).first);
+    got.push_back(c.call<calls::MemcpyDtoD2D>(DevCopyRect{DevRect{p, 0, 0, kRows}, DevRect{p, 0, 0, kRows}}, uint64_t{0}, 0u).first);
+    got.push_back(c.call<calls::Memset2D>(DevFillRect{DevRect{p, 0, 0, kRows}, 1}, 0u, uint64_t{0}, 0u).first);
+    got.push_back(c.call<calls::MemcpyDtoH2D>(DevRect{p, 64, 64, 0}, uint64_t{0}).first);
+    return got;
+  });
+  if (answered.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "the worker did not answer empty rectangles within 20 s";
+    std::fflush(nullptr);
+    std::_Exit(1);  // (its thread walks the rows still: nothing to join)
+  }
+  EXPECT_EQ(answered.get(), std::vector<Status>(5, 0));
   EXPECT_EQ(c.call<calls::MemFree>(p).first, 0);
   EXPECT_TRUE(h.finish().clean);
 }
