@@ -76,6 +76,22 @@ SEEDS = {
         frame("StreamSynchronize", mark(2)),
         frame("Alive"),
     ],
+    # Virtual memory: a reservation, physical memory mapped in it, a copy through it, a second reservation
+    # asked at the first's address (a hint, which the worker's backend follows only where it is free).
+    "virtual_memory": [
+        frame("MemGetGranularity", u32(0)),                            # -> granularity
+        frame("MemAddressReserve", u64(4 << 20) + u64(0) + u64(0) + u64(0)),  # -> ptr, size, granularity
+        frame("MemCreate", u64(2 << 20) + u32(0) + u32(0) + u32(0)),   # -> physical, ptr, size, granularity
+        frame("MemMap", mark(1) + u64(2 << 20) + u64(0) + mark(0)),
+        frame("MemSetAccess", mark(1) + u64(2 << 20) + u32(3)),
+        frame("MemcpyHtoD", mark(1) + u64(8) + b"12345678" + u64(0) + u32(0)),
+        frame("MemcpyDtoH", mark(1) + u64(16) + u64(0)),               # -> two words, physical, ptr, ...
+        frame("MemAddressReserve", u64(2 << 20) + u64(0) + mark(3) + u64(0)),  # -> ptr2, size2, two words, physical, ptr
+        frame("MemAddressFree", mark(0) + u64(2 << 20)),
+        frame("MemUnmap", mark(5) + u64(2 << 20)),
+        frame("MemRelease", mark(4)),
+        frame("MemAddressFree", mark(5) + u64(4 << 20)),
+    ],
     # A module (the cubin of fuzz_module_image's seeds: k(int*, float)), a kernel of it and its launch.
     "module": [
         frame("ModuleLoad", u64(len(CUBIN)) + CUBIN + u32(0)),         # -> module
