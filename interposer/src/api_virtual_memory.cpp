@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cross_device.h"  // allocateApart, and state.h
@@ -54,6 +55,14 @@ std::map<CUdeviceptr, Mapping>::iterator mappingAt(CUdeviceptr p) {
   if (it == g_mappings.begin()) return g_mappings.end();
   --it;
   return p < it->first + it->second.size ? it : g_mappings.end();
+}
+
+// Calls C on the worker of connection `connection` (that connection's error where it is lost).
+template <typename C, typename... A>
+CUresult callOn(int connection, A&&... a) {
+  CUresult st = CUDA_SUCCESS;
+  Connection* conn = State::get().readyOn(connection, st);
+  return conn ? static_cast<CUresult>(conn->call<C>(std::forward<A>(a)...)) : st;
 }
 
 // One device's adjacent mappings within a range.
@@ -196,9 +205,7 @@ GPOOL_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   }
   CUresult first = CUDA_SUCCESS;
   for (int holder : State::get().takeReservation(ptr)) {
-    CUresult st = CUDA_SUCCESS;
-    if (Connection* conn = State::get().readyOn(holder, st))
-      st = static_cast<CUresult>(conn->call<calls::MemAddressFree>(gpool::proto::VaRange{ptr, size}));
+    CUresult st = callOn<calls::MemAddressFree>(holder, gpool::proto::VaRange{ptr, size});
     if (first == CUDA_SUCCESS) first = st;
   }
   return first;
@@ -262,10 +269,7 @@ GPOOL_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     return static_cast<CUresult>(conn->call<calls::MemUnmap>(gpool::proto::VaUnmap{ptr, size}));
   }
   for (const Run& run : runs) {
-    CUresult st = CUDA_SUCCESS;
-    Connection* conn = State::get().readyOn(run.connection, st);
-    if (conn) st = static_cast<CUresult>(conn->call<calls::MemUnmap>(gpool::proto::VaUnmap{run.ptr, run.size}));
-    if (st != CUDA_SUCCESS) return st;
+    if (CUresult st = callOn<calls::MemUnmap>(run.connection, gpool::proto::VaUnmap{run.ptr, run.size})) return st;
     std::lock_guard lock(g_mu);
     for (auto it = g_mappings.lower_bound(run.ptr); it != g_mappings.end() && it->first < run.ptr + run.size;) {
       State::get().removeAllocation(it->first);
@@ -295,10 +299,8 @@ GPOOL_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAc
     for (size_t i = 0; i < count; ++i)
       if (State::get().connectionOf(desc[i].location.id) == run.connection) flags = desc[i].flags;
     if (!flags) continue;
-    CUresult st = CUDA_SUCCESS;
-    Connection* conn = State::get().readyOn(run.connection, st);
-    if (conn) st = static_cast<CUresult>(conn->call<calls::MemSetAccess>(gpool::proto::VaMapped{run.ptr, run.size}, uint32_t{*flags}));
-    if (st != CUDA_SUCCESS) return st;
+    if (CUresult st = callOn<calls::MemSetAccess>(run.connection, gpool::proto::VaMapped{run.ptr, run.size}, uint32_t{*flags}))
+      return st;
     std::lock_guard lock(g_mu);
     for (auto it = g_mappings.lower_bound(run.ptr); it != g_mappings.end() && it->first < run.ptr + run.size; ++it)
       it->second.flags = *flags;
