@@ -44,10 +44,13 @@ void CrossDevice::noteKernel(uint64_t kernel, uint64_t library, const std::strin
 void CrossDevice::noteAlias(uint64_t handle, uint64_t kernel) {
   if (!severalDevices()) return;
   std::lock_guard lock(mu_);
-  if (auto k = kernels_.find(kernel); k != kernels_.end()) {
-    kernels_[handle] = k->second;
-    k->second->aliases.push_back(handle);
-  }
+  auto k = kernels_.find(kernel);
+  if (k == kernels_.end()) return;
+  std::shared_ptr<Kernel> of = k->second;
+  std::shared_ptr<Kernel>& entry = kernels_[handle];
+  if (entry == of) return;  // noted already (cuKernelGetFunction gives the same function each time it is asked)
+  entry = of;
+  of->aliases.push_back(handle);
 }
 
 bool CrossDevice::isKernel(uint64_t handle) {
