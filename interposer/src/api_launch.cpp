@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cross_device.h"
 #include "state.h"
 
 using namespace gpool::client;
@@ -103,16 +104,41 @@ bool launchBlocking() {
   return on;
 }
 
-CUresult waitIfBlocking(uint64_t stream, CUresult launched) {
+CUresult waitIfBlocking(Connection* conn, uint64_t stream, CUresult launched) {
   if (launched != CUDA_SUCCESS || !launchBlocking() || State::get().active_captures != 0) return launched;
-  return cuStreamSynchronize(reinterpret_cast<CUstream>(stream));
+  if (int st = conn->call<calls::StreamSynchronize>(stream)) return static_cast<CUresult>(st);
+  return managedAtSync();
+}
+
+// Where a launch runs, by cuLaunchKernel's rules: a library's kernel (CUkernel) in its stream's context, or
+// the current one for a default stream (it maps to that device's copy, cross_device.h); a function
+// (CUfunction) in its own device's context, so on a default stream that device's, and another device's
+// stream is refused.
+Connection* launchConnection(uint64_t f, uint64_t stream, CUresult& err) {
+  State& state = State::get();
+  if (state.connections() < 2) return state.readyInContext(err);
+  int of_stream = tags::owner(stream), of_function = tags::owner(f);
+  if (of_function >= 0 && !crossDevice().isKernel(f)) {
+    if (of_stream >= 0 && of_stream != of_function) {
+      GPOOL_LOG(Level::kError, "a launch of device %d's function %#llx on device %d's stream: a CUfunction runs only "
+                "in its own context; launch the kernel (CUkernel) there, or the function got on that device "
+                "(returning CUDA_ERROR_INVALID_HANDLE)", state.deviceOfConnection(of_function), (unsigned long long)f,
+                state.deviceOfConnection(of_stream));
+      err = CUDA_ERROR_INVALID_HANDLE;
+      return nullptr;
+    }
+    return state.readyOn(of_function, err);
+  }
+  return of_stream >= 0 ? state.readyOn(of_stream, err) : state.readyInContext(err);
 }
 
 CUresult launch(uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
                 uint64_t stream, void** params, void** extra, const CUlaunchAttribute* attrs, unsigned nattrs,
                 const char* call) {
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
-  GPOOL_CONN(conn);
+  CUresult err = CUDA_SUCCESS;
+  Connection* conn = launchConnection(f, stream, err);
+  if (!conn) return err;
   if (CUresult r = managedBeforeDeviceWork()) return r;
   Blob packed;
   if (CUresult r = packParams(f, params, extra, packed)) return r;
@@ -123,7 +149,7 @@ CUresult launch(uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
     attrs = own.data();
   }
   Blob a{attrs, nattrs * sizeof(CUlaunchAttribute)};
-  return waitIfBlocking(stream, static_cast<CUresult>(conn->post<calls::LaunchKernel>(f, gx, gy, gz, bx, by, bz, shared, stream, packed, a)));
+  return waitIfBlocking(conn, stream, static_cast<CUresult>(conn->post<calls::LaunchKernel>(f, gx, gy, gz, bx, by, bz, shared, stream, packed, a)));
 }
 
 CUresult launchEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra, bool per_thread) {
@@ -188,7 +214,9 @@ namespace {
 template <typename Call>
 CUresult clusterQuestion(int* answer, CUfunction f, const CUlaunchConfig* c) {
   if (!answer || !c) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  CUresult err = CUDA_SUCCESS;  // (asked of the device the launch would run on)
+  Connection* conn = launchConnection(reinterpret_cast<uint64_t>(f), streamArg(c->hStream, false), err);
+  if (!conn) return err;
   std::tuple<int32_t> r;
   Blob attrs{c->attrs, c->attrs ? c->numAttrs * sizeof(CUlaunchAttribute) : 0};
   int st = conn->call<Call>(r, reinterpret_cast<uint64_t>(f), c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,

@@ -202,6 +202,47 @@ int main() {
           "cuFuncSetAttribute on device 1's function, device 0 current: device 1's", detail);
   }
 
+  // Where a driver-API launch runs. A library's kernel (CUkernel) runs in its stream's context (CUDA 13's
+  // cuda::launch gives it another device's stream and leaves the current device as it is), or the current
+  // one for a default stream; a function (CUfunction) runs in its own device's context.
+  {
+    using Launch = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                CUstream, void**, void**);
+    auto launchKernel = driverEntryPoint<Launch>("cuLaunchKernel");
+    auto runs = [&](CUfunction f, CUstream s, unsigned* on, int device, const char* what) {
+      std::vector<unsigned> before(256), after(256);
+      CK(cudaSetDevice(device));
+      CK(cudaMemcpy(before.data(), on, sizeof words, cudaMemcpyDeviceToHost));
+      CK(cudaSetDevice(0));
+      int n = 256;
+      void* args[] = {&on, &n};
+      CUresult launched = launchKernel(f, 1, 1, 1, 256, 1, 1, 0, s, args, nullptr);
+      CK(cudaSetDevice(device));
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpy(after.data(), on, sizeof words, cudaMemcpyDeviceToHost));
+      bool added = true;
+      for (int i = 0; i < 256; ++i) added = added && after[i] == before[i] + 1;
+      std::snprintf(detail, sizeof detail, "launch %d; word 0 %u -> %u", launched, before[0], after[0]);
+      check(launched == CUDA_SUCCESS && added, what, detail);
+    };
+    cudaFunction_t fn1 = nullptr;
+    CK(cudaSetDevice(1));
+    CK(cudaGetFuncBySymbol(&fn1, reinterpret_cast<const void*>(gpool_test_increment)));
+    runs(reinterpret_cast<CUfunction>(kernel), stream[1], small[1], 1,
+         "cuLaunchKernel of a CUkernel on device 1's stream, device 0 current: runs on device 1");
+    runs(reinterpret_cast<CUfunction>(kernel), nullptr, small[0], 0,
+         "cuLaunchKernel of a CUkernel on the default stream: runs on the current device (0)");
+    runs(reinterpret_cast<CUfunction>(fn1), nullptr, small[1], 1,
+         "cuLaunchKernel of device 1's CUfunction on the default stream, device 0 current: runs on device 1");
+    CK(cudaSetDevice(0));
+    unsigned* own = small[0];
+    int n = 256;
+    void* args[] = {&own, &n};
+    CUresult refused = launchKernel(reinterpret_cast<CUfunction>(fn1), 1, 1, 1, 256, 1, 1, 0, stream[0], args, nullptr);
+    std::snprintf(detail, sizeof detail, "launch %d", refused);
+    check(refused != CUDA_SUCCESS, "device 1's CUfunction on device 0's stream is refused", detail);
+  }
+
   // Stream-ordered allocation on each device from its own pool; device 1's pool is set up while device
   // 0 is current, and what device 1 allocates is copied to device 0.
   CK(cudaSetDevice(0));
