@@ -361,11 +361,17 @@ Connection* connectionOfFunction(CUfunction f, CUresult& err) {
   std::optional<CUdevice> d = deviceOfFunction(f);
   return d ? State::get().readyForDevice(*d, err) : State::get().readyInContext(err);
 }
-// Forgets what a function's or kernel's attribute was, and what it was for every other handle of the same
-// library kernel (its copies on other devices, the functions got from them), which setting it may change.
+// Forgets the occupancy answers for a function or kernel, and for every other handle of the same library
+// kernel (its copies on other devices, the functions got from them), which a setting of it may change.
+void forgetOccupancy(uint64_t f) {
+  State::get().forgetOccupancy(f);
+  for (uint64_t same : crossDevice().family(f)) State::get().forgetOccupancy(same);
+}
+// The same for what one of its attributes was, and the occupancy that follows from it.
 void forgetAttribute(uint64_t f, int attr) {
   State::get().forgetFunctionAttribute(f, attr);
   for (uint64_t same : crossDevice().family(f)) State::get().forgetFunctionAttribute(same, attr);
+  forgetOccupancy(f);
 }
 }  // namespace
 GPOOL_EXPORT CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attr, CUfunction f) {
@@ -386,7 +392,6 @@ GPOOL_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr
   Connection* conn = connectionOfFunction(f, err);
   if (!conn) return err;
   forgetAttribute(raw(f), attr);
-  State::get().forgetOccupancy(raw(f));
   return static_cast<CUresult>(conn->call<calls::FuncSetAttribute>(raw(f), static_cast<int32_t>(attr), int32_t{value}));
   GPOOL_CATCH
 }
@@ -404,7 +409,7 @@ GPOOL_EXPORT CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config) {
   CUresult err = CUDA_SUCCESS;
   Connection* conn = connectionOfFunction(f, err);
   if (!conn) return err;
-  State::get().forgetOccupancy(raw(f));
+  forgetOccupancy(raw(f));
   return static_cast<CUresult>(conn->post<calls::FuncSetCacheConfig>(raw(f), static_cast<uint32_t>(config)));
   GPOOL_CATCH
 }

@@ -16,24 +16,24 @@ CrossDevice& crossDevice() {
   return *c;
 }
 
-// A one-device lease keeps none of this (nor a copy of any image).
+// A one-device lease keeps no copy of any image (nor loads one elsewhere); it keeps a library kernel's
+// family all the same, whose attributes are one.
 static bool severalDevices() { return State::get().connections() > 1; }
 
 void CrossDevice::noteLibrary(uint64_t library, const void* image, uint64_t size) {
-  if (!severalDevices()) return;
   auto lib = std::make_shared<Library>();
   const auto* p = static_cast<const uint8_t*>(image);
-  lib->image.assign(p, p + size);
+  if (severalDevices()) lib->image.assign(p, p + size);
   lib->on[tags::owner(library) < 0 ? 0 : tags::owner(library)] = library;
   std::lock_guard lock(mu_);
   libraries_[library] = std::move(lib);
 }
 
 void CrossDevice::noteKernel(uint64_t kernel, uint64_t library, const std::string& name) {
-  if (!severalDevices()) return;
   std::lock_guard lock(mu_);
   auto lib = libraries_.find(library);
   if (lib == libraries_.end()) return;  // not a library's (a module's functions stay on their device)
+  if (auto known = kernels_.find(kernel); known != kernels_.end() && known->second->library == lib->second) return;  // asked again
   auto k = std::make_shared<Kernel>();
   k->library = lib->second;
   k->name = name;
@@ -42,7 +42,6 @@ void CrossDevice::noteKernel(uint64_t kernel, uint64_t library, const std::strin
 }
 
 void CrossDevice::noteAlias(uint64_t handle, uint64_t kernel) {
-  if (!severalDevices()) return;
   std::lock_guard lock(mu_);
   auto k = kernels_.find(kernel);
   if (k == kernels_.end()) return;
@@ -88,6 +87,7 @@ std::vector<std::pair<int, uint64_t>> CrossDevice::forgetLibrary(uint64_t librar
 uint64_t CrossDevice::libraryOn(Connection& here, Library& lib) {
   auto it = lib.on.find(here.index());
   if (it != lib.on.end()) return it->second;
+  if (lib.image.empty()) return 0;  // (noted in a lease of one device)
   uint64_t handle = 0;
   if (loadImageOn(&here, lib.image.data(), lib.image.size(), 1, handle) != CUDA_SUCCESS) return 0;
   GPOOL_LOG(Level::kDebug, "library of %zu bytes loaded on the lease's worker %d", lib.image.size(), here.index());

@@ -27,8 +27,8 @@ namespace gpool::client {
 class CrossDevice : public ForeignHandles {
  public:
   // A library loaded on some device (its image is kept, to load it on the others), one of its kernels
-  // (or a function got from one), and a library unloaded (its copies elsewhere: unload them too). Each
-  // does nothing in a lease of one device.
+  // (or a function got from one), and a library unloaded (its copies elsewhere: unload them too). A lease
+  // of one device keeps no image, only which handles are one kernel (family).
   void noteLibrary(uint64_t library, const void* image, uint64_t size);
   void noteKernel(uint64_t kernel, uint64_t library, const std::string& name);
   void noteAlias(uint64_t handle, uint64_t kernel);
@@ -36,10 +36,11 @@ class CrossDevice : public ForeignHandles {
 
   uint64_t translate(Connection& here, uint64_t handle, tags::HandleClass what) override;
   // Whether `handle` is a library's kernel (CUkernel) on some device, rather than a function (CUfunction)
-  // got from one; false in a lease of one device.
+  // got from one.
   bool isKernel(uint64_t handle);
   // Every handle of the library kernel `handle` is one of: its copies on each device and the functions got
-  // from them (empty: none known). Setting an attribute through one may change what the others read.
+  // from them (empty: none known). Setting an attribute through one may change what the others read (a
+  // kernel and its function in one context are one object to the driver).
   std::vector<uint64_t> family(uint64_t handle);
 
   // The address in `to`'s worker of `from`'s allocation at `base`, opened there through IPC (0: it cannot

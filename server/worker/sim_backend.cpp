@@ -749,8 +749,18 @@ Status SimBackend::FuncGetParamLayout(Launchable f, std::vector<uint32_t>& layou
   return CUDA_SUCCESS;
 }
 
+// A library kernel's attributes in this context are its function's: the driver keeps them on the CUfunction
+// cuKernelGetFunction gives (cuda_backend.cpp sets and reads a kernel's through it), so what is set through
+// either handle is read through the other.
+uint64_t SimBackend::attributesOf(Launchable f) {
+  if (!f.is_kernel) return f.v;
+  Created<Launchable> function;
+  KernelGetFunction(Kernel{f.v}, function);
+  return function.v;
+}
+
 Status SimBackend::FuncGetAttribute(Launchable f, int32_t attribute, int32_t& value) {
-  if (auto it = func_attributes_.find({f.v, attribute}); it != func_attributes_.end()) {
+  if (auto it = func_attributes_.find({attributesOf(f), attribute}); it != func_attributes_.end()) {
     value = it->second;
     return CUDA_SUCCESS;
   }
@@ -774,7 +784,7 @@ Status SimBackend::FuncSetAttribute(Launchable f, int32_t attribute, int32_t val
   if (attribute < 0 || attribute >= CU_FUNC_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
   if (attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && (value < 0 || value > kMaxDynamicShared))
     return CUDA_ERROR_INVALID_VALUE;
-  func_attributes_[{f.v, attribute}] = value;
+  func_attributes_[{attributesOf(f), attribute}] = value;
   return CUDA_SUCCESS;
 }
 

@@ -212,7 +212,8 @@ class SimBackend : public Backend {
   std::unordered_map<uint64_t, uint64_t> kernel_function_;  // CUkernel -> its CUfunction
   std::map<std::pair<uint64_t, std::string>, uint64_t> globals_;  // (module, name) -> sim address
   std::unordered_map<uint32_t, uint64_t> limits_;
-  std::map<std::pair<uint64_t, int32_t>, int32_t> func_attributes_;  // (function or kernel, attribute) -> as set
+  std::map<std::pair<uint64_t, int32_t>, int32_t> func_attributes_;  // (function, attribute) -> as set
+  uint64_t attributesOf(Launchable f);  // the function whose attributes `f`'s are
   static constexpr int32_t kMaxDynamicShared = 232448;
   std::unordered_map<uint64_t, Capture> captures_;  // stream -> capture under way
   // Graphs (sim_graph.cpp): a graph is its nodes in creation order; an instantiation, its nodes' work in a

@@ -173,6 +173,50 @@ void occupancy() {
   check(big == 0, "and none again once the function allows less");
 }
 
+// A library's kernel (CUkernel) and the function got from it in this context (CUfunction) are one object
+// to the driver: an attribute set through either reads back, and counts for occupancy, through the other
+// (gpool keeps attributes and occupancy answers between calls).
+void kernelAndItsFunction() {
+  using GetKernelAttribute = CUresult (*)(int*, CUfunction_attribute, CUkernel, CUdevice);
+  using SetKernelAttribute = CUresult (*)(CUfunction_attribute, int, CUkernel, CUdevice);
+  using GetFuncAttribute = CUresult (*)(int*, CUfunction_attribute, CUfunction);
+  using SetFuncAttribute = CUresult (*)(CUfunction, CUfunction_attribute, int);
+  using Occupancy = CUresult (*)(int*, CUfunction, int, size_t);
+  auto getKernel = driverEntryPoint<GetKernelAttribute>("cuKernelGetAttribute");
+  auto setKernel = driverEntryPoint<SetKernelAttribute>("cuKernelSetAttribute");
+  auto getFunc = driverEntryPoint<GetFuncAttribute>("cuFuncGetAttribute");
+  auto setFunc = driverEntryPoint<SetFuncAttribute>("cuFuncSetAttribute");
+  auto occupancy = driverEntryPoint<Occupancy>("cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  auto getFunction = driverEntryPoint<CUresult (*)(CUfunction*, CUkernel)>("cuKernelGetFunction");
+  cudaKernel_t k = nullptr;
+  CK(cudaGetKernel(&k, gpool_test_increment));
+  auto kernel = reinterpret_cast<CUkernel>(k);
+  CUfunction f = nullptr;
+  check(getFunction(&f, kernel) == CUDA_SUCCESS && f != nullptr, "cuKernelGetFunction gives the kernel's function here");
+  cudaFunction_t runtimes = nullptr;
+  CK(cudaGetFuncBySymbol(&runtimes, reinterpret_cast<const void*>(gpool_test_increment)));
+  check(reinterpret_cast<CUfunction>(runtimes) == f, "and the runtime's (cudaGetFuncBySymbol) is the same one");
+  const auto most = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+  // Reads the attribute and the blocks that fit with 64 KiB of dynamic shared memory through both handles.
+  auto agree = [&](int want, bool fits, const char* what) {
+    int on_kernel = -1, on_function = -1, fit_kernel = -1, fit_function = -1;
+    getKernel(&on_kernel, most, kernel, 0);
+    getFunc(&on_function, most, f);
+    occupancy(&fit_kernel, reinterpret_cast<CUfunction>(kernel), 128, 64 << 10);
+    occupancy(&fit_function, f, 128, 64 << 10);
+    char detail[160];
+    std::snprintf(detail, sizeof detail, "attribute: kernel %d, function %d; blocks: kernel %d, function %d", on_kernel,
+                  on_function, fit_kernel, fit_function);
+    check(on_kernel == want && on_function == want && (fit_kernel > 0) == fits && (fit_function > 0) == fits, what, detail);
+  };
+  agree(48 << 10, false, "kernel and function agree before either is set");
+  check(setKernel(most, 64 << 10, kernel, 0) == CUDA_SUCCESS, "cuKernelSetAttribute");
+  agree(64 << 10, true, "set through the kernel: read and used through both");
+  check(setFunc(f, most, 40 << 10) == CUDA_SUCCESS, "cuFuncSetAttribute");
+  agree(40 << 10, false, "set through the function: read and used through both");
+  setFunc(f, most, 48 << 10);  // (as it was, for what follows)
+}
+
 // The block size with the most resident threads: the driver's answer (cuOccupancyMaxPotentialBlockSize)
 // is the runtime template's; a cluster size; a 1D texture's width; and CUDA 13's pools by location.
 void potentialsAndPools() {
@@ -225,6 +269,7 @@ int main() {
   ownersAndPointers(d);
   legacyLaunch(d);
   occupancy();
+  kernelAndItsFunction();
   potentialsAndPools();
   CK(cudaFree(d));
   if (failures == 0) std::printf("ALL PASSED\n");
