@@ -184,9 +184,11 @@ GPOOL_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* 
                                                                          size_t smem, unsigned int flags) {
   GPOOL_TRY
   if (!blocks) return CUDA_ERROR_INVALID_VALUE;
-  const State::OccupancyKey key{reinterpret_cast<uint64_t>(f), block_size, uint64_t{smem}, flags};
+  CUresult err = CUDA_SUCCESS;  // (asked of the device a launch on a default stream would run on)
+  Connection* conn = launchConnection(reinterpret_cast<uint64_t>(f), 0, err);
+  if (!conn) return err;
+  const State::OccupancyKey key{reinterpret_cast<uint64_t>(f), block_size, uint64_t{smem}, flags, conn->index()};
   if (State::get().occupancy(key, *blocks)) return CUDA_SUCCESS;
-  GPOOL_CONN(conn);
   std::tuple<int32_t> r;
   int st = conn->call<calls::OccupancyMaxActiveBlocks>(r, reinterpret_cast<uint64_t>(f), int32_t{block_size}, uint64_t{smem}, flags);
   *blocks = std::get<0>(r);
@@ -201,7 +203,9 @@ GPOOL_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, C
 GPOOL_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, CUfunction f, int blocks, int block_size) {
   GPOOL_TRY
   if (!bytes) return CUDA_ERROR_INVALID_VALUE;
-  GPOOL_CONN(conn);
+  CUresult err = CUDA_SUCCESS;
+  Connection* conn = launchConnection(reinterpret_cast<uint64_t>(f), 0, err);
+  if (!conn) return err;
   std::tuple<uint64_t> r;
   int st = conn->call<calls::OccupancyAvailableDynamicSMem>(r, reinterpret_cast<uint64_t>(f), int32_t{blocks}, int32_t{block_size});
   *bytes = std::get<0>(r);

@@ -173,10 +173,11 @@ class State {
   CUresult functionAttribute(uint64_t f, int attr, int& value, std::optional<CUdevice> device = std::nullopt);
   void forgetFunctionAttribute(uint64_t f, int attr);  // (on every device)
   // Occupancy answers (cuOccupancyMaxActiveBlocksPerMultiprocessor*) by function, block size, dynamic
-  // shared memory and flags: they follow from the function's attributes alone, so each is asked once and
+  // shared memory, flags and the connection asked (a library kernel is one handle for every device, each
+  // with its own attributes): they follow from the function's attributes alone, so each is asked once and
   // forgotten when an attribute or the cache configuration of the function changes. CUB asks at every
   // sort and scan, which would otherwise cost a round trip each.
-  using OccupancyKey = std::tuple<uint64_t, int, uint64_t, unsigned>;
+  using OccupancyKey = std::tuple<uint64_t, int, uint64_t, unsigned, int>;
   bool occupancy(const OccupancyKey& k, int& blocks);
   void keepOccupancy(const OccupancyKey& k, int blocks);
   void forgetOccupancy(uint64_t f);  // 0: every function's

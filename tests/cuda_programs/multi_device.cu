@@ -241,6 +241,24 @@ int main() {
     CUresult refused = launchKernel(reinterpret_cast<CUfunction>(fn1), 1, 1, 1, 256, 1, 1, 0, stream[0], args, nullptr);
     std::snprintf(detail, sizeof detail, "launch %d", refused);
     check(refused != CUDA_SUCCESS, "device 1's CUfunction on device 0's stream is refused", detail);
+
+    // Occupancy is the device's where the function would run, with that device's attributes: device 1's
+    // kernel allows 64 KiB of dynamic shared memory, device 0's does not.
+    using Occupancy = CUresult (*)(int*, CUfunction, int, size_t);
+    auto occupancy = driverEntryPoint<Occupancy>("cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    CK(cudaSetDevice(0));
+    int kernel_on0 = -1, function_of1 = -1, kernel_on1 = -1;
+    occupancy(&kernel_on0, reinterpret_cast<CUfunction>(kernel), 128, 64 << 10);  // (asked first: kept by gpool)
+    CUresult allowed = setKernelAttribute(most, 64 << 10, reinterpret_cast<CUkernel>(kernel), 1);
+    occupancy(&kernel_on0, reinterpret_cast<CUfunction>(kernel), 128, 64 << 10);
+    occupancy(&function_of1, reinterpret_cast<CUfunction>(fn1), 128, 64 << 10);
+    CK(cudaSetDevice(1));
+    occupancy(&kernel_on1, reinterpret_cast<CUfunction>(kernel), 128, 64 << 10);
+    CK(cudaSetDevice(0));
+    std::snprintf(detail, sizeof detail, "set %d; blocks with 64 KiB: kernel on device 0 %d, device 1's function %d, "
+                  "kernel on device 1 %d", allowed, kernel_on0, function_of1, kernel_on1);
+    check(allowed == CUDA_SUCCESS && kernel_on0 == 0 && function_of1 > 0 && kernel_on1 > 0,
+          "occupancy is the device's where the kernel or function runs", detail);
   }
 
   // Stream-ordered allocation on each device from its own pool; device 1's pool is set up while device
