@@ -206,10 +206,13 @@ int main(int argc, char** argv) {
   const char* e = std::getenv("GPOOL_TEST_EXPECT_COMPUTE");
   expect_compute = e && *e == '1';
   bool fft = true, dnn = true;
+  int device = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--no-fft") fft = false;
     if (std::string_view(argv[i]) == "--no-cudnn") dnn = false;
+    if (std::string_view(argv[i]) == "--device" && i + 1 < argc) device = std::atoi(argv[++i]);
   }
+  if (device != 0) CK(cudaSetDevice(device));  // (--device N: the libraries on a lease's later device)
   cublasChecks();
   if (fft) cufftChecks();
   if (dnn) cudnnChecks();
