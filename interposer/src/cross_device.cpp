@@ -108,6 +108,9 @@ uint64_t CrossDevice::translate(Connection& here, uint64_t handle, tags::HandleC
   auto found = kernels_.find(handle);
   if (found == kernels_.end()) return 0;
   Kernel& k = *found->second;
+  // A function got from the kernel (CUfunction) is its context's, as the driver holds it: another device's
+  // is refused, where its copy here would run with that device's arguments.
+  if (std::none_of(k.on.begin(), k.on.end(), [&](const auto& copy) { return copy.second == handle; })) return 0;
   if (auto it = k.on.find(here.index()); it != k.on.end()) return it->second;
   uint64_t lib = libraryOn(here, *k.library);
   if (!lib) return 0;

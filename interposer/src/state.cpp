@@ -539,7 +539,7 @@ CUresult State::paramLayout(uint64_t f, const std::vector<uint32_t>*& layout) {
     }
   }
   CUresult err;
-  Connection* c = ready(err);
+  Connection* c = readyForHandle(f, err);  // (a kernel's layout is the same on every device)
   if (!c) return err;
   std::tuple<std::vector<uint32_t>> out;
   int st = c->call<proto::calls::FuncGetParamLayout>(out, f);

@@ -259,6 +259,38 @@ int main() {
                   "kernel on device 1 %d", allowed, kernel_on0, function_of1, kernel_on1);
     check(allowed == CUDA_SUCCESS && kernel_on0 == 0 && function_of1 > 0 && kernel_on1 > 0,
           "occupancy is the device's where the kernel or function runs", detail);
+
+    // A graph of device 0's takes the library kernel (its copy there), but not device 1's function, which
+    // would run in device 1's context (a graph is one device's here).
+    CUgraph graph = nullptr;
+    CK(cudaGraphCreate(reinterpret_cast<cudaGraph_t*>(&graph), 0));
+    CUDA_KERNEL_NODE_PARAMS node{};
+    node.gridDimX = node.gridDimY = node.gridDimZ = 1;
+    node.blockDimX = 256;
+    node.blockDimY = node.blockDimZ = 1;
+    node.kernelParams = args;
+    auto addKernelNode = driverEntryPoint<CUresult (*)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t,
+                                                       const CUDA_KERNEL_NODE_PARAMS*)>("cuGraphAddKernelNode");
+    CUgraphNode added = nullptr;
+    node.func = reinterpret_cast<CUfunction>(fn1);
+    CUresult foreign = addKernelNode(&added, graph, nullptr, 0, &node);
+    node.func = reinterpret_cast<CUfunction>(kernel);
+    CUresult own_copy = addKernelNode(&added, graph, nullptr, 0, &node);
+    std::vector<unsigned> before(256), after(256);
+    CK(cudaMemcpy(before.data(), small[0], sizeof words, cudaMemcpyDeviceToHost));
+    cudaGraphExec_t exec = nullptr;
+    if (own_copy == CUDA_SUCCESS) {
+      CK(cudaGraphInstantiate(&exec, reinterpret_cast<cudaGraph_t>(graph), 0));
+      CK(cudaGraphLaunch(exec, stream[0]));
+      CK(cudaStreamSynchronize(stream[0]));
+      CK(cudaGraphExecDestroy(exec));
+    }
+    CK(cudaMemcpy(after.data(), small[0], sizeof words, cudaMemcpyDeviceToHost));
+    CK(cudaGraphDestroy(reinterpret_cast<cudaGraph_t>(graph)));
+    std::snprintf(detail, sizeof detail, "device 1's function: %d; the kernel: %d, word 0 %u -> %u", foreign, own_copy,
+                  before[0], after[0]);
+    check(foreign != CUDA_SUCCESS && own_copy == CUDA_SUCCESS && after[0] == before[0] + 1,
+          "a graph kernel node takes the library kernel, not another device's function", detail);
   }
 
   // Stream-ordered allocation on each device from its own pool; device 1's pool is set up while device
