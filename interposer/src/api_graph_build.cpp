@@ -52,11 +52,13 @@ CUresult addNode(CUgraphNode* node, CUgraph graph, CUgraphNodeType type, A&&... 
 }
 
 // Packs a kernel node's launch; `info` keeps the parameters for cuGraphKernelNodeGetParams.
-CUresult kernelCall(const CUDA_KERNEL_NODE_PARAMS* p, gpool::proto::KernelCall& call, NodeInfo& info) {
+// `conn`: the graph's worker, where the kernel will run.
+CUresult kernelCall(const Connection* conn, const CUDA_KERNEL_NODE_PARAMS* p, gpool::proto::KernelCall& call, NodeInfo& info) {
   if (!p) return CUDA_ERROR_INVALID_VALUE;
   uint64_t f = p->func ? raw(p->func) : raw(p->kern);
   const unsigned grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ}, block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
-  if (CUresult r = packKernelCall(f, grid, block, p->sharedMemBytes, p->kernelParams, p->extra, call, info.packed)) return r;
+  if (CUresult r = packKernelCall(f, grid, block, p->sharedMemBytes, p->kernelParams, p->extra, conn->index(), call, info.packed))
+    return r;
   info.kernel = *p;
   info.kernel.extra = nullptr;
   const std::vector<uint32_t>* layout = nullptr;
@@ -78,9 +80,11 @@ void keepKernel(uint64_t node, uint64_t graph, NodeInfo&& info) {
 }
 
 CUresult addKernel(CUgraphNode* node, CUgraph graph, const CUgraphNode* d, size_t n, const CUDA_KERNEL_NODE_PARAMS* p) {
+  if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  GPOOL_CONN_OF_HANDLE(conn, raw(graph));
   NodeInfo info;
   gpool::proto::KernelCall call;
-  if (CUresult r = kernelCall(p, call, info)) return r;
+  if (CUresult r = kernelCall(conn, p, call, info)) return r;
   if (CUresult r = addNode<calls::GraphAddKernelNode>(node, graph, CU_GRAPH_NODE_TYPE_KERNEL, graphDeps(d, n), call)) return r;
   keepKernel(raw(*node), raw(graph), std::move(info));
   return CUDA_SUCCESS;
@@ -199,13 +203,14 @@ CUresult graphOf(CUgraphNode node, uint64_t& graph) {
   return graphNodes().graphOf(node, graph) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+// In an instantiation (`exec`), or in the node's graph (no exec), whichever device is current.
 CUresult setKernel(CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p) {
-  GPOOL_CONN_OF_HANDLE(conn, raw(exec));
   uint64_t graph = 0;
   if (CUresult r = graphOf(node, graph)) return r;
+  GPOOL_CONN_OF_HANDLE(conn, exec ? raw(exec) : graph);
   NodeInfo info;
   gpool::proto::KernelCall call;
-  if (CUresult r = kernelCall(p, call, info)) return r;
+  if (CUresult r = kernelCall(conn, p, call, info)) return r;
   int st = exec ? conn->call<calls::GraphExecKernelNodeSetParams>(raw(exec), graph, raw(node), call)
                 : conn->call<calls::GraphKernelNodeSetParams>(graph, raw(node), call);
   if (st == CUDA_SUCCESS && !exec) keepKernel(raw(node), graph, std::move(info));

@@ -64,11 +64,12 @@ CUresult refuseHostPointers(const char* call, uint64_t f, Blob packed, int reach
 
 // A kernel launch as a graph node holds it (api_graph_build.cpp): parameters packed into `storage`.
 CUresult gpool::client::packKernelCall(uint64_t f, const unsigned grid[3], const unsigned block[3], unsigned shared,
-                                       void** params, void** extra, gpool::proto::KernelCall& out, std::vector<uint8_t>& storage) {
+                                       void** params, void** extra, int reaching, gpool::proto::KernelCall& out,
+                                       std::vector<uint8_t>& storage) {
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
   Blob packed;
   if (CUresult r = packParams(f, params, extra, packed)) return r;
-  if (CUresult r = refuseHostPointers("a kernel graph node", f, packed, State::get().currentConnection())) return r;
+  if (CUresult r = refuseHostPointers("a kernel graph node", f, packed, reaching)) return r;
   storage.assign(static_cast<const uint8_t*>(packed.data), static_cast<const uint8_t*>(packed.data) + packed.size);
   out = gpool::proto::KernelCall{f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, Blob{storage.data(), storage.size()}};
   return CUDA_SUCCESS;

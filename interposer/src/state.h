@@ -243,9 +243,10 @@ class State {
   std::unordered_map<uint64_t, StreamInfo> streams_;
 };
 
-// A kernel launch packed as a graph node holds it (api_launch.cpp); the packed bytes live in `storage`.
+// A kernel launch packed as a graph node holds it (api_launch.cpp), for the graph of connection `reaching`;
+// the packed bytes live in `storage`.
 CUresult packKernelCall(uint64_t f, const unsigned grid[3], const unsigned block[3], unsigned shared, void** params, void** extra,
-                        proto::KernelCall& out, std::vector<uint8_t>& storage);
+                        int reaching, proto::KernelCall& out, std::vector<uint8_t>& storage);
 // Managed memory (api_managed.cpp): the hooks device work and synchronisation points call.
 CUresult managedBeforeDeviceWork();
 CUresult managedAtSync();

@@ -291,6 +291,32 @@ int main() {
                   before[0], after[0]);
     check(foreign != CUDA_SUCCESS && own_copy == CUDA_SUCCESS && after[0] == before[0] + 1,
           "a graph kernel node takes the library kernel, not another device's function", detail);
+
+    // A graph is no context's in CUDA: device 1's is changed while device 0 is current, then run.
+    CK(cudaSetDevice(1));
+    CK(cudaGraphCreate(reinterpret_cast<cudaGraph_t*>(&graph), 0));
+    node.func = reinterpret_cast<CUfunction>(kernel);
+    unsigned* theirs = small[1];
+    void* their_args[] = {&theirs, &n};
+    node.kernelParams = their_args;
+    node.blockDimX = 128;  // (half the words, until the change)
+    CK(static_cast<cudaError_t>(addKernelNode(&added, graph, nullptr, 0, &node)));
+    CK(cudaSetDevice(0));
+    auto setKernelNode = driverEntryPoint<CUresult (*)(CUgraphNode, const CUDA_KERNEL_NODE_PARAMS*)>("cuGraphKernelNodeSetParams");
+    node.blockDimX = 256;
+    CUresult changed = setKernelNode(added, &node);
+    CK(cudaSetDevice(1));
+    CK(cudaMemcpy(before.data(), small[1], sizeof words, cudaMemcpyDeviceToHost));
+    CK(cudaGraphInstantiate(&exec, reinterpret_cast<cudaGraph_t>(graph), 0));
+    CK(cudaGraphLaunch(exec, stream[1]));
+    CK(cudaStreamSynchronize(stream[1]));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(reinterpret_cast<cudaGraph_t>(graph)));
+    CK(cudaMemcpy(after.data(), small[1], sizeof words, cudaMemcpyDeviceToHost));
+    CK(cudaSetDevice(0));
+    std::snprintf(detail, sizeof detail, "set %d; word 255 %u -> %u", changed, before[255], after[255]);
+    check(changed == CUDA_SUCCESS && after[255] == before[255] + 1,
+          "cuGraphKernelNodeSetParams on device 1's graph, device 0 current", detail);
   }
 
   // Stream-ordered allocation on each device from its own pool; device 1's pool is set up while device
