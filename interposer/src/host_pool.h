@@ -32,6 +32,9 @@ class HostPool {
   bool release(Connection& conn, void* p);
   // Whether [p, p+bytes) lies inside one allocation of this pool.
   bool holds(uint64_t p, uint64_t bytes) const;
+  // Where the pool is mapped, here and in its worker (set once attached).
+  uint64_t base() const { return base_; }
+  uint64_t bytes() const { return bytes_; }
 
   static constexpr int kAttachTries = 6;
 

@@ -143,6 +143,27 @@ void State::showDistinctUuids(const std::vector<Share>& lease, const std::vector
   for (size_t i = 0; i < conns.size(); ++i) conns[i]->showUuid(0, devices[i].uuid);
 }
 
+// This process maps every worker's page-locked pool (host_pool.h) at the address that worker maps it, so
+// no other device of the lease may place memory there: each other worker keeps the range free. Otherwise
+// another device's address could be this process's host memory too (ambiguous for cudaMemcpyDefault), and a
+// range reserved on one device could not be reserved again in the worker of memory mapped into it.
+static void keepPoolsApart(const std::vector<std::unique_ptr<Connection>>& conns) {
+  AsideScope aside;  // gpool's own calls
+  for (const auto& owner : conns) {
+    const HostPool* pool = owner->hostPool();
+    if (!pool || !pool->base()) continue;
+    for (const auto& other : conns) {
+      if (other == owner) continue;
+      int st = other->call<proto::calls::HostPoolKeepFree>(proto::KeptFree{pool->base(), pool->bytes()});
+      if (st != CUDA_SUCCESS)
+        GPOOL_LOG(Level::kDebug, "the worker at %s could not keep %#llx (%llu bytes) free for the pool of the worker at %s "
+                  "(status %d): its device addresses may coincide with that page-locked memory",
+                  other->address().c_str(), (unsigned long long)pool->base(), (unsigned long long)pool->bytes(),
+                  owner->address().c_str(), st);
+    }
+  }
+}
+
 // The visible devices, in order, become this process's devices 0..N-1.
 void State::adopt(std::vector<std::unique_ptr<Connection>> conns) {
   conns_ = std::move(conns);
@@ -153,6 +174,7 @@ void State::adopt(std::vector<std::unique_ptr<Connection>> conns) {
               conns_[c]->hello().devices[0].name.c_str(), conns_[c]->hello().backend.c_str(), conns_[c]->hello().driver_version,
               conns_[c]->transportKind());
   }
+  if (conns_.size() > 1) keepPoolsApart(conns_);
   current_pools_ = std::make_unique<std::atomic<uint64_t>[]>(conns_.size());
   primary_.resize(devices_.size());
   for (size_t i = 0; i < primary_.size(); ++i) {

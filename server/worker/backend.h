@@ -34,7 +34,7 @@ using proto::AllocBase, proto::AllocBytes, proto::Array, proto::ArrayCopy, proto
     proto::DevFillRect, proto::DevRange, proto::DevWord, proto::MemOps, proto::DevRect, proto::DevWrite, proto::DevWriteRect, proto::HostRowsCopy, proto::PitchedAlloc, proto::Physical, proto::PoolAttribute, proto::ResetAll, proto::VaMap, proto::VaMapped, proto::VaRange, proto::VaUnmap, proto::ChildGraph, proto::Event, proto::FreedAlloc, proto::Graph, proto::GraphAlloc, proto::GraphAllocBytes, proto::GraphFreed, proto::OwnerOf, proto::CaptureState, proto::NewRefs, proto::RefsAdded, proto::RefsReleased, proto::UserObject, proto::GreenCtx, proto::SmSource, proto::SmSplit, proto::TensorMapShape, proto::GraphExec, proto::GraphNode,
     proto::GraphNodes, proto::GraphEdges, proto::LaunchAttrs, proto::Conditional, proto::BodyGraphs, proto::Kernel, proto::KernelCall,
     proto::JitOptions, proto::Launchable, proto::LaunchableList, proto::LinkState, proto::MemPool, proto::MemView, proto::ModuleGlobal, proto::ModuleRef,
-    proto::NewAlloc, proto::RangeOf, proto::HostWindow, proto::HostRange, proto::HostRangeBase, proto::Released, proto::Stream;
+    proto::NewAlloc, proto::RangeOf, proto::HostWindow, proto::HostRange, proto::HostRangeBase, proto::KeptFree, proto::Released, proto::Stream;
 
 // Whether call C, with its fields `ins`, needs the device's context (Backend::openContext). All do but
 // attaching the shared host pool (which only maps it: its pages are pinned later, with a context), the
@@ -45,7 +45,8 @@ template <typename C>
 bool needsContext(const typename C::in::tuple& ins) {
   namespace calls = proto::calls;
   constexpr uint32_t kLibrary = 1;  // ModuleRef::kind
-  if constexpr (std::is_same_v<C, calls::HostPoolAttach> || std::is_same_v<C, calls::DeviceStatus> ||
+  if constexpr (std::is_same_v<C, calls::HostPoolAttach> || std::is_same_v<C, calls::HostPoolKeepFree> ||
+                std::is_same_v<C, calls::DeviceStatus> ||
                 std::is_same_v<C, calls::LaunchableOwner>)  // (answered from the worker's table)
     return false;
   else if constexpr (std::is_same_v<C, calls::ModuleLoad>)
@@ -126,6 +127,7 @@ class Backend : public LaunchTimer {
   Status HostPoolUnregister(HostRangeBase r) {
     return host_pool_.remove(r.ptr, [this](uint64_t p) { return unpinHost(p); });
   }
+  Status HostPoolKeepFree(KeptFree k) { return host_pool_.keepFree(k.base, k.bytes); }
 
   // What this worker shares with other processes (shareable_handles.h): physical memory and pools as
   // descriptors, a pool's allocations as records. Backends only turn their objects into descriptors and

@@ -15,6 +15,7 @@ namespace cu = proto::cu;
 
 HostPool::~HostPool() {
   if (base_) ::munmap(reinterpret_cast<void*>(base_), bytes_);
+  for (auto [base, bytes] : kept_free_) ::munmap(reinterpret_cast<void*>(base), bytes);
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -47,6 +48,20 @@ proto::Status HostPool::attach(uint64_t base, uint64_t bytes) {
     return cu::kInvalidValue;
   }
   base_ = base;
+  return cu::kSuccess;
+}
+
+proto::Status HostPool::keepFree(uint64_t base, uint64_t bytes) {
+  if (kept_free_.size() >= kMaxKeptFree) return cu::kOutOfMemory;
+  void* want = reinterpret_cast<void*>(base);
+  void* got = ::mmap(want, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  if (got == MAP_FAILED || got != want) {
+    if (got != MAP_FAILED) ::munmap(got, bytes);  // (a kernel before 4.17 treats the flag as a hint)
+    spdlog::debug("host pool: cannot keep {:#x} ({} bytes) free for another worker's pool: this worker has memory there",
+                  base, bytes);
+    return cu::kInvalidValue;
+  }
+  kept_free_[base] = bytes;
   return cu::kSuccess;
 }
 

@@ -45,11 +45,18 @@ class HostPool {
   void repin(const Pin& pin) const;
   size_t ranges() const { return ranges_.size(); }
 
+  // Keeps [base, base+bytes) free of this process's memory (another worker's pool of the same lease, as
+  // the client mapped it: none of this device's addresses may fall there): reserved, inaccessible, until
+  // the worker ends. kInvalidValue where something is there already, kOutOfMemory past kMaxKeptFree.
+  static constexpr size_t kMaxKeptFree = 64;
+  proto::Status keepFree(uint64_t base, uint64_t bytes);
+
  private:
   int fd_ = -1;
   uint64_t bytes_ = 0;
   uint64_t base_ = 0;
   std::map<uint64_t, uint64_t> ranges_;  // ptr -> bytes
+  std::map<uint64_t, uint64_t> kept_free_;  // base -> bytes
 };
 
 }  // namespace gpool::worker

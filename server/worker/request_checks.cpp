@@ -15,6 +15,7 @@ namespace cu = proto::cu;
 
 namespace {
 constexpr uint64_t kPage = 4096;  // the smallest page a host has: shared host memory comes in whole ones
+constexpr uint64_t kUserTop = 1ull << 47;  // where a process's address space ends (x86-64, four-level tables)
 }  // namespace
 
 Status RequestChecks::admit(proto::Launchable& f, CallScope& s) {
@@ -338,11 +339,19 @@ Status RequestChecks::admit(proto::RefsReleased& r, CallScope& s) {
 // Shared page-locked host memory (host_pool.h). The window: page-aligned, inside the lower half of a
 // 64-bit address space (where a process's memory lives), set once.
 Status RequestChecks::admit(proto::HostWindow& w, CallScope& s) {
-  constexpr uint64_t kUserTop = 1ull << 47;
   if (table_.hasHostWindow()) return cu::kIllegalState;
   if (w.base == 0 || w.bytes == 0 || w.base % kPage || w.bytes % kPage || w.base >= kUserTop || w.bytes > kUserTop - w.base)
     return cu::kInvalidValue;
   s.effects.push_back([this, w] { table_.setHostWindow(w.base, w.bytes); });
+  return cu::kSuccess;
+}
+
+// Addresses to keep free: whole pages of user space, no larger than a pool may be (1 TiB).
+Status RequestChecks::admit(proto::KeptFree& k, CallScope&) {
+  constexpr uint64_t kMostBytes = 1ull << 40;
+  if (k.base == 0 || k.bytes == 0 || k.base % kPage || k.bytes % kPage || k.base >= kUserTop || k.bytes > kMostBytes ||
+      k.bytes > kUserTop - k.base)
+    return cu::kInvalidValue;
   return cu::kSuccess;
 }
 

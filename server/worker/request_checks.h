@@ -138,6 +138,7 @@ class RequestChecks {
     return proto::cu::kSuccess;
   }
   proto::Status admit(proto::HostWindow& w, CallScope& s);
+  proto::Status admit(proto::KeptFree& k, CallScope& s);
   proto::Status admit(proto::HostRange& r, CallScope& s);
   proto::Status admit(proto::HostRangeBase& r, CallScope& s);
   proto::Status freeReservation(const proto::VaRange& r, CallScope& s);

@@ -433,6 +433,7 @@ Status SimBackend::PeerReceive(uint32_t link, DevRange dst) { return Backend::Pe
 
 // Shared page-locked host memory: the worker's; the sim reaches it at its address, with nothing to pin.
 Status SimBackend::HostPoolAttach(HostWindow w) { return Backend::HostPoolAttach(w); }
+Status SimBackend::HostPoolKeepFree(KeptFree k) { return Backend::HostPoolKeepFree(k); }
 Status SimBackend::HostPoolRegister(HostRange r) { return Backend::HostPoolRegister(r); }
 Status SimBackend::HostPoolUnregister(HostRangeBase r) { return Backend::HostPoolUnregister(r); }
 

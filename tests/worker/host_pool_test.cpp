@@ -160,3 +160,28 @@ TEST(HostPool, AClientOverTcpHasNoPool) {
   EXPECT_EQ(c.call<calls::HostPoolAttach>(HostWindow{base, 1ull << 30}).first, cu::kIllegalState);
   EXPECT_EQ(c.call<calls::HostPoolRegister>(HostRange{base, 4096}).first, cu::kIllegalState);
 }
+
+// Another worker's pool, as the client mapped it: this worker keeps those addresses free of its own
+// memory (so none of its device addresses is another device's page-locked host memory in the client).
+TEST(HostPool, AnotherWorkersPoolIsKeptFreeHere) {
+  Moved m;
+  test::RawClient c(*m.shm);
+  const uint64_t bytes = 1ull << 30;
+  uint64_t theirs = freeAddress(bytes);
+  ASSERT_EQ(c.call<calls::HostPoolKeepFree>(KeptFree{theirs, bytes}).first, 0);
+  void* want = reinterpret_cast<void*>(theirs + bytes / 2);
+  void* p = ::mmap(want, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  EXPECT_EQ(p, MAP_FAILED) << "the worker's process could still place memory there";
+  if (p != MAP_FAILED) ::munmap(p, 4096);
+  // Its own memory is not given up for it: where the worker has memory already, nothing is mapped over it.
+  std::vector<uint8_t> mine(1 << 20, 7);
+  uint64_t taken = reinterpret_cast<uint64_t>(mine.data()) & ~uint64_t{4095};
+  EXPECT_EQ(c.call<calls::HostPoolKeepFree>(KeptFree{taken, 1 << 20}).first, cu::kInvalidValue);
+  EXPECT_EQ(mine[4096], 7);
+  // Whole pages of user space, no larger than a pool.
+  EXPECT_EQ(c.call<calls::HostPoolKeepFree>(KeptFree{theirs + 1, bytes}).first, cu::kInvalidValue);
+  EXPECT_EQ(c.call<calls::HostPoolKeepFree>(KeptFree{theirs, 0}).first, cu::kInvalidValue);
+  EXPECT_EQ(c.call<calls::HostPoolKeepFree>(KeptFree{1ull << 47, 4096}).first, cu::kInvalidValue);
+  EXPECT_EQ(c.call<calls::HostPoolKeepFree>(KeptFree{(1ull << 47) - 4096, 8192}).first, cu::kInvalidValue);
+  EXPECT_EQ(c.call<calls::HostPoolKeepFree>(KeptFree{theirs, 2ull << 40}).first, cu::kInvalidValue);
+}

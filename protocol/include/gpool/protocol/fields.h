@@ -386,6 +386,13 @@ struct HostRange {
   uint64_t ptr = 0, bytes = 0;
   GPOOL_WIRE_FIELDS(ptr, bytes)
 };
+// Where another worker of the client's lease has its pool (as the client mapped it): this worker keeps
+// those addresses free of its own memory, so that no device address of one device is another's
+// page-locked host memory in the client (which maps every pool). Page-aligned, in user space.
+struct KeptFree {
+  uint64_t base = 0, bytes = 0;
+  GPOOL_WIRE_FIELDS(base, bytes)
+};
 // A registered HostRange, by its start, that the call ends.
 struct HostRangeBase {
   uint64_t ptr = 0;

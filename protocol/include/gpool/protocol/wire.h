@@ -17,7 +17,7 @@ static_assert(std::endian::native == std::endian::little, "gpool's wire format i
 
 inline constexpr uint32_t kMagic = 0x4c4f5047;  // "GPOL"
 inline constexpr uint16_t kVersionMajor = 2;     // incompatible changes bump this; peers must match
-inline constexpr uint16_t kVersionMinor = 13;    // compatible additions (docs/protocol.md)
+inline constexpr uint16_t kVersionMinor = 14;    // compatible additions (docs/protocol.md)
 inline constexpr uint16_t kDefaultPort = 7420;
 
 // A request frame's payload may not exceed this; bulk copies are split into chunks well under it.
