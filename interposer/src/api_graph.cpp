@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cross_device.h"
 #include "graph_nodes.h"
 
 using namespace gpool::client;
@@ -144,13 +145,20 @@ CUresult instantiate(CUgraphExec* exec, CUgraph graph, uint64_t flags) {
   return static_cast<CUresult>(st);
 }
 
+// A graph is one device's here. In another device's stream (which CUDA allows) it runs after that stream's
+// earlier work, on its own device, and is complete when this returns (so before the stream's later work);
+// a capture under way keeps that stream's work from being waited for, and it is refused then.
 CUresult graphLaunch(CUgraphExec exec, uint64_t s, bool upload) {
   if (!exec) return CUDA_ERROR_INVALID_VALUE;
   GPOOL_CONN_OF_HANDLE(conn, raw(exec));
+  bool async = true;
+  if (State::get().active_captures == 0)
+    if (CUresult r = onMemoryDevice(conn, s, async)) return r;
   if (!upload)
     if (CUresult r = managedBeforeDeviceWork()) return r;
-  return static_cast<CUresult>(upload ? conn->post<calls::GraphUpload>(raw(exec), s)
-                                      : conn->post<calls::GraphLaunch>(raw(exec), s));
+  int st = upload ? conn->post<calls::GraphUpload>(raw(exec), s) : conn->post<calls::GraphLaunch>(raw(exec), s);
+  if (st == CUDA_SUCCESS && !async) st = conn->call<calls::StreamSynchronize>(s);
+  return static_cast<CUresult>(st);
 }
 }  // namespace
 

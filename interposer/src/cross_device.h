@@ -113,9 +113,9 @@ CUresult allocateApart(Connection* conn, Allocate allocate, Release release, uin
 
 // Waits for a stream's earlier work, on the device it belongs to (a default stream: the current one's).
 CUresult drainStream(uint64_t stream);
-// A copy on another device's stream than its memory's (`conn`): that stream's earlier work is waited for,
-// and `stream` and `async` change so that the copy runs on the memory's device, complete before the call
-// returns (so also before the stream's later work).
+// Work (a copy, a graph's launch) on another device's stream than its own device's (`conn`): that stream's
+// earlier work is waited for, and `stream` and `async` change so that the work runs on its own device,
+// complete before the call returns (so also before the stream's later work).
 CUresult onMemoryDevice(Connection* conn, uint64_t& stream, bool& async);
 
 // Loads an image on one connection (api_module.cpp).

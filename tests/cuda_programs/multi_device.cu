@@ -317,6 +317,25 @@ int main() {
     std::snprintf(detail, sizeof detail, "set %d; word 255 %u -> %u", changed, before[255], after[255]);
     check(changed == CUDA_SUCCESS && after[255] == before[255] + 1,
           "cuGraphKernelNodeSetParams on device 1's graph, device 0 current", detail);
+
+    // A graph runs in any stream (CUDA orders it after the stream's earlier work, and the stream's later
+    // work after it): device 1's, launched on device 0's stream.
+    CK(cudaSetDevice(1));
+    CK(cudaGraphCreate(reinterpret_cast<cudaGraph_t*>(&graph), 0));
+    CK(static_cast<cudaError_t>(addKernelNode(&added, graph, nullptr, 0, &node)));
+    CK(cudaGraphInstantiate(&exec, reinterpret_cast<cudaGraph_t>(graph), 0));
+    CK(cudaMemcpy(before.data(), small[1], sizeof words, cudaMemcpyDeviceToHost));
+    CK(cudaSetDevice(0));
+    cudaError_t ran = cudaGraphLaunch(exec, stream[0]);
+    CK(cudaStreamSynchronize(stream[0]));
+    CK(cudaSetDevice(1));
+    CK(cudaMemcpy(after.data(), small[1], sizeof words, cudaMemcpyDeviceToHost));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(reinterpret_cast<cudaGraph_t>(graph)));
+    CK(cudaSetDevice(0));
+    std::snprintf(detail, sizeof detail, "launch %d; word 0 %u -> %u", ran, before[0], after[0]);
+    check(ran == cudaSuccess && after[0] == before[0] + 1, "device 1's graph launched on device 0's stream runs on device 1",
+          detail);
   }
 
   // Stream-ordered allocation on each device from its own pool; device 1's pool is set up while device
