@@ -132,14 +132,17 @@ Connection* launchConnection(uint64_t f, uint64_t stream, CUresult& err) {
   }
   return of_stream >= 0 ? state.readyOn(of_stream, err) : state.readyInContext(err);
 }
+// As GPOOL_CONN (state.h), for the connection a launch of `f` on `stream` runs on.
+#define GPOOL_CONN_OF_LAUNCH(c, f, stream)                              \
+  CUresult gpool_err_ = CUDA_SUCCESS;                                   \
+  Connection* c = launchConnection((f), (stream), gpool_err_);          \
+  if (!c) return gpool_err_
 
 CUresult launch(uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
                 uint64_t stream, void** params, void** extra, const CUlaunchAttribute* attrs, unsigned nattrs,
                 const char* call) {
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
-  CUresult err = CUDA_SUCCESS;
-  Connection* conn = launchConnection(f, stream, err);
-  if (!conn) return err;
+  GPOOL_CONN_OF_LAUNCH(conn, f, stream);
   if (CUresult r = managedBeforeDeviceWork()) return r;
   Blob packed;
   if (CUresult r = packParams(f, params, extra, packed)) return r;
@@ -185,9 +188,7 @@ GPOOL_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* 
                                                                          size_t smem, unsigned int flags) {
   GPOOL_TRY
   if (!blocks) return CUDA_ERROR_INVALID_VALUE;
-  CUresult err = CUDA_SUCCESS;  // (asked of the device a launch on a default stream would run on)
-  Connection* conn = launchConnection(reinterpret_cast<uint64_t>(f), 0, err);
-  if (!conn) return err;
+  GPOOL_CONN_OF_LAUNCH(conn, reinterpret_cast<uint64_t>(f), 0);  // (the device a launch on a default stream runs on)
   const State::OccupancyKey key{reinterpret_cast<uint64_t>(f), block_size, uint64_t{smem}, flags, conn->index()};
   if (State::get().occupancy(key, *blocks)) return CUDA_SUCCESS;
   std::tuple<int32_t> r;
@@ -204,9 +205,7 @@ GPOOL_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, C
 GPOOL_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, CUfunction f, int blocks, int block_size) {
   GPOOL_TRY
   if (!bytes) return CUDA_ERROR_INVALID_VALUE;
-  CUresult err = CUDA_SUCCESS;
-  Connection* conn = launchConnection(reinterpret_cast<uint64_t>(f), 0, err);
-  if (!conn) return err;
+  GPOOL_CONN_OF_LAUNCH(conn, reinterpret_cast<uint64_t>(f), 0);
   std::tuple<uint64_t> r;
   int st = conn->call<calls::OccupancyAvailableDynamicSMem>(r, reinterpret_cast<uint64_t>(f), int32_t{blocks}, int32_t{block_size});
   *bytes = std::get<0>(r);
@@ -219,9 +218,7 @@ namespace {
 template <typename Call>
 CUresult clusterQuestion(int* answer, CUfunction f, const CUlaunchConfig* c) {
   if (!answer || !c) return CUDA_ERROR_INVALID_VALUE;
-  CUresult err = CUDA_SUCCESS;  // (asked of the device the launch would run on)
-  Connection* conn = launchConnection(reinterpret_cast<uint64_t>(f), streamArg(c->hStream, false), err);
-  if (!conn) return err;
+  GPOOL_CONN_OF_LAUNCH(conn, reinterpret_cast<uint64_t>(f), streamArg(c->hStream, false));  // (where it would run)
   std::tuple<int32_t> r;
   Blob attrs{c->attrs, c->attrs ? c->numAttrs * sizeof(CUlaunchAttribute) : 0};
   int st = conn->call<Call>(r, reinterpret_cast<uint64_t>(f), c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
