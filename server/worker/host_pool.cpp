@@ -52,17 +52,30 @@ proto::Status HostPool::attach(uint64_t base, uint64_t bytes) {
 }
 
 proto::Status HostPool::keepFree(uint64_t base, uint64_t bytes) {
-  if (kept_free_.size() >= kMaxKeptFree) return cu::kOutOfMemory;
+  if (keep_free_asked_ >= kMaxKeptFree) return cu::kOutOfMemory;
+  ++keep_free_asked_;
+  uint64_t kept = reserveFree(base, bytes);
+  if (kept < bytes)
+    spdlog::debug("host pool: kept {} of {} bytes at {:#x} free for another worker's pool (this worker has memory in the rest)",
+                  kept, bytes, base);
+  return kept ? cu::kSuccess : cu::kInvalidValue;
+}
+
+// What of [base, base+bytes) this process has not mapped, reserved: all of it where it can, else each half
+// in turn, around what is mapped there, down to kKeptFreeGrain. Returns the bytes reserved.
+uint64_t HostPool::reserveFree(uint64_t base, uint64_t bytes) {
+  if (bytes < kKeptFreeGrain) return 0;
   void* want = reinterpret_cast<void*>(base);
   void* got = ::mmap(want, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-  if (got == MAP_FAILED || got != want) {
-    if (got != MAP_FAILED) ::munmap(got, bytes);  // (a kernel before 4.17 treats the flag as a hint)
-    spdlog::debug("host pool: cannot keep {:#x} ({} bytes) free for another worker's pool: this worker has memory there",
-                  base, bytes);
-    return cu::kInvalidValue;
+  if (got == want) {
+    kept_free_[base] = bytes;
+    return bytes;
   }
-  kept_free_[base] = bytes;
-  return cu::kSuccess;
+  if (got != MAP_FAILED) ::munmap(got, bytes);  // (a kernel before 4.17 treats the flag as a hint: none of this works)
+  if (got != MAP_FAILED || errno != EEXIST) return 0;
+  uint64_t half = bytes / 2 / kKeptFreeGrain * kKeptFreeGrain;
+  if (half == 0) return 0;
+  return reserveFree(base, half) + reserveFree(base + half, bytes - half);
 }
 
 proto::Status HostPool::add(uint64_t ptr, uint64_t bytes, const Pin& pin) {

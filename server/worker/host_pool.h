@@ -46,9 +46,11 @@ class HostPool {
   size_t ranges() const { return ranges_.size(); }
 
   // Keeps [base, base+bytes) free of this process's memory (another worker's pool of the same lease, as
-  // the client mapped it: none of this device's addresses may fall there): reserved, inaccessible, until
-  // the worker ends. kInvalidValue where something is there already, kOutOfMemory past kMaxKeptFree.
+  // the client mapped it: none of this device's addresses may fall there): what of it is free now is
+  // reserved, inaccessible, until the worker ends, never over what this process has there (pieces of at
+  // least kKeptFreeGrain). kInvalidValue where none of it could be, kOutOfMemory past kMaxKeptFree asks.
   static constexpr size_t kMaxKeptFree = 64;
+  static constexpr uint64_t kKeptFreeGrain = 64 << 10;
   proto::Status keepFree(uint64_t base, uint64_t bytes);
 
  private:
@@ -56,7 +58,9 @@ class HostPool {
   uint64_t bytes_ = 0;
   uint64_t base_ = 0;
   std::map<uint64_t, uint64_t> ranges_;  // ptr -> bytes
-  std::map<uint64_t, uint64_t> kept_free_;  // base -> bytes
+  uint64_t reserveFree(uint64_t base, uint64_t bytes);
+  std::map<uint64_t, uint64_t> kept_free_;  // base -> bytes, each piece reserved
+  size_t keep_free_asked_ = 0;
 };
 
 }  // namespace gpool::worker

@@ -173,11 +173,27 @@ TEST(HostPool, AnotherWorkersPoolIsKeptFreeHere) {
   void* p = ::mmap(want, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
   EXPECT_EQ(p, MAP_FAILED) << "the worker's process could still place memory there";
   if (p != MAP_FAILED) ::munmap(p, 4096);
-  // Its own memory is not given up for it: where the worker has memory already, nothing is mapped over it.
-  std::vector<uint8_t> mine(1 << 20, 7);
-  uint64_t taken = reinterpret_cast<uint64_t>(mine.data()) & ~uint64_t{4095};
-  EXPECT_EQ(c.call<calls::HostPoolKeepFree>(KeptFree{taken, 1 << 20}).first, cu::kInvalidValue);
-  EXPECT_EQ(mine[4096], 7);
+  // Its own memory is not given up for it: where the worker has memory already, nothing is mapped over it,
+  // and the free parts around it are kept.
+  uint64_t around = freeAddress(bytes);
+  void* mine = ::mmap(reinterpret_cast<void*>(around + bytes / 4), 1 << 20, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  ASSERT_EQ(mine, reinterpret_cast<void*>(around + bytes / 4));
+  std::memset(mine, 7, 1 << 20);
+  ASSERT_EQ(c.call<calls::HostPoolKeepFree>(KeptFree{around, bytes}).first, 0);
+  EXPECT_EQ(static_cast<uint8_t*>(mine)[4096], 7);
+  static_cast<uint8_t*>(mine)[4096] = 8;  // still the test's, writable
+  for (uint64_t free_before : {around, around + bytes / 4 + (2 << 20), around + bytes - 4096}) {
+    void* q = ::mmap(reinterpret_cast<void*>(free_before), 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    EXPECT_EQ(q, MAP_FAILED) << "a free part of the range at " << free_before - around << " was not kept";
+    if (q != MAP_FAILED) ::munmap(q, 4096);
+  }
+  ::munmap(mine, 1 << 20);
+  // Where all of it is the worker's already, nothing is kept.
+  std::vector<uint8_t> heap(1 << 20, 7);
+  uint64_t taken = (reinterpret_cast<uint64_t>(heap.data()) + 4095) & ~uint64_t{4095};
+  EXPECT_EQ(c.call<calls::HostPoolKeepFree>(KeptFree{taken, 64 << 10}).first, cu::kInvalidValue);
+  EXPECT_EQ(heap[8192], 7);
   // Whole pages of user space, no larger than a pool.
   EXPECT_EQ(c.call<calls::HostPoolKeepFree>(KeptFree{theirs + 1, bytes}).first, cu::kInvalidValue);
   EXPECT_EQ(c.call<calls::HostPoolKeepFree>(KeptFree{theirs, 0}).first, cu::kInvalidValue);
