@@ -107,8 +107,7 @@ bool launchBlocking() {
 
 CUresult waitIfBlocking(Connection* conn, uint64_t stream, CUresult launched) {
   if (launched != CUDA_SUCCESS || !launchBlocking() || State::get().active_captures != 0) return launched;
-  if (int st = conn->call<calls::StreamSynchronize>(stream)) return static_cast<CUresult>(st);
-  return managedAtSync();
+  return synchronizeOn(conn, stream);
 }
 
 // Where a launch runs, by cuLaunchKernel's rules: a library's kernel (CUkernel) in its stream's context, or

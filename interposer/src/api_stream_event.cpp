@@ -27,11 +27,17 @@ CUresult streamCreate(CUstream* s, unsigned flags, int priority) {
 
 CUresult waitCall(uint64_t s, bool query) {
   GPOOL_CONN_OF_HANDLE(conn, s);
-  int st = query ? conn->call<calls::StreamQuery>(s) : conn->call<calls::StreamSynchronize>(s);
-  if (st == CUDA_SUCCESS && !query) return managedAtSync();  // managed memory is the host's again
-  return static_cast<CUresult>(st);
+  return query ? static_cast<CUresult>(conn->call<calls::StreamQuery>(s)) : synchronizeOn(conn, s);
 }
 
+}  // namespace
+
+CUresult gpool::client::synchronizeOn(Connection* conn, uint64_t stream) {
+  if (int st = conn->call<calls::StreamSynchronize>(stream)) return static_cast<CUresult>(st);
+  return managedAtSync();  // managed memory is the host's again
+}
+
+namespace {
 CUresult streamWait(uint64_t s, CUevent e, unsigned flags) {
   if (CUresult r; waitAcrossDevices(s, raw(e), r)) return r;
   GPOOL_CONN_OF_HANDLE(conn, s);

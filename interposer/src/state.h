@@ -250,6 +250,8 @@ CUresult packKernelCall(uint64_t f, const unsigned grid[3], const unsigned block
 // Managed memory (api_managed.cpp): the hooks device work and synchronisation points call.
 CUresult managedBeforeDeviceWork();
 CUresult managedAtSync();
+// Waits for `stream`'s work on `conn`'s worker, then gives managed memory back to the host (api_stream_event.cpp).
+CUresult synchronizeOn(Connection* conn, uint64_t stream);
 bool isManaged(uint64_t p);
 bool freeManaged(uint64_t p, CUresult& result);
 // A host function that runs whenever `conn`'s worker says so: for good (a graph's host node), or `once` (a
