@@ -399,8 +399,7 @@ GPOOL_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr
 GPOOL_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attr, int value, CUkernel k, CUdevice d) {
   GPOOL_TRY
   GPOOL_CONN_OF_DEVICE(conn, d);
-  forgetAttribute(raw(k), attr);
-  State::get().forgetOccupancy(0);  // the functions got from the kernel change too
+  forgetAttribute(raw(k), attr);  // (the functions got from the kernel too: its family)
   return static_cast<CUresult>(conn->call<calls::FuncSetAttribute>(raw(k), static_cast<int32_t>(attr), int32_t{value}));
   GPOOL_CATCH
 }
@@ -416,7 +415,7 @@ GPOOL_EXPORT CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config) {
 GPOOL_EXPORT CUresult cuKernelSetCacheConfig(CUkernel k, CUfunc_cache config, CUdevice d) {
   GPOOL_TRY
   GPOOL_CONN_OF_DEVICE(conn, d);
-  State::get().forgetOccupancy(0);
+  forgetOccupancy(raw(k));
   return static_cast<CUresult>(conn->post<calls::FuncSetCacheConfig>(raw(k), static_cast<uint32_t>(config)));
   GPOOL_CATCH
 }
