@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "run_increment.h"
 
 namespace {
 
@@ -42,31 +43,6 @@ DONE:
   ret;
 }
 )";
-
-using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**, void**);
-using GetFunctionFn = CUresult (*)(CUfunction*, CUmodule, const char*);
-
-// Runs the module's kernel over n words that start at `base`, and checks each went up by one.
-bool runIncrement(CUmodule m, unsigned base) {
-  auto getFunction = driverEntryPoint<GetFunctionFn>("cuModuleGetFunction");
-  auto launch = driverEntryPoint<LaunchFn>("cuLaunchKernel");
-  CUfunction f = nullptr;
-  if (getFunction(&f, m, "gpool_test_increment") != CUDA_SUCCESS) return false;
-  const int n = 1000;
-  std::vector<unsigned> h(n);
-  for (int i = 0; i < n; ++i) h[i] = base + i;
-  unsigned* d = nullptr;
-  CK(cudaMalloc(&d, n * sizeof(unsigned)));
-  CK(cudaMemcpy(d, h.data(), n * sizeof(unsigned), cudaMemcpyHostToDevice));
-  int count = n;
-  void* args[] = {&d, &count};
-  if (launch(f, (n + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, args, nullptr) != CUDA_SUCCESS) return false;
-  CK(cudaMemcpy(h.data(), d, n * sizeof(unsigned), cudaMemcpyDeviceToHost));
-  CK(cudaFree(d));
-  for (int i = 0; i < n; ++i)
-    if (h[i] != base + i + 1) return false;
-  return true;
-}
 
 }  // namespace
 
