@@ -187,7 +187,7 @@ def render(build):
         "Which libraries name a function: its name is among the library's strings. The libraries that embed the",
         "CUDA runtime (cuBLAS, cuDNN, cuSPARSE, cuRAND, NCCL) name the runtime's whole table, so these columns",
         "are what a library *may* resolve, not what it calls. What they call at start-up and in ordinary use",
-        "is checked by running them: on sim in CI (`cuda_program.libraries.sim`: cuBLAS, cuFFT, cuDNN;",
+        "is checked by running them: on sim in CI (`cuda_program.libraries.sim`: cuBLAS, cuBLASLt, cuFFT, cuDNN;",
         "`cuda_program.math_libraries.sim`: cuRAND, cuSPARSE, cuSOLVER, Thrust, CUB; NVRTC's output in",
         "`cuda_program.runtime_compile.sim`; every family program",
         "under `tests/cuda_programs/`), where no refused function is called (each refusal logs",

@@ -1,8 +1,10 @@
 // NVIDIA's CUDA libraries, unmodified, through gpool: a cuBLAS handle, an sgemm, a strided batched gemm
-// and an fp16 gemm, a cuFFT plan and execution, and a cuDNN handle and convolution. On the sim backend the library kernels are recorded, not
-// computed, so results are compared only when GPOOL_TEST_EXPECT_COMPUTE=1 (natively, or with the cuda
-// backend on a GPU). Every library call's status is checked either way: that is what catches a gap in
-// the driver surface or the private tables without a GPU. Prints one line per check; exits 1 on failure.
+// and an fp16 gemm, a cuBLASLt fp16 matmul with a fused bias and ReLU, a cuFFT plan and execution, and a
+// cuDNN handle and convolution. On the sim backend the library kernels are recorded, not computed, so
+// results are compared only when GPOOL_TEST_EXPECT_COMPUTE=1 (natively, or with the cuda backend on a
+// GPU). Every library call's status is checked either way: that is what catches a gap in the driver
+// surface or the private tables without a GPU. Prints one line per check; exits 1 on failure.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -130,6 +132,71 @@ static void cublasChecks() {
   check(true, "cublasDestroy");
 }
 
+// cuBLASLt as PyTorch's addmm calls it for half tensors: fp16 inputs and output, fp32 compute, a bias and
+// ReLU fused into the product (epilogue), an algorithm from the heuristics, a workspace, a stream.
+static void cublasLtChecks() {
+  cublasLtHandle_t lt = nullptr;
+  CKB(cublasLtCreate(&lt));
+  const int m = 64, n = 48, k = 32;
+  std::vector<float> a(m * k), b(k * n), bias(m);
+  for (int i = 0; i < m * k; ++i) a[i] = value(i, 7);
+  for (int i = 0; i < k * n; ++i) b[i] = value(i, 8);
+  for (int i = 0; i < m; ++i) bias[i] = value(i, 9);
+  std::vector<float> want = hostGemm(a, b, m, n, k);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) want[i + j * m] = std::max(0.0f, want[i + j * m] + bias[i]);
+  auto toDevice = [](const std::vector<float>& x) {
+    std::vector<__half> h(x.size());
+    for (size_t i = 0; i < x.size(); ++i) h[i] = __float2half(x[i]);
+    __half* d = nullptr;
+    CK(cudaMalloc(&d, h.size() * sizeof(__half)));
+    CK(cudaMemcpy(d, h.data(), h.size() * sizeof(__half), cudaMemcpyHostToDevice));
+    return d;
+  };
+  __half *da = toDevice(a), *db = toDevice(b), *dbias = toDevice(bias), *dd = nullptr;
+  CK(cudaMalloc(&dd, static_cast<size_t>(m) * n * sizeof(__half)));
+
+  cublasLtMatmulDesc_t op = nullptr;
+  CKB(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
+  CKB(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+  CKB(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias));
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  CKB(cublasLtMatrixLayoutCreate(&la, CUDA_R_16F, m, k, m));
+  CKB(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16F, k, n, k));
+  CKB(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16F, m, n, m));
+  cublasLtMatmulPreference_t pref = nullptr;
+  CKB(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t workspace_bytes = 4 << 20;
+  CKB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                           sizeof workspace_bytes));
+  cublasLtMatmulHeuristicResult_t best{};
+  int found = 0;
+  CKB(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &best, &found));
+  check(found == 1, "cublasLtMatmulAlgoGetHeuristic finds an algorithm for fp16 with a bias and ReLU");
+  void* workspace = nullptr;
+  CK(cudaMalloc(&workspace, workspace_bytes));
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  const float one = 1.0f, zero = 0.0f;
+  CKB(cublasLtMatmul(lt, op, &one, da, la, db, lb, &zero, dd, ld, dd, ld, &best.algo, workspace, workspace_bytes, s));
+  std::vector<__half> got(static_cast<size_t>(m) * n);
+  CK(cudaMemcpyAsync(got.data(), dd, got.size() * sizeof(__half), cudaMemcpyDeviceToHost, s));
+  CK(cudaStreamSynchronize(s));
+  check(true, "cublasLtMatmul fp16 64x48x32 with a bias and ReLU issued and synchronized");
+  std::vector<float> d(got.size());
+  for (size_t i = 0; i < got.size(); ++i) d[i] = __half2float(got[i]);
+  checkResult(near(d, want, 1e-2f), "cublasLtMatmul result matches relu(A B + bias) on the host");
+
+  CKB(cublasLtMatmulPreferenceDestroy(pref));
+  for (cublasLtMatrixLayout_t l : {la, lb, ld}) CKB(cublasLtMatrixLayoutDestroy(l));
+  CKB(cublasLtMatmulDescDestroy(op));
+  for (void* p : {static_cast<void*>(da), static_cast<void*>(db), static_cast<void*>(dbias), static_cast<void*>(dd), workspace})
+    CK(cudaFree(p));
+  CK(cudaStreamDestroy(s));
+  CKB(cublasLtDestroy(lt));
+}
+
 static void cufftChecks() {
   const int n = 256;
   std::vector<std::complex<float>> x(n), y(n);
@@ -214,6 +281,7 @@ int main(int argc, char** argv) {
   }
   if (device != 0) CK(cudaSetDevice(device));  // (--device N: the libraries on a lease's later device)
   cublasChecks();
+  cublasLtChecks();
   if (fft) cufftChecks();
   if (dnn) cudnnChecks();
   std::printf("%s (%d failures)\n", failures ? "FAILED" : "ALL PASSED", failures);
