@@ -1,6 +1,6 @@
 // NVIDIA's CUDA libraries, unmodified, through gpool: a cuBLAS handle, an sgemm, a strided batched gemm
 // and an fp16 gemm, a cuBLASLt fp16 matmul with a fused bias and ReLU, a cuFFT plan and execution, and a
-// cuDNN handle and convolution. On the sim backend the library kernels are recorded, not computed, so
+// cuDNN convolution, through its legacy and its graph API. On the sim backend the library kernels are recorded, not computed, so
 // results are compared only when GPOOL_TEST_EXPECT_COMPUTE=1 (natively, or with the cuda backend on a
 // GPU). Every library call's status is checked either way: that is what catches a gap in the driver
 // surface or the private tables without a GPU. Prints one line per check; exits 1 on failure.
@@ -269,6 +269,133 @@ static void cudnnChecks() {
   CKD(cudnnDestroy(h));
 }
 
+// The same convolution through cuDNN's graph (backend) API, as PyTorch builds its convolutions (cudnn-frontend):
+// tensors, a convolution, an operation graph, the engines its heuristics propose (the first one that makes a
+// plan), a variant pack of pointers, cudnnBackendExecute.
+namespace dnn_graph {
+cudnnBackendDescriptor_t make(cudnnBackendDescriptorType_t type) {
+  cudnnBackendDescriptor_t d = nullptr;
+  CKD(cudnnBackendCreateDescriptor(type, &d));
+  return d;
+}
+void set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count,
+         const void* values) {
+  CKD(cudnnBackendSetAttribute(d, name, type, count, values));
+}
+void setDescriptor(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendDescriptor_t value) {
+  set(d, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &value);
+}
+// A packed NCHW float tensor.
+cudnnBackendDescriptor_t tensor(int64_t uid, int64_t n, int64_t c, int64_t h, int64_t w) {
+  cudnnBackendDescriptor_t t = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  const cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  const int64_t dims[] = {n, c, h, w}, strides[] = {c * h * w, h * w, w, 1}, alignment = 16;
+  set(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
+  set(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
+  set(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
+  set(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+  set(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
+  CKD(cudnnBackendFinalize(t));
+  return t;
+}
+// A 3x3 cross-correlation, padding 1, stride 1, in float.
+cudnnBackendDescriptor_t convolution() {
+  cudnnBackendDescriptor_t c = make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const int64_t spatial = 2, ones[] = {1, 1};
+  const cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  set(c, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial);
+  set(c, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
+  set(c, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
+  for (auto name : {CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES,
+                    CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS})
+    set(c, name, CUDNN_TYPE_INT64, 2, ones);
+  CKD(cudnnBackendFinalize(c));
+  return c;
+}
+// The first of the heuristics' engine configurations that finalizes into a plan (none: nullptr).
+cudnnBackendDescriptor_t plan(cudnnHandle_t h, cudnnBackendDescriptor_t graph, int64_t& proposed) {
+  cudnnBackendDescriptor_t heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  setDescriptor(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
+  set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  CKD(cudnnBackendFinalize(heur));
+  CKD(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &proposed, nullptr));
+  std::vector<cudnnBackendDescriptor_t> configs(static_cast<size_t>(proposed));
+  for (auto& c : configs) c = make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  int64_t got = 0;
+  if (proposed > 0)
+    CKD(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, proposed, &got,
+                                 configs.data()));
+  cudnnBackendDescriptor_t made = nullptr;
+  for (int64_t i = 0; i < got && !made; ++i) {
+    cudnnBackendDescriptor_t p = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    set(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+    setDescriptor(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[i]);
+    if (cudnnBackendFinalize(p) == CUDNN_STATUS_SUCCESS) made = p;
+    else cudnnBackendDestroyDescriptor(p);
+  }
+  for (auto c : configs) cudnnBackendDestroyDescriptor(c);
+  cudnnBackendDestroyDescriptor(heur);
+  return made;
+}
+}  // namespace dnn_graph
+
+static void cudnnGraphChecks() {
+  using namespace dnn_graph;
+  cudnnHandle_t h = nullptr;
+  CKD(cudnnCreate(&h));
+  const int64_t x_uid = 1, w_uid = 2, y_uid = 3;
+  cudnnBackendDescriptor_t x = tensor(x_uid, 1, 3, 16, 16), w = tensor(w_uid, 4, 3, 3, 3), y = tensor(y_uid, 1, 4, 16, 16);
+  cudnnBackendDescriptor_t conv = convolution();
+  cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+  setDescriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x);
+  setDescriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w);
+  setDescriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y);
+  setDescriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv);
+  const float alpha = 1.0f, beta = 0.0f;
+  set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
+  set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
+  CKD(cudnnBackendFinalize(op));
+  cudnnBackendDescriptor_t graph = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  setDescriptor(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, op);
+  set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+  CKD(cudnnBackendFinalize(graph));
+  int64_t proposed = 0;
+  cudnnBackendDescriptor_t p = plan(h, graph, proposed);
+  char detail[64];
+  std::snprintf(detail, sizeof detail, "%lld engine configurations proposed", static_cast<long long>(proposed));
+  check(p != nullptr, "cuDNN graph: an engine of the heuristics makes an execution plan", detail);
+  if (!p) return;
+  int64_t workspace_bytes = 0, got = 0;
+  CKD(cudnnBackendGetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got, &workspace_bytes));
+
+  std::vector<float> ones(3 * 16 * 16, 1.0f), out(4 * 16 * 16, 0.0f);
+  float *dx, *dw, *dy;
+  void* workspace = nullptr;
+  CK(cudaMalloc(&dx, ones.size() * sizeof(float)));
+  CK(cudaMalloc(&dw, 4 * 27 * sizeof(float)));
+  CK(cudaMalloc(&dy, out.size() * sizeof(float)));
+  if (workspace_bytes > 0) CK(cudaMalloc(&workspace, static_cast<size_t>(workspace_bytes)));
+  CK(cudaMemcpy(dx, ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dw, ones.data(), 4 * 27 * sizeof(float), cudaMemcpyHostToDevice));
+  cudnnBackendDescriptor_t pack = make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  const int64_t uids[] = {x_uid, w_uid, y_uid};
+  void* pointers[] = {dx, dw, dy};
+  set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
+  set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers);
+  set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+  CKD(cudnnBackendFinalize(pack));
+  CKD(cudnnBackendExecute(h, p, pack));
+  CK(cudaMemcpy(out.data(), dy, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  check(true, "cudnnBackendExecute of the convolution's plan issued and copied back");
+  checkResult(out[5 * 16 + 5] == 27.0f && out[0] == 12.0f && out[3] == 18.0f, "cuDNN graph convolution result (27/18/12)");
+  for (auto d : {pack, p, graph, op, conv, x, w, y}) CKD(cudnnBackendDestroyDescriptor(d));
+  for (void* q : {static_cast<void*>(dx), static_cast<void*>(dw), static_cast<void*>(dy), workspace})
+    if (q) CK(cudaFree(q));
+  CKD(cudnnDestroy(h));
+}
+
 int main(int argc, char** argv) {
   const char* e = std::getenv("GPOOL_TEST_EXPECT_COMPUTE");
   expect_compute = e && *e == '1';
@@ -283,7 +410,10 @@ int main(int argc, char** argv) {
   cublasChecks();
   cublasLtChecks();
   if (fft) cufftChecks();
-  if (dnn) cudnnChecks();
+  if (dnn) {
+    cudnnChecks();
+    cudnnGraphChecks();
+  }
   std::printf("%s (%d failures)\n", failures ? "FAILED" : "ALL PASSED", failures);
   return failures ? 1 : 0;
 }
