@@ -1,9 +1,10 @@
 // NVIDIA's CUDA libraries, unmodified, through gpool: a cuBLAS handle, an sgemm, a strided batched gemm
-// and an fp16 gemm, a cuBLASLt fp16 matmul with a fused bias and ReLU, a cuFFT plan and execution, and a
-// cuDNN convolution, through its legacy and its graph API. On the sim backend the library kernels are recorded, not computed, so
-// results are compared only when GPOOL_TEST_EXPECT_COMPUTE=1 (natively, or with the cuda backend on a
-// GPU). Every library call's status is checked either way: that is what catches a gap in the driver
-// surface or the private tables without a GPU. Prints one line per check; exits 1 on failure.
+// and an fp16 gemm, a cuBLASLt fp16 matmul with a fused bias and ReLU, a cuFFT plan and execution, a cuDNN
+// convolution through its legacy and its graph API, and cuBLAS and cuFFT captured into a CUDA graph. On
+// the sim backend the library kernels are recorded, not computed, so results are compared only when
+// GPOOL_TEST_EXPECT_COMPUTE=1 (natively, or with the cuda backend on a GPU). Every library call's status
+// is checked either way: that is what catches a gap in the driver surface or the private tables without
+// a GPU. Prints one line per check; exits 1 on failure.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -130,6 +131,63 @@ static void cublasChecks() {
   CKB(cublasDestroy(h));
   CK(cudaStreamDestroy(s));
   check(true, "cublasDestroy");
+}
+
+// cuBLAS and cuFFT inside a stream capture, replayed as a CUDA graph, as PyTorch's CUDA graphs (and
+// torch.compile's reduce-overhead mode) capture them: cuBLAS with a workspace of its own set beforehand.
+static void capturedLibraryChecks() {
+  cublasHandle_t h = nullptr;
+  CKB(cublasCreate(&h));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CKB(cublasSetStream(h, s));
+  CKB(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH));
+  const size_t workspace_bytes = 4 << 20;
+  void* workspace = nullptr;
+  CK(cudaMalloc(&workspace, workspace_bytes));
+  CKB(cublasSetWorkspace(h, workspace, workspace_bytes));
+  const int m = 32, n = 16, k = 24, points = 128;
+  std::vector<float> a(m * k), b(k * n), c(m * n, -1.0f);
+  for (int i = 0; i < m * k; ++i) a[i] = value(i, 10);
+  for (int i = 0; i < k * n; ++i) b[i] = value(i, 11);
+  float *da, *db, *dc;
+  cufftComplex* signal;
+  CK(cudaMalloc(&da, a.size() * sizeof(float)));
+  CK(cudaMalloc(&db, b.size() * sizeof(float)));
+  CK(cudaMalloc(&dc, c.size() * sizeof(float)));
+  CK(cudaMalloc(&signal, points * sizeof(cufftComplex)));
+  CK(cudaMemcpy(da, a.data(), a.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(db, b.data(), b.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CK(cudaMemset(signal, 0, points * sizeof(cufftComplex)));
+  cufftHandle plan;
+  CKF(cufftPlan1d(&plan, points, CUFFT_C2C, 1));
+  CKF(cufftSetStream(plan, s));
+
+  const float one = 1.0f, zero = 0.0f;
+  cudaGraph_t graph = nullptr;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CKB(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, da, m, db, k, &zero, dc, m));
+  CKF(cufftExecC2C(plan, signal, signal, CUFFT_FORWARD));
+  CK(cudaStreamEndCapture(s, &graph));
+  size_t nodes = 0;
+  CK(cudaGraphGetNodes(graph, nullptr, &nodes));
+  CHECK(nodes >= 2, "cublasSgemm and cufftExecC2C captured into a graph of %zu nodes", nodes);
+  cudaGraphExec_t exec = nullptr;
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  CK(cudaGraphLaunch(exec, s));
+  CK(cudaGraphLaunch(exec, s));
+  CK(cudaMemcpyAsync(c.data(), dc, c.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
+  CK(cudaStreamSynchronize(s));
+  check(true, "the captured graph replayed twice");
+  checkResult(near(c, hostGemm(a, b, m, n, k), 1e-4f), "the replayed cublasSgemm result matches the host");
+
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  CKF(cufftDestroy(plan));
+  for (void* p : {static_cast<void*>(da), static_cast<void*>(db), static_cast<void*>(dc), static_cast<void*>(signal), workspace})
+    CK(cudaFree(p));
+  CKB(cublasDestroy(h));
+  CK(cudaStreamDestroy(s));
 }
 
 // cuBLASLt as PyTorch's addmm calls it for half tensors: fp16 inputs and output, fp32 compute, a bias and
@@ -410,6 +468,7 @@ int main(int argc, char** argv) {
   cublasChecks();
   cublasLtChecks();
   if (fft) cufftChecks();
+  if (fft) capturedLibraryChecks();
   if (dnn) {
     cudnnChecks();
     cudnnGraphChecks();
