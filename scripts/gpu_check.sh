@@ -79,7 +79,7 @@ compare_program() {  # label: prints both runs and adds a row per check (verdict
 section_programs() {
   local jobs=${GPOOL_CHECK_JOBS:-1} labels=(basic_static basic_shared libraries math_libraries runtime_compile launch_kinds)
   local family
-  for family in memory_2d memory_pools pointer_attributes stream_memops virtual_memory jit_link contexts host_functions graph_build graph_nodes graph_memory managed ipc vmm_ipc pool_ipc arrays device_output user_objects capture_streams driver_extras graph_host_copies fork_child captured_nodes green_contexts; do  # issue 10's driver families
+  for family in memory_2d memory_pools pointer_attributes stream_memops virtual_memory jit_link contexts host_functions graph_build graph_nodes graph_memory managed ipc vmm_ipc pool_ipc arrays device_output user_objects capture_streams driver_extras graph_host_copies fork_child captured_nodes green_contexts threads; do  # issue 10's driver families
     labels+=("$family")
   done
   for label in "${labels[@]}"; do
