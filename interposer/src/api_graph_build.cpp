@@ -61,7 +61,7 @@ CUresult kernelCall(const Connection* conn, const CUDA_KERNEL_NODE_PARAMS* p, gp
     return r;
   info.kernel = *p;
   info.kernel.extra = nullptr;
-  const std::vector<uint32_t>* layout = nullptr;
+  State::ParamLayout layout;
   info.args.clear();
   info.kernel.kernelParams = nullptr;
   if (State::get().paramLayout(f, layout) == CUDA_SUCCESS && !p->extra) info.pointArgs(*layout);

@@ -238,7 +238,7 @@ GPOOL_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx g) {
   Context* ctx = greenOf(g);
   if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
   GPOOL_CONN_OF_DEVICE(conn, ctx->device);
-  cuStreamDestroy_v2(reinterpret_cast<CUstream>(ctx->green_stream));
+  cuStreamDestroy_v2(reinterpret_cast<CUstream>(ctx->green_stream.load()));
   if (int st = conn->call<calls::GreenCtxDestroy>(ctx->green)) return static_cast<CUresult>(st);
   auto c = reinterpret_cast<CUcontext>(g);
   State::get().destroyContext(c);

@@ -15,6 +15,7 @@
 #include "state.h"
 #include "captured_copies.h"
 #include "host_rows.h"
+#include "host_work_order.h"
 #include "gpool/protocol/shm_transport.h"
 
 using namespace gpool::client;
@@ -29,11 +30,17 @@ struct Pending {
   void* data = nullptr;
 };
 
-std::mutex g_mu;
-std::unordered_map<uint64_t, Pending> g_pending;
-uint64_t g_next_id = 1;
-// The connections whose channel is open; the thread serving one owns it.
-std::unordered_set<int> g_opened;
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<uint64_t, Pending> pending;
+  uint64_t next_id = 1;
+  std::unordered_set<int> opened;  // the connections whose channel is open; the thread serving one owns it
+};
+// Never destroyed: the channels' threads are detached and may still serve while the process exits.
+Registry& registry() {
+  static Registry* r = new Registry;
+  return *r;
+}
 
 // Runs the function `id`, when the worker says it is due, and answers once it has returned.
 void runDue(gpool::proto::Transport& channel, const gpool::proto::FrameHeader& h) {
@@ -42,15 +49,18 @@ void runDue(gpool::proto::Transport& channel, const gpool::proto::FrameHeader& h
   channel.recv(&id, sizeof id);
   std::function<void()> fn;
   {
-    std::lock_guard lock(g_mu);
-    auto it = g_pending.find(id);
-    if (it != g_pending.end()) {
+    Registry& reg = registry();
+    std::lock_guard lock(reg.mu);
+    auto it = reg.pending.find(id);
+    if (it != reg.pending.end()) {
       fn = it->second.fn;
-      if (!it->second.keep) g_pending.erase(it);
+      if (!it->second.keep) reg.pending.erase(it);
     }
   }
-  if (fn) fn();
-  else GPOOL_LOG(Level::kWarn, "the worker named host function %llu, which this process does not know", (unsigned long long)id);
+  if (fn) {
+    fn();
+    publishHostWork();
+  } else GPOOL_LOG(Level::kWarn, "the worker named host function %llu, which this process does not know", (unsigned long long)id);
   gpool::proto::sendFrame(channel, gpool::proto::kMsgHostFuncDue, gpool::proto::kIsReply, h.seq, &id, sizeof id);
 }
 
@@ -60,6 +70,7 @@ void serve(std::shared_ptr<gpool::proto::Transport> channel) {
     for (;;) {
       gpool::proto::FrameHeader h = gpool::proto::recvHeader(*channel, UINT32_MAX);
       if (h.flags & gpool::proto::kIsReply) break;
+      acquireRequests();
       if (h.msg == gpool::proto::kMsgHostFuncDue) runDue(*channel, h);
       else if (!serveHostRows(*channel, h)) break;
     }
@@ -115,14 +126,15 @@ CUresult openTcpChannel(Connection* conn) {
 
 // Opens `conn`'s channel once: over shared memory when the connection is, else over TCP.
 CUresult gpool::client::openHostChannel(Connection* conn) {
-  std::lock_guard lock(g_mu);
-  if (g_opened.count(conn->index())) return CUDA_SUCCESS;
+  Registry& reg = registry();
+  std::lock_guard lock(reg.mu);
+  if (reg.opened.count(conn->index())) return CUDA_SUCCESS;
   AsideScope aside;  // gpool's own requests
   LocalChannel local = conn->sharesMemory() ? openLocalChannel(conn) : LocalChannel::kNotOffered;
   if (local == LocalChannel::kFailed) return CUDA_ERROR_NOT_SUPPORTED;
   if (local == LocalChannel::kNotOffered)
     if (CUresult r = openTcpChannel(conn)) return r;
-  g_opened.insert(conn->index());
+  reg.opened.insert(conn->index());
   return CUDA_SUCCESS;
 }
 
@@ -134,9 +146,10 @@ CUresult launch(uint64_t stream, std::function<void()> fn, CUhostFn host = nullp
   if (CUresult r = openHostChannel(conn)) return r;
   uint64_t id;
   {
-    std::lock_guard lock(g_mu);
-    id = g_next_id++;
-    g_pending[id] = Pending{std::move(fn), State::get().active_captures > 0, host, data};
+    Registry& reg = registry();
+    std::lock_guard lock(reg.mu);
+    id = reg.next_id++;
+    reg.pending[id] = Pending{std::move(fn), State::get().active_captures > 0, host, data};
   }
   return static_cast<CUresult>(conn->post<calls::LaunchHostFunc>(stream, id));
 }
@@ -144,18 +157,20 @@ CUresult launch(uint64_t stream, std::function<void()> fn, CUhostFn host = nullp
 }  // namespace
 
 bool gpool::client::hostFunctionOf(uint64_t id, CUhostFn& fn, void*& data) {
-  std::lock_guard lock(g_mu);
-  auto it = g_pending.find(id);
-  if (it == g_pending.end() || !it->second.host) return false;
+  Registry& reg = registry();
+  std::lock_guard lock(reg.mu);
+  auto it = reg.pending.find(id);
+  if (it == reg.pending.end() || !it->second.host) return false;
   fn = it->second.host, data = it->second.data;
   return true;
 }
 
 CUresult gpool::client::hostFunctionId(Connection* conn, std::function<void()> fn, uint64_t& id, bool once) {
   if (CUresult r = openHostChannel(conn)) return r;
-  std::lock_guard lock(g_mu);
-  id = g_next_id++;
-  g_pending[id] = Pending{std::move(fn), !once};
+  Registry& reg = registry();
+  std::lock_guard lock(reg.mu);
+  id = reg.next_id++;
+  reg.pending[id] = Pending{std::move(fn), !once};
   return CUDA_SUCCESS;
 }
 

@@ -29,7 +29,7 @@ CUresult packParams(uint64_t f, void** params, void** extra, Blob& out) {
     out = Blob{buffer, *size};
     return CUDA_SUCCESS;
   }
-  const std::vector<uint32_t>* layout = nullptr;
+  State::ParamLayout layout;
   if (CUresult r = State::get().paramLayout(f, layout)) return r;
   size_t total = 0;
   for (size_t i = 0; i + 1 < layout->size(); i += 2) total = std::max<size_t>(total, (*layout)[i] + (*layout)[i + 1]);

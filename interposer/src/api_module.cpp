@@ -421,7 +421,7 @@ GPOOL_EXPORT CUresult cuKernelSetCacheConfig(CUkernel k, CUfunc_cache config, CU
 }
 GPOOL_EXPORT CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t* offset, size_t* size) {
   GPOOL_TRY
-  const std::vector<uint32_t>* layout = nullptr;
+  State::ParamLayout layout;
   if (CUresult r = State::get().paramLayout(raw(f), layout)) return r;
   if (2 * index + 1 >= layout->size()) return CUDA_ERROR_INVALID_VALUE;
   if (offset) *offset = (*layout)[2 * index];

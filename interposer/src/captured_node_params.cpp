@@ -45,7 +45,7 @@ CUresult kernelOf(Connection* conn, uint64_t graph, uint64_t node, GraphNodeInfo
   if (CUresult st = ask<calls::GraphKernelNodeGetParams>(conn, r, nullptr, graph, node)) return st;
   const auto& shape = std::get<2>(r);
   uint64_t f = std::get<0>(r).v;
-  const std::vector<uint32_t>* layout = nullptr;
+  State::ParamLayout layout;
   if (shape.size() != 7) return CUDA_ERROR_UNKNOWN;
   if (CUresult e = State::get().paramLayout(f, layout)) return e;
   info.packed = std::move(std::get<3>(r));

@@ -11,6 +11,7 @@
 
 #include "gpool/printable.h"
 #include "gpool/protocol/driver_settings.h"
+#include "host_work_order.h"
 #include "log.h"
 #include "transport_choice.h"
 
@@ -155,6 +156,7 @@ void Connection::flushLocked() {
 }
 
 void Connection::sendBatch() {
+  publishRequests();
   if (direct_.data) {
     std::array<proto::ConstBuffer, 3> bufs{proto::ConstBuffer{batch_.data(), direct_at_},
                                            proto::ConstBuffer{direct_.data, direct_.size},
@@ -204,7 +206,10 @@ proto::FrameHeader Connection::recvReplyHeader(uint32_t max_payload) {
       continue;
     }
     if (h.msg == proto::kMsgEnded && !(h.flags & proto::kIsReply)) throw proto::TransportError(endedBecause(h.length));
-    if (h.msg != proto::kMsgAlive || (h.flags & proto::kIsReply)) return h;
+    if (h.msg != proto::kMsgAlive || (h.flags & proto::kIsReply)) {
+      acquireHostWork();
+      return h;
+    }
     if (h.length != 0) throw proto::ProtocolError("malformed Alive frame from the worker");
     ++alive_frames_;
   }

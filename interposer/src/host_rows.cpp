@@ -6,20 +6,29 @@
 #include <vector>
 
 #include "gpool/protocol/calls.h"
+#include "host_work_order.h"
 #include "log.h"
 
 namespace gpool::client {
 
 namespace {
 
-std::mutex g_mu;
-std::unordered_map<uint64_t, HostRows> g_copies;  // by copy id; kept while a graph may replay them
-uint64_t g_next_id = 1;
+struct Registered {
+  std::mutex mu;
+  std::unordered_map<uint64_t, HostRows> copies;  // by copy id; kept while a graph may replay them
+  uint64_t next_id = 1;
+};
+// Never destroyed: the channels' threads are detached and may still serve while the process exits.
+Registered& registered() {
+  static Registered* r = new Registered;
+  return *r;
+}
 
 bool rowsOf(uint64_t id, HostRows& rows) {
-  std::lock_guard lock(g_mu);
-  auto it = g_copies.find(id);
-  if (it == g_copies.end()) return false;
+  Registered& r = registered();
+  std::lock_guard lock(r.mu);
+  auto it = r.copies.find(id);
+  if (it == r.copies.end()) return false;
   rows = it->second;
   return true;
 }
@@ -27,15 +36,17 @@ bool rowsOf(uint64_t id, HostRows& rows) {
 }  // namespace
 
 uint64_t registerHostRows(const HostRows& rows) {
-  std::lock_guard lock(g_mu);
-  uint64_t id = g_next_id++;
-  g_copies[id] = rows;
+  Registered& r = registered();
+  std::lock_guard lock(r.mu);
+  uint64_t id = r.next_id++;
+  r.copies[id] = rows;
   return id;
 }
 
 void forgetHostRows(uint64_t id) {
-  std::lock_guard lock(g_mu);
-  g_copies.erase(id);
+  Registered& r = registered();
+  std::lock_guard lock(r.mu);
+  r.copies.erase(id);
 }
 
 bool serveHostRows(proto::Transport& channel, const proto::FrameHeader& h) {
@@ -52,11 +63,13 @@ bool serveHostRows(proto::Transport& channel, const proto::FrameHeader& h) {
   std::vector<uint8_t> packed(rows.bytes());
   if (h.msg == proto::kMsgHostRead) {
     packRows(packed.data(), reinterpret_cast<const uint8_t*>(rows.addr), rows.pitch, rows.width, rows.height);
+    publishHostWork();
     proto::sendFrame(channel, h.msg, proto::kIsReply, h.seq, packed.data(), packed.size());
     return true;
   }
   channel.recv(packed.data(), packed.size());
   unpackRows(reinterpret_cast<uint8_t*>(rows.addr), rows.pitch, packed.data(), rows.width, rows.height);
+  publishHostWork();
   proto::sendFrame(channel, h.msg, proto::kIsReply, h.seq, &id, sizeof id);
   return true;
 }

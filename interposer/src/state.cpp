@@ -176,7 +176,7 @@ void State::adopt(std::vector<std::unique_ptr<Connection>> conns) {
   }
   if (conns_.size() > 1) keepPoolsApart(conns_);
   current_pools_ = std::make_unique<std::atomic<uint64_t>[]>(conns_.size());
-  primary_.resize(devices_.size());
+  primary_ = std::vector<Context>(devices_.size());  // (made in place: a Context does not move)
   for (size_t i = 0; i < primary_.size(); ++i) {
     primary_[i].device = static_cast<int>(i);
     primary_[i].id = i + 1;
@@ -552,11 +552,11 @@ uint64_t State::firstHostPointer(const uint8_t* words, size_t count, size_t& ind
   return 0;
 }
 
-CUresult State::paramLayout(uint64_t f, const std::vector<uint32_t>*& layout) {
+CUresult State::paramLayout(uint64_t f, ParamLayout& layout) {
   {
     std::lock_guard lock(mu);
     if (auto it = layouts_.find(f); it != layouts_.end()) {
-      layout = &it->second;
+      layout = it->second;
       return CUDA_SUCCESS;
     }
   }
@@ -567,8 +567,9 @@ CUresult State::paramLayout(uint64_t f, const std::vector<uint32_t>*& layout) {
   int st = c->call<proto::calls::FuncGetParamLayout>(out, f);
   if (st != CUDA_SUCCESS && st != CUDA_ERROR_NOT_SUPPORTED) return static_cast<CUresult>(st);
   // NOT_SUPPORTED: the sim backend does not know this kernel's parameters; launch it without them.
+  auto made = std::make_shared<const std::vector<uint32_t>>(std::move(std::get<0>(out)));
   std::lock_guard lock(mu);
-  layout = &(layouts_[f] = std::move(std::get<0>(out)));
+  layout = layouts_.try_emplace(f, std::move(made)).first->second;  // (another thread's, where it came first)
   return CUDA_SUCCESS;
 }
 

@@ -10,6 +10,7 @@
 #include <functional>
 #include <list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <tuple>
 #include <mutex>
@@ -45,10 +46,11 @@ struct Context {
   std::map<void*, Slot> local_storage;  // the runtime's context-local storage (export table c693336e)
   // A green context's (api_green_context.cpp; its CUgreenCtx is this Context too): the worker's green
   // context, the stream that stands for its default stream while it is current, and its SMs. 0 otherwise.
-  uint64_t green = 0;
-  uint64_t green_stream = 0;
+  // Atomic: a thread that has the context current reads them while another destroys it.
+  std::atomic<uint64_t> green = 0;
+  std::atomic<uint64_t> green_stream = 0;
   unsigned green_sms = 0;
-  bool destroyed = false;  // by cuCtxDestroy or cuGreenCtxDestroy: kept for threads that still have it current
+  std::atomic<bool> destroyed = false;  // by cuCtxDestroy or cuGreenCtxDestroy: kept for threads that still have it current
 };
 
 struct Allocation {
@@ -167,7 +169,10 @@ class State {
   // Per function/kernel caches. forgetFunctions drops them (a module was unloaded: the worker's driver
   // may give a new function the handle of an old one).
   void forgetFunctions();
-  CUresult paramLayout(uint64_t f, const std::vector<uint32_t>*& layout);
+  // A kernel's parameters, (offset, size) pairs. Shared and never changed once made: another thread may
+  // ask for the same kernel's at the same time, or forget them, while this one packs a launch with them.
+  using ParamLayout = std::shared_ptr<const std::vector<uint32_t>>;
+  CUresult paramLayout(uint64_t f, ParamLayout& layout);
   // An attribute of `f` as the current device has it, or as `device` has it (a library's kernel is one
   // handle for every device, each of which may set its attributes apart).
   CUresult functionAttribute(uint64_t f, int attr, int& value, std::optional<CUdevice> device = std::nullopt);
@@ -235,7 +240,7 @@ class State {
     std::vector<int> holders;
   };
   std::map<uint64_t, Reservation> reservations_;
-  std::unordered_map<uint64_t, std::vector<uint32_t>> layouts_;
+  std::unordered_map<uint64_t, ParamLayout> layouts_;
   std::map<std::tuple<uint64_t, int, int>, int> func_attrs_;  // (function, attribute, connection) -> value
   std::map<OccupancyKey, int> occupancy_;
   std::unordered_map<uint64_t, const std::string*> function_names_;
@@ -298,7 +303,7 @@ bool greenStreamCreate(CUstream* s, unsigned flags, int priority, CUresult& resu
 // The stream that stands for the default stream while a green context is current (0: none is).
 inline uint64_t greenDefaultStream() {
   CUcontext c = State::get().current();
-  return c ? reinterpret_cast<const Context*>(c)->green_stream : 0;
+  return c ? reinterpret_cast<const Context*>(c)->green_stream.load() : 0;
 }
 // Maps a stream argument: the default stream (NULL, legacy or per-thread) is the current green context's
 // where one is current, and NULL is the per-thread default stream in a _ptds/_ptsz entry point.

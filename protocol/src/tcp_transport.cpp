@@ -166,9 +166,11 @@ class TcpTransport final : public Transport {
   std::string peer_;
 };
 
+// Blocking sockets never run it. Never destroyed: a socket may close after the process began to exit (the
+// client library's host-function channels are served by detached threads), and closing one uses it.
 asio::io_context& sharedContext() {
-  static asio::io_context io;  // blocking sockets never run it
-  return io;
+  static asio::io_context* io = new asio::io_context;
+  return *io;
 }
 
 }  // namespace
