@@ -3,7 +3,9 @@
 # Then builds it once more with AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/) and runs the
 # suite again there: every daemon, tool and library the tests start is instrumented, and any report fails
 # its test. That second pass leaves out what needs nvcc-built programs or NVIDIA's runtime (neither is
-# instrumented) and the fuzz targets (already sanitized, run in the first pass).
+# instrumented) and the fuzz targets (already sanitized, run in the first pass). Before it, the CUDA programs
+# that use threads run through gpool once more with its client library, server and workers built with
+# ThreadSanitizer (build-tsan/; tests/cuda_programs/thread_sanitizer.sh).
 # usage: scripts/test.sh [--no-sanitizers]   (--no-sanitizers: the first pass only, for quick iteration)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +15,12 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build
 ctest --test-dir build --output-on-failure --timeout 300 -j2
 [ $sanitizers = 1 ] || exit 0
+
+echo "=== threads: the CUDA programs through a client library, gpool-server and workers built with ThreadSanitizer (build-tsan/)"
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g1" -DGPOOL_SANITIZE=thread \
+  -DGPOOL_BUILD_CUDA_PROGRAMS=OFF >/dev/null
+cmake --build build-tsan --target gpool_cuda gpool-server gpool-worker
+tests/cuda_programs/thread_sanitizer.sh build build-tsan
 
 echo "=== the test suite again, under AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/)"
 # -O1 -g1: quicker to build than -O2 -g (the whole pass must fit in CI), and reports still name file and line.

@@ -6,7 +6,7 @@ namespace gpool::server {
 
 bool inheritedByWorkers(std::string_view name) {
   if (name == "CUDA_CACHE_PATH") return false;  // (a worker is given its lease's user's: jit_caches.h)
-  for (std::string_view exact : {"PATH", "HOME", "TMPDIR", "LANG", "TZ", "LD_LIBRARY_PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS",
+  for (std::string_view exact : {"PATH", "HOME", "TMPDIR", "LANG", "TZ", "LD_LIBRARY_PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS",
                                  "LSAN_OPTIONS"})
     if (name == exact) return true;
   // (__ : the driver's own switches, such as __NV_PRIME_RENDER_OFFLOAD and __CUDA_...)
