@@ -33,12 +33,14 @@ struct Relay {
 std::atomic<int> wrong{0};
 std::atomic<int> failed_calls{0};
 
+// Stops this thread at a failed call, and lets the threads that wait for it go on (they stop too).
 #define TCK(call)                                                                                   \
   do {                                                                                              \
     cudaError_t e_ = (call);                                                                        \
     if (e_ != cudaSuccess) {                                                                        \
       std::printf("FAIL  thread %d: %s: %s\n", id, #call, cudaGetErrorName(e_));                    \
       ++failed_calls;                                                                               \
+      relay.cv.notify_all();                                                                        \
       return;                                                                                       \
     }                                                                                               \
   } while (0)
@@ -83,7 +85,8 @@ void work(int id, Relay& relay) {
     // The previous thread's buffer once it finished this round: its stream's event, waited on in ours.
     const int prev = (id + kThreads - 1) % kThreads;
     std::unique_lock lock(relay.mu);
-    relay.cv.wait(lock, [&] { return relay.round[prev] >= r; });
+    relay.cv.wait(lock, [&] { return relay.round[prev] >= r || failed_calls > 0; });
+    if (failed_calls > 0) return;
     if (relay.round[prev] == r) {
       TCK(cudaStreamWaitEvent(s, relay.event[prev], 0));
       TCK(cudaMemcpyAsync(theirs, relay.data[prev], kWords * sizeof(unsigned), cudaMemcpyDeviceToDevice, s));
