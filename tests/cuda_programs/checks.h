@@ -27,6 +27,17 @@ static void check(bool ok, const char* what, const char* detail = "") {
     check(ok_, what_);                               \
   } while (0)
 
+// A check of what kernels computed: a PASS/FAIL line where kernels really run (GPOOL_TEST_EXPECT_COMPUTE=1:
+// natively, or through gpool on a GPU), else a SKIP line that says why (on sim they are recorded, not computed).
+static void checkComputed(bool ok, const char* what) {
+  static const bool computed = [] {
+    const char* e = std::getenv("GPOOL_TEST_EXPECT_COMPUTE");
+    return e && e[0] == '1' && e[1] == '\0';
+  }();
+  if (computed) check(ok, what);
+  else std::printf("SKIP  %s: kernels are recorded, not computed, on this backend\n", what);
+}
+
 // Whether this process's CUDA driver is gpool's client library. Checks that gpool refuses what NVIDIA's
 // driver lets a program do to itself (a copy past its allocation, which crashed the memory_2d program
 // natively on an H200) run only through gpool: natively their line is absent, and nothing is compared.
