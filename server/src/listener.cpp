@@ -23,12 +23,26 @@ int capture(const std::string& cmd, std::string& out) {
   return rc;
 }
 
+// `word` quoted for the shell, whatever it holds.
+std::string shellQuoted(const std::string& word) {
+  std::string q = "'";
+  for (char c : word) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The worker's command line for a probe or the inventory, up to the options of each.
+std::string workerCommand(const ServerOptions& o) {
+  std::string cmd = shellQuoted(o.worker_path);
+  if (!o.cuda_driver.empty()) cmd += " --cuda-driver " + shellQuoted(o.cuda_driver);
+  return cmd;
+}
+
 // Runs `worker --probe`: the driver is initialised in that child, never in the server. `as_user`: the
 // worker's --uid and --gid, with --worker-uids (the driver must be usable as the workers' users).
 std::string resolveBackend(const ServerOptions& o, const std::string& as_user) {
   if (o.backend != "auto") return o.backend;
   std::string out;
-  int rc = capture("'" + o.worker_path + "' --probe" + as_user + " 2>/dev/null", out);
+  int rc = capture(workerCommand(o) + " --probe" + as_user + " 2>/dev/null", out);
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
   if (rc == 0) {
     spdlog::info("backend auto: a CUDA driver and device are present, using cuda");
@@ -44,7 +58,7 @@ std::string resolveBackend(const ServerOptions& o, const std::string& as_user) {
 // The devices this host offers, as the allocator's registration lists them: asked of a worker process
 // (`gpool-worker --inventory`), so the server itself still never initialises CUDA.
 std::string inventory(const ServerOptions& o, const std::string& backend, const std::string& as_user) {
-  std::string cmd = "'" + o.worker_path + "' --inventory --backend " + backend + " --sim-memory " + std::to_string(o.sim_memory) + as_user;
+  std::string cmd = workerCommand(o) + " --inventory --backend " + backend + " --sim-memory " + std::to_string(o.sim_memory) + as_user;
   std::string out;
   int rc = capture(cmd, out);
   if (rc != 0 || out.empty()) throw std::runtime_error("cannot list this host's GPUs (" + cmd + " failed)");

@@ -11,6 +11,7 @@ struct ServerOptions {
   std::string listen = "0.0.0.0:7420";
   std::string backend = "auto";
   std::string worker_path;  // empty: gpool-worker beside this executable
+  std::string cuda_driver;  // the cuda backend's driver library; empty: libcuda.so.1 as the loader finds it
   std::vector<std::string> sim_kernels;
   uint64_t sim_memory = 16ull << 30;
   uint64_t sim_context_memory = 0;  // what each worker's context takes of it, once made

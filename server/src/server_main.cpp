@@ -44,6 +44,12 @@ struct CommandLine {
         ->check(CLI::IsMember({"auto", "cuda", "sim"}))
         ->capture_default_str();
     app.add_option("--worker", opt.worker_path, "gpool-worker binary (default: beside gpool-server)");
+    app.add_option("--cuda-driver", opt.cuda_driver,
+                   "cuda backend: the driver library workers load, such as the forward-compatibility driver "
+                   "/usr/local/cuda/compat/libcuda.so.1 (default: libcuda.so.1 as the loader finds it). gpool's own "
+                   "client library named here makes each worker forward to the gpool-server in GPOOL_SERVER: a test "
+                   "of the cuda backend on a host without a GPU")
+        ->check(CLI::ExistingFile);
     app.add_option("--sim-kernels", opt.sim_kernels, "sim backend: plugin(s) with host kernel implementations");
     app.add_option("--sim-memory", opt.sim_memory, "sim backend: device memory in bytes")->capture_default_str();
     app.add_option("--sim-context-memory", opt.sim_context_memory,

@@ -56,6 +56,7 @@ std::vector<std::string> Server::workerOptions(const proto::HelloRequest& hello,
     if (opt_.sim_fixed_addresses) args.push_back("--sim-fixed-addresses");
     if (opt_.sim_separate_host) args.push_back("--sim-separate-host");
   }
+  if (backend_ == "cuda" && !opt_.cuda_driver.empty()) args.insert(args.end(), {"--cuda-driver", opt_.cuda_driver});
   if (!opt_.peer_links) args.push_back("--no-peer-links");
   if (!opt_.worker_sandbox) args.push_back("--no-sandbox");
   if (opt_.module_cache != "none")

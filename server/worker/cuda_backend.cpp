@@ -374,6 +374,8 @@ CUresult CudaBackend::paramLayout(Launchable f, const std::vector<uint32_t>*& ou
   return CUDA_SUCCESS;
 }
 
+void useCudaDriver(const std::string& path) { driver().path = path; }
+
 bool cudaDriverUsable(std::string* why) {
   Driver& d = driver();
   if (!d.lib && !d.load()) {

@@ -9,6 +9,10 @@
 
 namespace gpool::worker {
 
+// The driver library the cuda backend loads: PATH, or libcuda.so.1 as the loader finds it when empty.
+// Before the first backend is made or the driver probed.
+void useCudaDriver(const std::string& path);
+
 // True when a real driver loads and reports at least one device (used by --backend auto).
 bool cudaDriverUsable(std::string* why);
 

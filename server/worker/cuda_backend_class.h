@@ -148,17 +148,26 @@ struct Driver {
   GPOOL_DRIVER_FUNCTIONS(F)
 #undef F
   std::string error;
+  std::string path;  // the library named by gpool-server --cuda-driver (empty: libcuda.so.1 as the loader finds it)
 
   bool load() {
-    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    const std::string name = path.empty() ? "libcuda.so.1" : path;
+    lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-      error = std::string("cannot load libcuda.so.1: ") + dlerror();
+      error = "cannot load " + name + ": " + dlerror();
       return false;
     }
+    // gpool's own client library found in NVIDIA's place is a mistake, unless named on purpose: then this
+    // worker's driver calls go on to the gpool-server GPOOL_SERVER names (docs/architecture.md, "The cuda
+    // backend without a GPU").
     if (dlsym(lib, "gpool_client_library")) {
-      error = "libcuda.so.1 found first is gpool's client library, not NVIDIA's driver; remove gpool's lib "
-              "directory from LD_LIBRARY_PATH/LD_PRELOAD for gpool-server";
-      return false;
+      if (path.empty()) {
+        error = "libcuda.so.1 found first is gpool's client library, not NVIDIA's driver; remove gpool's lib "
+                "directory from LD_LIBRARY_PATH/LD_PRELOAD for gpool-server";
+        return false;
+      }
+      spdlog::warn("--cuda-driver {} is gpool's client library: this worker forwards its driver calls to another gpool-server "
+                   "(a test of the cuda backend without a GPU)", path);
     }
     // Each function by the symbol of the very prototype cuda.h gives its name here (cuMemAlloc is
     // cuMemAlloc_v2, cuCtxSynchronize is cuCtxSynchronize), not by cuGetProcAddress at CUDA_VERSION: that

@@ -252,6 +252,7 @@ int main(int argc, char** argv) {
   if (!prepareProcess(o)) return 2;
 
   gpool::daemon::startLog("gpool-worker", o.log_level);
+  gpool::worker::useCudaDriver(o.cuda_driver);
 
   if (o.probe) {
     std::string why;

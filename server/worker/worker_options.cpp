@@ -9,6 +9,7 @@ void WorkerOptions::declare(CLI::App& app) {
   app.add_option("--device", device, "device ordinal to serve");
   app.add_option("--hello-seq", hello_seq, "sequence number of the client's Hello, answered by this worker");
   app.add_option("--backend", backend, "cuda or sim")->check(CLI::IsMember({"cuda", "sim"}));
+  app.add_option("--cuda-driver", cuda_driver, "cuda backend: the driver library to load (default: libcuda.so.1 as the loader finds it)");
   app.add_option("--sim-kernels", sim.kernel_plugins, "sim backend: plugin(s) with host kernel implementations");
   app.add_option("--sim-memory", sim.memory_bytes, "sim backend: device memory in bytes");
   app.add_flag("--sim-fixed-addresses", sim.fixed_addresses, "sim backend: large allocations from one fixed address up");

@@ -23,6 +23,7 @@ struct WorkerOptions {
   uint64_t memory_cap = 0;
   pid_t server_pid = 0;
   std::string module_cache_dir, jit_cache_dir;
+  std::string cuda_driver;  // the cuda backend's driver library (empty: libcuda.so.1 as the loader finds it)
   uint64_t module_cache_max = 8ull << 30;
   int stall_timeout_ms = 60000;
   // gpool-server's shared pages, inherited as descriptors (-1: none)
