@@ -7,11 +7,13 @@
       into OUT/bin/NAME/ with its data files and OUT/test_args.json (the samples' own arguments).
   cuda_samples.py gather SAMPLES_SRC OUT
       Gathers the samples of that build again.
-  cuda_samples.py run OUT GPOOL_BUILD [--backend cuda|sim] [--jobs N] [--timeout S] [--only NAME ...]
+  cuda_samples.py run OUT GPOOL_BUILD [--backend cuda|sim|chain] [--jobs N] [--timeout S] [--only NAME ...]
       Runs each gathered sample natively (only where a GPU is present) and through gpool (gpool-server on
       loopback, tests/cuda_programs/run_through_gpool.sh), several at a time, each in its own folder, and
       prints a table: sample, native, gpool, result. Exit status 1 when a sample that passes natively does
-      not pass through gpool. Each run's output is kept in OUT/logs/NAME.{native,gpool}.
+      not pass through gpool. Each run's output is kept in OUT/logs/NAME.{native,gpool} (on sim and
+      chain, NAME.sim and NAME.chain). chain: the cuda backend with gpool's client library as its driver,
+      in front of a sim server (the cuda backend's code without a GPU; compare its table with sim's).
 
 A sample's verdict is its exit status: 0 PASS, 2 WAIVED (the samples' own word for "cannot run here", such
 as a second GPU missing), anything else FAIL, TIMEOUT past --timeout. Samples that need a display, MPI or
@@ -189,6 +191,7 @@ def run(a):
     native = a.backend == "cuda" and shutil.which("nvidia-smi") is not None
     names = sorted(n for n in os.listdir(bins) if not a.only or n in a.only)
     cuda_libs = "/usr/local/cuda/lib64"
+    tag = "gpool" if a.backend == "cuda" else a.backend
 
     def both(name):
         runs = runs_of(name, config)
@@ -203,7 +206,7 @@ def run(a):
                 results["native"].append(run_one(cmd, here, env, a.timeout, os.path.join(logs, f"{name}.{i}.native")))
             env = dict(os.environ, GPOOL_LOG_LEVEL="info")
             results["gpool"].append(run_one([RUNNER, gpool, a.backend] + cmd, here, env, a.timeout,
-                                            os.path.join(logs, f"{name}.{i}.gpool")))
+                                            os.path.join(logs, f"{name}.{i}.{tag}")))
         worst = lambda rcs: next((verdict(r) for r in rcs if r != 0), "PASS") if rcs else "-"
         return name, worst(results["native"]), worst(results["gpool"])
 
@@ -240,7 +243,7 @@ def main():
     r = sub.add_parser("run")
     r.add_argument("out")
     r.add_argument("gpool_build")
-    r.add_argument("--backend", choices=["cuda", "sim"], default="cuda")
+    r.add_argument("--backend", choices=["cuda", "sim", "chain"], default="cuda")
     r.add_argument("--jobs", type=int, default=4)
     r.add_argument("--timeout", type=int, default=120)
     r.add_argument("--only", nargs="*")

@@ -45,7 +45,8 @@ if [ "$backend" = chain ]; then
   # (fixed addresses: device memory at 0x300000000 up, where the program, the cuda backend's worker and
   # its client library keep nothing, so that managed memory can have one address in all three)
   start_server sim --sim-fixed-addresses "${sim_args[@]}"
-  GPOOL_SERVER=127.0.0.1:$port start_server cuda --cuda-driver "$client/libcuda.so.1" "${cuda_args[@]}"
+  # GPOOL_TEST_DRIVER_DIR=DIR: the cuda backend's driver from another build (with its daemons: the sanitizer passes')
+  GPOOL_SERVER=127.0.0.1:$port start_server cuda --cuda-driver "${GPOOL_TEST_DRIVER_DIR:-$client}/libcuda.so.1" "${cuda_args[@]}"
 else
   start_server "$backend" "${extra[@]}"
 fi

@@ -4,7 +4,9 @@
 # from the main build (not instrumented; the sanitizer's runtime is preloaded into them). The client
 # library's threads (host-function channels, the worker's liveness watch, output relay) share its state
 # with the program's threads, and the worker's threads share the worker's; a data race or a lock-order
-# inversion in either fails the program's run. Each program runs over shared memory and over TCP.
+# inversion in either fails the program's run. Each program runs over shared memory, over TCP, and through
+# the chain of run_through_gpool.sh (the cuda backend's worker, with the instrumented client library as its
+# driver, in front of a sim server), whose worker threads are the cuda backend's.
 # usage: thread_sanitizer.sh BUILD TSAN_BUILD [PROGRAM...]   (default: the programs listed below)
 set -u
 build=$(cd "$1" && pwd)
@@ -30,8 +32,10 @@ failed=()
 for entry in "${programs[@]}"; do
   name=${entry%%:*}
   extra=(); [ "$entry" = "$name" ] || extra=("${entry#*:}")
-  for transport in shm tcp; do
-    out=$(env GPOOL_TRANSPORT=$transport "${extra[@]}" timeout 300 "$here/run_through_gpool.sh" "$build" sim "$build/tests/cuda_$name" 2>&1)
+  for transport in shm tcp chain; do
+    backend=sim
+    [ $transport = chain ] && backend=chain
+    out=$(env GPOOL_TRANSPORT=${transport/chain/shm} "${extra[@]}" timeout 300 "$here/run_through_gpool.sh" "$build" $backend "$build/tests/cuda_$name" 2>&1)
     rc=$?
     if [ $rc -ne 0 ] || grep -q "^WARNING: ThreadSanitizer" <<<"$out"; then
       echo "$out"
