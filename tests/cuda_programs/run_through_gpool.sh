@@ -4,7 +4,9 @@
 # usage: run_through_gpool.sh BUILD_DIR BACKEND(sim|cuda|chain) PROGRAM [ARGS...]
 #   chain: the program's server runs the cuda backend, whose driver (--cuda-driver) is gpool's client library
 #   connected to a second server on sim. So the cuda backend's own code runs, on every call, without a GPU;
-#   GPOOL_TEST_SERVER_ARGS' --sim-* options go to the second server, the others to the first.
+#   GPOOL_TEST_SERVER_ARGS' --sim-* options go to the second server, the others to the first. The second is
+#   always BUILD_DIR's (GPOOL_TEST_SERVER_DIR names the first): its fixed addresses lie in what a sanitizer
+#   keeps for itself, where an instrumented sim worker could not map them.
 set -u
 build=$1; backend=$2; shift 2
 logs=()
@@ -44,7 +46,7 @@ if [ "$backend" = chain ]; then
   for a in "${extra[@]}"; do if [[ $a == --sim-* ]]; then sim_args+=("$a"); else cuda_args+=("$a"); fi; done
   # (fixed addresses: device memory at 0x300000000 up, where the program, the cuda backend's worker and
   # its client library keep nothing, so that managed memory can have one address in all three)
-  start_server sim --sim-fixed-addresses "${sim_args[@]}"
+  daemons=$build/server start_server sim --sim-fixed-addresses "${sim_args[@]}"
   # GPOOL_TEST_DRIVER_DIR=DIR: the cuda backend's driver from another build (with its daemons: the sanitizer passes')
   GPOOL_SERVER=127.0.0.1:$port start_server cuda --cuda-driver "${GPOOL_TEST_DRIVER_DIR:-$client}/libcuda.so.1" "${cuda_args[@]}"
 else
@@ -59,14 +61,21 @@ fi
 GPOOL_SERVER=127.0.0.1:$port LD_PRELOAD=${GPOOL_TEST_PRELOAD:-${LD_PRELOAD:-}} \
   LD_LIBRARY_PATH="$client:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
 rc=$?
+# The servers stop once their workers have finished (and said what a sanitizer found at their exit).
+kill "${servers[@]}" 2>/dev/null
+running() { local s; for s in "${servers[@]}"; do kill -0 "$s" 2>/dev/null && return 0; done; return 1; }
+for _ in $(seq 100); do running || break; sleep 0.1; done
+kill -9 "${servers[@]}" 2>/dev/null
+wait "${servers[@]}" 2>/dev/null
 # which transport the program's connections got, and their host-function channels (the program's server's)
 grep -ohE "client .* moved to [A-Za-z ()]+|host-function channel open over [A-Za-z ]+" "${logs[-1]}" | sort | uniq -c
 # The chain's first server must have served the program on the cuda backend, or the test tested nothing new.
 if [ "$backend" = chain ] && ! grep -q "serving .* on cuda device" "${logs[-1]}"; then
   echo "FAIL  the program was not served on the cuda backend (chain)"; rc=1
 fi
-# A sanitizer's report from a server or a worker (built with one) fails the run, even where the program passed.
-if grep -q "^WARNING: ThreadSanitizer\|^==[0-9]*==ERROR: " "${logs[@]}" && [ $rc -eq 0 ]; then rc=1; fi
+# A sanitizer's report from a server or a worker (built with one) fails the run, even where the program passed
+# (a worker's lines stand in its server's log after the worker's name).
+if grep -qE "WARNING: ThreadSanitizer|==[0-9]+==ERROR: |: runtime error: " "${logs[@]}" && [ $rc -eq 0 ]; then rc=1; fi
 if [ $rc -ne 0 ]; then
   for log in "${logs[@]}"; do echo "--- gpool-server log ($log) ---"; cat "$log"; done
 fi
